@@ -1,0 +1,106 @@
+"""The autoregressive baseline: one token per network call over a static-size KV cache.
+
+Step i feeds the previous token (bos_id at i = 0) at position i with the caches; the graph
+returns the logits of token i and the caches with slot i written. Noise contract: with
+``temperature > 0`` each step draws Gumbel noise [B, V] from ``np.random.default_rng(seed)``;
+greedy decoding draws nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from edgekit.decode._guidance import GuidedNetwork, require_meta
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.runtimes.base import Runtime
+
+# Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd]; pos is shared.
+_BATCH_AXES = {"pos": None, "k_cache": 1, "v_cache": 1, "k_cache_out": 1, "v_cache_out": 1}
+
+
+@dataclass(frozen=True)
+class ARDecodeConfig:
+    length: int | None = None  # tokens to generate; None = meta max_len, the cache's static size
+    temperature: float = 0.0  # 0.0 = greedy, the deterministic baseline the masked model is compared with
+    top_k: int = 0  # sample only among the k most likely tokens (0 = all); cuts the unreliable tail
+    guidance: float = 1.0  # CFG scale g on logits, as for the masked model, so the baseline is like for like
+    seed: int = 0  # every random draw comes from default_rng(seed), so runtimes can be compared token for token
+
+    def __post_init__(self) -> None:
+        if self.length is not None and (not isinstance(self.length, (int, np.integer)) or self.length < 1):
+            raise UsageError(f"length={self.length!r} is invalid; valid: None or an integer >= 1")
+        if self.temperature < 0:
+            raise UsageError(f"temperature={self.temperature!r} is invalid; valid: >= 0 (0 = greedy)")
+        if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
+            raise UsageError(f"top_k={self.top_k!r} is invalid; valid: 0 (off) or an integer >= 1")
+        if not np.isfinite(self.guidance):
+            raise UsageError(f"guidance={self.guidance!r} is invalid; valid: a finite number (1.0 = off)")
+
+
+@dataclass(frozen=True)
+class ARResult:
+    """tokens: int64 [B, length]; nfe: network evaluations (one per token, conditional and
+    unconditional rows together); runtime_calls: ``runtime.run`` calls."""
+
+    tokens: np.ndarray
+    nfe: int
+    runtime_calls: int
+
+
+def decode_ar(
+    runtime: Runtime,
+    meta: Mapping[str, Any],
+    cond: Mapping[str, np.ndarray] | None,
+    cfg: ARDecodeConfig = ARDecodeConfig(),
+) -> ARResult:
+    """Generate ``cfg.length`` tokens per row from an ``ar`` network.
+
+    cond: {conditioning input: array [B, ...]}, exactly the names in meta["conditioning"]. With
+    guidance the unconditional rows keep their own caches but follow the same (guided) tokens.
+    """
+    require_meta(meta, "ar", ("vocab_size", "max_len", "bos_id"))
+    vocab, max_len = int(meta["vocab_size"]), int(meta["max_len"])
+    length = max_len if cfg.length is None else cfg.length
+    if length > max_len:
+        raise UsageError(f"length={length} exceeds the cache's max_len; valid: 1..{max_len}")
+    net = GuidedNetwork(runtime, meta, cond, cfg.guidance, kind="ar", batch_axes=_BATCH_AXES)
+    b = net.batch
+    cache_shape = list(runtime.inputs["k_cache"].shape)
+    if cache_shape[3] != max_len:
+        raise EdgekitError(f"meta max_len={max_len} but the graph's k_cache is {cache_shape} (axis 3 is Lmax)")
+    cache_shape[1] = net.state_rows
+    # Loop-owned state, allocated once: runtime outputs may alias buffers the next run reuses,
+    # so they are copied in here and never fed back directly.
+    k_cache = np.zeros(cache_shape, dtype=runtime.inputs["k_cache"].dtype)
+    v_cache = np.zeros(cache_shape, dtype=runtime.inputs["v_cache"].dtype)
+    token = np.full((b, 1), int(meta["bos_id"]), dtype=np.int64)
+    pos = np.zeros(1, dtype=np.int64)
+    rng = np.random.default_rng(cfg.seed)
+    tokens = np.empty((b, length), dtype=np.int64)
+
+    for i in range(length):
+        pos[0] = i
+        feeds = {"token": net.expand("token", token), "pos": pos, "k_cache": k_cache, "v_cache": v_cache}
+        outs = net.run(feeds, into={"k_cache_out": k_cache, "v_cache_out": v_cache})
+        logits = net.guide(outs["logits"])  # (B, W) float32
+        tokens[:, i] = token[:, 0] = _sample(logits, vocab, cfg, rng)
+    return ARResult(tokens, net.nfe, net.runtime_calls)
+
+
+def _sample(logits: np.ndarray, vocab: int, cfg: ARDecodeConfig, rng: np.random.Generator) -> np.ndarray:
+    """int64 [B] next tokens from guided logits (B, W); ids >= vocab are never chosen."""
+    logits[:, vocab:] = -np.inf
+    if cfg.temperature == 0:
+        return np.argmax(logits, axis=1)
+    scores = logits / cfg.temperature
+    k = min(cfg.top_k, vocab)
+    if k:
+        # Exactly k candidates per row, by index: a tie at the k-th value never lets in a (k+1)-th.
+        keep = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        kept = np.full_like(scores, -np.inf)
+        np.put_along_axis(kept, keep, np.take_along_axis(scores, keep, axis=1), axis=1)
+        scores = kept
+    return np.argmax(scores + rng.gumbel(size=scores.shape), axis=1)

@@ -1,0 +1,5 @@
+"""torch -> ONNX with static shapes, verified against torch (see ``export_bundle``)."""
+
+from edgekit.export.config import ExportConfig, VerifyConfig
+
+__all__ = ["ExportConfig", "VerifyConfig"]

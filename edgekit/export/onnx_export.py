@@ -1,0 +1,103 @@
+"""torch -> ONNX with static shapes and all randomness as inputs.
+
+Uses the torch.export-based exporter (``dynamo=True``): no dynamic shapes are declared, so every
+dimension is the ModelSpec's static size.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from edgekit._deps import require
+from edgekit.errors import ExportError
+from edgekit.export.config import MIN_OPSET, ExportConfig
+from edgekit.spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+# Ops that make a graph non-deterministic or data-dependent in shape: edgekit graphs take noise
+# as inputs so every runtime sees identical randomness for one seed.
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+def example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
+    """Zero tensors in the spec's input order (shapes and dtypes are all the exporter needs)."""
+    torch = require("torch")
+    return tuple(torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in spec.inputs.values())
+
+
+def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any]:
+    """Write ``spec.module`` as ONNX to ``path``; returns facts for the manifest.
+    Raises ExportError on exporter failure, forbidden ops, dynamic dims or an IO mismatch."""
+    torch = require("torch")
+    require("onnxscript")  # the exporter's backend; fail early with the install line
+    import onnx
+
+    if cfg.opset < MIN_OPSET:
+        raise ExportError(f"--opset {cfg.opset} is too old; use {MIN_OPSET} or newer")
+    module = spec.module.eval()
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            program = torch.onnx.export(
+                module,
+                example_inputs(spec),
+                input_names=list(spec.inputs),
+                output_names=list(spec.outputs),
+                opset_version=cfg.opset,
+                dynamo=True,
+                optimize=True,
+                verbose=False,
+            )
+        except Exception as exc:  # the exporter raises many types; the user needs the message
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ExportError(f"torch.onnx.export failed for {spec.name!r}: {first}") from exc
+    model = program.model_proto
+    check_graph(model, spec)
+    size = model.ByteSize()
+    external = size > cfg.external_data_mb * (1 << 20)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=external,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data" if external else None,
+    )
+    onnx.checker.check_model(str(path))  # path form: works with external data too
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    return {"opset": cfg.opset, "ops": dict(sorted(ops.items())), "external_data": external, "exporter": "torch.export"}
+
+
+def check_graph(model: Any, spec: ModelSpec) -> None:
+    """Static dims, the spec's IO names/shapes, and no random or sampling ops."""
+    from onnx import shape_inference
+
+    found = sorted({n.op_type for n in model.graph.node} & RANDOM_OPS)
+    if found:
+        raise ExportError(
+            f"the exported graph of {spec.name!r} contains {found}",
+            hint="pass noise as a graph input (edgekit graphs take all randomness as inputs)",
+        )
+    inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    for role, values, expected in (
+        ("input", inferred.graph.input, spec.inputs),
+        ("output", inferred.graph.output, spec.outputs),
+    ):
+        names = [v.name for v in values]
+        if names != list(expected):
+            raise ExportError(f"exported {role}s {names} differ from the spec's {list(expected)}")
+        for value in values:
+            dims = value.type.tensor_type.shape.dim
+            shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+            if shape != expected[value.name].shape:
+                raise ExportError(
+                    f"exported {role} {value.name!r} has shape {list(shape)}, the spec says {list(expected[value.name].shape)}",
+                    hint="make the module's output shapes static (no mode flags that change them)",
+                )

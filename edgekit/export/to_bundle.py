@@ -1,0 +1,58 @@
+"""The export stage: ModelSpec -> verified fp32 ONNX in a bundle."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from edgekit.bundle import Bundle
+from edgekit.errors import ExportError
+from edgekit.export.config import ExportConfig
+from edgekit.export.onnx_export import export_onnx
+from edgekit.export.verify import compare, verification_feeds
+from edgekit.spec import ModelSpec
+
+
+def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig(), source: str | None = None) -> Bundle:
+    """Export ``spec`` to ``out`` (a new bundle, or an existing one of the same model whose fp32
+    graph is replaced), verify it against torch, and save the manifest.
+
+    A verification failure is an ExportError carrying the numbers; the bundle on disk is left
+    as it was (the new graph is never recorded)."""
+    from edgekit.runtimes.ort import OrtRuntime
+    from edgekit.runtimes.torch_ref import TorchRuntime
+
+    bundle = Bundle.new(
+        out,
+        model={
+            "name": spec.name,
+            "kind": spec.kind,
+            "source": source or spec.name,
+            "meta": dict(spec.meta),
+            "ground_truth": spec.ground_truth,
+        },
+        inputs=spec.inputs,
+        outputs=spec.outputs,
+        decode_defaults=spec.decode_defaults,
+    )
+    staged = bundle.staging_path("fp32.onnx")
+    try:
+        facts = export_onnx(spec, staged, cfg)
+        with TorchRuntime(spec.module, spec.inputs, spec.outputs) as ref, OrtRuntime(staged) as cand:
+            report = compare(ref, cand, verification_feeds(spec, ref, cfg.verify), cfg.verify)
+        if not report["passed"]:
+            bad = {n: o for n, o in report["outputs"].items() if not o["passed"]}
+            worst = ", ".join(f"{n}: max abs {o['max_abs']:.3g} > tol {o['tolerance']:.3g}" for n, o in bad.items())
+            raise ExportError(
+                f"ONNX output differs from torch beyond tolerance ({worst})",
+                hint="look for ops that behave differently in eval/export (dropout, in-place updates) or loosen --atol",
+            )
+        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"]}
+        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx")
+        bundle.manifest["graph"] = {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}}
+        bundle.manifest["verification"]["fp32"] = {"reference": "torch", "candidate": "ort"} | report
+        bundle.save()
+        return bundle
+    finally:
+        staged.unlink(missing_ok=True)

@@ -1,0 +1,87 @@
+"""Where models come from: the built-in demo names, or a user factory ``module:function``.
+
+Importing this package imports no torch; building a model does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Callable
+
+from edgekit.errors import EdgekitError
+from edgekit.spec import ModelSpec
+
+# Built-in names resolve through the same factory path as user models.
+BUILTIN: dict[str, str] = {
+    "masked-demo": "edgekit.models.demo:masked_demo",
+    "flow-demo": "edgekit.models.demo:flow_demo",
+    "ar-demo": "edgekit.models.demo:ar_demo",
+}
+
+_FORMS = "a built-in name (" + ", ".join(BUILTIN) + "), path/to/file.py:function or package.module:function"
+
+
+def _load_factory(ref: str) -> Callable[..., ModelSpec]:
+    target, sep, func = ref.rpartition(":")
+    if not sep or not target or not func:
+        raise EdgekitError(f"model {ref!r} is not a known model", hint=f"use {_FORMS}")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise EdgekitError(f"model file {target!r} does not exist", hint=f"use {_FORMS}")
+        mod_name = f"edgekit_user_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]  # runs the user's code
+        except EdgekitError:
+            raise
+        except Exception as exc:
+            raise EdgekitError(f"importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except EdgekitError:
+            raise
+        except ModuleNotFoundError as exc:
+            raise EdgekitError(f"cannot import module {target!r} ({exc})", hint=f"use {_FORMS}") from exc
+        except Exception as exc:
+            raise EdgekitError(f"importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        raise EdgekitError(f"{target!r} has no function {func!r}", hint=f"use {_FORMS}")
+    return factory
+
+
+def load_spec(ref: str, batch: int | None = None) -> ModelSpec:
+    """Resolve ``ref`` to a ``ModelSpec``. ``batch`` is passed to the factory as ``batch=`` when
+    given (a factory that takes no ``batch`` then fails with a clear message)."""
+    from edgekit._deps import require
+
+    require("torch")  # every factory builds a torch module; say how to install it up front
+    factory = _load_factory(BUILTIN.get(ref, ref))
+    kwargs = {}
+    if batch is not None:
+        if batch < 1:
+            raise EdgekitError(f"--batch {batch} is invalid; it must be >= 1")
+        params = inspect.signature(factory).parameters
+        if "batch" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise EdgekitError(f"factory {ref!r} takes no 'batch' argument", hint="drop --batch or add batch=1 to the factory")
+        kwargs["batch"] = batch
+    try:
+        spec = factory(**kwargs)
+    except EdgekitError:
+        raise
+    except Exception as exc:
+        raise EdgekitError(f"model factory {ref!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(spec, ModelSpec):
+        raise EdgekitError(
+            f"model factory {ref!r} returned {type(spec).__name__}, not an edgekit.ModelSpec",
+            hint="return edgekit.ModelSpec(name=..., kind=..., module=..., inputs=..., outputs=..., meta=...)",
+        )
+    return spec

@@ -1,0 +1,97 @@
+"""The one output object commands print through: data to stdout, logs and progress to stderr.
+
+``--json`` prints exactly one JSON document on stdout and nothing else there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+            return f"{value:.3g}"
+        return f"{value:.4g}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "—"
+    return str(value)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays
+        return _jsonable(obj.tolist())
+    return obj
+
+
+class Output:
+    def __init__(self, json_mode: bool = False, quiet: bool = False):
+        from rich.console import Console
+
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.out = Console(file=sys.stdout, soft_wrap=True)
+        self.err = Console(file=sys.stderr, soft_wrap=True)
+
+    # ---- human output (suppressed in --json mode; stdout stays one document) -------------------
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.err.print(message, highlight=False, markup=False)
+
+    def warn(self, message: str) -> None:
+        from rich.markup import escape
+
+        self.err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        if self.json_mode:
+            return
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*(escape(_fmt(v)) for v in row))
+        self.out.print(table)
+
+    def pairs(self, title: str, items: dict[str, Any]) -> None:
+        self.table(title, ["", "value"], [(k, v) for k, v in items.items()])
+
+    def line(self, message: str) -> None:
+        if not self.json_mode:
+            self.out.print(message, highlight=False, markup=False)
+
+    # ---- machine output ------------------------------------------------------------------------
+    def document(self, doc: dict[str, Any]) -> None:
+        """In --json mode print ``doc`` as the one JSON document on stdout."""
+        if self.json_mode:
+            sys.stdout.write(json.dumps(_jsonable(doc), indent=2) + "\n")
+            sys.stdout.flush()
+
+    @contextmanager
+    def progress(self, description: str, total: int | None) -> Iterator[Any]:
+        """A rich progress bar on stderr; yields ``advance(n=1)``."""
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self.quiet or not self.err.is_terminal:
+            yield lambda n=1: None
+            return
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.err, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n=1: bar.advance(task, n)

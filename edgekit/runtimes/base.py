@@ -1,0 +1,104 @@
+"""The one interface every backend implements, and the feed checks they all share.
+
+Backends subclass ``BaseRuntime`` and override only ``_run_impl`` / ``_close_impl``: state and
+input checks live in the public methods (the Polygraphy runner pattern).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+from edgekit.spec import TensorSpec
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A loaded network with static IO. ``run`` returns arrays the caller may keep until the
+    next ``run`` call (backends reuse output buffers across steps; copy to keep longer)."""
+
+    name: str
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+    device: str  # what actually executed: an execution provider or a device name
+    warnings: list[str]  # e.g. a requested provider that was not available
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Runtime": ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def describe(specs: Mapping[str, TensorSpec]) -> str:
+    return ", ".join(f"{n}: {s.dtype}{list(s.shape)}" for n, s in specs.items())
+
+
+def validate_feeds(feeds: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec], runtime: str) -> None:
+    """Raise one clear error when ``feeds`` do not match ``specs`` by name, shape or dtype."""
+    missing = [n for n in specs if n not in feeds]
+    extra = [n for n in feeds if n not in specs]
+    if missing or extra:
+        raise EdgekitError(
+            f"{runtime}: feeds {sorted(feeds)} do not match the graph inputs "
+            f"(missing {missing}, unexpected {extra}); the graph expects {describe(specs)}"
+        )
+    for name, spec in specs.items():
+        arr = feeds[name]
+        if not isinstance(arr, np.ndarray):
+            raise EdgekitError(f"{runtime}: feed {name!r} is a {type(arr).__name__}, expected a numpy array")
+        if tuple(arr.shape) != spec.shape or arr.dtype != np.dtype(spec.dtype):
+            raise EdgekitError(
+                f"{runtime}: feed {name!r} is {arr.dtype}{list(arr.shape)}, "
+                f"expected {spec.dtype}{list(spec.shape)}; the graph expects {describe(specs)}"
+            )
+
+
+class BaseRuntime:
+    """Shared state and checks; subclasses implement ``_run_impl`` and ``_close_impl``."""
+
+    name = "base"
+
+    def __init__(self, inputs: Mapping[str, TensorSpec] | None = None, outputs: Mapping[str, TensorSpec] | None = None):
+        # Backends that learn their IO only after loading a model set these afterwards.
+        self.inputs = dict(inputs or {})
+        self.outputs = dict(outputs or {})
+        self._closed = False
+        # What actually executed (provider/device), filled in by the backend for reports.
+        self.device: str = "cpu"
+        self.warnings: list[str] = []
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._closed:
+            raise EdgekitError(f"{self.name}: run() after close()")
+        validate_feeds(feeds, self.inputs, self.name)
+        return self._run_impl(feeds)
+
+    def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if not self._closed:
+            self._close_impl()
+            self._closed = True
+
+    def _close_impl(self) -> None:
+        pass
+
+    def __enter__(self) -> "BaseRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def warn(self, message: str) -> None:
+        """Record a warning for the report and log it once."""
+        self.warnings.append(message)
+        log.warning(message)

@@ -1,0 +1,199 @@
+"""ONNX Runtime backend: one ``InferenceSession`` behind the ``Runtime`` protocol.
+
+Steady state allocates nothing: with ``io_binding`` the output arrays are allocated once, wrapped
+as ``OrtValue``s (same memory) and bound; each ``run`` binds the feeds, runs, and returns those
+same arrays. Callers that keep an output past the next ``run`` must copy it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.runtimes._specs import ort_session_specs
+from edgekit.runtimes.base import BaseRuntime
+
+# OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
+GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+# onnxruntime exception names that mean "this file is not a model ORT can load".
+_LOAD_ERRORS = ("InvalidProtobuf", "InvalidGraph", "NoModel", "Fail", "InvalidArgument", "NotImplemented")
+
+
+@dataclass(frozen=True)
+class OrtOptions:
+    # Priority order; ORT assigns each node to the first provider that supports it. A name that
+    # this onnxruntime build lacks is dropped with a warning (a typo must not silently mean CPU).
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    # One mapping per provider, same order (e.g. {"device_id": 0} for CUDA); None = defaults.
+    provider_options: tuple[Mapping[str, Any], ...] | None = None
+    # 0 = ORT default (one thread per physical core); pin lower on shared or thermally limited boards.
+    intra_op_threads: int = 0
+    # Only matters in parallel execution mode; 0 = ORT default.
+    inter_op_threads: int = 0
+    # disable|basic|extended|all. "all" adds hardware-specific fusions, so a model saved with it
+    # (optimized_model_path) only runs on the same kind of machine.
+    graph_optimization: str = "all"
+    # ORT writes the optimized graph here when the session is created: a cache that skips
+    # optimization at the next load (mobile/offline). None = write nothing.
+    optimized_model_path: str | None = None
+    # Bind preallocated outputs once and reuse them every run (no per-step allocation in decode
+    # loops); False = plain session.run with fresh arrays per call.
+    io_binding: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.providers, str) or not self.providers:
+            raise UsageError(f"providers must be a non-empty sequence of names, got {self.providers!r}")
+        object.__setattr__(self, "providers", tuple(self.providers))
+        if self.provider_options is not None:
+            object.__setattr__(self, "provider_options", tuple(self.provider_options))
+            if len(self.provider_options) != len(self.providers):
+                raise UsageError(
+                    f"provider_options has {len(self.provider_options)} entries for "
+                    f"{len(self.providers)} providers {list(self.providers)}; give one mapping per provider"
+                )
+        if self.graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
+            raise UsageError(
+                f"graph_optimization {self.graph_optimization!r} is unknown; "
+                f"valid: {', '.join(GRAPH_OPTIMIZATION_LEVELS)}"
+            )
+        for field_name in ("intra_op_threads", "inter_op_threads"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or value < 0:
+                raise UsageError(f"{field_name} must be an int >= 0 (0 = ORT default), got {value!r}")
+
+
+class OrtRuntime(BaseRuntime):
+    """A model file run by ONNX Runtime.
+
+    ``providers_used`` is what the session actually runs with; ``device`` its first entry.
+    ``session`` is the underlying ``InferenceSession`` for advanced use.
+    """
+
+    name = "ort"
+
+    def __init__(self, model_path: str | Path, options: OrtOptions = OrtOptions()):
+        super().__init__({}, {})
+        ort = require("onnxruntime")
+        self.model_path = Path(model_path)
+        self.options = options
+        _check_model_file(self.model_path)
+
+        providers, provider_options = self._available_providers(ort, options)
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = options.intra_op_threads
+        session_options.inter_op_num_threads = options.inter_op_threads
+        session_options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[options.graph_optimization]
+        )
+        if options.optimized_model_path is not None:
+            Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
+            session_options.optimized_model_filepath = str(options.optimized_model_path)
+        self.session = _create_session(ort, self.model_path, session_options, providers, provider_options)
+
+        self.providers_used: list[str] = list(self.session.get_providers())
+        self.device = self.providers_used[0]
+        failed = [p for p in providers if p not in self.providers_used]
+        if failed:
+            # Listed as available but failed to initialize (missing CUDA/cuDNN libraries, ...):
+            # ORT then quietly runs those nodes elsewhere.
+            self.warn(
+                f"ort: providers {failed} failed to initialize for {self.model_path}; "
+                f"the session runs with {self.providers_used} (check that provider's libraries)"
+            )
+        self.inputs, self.outputs = ort_session_specs(self.session, self.model_path)
+
+        self._binding: Any = None
+        self._output_buffers: dict[str, np.ndarray] = {}
+        self._output_values: list[Any] = []
+        if options.io_binding:
+            self._binding = self.session.io_binding()
+            for name, spec in self.outputs.items():
+                buffer = np.empty(spec.shape, dtype=spec.dtype)  # (spec.shape) reused every run
+                # The OrtValue wraps the numpy memory (no copy): ORT writes results straight into it.
+                value = ort.OrtValue.ortvalue_from_numpy(buffer)
+                self._binding.bind_ortvalue_output(name, value)
+                self._output_buffers[name] = buffer
+                self._output_values.append(value)  # the binding must never see freed memory
+
+    def _available_providers(
+        self, ort: Any, options: OrtOptions
+    ) -> tuple[list[str], list[Mapping[str, Any]] | None]:
+        available = list(ort.get_available_providers())
+        keep = [i for i, p in enumerate(options.providers) if p in available]
+        missing = [p for p in options.providers if p not in available]
+        if not keep:
+            raise TargetUnavailable(
+                f"ort: none of the requested execution providers {list(options.providers)} is available "
+                f"in this onnxruntime build; available: {available}",
+                hint="use an available provider in the target, or install the onnxruntime package "
+                "that has it (e.g. onnxruntime-gpu for CUDAExecutionProvider)",
+            )
+        if missing:
+            self.warn(
+                f"ort: execution providers {missing} are not available in this onnxruntime build "
+                f"(available: {available}); dropping them and running with "
+                f"{[options.providers[i] for i in keep]}"
+            )
+        providers = [options.providers[i] for i in keep]
+        if options.provider_options is None:
+            return providers, None
+        return providers, [dict(options.provider_options[i]) for i in keep]
+
+    def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._binding is None:
+            results = self.session.run(list(self.outputs), dict(feeds))
+            return dict(zip(self.outputs, results))
+        # bind_cpu_input reads the array's memory during run_with_iobinding: keep contiguous
+        # copies (if any were needed) alive until then.
+        kept = [np.ascontiguousarray(feeds[name]) for name in self.inputs]
+        for name, array in zip(self.inputs, kept):
+            self._binding.bind_cpu_input(name, array)
+        self.session.run_with_iobinding(self._binding)
+        self._binding.synchronize_outputs()
+        return dict(self._output_buffers)
+
+    def _close_impl(self) -> None:
+        self._binding = None
+        self._output_buffers = {}
+        self._output_values = []
+        self.session = None
+
+
+def _check_model_file(path: Path) -> None:
+    if not path.is_file():
+        raise EdgekitError(f"ort: model file {path} does not exist", hint="check the path, or run edgekit export")
+    if path.stat().st_size == 0:
+        raise EdgekitError(f"ort: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
+
+
+def _create_session(
+    ort: Any, path: Path, session_options: Any, providers: list[str], provider_options: Any
+) -> Any:
+    state = ort.capi.onnxruntime_pybind11_state
+    load_errors = tuple(getattr(state, n) for n in _LOAD_ERRORS if hasattr(state, n))
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=session_options, providers=providers, provider_options=provider_options
+        )
+    except getattr(state, "EPFail", ()) as exc:
+        raise TargetUnavailable(
+            f"ort: an execution provider in {providers} failed to start for {path}: {str(exc).splitlines()[0][:300]}",
+            hint="check that provider's libraries (CUDA, cuDNN, ...) or drop it from the target",
+        ) from None
+    except load_errors as exc:
+        first_line = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise EdgekitError(
+            f"ort: {path} is not a model ONNX Runtime can load: {first_line[:300]}",
+            hint="re-export it (edgekit export)",
+        ) from None

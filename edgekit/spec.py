@@ -1,0 +1,128 @@
+"""What a model is to edgekit: its kind, its static IO and its kind metadata.
+
+Only numpy here: the device side (runtimes, decode loops) shares these types without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+
+Kind = Literal["masked", "flow", "ar"]
+KINDS: tuple[str, ...] = ("masked", "flow", "ar")
+DTYPES: tuple[str, ...] = ("float32", "float16", "int64", "int32", "bool")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A static tensor signature. ``low``/``high`` bound the values of sample inputs (integers:
+    ``high`` exclusive), used to draw valid verification inputs such as token ids."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise EdgekitError(f"unsupported dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        if any((not isinstance(d, int)) or d <= 0 for d in self.shape):
+            raise EdgekitError(
+                f"shape {self.shape} is not static: every dimension must be a positive int",
+                hint="export with fixed sizes (edgekit exports static shapes only)",
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
+        if self.low is not None:
+            doc["low"] = self.low
+        if self.high is not None:
+            doc["high"] = self.high
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "TensorSpec":
+        return cls(tuple(int(d) for d in doc["shape"]), str(doc["dtype"]), doc.get("low"), doc.get("high"))
+
+    def zeros(self) -> np.ndarray:
+        return np.zeros(self.shape, dtype=self.dtype)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a user factory (``package.module:function``) or a built-in name returns it.
+
+    ``module`` is the per-step network (a ``torch.nn.Module``) whose ``forward`` takes the
+    inputs positionally in the order of ``inputs`` and returns the outputs in the order of
+    ``outputs`` (a tensor, or a tuple for several).
+
+    ``meta`` holds the kind's metadata (see ``KIND_META``), e.g. for ``masked``:
+    ``{"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 8}}}``.
+    ``conditioning`` maps every input that is neither the loop state nor time to its
+    classifier-free-guidance "unconditional" fill value (or ``None`` when it has none).
+    ``ground_truth`` optionally names a numpy-only scorer ("module:function") for decode outputs.
+    """
+
+    name: str
+    kind: str
+    module: Any
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    decode_defaults: Mapping[str, Any] = field(default_factory=dict)
+    ground_truth: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise EdgekitError(f"model kind {self.kind!r} is unknown; valid: {', '.join(KINDS)}")
+        missing = [k for k in KIND_META[self.kind] if k not in self.meta]
+        if missing:
+            raise EdgekitError(
+                f"model {self.name!r} of kind {self.kind!r} lacks metadata {missing}",
+                hint=f"a {self.kind} ModelSpec.meta needs: {', '.join(KIND_META[self.kind])}",
+            )
+        need_in, need_out = KIND_IO[self.kind]
+        for role, need, have in (("input", need_in, self.inputs), ("output", need_out, self.outputs)):
+            absent = [n for n in need if n not in have]
+            if absent:
+                raise EdgekitError(
+                    f"model {self.name!r} of kind {self.kind!r} has no {role} named {absent}; it has {list(have)}",
+                    hint=f"a {self.kind} network's {role}s are named {', '.join(need)} (wrap the module in an adapter)",
+                )
+        for name in self.meta.get("conditioning", {}):
+            if name not in self.inputs:
+                raise EdgekitError(
+                    f"conditioning input {name!r} is not an input of {self.name!r}; inputs: {', '.join(self.inputs)}"
+                )
+
+    @property
+    def batch(self) -> int:
+        return next(iter(self.inputs.values())).shape[0]
+
+
+# Metadata every kind must carry; names of the graph's state inputs/outputs are fixed per kind
+# (DESIGN.md "Model kinds and their contracts").
+KIND_META: dict[str, tuple[str, ...]] = {
+    "masked": ("vocab_size", "mask_id", "seq_len", "conditioning"),
+    "flow": ("channels", "frames", "conditioning"),
+    "ar": ("vocab_size", "max_len", "bos_id", "conditioning"),
+}
+
+# Fixed IO names per kind: the loops in edgekit/decode address tensors by these names.
+KIND_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "masked": (("tokens",), ("logits",)),
+    "flow": (("x", "t"), ("v",)),
+    "ar": (("token", "pos", "k_cache", "v_cache"), ("logits", "k_cache_out", "v_cache_out")),
+}
+
+
+def tensor_specs_to_json(specs: Mapping[str, TensorSpec]) -> dict[str, Any]:
+    return {name: spec.to_json() for name, spec in specs.items()}
+
+
+def tensor_specs_from_json(doc: Mapping[str, Any]) -> dict[str, TensorSpec]:
+    return {name: TensorSpec.from_json(d) for name, d in doc.items()}

@@ -1,0 +1,25 @@
+"""Shared fixtures: demo bundles exported once per session (batch 2: small and fast)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/edgekit-hypothesis")
+
+
+@pytest.fixture(scope="session")
+def demo_bundles(tmp_path_factory) -> dict[str, Path]:
+    """{kind: bundle dir} for the three built-in demo models, exported with batch 2."""
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.models import load_spec
+
+    root = tmp_path_factory.mktemp("bundles")
+    out = {}
+    for name in ("masked-demo", "flow-demo", "ar-demo"):
+        bundle = export_bundle(load_spec(name, batch=2), root / name, source=name)
+        out[bundle.kind] = bundle.root
+    return out

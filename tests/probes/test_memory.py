@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from edgekit.probes.memory import RssTracker, file_sizes, memory_snapshot, parse_proc_status
+
+# An excerpt of a real /proc/self/status (Linux 6.x).
+PROC_STATUS = """\
+Name:\tpython3
+Umask:\t0022
+State:\tR (running)
+Pid:\t4242
+VmPeak:\t  312456 kB
+VmSize:\t  301220 kB
+VmLck:\t       0 kB
+VmHWM:\t  104880 kB
+VmRSS:\t   98304 kB
+RssAnon:\t   61440 kB
+Threads:\t3
+"""
+
+
+def test_parse_proc_status_reads_rss_and_peak_in_bytes():
+    assert parse_proc_status(PROC_STATUS) == (98304 * 1024, 104880 * 1024)
+    assert parse_proc_status("Name:\tkthreadd\n") == (None, None)  # kernel threads have no Vm lines
+
+
+def test_memory_snapshot_from_a_file(tmp_path):
+    status = tmp_path / "status"
+    status.write_text(PROC_STATUS)
+    snap = memory_snapshot(status)
+    assert (snap.rss_bytes, snap.peak_rss_bytes, snap.source) == (98304 * 1024, 104880 * 1024, str(status))
+
+
+def test_memory_snapshot_falls_back_to_getrusage_peak(tmp_path):
+    snap = memory_snapshot(tmp_path / "missing")
+    assert snap.source == "getrusage" and snap.rss_bytes is None
+    if sys.platform != "win32":
+        assert snap.peak_rss_bytes and snap.peak_rss_bytes > 1_000_000
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux only")
+def test_rss_tracker_sees_an_allocation_grow_rss():
+    tracker = RssTracker()
+    tracker.start()
+    tracker.after_warmup()
+    block = bytearray(64 * 1024 * 1024)  # touched: bytearray zero-fills, so pages are resident
+    report = tracker.stop()
+    assert report.growth_bytes() >= 48 * 1024 * 1024
+    assert report.growth_bytes("after_warmup", "end") >= 48 * 1024 * 1024
+    doc = report.to_json()
+    assert set(doc["points"]) == {"start", "after_warmup", "end"}
+    assert doc["growth_after_warmup_bytes"] == report.growth_bytes("after_warmup", "end")
+    assert report.peak_rss_bytes >= report.rss("end")
+    del block
+
+
+def test_rss_tracker_reports_when_the_peak_could_not_be_reset(tmp_path):
+    status = tmp_path / "status"
+    status.write_text(PROC_STATUS)
+    tracker = RssTracker(proc_status=status, clear_refs=tmp_path / "no" / "clear_refs")
+    tracker.start()
+    report = tracker.stop()
+    assert report.growth_bytes() == 0
+    assert report.to_json()["peak_is_since_process_start"] is True
+    with pytest.raises(KeyError):
+        report.rss("after_warmup")
+
+
+def test_file_sizes_of_files_and_directories(tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"x" * 1000)
+    engines = tmp_path / "engines"
+    (engines / "cpu").mkdir(parents=True)
+    (engines / "cpu" / "a.ort").write_bytes(b"y" * 300)
+    (engines / "b.plan").write_bytes(b"z" * 200)
+    sizes = file_sizes([tmp_path / "model.onnx", engines])
+    assert sizes == {str(tmp_path / "model.onnx"): 1000, str(engines): 500}

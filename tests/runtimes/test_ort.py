@@ -1,0 +1,152 @@
+"""OrtRuntime on tiny in-code ONNX models: numerics, buffer reuse, provider and file errors."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+pytest.importorskip("onnxruntime")
+
+TOL = dict(rtol=1e-6, atol=1e-6)  # fp32 MatMul of 3 terms: only rounding differs from numpy
+
+
+@pytest.mark.parametrize("io_binding", [True, False])
+def test_matmul_add_matches_numpy(matmul_add_onnx, matmul_add_reference, x_feed, io_binding):
+    with OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=io_binding)) as rt:
+        assert isinstance(rt, Runtime)
+        assert {n: (s.shape, s.dtype) for n, s in rt.inputs.items()} == {"x": ((2, 3), "float32")}
+        assert list(rt.outputs) == ["y", "z"]
+        out = rt.run({"x": x_feed})
+    expected = matmul_add_reference(x_feed)
+    for name in ("y", "z"):
+        assert out[name].dtype == np.float32 and out[name].shape == (2, 4)
+        np.testing.assert_allclose(out[name], expected[name], **TOL)
+    assert rt.providers_used == ["CPUExecutionProvider"] and rt.device == "CPUExecutionProvider"
+
+
+def test_io_binding_on_and_off_give_identical_outputs(matmul_add_onnx, x_feed):
+    with OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=True)) as bound, OrtRuntime(
+        matmul_add_onnx, OrtOptions(io_binding=False)
+    ) as plain:
+        a, b = bound.run({"x": x_feed}), plain.run({"x": x_feed})
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_io_binding_reuses_output_buffers_across_runs(matmul_add_onnx, matmul_add_reference, x_feed):
+    # Documented contract: outputs are valid until the next run; callers copy what they keep.
+    with OrtRuntime(matmul_add_onnx) as rt:
+        first = rt.run({"x": x_feed})["y"]
+        kept = first.copy()
+        second = rt.run({"x": x_feed * 2})["y"]
+        assert second is first  # the same preallocated array, overwritten in place
+        np.testing.assert_allclose(first, matmul_add_reference(x_feed * 2)["y"], **TOL)
+        assert not np.allclose(kept, first)
+
+
+def test_without_io_binding_outputs_are_fresh_arrays(matmul_add_onnx, x_feed):
+    with OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=False)) as rt:
+        assert rt.run({"x": x_feed})["y"] is not rt.run({"x": x_feed})["y"]
+
+
+def test_non_contiguous_feed_is_accepted(matmul_add_onnx, matmul_add_reference, x_feed):
+    fortran = np.asfortranarray(x_feed)
+    with OrtRuntime(matmul_add_onnx) as rt:
+        np.testing.assert_allclose(rt.run({"x": fortran})["y"], matmul_add_reference(x_feed)["y"], **TOL)
+
+
+@pytest.mark.parametrize(
+    "feeds, says",
+    [
+        ({"q": np.zeros((2, 3), np.float32)}, "missing ['x'], unexpected ['q']"),
+        ({"x": np.zeros((3, 2), np.float32)}, "feed 'x' is float32[3, 2], expected float32[2, 3]"),
+        ({"x": np.zeros((2, 3), np.float64)}, "feed 'x' is float64[2, 3], expected float32[2, 3]"),
+    ],
+    ids=["wrong-name", "wrong-shape", "wrong-dtype"],
+)
+def test_bad_feeds_list_what_the_graph_expects(matmul_add_onnx, feeds, says):
+    with OrtRuntime(matmul_add_onnx) as rt, pytest.raises(EdgekitError) as err:
+        rt.run(feeds)
+    assert says in str(err.value)
+    assert "the graph expects x: float32[2, 3]" in str(err.value)
+
+
+def test_unavailable_provider_warns_naming_available_ones_and_runs_on_cpu(
+    matmul_add_onnx, matmul_add_reference, x_feed, caplog
+):
+    options = OrtOptions(providers=("CUDAExecutionProviderX", "CPUExecutionProvider"))
+    with caplog.at_level(logging.WARNING), OrtRuntime(matmul_add_onnx, options) as rt:
+        out = rt.run({"x": x_feed})
+    assert len(rt.warnings) == 1
+    assert "CUDAExecutionProviderX" in rt.warnings[0] and "available: [" in rt.warnings[0]
+    assert "'CPUExecutionProvider'" in rt.warnings[0]
+    assert "CUDAExecutionProviderX" in caplog.text
+    assert rt.providers_used == ["CPUExecutionProvider"] and rt.device == "CPUExecutionProvider"
+    np.testing.assert_allclose(out["y"], matmul_add_reference(x_feed)["y"], **TOL)
+
+
+def test_no_available_provider_is_target_unavailable(matmul_add_onnx):
+    with pytest.raises(TargetUnavailable) as err:
+        OrtRuntime(matmul_add_onnx, OrtOptions(providers=("NoSuchExecutionProvider",)))
+    assert err.value.exit_code == 3
+    assert "NoSuchExecutionProvider" in str(err.value) and "CPUExecutionProvider" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"this is not an onnx model\n", None], ids=["empty", "text", "truncated"]
+)
+def test_unreadable_model_file_is_one_error_naming_the_path(tmp_path, matmul_add_onnx, content):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(matmul_add_onnx.read_bytes()[:40] if content is None else content)
+    with pytest.raises(EdgekitError) as err:
+        OrtRuntime(path)
+    assert str(path) in str(err.value)
+    chained = err.value.__cause__ or (None if err.value.__suppress_context__ else err.value.__context__)
+    assert chained is None  # one message, no ORT traceback
+
+
+def test_missing_model_file_names_the_path(tmp_path):
+    with pytest.raises(EdgekitError, match="does not exist"):
+        OrtRuntime(tmp_path / "nope.onnx")
+
+
+def test_dynamic_dims_are_a_clear_error(dynamic_onnx):
+    with pytest.raises(EdgekitError) as err:
+        OrtRuntime(dynamic_onnx)
+    message = str(err.value)
+    assert "static shapes" in message and "input 'x' ['batch', 3]" in message
+    assert "make_dynamic_shape_fixed --dim_param batch" in message
+
+
+def test_bad_graph_optimization_lists_valid_values():
+    with pytest.raises(UsageError, match="valid: disable, basic, extended, all"):
+        OrtOptions(graph_optimization="max")
+
+
+def test_provider_options_must_match_providers():
+    with pytest.raises(UsageError, match="one mapping per provider"):
+        OrtOptions(providers=("CPUExecutionProvider",), provider_options=({}, {}))
+
+
+def test_optimized_model_path_is_written_and_loads(tmp_path, matmul_add_onnx, x_feed):
+    optimized = tmp_path / "cache" / "matmul_add.opt.onnx"
+    options = OrtOptions(graph_optimization="basic", optimized_model_path=str(optimized))
+    with OrtRuntime(matmul_add_onnx, options) as rt:
+        expected = rt.run({"x": x_feed})["y"].copy()
+    assert optimized.is_file() and optimized.stat().st_size > 0
+    with OrtRuntime(optimized, OrtOptions(graph_optimization="disable")) as again:
+        np.testing.assert_array_equal(again.run({"x": x_feed})["y"], expected)
+
+
+def test_run_after_close_is_an_error(matmul_add_onnx, x_feed):
+    rt = OrtRuntime(matmul_add_onnx)
+    rt.close()
+    rt.close()  # idempotent
+    with pytest.raises(EdgekitError, match="after close"):
+        rt.run({"x": x_feed})
