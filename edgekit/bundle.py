@@ -75,6 +75,31 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _validate(manifest: dict[str, Any], path: Path) -> None:
+    """The parts every command reads: a clean error instead of a KeyError deep inside a stage."""
+    from edgekit.spec import KINDS
+
+    def bad(what: str) -> BundleError:
+        return BundleError(f"manifest {path}: {what}", hint="re-export the bundle with `edgekit export`")
+
+    model = manifest["model"]
+    if not isinstance(model.get("name"), str) or model.get("kind") not in KINDS:
+        raise bad(f"model.name must be a string and model.kind one of {', '.join(KINDS)}")
+    if not isinstance(model.get("meta"), dict):
+        raise bad("model.meta must be an object")
+    for role in ("inputs", "outputs"):
+        specs = manifest["io"].get(role)
+        if not isinstance(specs, dict) or not specs:
+            raise bad(f"io.{role} must be a non-empty object")
+        try:
+            tensor_specs_from_json(specs)
+        except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
+            raise bad(f"io.{role} is malformed ({exc})") from None
+    for name, doc in manifest["artifacts"].items():
+        if not isinstance(doc, dict) or not isinstance(doc.get("path"), str):
+            raise bad(f"artifact {name!r} must be an object with a string path")
+
+
 @dataclass(frozen=True)
 class Artifact:
     """One file of a bundle. ``path`` is relative to the bundle root."""
@@ -179,6 +204,7 @@ class Bundle:
         for key in ("model", "io", "artifacts"):
             if not isinstance(manifest.get(key), dict):
                 raise BundleError(f"manifest {path} lacks the {key!r} section", hint="re-export the bundle")
+        _validate(manifest, path)
         bundle = cls(root, manifest)
         if verify:
             bundle.verify()

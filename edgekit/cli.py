@@ -40,9 +40,15 @@ def command(name: str | None = None, **kwargs) -> Callable:
     def register(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kw):
+            interrupted = _watch_sigint()
             try:
                 return fn(*args, **kw)
             except EdgekitError as exc:
+                if interrupted():
+                    # Ctrl-C inside a C extension's import surfaces as an ImportError (and so as
+                    # MissingDependency): the user pressed Ctrl-C, say that.
+                    Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+                    raise typer.Exit(130) from None
                 if _debug():
                     raise
                 from rich.markup import escape
@@ -58,6 +64,26 @@ def command(name: str | None = None, **kwargs) -> Callable:
         return app.command(name, **kwargs)(wrapper)
 
     return register
+
+
+def _watch_sigint() -> Callable[[], bool]:
+    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour)."""
+    import signal
+    import threading
+
+    seen = [False]
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: seen[0]
+
+    def handler(signum, frame):
+        seen[0] = True
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not settable here (embedded interpreter)
+        pass
+    return lambda: seen[0]
 
 
 def _configure_logging() -> None:
@@ -122,14 +148,14 @@ def inspect(bundle: BundleArg, json_out: JsonOpt = False) -> None:
 @command("train-demo", epilog="Example:\n\n  edgekit train-demo --out edgekit/models/weights")
 def train_demo(
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Directory for the .safetensors files (default: the package's weights).")] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps per model.")] = 1500,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps per model (default: masked 3000, ar 1000, flow 1500).")] = None,
     models: Annotated[str, typer.Option(help="Comma-separated demo models to train.")] = "masked-demo,flow-demo,ar-demo",
     json_out: JsonOpt = False,
 ) -> None:
     """Retrain the built-in demo models on the synthetic corpus (a few minutes on 2 cores)."""
     _configure_logging()
     from edgekit.models.demo import WEIGHTS_DIR
-    from edgekit.models.train import TrainConfig, save_weights, train_model
+    from edgekit.models.train import DEFAULT_STEPS, TrainConfig, save_weights, train_model
 
     o = Output(json_out)
     names = [n.strip() for n in models.split(",") if n.strip()]
@@ -140,12 +166,13 @@ def train_demo(
     target = out or WEIGHTS_DIR
     results = {}
     for name in names:
-        with o.progress(f"training {name}", steps) as advance:
-            module, loss = train_model(name, TrainConfig(steps=steps), progress=lambda s, l: advance())
+        cfg = TrainConfig(steps=steps)
+        with o.progress(f"training {name}", steps or DEFAULT_STEPS[name]) as advance:
+            module, loss = train_model(name, cfg, progress=lambda s, l: advance())
         save_weights(module, target / f"{name}.safetensors")
         results[name] = {"final_loss": loss, "path": str(target / f"{name}.safetensors")}
         o.info(f"{name}: final loss {loss:.4f} -> {target / f'{name}.safetensors'}")
-    o.document({"schema": "edgekit.train-demo/1", "steps": steps, "models": results})
+    o.document({"schema": "edgekit.train-demo/1", "steps": steps or DEFAULT_STEPS, "models": results})
     o.table("trained", ["model", "final loss", "weights"], [(n, r["final_loss"], r["path"]) for n, r in results.items()])
 
 

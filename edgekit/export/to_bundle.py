@@ -36,6 +36,7 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
         outputs=spec.outputs,
         decode_defaults=spec.decode_defaults,
     )
+    bundle.discard_staging()  # leftovers of an interrupted earlier stage (one stage at a time per bundle)
     staged = bundle.staging_path("fp32.onnx")
     try:
         facts = export_onnx(spec, staged, cfg)

@@ -7,7 +7,7 @@ run repeatable; bitwise equality across machines is not promised (BLAS kernels d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -17,9 +17,14 @@ from edgekit._deps import require
 from edgekit.models.corpus import default_corpus
 
 
+# Optimizer steps per demo model: the bidirectional masked model needs the most to learn the
+# grammar; together about 10 minutes on 2 cores.
+DEFAULT_STEPS = {"masked-demo": 3000, "ar-demo": 1000, "flow-demo": 1500}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 1500  # per model: 2–4 min each on 2 cores
+    steps: int | None = None  # None = DEFAULT_STEPS for the model being trained
     batch: int = 32  # sequences per step
     lr: float = 1e-3  # AdamW peak, cosine-decayed after a short warm-up
     warmup: int = 60  # steps of linear warm-up: transformers diverge without it at this lr
@@ -79,6 +84,8 @@ def train_model(name: str, cfg: TrainConfig = TrainConfig(), progress: Callable[
     tokens = corpus.sample_tokens(classes, rng)
     data_tokens = torch.from_numpy(tokens)
     data_classes = torch.from_numpy(classes.astype(np.int64))
+    if cfg.steps is None:
+        cfg = replace(cfg, steps=DEFAULT_STEPS[name])
     model = build_module(name).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -109,10 +116,11 @@ def train_model(name: str, cfg: TrainConfig = TrainConfig(), progress: Callable[
 
 
 def save_weights(module, path: Path) -> None:
-    """safetensors, written atomically (temp file + rename)."""
+    """safetensors, written atomically (temp file + rename), readable by everyone (0644)."""
     save_file = require("safetensors.torch").save_file
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
     save_file(state, str(tmp), metadata={"format": "pt", "producer": "edgekit train-demo"})
+    tmp.chmod(0o644)
     tmp.replace(path)

@@ -1,0 +1,428 @@
+"""Accuracy metrics between two variants' decodes of the same conditions under the same noise.
+
+How a comparison is recorded, with the decode loops untouched (they only ever see a ``Runtime``):
+
+- ``RecordingRuntime`` wraps the *reference* runtime. At every call it keeps a copy of the loop
+  state it was fed (tokens / x / token) and runs the *candidate* network on the identical feeds
+  ("shadow", i.e. teacher forcing). Per-step logits KL / top-1 agreement (masked, ar) and velocity
+  SNR (flow) therefore measure the candidate network alone, at every mask ratio or ODE time the
+  reference trajectory visits, free of the chaos that one flipped sample causes downstream.
+- A second ``RecordingRuntime`` wraps the candidate in its own free-running decode with the same
+  seed, hence the same Gumbel noise / the same x0. Trajectory metrics (token agreement, first
+  divergence, SNR of the final frames, the per-step divergence curve) measure what a user gets,
+  error accumulation included.
+
+numpy only. The accumulators sum over the batches of one check; ``result()`` gives the scalar
+metrics and the per-step curves.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.spec import KIND_IO
+
+# Ground-truth metrics (edgekit.models.corpus) and whether a higher value is better. A user
+# metric hook's metrics count as higher-is-better (return -loss for a loss).
+HIGHER_IS_BETTER: dict[str, bool] = {
+    "validity": True,
+    "event_accuracy": True,
+    "nll_per_token": False,
+    "snr_db": True,
+    "l1": False,
+}
+
+# Pair statistics one shadow call returns: a vector of sums, added up per decode step.
+PairFn = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, np.ndarray]], np.ndarray]
+
+
+class RecordingRuntime:
+    """A ``Runtime`` that forwards every call to ``inner`` and records it.
+
+    record: name of the feed to keep a copy of per call (the loop state; None = keep none).
+    shadow: a second runtime run on the very same feeds after ``inner``; ``on_pair(feeds,
+    inner_outputs, shadow_outputs)`` reduces each pair to a float64 vector of sums (nothing big
+    is kept, whatever the vocabulary). Returns ``inner``'s outputs unchanged.
+    ``close`` closes neither runtime: whoever opened them closes them.
+    """
+
+    def __init__(self, inner: Any, record: str | None = None, shadow: Any = None, on_pair: PairFn | None = None):
+        if (shadow is None) != (on_pair is None):
+            raise ValueError("shadow and on_pair go together")
+        self.inner = inner
+        self.record = record
+        self.shadow = shadow
+        self.on_pair = on_pair
+        self.recorded: list[np.ndarray] = []  # per call: a copy of feeds[record]
+        self.paired: list[np.ndarray] = []  # per call: on_pair(...)
+        self.calls = 0
+
+    # The Runtime protocol's attributes are the inner runtime's.
+    @property
+    def name(self) -> str:
+        return f"recording({getattr(self.inner, 'name', 'runtime')})"
+
+    @property
+    def inputs(self):
+        return self.inner.inputs
+
+    @property
+    def outputs(self):
+        return self.inner.outputs
+
+    @property
+    def device(self) -> str:
+        return getattr(self.inner, "device", "unknown")
+
+    @property
+    def warnings(self) -> list[str]:
+        return getattr(self.inner, "warnings", [])
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.record is not None:
+            self.recorded.append(np.array(feeds[self.record]))
+        out = self.inner.run(feeds)
+        if self.shadow is not None:
+            self.paired.append(np.asarray(self.on_pair(feeds, out, self.shadow.run(feeds)), dtype=np.float64))
+        self.calls += 1
+        return out
+
+    def reset(self) -> None:
+        """Forget what was recorded (between batches)."""
+        self.recorded.clear()
+        self.paired.clear()
+        self.calls = 0
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "RecordingRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- per-call pair statistics -------------------------------------------------------------------
+def _codebook(width: int, vocab: int, mask_id: int) -> np.ndarray:
+    """Indices of the logits a decode may sample: the codebook, never the mask id."""
+    return np.array([i for i in range(min(width, vocab)) if i != mask_id], dtype=np.int64)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def logits_pair_sums(ref: np.ndarray, cand: np.ndarray, where: np.ndarray, vocab: int, mask_id: int) -> np.ndarray:
+    """[Σ KL(ref ‖ cand), Σ top-1 agreement, count] over the positions ``where`` is True.
+
+    ref, cand: float logits [..., W] of the same feeds; where: bool [...] (masked: the positions
+    still masked, the ones the step samples; ar: every row). Softmax over the codebook only, in
+    float64. KL(ref ‖ cand) is the expected extra nats per token of sampling from the candidate.
+    """
+    keep = _codebook(ref.shape[-1], vocab, mask_id)
+    r = _log_softmax(np.asarray(ref, dtype=np.float64)[where][:, keep])  # (P, V')
+    c = _log_softmax(np.asarray(cand, dtype=np.float64)[where][:, keep])
+    kl = np.sum(np.exp(r) * (r - c), axis=-1)  # (P,)
+    top1 = np.argmax(r, axis=-1) == np.argmax(c, axis=-1)
+    return np.array([kl.sum(), top1.sum(), len(kl)], dtype=np.float64)
+
+
+def velocity_pair_sums(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """[Σ (cand − ref)², Σ ref²] of two velocity fields [S, T, C] (for an SNR in dB)."""
+    r = np.asarray(ref, dtype=np.float64)
+    return np.array([np.sum((np.asarray(cand, dtype=np.float64) - r) ** 2), np.sum(r**2)])
+
+
+def snr_db(signal_power: float, noise_power: float) -> float:
+    """10·log10(signal / noise); +inf for an exact match, -inf for no signal."""
+    if noise_power <= 0:
+        return float("inf")
+    if signal_power <= 0:
+        return float("-inf")
+    return float(10 * np.log10(signal_power / noise_power))
+
+
+def _per_step(paired: list[np.ndarray], calls_per_step: int, steps: int) -> np.ndarray:
+    """Per-call sum vectors -> per-step sums [steps, k] (CFG may take two calls per step)."""
+    out = np.zeros((steps, len(paired[0]) if paired else 1))
+    for call, sums in enumerate(paired):
+        out[min(call // calls_per_step, steps - 1)] += sums
+    return out
+
+
+def _calls_per_step(runtime_calls: int, steps: int) -> int:
+    return max(1, runtime_calls // max(1, steps))
+
+
+def _states(rec: RecordingRuntime, output: np.ndarray, runtime_calls: int, steps: int) -> list[np.ndarray]:
+    """Loop state after each step 1..steps: the state fed to the first call of the next step
+    (its first B rows: the conditional ones), and the final output."""
+    cps = _calls_per_step(runtime_calls, steps)
+    b = len(output)
+    return [rec.recorded[k * cps][:b] for k in range(1, steps)] + [output]
+
+
+# ---- accumulators per kind ------------------------------------------------------------------------
+def _add(total: np.ndarray | None, part: np.ndarray) -> np.ndarray:
+    return part if total is None else total + part
+
+
+class _Accumulator:
+    """Sums over the batches of one check. Subclasses define ``on_pair``, ``add`` and ``result``."""
+
+    def __init__(self, kind: str, meta: Mapping[str, Any]):
+        self.kind = kind
+        self.meta = meta
+        self.state_input = KIND_IO[kind][0][0]  # tokens | x | token: the feed to record
+        self.step_sums: np.ndarray | None = None  # teacher-forced sums per step
+
+    def _add_steps(self, rec: RecordingRuntime, runtime_calls: int, steps: int) -> None:
+        # Every batch decodes with the same config, so the per-step arrays line up.
+        self.step_sums = _add(self.step_sums, _per_step(rec.paired, _calls_per_step(runtime_calls, steps), steps))
+
+
+class _TokenAccumulator(_Accumulator):
+    """Shared by masked and ar: final token agreement and teacher-forced logits statistics."""
+
+    def __init__(self, kind: str, meta: Mapping[str, Any]):
+        super().__init__(kind, meta)
+        self.vocab = int(meta["vocab_size"])
+        self.mask_id = int(meta.get("mask_id", -1))
+        self.agree = 0.0
+        self.tokens = 0
+        self.exact = 0
+        self.rows = 0
+        self.first_div: list[float] = []
+
+    def _add_final(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        equal = ref == cand  # (rows, L)
+        self.agree += float(equal.sum())
+        self.tokens += equal.size
+        self.exact += int(equal.all(axis=1).sum())
+        self.rows += len(equal)
+
+    def _logit_metrics(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        s = self.step_sums if self.step_sums is not None else np.zeros((0, 3))
+        count = np.maximum(s[:, 2], 1)
+        total = max(float(s[:, 2].sum()), 1.0)
+        return (
+            {"logits_kl": float(s[:, 0].sum() / total), "top1_agreement": float(s[:, 1].sum() / total)},
+            {"logits_kl_per_step": (s[:, 0] / count).tolist(), "top1_agreement_per_step": (s[:, 1] / count).tolist()},
+        )
+
+
+class MaskedAccumulator(_TokenAccumulator):
+    def __init__(self, meta: Mapping[str, Any]):
+        super().__init__("masked", meta)
+        self.step_agree: np.ndarray | None = None  # per step: [Σ equal tokens, Σ tokens]
+
+    def on_pair(self, feeds, ref_out, cand_out) -> np.ndarray:
+        # Only the positions still masked matter: those are what this step samples from.
+        where = np.asarray(feeds["tokens"]) == self.mask_id  # (S, L)
+        return logits_pair_sums(ref_out["logits"], cand_out["logits"], where, self.vocab, self.mask_id)
+
+    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+        """One batch: both recorders after their decodes; the first ``rows`` rows count."""
+        self._add_final(ref_dec.output[:rows], cand_dec.output[:rows])
+        self._add_steps(ref, ref_dec.runtime_calls, ref_dec.steps)
+        a = [s[:rows] for s in _states(ref, ref_dec.output, ref_dec.runtime_calls, ref_dec.steps)]
+        b = [s[:rows] for s in _states(cand, cand_dec.output, cand_dec.runtime_calls, cand_dec.steps)]
+        k = min(len(a), len(b))
+        a, b = a[: k - 1] + [a[-1]], b[: k - 1] + [b[-1]]  # different step counts: compare the finals last
+        equal = np.stack([(x == y) for x, y in zip(a, b)])  # (K, rows, L)
+        agree = np.stack([equal.sum(axis=(1, 2)), np.full(k, equal[0].size)], axis=1).astype(np.float64)
+        self.step_agree = _add(self.step_agree, agree)
+        row_same = equal.all(axis=2)  # (K, rows)
+        # First step after which the row's tokens differ (1-based); K + 1 = never diverged.
+        self.first_div += [float(np.argmin(col) + 1) if not col.all() else float(k + 1) for col in row_same.T]
+
+    def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        scalars, curves = self._logit_metrics()
+        sa = self.step_agree if self.step_agree is not None else np.zeros((0, 2))
+        return (
+            {
+                "token_agreement": self.agree / max(self.tokens, 1),
+                "sequence_exact_match": self.exact / max(self.rows, 1),
+                "first_divergence_step": float(np.mean(self.first_div)) if self.first_div else float("nan"),
+                **scalars,
+            },
+            {"token_agreement_per_step": (sa[:, 0] / np.maximum(sa[:, 1], 1)).tolist(), **curves},
+        )
+
+
+class ARAccumulator(_TokenAccumulator):
+    def __init__(self, meta: Mapping[str, Any]):
+        super().__init__("ar", meta)
+
+    def on_pair(self, feeds, ref_out, cand_out) -> np.ndarray:
+        logits = ref_out["logits"]  # (S, W): every row's next token
+        return logits_pair_sums(logits, cand_out["logits"], np.ones(len(logits), bool), self.vocab, self.mask_id)
+
+    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+        r, c = ref_dec.output[:rows], cand_dec.output[:rows]
+        length = min(r.shape[1], c.shape[1])
+        r, c = r[:, :length], c[:, :length]
+        self._add_final(r, c)
+        self._add_steps(ref, ref_dec.runtime_calls, ref_dec.steps)
+        # First position (0-based) where the tokens differ; length = never diverged.
+        differ = r != c
+        self.first_div += [float(np.argmax(row)) if row.any() else float(length) for row in differ]
+
+    def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        scalars, curves = self._logit_metrics()
+        return (
+            {
+                "token_agreement": self.agree / max(self.tokens, 1),
+                "sequence_exact_match": self.exact / max(self.rows, 1),
+                "first_divergence_position": float(np.mean(self.first_div)) if self.first_div else float("nan"),
+                **scalars,
+            },
+            curves,
+        )
+
+
+class FlowAccumulator(_Accumulator):
+    def __init__(self, meta: Mapping[str, Any]):
+        super().__init__("flow", meta)
+        self.signal = 0.0
+        self.noise = 0.0
+        self.max_abs = 0.0
+        self.cosines: list[float] = []
+        self.step_err: np.ndarray | None = None  # per step: [Σ ‖x_c − x_r‖², Σ ‖x_r‖²]
+
+    def on_pair(self, feeds, ref_out, cand_out) -> np.ndarray:
+        return velocity_pair_sums(ref_out["v"], cand_out["v"])
+
+    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+        r = np.asarray(ref_dec.output[:rows], dtype=np.float64)  # (rows, T, C)
+        c = np.asarray(cand_dec.output[:rows], dtype=np.float64)
+        err = c - r
+        self.signal += float(np.sum(r**2))
+        self.noise += float(np.sum(err**2))
+        self.max_abs = max(self.max_abs, float(np.abs(err).max()))
+        rf, cf = r.reshape(rows, -1), c.reshape(rows, -1)
+        norms = np.linalg.norm(rf, axis=1) * np.linalg.norm(cf, axis=1)
+        self.cosines += (np.sum(rf * cf, axis=1) / np.maximum(norms, 1e-30)).tolist()
+        self._add_steps(ref, ref_dec.runtime_calls, ref_dec.steps)
+        a = _states(ref, ref_dec.output, ref_dec.runtime_calls, ref_dec.steps)
+        b = _states(cand, cand_dec.output, cand_dec.runtime_calls, cand_dec.steps)
+        k = min(len(a), len(b))
+        a, b = a[: k - 1] + [a[-1]], b[: k - 1] + [b[-1]]
+        sums = np.array(
+            [[np.sum((y[:rows].astype(np.float64) - x[:rows]) ** 2), np.sum(x[:rows].astype(np.float64) ** 2)] for x, y in zip(a, b)]
+        )
+        self.step_err = _add(self.step_err, sums)
+
+    def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        s = self.step_sums if self.step_sums is not None else np.zeros((0, 2))
+        e = self.step_err if self.step_err is not None else np.zeros((0, 2))
+        return (
+            {
+                "snr_db": snr_db(self.signal, self.noise),
+                "cosine_similarity": float(np.mean(self.cosines)) if self.cosines else float("nan"),
+                "max_abs_error": self.max_abs,
+                "velocity_snr_db": snr_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
+            },
+            {
+                # Relative RMS error of the state after each solver step: where the trajectories drift apart.
+                "divergence_per_step": np.sqrt(e[:, 0] / np.maximum(e[:, 1], 1e-30)).tolist(),
+                "velocity_snr_db_per_step": [snr_db(sig, noise) for noise, sig in s],
+            },
+        )
+
+
+def accumulator_for(kind: str, meta: Mapping[str, Any]):
+    """The metric accumulator of a model kind (``on_pair`` for the shadow, ``add``, ``result``)."""
+    if kind == "masked":
+        return MaskedAccumulator(meta)
+    if kind == "flow":
+        return FlowAccumulator(meta)
+    if kind == "ar":
+        return ARAccumulator(meta)
+    raise UsageError(f"model kind {kind!r} is unknown; valid: masked, flow, ar")
+
+
+# ---- quality against the ground truth (or a user metric) ---------------------------------------
+def quality_drops(reference: Mapping[str, float], candidate: Mapping[str, float]) -> dict[str, float | None]:
+    """How much worse the candidate scores than the reference, per quality metric (positive =
+    worse; the sign follows ``HIGHER_IS_BETTER``; unknown names count as higher-is-better).
+
+    Undefined on both sides (e.g. NLL over no valid sequence): None. Defined only for the
+    reference: +inf (the candidate lost it). Only for the candidate: -inf."""
+    drops: dict[str, float | None] = {}
+    for name, ref in reference.items():
+        if name not in candidate:
+            continue
+        r, c = float(ref), float(candidate[name])
+        if not np.isfinite(r) and not np.isfinite(c):
+            drops[name] = None
+        elif not np.isfinite(c):
+            drops[name] = float("inf")
+        elif not np.isfinite(r):
+            drops[name] = float("-inf")
+        else:
+            drops[name] = (r - c) if HIGHER_IS_BETTER.get(name, True) else (c - r)
+    return drops
+
+
+MetricHook = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, float]]
+
+
+def load_metric_hook(ref: str) -> MetricHook:
+    """Import a user quality metric ``package.module:function`` or ``path/file.py:function``.
+
+    THIS RUNS USER CODE (the module is imported, the function called on every check). The
+    function takes (output, cond): output int64 [N, L] tokens or float32 [N, T, C] frames, cond
+    {conditioning input: array [N, ...]}, and returns {metric name: float}, higher = better
+    (return -loss for a loss). Its metrics are compared like the demo models' ground truth.
+    """
+    target, sep, func = ref.rpartition(":")
+    forms = "package.module:function or path/to/file.py:function"
+    if not sep or not target or not func:
+        raise UsageError(f"metric hook {ref!r} is not module:function", hint=f"use {forms}")
+    try:
+        if target.endswith(".py"):
+            path = Path(target)
+            if not path.is_file():
+                raise UsageError(f"metric hook file {target!r} does not exist", hint=f"use {forms}")
+            name = f"edgekit_metric_{path.stem}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(target)
+    except EdgekitError:
+        raise
+    except Exception as exc:
+        raise EdgekitError(f"importing metric hook {target!r} failed: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise UsageError(f"metric hook module {target!r} has no function {func!r}", hint=f"use {forms}")
+    return fn
+
+
+def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Call a user metric and check what it returned: {name: finite-or-nan float}."""
+    try:
+        result = hook(output, cond)
+    except Exception as exc:
+        raise EdgekitError(f"metric hook {ref!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(result, Mapping) or not result:
+        raise EdgekitError(f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float")
+    out: dict[str, float] = {}
+    for name, value in result.items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            raise EdgekitError(f"metric hook {ref!r} returned {name!r} = {value!r}; valid: a float") from None
+    return out

@@ -1,0 +1,251 @@
+"""The check stage: decode one evaluation set with two variants of a bundle under identical
+noise, measure how far the candidate strays from the reference, and judge it.
+
+Decode settings (what was chosen, and why): both variants decode with the bundle's decode
+defaults (plus ``decode`` overrides), batch ``i`` with seed ``seed + i`` exactly as
+``edgekit run`` / ``pipeline.evaluate`` do, so both draw the *same* Gumbel noise (masked, ar) and
+the same x0 (flow) and differ only through the network. Under sampling one near-tie flip
+re-routes a row, so the gates lean on what sampling does not blur: teacher-forced logits KL /
+top-1 agreement / velocity SNR (the candidate network run on the reference's own step inputs)
+and the ground-truth quality drop; trajectory agreement is gated loosely. ``greedy=True`` sets
+temperature 0 (masked, ar; flow is deterministic given x0) for argmax trajectories.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from edgekit.bundle import Bundle, now_iso
+from edgekit.check.junit import write_junit
+from edgekit.check.metrics import (
+    RecordingRuntime,
+    accumulator_for,
+    load_metric_hook,
+    quality_drops,
+    run_metric_hook,
+)
+from edgekit.check.thresholds import (
+    QUALITY_PREFIX,
+    check_comparable,
+    load_baseline,
+    load_thresholds,
+    save_baseline,
+)
+from edgekit.check.verdict import compare
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.errors import EdgekitError, UsageError
+
+SCHEMA = "edgekit.check/1"
+DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core CPU, enough to gate
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a bundle: a runtime and a precision (``ort:int8``, ``torch:fp32``)."""
+
+    runtime: str
+    precision: str
+
+    def __str__(self) -> str:
+        return f"{self.runtime}:{self.precision}"
+
+
+def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> Variant:
+    """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
+    from edgekit.runtimes import PRECISIONS, RUNTIMES
+
+    valid = f"runtime:precision (runtimes {', '.join(RUNTIMES)}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
+    raw = text.strip().lower()
+    if ":" in raw:
+        rt, _, prec = raw.partition(":")
+    elif raw in PRECISIONS:
+        rt, prec = runtime, raw
+    elif raw in RUNTIMES:
+        rt, prec = raw, "fp32"
+    else:
+        raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
+    if rt not in RUNTIMES or prec not in PRECISIONS:
+        raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
+    return Variant(rt, prec)
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    reference: str = "fp32"  # the known-good variant; a bare precision runs on `runtime`, a bare runtime in fp32
+    candidate: str = "int8"  # the variant under test: by default the model `edgekit quantize` made
+    runtime: str = "ort"  # runtime of a variant given as a bare precision (--runtime)
+    n: int = DEFAULT_N  # evaluation conditions; the last graph batch may be partly unused
+    seed: int = 0  # batch i decodes with seed + i on both variants: identical noise, as `edgekit run`
+    greedy: bool = False  # temperature 0 (masked, ar): argmax trajectories; default samples like the bundle
+    decode: Mapping[str, Any] = field(default_factory=dict)  # decode overrides for both variants
+    # Extra overrides for the candidate only (e.g. {"steps": 6}: is 6 steps as good as 8?).
+    candidate_decode: Mapping[str, Any] = field(default_factory=dict)
+    cond: Mapping[str, str] = field(default_factory=dict)  # --cond NAME=VALUE for models without a demo evaluation set
+    thresholds: Path | None = None  # TOML overrides of the per-kind defaults
+    baseline: Path | None = None  # fail on regressions vs this known-good run, not only on thresholds
+    save_baseline: Path | None = None  # write this run's metrics as a baseline (even if it fails)
+    junit: Path | None = None  # write JUnit XML, one test case per metric
+    metric_hook: str | None = None  # module:function quality metric for non-demo models (RUNS USER CODE)
+    threads: int = 0  # runtime intra-op threads; 0 = runtime default
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise UsageError(f"--n {self.n!r} is invalid; valid: an integer >= 1")
+
+
+def _open(bundle: Bundle, variant: Variant, threads: int):
+    from edgekit.runtimes import open_runtime
+
+    return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
+
+
+def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> tuple[dict, dict, dict]:
+    """(document settings, reference overrides, candidate overrides)."""
+    overrides = dict(cfg.decode)
+    if cfg.greedy and bundle.kind != "flow":
+        overrides["temperature"] = 0.0
+    cand_overrides = overrides | dict(cfg.candidate_decode)
+    defaults = bundle.manifest.get("decode_defaults", {})
+    decode_ref = {k: v for k, v in vars(decode_config(bundle.kind, defaults, overrides)).items() if k != "seed"}
+    decode_cand = {k: v for k, v in vars(decode_config(bundle.kind, defaults, cand_overrides)).items() if k != "seed"}
+    settings = {
+        "model": bundle.name,
+        "kind": bundle.kind,
+        "reference": str(ref),
+        "candidate": str(cand),
+        "n": cfg.n,
+        "seed": cfg.seed,
+        "greedy": cfg.greedy,
+        "decode": decode_ref,
+        "candidate_decode": decode_cand,
+    }
+    return settings, overrides, cand_overrides
+
+
+def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str, Any]:
+    """Compare ``cfg.candidate`` with ``cfg.reference`` on ``path``'s model.
+
+    Returns the ``edgekit.check/1`` document: settings, ``metrics`` {name: float}, per-step
+    ``curves``, ground-truth ``quality`` of both, ``rows`` (one verdict per metric) and
+    ``passed``. Writes the baseline / JUnit files ``cfg`` names. Raises EdgekitError on bad
+    input; a failed check is ``passed: False``, not an exception.
+    """
+    from edgekit.pipeline import conditions, graph_batch, score
+
+    start = time.perf_counter()
+    bundle = Bundle.load(path)
+    ref_v = parse_variant(cfg.reference, cfg.runtime, "--reference")
+    cand_v = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
+    if ref_v == cand_v and not cfg.candidate_decode:
+        raise UsageError(
+            f"--reference and --candidate are both {ref_v}: nothing to compare",
+            hint="e.g. --reference fp32 --candidate int8, or --reference torch --candidate ort:fp32",
+        )
+    thresholds = load_thresholds(bundle.kind, cfg.thresholds)
+    settings, overrides, cand_overrides = _settings(bundle, cfg, ref_v, cand_v)
+    baseline = load_baseline(cfg.baseline) if cfg.baseline else None
+    if baseline is not None:
+        check_comparable(baseline, settings)  # before minutes of decoding, not after
+    hook = load_metric_hook(cfg.metric_hook) if cfg.metric_hook else None
+
+    kind, meta = bundle.kind, bundle.meta
+    defaults = bundle.manifest.get("decode_defaults", {})
+    batch = graph_batch(bundle)
+    acc = accumulator_for(kind, meta)
+    outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
+    conds: list[dict[str, np.ndarray]] = []
+    with _open(bundle, ref_v, cfg.threads) as ref_rt, _open(bundle, cand_v, cfg.threads) as cand_rt:
+        devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
+        warnings = [*ref_rt.warnings, *cand_rt.warnings]
+        # The candidate shadows every reference call (teacher-forced network metrics), then
+        # decodes on its own with the same seed (trajectory metrics).
+        rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
+        rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
+        for i in range(-(-cfg.n // batch)):
+            rows = min(batch, cfg.n - i * batch)
+            cond = conditions(bundle, cfg.cond, batch, cfg.seed + i)
+            rec_ref.reset()
+            rec_cand.reset()
+            r = decode(kind, rec_ref, meta, cond, decode_config(kind, defaults, overrides, seed=cfg.seed + i))
+            c = decode(kind, rec_cand, meta, cond, decode_config(kind, defaults, cand_overrides, seed=cfg.seed + i))
+            acc.add(rec_ref, rec_cand, r, c, rows)
+            outputs["reference"].append(r.output[:rows].copy())
+            outputs["candidate"].append(c.output[:rows].copy())
+            conds.append({k: v[:rows] for k, v in cond.items()})
+    scalars, curves = acc.result()
+
+    out = {k: np.concatenate(v) for k, v in outputs.items()}
+    cond_all = {k: np.concatenate([c[k] for c in conds]) for k in conds[0]} if conds and conds[0] else {}
+    quality: dict[str, dict[str, float]] = {}
+    for side in ("reference", "candidate"):
+        q = dict(score(bundle, out[side], cond_all) or {})
+        if hook is not None:
+            q |= {name: v for name, v in run_metric_hook(hook, cfg.metric_hook, out[side], cond_all).items()}
+        quality[side] = q
+    drops = quality_drops(quality["reference"], quality["candidate"])
+    unused = [m for m in thresholds.explicit if m.startswith(QUALITY_PREFIX) and m[len(QUALITY_PREFIX) :] not in drops]
+    if unused:
+        valid = ", ".join(drops) or "none (this model has no ground truth; pass --metric module:function)"
+        raise EdgekitError(f"thresholds file {thresholds.source}: {kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}")
+    metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
+    verdict = compare(metrics, thresholds, baseline)
+
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": now_iso(),
+        "bundle": str(bundle.root),
+        **settings,
+        "devices": devices,
+        "thresholds": thresholds.source,
+        "metrics": metrics,
+        "curves": curves,
+        "quality": {**quality, "drop": drops, "ground_truth": bundle.ground_truth, "metric_hook": cfg.metric_hook},
+        "rows": [row.to_json() for row in verdict.rows],
+        "passed": verdict.passed,
+        "failed": verdict.failed,
+        "baseline": baseline.path if baseline else None,
+        "warnings": warnings,
+    }
+    doc["wall_s"] = time.perf_counter() - start
+    if cfg.save_baseline is not None:
+        doc["saved_baseline"] = str(save_baseline(cfg.save_baseline, doc))
+    if cfg.junit is not None:
+        doc["junit"] = str(write_junit(cfg.junit, doc))
+    return doc
+
+
+def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, seed: int = 0) -> dict[str, Any]:
+    """The demo's check stage: per bundle, INT8 vs FP32 on ORT when the bundle has an int8
+    model, else ORT FP32 vs the PyTorch module. ``bundles``: Bundle objects or paths (a dict's
+    values are used). Returns {"passed", "models": {name: {reference, candidate, passed,
+    failed, metrics}}}; the full documents are under "documents"."""
+    items = bundles.values() if isinstance(bundles, Mapping) else bundles
+    report: dict[str, Any] = {"schema": "edgekit.demo-check/1", "n": n, "seed": seed, "models": {}, "documents": {}}
+    for item in items:
+        root = item.root if isinstance(item, Bundle) else Path(item)
+        b = item if isinstance(item, Bundle) else Bundle.load(root)
+        if "int8" in b.manifest["artifacts"]:
+            ref, cand = "ort:fp32", "ort:int8"
+        else:
+            ref, cand = "torch:fp32", "ort:fp32"
+        doc = check_bundle(root, CheckConfig(reference=ref, candidate=cand, n=n, seed=seed))
+        report["documents"][b.name] = doc
+        report["models"][b.name] = {
+            "reference": ref,
+            "candidate": cand,
+            "passed": doc["passed"],
+            "failed": doc["failed"],
+            "metrics": {k: v for k, v in doc["metrics"].items() if v is not None and not _nan(v)},
+        }
+    report["passed"] = all(m["passed"] for m in report["models"].values())
+    return report
+
+
+def _nan(v: float) -> bool:
+    return isinstance(v, float) and math.isnan(v)

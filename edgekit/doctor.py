@@ -1,0 +1,174 @@
+"""`edgekit doctor`: what this host can run for a target, and what is missing (with the line
+that installs it).
+
+For each target: its runtimes in order with versions (ONNX Runtime and the execution providers
+this build has; TensorRT, the GPU and its compute capability), whether this host is the target's
+device (architecture, Jetson/L4T, board, GPU), the power probe (``edgekit.probes.power.detect``)
+and, on Jetson targets, ``nvpmodel``. Reads versions from installed packages; imports TensorRT
+only when it is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from edgekit.build import HostFacts, device_problems
+from edgekit.targets import Target, list_targets, load_target
+
+DOCTOR_SCHEMA = "edgekit.doctor/1"
+
+# How to get an execution provider that this onnxruntime build lacks.
+PROVIDER_INSTALL: dict[str, str] = {
+    "CUDAExecutionProvider": "pip uninstall -y onnxruntime && pip install onnxruntime-gpu (on Jetson: the onnxruntime-gpu wheel for your JetPack)",
+    "TensorrtExecutionProvider": "pip uninstall -y onnxruntime && pip install onnxruntime-gpu",
+    "QNNExecutionProvider": "an onnxruntime built with --use_qnn (Android), or pip install onnxruntime-qnn (Windows on Snapdragon)",
+    "NnapiExecutionProvider": "an onnxruntime built for Android with --use_nnapi (./build.sh --android --use_nnapi --build_wheel)",
+    "XnnpackExecutionProvider": "an onnxruntime built with --use_xnnpack (./build.sh --use_xnnpack --build_wheel)",
+    "CoreMLExecutionProvider": "onnxruntime on macOS/iOS (pip install onnxruntime on a Mac)",
+}
+TRT_INSTALL = "pip install 'edgekit[trt]'"
+TRT_INSTALL_JETSON = "TensorRT comes with JetPack: sudo apt install nvidia-jetpack (make the venv with --system-site-packages)"
+POWER_INSTALL: dict[str, str] = {"nvml": "pip install 'edgekit[nvml]'"}
+DEPLOY_TOOLS = ("ssh", "scp", "rsync")
+
+
+def doctor(target: str | Path | Target | None = None, *, host: HostFacts | None = None) -> dict[str, Any]:
+    """The ``edgekit doctor --json`` document (``edgekit.doctor/1``): this host, its runtimes,
+    and per target (one, or every built-in one) what runs, what does not and why."""
+    host = host or HostFacts.detect()
+    targets = [load_target(target)] if target is not None else list_targets()
+    env = environment(host)
+    power_cache: dict[str, dict[str, Any]] = {}
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "host": {"arch": host.arch, "cpu": host.cpu, "board": host.board, "l4t": host.l4t, "nvidia_gpu": host.nvidia_gpu,
+                 "python": platform.python_version()},
+        "environment": env,
+        "targets": [target_report(t, host, env, power_cache) for t in targets],
+    }
+
+
+def environment(host: HostFacts) -> dict[str, Any]:
+    """Versions of what runs models here: onnxruntime (+ providers), TensorRT and the GPU."""
+    env: dict[str, Any] = {"onnxruntime": None, "providers": [], "tensorrt": None, "gpu": None, "cuda_python": None,
+                           "tools": {t: shutil.which(t) for t in DEPLOY_TOOLS}, "nvpmodel": shutil.which("nvpmodel")}
+    try:
+        import onnxruntime as ort
+
+        env["onnxruntime"] = ort.__version__
+        env["providers"] = list(ort.get_available_providers())
+    except ImportError as exc:
+        env["onnxruntime_error"] = str(exc)
+    env["cuda_python"] = _dist_version("cuda-python")
+    if importlib.util.find_spec("tensorrt") is not None:
+        try:
+            from edgekit.runtimes.trt import host_metadata
+
+            meta = host_metadata()
+            env["tensorrt"] = meta.tensorrt_version
+            env["gpu"] = {"name": meta.gpu_name, "compute_capability": meta.compute_capability}
+        except Exception as exc:  # noqa: BLE001 - a broken install or no GPU is what doctor reports
+            env["tensorrt_error"] = f"{type(exc).__name__}: {exc}"
+            env["tensorrt"] = _dist_version("tensorrt") or _dist_version("tensorrt-cu12")
+    return env
+
+
+def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_cache: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One target: ``runtimes`` (what each needs, has, lacks), ``device``, ``power``,
+    ``missing`` (each with its install line or why), ``runs_with`` and ``ready``."""
+    missing: list[dict[str, Any]] = []
+    runtimes = []
+    for name in target.runtimes:
+        entry = _ort_report(target, env, missing) if name == "ort" else _trt_report(target, host, env, missing)
+        runtimes.append(entry)
+    device = _device_report(target, host)
+    if not device["matches"]:
+        missing.append({"what": f"the {target.name} device", "why": "; ".join(device["reasons"]),
+                        "install": f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}"})
+    power = _power_report(target.power_probe, power_cache if power_cache is not None else {})
+    if not power["available"]:
+        missing.append({"what": f"power probe {target.power_probe}", "why": power["reason"], "install": POWER_INSTALL.get(target.power_probe)})
+    extras = {}
+    if target.nvpmodel:
+        extras["nvpmodel"] = env.get("nvpmodel")
+        if not env.get("nvpmodel"):
+            missing.append({"what": "nvpmodel (Jetson power modes)", "why": "not on PATH", "install": "comes with JetPack's L4T tools (sudo apt install nvidia-l4t-tools)"})
+    runs_with = next((r["runtime"] for r in runtimes if r["available"]), None)
+    return {
+        "target": target.name,
+        "description": target.description,
+        "runtimes": runtimes,
+        "runs_with": runs_with,
+        "device": device,
+        "power": power,
+        **extras,
+        "missing": missing,
+        "ready": runs_with is not None and device["matches"],
+    }
+
+
+def _ort_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    have = env.get("providers") or []
+    wanted = list(target.ort.providers)
+    lacking = [p for p in wanted if p not in have]
+    if env.get("onnxruntime") is None:
+        missing.append({"what": "onnxruntime", "why": env.get("onnxruntime_error", "not installed"), "install": "pip install onnxruntime"})
+    for provider in lacking:
+        missing.append({"what": f"ONNX Runtime {provider}", "why": "not in this onnxruntime build",
+                        "install": PROVIDER_INSTALL.get(provider, f"an onnxruntime build with {provider}")})
+    usable = [p for p in wanted if p in have]
+    return {"runtime": "ort", "available": bool(usable), "version": env.get("onnxruntime"), "providers": usable, "providers_missing": lacking}
+
+
+def _trt_report(target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    reasons = []
+    if env.get("tensorrt") is None:
+        reasons.append("tensorrt is not installed")
+        missing.append({"what": "TensorRT", "why": "the tensorrt Python package is not importable",
+                        "install": TRT_INSTALL_JETSON if target.trt.jetson else TRT_INSTALL})
+    elif env.get("tensorrt_error"):
+        reasons.append(env["tensorrt_error"])
+        missing.append({"what": "a working TensorRT + CUDA", "why": env["tensorrt_error"],
+                        "install": "check the driver with nvidia-smi; pip install 'edgekit[trt]' brings cuda-python"})
+    gpu = env.get("gpu")
+    wanted = target.trt.compute_capability
+    if gpu and wanted and gpu["compute_capability"] not in wanted:
+        reasons.append(f"GPU {gpu['name']} has compute capability {gpu['compute_capability']}, target needs {' or '.join(wanted)}")
+    return {"runtime": "trt", "available": not reasons and not device_problems(target, host), "version": env.get("tensorrt"),
+            "gpu": gpu, "problems": reasons}
+
+
+def _device_report(target: Target, host: HostFacts) -> dict[str, Any]:
+    reasons = []
+    if target.arch not in ("host", host.arch):
+        reasons.append(f"this host is {host.arch}, target {target.name} is {target.arch}")
+    if target.uses_trt:
+        reasons += device_problems(target, host)
+    return {"arch": host.arch if target.arch == "host" else target.arch, "matches": not reasons, "reasons": reasons}
+
+
+def _power_report(probe: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if probe not in cache:
+        from edgekit.probes.power import Unavailable, detect
+
+        found = detect(probe)
+        if isinstance(found, Unavailable):
+            cache[probe] = {"probe": probe, "available": False, "reason": found.reason}
+        else:
+            cache[probe] = {"probe": found.probe, "available": True, "reason": None}
+    return cache[probe]
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+__all__ = ["DOCTOR_SCHEMA", "PROVIDER_INSTALL", "doctor", "environment", "target_report"]

@@ -1,0 +1,231 @@
+"""The accuracy budget: FP32 vs INT8 on the final decode output, sensitivity, and fallback.
+
+What is measured (held-out conditions, identical seeds on both runtimes, ``pipeline.evaluate``):
+- masked / ar: ``token_agreement`` — share of output tokens equal to FP32's under *greedy*
+  decoding (temperature 0: the loop adds no noise, so any difference is the network's).
+  Under sampling one flipped near-tie reshuffles every later draw (AR: the rest of the row), so
+  sampled agreement measures chaos more than quantization; it is reported, not budgeted.
+  ``event_accuracy_drop`` — the ground-truth metric with the bundle's own sampling decode
+  (identical Gumbel noise): INT8 must make sequences as valid as FP32 does.
+- flow: ``snr_db`` of INT8 frames vs FP32 frames (identical x0 noise) and ``gt_snr_drop_db``,
+  the loss of SNR against the clean ground-truth frames.
+
+Sensitivity: ``qdq_loss_debug`` runs the float and the QDQ graph on a few recorded feeds; a node's
+score is the noise it *adds* (output noise power minus the noise already in its inputs, both
+relative to the float signal), as an SQNR in dB: lowest first = most sensitive.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.bundle import Bundle
+from edgekit.quantize.config import BUDGET_RULES
+
+GREEDY: dict[str, dict[str, Any]] = {"masked": {"temperature": 0.0}, "ar": {"temperature": 0.0}}
+
+
+# ---- evaluation ---------------------------------------------------------------------------------
+@dataclass
+class EvalRun:
+    """Decode outputs of one runtime on the held-out set: ``sampled`` with the bundle's decode,
+    ``greedy`` (token kinds only) with temperature 0. Each: {"output", "cond", "quality"}."""
+
+    sampled: dict[str, Any]
+    greedy: dict[str, Any] | None = None
+
+
+def decode_eval_set(bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any]) -> EvalRun:
+    """Decode the held-out set on ``runtime`` (identical seeds on every runtime)."""
+    from edgekit.pipeline import evaluate
+
+    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options))
+    greedy = None
+    if bundle.kind in GREEDY:
+        greedy = evaluate(bundle, runtime, n, seed, dict(decode_options) | GREEDY[bundle.kind])
+    return EvalRun(sampled, greedy)
+
+
+def snr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
+    ref = np.asarray(reference, dtype=np.float64)
+    err = np.asarray(candidate, dtype=np.float64) - ref
+    return float(10 * np.log10(max(np.sum(ref**2), 1e-30) / max(np.sum(err**2), 1e-30)))
+
+
+def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
+    """The budget metrics (keys of BUDGET_RULES) plus context figures for the report."""
+    out: dict[str, Any] = {}
+    qf, qi = fp32.sampled["quality"] or {}, int8.sampled["quality"] or {}
+    if kind in ("masked", "ar"):
+        out["token_agreement"] = float(np.mean(fp32.greedy["output"] == int8.greedy["output"]))
+        out["sampled_token_agreement"] = float(np.mean(fp32.sampled["output"] == int8.sampled["output"]))
+        if "event_accuracy" in qf:
+            out["event_accuracy_drop"] = qf["event_accuracy"] - qi["event_accuracy"]
+    else:
+        out["snr_db"] = snr_db(fp32.sampled["output"], int8.sampled["output"])
+        if "snr_db" in qf:
+            out["gt_snr_drop_db"] = qf["snr_db"] - qi["snr_db"]
+    out["quality_fp32"] = qf or None
+    out["quality_int8"] = qi or None
+    return out
+
+
+def check(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> tuple[bool, list[dict[str, Any]]]:
+    """(all budget keys hold, one row per key). A key the model cannot measure (no ground
+    truth) is reported as not measured and does not fail the budget."""
+    rows, passed = [], True
+    for key, limit in budget.items():
+        op, meaning = BUDGET_RULES[key]
+        value = metrics.get(key)
+        ok = None if value is None else (value >= limit if op == ">=" else value <= limit)
+        passed = passed and ok is not False
+        rows.append({"key": key, "op": op, "limit": limit, "value": value, "passed": ok, "meaning": meaning})
+    return passed, rows
+
+
+# ---- sensitivity -------------------------------------------------------------------------------
+def _power(db: float) -> float:
+    return 10.0 ** (-db / 10.0)
+
+
+def node_sensitivity(
+    float_model: Path,
+    qdq_model: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    nodes: Mapping[str, Any],
+) -> dict[str, dict[str, float]]:
+    """{node name: {"input_sqnr_db", "output_sqnr_db", "added_sqnr_db", "tensor_sqnr_db"}} for the
+    INT8 nodes ``nodes`` (name -> ptq.NodeInfo) via onnxruntime's ``qdq_loss_debug``.
+
+    input/output: SQNR of the QDQ graph's tensor against the float graph's (the error that has
+    reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
+    added: the noise this node adds, output minus input noise power, in dB."""
+    onnx = require("onnx")
+    dbg = require("onnxruntime.quantization.qdq_loss_debug")
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.ptq import quiet_ort_logging
+
+    op_types = sorted({n.op_type for n in nodes.values()})
+    with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():
+        aug_f, aug_q = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
+        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types)
+        dbg.modify_model_output_intermediate_tensors(
+            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"]
+        )
+        float_acts = dbg.collect_activations(str(aug_f), calibration_reader(feeds))
+        qdq_acts = dbg.collect_activations(str(aug_q), calibration_reader(feeds))
+    matched = dbg.create_activation_matching(qdq_acts, float_acts)
+    graph = {n.name: n for n in onnx.load(str(float_model), load_external_data=False).graph.node}
+    sqnr = dbg.compute_signal_to_quantization_noice_ratio
+
+    def cross(name: str, post: bool) -> float | None:
+        ref = float_acts.get(name)
+        if ref is None:
+            return None
+        cand = matched[name]["post_qdq"] if post and name in matched else qdq_acts.get(name)
+        return None if cand is None else float(sqnr(ref, cand))
+
+    out: dict[str, dict[str, float]] = {}
+    for name, info in nodes.items():
+        node = graph.get(name)
+        if node is None:
+            continue
+        ins = [v for v in (cross(x, post=False) for x in info.activations) if v is not None]
+        outs = [v for v in (cross(y, post=True) for y in node.output) if v is not None]
+        if not outs:
+            continue
+        in_db = min(ins) if ins else math.inf
+        out_db = min(outs)
+        added = max(_power(out_db) - (_power(in_db) if math.isfinite(in_db) else 0.0), 1e-15)
+        own = [float(sqnr(matched[x]["pre_qdq"], matched[x]["post_qdq"])) for x in info.activations if x in matched]
+        out[name] = {
+            "input_sqnr_db": in_db,
+            "output_sqnr_db": out_db,
+            "added_sqnr_db": -10.0 * math.log10(added),
+            "tensor_sqnr_db": min(own) if own else math.inf,
+        }
+    return out
+
+
+def rank_by_sensitivity(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Node names, most sensitive (lowest added SQNR) first."""
+    return sorted(scores, key=lambda n: scores[n]["added_sqnr_db"])
+
+
+# ---- the fallback loop -------------------------------------------------------------------------
+@dataclass
+class BudgetOutcome:
+    passed: bool
+    metrics: dict[str, Any]
+    checks: list[dict[str, Any]]
+    quantized: list[str]  # INT8 nodes of the final model
+    fallback: list[dict[str, Any]] = field(default_factory=list)  # moved to float, in order, with why
+    history: list[dict[str, Any]] = field(default_factory=list)  # metrics after each iteration
+    ranking: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def fallback_until_within_budget(
+    selected: Sequence[str],
+    budget: Mapping[str, float],
+    build: Callable[[list[str]], Path],
+    measure: Callable[[Path], dict[str, Any]],
+    sensitivity: Callable[[Path, list[str]], dict[str, dict[str, float]]],
+    *,
+    enabled: bool = True,
+    max_fallback: int | None = None,
+    labels: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, BudgetOutcome]:
+    """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node (ranked
+    once, on the first model) back to float and re-measure, until it holds or nothing is left.
+
+    build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores."""
+    say = progress or (lambda message: None)
+    labels = labels or {}
+    nodes = list(selected)
+    model = build(nodes)
+    metrics = measure(model)
+    passed, rows = check(metrics, budget)
+    history = [{"fallback": 0, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed}]
+    outcome = BudgetOutcome(passed, metrics, rows, nodes, history=history)
+    if passed or not enabled or not nodes:
+        return model, outcome
+    say(f"budget not met ({_describe(rows)}): ranking {len(nodes)} INT8 nodes by sensitivity")
+    scores = sensitivity(model, nodes)
+    outcome.ranking = scores
+    order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
+    limit = len(order) if max_fallback is None else min(max_fallback, len(order))
+    for rank, name in enumerate(order[:limit], start=1):
+        nodes.remove(name)
+        s = scores.get(name, {})
+        added = s.get("added_sqnr_db")
+        why = f"budget fallback #{rank}: " + (f"adds noise at {added:.1f} dB SQNR" if added is not None else "unranked")
+        outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **{k: v for k, v in s.items()}})
+        say(f"fallback {rank}: {labels.get(name, name)} -> float ({why})")
+        model = build(nodes)
+        metrics = measure(model)
+        passed, rows = check(metrics, budget)
+        history.append({"fallback": rank, "node": name, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed})
+        if passed:
+            break
+    outcome.passed, outcome.metrics, outcome.checks, outcome.quantized = passed, metrics, rows, nodes
+    return model, outcome
+
+
+def _headline(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> dict[str, Any]:
+    return {k: metrics.get(k) for k in budget}
+
+
+def _describe(rows: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(
+        f"{r['key']} {r['value']:.4g} {'<' if r['op'] == '>=' else '>'} {r['limit']:g}"
+        for r in rows
+        if r["passed"] is False
+    )

@@ -1,0 +1,298 @@
+"""Calibration inputs from decode trajectories, and how activation ranges drift across steps.
+
+A per-step network never sees "typical" inputs: a MaskGIT network sees all-mask tokens at step
+0 and almost no mask at the last step; a flow estimator sees pure noise at t = 0 and near-data
+at t = 1; CFG adds unconditional rows. So calibration runs the real FP32 decode loop and records
+every feed it sends (``RecordingRuntime``), and ONNX Runtime's calibrators read exactly those
+(``TrajectoryReader``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.bundle import Bundle
+from edgekit.runtimes.base import Runtime
+from edgekit.spec import TensorSpec
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """Where one recorded feed came from. ``position``: masked — share of mask tokens in the
+    first row block (1.0 at step 0); flow — the time t; ar — the cache position."""
+
+    decode: int  # which calibration decode (batch of conditions)
+    call: int  # runtime.run call index within that decode (the same loop structure every decode)
+    position: float
+
+
+class RecordingRuntime:
+    """A ``Runtime`` proxy: forwards every ``run`` to ``runtime`` and keeps a copy of its feeds
+    (the loops reuse their buffers, so a reference would be overwritten by the next step)."""
+
+    def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any]):
+        self.runtime = runtime
+        self.kind = kind
+        self.mask_id = meta.get("mask_id")
+        self.name = f"recording({getattr(runtime, 'name', 'runtime')})"
+        self.feeds: list[dict[str, np.ndarray]] = []
+        self.calls: list[RecordedCall] = []
+        self._decode = -1
+        self._call = 0
+
+    # The Runtime protocol, forwarded.
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]:
+        return self.runtime.inputs
+
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]:
+        return self.runtime.outputs
+
+    @property
+    def device(self) -> str:
+        return getattr(self.runtime, "device", "cpu")
+
+    @property
+    def warnings(self) -> list[str]:
+        return getattr(self.runtime, "warnings", [])
+
+    def begin_decode(self) -> None:
+        """Mark the start of a new decode: call indices restart at 0."""
+        self._decode += 1
+        self._call = 0
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._decode < 0:
+            self.begin_decode()
+        kept = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
+        self.feeds.append(kept)
+        self.calls.append(RecordedCall(self._decode, self._call, _position(self.kind, kept, self.mask_id)))
+        self._call += 1
+        return self.runtime.run(feeds)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> "RecordingRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _position(kind: str, feeds: Mapping[str, np.ndarray], mask_id: Any) -> float:
+    if kind == "masked" and "tokens" in feeds and mask_id is not None:
+        return float(np.mean(feeds["tokens"][0] == int(mask_id)))
+    if kind == "flow" and "t" in feeds:
+        return float(feeds["t"].reshape(-1)[0])
+    if kind == "ar" and "pos" in feeds:
+        return float(feeds["pos"].reshape(-1)[0])
+    return float("nan")
+
+
+class TrajectoryReader:
+    """An ``onnxruntime.quantization.CalibrationDataReader`` over recorded feeds.
+
+    ``rewind()`` starts over, so one reader serves every quantize_static call of a run;
+    ``set_range`` is what ORT's strided calibration uses.
+    """
+
+    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]):
+        self.feeds = list(feeds)
+        self._start, self._end = 0, len(self.feeds)
+        self._next = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        index = self._start + self._next
+        if index >= self._end:
+            return None
+        self._next += 1
+        return dict(self.feeds[index])
+
+    def rewind(self) -> None:
+        self._next = 0
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._start, self._end = start_index, min(end_index, len(self.feeds))
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.feeds)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        item = self.get_next()
+        if item is None:
+            raise StopIteration
+        return item
+
+
+def calibration_reader(feeds: Sequence[Mapping[str, np.ndarray]]) -> TrajectoryReader:
+    """A ``TrajectoryReader`` registered as an ORT ``CalibrationDataReader`` (ORT checks the type)."""
+    quant = require("onnxruntime.quantization")
+    if not issubclass(TrajectoryReader, quant.CalibrationDataReader):
+        quant.CalibrationDataReader.register(TrajectoryReader)
+    return TrajectoryReader(feeds)
+
+
+@dataclass
+class Trajectories:
+    """Every feed of ``decodes`` FP32 decodes, with where in the loop each came from."""
+
+    feeds: list[dict[str, np.ndarray]]
+    calls: list[RecordedCall]
+    decodes: int
+    samples: int
+    seed: int
+    decode_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def calls_per_decode(self) -> int:
+        return max((c.call for c in self.calls), default=-1) + 1
+
+    def summary(self) -> dict[str, Any]:
+        positions = sorted({round(c.position, 6) for c in self.calls})
+        return {
+            "samples": self.samples,
+            "seed": self.seed,
+            "decodes": self.decodes,
+            "feeds": len(self.feeds),
+            "calls_per_decode": self.calls_per_decode,
+            "positions": positions,
+            "decode_options": dict(self.decode_options),
+        }
+
+
+def calibration_conditions(bundle: Bundle, batch: int, seed: int) -> dict[str, np.ndarray] | None:
+    """Conditions for one calibration decode: the demo models' held-out sets where the bundle has
+    a ground truth (None: ``pipeline.evaluate`` draws them), else uniform draws within each
+    conditioning input's declared [low, high) (a user model declares them at export)."""
+    if bundle.ground_truth:
+        return None
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in bundle.meta.get("conditioning", {}):
+        spec = bundle.inputs[name]
+        shape = (batch, *spec.shape[1:])
+        low = 0 if spec.low is None else spec.low
+        if np.issubdtype(np.dtype(spec.dtype), np.integer):
+            high = int(spec.high) if spec.high is not None else int(low) + 1
+            out[name] = rng.integers(int(low), high, size=shape).astype(spec.dtype)
+        else:
+            high = 1.0 if spec.high is None else spec.high
+            out[name] = rng.uniform(low, high, size=shape).astype(spec.dtype)
+    return out
+
+
+def record_trajectories(
+    bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None
+) -> Trajectories:
+    """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
+    ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
+    evaluation (CFG rows included), every AR step."""
+    from edgekit.pipeline import evaluate, graph_batch
+
+    batch = graph_batch(bundle)
+    recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta)
+    decodes = -(-samples // batch)
+    for i in range(decodes):
+        recorder.begin_decode()
+        cond = calibration_conditions(bundle, batch, seed + i)
+        evaluate(bundle, recorder, batch, seed + i, decode_options, cond=cond)
+    return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}))
+
+
+# ---- range drift across steps ------------------------------------------------------------------
+@dataclass(frozen=True)
+class RangeDrift:
+    """Per-step activation ranges of the tensors INT8 quantizes.
+
+    amax: float64 [steps, tensors], max |x| seen at each loop call index over all decodes.
+    share: amax / amax.max(axis=0), the part of the calibrated range each step uses.
+    """
+
+    tensors: tuple[str, ...]
+    positions: tuple[float, ...]  # mean position of each call index (mask share / t / pos)
+    amax: np.ndarray
+
+    @property
+    def share(self) -> np.ndarray:
+        return self.amax / np.maximum(self.amax.max(axis=0, keepdims=True), 1e-30)
+
+    def table(self, max_rows: int = 8) -> list[dict[str, Any]]:
+        """Rows of consecutive call indices (at most ``max_rows`` groups): position span, the mean
+        and the smallest share of the calibrated range, and the tensor that uses least of it."""
+        steps = len(self.positions)
+        if steps == 0 or not self.tensors:
+            return []
+        groups = np.array_split(np.arange(steps), min(max_rows, steps))
+        share = self.share
+        rows = []
+        for g in groups:
+            s = share[g].max(axis=0)  # (tensors,) the widest range within the group
+            worst = int(np.argmin(s))
+            rows.append(
+                {
+                    "calls": [int(g[0]), int(g[-1])],
+                    "position": [float(self.positions[g[0]]), float(self.positions[g[-1]])],
+                    "mean_share": float(s.mean()),
+                    "min_share": float(s.min()),
+                    "min_tensor": self.tensors[worst],
+                }
+            )
+        return rows
+
+    def most_drifting(self, k: int = 5) -> list[dict[str, Any]]:
+        """The ``k`` tensors whose per-step max |x| varies most (max/min over steps)."""
+        ratio = self.amax.max(axis=0) / np.maximum(self.amax.min(axis=0), 1e-30)
+        order = np.argsort(-ratio)[:k]
+        return [
+            {"tensor": self.tensors[i], "max_over_min": float(ratio[i]), "amax_per_call": [float(v) for v in self.amax[:, i]]}
+            for i in order
+        ]
+
+    def to_json(self, max_rows: int = 8) -> dict[str, Any]:
+        return {"tensors": len(self.tensors), "steps": self.table(max_rows), "most_drifting": self.most_drifting()}
+
+
+def range_drift(model_path: Path, tensors: Sequence[str], traj: Trajectories, threads: int = 0) -> RangeDrift:
+    """Run ``model_path`` (float) on every recorded feed with ReduceMin/ReduceMax taps on
+    ``tensors`` and group the ranges by call index within the decode."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    helper = onnx.helper
+    model = onnx.load(str(model_path))
+    taps = []
+    for i, name in enumerate(tensors):
+        lo, hi = f"edgekit_drift_min_{i}", f"edgekit_drift_max_{i}"
+        model.graph.node.append(helper.make_node("ReduceMin", [name], [lo], keepdims=0, name=lo))
+        model.graph.node.append(helper.make_node("ReduceMax", [name], [hi], keepdims=0, name=hi))
+        model.graph.output.append(helper.make_tensor_value_info(lo, onnx.TensorProto.FLOAT, []))
+        model.graph.output.append(helper.make_tensor_value_info(hi, onnx.TensorProto.FLOAT, []))
+        taps += [lo, hi]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    with tempfile.TemporaryDirectory(prefix="edgekit-drift-") as tmp:
+        path = Path(tmp) / "drift.onnx"
+        onnx.save(model, str(path))
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    steps = traj.calls_per_decode
+    amax = np.zeros((steps, len(tensors)))
+    pos_sum, pos_n = np.zeros(steps), np.zeros(steps)
+    for feed, call in zip(traj.feeds, traj.calls):
+        values = session.run(taps, feed)
+        lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
+        amax[call.call] = np.maximum(amax[call.call], np.maximum(np.abs(lo), np.abs(hi)))
+        pos_sum[call.call] += call.position
+        pos_n[call.call] += 1
+    positions = tuple(float(p) for p in pos_sum / np.maximum(pos_n, 1))
+    return RangeDrift(tuple(tensors), positions, amax)

@@ -1,0 +1,195 @@
+"""Tables of an ``edgekit.profile/1`` document as plain rows (no printing): the console (through
+``Output.table``), the demo and the HTML report show the same figures.
+
+Each builder returns ``(columns, rows)``; cells are numbers, strings or ``None`` (shown as —).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+Doc = Mapping[str, Any]
+Rows = tuple[list[str], list[list[Any]]]
+
+MB = 1e6
+
+
+def _get(d: Mapping[str, Any] | None, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _mb(value: Any) -> float | None:
+    return None if value is None else value / MB
+
+
+def _energy_cell(v: Mapping[str, Any], key: str) -> Any:
+    e = v.get("energy") or {}
+    if not e.get("available"):
+        return "unavailable"
+    return e.get(key)
+
+
+def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
+    """The measured variants, NAR first, then the AR baseline's that could run."""
+    cols = list(doc["variants"])
+    if doc.get("compare_ar"):
+        cols += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
+    return cols
+
+
+# (row label, cell getter); the unit is in the label.
+_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any]]] = [
+    ("device", lambda v: v.get("device")),
+    ("steps / runtime calls", lambda v: f"{_get(v, 'decode', 'steps')} / {_get(v, 'decode', 'runtime_calls')}"),
+    ("decodes measured", lambda v: _get(v, "latency", "n")),
+    ("median ms", lambda v: _get(v, "latency", "median_ms")),
+    ("mean ms", lambda v: _get(v, "latency", "mean_ms")),
+    ("p90 ms", lambda v: _get(v, "latency", "p90_ms")),
+    ("p95 ms", lambda v: _get(v, "latency", "p95_ms")),
+    ("p99 ms", lambda v: _get(v, "latency", "p99_ms")),
+    ("min / max ms", lambda v: f"{_get(v, 'latency', 'min_ms'):.3g} / {_get(v, 'latency', 'max_ms'):.3g}"),
+    ("std ms", lambda v: _get(v, "latency", "std_ms")),
+    ("CV", lambda v: _get(v, "latency", "cv")),
+    ("p99 / p50", lambda v: _ratio(_get(v, "latency", "p99_ms"), _get(v, "latency", "median_ms"))),
+    ("in Runtime.run ms / decode", lambda v: _get(v, "breakdown", "median_runtime_ms")),
+    ("host ms / decode", lambda v: _get(v, "breakdown", "median_host_ms")),
+    ("host overhead share", lambda v: _pct(_get(v, "breakdown", "host_overhead_share"))),
+    ("ms / run call (median)", lambda v: _get(v, "breakdown", "median_step_ms")),
+    ("ms / run call (p90)", lambda v: _get(v, "breakdown", "p90_step_ms")),
+    ("ms / decode step", lambda v: _get(v, "breakdown", "per_step_ms")),
+    ("decodes / s", lambda v: _get(v, "throughput", "decodes_per_s")),
+    ("ITEMS / s", lambda v: _get(v, "throughput", "items_per_s")),
+    ("energy mJ / decode", lambda v: _energy_cell(v, "gross_mj")),
+    ("above idle mJ / decode", lambda v: _energy_cell(v, "above_idle_mj")),
+    ("average power mW", lambda v: _energy_cell(v, "average_mw")),
+    ("peak RSS MB", lambda v: _mb(_get(v, "memory", "peak_rss_bytes"))),
+    ("RSS growth MB (load+run)", lambda v: _mb(_get(v, "memory", "growth_bytes"))),
+    ("RSS growth MB after warm-up", lambda v: _mb(_get(v, "memory", "growth_after_warmup_bytes"))),
+    ("model file MB", lambda v: _mb(_get(v, "memory", "model_bytes"))),
+    ("warnings", lambda v: len(v["latency"]["warnings"]) + len(v["system"]["warnings"]) + len(v["runtime_warnings"])),
+]
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def _pct(x: Any) -> str | None:
+    return None if x is None else f"{100 * x:.1f}%"
+
+
+def variants_table(doc: Doc) -> Rows:
+    """Metrics down, variants across (one column per measured variant, AR baseline included)."""
+    cols = profiled_columns(doc)
+    unit = doc.get("item_unit", "tokens")
+    rows = []
+    for label, get in _ROWS:
+        cells = []
+        for v in cols:
+            try:
+                cells.append(get(v))
+            except (KeyError, TypeError):
+                cells.append(None)
+        rows.append([label.replace("ITEMS", unit)] + cells)
+    return ["metric"] + [v["id"] for v in cols], rows
+
+
+def ratios_table(doc: Doc) -> Rows:
+    """Ratios between variants measured in the same run (< 1 latency: the first is faster)."""
+    columns = ["ratio", "median latency", "p99 latency", "speedup", "throughput", "energy/decode", "peak RSS", "model size"]
+    rows = [
+        [r["name"], r["median_latency"], r["p99_latency"], r["speedup"], r["throughput"],
+         r["energy_per_decode"], r["peak_rss"], r["model_bytes"]]
+        for r in doc.get("ratios", [])
+    ]
+    return columns, rows
+
+
+def ar_table(doc: Doc) -> Rows:
+    """NAR-vs-AR speedups at the bundle's length (AR median / NAR median)."""
+    cmp = doc.get("compare_ar") or {}
+    columns = ["NAR variant", "AR variant", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
+    rows = []
+    for s in cmp.get("speedups", []):
+        if s.get("speedup") is None:
+            rows.append([s["nar"], s["ar"], None, None, f"unavailable: {s.get('reason')}", None])
+        else:
+            rows.append([s["nar"], s["ar"], s["nar_median_ms"], s["ar_median_ms"], s["speedup"], s["throughput_ratio"]])
+    return columns, rows
+
+
+def sweep_table(doc: Doc) -> Rows:
+    """Decode time against length: the points the crossover comes from."""
+    cross = _get(doc, "compare_ar", "crossover") or {}
+    columns = ["length N", "models", "NAR decode ms", "AR decode ms", "c ms/step", "tau ms/token", "AR/NAR"]
+    rows = [
+        [p["length"], p["source"], p["nar_decode_ms"], p["ar_decode_ms"], p["c_ms"], p["tau_ms"], p["speedup"]]
+        for p in cross.get("points", [])
+    ]
+    return columns, rows
+
+
+def crossover_lines(doc: Doc) -> list[str]:
+    """The crossover length in words: seed formula, measured bracket, fitted model."""
+    cross = _get(doc, "compare_ar", "crossover")
+    if not cross:
+        return []
+    if not cross.get("available"):
+        return [f"crossover: unavailable ({cross.get('reason')})"]
+    seed = cross["seed_formula"]
+    lines = [
+        f"seed formula N > 1 + c/tau: c = {seed['c_ms']:.3g} ms per NAR step, tau = {seed['tau_ms']:.3g} ms per AR token "
+        f"-> N > {_num(seed['n'])} ({cross['runtime']} {cross['precision']})",
+        f"with all K={cross['nar_steps']} steps of a decode (N > K*c/tau at the bundle length): N > {_num(cross['k_steps_estimate']['n'])}",
+    ]
+    m = cross.get("measured") or {}
+    if m.get("n") is not None:
+        lines.append(f"measured crossover (interpolated between swept lengths): N ~ {m['n']:.0f}")
+    elif m.get("bound"):
+        lines.append(f"measured crossover: N {m['bound']}")
+    model = cross.get("model") or {}
+    if model.get("n") is not None:
+        lines.append(f"fitted per-step costs K*c(N) = N*tau(N): N ~ {model['n']:.0f}")
+    sweep = cross.get("sweep") or {}
+    if not sweep.get("available", False):
+        lines.append(f"length sweep: not run ({sweep.get('reason')})")
+    else:
+        lines.append(f"length sweep: {sweep.get('how')}")
+        lines += [f"note: {n}" for n in sweep.get("notes", [])]
+    return lines
+
+
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{x:.1f}"
+
+
+def power_lines(doc: Doc) -> list[str]:
+    p = doc.get("power") or {}
+    if not p.get("available"):
+        return [f"power: unavailable ({p.get('probe', 'auto')}): {p.get('reason')}"]
+    lines = [f"power: {p['probe']}" + (f", idle baseline {p['idle_mw']:.0f} mW" if p.get("idle_mw") is not None else "")]
+    for v in profiled_columns(doc):
+        e = v.get("energy") or {}
+        if not e.get("available"):
+            lines.append(f"{v['id']}: energy unavailable: {e.get('reason')}")
+    lines += [f"note: {n}" for n in p.get("notes", [])]
+    return lines
+
+
+def summary_rows(doc: Doc) -> dict[str, Any]:
+    """Every table of the document as {name: {"columns", "rows"}} plus the text lines."""
+    out: dict[str, Any] = {}
+    for name, build in (("variants", variants_table), ("ratios", ratios_table)):
+        columns, rows = build(doc)
+        out[name] = {"columns": columns, "rows": rows}
+    if doc.get("compare_ar"):
+        for name, build in (("ar", ar_table), ("sweep", sweep_table)):
+            columns, rows = build(doc)
+            out[name] = {"columns": columns, "rows": rows}
+    out["crossover"] = crossover_lines(doc)
+    out["power"] = power_lines(doc)
+    return out
