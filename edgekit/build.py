@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,20 @@ class HostFacts:
         gpus = under(root, "/proc/driver/nvidia/gpus")
         nvidia = l4t is not None or under(root, "/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir()))
         return cls(_ARCH_ALIASES.get(machine, machine), cpu.get("model"), cpu.get("board"), l4t, nvidia)
+
+
+def module_available(name: str) -> bool:
+    """Whether ``import name`` would find a module, without importing it (a module set to None
+    in ``sys.modules`` counts as missing, as ``import`` treats it)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    return importlib.util.find_spec(name) is not None
+
+
+def builds_on_device(target: Target) -> bool:
+    """Whether the target's engines must be built on the device itself: TensorRT engines, and
+    ONNX Runtime models optimized for the very CPU that runs them (arch "host")."""
+    return target.uses_trt or target.arch == "host"
 
 
 def device_problems(target: Target, host: HostFacts) -> list[str]:
@@ -175,7 +190,7 @@ def build_bundle(
             files, facts = _build_trt(model_path, source.sha256, target, precision, workdir)
         else:
             files, facts = _build_ort(model_path, target, host, workdir)
-        entry = _install(bundle, target, precision, files, workdir)
+        entry = _install(bundle, target, precision, files)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     entry.update(facts)
@@ -382,7 +397,7 @@ def _build_trt(model_path: Path, source_sha256: str, target: Target, precision: 
 _SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
 
 
-def _install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path], workdir: Path) -> dict[str, Any]:
+def _install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path]) -> dict[str, Any]:
     """Move the built files to ``engines/<target>/<precision>-<sha8><suffix>``; the entry's file fields."""
     model = files["model"]
     digest = sha256_file(model)
@@ -545,7 +560,7 @@ def select_engine(
     warnings: list[str] = []
     for runtime in target.runtimes:
         if runtime == "trt":
-            reasons = ([] if importlib.util.find_spec("tensorrt") else ["tensorrt is not installed"]) + device_problems(target, host)
+            reasons = ([] if module_available("tensorrt") else ["tensorrt is not installed"]) + device_problems(target, host)
             if reasons:
                 warnings.append(f"target {target.name}: TensorRT skipped on this host ({'; '.join(reasons)})")
                 continue
@@ -619,10 +634,12 @@ __all__ = [
     "EngineChoice",
     "HostFacts",
     "build_bundle",
+    "builds_on_device",
     "demo_build_stage",
     "device_problems",
     "engine_key",
     "engine_problems",
     "fix_dynamic_shapes",
+    "module_available",
     "select_engine",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -203,6 +204,8 @@ def run(
     seed: SeedOpt = 0,
     batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""
@@ -221,7 +224,7 @@ def run(
             raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
         raw_cond[name] = value
     req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond,
-                     decode={k: v for k, v in options.items() if v is not None}, threads=threads)
+                     decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild)
     result = run_bundle(bundle, req)
     output, conds = result.pop("output"), result.pop("cond")
     if out is not None:
@@ -241,6 +244,320 @@ def run(
     o.pairs(f"run {bundle}", summary)
     if out is not None:
         o.line(f"wrote {out}")
+
+
+def _csv(option: str, value: Optional[str], cast=str) -> tuple:
+    """'a,b' -> ('a', 'b'); a bad item is a one-line usage error naming the option."""
+    if value is None:
+        return ()
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return tuple(cast(v) for v in items)
+    except ValueError:
+        from edgekit.errors import UsageError
+
+        raise UsageError(f"{option} {value!r} is not a comma-separated list of {cast.__name__}s") from None
+
+
+@contextmanager
+def _profile_progress(o: Output):
+    """progress(label, done, total) for the profiler: one bar per label on stderr in a terminal,
+    one `· label` line per stage otherwise (logs stay readable)."""
+    if o.quiet or not o.err.is_terminal:
+        seen: set[str] = set()
+
+        def line(label: str, done: int, total: int) -> None:
+            if label not in seen:
+                seen.add(label)
+                o.info(f"· {label}")
+
+        yield line
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=o.err, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total or None)
+            bar.update(tasks[label], completed=done, total=total or None)
+
+        yield update
+
+
+def _print_profile(o: Output, doc: dict) -> None:
+    """The side-by-side table, the ratios, NAR vs AR, power and warnings (shared with `demo`)."""
+    from edgekit.report import summary_rows
+
+    s = summary_rows(doc)
+    o.table(f"profile {doc['model']} ({doc['kind']}), {doc['rows']} rows per decode", s["variants"]["columns"], s["variants"]["rows"])
+    if s["ratios"]["rows"]:
+        o.table("ratios measured in the same run (latency < 1: the first is faster)", s["ratios"]["columns"], s["ratios"]["rows"])
+    if "ar" in s:
+        o.table("NAR vs AR at the same length (speedup = AR ms / NAR ms)", s["ar"]["columns"], s["ar"]["rows"])
+        if len(s["sweep"]["rows"]) > 1:
+            o.table("decode time against length (crossover)", s["sweep"]["columns"], s["sweep"]["rows"])
+    for line in s["crossover"] + s["power"]:
+        o.line(line)
+    for w in doc["warnings"]:
+        o.warn(w)
+
+
+@command(
+    epilog="Examples:\n\n  edgekit profile edgekit-demo/masked\n\n"
+    "  edgekit profile edgekit-demo/masked --runtime ort,torch --precision fp32,int8 --html report/\n\n"
+    "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
+    "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json"
+)
+def profile(
+    bundle: BundleArg,
+    runtime: Annotated[str, typer.Option("--runtime", help="Comma-separated runtimes to compare: ort, torch, trt.")] = "ort",
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Comma-separated: fp32, int8 (default: fp32, plus int8 when the bundle has it).")] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
+    batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch).")] = None,
+    iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,
+    min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", min=0, help="Measure each variant for at least this long (default 1 s).")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
+    power: Annotated[str, typer.Option("--power", help="off | auto | nvml | jetson | tegrastats | rapl | android | odpm | rpi.")] = "auto",
+    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup and crossover length.")] = False,
+    ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    seed: SeedOpt = 0,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory."""
+    _configure_logging()
+    from edgekit.probes.latency import MeasureConfig
+    from edgekit.profiler import ProfileConfig, profile_bundle
+
+    o = Output(json_out)
+    base = MeasureConfig()
+    measure_cfg = MeasureConfig(
+        warmup_iters=base.warmup_iters if warmup is None else warmup,
+        warmup_seconds=base.warmup_seconds if warmup is None else 0.0,  # an explicit count is the whole rule
+        iters=iters or base.iters,
+        min_seconds=base.min_seconds if min_seconds is None else min_seconds,
+        max_iters=max(base.max_iters, iters or 0),
+    )
+    raw_cond = {}
+    for item in cond or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
+        raw_cond[name] = value
+    extra = {}
+    if sweep is not None:
+        extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else _csv("--sweep", sweep, int)
+    cfg = ProfileConfig(
+        runtimes=_csv("--runtime", runtime), precisions=_csv("--precision", precision), steps=_csv("--steps", steps, int),
+        batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
+        seed=seed, threads=threads, **extra,
+    )
+    if html is not None:
+        from edgekit._deps import require
+
+        require("matplotlib")  # before minutes of measuring, not after
+    with _profile_progress(o) as progress:
+        doc = profile_bundle(bundle, cfg, progress=progress)
+    if html is not None:
+        from edgekit.report import write_report
+
+        paths = write_report(doc, html)
+        doc["report"] = {k: str(v) for k, v in paths.items()}
+    o.document(doc)
+    _print_profile(o, doc)
+    if html is not None:
+        o.line(f"wrote {doc['report']['html']} and {doc['report']['json']}")
+
+
+TargetOpt = Annotated[str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")]
+
+
+@command(epilog="Examples:\n\n  edgekit targets\n\n  edgekit targets --json")
+def targets(json_out: JsonOpt = False) -> None:
+    """List the deployment targets edgekit ships (runtimes, precisions, power probe)."""
+    from edgekit.targets import list_targets
+
+    o = Output(json_out)
+    found = list_targets()
+    o.document({"schema": "edgekit.targets/1", "targets": [t.to_json() for t in found]})
+    o.table("targets (pass one with --target NAME, or --target your.toml)",
+            ["target", "runtimes", "precisions", "power", "description"],
+            [(t.name, " → ".join(t.runtimes), ",".join(t.precisions), t.power_probe, t.description) for t in found])
+
+
+@command(epilog="Examples:\n\n  edgekit doctor\n\n  edgekit doctor --target jetson-orin-nano --json")
+def doctor(
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Check one target (name or .toml); default: every built-in target.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Say what this host can run for a target, and what is missing (with the install line)."""
+    from edgekit.doctor import doctor as run_doctor
+
+    o = Output(json_out)
+    doc = run_doctor(target)
+    o.document(doc)
+    env = doc["environment"]
+    o.pairs("this host", {**doc["host"], "onnxruntime": env["onnxruntime"],
+                          "ORT providers": ", ".join(env["providers"]), "tensorrt": env["tensorrt"],
+                          "gpu": env["gpu"] and f"{env['gpu']['name']} (sm {env['gpu']['compute_capability']})"})
+    if target is None:
+        o.table("targets", ["target", "runs with", "device here", "power probe", "missing"],
+                [(t["target"], t["runs_with"], t["device"]["matches"], t["power"]["probe"] if t["power"]["available"] else "unavailable",
+                  len(t["missing"])) for t in doc["targets"]])
+        o.line("details and install lines: edgekit doctor --target NAME")
+        return
+    t = doc["targets"][0]
+    o.table(f"target {t['target']}: runtimes in order", ["runtime", "usable here", "version", "providers / problems"],
+            [(r["runtime"], r["available"], r["version"], ", ".join(r.get("providers") or r.get("problems") or [])) for r in t["runtimes"]])
+    power = t["power"]
+    o.pairs("device and power", {
+        "this host is the device": t["device"]["matches"] or "; ".join(t["device"]["reasons"]),
+        "power probe": power["probe"] if power["available"] else f"unavailable: {power['reason']}",
+    })
+    for m in t["missing"]:  # lines, not a table: install commands must survive copy and paste
+        o.line(f"missing: {m['what']}" + (f" ({m['why']})" if m.get("why") else ""))
+        if m.get("install"):
+            o.line(f"    {m['install']}")
+    o.line(f"{t['target']}: " + (f"ready (runs with {t['runs_with']})" if t["ready"] else
+                                 "not ready here" + (f"; runs with {t['runs_with']} for testing" if t["runs_with"] else "")))
+
+
+@command(epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
+         "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
+         "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson")
+def build(
+    bundle: BundleArg,
+    target: TargetOpt = "cpu",
+    precision: Annotated[str, typer.Option("--precision", help="fp32 | fp16 (TensorRT) | int8 (after `edgekit quantize`).")] = "fp32",
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device."""
+    _configure_logging()
+    from edgekit.build import build_bundle
+
+    o = Output(json_out)
+    doc = build_bundle(bundle, target, precision, rebuild)
+    o.document(doc)
+    e = doc["engine"]
+    for f in doc["lint"]:
+        if f["severity"] == "warning":
+            o.warn(f"{f['artifact']}: {f['message']}")
+    o.pairs(f"{doc['key']}: {doc['status']}", {
+        "MB": e["bytes"] / 1e6, "runtime": f"{e['runtime']} {e['runtime_version']}",
+        "format": e["format"], "device": e["device"], "compute capability": e["compute_capability"], "L4T": e["l4t"],
+        "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)", "fixed shapes": e.get("fixed_shapes") or None,
+    })
+    o.line(f"engine: {Path(doc['bundle']) / e['path']}")
+    if e.get("required_operators"):
+        o.line(f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}")
+
+
+@command(epilog="Examples:\n\n  edgekit lint bundles/masked --target jetson-orin-nano\n\n  edgekit lint bundles/masked --target android-arm64 --json")
+def lint(bundle: BundleArg, target: TargetOpt = "cpu", json_out: JsonOpt = False) -> None:
+    """Check that a bundle's graphs will deploy to a target (exit 4 on an error-level finding)."""
+    from edgekit.lint import lint_report
+
+    o = Output(json_out)
+    doc = lint_report(bundle, target)
+    o.document(doc)
+    if doc["findings"]:
+        o.table(f"lint {doc['bundle']} for {doc['target']}", ["severity", "rule", "model", "finding", "fix"],
+                [(f["severity"], f["rule"], f["artifact"], f["message"], f["hint"]) for f in doc["findings"]])
+    c = doc["counts"]
+    o.line(f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s): "
+           + ("deploys" if doc["passed"] else f"will not deploy to {doc['target']} as it is"))
+    if not doc["passed"]:
+        raise typer.Exit(4)
+
+
+@command(epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5")
+def pack(
+    bundle: BundleArg,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Tarball to write (.tar.gz).", show_default=False)],
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pack a bundle into a tarball to copy to a device (unpack there with `edgekit unpack`)."""
+    from edgekit.deploy import pack_bundle
+
+    o = Output(json_out)
+    doc = pack_bundle(bundle, out, target)
+    o.document(doc)
+    o.line(f"wrote {doc['out']} ({len(doc['files'])} files, {doc['bytes'] / 1e6:.1f} MB" + (f", for {doc['target']}" if doc["target"] else "") + ")")
+    for item in doc["left_out"]:
+        o.info(f"left out {item}")
+
+
+@command(epilog="Example:\n\n  edgekit unpack masked.tar.gz -o bundles/")
+def unpack(
+    archive: Annotated[Path, typer.Argument(help="Tarball made by `edgekit pack`.", show_default=False)],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to unpack into.")] = Path("."),
+    json_out: JsonOpt = False,
+) -> None:
+    """Unpack a bundle tarball, refusing any member that would land outside the folder."""
+    from edgekit.deploy import safe_extract
+
+    o = Output(json_out)
+    paths = safe_extract(archive, out)
+    o.document({"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "files": [str(p) for p in paths]})
+    o.line(f"unpacked {len(paths)} entries into {out}")
+
+
+@command(epilog="Examples:\n\n  edgekit deploy bundles/masked --host pi@raspberrypi.local --target rpi5\n\n"
+         "  edgekit deploy bundles/masked --host nvidia@orin.local --target jetson-orin-nano --command check --json\n\n"
+         "  edgekit deploy bundles/masked --host me@192.0.2.10 --port 2222 --identity ~/.ssh/id_ed25519 --command run -- --steps 4")
+def deploy(
+    bundle: BundleArg,
+    host: Annotated[str, typer.Option("--host", help="user@host of the device (ssh checks its host key as always).", show_default=False)],
+    target: TargetOpt = "cpu",
+    command_name: Annotated[str, typer.Option("--command", help="profile | run | check, run on the device with --json.")] = "profile",
+    port: Annotated[Optional[int], typer.Option("--port", help="ssh port (default: ssh's).")] = None,
+    identity: Annotated[Optional[Path], typer.Option("--identity", "-i", help="Private key file for ssh.")] = None,
+    known_hosts: Annotated[Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify the device against (default: ssh's).")] = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Precision to build/run there (default: the target's first).")] = None,
+    remote_dir: Annotated[str, typer.Option("--remote-dir", help="Folder on the device for bundles and reports.")] = "~/edgekit-deploy",
+    remote_edgekit: Annotated[Optional[str], typer.Option("--remote-edgekit", help="edgekit on the device (default: PATH, ~/.venvs/edgekit/bin).")] = None,
+    transfer: Annotated[str, typer.Option("--transfer", help="auto (rsync when both ends have it) | rsync | scp.")] = "auto",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Where the device's JSON and report files come back to.")] = Path("edgekit-reports"),
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine made here for the target.")] = False,
+    args: Annotated[Optional[list[str]], typer.Argument(help="Extra options for the device's command (after --).", show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy a bundle to a device over SSH, run `edgekit profile|run|check` there and bring the report back."""
+    _configure_logging()
+    from edgekit.deploy import SshOptions, deploy as run_deploy
+
+    o = Output(json_out)
+    ssh = SshOptions(port=port, identity=identity, known_hosts=known_hosts)
+    device = "".join(c if c.isalnum() or c in ".-" else "_" for c in host.split("@")[-1])
+    doc = run_deploy(bundle, host, target, command_name, ssh=ssh, precision=precision, args=args or [], remote_dir=remote_dir,
+                     remote_edgekit=remote_edgekit, out_dir=out / f"{Path(bundle).resolve().name}-{device}-{command_name}",
+                     transfer=transfer, rebuild=rebuild, on_stderr=lambda line: o.info(f"[{host}] {line}"))
+    for w in doc["warnings"]:
+        o.warn(w)
+    o.document(doc)
+    report = doc["report"]
+    # The same tables the command prints locally (cli.py's printers from issues 5 and 6).
+    printer = {"profile": globals().get("_print_profile"), "check": globals().get("_print_check")}.get(command_name)
+    if printer is not None:
+        printer(o, report)
+    else:
+        o.pairs(f"{command_name} on {host} ({doc['target']}, {doc['precision']})",
+                {k: v for k, v in report.items() if not isinstance(v, (dict, list))})
+        for key, value in report.items():
+            if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
+                o.pairs(key, value)
+    o.line(f"copied {len(doc['copied']['files'])} files ({doc['copied']['bytes'] / 1e6:.1f} MB) by {doc['remote']['transfer']}; "
+           f"reports in {doc['fetched'][0] if doc['fetched'] else '—'}")
+    if doc["exit_code"]:
+        raise typer.Exit(doc["exit_code"])
 
 
 @command(epilog="Example:\n\n  edgekit demo --out edgekit-demo")

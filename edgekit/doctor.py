@@ -10,14 +10,13 @@ only when it is installed.
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edgekit.build import HostFacts, device_problems
+from edgekit.build import HostFacts, device_problems, module_available
 from edgekit.targets import Target, list_targets, load_target
 
 DOCTOR_SCHEMA = "edgekit.doctor/1"
@@ -65,7 +64,7 @@ def environment(host: HostFacts) -> dict[str, Any]:
     except ImportError as exc:
         env["onnxruntime_error"] = str(exc)
     env["cuda_python"] = _dist_version("cuda-python")
-    if importlib.util.find_spec("tensorrt") is not None:
+    if module_available("tensorrt"):
         try:
             from edgekit.runtimes.trt import host_metadata
 

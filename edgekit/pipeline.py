@@ -30,6 +30,8 @@ class RunRequest:
     cond: Mapping[str, str] = field(default_factory=dict)  # --cond NAME=VALUE (a number, or a .npy path)
     decode: Mapping[str, Any] = field(default_factory=dict)  # decode options the user set (steps, solver, ...)
     threads: int = 0  # runtime intra-op threads; 0 = runtime default
+    target: str | None = None  # a target name/TOML: its engine (edgekit build) instead of --runtime
+    rebuild: bool = False  # rebuild a stale engine for the target instead of refusing it
 
 
 def graph_batch(bundle: Bundle) -> int:
@@ -101,7 +103,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     batch = req.batch or graph_batch(bundle)
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
     cond = conditions(bundle, req.cond, batch, req.seed)
-    with open_runtime(bundle, req.runtime, req.precision, threads=req.threads) as rt:
+    with open_runtime(bundle, req.runtime, req.precision, threads=req.threads, target=req.target, rebuild=req.rebuild) as rt:
         start = time.perf_counter_ns()
         result = decode(bundle.kind, rt, bundle.meta, cond, cfg)
         wall_ms = (time.perf_counter_ns() - start) / 1e6

@@ -52,26 +52,30 @@ class Rule:
 
 
 # ---- the defaults, in one place -------------------------------------------------------------------
-# Chosen for decodes under the bundle's sampling defaults with identical noise on both variants
-# (see stage.py), over the default 16 conditions. Trajectory metrics tolerate that one flipped
-# sample re-routes the rest of a sequence; the teacher-forced network metrics (logits_kl,
-# top1_agreement, velocity_snr_db) do not depend on sampling and gate the network itself.
+# For decodes under the bundle's sampling defaults with identical noise on both variants (see
+# stage.py) over the default 16 conditions. Calibrated on the trained demo models (numbers in the
+# comments: careful INT8 = QDQ, u8 activations, per-channel s8 weights, weighted MatMuls only,
+# calibrated on trajectories; damaged = a weight +2 std of noise, or INT8 calibrated on step 0 only).
+# The teacher-forced network metrics (logits_kl, top1_agreement, velocity_snr_db) do not depend on
+# sampling and carry the gate; trajectory agreement only guards against the catastrophic, because
+# one near-tie flip re-routes the rest of a row (the demo corpus has many near-ties: durations
+# and transitions with probabilities 0.3-0.7), which greedy decoding makes worse, not better.
 DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
     {
         "masked": MappingProxyType(
             {
-                # Share of final tokens equal to the reference's. A careful INT8 model flips a few
-                # near-tie samples; each flip re-routes later steps of its row.
-                "token_agreement": Rule("min", 0.80, tolerance=0.0, floor=0.05),
-                # Rows identical end to end: reported, too coarse at N = 16 to gate by default.
+                # Share of final tokens equal to the reference's: careful INT8 0.87-0.93, damaged 0.72-0.79.
+                "token_agreement": Rule("min", 0.70, tolerance=0.0, floor=0.1),
+                # Rows identical end to end: too coarse at N = 16 to gate by default.
                 "sequence_exact_match": Rule("min", None, tolerance=0.0, floor=0.25),
                 # Mean step (1..K) after which a row first differs; K + 1 = never. Reported only.
                 "first_divergence_step": Rule("min", None, unit="step"),
                 # Teacher-forced KL(ref ‖ cand) per masked position, nats: the network's own error.
-                # Clean INT8 stays well below 0.01; a naive or damaged model is 10-100x above.
-                "logits_kl": Rule("max", 0.02, tolerance=1.0, floor=0.002, unit="nats"),
-                # Teacher-forced argmax agreement at the masked positions.
-                "top1_agreement": Rule("min", 0.95, tolerance=0.0, floor=0.01),
+                # Careful INT8 2e-4..1.4e-3; damaged 1e-2..2e-2.
+                "logits_kl": Rule("max", 0.005, tolerance=1.0, floor=0.001, unit="nats"),
+                # Teacher-forced argmax agreement at the masked positions (near-ties flip): careful
+                # INT8 0.94-0.97, damaged 0.84-0.91.
+                "top1_agreement": Rule("min", 0.90, tolerance=0.0, floor=0.02),
             }
         ),
         "flow": MappingProxyType(
@@ -79,7 +83,7 @@ DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
                 # Final frames vs the reference's (same x0): the INT8 budget is >= 30 dB.
                 "snr_db": Rule("min", 30.0, tolerance=0.0, floor=3.0, unit="dB"),
                 "cosine_similarity": Rule("min", 0.999, tolerance=0.0, floor=0.0005),
-                # Scale-dependent (frames of the demo are ~0.1..1.5): reported only.
+                # Scale-dependent (demo frames are ~0.1..1.5): reported only.
                 "max_abs_error": Rule("max", None, tolerance=1.0, floor=0.01),
                 # Teacher-forced velocity SNR over every (x, t) the reference visits.
                 "velocity_snr_db": Rule("min", 25.0, tolerance=0.0, floor=3.0, unit="dB"),
@@ -87,13 +91,16 @@ DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
         ),
         "ar": MappingProxyType(
             {
-                # One flip changes every later token's context: a loose bound under sampling.
-                "token_agreement": Rule("min", 0.60, tolerance=0.0, floor=0.05),
+                # One flip changes every later token's context: careful INT8 0.63-0.89 and a damaged
+                # model 0.34-0.41 on 16 rows; too noisy to gate, reported (baseline-checked loosely).
+                "token_agreement": Rule("min", None, tolerance=0.0, floor=0.15),
                 "sequence_exact_match": Rule("min", None, tolerance=0.0, floor=0.25),
                 # Mean 0-based position of the first differing token; max_len = never. Reported only.
                 "first_divergence_position": Rule("min", None, unit="token"),
-                "logits_kl": Rule("max", 0.02, tolerance=1.0, floor=0.002, unit="nats"),
-                "top1_agreement": Rule("min", 0.95, tolerance=0.0, floor=0.01),
+                # Careful INT8 1e-4..5e-4; damaged 8e-3; naive per-tensor everything 1.7.
+                "logits_kl": Rule("max", 0.005, tolerance=1.0, floor=0.001, unit="nats"),
+                # Careful INT8 0.99; damaged 0.94-0.955.
+                "top1_agreement": Rule("min", 0.95, tolerance=0.0, floor=0.02),
             }
         ),
     }
@@ -104,12 +111,13 @@ DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
 # reported only unless a thresholds file gates them.
 QUALITY_DROP_DEFAULTS: Mapping[str, Rule] = MappingProxyType(
     {
-        # Share of valid sequences; at N = 16 one sequence is 0.0625: allow one.
-        "validity": Rule("max", 0.0625, tolerance=None),
-        # Share of possible events (first unit, transitions, durations): fine-grained.
+        # Share of valid sequences: at N = 16 one sequence is 0.0625; allow two.
+        "validity": Rule("max", 0.125, tolerance=None),
+        # Share of possible events (first unit, transitions, durations): careful INT8 within
+        # ±0.015 (sampling, N = 16), damaged +0.035.
         "event_accuracy": Rule("max", 0.02, tolerance=0.0, floor=0.01),
-        # Exact NLL of the valid sequences, nats per token.
-        "nll_per_token": Rule("max", 0.1, tolerance=0.0, floor=0.05, unit="nats"),
+        # Exact NLL of the *valid* sequences, nats per token: few are valid under sampling, so noisy.
+        "nll_per_token": Rule("max", 0.15, tolerance=0.0, floor=0.05, unit="nats"),
         # Frames vs the clean target of their tokens.
         "snr_db": Rule("max", 1.0, tolerance=0.0, floor=0.5, unit="dB"),
         "l1": Rule("max", None, tolerance=0.0, floor=0.005),

@@ -223,6 +223,10 @@ class RangeDrift:
     tensors: tuple[str, ...]
     positions: tuple[float, ...]  # mean position of each call index (mask share / t / pos)
     amax: np.ndarray
+    labels: tuple[str, ...] = ()  # what each tensor is to a reader ("head input"); default: its name
+
+    def label(self, i: int) -> str:
+        return self.labels[i] if i < len(self.labels) else self.tensors[i]
 
     @property
     def share(self) -> np.ndarray:
@@ -246,7 +250,7 @@ class RangeDrift:
                     "position": [float(self.positions[g[0]]), float(self.positions[g[-1]])],
                     "mean_share": float(s.mean()),
                     "min_share": float(s.min()),
-                    "min_tensor": self.tensors[worst],
+                    "min_tensor": self.label(worst),
                 }
             )
         return rows
@@ -256,7 +260,8 @@ class RangeDrift:
         ratio = self.amax.max(axis=0) / np.maximum(self.amax.min(axis=0), 1e-30)
         order = np.argsort(-ratio)[:k]
         return [
-            {"tensor": self.tensors[i], "max_over_min": float(ratio[i]), "amax_per_call": [float(v) for v in self.amax[:, i]]}
+            {"tensor": self.tensors[i], "label": self.label(i), "max_over_min": float(ratio[i]),
+             "amax_per_call": [float(v) for v in self.amax[:, i]]}
             for i in order
         ]
 
@@ -264,9 +269,12 @@ class RangeDrift:
         return {"tensors": len(self.tensors), "steps": self.table(max_rows), "most_drifting": self.most_drifting()}
 
 
-def range_drift(model_path: Path, tensors: Sequence[str], traj: Trajectories, threads: int = 0) -> RangeDrift:
+def range_drift(
+    model_path: Path, tensors: Sequence[str], traj: Trajectories, threads: int = 0, labels: Mapping[str, str] | None = None
+) -> RangeDrift:
     """Run ``model_path`` (float) on every recorded feed with ReduceMin/ReduceMax taps on
-    ``tensors`` and group the ranges by call index within the decode."""
+    ``tensors`` and group the ranges by call index within the decode. ``labels``: tensor ->
+    readable name for the tables."""
     onnx = require("onnx")
     ort = require("onnxruntime")
     helper = onnx.helper
@@ -295,4 +303,5 @@ def range_drift(model_path: Path, tensors: Sequence[str], traj: Trajectories, th
         pos_sum[call.call] += call.position
         pos_n[call.call] += 1
     positions = tuple(float(p) for p in pos_sum / np.maximum(pos_n, 1))
-    return RangeDrift(tuple(tensors), positions, amax)
+    names = tuple((labels or {}).get(t, t) for t in tensors)
+    return RangeDrift(tuple(tensors), positions, amax, names)

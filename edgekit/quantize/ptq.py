@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import shutil
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,15 +66,20 @@ class GraphPlan:
 
 @contextlib.contextmanager
 def quiet_ort_logging() -> Iterator[None]:
-    """ORT's quantizer logs advice through the root logger ("consider pre-processing", ...):
-    library code prints nothing, so hold those to errors while it runs."""
+    """ORT's quantizer logs advice through the root logger ("consider pre-processing", ...) and
+    its histogram calibrators ``print`` progress to stdout, which would corrupt ``--json``:
+    library code prints nothing, so hold the logs to errors and send stdout to the debug log."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.ERROR))
+    captured = io.StringIO()
     try:
-        yield
+        with contextlib.redirect_stdout(captured):
+            yield
     finally:
         root.setLevel(level)
+        if captured.getvalue():
+            logging.getLogger(__name__).debug("onnxruntime.quantization printed: %s", captured.getvalue().strip())
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
@@ -119,7 +126,7 @@ def analyse_graph(model_path: Path, time_input: str | None = None, labels: Mappi
     time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
     labels: node name -> module path (``module_labels`` of the original graph)."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path))
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path)))
     graph = model.graph
     labels = dict(labels or {})
     shapes, types = _value_shapes(onnx, model)
@@ -194,7 +201,9 @@ def _time_embedding_nodes(graph: Any, time_input: str, constant: set[str]) -> se
                 producer[o] = node
     if not cone:
         return set()
-    hub = max((o for n in cone for o in n.output), key=lambda o: len(consumers[o]))
+    outputs = [o for n in cone for o in n.output]
+    # Most consumers wins; on a tie the later tensor (the sinusoid's angle also feeds two ops).
+    hub = max(enumerate(outputs), key=lambda io: (len(consumers[io[1]]), io[0]))[1]
     if len(consumers[hub]) < 2:
         return {n.name for n in cone}
     keep, stack = set(), [hub]
@@ -227,13 +236,16 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
             raise UsageError(
                 f"--exclude {pattern!r} matches no node; valid: a node name, an op type "
                 f"({', '.join(sorted({n.op_type for n in plan.nodes}))}) or a module path (e.g. {examples})",
-                hint="list nodes with `edgekit quantize BUNDLE --json` (plan.nodes)",
+                hint="`edgekit quantize BUNDLE --json` lists every node it quantized or kept float under selection",
             )
         for name in hits:
             floated.setdefault(name, f"excluded by --exclude {pattern}")
     settings = cfg.settings
+    candidates = plan.candidates(cfg.op_types)
+    # A module path also names its LayerNorms and Adds: only nodes that could be INT8 are listed.
+    floated = {n.name: floated[n.name] for n in candidates if n.name in floated}
     chosen = []
-    for node in plan.candidates(cfg.op_types):
+    for node in candidates:
         if node.name in floated:
             continue
         if node.role == "attention-core" and cfg.float_attention_core:
@@ -244,10 +256,49 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
             floated[node.name] = "GEMV-shaped (1 row): TensorRT runs it as fast unquantized"
         else:
             chosen.append(node.name)
-    return chosen, {n: r for n, r in floated.items() if n in plan.by_name()}
+    return chosen, floated
 
 
 # ---- quantization ------------------------------------------------------------------------------
+# Histogram sizes for method=entropy. quantize_static cannot pass them, and ORT's defaults (128
+# bins for 128 quantized bins) leave the KL search nothing to clip: entropy == minmax. TensorRT
+# searches 2048 bins, but ORT's KL search is pure Python: calibrating the masked demo took 9 s
+# with 512 bins, 21 s with 1024 (about 60 s extrapolated for 2048), so 512.
+ENTROPY_BINS = {"num_bins": 512, "num_quantized_bins": 128}
+
+
+def supports_calibration_cache() -> bool:
+    quant = require("onnxruntime.quantization")
+    return "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters
+
+
+def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> bool:
+    """Run ORT's calibrator for ``cfg.method`` over every recorded feed once and save the ranges
+    of all tensors of ``cfg.op_types`` nodes to ``cache`` (ORT's own cache format), which every
+    ``quantize_model`` call of the run then reads instead of calibrating again. False (nothing
+    written) on an onnxruntime without ``quantize_static(calibration_cache_path=...)``."""
+    if not supports_calibration_cache():
+        return False
+    calib = require("onnxruntime.quantization.calibrate")
+    options: dict[str, Any] = {}
+    if cfg.method == "entropy":
+        options |= ENTROPY_BINS
+    if cfg.method == "percentile":
+        options["percentile"] = cfg.percentile
+    reader.rewind()
+    with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp, quiet_ort_logging():
+        calibrator = calib.create_calibrator(
+            Path(prepared),
+            list(cfg.op_types),
+            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+            calibrate_method=getattr(calib.CalibrationMethod, METHODS[cfg.method]),
+            extra_options=options,
+        )
+        calibrator.collect_data(reader)
+        calib.save_tensors_data(calibrator.compute_data(), cache)
+    return True
+
+
 def quantize_model(
     prepared: Path,
     out: Path,
@@ -259,10 +310,10 @@ def quantize_model(
 ) -> None:
     """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``.
 
-    reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: where
-    ORT keeps the calibrated ranges between calls (ORT >= 1.32; older versions recalibrate), so
-    fallback iterations re-run the quantizer only. An empty ``nodes`` writes the float graph:
-    ORT reads an empty list as "quantize everything"."""
+    reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: ranges
+    from ``calibrate`` (or, when absent, where ORT saves the ones it computes), so fallback
+    iterations re-run the quantizer only; ORT < 1.32 recalibrates every call. An empty ``nodes``
+    writes the float graph: ORT reads an empty list as "quantize everything"."""
     if not nodes:
         shutil.copyfile(prepared, out)
         return
@@ -280,7 +331,7 @@ def quantize_model(
     if cfg.method == "percentile":
         extra["CalibPercentile"] = cfg.percentile
     kwargs: dict[str, Any] = {}
-    if calibration_cache is not None and "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters:
+    if calibration_cache is not None and supports_calibration_cache():
         kwargs["calibration_cache_path"] = str(calibration_cache)
     reader.rewind()
     try:
@@ -305,16 +356,53 @@ def quantize_model(
             f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.method}): {str(exc).splitlines()[0][:300]}",
             hint="try --method minmax, or --exclude the node named in the message",
         ) from None
+    _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
+
+
+def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs: Sequence[str]) -> None:
+    """ORT gives a tensor one Q/DQ pair and rewires *all* its consumers to the DQ output, also
+    the ones it was told not to quantize (``h`` read by an INT8 ``q_proj`` and a float
+    ``k_proj``). Point those back at the float tensor. DQs of outputs the profile quantizes on
+    purpose (CPU: Conv, for QLinearConv) stay: their consumers are why the Q is there."""
+    onnx = require("onnx")
+    model = onnx.load(str(path))
+    inits = {i.name for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    source: dict[str, str] = {}  # activation DQ output -> the float tensor its Q reads
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] in inits:
+            continue
+        q = producer.get(node.input[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        origin = producer.get(q.input[0])
+        if origin is not None and origin.name in int8 and origin.op_type in quantized_outputs:
+            continue
+        source[node.output[0]] = q.input[0]
+    changed = False
+    for node in model.graph.node:
+        if node.name in int8 or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for slot, name in enumerate(node.input):
+            if name in source:
+                node.input[slot] = source[name]
+                changed = True
+    if changed:
+        onnx.save(model, str(path))
 
 
 # ---- structure of the result -------------------------------------------------------------------
 def quantized_nodes(model: Any) -> set[str]:
-    """Names of nodes (other than Q/DQ) that read a DequantizeLinear output: the INT8 nodes."""
-    dq_out = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    """Names of nodes (other than Q/DQ) with an activation input that passes through Q/DQ.
+
+    Weight and bias DQs do not count: ORT's optimizer may share one (zero) bias initializer
+    between several nodes, so a bias DQ can feed nodes that were never quantized."""
+    inits = {i.name for i in model.graph.initializer}
+    act_dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits for o in n.output}
     return {
         n.name
         for n in model.graph.node
-        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and any(i in dq_out for i in n.input)
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and any(i in act_dq for i in n.input)
     }
 
 

@@ -176,6 +176,8 @@ def crossover_plot(doc: Doc) -> str:
     if x is not None:
         ax.axvline(x, color="k", linestyle="--", linewidth=1, label=f"crossover N ~ {x:.0f}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(n, [str(x) for x in n])
+    ax.minorticks_off()
     ax.set_yscale("log")
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("median decode ms")

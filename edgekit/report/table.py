@@ -41,37 +41,44 @@ def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
     return cols
 
 
-# (row label, cell getter); the unit is in the label.
+# (row label, cell getter); the unit is in the label. Labels stay short: the table is read in
+# an 80-column terminal with up to four variants side by side.
 _ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any]]] = [
-    ("device", lambda v: v.get("device")),
-    ("steps / runtime calls", lambda v: f"{_get(v, 'decode', 'steps')} / {_get(v, 'decode', 'runtime_calls')}"),
+    ("device", lambda v: _short_device(v.get("device"))),
+    ("steps / run calls", lambda v: f"{_get(v, 'decode', 'steps')} / {_get(v, 'decode', 'runtime_calls')}"),
     ("decodes measured", lambda v: _get(v, "latency", "n")),
     ("median ms", lambda v: _get(v, "latency", "median_ms")),
     ("mean ms", lambda v: _get(v, "latency", "mean_ms")),
     ("p90 ms", lambda v: _get(v, "latency", "p90_ms")),
     ("p95 ms", lambda v: _get(v, "latency", "p95_ms")),
     ("p99 ms", lambda v: _get(v, "latency", "p99_ms")),
-    ("min / max ms", lambda v: f"{_get(v, 'latency', 'min_ms'):.3g} / {_get(v, 'latency', 'max_ms'):.3g}"),
+    ("min ms", lambda v: _get(v, "latency", "min_ms")),
+    ("max ms", lambda v: _get(v, "latency", "max_ms")),
     ("std ms", lambda v: _get(v, "latency", "std_ms")),
     ("CV", lambda v: _get(v, "latency", "cv")),
     ("p99 / p50", lambda v: _ratio(_get(v, "latency", "p99_ms"), _get(v, "latency", "median_ms"))),
-    ("in Runtime.run ms / decode", lambda v: _get(v, "breakdown", "median_runtime_ms")),
+    ("runtime ms / decode", lambda v: _get(v, "breakdown", "median_runtime_ms")),
     ("host ms / decode", lambda v: _get(v, "breakdown", "median_host_ms")),
     ("host overhead share", lambda v: _pct(_get(v, "breakdown", "host_overhead_share"))),
-    ("ms / run call (median)", lambda v: _get(v, "breakdown", "median_step_ms")),
-    ("ms / run call (p90)", lambda v: _get(v, "breakdown", "p90_step_ms")),
+    ("ms / run call p50", lambda v: _get(v, "breakdown", "median_step_ms")),
+    ("ms / run call p90", lambda v: _get(v, "breakdown", "p90_step_ms")),
     ("ms / decode step", lambda v: _get(v, "breakdown", "per_step_ms")),
     ("decodes / s", lambda v: _get(v, "throughput", "decodes_per_s")),
     ("ITEMS / s", lambda v: _get(v, "throughput", "items_per_s")),
-    ("energy mJ / decode", lambda v: _energy_cell(v, "gross_mj")),
-    ("above idle mJ / decode", lambda v: _energy_cell(v, "above_idle_mj")),
-    ("average power mW", lambda v: _energy_cell(v, "average_mw")),
+    ("mJ / decode", lambda v: _energy_cell(v, "gross_mj")),
+    ("mJ / decode > idle", lambda v: _energy_cell(v, "above_idle_mj")),
+    ("average mW", lambda v: _energy_cell(v, "average_mw")),
     ("peak RSS MB", lambda v: _mb(_get(v, "memory", "peak_rss_bytes"))),
-    ("RSS growth MB (load+run)", lambda v: _mb(_get(v, "memory", "growth_bytes"))),
-    ("RSS growth MB after warm-up", lambda v: _mb(_get(v, "memory", "growth_after_warmup_bytes"))),
+    ("RSS growth MB", lambda v: _mb(_get(v, "memory", "growth_bytes"))),
+    ("  after warm-up MB", lambda v: _mb(_get(v, "memory", "growth_after_warmup_bytes"))),
     ("model file MB", lambda v: _mb(_get(v, "memory", "model_bytes"))),
     ("warnings", lambda v: len(v["latency"]["warnings"]) + len(v["system"]["warnings"]) + len(v["runtime_warnings"])),
 ]
+
+
+def _short_device(device: Any) -> Any:
+    """'CPUExecutionProvider' -> 'CPU' (the JSON keeps the full name)."""
+    return device.removesuffix("ExecutionProvider") if isinstance(device, str) else device
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -98,21 +105,31 @@ def variants_table(doc: Doc) -> Rows:
     return ["metric"] + [v["id"] for v in cols], rows
 
 
+_RATIO_ROWS = (
+    ("median latency", "median_latency"),
+    ("p99 latency", "p99_latency"),
+    ("speedup", "speedup"),
+    ("ITEMS/s", "throughput"),
+    ("energy / decode", "energy_per_decode"),
+    ("host overhead share", "host_overhead_share"),
+    ("peak RSS", "peak_rss"),
+    ("model size", "model_bytes"),
+)
+
+
 def ratios_table(doc: Doc) -> Rows:
-    """Ratios between variants measured in the same run (< 1 latency: the first is faster)."""
-    columns = ["ratio", "median latency", "p99 latency", "speedup", "throughput", "energy/decode", "peak RSS", "model size"]
-    rows = [
-        [r["name"], r["median_latency"], r["p99_latency"], r["speedup"], r["throughput"],
-         r["energy_per_decode"], r["peak_rss"], r["model_bytes"]]
-        for r in doc.get("ratios", [])
-    ]
-    return columns, rows
+    """Ratios between variants measured in the same run, one column per pair (latency below 1:
+    the first named is faster; speedup is its inverse)."""
+    ratios = doc.get("ratios", [])
+    unit = doc.get("item_unit", "tokens")
+    rows = [[label.replace("ITEMS", unit)] + [r.get(key) for r in ratios] for label, key in _RATIO_ROWS]
+    return ["ratio"] + [r["name"] for r in ratios], rows if ratios else []
 
 
 def ar_table(doc: Doc) -> Rows:
     """NAR-vs-AR speedups at the bundle's length (AR median / NAR median)."""
     cmp = doc.get("compare_ar") or {}
-    columns = ["NAR variant", "AR variant", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
+    columns = ["NAR", "AR", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
     rows = []
     for s in cmp.get("speedups", []):
         if s.get("speedup") is None:
@@ -125,9 +142,9 @@ def ar_table(doc: Doc) -> Rows:
 def sweep_table(doc: Doc) -> Rows:
     """Decode time against length: the points the crossover comes from."""
     cross = _get(doc, "compare_ar", "crossover") or {}
-    columns = ["length N", "models", "NAR decode ms", "AR decode ms", "c ms/step", "tau ms/token", "AR/NAR"]
+    columns = ["N", "models", "NAR ms", "AR ms", "c ms/step", "tau ms/token", "AR/NAR"]
     rows = [
-        [p["length"], p["source"], p["nar_decode_ms"], p["ar_decode_ms"], p["c_ms"], p["tau_ms"], p["speedup"]]
+        [p["length"], "trained" if p["source"] == "bundle" else "arch-only", p["nar_decode_ms"], p["ar_decode_ms"], p["c_ms"], p["tau_ms"], p["speedup"]]
         for p in cross.get("points", [])
     ]
     return columns, rows
@@ -153,7 +170,10 @@ def crossover_lines(doc: Doc) -> list[str]:
         lines.append(f"measured crossover: N {m['bound']}")
     model = cross.get("model") or {}
     if model.get("n") is not None:
-        lines.append(f"fitted per-step costs K*c(N) = N*tau(N): N ~ {model['n']:.0f}")
+        extra = " (extrapolated beyond the measured lengths)" if model.get("extrapolated") else ""
+        lines.append(f"fitted per-step costs K*c(N) = N*tau(N): N ~ {model['n']:.0f}{extra}")
+    elif model.get("reason"):
+        lines.append(f"fitted per-step costs: {model['reason']}")
     sweep = cross.get("sweep") or {}
     if not sweep.get("available", False):
         lines.append(f"length sweep: not run ({sweep.get('reason')})")

@@ -15,14 +15,24 @@ PRECISIONS = ("fp32", "int8", "fp16")
 __all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_runtime", "validate_feeds"]
 
 
-def open_runtime(bundle: Bundle, runtime: str = "ort", precision: str = "fp32", *, threads: int = 0) -> Runtime:
+def open_runtime(
+    bundle: Bundle, runtime: str = "ort", precision: str = "fp32", *, threads: int = 0, target: str | None = None, rebuild: bool = False
+) -> Runtime:
     """A ready ``Runtime`` for ``bundle``'s per-step network in ``precision``.
+
+    With ``target`` the engine comes from the target's runtimes in order (``edgekit build``
+    output for that target when present; a stale engine is refused unless ``rebuild``), and
+    ``runtime`` is ignored. Without it:
 
     ort   — the bundle's ONNX artifact of that precision (``fp32``, or ``int8`` after quantize);
     torch — the PyTorch module rebuilt from the bundle's model source (fp32 only; needs the
             ``export`` extra): the reference and eager baseline;
     trt   — a TensorRT engine of the bundle built for this host.
     """
+    if target is not None:
+        from edgekit.build import select_engine
+
+        return select_engine(bundle, target, precision, rebuild=rebuild).open(threads=threads)
     if runtime not in RUNTIMES:
         raise UsageError(f"--runtime {runtime!r} is unknown; valid: {', '.join(RUNTIMES)}")
     if precision not in PRECISIONS:
@@ -67,7 +77,6 @@ def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
             f"bundle {bundle.root} has no TensorRT {precision} engine",
             hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
         )
-    from edgekit.runtimes.trt import load_engine
+    from edgekit.build import select_engine
 
-    entry = match[0]
-    return load_engine(bundle.root / entry["path"], source_onnx=bundle.path_of(entry.get("source", "fp32")), precision=precision)
+    return select_engine(bundle, match[0]["target"], precision).open()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -65,7 +66,8 @@ snr_db = 40
     )
     t = load_thresholds("masked", path)
     assert t.source == str(path)
-    assert t.rule("token_agreement") == Rule("min", 0.97, tolerance=0.0, floor=0.05)  # tolerance/floor kept
+    # A number replaces the threshold only; tolerance and floor keep their defaults.
+    assert t.rule("token_agreement") == dataclasses.replace(DEFAULTS["masked"]["token_agreement"], threshold=0.97)
     assert t.rule("logits_kl") == Rule("max", 0.005, tolerance=0.25, floor=0.0001, unit="nats")
     assert t.rule("sequence_exact_match").threshold == 0.5  # reported by default, gated here
     assert t.rule("top1_agreement").threshold is None

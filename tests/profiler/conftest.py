@@ -9,17 +9,30 @@ through. The ``source`` names the built-in architectures so the length sweep can
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from edgekit.bundle import Bundle
 from edgekit.probes.latency import MeasureConfig
+from edgekit.probes.power import PowerSampler, Reading
 from edgekit.spec import TensorSpec
 
 B, L, V = 2, 16, 32
 DEPTH, HEADS, HD = 1, 2, 4
 FAST = MeasureConfig(warmup_iters=1, warmup_seconds=0.0, iters=6, min_seconds=0.05)
+POWER_MW = 5000.0
+
+
+class ConstantSampler(PowerSampler):
+    """A power sensor that always reads 5 W on its total rail."""
+
+    probe = "fake"
+    default_interval_s = 0.01
+
+    def read(self) -> Reading:
+        return Reading(rails_mw={"total": POWER_MW})
 
 
 def _save(graph, path: Path) -> None:
@@ -113,6 +126,12 @@ def make_ar_bundle(root: Path, *, max_len: int = L, source: str = "ar-demo") -> 
 
 
 @pytest.fixture(scope="session")
+def kit() -> SimpleNamespace:
+    """The builders and sizes, for tests that make their own bundles."""
+    return SimpleNamespace(B=B, L=L, V=V, FAST=FAST, POWER_MW=POWER_MW, masked=make_masked_bundle, ar=make_ar_bundle)
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """{"masked": fp32 only, "masked8": fp32 + int8, "ar": sibling of both} under one demo-like root."""
     root = tmp_path_factory.mktemp("tiny")
@@ -130,3 +149,13 @@ def profile_doc(tiny) -> dict:
 
     cfg = ProfileConfig(measure=FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=())
     return profile_bundle(tiny["masked8"], cfg)
+
+
+@pytest.fixture(scope="session")
+def power_doc(tiny) -> dict:
+    """A profile of the fp32 bundle with a constant 5 W sensor in place of the platform's."""
+    from edgekit.profiler import ProfileConfig, profile_bundle
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("edgekit.profiler.detect", lambda choice, root: ConstantSampler())
+        return profile_bundle(tiny["masked"], ProfileConfig(measure=FAST, power="auto", idle_seconds=0.1))

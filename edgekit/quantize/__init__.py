@@ -1,0 +1,51 @@
+"""INT8 post-training quantization calibrated on decode trajectories, with an accuracy budget.
+
+Built on ``onnxruntime.quantization`` (quant_pre_process, quantize_static in QDQ format, its
+calibrators, qdq_loss_debug, write_calibration_table); importing this package imports neither
+onnx nor onnxruntime.
+
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+    summary = quantize_bundle("bundles/masked", QuantizeConfig(profile="trt"))
+"""
+
+from __future__ import annotations
+
+from edgekit.quantize.config import (
+    BUDGET_RULES,
+    DEFAULT_BUDGETS,
+    METHODS,
+    PROFILE_SETTINGS,
+    PROFILES,
+    ProfileSettings,
+    QuantizeConfig,
+    parse_budget,
+    parse_decode,
+)
+
+__all__ = [
+    "BUDGET_RULES",
+    "DEFAULT_BUDGETS",
+    "METHODS",
+    "PROFILES",
+    "PROFILE_SETTINGS",
+    "ProfileSettings",
+    "QuantizeConfig",
+    "demo_quantize",
+    "parse_budget",
+    "parse_decode",
+    "quantize_bundle",
+]
+
+
+def quantize_bundle(*args, **kwargs):
+    """See ``edgekit.quantize.stage.quantize_bundle`` (imported lazily: it pulls in the runtimes)."""
+    from edgekit.quantize.stage import quantize_bundle as impl
+
+    return impl(*args, **kwargs)
+
+
+def demo_quantize(*args, **kwargs):
+    """See ``edgekit.quantize.stage.demo_quantize``."""
+    from edgekit.quantize.stage import demo_quantize as impl
+
+    return impl(*args, **kwargs)

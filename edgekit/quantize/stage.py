@@ -1,0 +1,286 @@
+"""The quantize stage: bundle fp32 graph -> calibrated, budget-checked ``int8`` artifact.
+
+    prepare (quant_pre_process) -> analyse + select nodes -> FP32 decode: record calibration
+    trajectories, decode the held-out set -> quantize_static -> INT8 decode of the held-out set
+    -> budget? else sensitivity + fallback -> range drift, structure, sizes -> artifact + manifest
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode_config
+from edgekit.errors import EdgekitError
+from edgekit.quantize.budget import compare, decode_eval_set, fallback_until_within_budget, node_sensitivity
+from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
+from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.ptq import (
+    GraphPlan,
+    analyse_graph,
+    calibrate,
+    module_labels,
+    prepare_model,
+    qdq_structure,
+    quantize_model,
+    select_nodes,
+    trt_violations,
+)
+from edgekit.spec import KIND_IO
+
+SCHEMA = "edgekit.quantize/1"
+
+
+def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Quantize the bundle's fp32 graph, check it against the accuracy budget (falling back the
+    most sensitive nodes to float until it holds), write the ``int8`` artifact and record
+    everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
+    the budget holds; the artifact is written either way so it can be inspected)."""
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    say = progress or (lambda message: None)
+    clock: dict[str, float] = {}
+    start = time.perf_counter()
+    bundle = Bundle.load(path)
+    kind = bundle.kind
+    budget = cfg.budget_for(kind)
+    decode_config(kind, bundle.manifest.get("decode_defaults", {}), cfg.decode)  # bad options fail here
+    fp32_path = bundle.path_of("fp32")
+    options = OrtOptions(intra_op_threads=cfg.threads)
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        say("prepare graph (quant_pre_process)")
+        prepared = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
+        time_input = KIND_IO["flow"][0][1] if kind == "flow" else None
+        plan = analyse_graph(prepared, time_input, module_labels(fp32_path))
+        selected, floated = select_nodes(plan, cfg)
+        if not selected:
+            raise EdgekitError(
+                f"nothing to quantize in {bundle.name}: every {'/'.join(cfg.op_types)} node is excluded or kept float",
+                hint="drop some --exclude values",
+            )
+        clock["prepare_s"] = time.perf_counter() - start
+
+        say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
+        t0 = time.perf_counter()
+        with OrtRuntime(fp32_path, options) as rt:
+            traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
+            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode)
+        clock["fp32_decode_s"] = time.perf_counter() - t0
+        reader = calibration_reader(traj.feeds)
+        cache = tmp / "calibration.json"
+        say(f"calibrate ({cfg.method}) on {len(traj.feeds)} recorded network calls")
+        t0 = time.perf_counter()
+        calibrate(prepared, reader, cfg, cache)
+        clock["calibrate_s"] = time.perf_counter() - t0
+        builds = iter(range(10**6))
+        by_name = plan.by_name()
+        labels = {n.name: n.label for n in plan.nodes}
+
+        def build(nodes: list[str]) -> Path:
+            out = tmp / f"int8-{next(builds)}.onnx"
+            quantize_model(prepared, out, reader, nodes, cfg, plan, calibration_cache=cache)
+            return out
+
+        def measure(model: Path) -> dict[str, Any]:
+            with OrtRuntime(model, options) as rt:
+                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt)
+            return compare(kind, reference, run)
+
+        def sensitivity(model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
+            pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
+            feeds = [traj.feeds[i] for i in sorted(set(pick.tolist()))]
+            return node_sensitivity(prepared, model, feeds, {n: by_name[n] for n in nodes})
+
+        say(f"quantize {len(selected)} nodes ({cfg.profile} profile, {cfg.method}) and decode the held-out set in INT8")
+        t0 = time.perf_counter()
+        with OrtRuntime(fp32_path, options) as fp32_rt:  # drives the lockstep decodes
+            model, outcome = fallback_until_within_budget(
+                selected, budget, build, measure, sensitivity,
+                enabled=cfg.fallback, max_fallback=cfg.max_fallback, labels=labels, progress=say,
+            )
+        clock["quantize_and_budget_s"] = time.perf_counter() - t0
+
+        structure = qdq_structure(model)
+        violations = trt_violations(model) if cfg.profile == "trt" else []
+        if violations:  # a profile that breaks its own rules is a bug here, not a user error
+            raise RuntimeError(f"trt profile produced a graph TensorRT rejects: {violations[:3]}")
+        # What ORT really quantized of what was asked (Conv outputs' consumers also read a DQ).
+        int8_nodes = sorted(set(outcome.quantized) & set(structure["quantized_nodes"]))
+        t0 = time.perf_counter()
+        readers = {a: f"{by_name[n].label} input" for n in reversed(int8_nodes) for a in by_name[n].activations}
+        tensors = sorted(readers)
+        drift = range_drift(prepared, tensors, traj, cfg.threads, labels=readers)
+        clock["range_drift_s"] = time.perf_counter() - t0
+
+        summary = _summary(bundle, cfg, plan, floated, outcome, traj, drift, structure, budget, int8_nodes)
+        summary["sizes"] = {
+            "fp32_bytes": fp32_path.stat().st_size,
+            "int8_bytes": model.stat().st_size,
+            "ratio": model.stat().st_size / fp32_path.stat().st_size,
+        }
+        summary["structure"]["trt_rules"] = "pass" if cfg.profile == "trt" else "not checked (cpu profile)"
+        _record(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
+    return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
+
+
+def _record(
+    bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
+    summary: dict[str, Any], clock: dict[str, float], start: float,
+) -> None:
+    """Stage the INT8 graph (and ORT's TensorRT calibration table) into the bundle, record the
+    summary as manifest["quantization"] and save: the previous int8 artifact goes only then."""
+    staged = bundle.staging_path("int8.onnx")
+    staged_table = None
+    try:
+        shutil.copyfile(model, staged)
+        staged_table = _calibration_table(bundle, cache, tensors, tmp)
+        art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
+        summary["artifact"] = {"int8": art.path}
+        if staged_table is not None:
+            table = bundle.add_artifact(
+                "int8-calibration", staged_table, made_by="quantize",
+                config={"format": "TensorRT calibration cache (text): tensor max |x|", "method": cfg.method},
+                suffix=".cache",
+            )
+            summary["artifact"]["int8-calibration"] = table.path
+        else:
+            bundle.remove_artifact("int8-calibration")
+        clock["total_s"] = time.perf_counter() - start
+        summary["timing_s"] = clock
+        bundle.manifest["quantization"] = _jsonable(summary)
+        bundle.save()
+    finally:
+        staged.unlink(missing_ok=True)
+        if staged_table is not None:
+            staged_table.unlink(missing_ok=True)
+
+
+def _summary(
+    bundle: Bundle,
+    cfg: QuantizeConfig,
+    plan: GraphPlan,
+    floated: Mapping[str, str],
+    outcome: Any,
+    traj: Any,
+    drift: Any,
+    structure: Mapping[str, Any],
+    budget: Mapping[str, float],
+    int8_nodes: list[str],
+) -> dict[str, Any]:
+    by_name = plan.by_name()
+    fallback_names = {f["node"] for f in outcome.fallback}
+    floated_rows = [
+        {"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "reason": r, "source": "user" if r.startswith("excluded") else "rule"}
+        for n, r in floated.items()
+    ] + [
+        {"node": f["node"], "label": f["label"], "op": by_name[f["node"]].op_type, "reason": f["reason"], "source": "budget"}
+        for f in outcome.fallback
+    ]
+    kept_float_ops: dict[str, int] = {}
+    for n in plan.nodes:
+        if n.op_type not in cfg.op_types and n.activations and n.op_type in _NOTABLE_FLOAT_OPS:
+            kept_float_ops[n.op_type] = kept_float_ops.get(n.op_type, 0) + 1
+    total_mm = plan.matmul_flops()
+    total_w = plan.matmul_flops(ops=("MatMul", "Gemm", "Conv"))
+    return {
+        "schema": SCHEMA,
+        "model": bundle.name,
+        "kind": bundle.kind,
+        "profile": cfg.profile,
+        "method": cfg.method,
+        "config": cfg.to_json(),
+        "calibration": traj.summary() | {"method": cfg.method, "tensors_int8_inputs": len(drift.tensors)},
+        "range_drift": drift.to_json(),
+        "selection": {
+            "int8": [{"node": n, "label": by_name[n].label, "op": by_name[n].op_type} for n in int8_nodes],
+            "float": floated_rows,
+            "float_by_op_type": kept_float_ops,
+            "excluded_user": sorted(n for n, r in floated.items() if r.startswith("excluded")),
+            "excluded_auto": sorted([n for n, r in floated.items() if not r.startswith("excluded")] + list(fallback_names)),
+        },
+        "budget": {
+            "limits": dict(budget),
+            "checks": outcome.checks,
+            "passed": outcome.passed,
+            "eval": {"samples": cfg.eval_samples, "seed": cfg.eval_seed, "decode": dict(cfg.decode),
+                     "token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
+            "history": outcome.history,
+        },
+        "passed": outcome.passed,
+        "measured": outcome.metrics,
+        "fallback": outcome.fallback,
+        "sensitivity": dict(sorted(outcome.ranking.items(), key=lambda kv: kv[1]["added_sqnr_db"])[:10]),
+        "int8_flop_share": {
+            "matmul": plan.matmul_flops(int8_nodes) / total_mm if total_mm else None,
+            "weighted": plan.matmul_flops(int8_nodes, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,
+        },
+        "structure": {"ops": structure["ops"], "qdq_nodes": len(structure["qdq"])},
+    }
+
+
+# Ops users ask about when they read "what stayed float" (the rest are reshapes and arithmetic).
+_NOTABLE_FLOAT_OPS = ("Softmax", "LayerNormalization", "Sin", "Cos", "Gelu", "Tanh", "Sigmoid")
+
+
+def _calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path) -> Path | None:
+    """ORT's ``write_calibration_table`` (TensorRT calibration cache text) for the INT8 nodes'
+    activation inputs, staged in the bundle; None where this ORT keeps no calibration cache."""
+    if not cache.is_file():
+        return None
+    from edgekit._deps import require
+
+    calib = require("onnxruntime.quantization.calibrate")
+    write_calibration_table = require("onnxruntime.quantization.quant_utils").write_calibration_table
+    ranges = calib.load_tensors_data(cache)
+    chosen = {k: ranges[k] for k in tensors if k in ranges}
+    out_dir = tmp / "table"
+    out_dir.mkdir()
+    write_calibration_table(chosen, dir=str(out_dir))
+    staged = bundle.staging_path("int8-calibration.cache")
+    shutil.copyfile(out_dir / "calibration.cache", staged)
+    return staged
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    return obj
+
+
+def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The demo's quantize stage: ``quantize_bundle`` on each demo bundle (cpu profile, default
+    budgets, ``n`` held-out sequences from ``seed``) and the FP32-vs-INT8 numbers side by side:
+    {kind: {"passed", "measured", "quality_fp32", "quality_int8", "sizes", "fallback", ...}}."""
+    say = progress or (lambda message: None)
+    out: dict[str, Any] = {}
+    for kind, bundle in bundles.items():
+        say(f"quantize {bundle.name} (INT8, cpu profile)")
+        s = quantize_bundle(bundle.root, QuantizeConfig(eval_samples=n, eval_seed=seed), progress=None)
+        measured = s["measured"]
+        out[kind] = {
+            "bundle": s["bundle"],
+            "passed": s["passed"],
+            "budget": s["budget"]["checks"],
+            "measured": {k: v for k, v in measured.items() if not k.startswith("quality")},
+            "quality_fp32": measured.get("quality_fp32"),
+            "quality_int8": measured.get("quality_int8"),
+            "sizes": s["sizes"],
+            "int8_flop_share": s["int8_flop_share"],
+            "fallback": [f["label"] for f in s["fallback"]],
+        }
+    return out

@@ -1,0 +1,61 @@
+"""Bundles for the build tests: the masked demo (exported once per session, copied per test)
+and tiny bundles built in code; a fake TensorRT host for the engine logic."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # build_helpers, shared with the tests
+
+from build_helpers import FakeTrt, add_model, tiny_model  # noqa: E402
+
+from edgekit.bundle import Bundle  # noqa: E402
+from edgekit.spec import TensorSpec  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def masked_demo(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.models import load_spec
+
+    return export_bundle(load_spec("masked-demo", batch=2), tmp_path_factory.mktemp("demo") / "masked", source="masked-demo").root
+
+
+@pytest.fixture
+def masked(masked_demo, tmp_path) -> Path:
+    """A private copy of the masked demo bundle (builds add engines to it)."""
+    return Path(shutil.copytree(masked_demo, tmp_path / "masked"))
+
+
+@pytest.fixture
+def tiny_bundle(tmp_path) -> Callable[..., Bundle]:
+    """``tiny_bundle(fp32_model=None, int8_model=None, profile=None)`` -> a saved bundle (batch 2)."""
+
+    def make(fp32: onnx.ModelProto | None = None, int8: onnx.ModelProto | None = None, profile: str | None = None, name: str = "tiny") -> Bundle:
+        bundle = Bundle.new(
+            tmp_path / name,
+            model={"name": "tiny", "kind": "masked", "meta": {"vocab_size": 16, "mask_id": 15, "seq_len": 8, "conditioning": {}}},
+            inputs={"tokens": TensorSpec((2, 8), "int64", 0, 16)},
+            outputs={"logits": TensorSpec((2, 8, 16), "float32")},
+            decode_defaults={},
+        )
+        add_model(bundle, "fp32", fp32 or tiny_model())
+        if int8 is not None:
+            add_model(bundle, "int8", int8, {"profile": profile} if profile else {})
+            bundle.manifest["quantization"] = {"profile": profile} if profile else None
+        bundle.save()
+        return Bundle.load(bundle.root)
+
+    return make
+
+
+@pytest.fixture
+def fake_trt(monkeypatch) -> FakeTrt:
+    return FakeTrt(monkeypatch)

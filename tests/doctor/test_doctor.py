@@ -1,0 +1,102 @@
+"""`edgekit doctor`: what this host runs for each target, and every missing piece with its
+install line. Real facts of this host where they are knowable, fake hosts for the rest."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import onnxruntime as ort
+import pytest
+
+from edgekit.build import HostFacts
+from edgekit.doctor import DOCTOR_SCHEMA, PROVIDER_INSTALL, doctor, environment, target_report
+from edgekit.probes.power import PowerSampler
+from edgekit.targets import list_targets, load_target
+
+X86 = HostFacts("x86_64", "Test CPU", None, None, False)
+ORIN = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
+CPU_ONLY_ENV = {"onnxruntime": "1.32.0", "providers": ["CPUExecutionProvider"], "tensorrt": None, "gpu": None, "nvpmodel": None}
+
+
+def missing(report) -> dict[str, dict]:
+    return {m["what"]: m for m in report["missing"]}
+
+
+def test_this_host_runs_the_cpu_target():
+    doc = doctor("cpu")
+    assert doc["schema"] == DOCTOR_SCHEMA and [t["target"] for t in doc["targets"]] == ["cpu"]
+    cpu = doc["targets"][0]
+    assert cpu["runs_with"] == "ort" and cpu["device"]["matches"] and cpu["ready"]
+    (ort_entry,) = cpu["runtimes"]
+    assert ort_entry["version"] == ort.__version__ and ort_entry["providers"] == ["CPUExecutionProvider"]
+    assert doc["environment"]["providers"] == ort.get_available_providers()
+    power = cpu["power"]
+    assert power["probe"] and (power["available"] or power["reason"])  # a reason, never a made-up figure
+    json.dumps(doc)
+
+
+def test_every_target_is_reported():
+    doc = doctor(host=X86)
+    assert [t["target"] for t in doc["targets"]] == [t.name for t in list_targets()]
+
+
+def test_gpu_target_without_gpu_lists_install_lines():
+    report = target_report(load_target("nvidia-gpu"), X86, CPU_ONLY_ENV, {})
+    assert [r["runtime"] for r in report["runtimes"]] == ["trt", "ort"]
+    assert report["runtimes"][0] == {"runtime": "trt", "available": False, "version": None, "gpu": None, "problems": ["tensorrt is not installed"]}
+    assert report["runtimes"][1]["providers_missing"] == ["CUDAExecutionProvider"]
+    lacking = missing(report)
+    assert lacking["TensorRT"]["install"] == "pip install 'edgekit[trt]'"
+    assert lacking["ONNX Runtime CUDAExecutionProvider"]["install"] == PROVIDER_INSTALL["CUDAExecutionProvider"]
+    assert "onnxruntime-gpu" in PROVIDER_INSTALL["CUDAExecutionProvider"]
+    assert "no NVIDIA GPU is visible" in lacking["the nvidia-gpu device"]["why"]
+    assert report["runs_with"] == "ort" and not report["ready"]
+
+
+def test_jetson_target_on_a_jetson_with_tensorrt():
+    env = dict(CPU_ONLY_ENV, tensorrt="10.3.0", gpu={"name": "Orin", "compute_capability": "8.7"}, nvpmodel="/usr/sbin/nvpmodel")
+    report = target_report(load_target("jetson-orin-nano"), ORIN, env, {"jetson": {"probe": "jetson", "available": True, "reason": None}})
+    assert report["runtimes"][0]["available"] and report["runs_with"] == "trt"
+    assert report["device"] == {"arch": "aarch64", "matches": True, "reasons": []}
+    assert report["ready"] and report["nvpmodel"] == "/usr/sbin/nvpmodel"
+    assert list(missing(report)) == ["ONNX Runtime CUDAExecutionProvider"]  # only the ORT fallback's GPU provider
+
+
+def test_jetson_target_elsewhere_says_why():
+    env = dict(CPU_ONLY_ENV, tensorrt="10.3.0", gpu={"name": "RTX 4090", "compute_capability": "8.9"})
+    report = target_report(load_target("jetson-xavier"), X86, env, {})
+    trt = report["runtimes"][0]
+    assert not trt["available"] and trt["problems"] == ["GPU RTX 4090 has compute capability 8.9, target needs 7.2"]
+    assert report["device"]["reasons"] == ["this host is x86_64, target jetson-xavier is aarch64", "this host is not a Jetson (no /etc/nv_tegra_release)"]
+    assert "nvpmodel (Jetson power modes)" in missing(report)
+    no_trt = target_report(load_target("jetson-xavier"), X86, CPU_ONLY_ENV, {})
+    assert "JetPack" in missing(no_trt)["TensorRT"]["install"]
+
+
+def test_power_probe_comes_from_probes_power_detect(monkeypatch):
+    import edgekit.probes.power as power
+
+    class Fake(PowerSampler):
+        probe = "rpi"
+
+    asked = []
+    monkeypatch.setattr(power, "detect", lambda choice: asked.append(choice) or Fake())
+    cache: dict = {}
+    report = target_report(load_target("rpi5"), X86, CPU_ONLY_ENV, cache)
+    assert report["power"] == {"probe": "rpi", "available": True, "reason": None} and asked == ["rpi"]
+    target_report(load_target("rpi5"), X86, CPU_ONLY_ENV, cache)
+    assert asked == ["rpi"]  # detected once per probe
+
+
+def test_environment_without_tensorrt(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    env = environment(X86)
+    assert env["tensorrt"] is None and env["onnxruntime"] == ort.__version__
+    assert set(env["tools"]) == {"ssh", "scp", "rsync"}
+
+
+@pytest.mark.parametrize("provider", ["NnapiExecutionProvider", "XnnpackExecutionProvider", "QNNExecutionProvider"])
+def test_android_providers_have_install_lines(provider):
+    report = target_report(load_target("android-arm64"), X86, CPU_ONLY_ENV, {})
+    assert missing(report)[f"ONNX Runtime {provider}"]["install"] == PROVIDER_INSTALL[provider]

@@ -1,0 +1,62 @@
+"""`edgekit profile` through the CLI (runs once the command from /tmp/edgekit-cli/profile.py is
+merged into edgekit/cli.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli import app
+
+runner = CliRunner()
+QUICK = ["--iters", "3", "--min-seconds", "0", "--warmup", "1", "--power", "off"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_json_is_one_profile_document_with_the_ar_comparison(tiny):
+    r = invoke("profile", tiny["masked8"], *QUICK, "--compare-ar", "--ar-bundle", tiny["ar"], "--sweep", "none", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "edgekit.profile/1"
+    assert [v["id"] for v in doc["variants"]] == ["ort fp32", "ort int8"]
+    assert all(v["latency"]["n"] == 3 for v in doc["variants"])
+    assert doc["ratios"][0]["name"] == "int8/fp32 (ort)"
+    assert doc["compare_ar"]["speedups"][0]["speedup"] > 0
+
+
+def test_table_shows_variants_side_by_side_and_the_ratios(tiny):
+    r = invoke("profile", tiny["masked8"], *QUICK, "--steps", "2,4", "--precision", "fp32")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "ort fp32 K=2" in out and "ort fp32 K=4" in out and "K=2/K=4 (ort fp32)" in out
+    assert "p99 / p50" in out and "host overhead share" in out
+    assert "power: unavailable (off)" in out
+
+
+def test_html_writes_the_report_and_the_json(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    r = invoke("profile", tiny["masked"], *QUICK, "--html", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "rep" / "profile.html").is_file()
+    assert json.loads((tmp_path / "rep" / "profile.json").read_text())["schema"] == "edgekit.profile/1"
+    assert f"wrote {tmp_path / 'rep' / 'profile.html'}" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (["--precision", "int8"], 1, "edgekit quantize"),
+        (["--runtime", "tensorflow"], 2, "--runtime 'tensorflow' is unknown"),
+        (["--power", "battery"], 2, "--power 'battery' is unknown"),
+        (["--steps", "two"], 2, "--steps 'two' is not a comma-separated list"),
+    ],
+)
+def test_bad_options_are_one_line_errors(tiny, args, code, needle):
+    r = invoke("profile", tiny["masked"], *QUICK, *args)
+    assert r.exit_code == code, r.output
+    assert needle in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,276 @@
+"""The profile stage on tiny ONNX bundles: variants, statistics, breakdown, ratios, energy with a
+fake sensor, the AR comparison and the crossover arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgekit.bundle import Bundle
+from edgekit.errors import BundleError, UsageError
+from edgekit.profiler import (
+    ProfileConfig,
+    crossover,
+    length_sweep,
+    length_variant_spec,
+    plan_variants,
+    profile_bundle,
+    seed_crossover,
+)
+
+
+# ---- configuration and planning ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"runtimes": ("onnx",)}, "--runtime 'onnx' is unknown; valid: ort, torch, trt"),
+        ({"precisions": ("int4",)}, "--precision 'int4' is unknown"),
+        ({"steps": (0,)}, "--steps [0] is invalid"),
+        ({"power": "battery"}, "--power 'battery' is unknown; valid: off, auto"),
+        ({"sweep_lengths": (1,)}, "--sweep [1] is invalid"),
+    ],
+)
+def test_config_rejects_bad_values_with_the_valid_ones(kwargs, needle):
+    with pytest.raises(UsageError, match=None) as err:
+        ProfileConfig(**kwargs)
+    assert needle in str(err.value)
+
+
+def test_precision_defaults_to_fp32_plus_int8_when_the_bundle_has_it(tiny):
+    assert [(v.runtime, v.precision) for v in plan_variants(Bundle.load(tiny["masked"]), ProfileConfig())] == [("ort", "fp32")]
+    plan = plan_variants(Bundle.load(tiny["masked8"]), ProfileConfig(steps=(2, 4)))
+    assert [(v.precision, v.steps) for v in plan] == [("fp32", 2), ("fp32", 4), ("int8", 2), ("int8", 4)]
+
+
+def test_int8_without_an_int8_artifact_fails_before_measuring_and_names_quantize(tiny, kit):
+    with pytest.raises(BundleError) as err:
+        profile_bundle(tiny["masked"], ProfileConfig(precisions=("fp32", "int8"), measure=kit.FAST, power="off"))
+    assert "no int8 artifact" in str(err.value) and f"edgekit quantize {tiny['masked']}" in str(err.value)
+
+
+def test_compare_ar_refuses_a_short_or_missing_ar_bundle(tmp_path, tiny, kit):
+    short = kit.ar(tmp_path / "short", max_len=kit.L // 2)
+    with pytest.raises(UsageError, match=f"decodes at most {kit.L // 2} tokens; the masked model makes {kit.L}"):
+        profile_bundle(tiny["masked"], ProfileConfig(compare_ar=True, ar_bundle=short, measure=kit.FAST, power="off"))
+    lonely = kit.masked(tmp_path / "alone" / "masked")
+    with pytest.raises(BundleError, match="--compare-ar: no AR bundle at .*alone/ar") as err:
+        profile_bundle(lonely, ProfileConfig(compare_ar=True, measure=kit.FAST, power="off"))
+    assert "--ar-bundle" in str(err.value)
+
+
+def test_compare_ar_needs_a_masked_bundle(tiny, kit):
+    with pytest.raises(UsageError, match="holds a ar model"):
+        profile_bundle(tiny["ar"], ProfileConfig(compare_ar=True, measure=kit.FAST, power="off"))
+
+
+# ---- the document -------------------------------------------------------------------------------
+def test_latency_statistics_are_those_of_the_recorded_samples(profile_doc, kit):
+    assert profile_doc["schema"] == "edgekit.profile/1"
+    assert [v["id"] for v in profile_doc["variants"]] == ["ort fp32", "ort int8"]
+    for v in profile_doc["variants"]:
+        lat, samples = v["latency"], np.asarray(v["samples_ms"])
+        assert lat["n"] == len(samples) >= kit.FAST.iters
+        assert lat["median_ms"] == pytest.approx(np.median(samples), rel=1e-12)
+        assert lat["p99_ms"] == pytest.approx(np.percentile(samples, 99), rel=1e-12)
+        assert lat["min_ms"] <= lat["median_ms"] <= lat["p90_ms"] <= lat["p95_ms"] <= lat["p99_ms"] <= lat["max_ms"]
+        assert lat["cv"] == pytest.approx(np.std(samples, ddof=1) / np.mean(samples), rel=1e-9)
+        assert v["measurement"]["warmup_iters"] >= kit.FAST.warmup_iters + 1
+
+
+def test_breakdown_splits_every_decode_into_runtime_and_host(profile_doc):
+    for v in profile_doc["variants"]:
+        b = v["breakdown"]
+        assert v["decode"]["steps"] == 4 and b["calls_per_decode"] == 4 and len(b["step_ms_median"]) == 4
+        assert 0 < b["host_overhead_share"] < 1
+        # Runtime time + host time is the whole decode, per decode (medians of each part bound it).
+        assert b["median_runtime_ms"] + b["median_host_ms"] == pytest.approx(b["median_total_ms"], rel=0.5)
+        assert b["median_runtime_ms"] < b["median_total_ms"]
+        assert b["per_step_ms"] == pytest.approx(v["latency"]["median_ms"] / 4, rel=1e-12)
+
+
+def test_throughput_is_items_over_measured_time(profile_doc, kit):
+    for v in profile_doc["variants"]:
+        t, samples = v["throughput"], v["samples_ms"]
+        assert t["items_per_decode"] == kit.B * kit.L
+        assert t["decodes_per_s"] == pytest.approx(len(samples) / (sum(samples) / 1e3), rel=1e-9)
+        assert t["items_per_s"] == pytest.approx(kit.B * kit.L * t["decodes_per_s"], rel=1e-12)
+
+
+def test_memory_reports_rss_and_the_artifact_size(profile_doc, tiny):
+    manifest = Bundle.load(tiny["masked8"]).manifest["artifacts"]
+    for v in profile_doc["variants"]:
+        mem = v["memory"]
+        assert mem["model_bytes"] == manifest[v["precision"]]["bytes"]
+        assert mem["peak_rss_bytes"] > 10e6  # a Python process with numpy and ORT
+        assert "growth_bytes" in mem and "growth_after_warmup_bytes" in mem
+
+
+def test_power_off_is_reported_as_unavailable_with_the_reason(profile_doc):
+    assert profile_doc["power"] == {"probe": "off", "available": False, "reason": "power measurement turned off"}
+    for v in profile_doc["variants"]:
+        assert v["energy"]["available"] is False and v["energy"]["reason"] == "power measurement turned off"
+        assert v["power_trace"] is None
+
+
+def test_system_state_is_taken_around_every_variant(profile_doc):
+    for v in profile_doc["variants"]:
+        assert set(v["system"]) == {"before", "after", "warnings"}
+        assert v["system"]["before"]["cpu"]["cores"] >= 1
+    assert profile_doc["system"]["before"]["cpu"] == profile_doc["system"]["after"]["cpu"]
+
+
+def test_ratio_int8_over_fp32_comes_from_the_two_measured_medians(profile_doc):
+    (r,) = profile_doc["ratios"]
+    fp32, int8 = profile_doc["variants"]
+    assert r["name"] == "int8/fp32 (ort)" and (r["numerator"], r["denominator"]) == ("ort int8", "ort fp32")
+    assert r["median_latency"] == pytest.approx(int8["latency"]["median_ms"] / fp32["latency"]["median_ms"], rel=1e-12)
+    assert r["speedup"] == pytest.approx(1 / r["median_latency"], rel=1e-12)
+    assert r["energy_per_decode"] is None  # no power figure, no made-up ratio
+
+
+def test_steps_variants_get_a_steps_ratio(tiny, kit):
+    doc = profile_bundle(tiny["masked"], ProfileConfig(steps=(2, 4), measure=kit.FAST, power="off"))
+    assert [v["id"] for v in doc["variants"]] == ["ort fp32 K=2", "ort fp32 K=4"]
+    assert [v["decode"]["runtime_calls"] for v in doc["variants"]] == [2, 4]
+    assert [r["name"] for r in doc["ratios"]] == ["K=2/K=4 (ort fp32)"]
+
+
+def test_progress_reports_each_variant_and_each_measured_decode(tiny, kit):
+    calls = []
+    doc = profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off"), lambda *a: calls.append(a))
+    assert calls[0] == ("ort fp32", 0, 0)
+    ticks = [done for label, done, total in calls if label == "ort fp32" and total]
+    assert ticks == list(range(1, doc["variants"][0]["latency"]["n"] + 1))
+
+
+# ---- energy with a (fake) sensor ------------------------------------------------------------------
+def test_energy_per_decode_is_power_times_window_over_decodes(power_doc, kit):
+    assert power_doc["power"]["available"] is True and power_doc["power"]["probe"] == "fake"
+    assert power_doc["power"]["idle_mw"] == pytest.approx(kit.POWER_MW, rel=1e-9)
+    (v,) = power_doc["variants"]
+    e, trace = v["energy"], v["power_trace"]
+    n = v["latency"]["n"]
+    assert e["available"] is True and e["n_decodes"] == n
+    assert e["gross_mj"] == pytest.approx(kit.POWER_MW * trace["duration_s"] / n, rel=1e-9)
+    assert e["above_idle_mj"] == pytest.approx(0.0, abs=1e-6)
+    # The window is the measured phase only: at least the decodes, not the warm-up.
+    assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"] < sum(v["samples_ms"]) / 1e3 + 0.5
+    assert len(trace["samples"]) >= 2
+
+
+# ---- NAR vs AR --------------------------------------------------------------------------------------
+def test_compare_ar_runs_the_baseline_on_the_same_runtime_and_precision(profile_doc, kit):
+    cmp = profile_doc["compare_ar"]
+    assert cmp["length"] == kit.L
+    ar = {v["id"]: v for v in cmp["variants"]}
+    assert ar["AR ort fp32"]["available"] and ar["AR ort fp32"]["decode"]["runtime_calls"] == kit.L
+    assert ar["AR ort int8"]["available"] is False and "edgekit quantize" in ar["AR ort int8"]["reason"]
+    fp32 = profile_doc["variants"][0]
+    s = cmp["speedups"][0]
+    assert s["speedup"] == pytest.approx(ar["AR ort fp32"]["latency"]["median_ms"] / fp32["latency"]["median_ms"], rel=1e-12)
+    assert cmp["speedups"][1]["speedup"] is None and "edgekit quantize" in cmp["speedups"][1]["reason"]
+
+
+def test_seed_formula_uses_the_measured_per_step_costs(profile_doc, kit):
+    cross = profile_doc["compare_ar"]["crossover"]
+    nar = profile_doc["variants"][0]
+    ar = profile_doc["compare_ar"]["variants"][0]
+    c, tau = nar["latency"]["median_ms"] / 4, ar["latency"]["median_ms"] / kit.L
+    assert cross["seed_formula"]["c_ms"] == pytest.approx(c, rel=1e-12)
+    assert cross["seed_formula"]["n"] == pytest.approx(1 + c / tau, rel=1e-12)
+    assert cross["k_steps_estimate"]["n"] == pytest.approx(4 * c / tau, rel=1e-12)
+    assert cross["sweep"]["available"] is False and "no sweep lengths" in cross["sweep"]["reason"]
+
+
+def test_seed_crossover():
+    assert seed_crossover(2.0, 0.5)["n"] == 5.0
+    assert seed_crossover(2.0, 0.0)["n"] is None
+
+
+def _points(lengths, k, c, tau):
+    return [{"length": n, "nar_decode_ms": k * c(n), "ar_decode_ms": n * tau(n)} for n in lengths]
+
+
+def test_crossover_solves_the_fitted_costs_and_interpolates_the_measurements():
+    # c(N) = 1 + 0.01 N ms per NAR step, tau = 0.1 ms per AR token, K = 8:
+    # 8 + 0.08 N = 0.1 N  =>  N = 400.
+    pts = _points([100, 200, 800], 8, lambda n: 1 + 0.01 * n, lambda n: 0.1)
+    out = crossover(pts, 8)
+    assert out["model"]["n"] == pytest.approx(400.0, rel=1e-9)
+    assert out["model"]["c_fit_ms"] == pytest.approx([1.0, 0.01], rel=1e-9)
+    # gains (AR - NAR) are -4 at 200 and +8 at 800: a third of the way in log N.
+    assert out["measured"]["n"] == pytest.approx(200 * 4 ** (1 / 3), rel=1e-9)
+
+
+def test_crossover_gives_a_bound_when_one_side_always_wins():
+    assert crossover(_points([64, 128], 8, lambda n: 0.1, lambda n: 1.0), 8)["measured"]["bound"].startswith("< 64")
+    assert crossover(_points([64, 128], 8, lambda n: 100.0, lambda n: 1.0), 8)["measured"]["bound"].startswith("> 128")
+    # AR's per-token cost growing with N (attention over a longer cache): a quadratic to solve.
+    out = crossover(_points([16, 32, 64], 4, lambda n: 2.0, lambda n: 0.1 + 0.001 * n), 4)
+    n = out["model"]["n"]
+    assert 0.001 * n * n + 0.1 * n == pytest.approx(8.0, rel=1e-6)
+
+
+def test_crossover_ignores_a_root_where_nar_stops_winning():
+    # A noisy fit gives c(N) a negative intercept: then K·c(N) < N·τ(N) near N = 0 and the first
+    # root (~29) is where NAR stops "winning"; the crossover is the second root, where it starts.
+    pts = [{"length": 32, "nar_decode_ms": 80.0, "ar_decode_ms": 65.0}, {"length": 64, "nar_decode_ms": 395.0, "ar_decode_ms": 328.0}]
+    out = crossover(pts, 8)
+    (c0, c1), (t0, t1) = out["model"]["c_fit_ms"], out["model"]["tau_fit_ms"]
+    a, b, c = t1, t0 - 8 * c1, -8 * c0
+    low, high = sorted(((-b - math.sqrt(b * b - 4 * a * c)) / (2 * a), (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)))
+    assert 0 < low < 32 and out["model"]["n"] == pytest.approx(high, rel=1e-9)
+    assert out["model"]["extrapolated"] is True  # beyond the measured 64
+    assert out["measured"]["bound"].startswith("> 64")
+    never = crossover(_points([16, 32], 4, lambda n: 10.0 * n, lambda n: 0.1), 4)
+    assert never["model"]["n"] is None and "never" in never["model"]["reason"]
+
+
+def test_length_sweep_without_a_buildable_architecture_says_why(tmp_path, kit):
+    masked = kit.masked(tmp_path / "m", source="mypkg.models:make")
+    ar = kit.ar(tmp_path / "ar")
+    out = length_sweep(Bundle.load(masked), Bundle.load(ar), "ort", 4, kit.B, [32], ProfileConfig())
+    assert out["available"] is False and "mypkg.models:make" in out["reason"] and "masked-demo" in out["reason"]
+
+
+def test_length_variant_specs_rebuild_the_demo_architectures_at_other_lengths():
+    pytest.importorskip("torch")
+    masked = length_variant_spec("masked-demo", 8, 3)
+    assert masked.inputs["tokens"].shape == (3, 8) and masked.outputs["logits"].shape[:2] == (3, 8)
+    assert masked.meta["seq_len"] == 8 and masked.ground_truth is None
+    ar = length_variant_spec("ar-demo", 8, 3)
+    assert ar.inputs["k_cache"].shape[1] == 3 and ar.inputs["k_cache"].shape[3] == 8 and ar.meta["max_len"] == 8
+    with pytest.raises(UsageError, match="valid: masked-demo, ar-demo"):
+        length_variant_spec("flow-demo", 8, 1)
+
+
+def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
+    pytest.importorskip("torch")
+    masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
+    cfg = ProfileConfig(sweep_measure=kit.FAST)
+    out = length_sweep(masked, ar, "torch", 2, kit.B, [8], cfg)
+    assert out["available"] is True and [p["length"] for p in out["points"]] == [8]
+    p = out["points"][0]
+    assert p["nar_decode_ms"] > 0 and p["ar_decode_ms"] > 0
+    assert p["nar_latency"]["n"] >= kit.FAST.iters and "torch" in out["how"]
+
+
+def test_crossover_estimates_are_finite_or_none(profile_doc):
+    cross = profile_doc["compare_ar"]["crossover"]
+    for key in ("seed_formula", "k_steps_estimate"):
+        assert cross[key]["n"] is None or math.isfinite(cross[key]["n"])
+
+
+def test_demo_profile_writes_the_report_and_returns_the_tables(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from edgekit.profiler import demo_profile
+
+    monkeypatch.setattr("edgekit.profiler.DEMO_SWEEP_LENGTHS", ())  # no exports in a unit test
+    out = demo_profile({"masked": Bundle.load(tiny["masked8"]), "ar": tiny["ar"]}, tmp_path / "demo")
+    assert out["html"] == str(tmp_path / "demo" / "report" / "profile.html")
+    assert (tmp_path / "demo" / "report" / "profile.json").is_file()
+    assert out["table"]["variants"]["columns"] == ["metric", "ort fp32", "ort int8", "AR ort fp32"]
+    assert out["speedups"][0]["speedup"] > 0 and out["crossover"]["seed_formula"]["n"] > 1
+    assert out["power"]["available"] or out["power"]["reason"]  # a figure, or why there is none

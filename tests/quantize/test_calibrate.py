@@ -1,0 +1,169 @@
+"""The recording proxy sees every network call of every loop (steps, ODE stages, CFG rows, AR
+positions); the reader feeds them to ORT; range drift is grouped by loop call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.schedules import time_grid
+from edgekit.quantize.calibrate import RecordedCall, RecordingRuntime, Trajectories, TrajectoryReader, range_drift
+from edgekit.runtimes.base import BaseRuntime
+from edgekit.spec import TensorSpec
+from tests.quantize.conftest import tiny_feeds
+
+V, L, T, C = 10, 12, 8, 4
+
+
+class TinyMasked(BaseRuntime):
+    """tokens int64[B, L] + class_id int64[B] -> logits float32[B, L, V], reusing one buffer."""
+
+    name = "tiny-masked"
+
+    def __init__(self, batch: int):
+        super().__init__(
+            {"tokens": TensorSpec((batch, L), "int64"), "class_id": TensorSpec((batch,), "int64")},
+            {"logits": TensorSpec((batch, L, V), "float32")},
+        )
+        self.table = np.random.default_rng(0).normal(size=(V + 1, V)).astype(np.float32)
+        self.out = np.empty((batch, L, V), np.float32)
+
+    def _run_impl(self, feeds):
+        self.out[:] = self.table[np.roll(feeds["tokens"], -1, axis=1)] + feeds["class_id"][:, None, None]
+        return {"logits": self.out}
+
+
+MASKED_META = {"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 3}}}
+
+
+class TinyFlow(BaseRuntime):
+    """x float32[B, T, C], t float32[B], tokens int64[B, L] -> v = tokens-mean - x."""
+
+    name = "tiny-flow"
+
+    def __init__(self, batch: int):
+        super().__init__(
+            {"x": TensorSpec((batch, T, C), "float32"), "t": TensorSpec((batch,), "float32"), "tokens": TensorSpec((batch, L), "int64")},
+            {"v": TensorSpec((batch, T, C), "float32")},
+        )
+
+    def _run_impl(self, feeds):
+        target = feeds["tokens"].mean(axis=1, keepdims=True)[:, :, None].astype(np.float32)
+        return {"v": target - feeds["x"]}
+
+
+FLOW_META = {"channels": C, "frames": T, "conditioning": {"tokens": {"uncond": V}}}
+
+
+class TinyAR(BaseRuntime):
+    name = "tiny-ar"
+
+    def __init__(self, batch: int, max_len: int = 6):
+        cache = TensorSpec((1, batch, 1, max_len, 2), "float32")
+        super().__init__(
+            {"token": TensorSpec((batch, 1), "int64"), "pos": TensorSpec((1,), "int64"), "k_cache": cache,
+             "v_cache": cache, "class_id": TensorSpec((batch,), "int64")},
+            {"logits": TensorSpec((batch, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        )
+
+    def _run_impl(self, feeds):
+        logits = np.zeros((len(feeds["token"]), V), np.float32)
+        logits[np.arange(len(logits)), (feeds["token"][:, 0] + 1) % V] = 5.0
+        k = feeds["k_cache"].copy()
+        k[:, :, :, int(feeds["pos"][0])] = 1.0
+        return {"logits": logits, "k_cache_out": k, "v_cache_out": k}
+
+
+AR_META = {"vocab_size": V, "max_len": 6, "bos_id": V, "conditioning": {"class_id": {"uncond": 3}}}
+
+
+def _decode(kind, runtime, meta, cond, **options):
+    rec = RecordingRuntime(runtime, kind, meta)
+    cfg = decode_config(kind, {}, options, seed=3)
+    result = decode(kind, rec, meta, cond, cfg)
+    return rec, result
+
+
+def test_masked_every_step_recorded_as_a_copy_with_its_mask_share():
+    rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=6)
+    assert len(rec.feeds) == result.runtime_calls == 6
+    shares = [c.position for c in rec.calls]
+    assert shares[0] == 1.0 and all(a > b for a, b in zip(shares, shares[1:]))  # the schedule unmasks
+    # Copies, not the loop's reused buffers: step 0 still shows the all-mask input.
+    assert (rec.feeds[0]["tokens"] == V).all() and not (rec.feeds[-1]["tokens"] == V).all()
+    assert [c.call for c in rec.calls] == list(range(6))
+
+
+def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_calls():
+    rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=4, guidance=3.0)
+    assert len(rec.feeds) == result.runtime_calls == 8  # cond call + uncond call per step
+    classes = [tuple(f["class_id"]) for f in rec.feeds]
+    assert classes.count((0, 1)) == 4 and classes.count((3, 3)) == 4
+
+
+def test_flow_every_ode_evaluation_and_cfg_row_recorded():
+    rec, result = _decode(
+        "flow", TinyFlow(4), FLOW_META, {"tokens": np.ones((2, L), np.int64)}, steps=3, solver="midpoint", grid="cosine", guidance=2.0
+    )
+    assert len(rec.feeds) == result.nfe == 6  # 3 steps x 2 evaluations, cond + uncond rows in one call
+    grid = time_grid("cosine", 3)
+    expected = sorted([*grid[:-1], *(grid[:-1] + np.diff(grid) / 2)])
+    np.testing.assert_allclose(sorted(c.position for c in rec.calls), expected, atol=1e-6)
+    for feed in rec.feeds:
+        assert (feed["tokens"][:2] == 1).all() and (feed["tokens"][2:] == V).all()  # CFG rows included
+
+
+def test_ar_every_position_recorded():
+    rec, result = _decode("ar", TinyAR(2), AR_META, {"class_id": np.array([0, 1])}, temperature=0.0)
+    assert [c.position for c in rec.calls] == [0, 1, 2, 3, 4, 5]
+    assert rec.feeds[0]["k_cache"].sum() == 0 and rec.feeds[3]["k_cache"].sum() > 0  # copies per step
+
+
+def test_reader_is_an_ort_calibration_reader_that_rewinds():
+    quant = pytest.importorskip("onnxruntime.quantization")
+    from edgekit.quantize.calibrate import calibration_reader
+
+    feeds = [{"x": np.full((1,), i, np.float32)} for i in range(5)]
+    reader = calibration_reader(feeds)
+    assert isinstance(reader, quant.CalibrationDataReader) and len(reader) == 5
+    assert [int(f["x"][0]) for f in reader] == [0, 1, 2, 3, 4]
+    assert reader.get_next() is None
+    reader.rewind()
+    assert int(reader.get_next()["x"][0]) == 0
+    reader.set_range(2, 4)
+    assert [int(f["x"][0]) for f in iter(reader.get_next, None)] == [2, 3]
+    assert isinstance(TrajectoryReader([]), quant.CalibrationDataReader)
+
+
+def test_range_drift_groups_ranges_by_loop_call(tiny_model):
+    pytest.importorskip("onnxruntime")
+    feeds = tiny_feeds(6)
+    for i, f in enumerate(feeds):
+        f["x"] *= 1 + (i % 3)  # call 2 of each decode sees 3x the range of call 0
+    calls = [RecordedCall(decode=i // 3, call=i % 3, position=float(i % 3)) for i in range(6)]
+    traj = Trajectories(feeds, calls, decodes=2, samples=4, seed=0)
+    drift = range_drift(tiny_model, ["x", "h"], traj)
+    assert drift.amax.shape == (3, 2) and drift.positions == (0.0, 1.0, 2.0)
+    for call in range(3):
+        expected = max(np.abs(feeds[call]["x"]).max(), np.abs(feeds[call + 3]["x"]).max())
+        assert drift.amax[call, 0] == pytest.approx(expected, rel=1e-6)
+    assert drift.share[2, 0] == pytest.approx(1.0)
+    assert drift.share[0, 0] < 0.5  # the first call uses a third of the calibrated range of x
+    assert drift.share[:, 1].min() > 0.6  # LayerNorm output: scale-free, barely drifts
+    rows = drift.table(max_rows=2)
+    assert [r["calls"] for r in rows] == [[0, 1], [2, 2]] and rows[0]["min_tensor"] == "x"
+    assert drift.most_drifting(1)[0]["tensor"] == "x"
+
+
+def test_record_trajectories_on_the_masked_demo(quant_bundles):
+    from edgekit.bundle import Bundle
+    from edgekit.quantize.calibrate import record_trajectories
+    from edgekit.runtimes import open_runtime
+
+    bundle = Bundle.load(quant_bundles["masked"])
+    with open_runtime(bundle, "ort", "fp32") as rt:
+        traj = record_trajectories(bundle, rt, samples=3, seed=5, decode_options={"steps": 4})
+    assert traj.decodes == 2 and len(traj.feeds) == 8 and traj.calls_per_decode == 4  # batch 2: ceil(3/2) decodes
+    assert traj.summary()["positions"][-1] == 1.0
+    assert {c.decode for c in traj.calls} == {0, 1}

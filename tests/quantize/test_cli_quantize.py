@@ -1,0 +1,71 @@
+"""`edgekit quantize` through the typer app. Runs once /tmp/edgekit-cli/quantize.py is merged
+into edgekit/cli.py (until then typer answers "No such command")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli import app
+
+pytest.importorskip("onnxruntime")
+runner = CliRunner()
+FAST = ["--calib-samples", "2", "--eval-samples", "2"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture()
+def masked(demo_bundles, tmp_path):
+    return shutil.copytree(demo_bundles["masked"], tmp_path / "masked")
+
+
+def test_quantize_json_is_one_document(masked):
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=0", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "edgekit.quantize/1" and doc["passed"] is True
+    assert doc["calibration"]["samples"] == 2 and doc["budget"]["limits"]["token_agreement"] == 0.0
+    assert doc["artifact"]["int8"].startswith("int8-")
+
+
+def test_quantize_prints_a_readable_summary(masked):
+    r = invoke("quantize", masked, *FAST, "--profile", "trt", "--exclude", "head", "--no-fallback", "--budget", "token_agreement=0")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for needle in ("trt / minmax", "kept in float", "attention core", "--exclude head", "accuracy vs budget",
+                   "token_agreement", "ground truth, FP32 vs INT8", "range drift", "mask share", "wrote"):
+        assert needle in out, needle
+    r = invoke("run", masked, "--precision", "int8", "--json")  # what was written runs
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["precision"] == "int8"
+
+
+def test_budget_miss_exits_4_with_one_line(masked):
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=1.01")
+    assert r.exit_code == 4
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "misses the accuracy budget" in last and "token_agreement" in last
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--profile", "gpu"], "valid: cpu, trt"),
+        (["--method", "kl"], "valid: minmax, entropy, percentile"),
+        (["--budget", "accuracy=1"], "valid keys"),
+        (["--budget", "snr_db=20"], "does not apply to a masked model"),
+        (["--exclude", "blocks.9"], "matches no node"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(demo_bundles, args, needle):
+    r = invoke("quantize", demo_bundles["masked"], *args)
+    assert r.exit_code == 2, r.output
+    last = r.stderr.strip().splitlines()[-1]  # progress lines may come first
+    assert last.startswith("error:") and needle in last, r.stderr

@@ -1,0 +1,138 @@
+"""Node roles, selection and the QDQ graphs ORT writes for each profile (tiny hand-built graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.errors import UsageError
+from edgekit.quantize.config import QuantizeConfig
+from tests.quantize.conftest import tiny_feeds
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from edgekit.quantize import ptq  # noqa: E402
+from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
+
+
+def test_roles_attention_core_time_embedding_and_flops(tiny_model):
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    roles = {n.name: n.role for n in plan.nodes}
+    assert [n for n, r in roles.items() if r == "attention-core"] == ["qk", "av"]
+    assert {n for n, r in roles.items() if r == "weighted"} == {"q_proj", "k_proj", "proj", "ada_a", "ada_b"}
+    # The embedding ends at the tensor both ada Gemms read; they themselves are ordinary layers.
+    assert {n for n, r in roles.items() if r == "time-embedding"} == {"t_unsq", "t_scale", "sin", "cos", "concat", "tile", "time_mlp"}
+    by = plan.by_name()
+    assert by["q_proj"].flops == 2 * 2 * 4 * 16 * 16 and by["q_proj"].rows == 8
+    assert by["qk"].flops == 2 * 2 * 4 * 4 * 16
+    assert by["ada_a"].rows == 2
+    assert plan.matmul_flops(["q_proj", "proj"]) == 2 * by["q_proj"].flops
+
+
+def test_default_selection_keeps_core_and_time_embedding_float(tiny_model):
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    chosen, floated = ptq.select_nodes(plan, QuantizeConfig())
+    assert sorted(chosen) == ["ada_a", "ada_b", "k_proj", "proj", "q_proj"]
+    assert floated["qk"].startswith("attention core") and floated["av"].startswith("attention core")
+    assert floated["time_mlp"].startswith("flow time embedding")
+    naive = QuantizeConfig(float_attention_core=False, float_time_embedding=False)
+    assert sorted(ptq.select_nodes(plan, naive)[0]) == ["ada_a", "ada_b", "av", "k_proj", "proj", "q_proj", "qk", "time_mlp"]
+
+
+def test_exclude_by_name_op_type_and_module_path(tiny_model):
+    plan = ptq.analyse_graph(tiny_model, time_input="t", labels={"ada_a": "blocks.0.ada", "ada_b": "blocks.1.ada"})
+    chosen, floated = ptq.select_nodes(plan, QuantizeConfig(exclude=("proj", "blocks.0", "Gemm")))
+    assert sorted(chosen) == ["k_proj", "q_proj"]
+    assert floated["proj"] == "excluded by --exclude proj"
+    assert floated["ada_a"] == "excluded by --exclude blocks.0"
+    assert floated["ada_b"] == "excluded by --exclude Gemm"
+    with pytest.raises(UsageError, match="matches no node"):
+        ptq.select_nodes(plan, QuantizeConfig(exclude=("blocks.9",)))
+
+
+def _quantize(tiny_model: Path, tmp_path: Path, profile: str, nodes=None) -> tuple[Path, list[str]]:
+    cfg = QuantizeConfig(profile=profile)
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    chosen = nodes if nodes is not None else ptq.select_nodes(plan, cfg)[0]
+    out = tmp_path / f"{profile}.onnx"
+    ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan)
+    return out, chosen
+
+
+def _qdq_by_input(struct):
+    return {q["input"]: q for q in struct["qdq"]}
+
+
+def test_trt_profile_every_zero_point_int8_zero_weights_per_channel_no_bias(tiny_model, tmp_path):
+    out, chosen = _quantize(tiny_model, tmp_path, "trt")
+    struct = ptq.qdq_structure(out)
+    assert struct["qdq"], "nothing was quantized"
+    for q in struct["qdq"]:
+        assert q["zero_point_dtype"] == "int8", q
+        assert q["zero_point_max_abs"] == 0, q
+        assert q["quantized_dtype"] in (None, "int8"), q
+    weights = [q for q in struct["qdq"] if q["constant_input"]]
+    assert len(weights) == 5  # Wq, Wk, Wo, Wa, Wb: one DQ each, no bias DQ
+    assert all(q["scale_size"] == 16 and q["axis"] == 1 for q in weights)  # per output channel of [K, N]
+    assert not any(q["input"].startswith("bo") for q in struct["qdq"])
+    assert ptq.trt_violations(out) == []
+    # Q/DQ sit on inputs of weighted ops only: activations h, a2, e (shared by q/k and ada_a/b).
+    assert sorted(q["input"] for q in struct["qdq"] if q["op"] == "QuantizeLinear") == ["a2", "e", "h"]
+    assert struct["ops"]["QuantizeLinear"] == 3 and struct["ops"]["DequantizeLinear"] == 3 + 5
+    assert set(chosen) <= set(struct["quantized_nodes"])
+
+
+def test_cpu_profile_u8_activations_int32_bias_and_excluded_nodes_stay_float(tiny_model, tmp_path):
+    out, chosen = _quantize(tiny_model, tmp_path, "cpu", nodes=["q_proj", "proj"])
+    struct = ptq.qdq_structure(out)
+    acts = [q for q in struct["qdq"] if q["op"] == "QuantizeLinear"]
+    assert {q["zero_point_dtype"] for q in acts} == {"uint8"}  # asymmetric u8: ORT CPU's u8s8 kernels
+    model = onnx.load(str(out))
+    by_name = {n.name: n for n in model.graph.node}
+    dq_out = {o: n for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    for name in ("k_proj", "qk", "av", "ada_a", "ada_b", "time_mlp", "sin", "softmax", "ln"):
+        assert not any(i in dq_out for i in by_name[name].input), f"{name} should read float inputs"
+    assert set(ptq.quantized_nodes(model)) == {"q_proj", "proj"}
+    assert ptq.trt_violations(out), "u8 zero points must break the TensorRT rules"
+
+
+def test_int8_output_is_close_to_float(tiny_model, tmp_path):
+    out, _ = _quantize(tiny_model, tmp_path, "cpu")
+    ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feed = tiny_feeds(1, seed=7)[0]
+    a, b = ref.run(None, feed)[0], q.run(None, feed)[0]
+    snr = 10 * np.log10(np.sum(a**2) / np.sum((a - b) ** 2))
+    assert 25 < snr < 80, snr  # quantized (not bit-exact) and still accurate
+
+
+def test_empty_selection_writes_the_float_graph(tiny_model, tmp_path):
+    out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=[])
+    assert ptq.qdq_structure(out)["qdq"] == []
+
+
+def test_module_labels_from_export_metadata(quant_bundles):
+    from edgekit.bundle import Bundle
+
+    labels = ptq.module_labels(Bundle.load(quant_bundles["masked"]).path_of("fp32"))
+    assert "head" in labels.values()
+    assert "blocks.0.attn.qkv" in labels.values()
+
+
+def test_entropy_calibration_clips_where_minmax_does_not_and_prints_nothing(tiny_model, tmp_path, capsys):
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    scales = {}
+    for method in ("minmax", "entropy"):
+        cfg = QuantizeConfig(method=method)
+        reader, cache, out = calibration_reader(tiny_feeds(8)), tmp_path / f"{method}.json", tmp_path / f"{method}.onnx"
+        assert ptq.calibrate(tiny_model, reader, cfg, cache)
+        ptq.quantize_model(tiny_model, out, reader, ptq.select_nodes(plan, cfg)[0], cfg, plan, calibration_cache=cache)
+        model = onnx.load(str(out))
+        inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+        scales[method] = {n.input[0]: float(inits[n.input[1]]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    # LayerNorm output h has a long tail: the KL threshold (512 bins -> 128 levels) clips it.
+    assert scales["entropy"]["h"] < 0.8 * scales["minmax"]["h"]
+    assert capsys.readouterr().out == ""  # ORT's histogram calibrators print; --json must stay clean

@@ -1,0 +1,103 @@
+"""The quantize stage on the demo bundles: artifact, manifest, budgets, TensorRT rules.
+
+``test_demo_models_meet_default_budgets`` asserts trained-model quality: it passes with the
+committed (trained) demo weights and is expected to fail with random-init weights."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from edgekit.bundle import Bundle
+from edgekit.errors import UsageError
+from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="session")
+def quantized(quant_bundles) -> dict[str, dict]:
+    """Each demo bundle quantized once with the default (cpu) configuration."""
+    return {kind: quantize_bundle(path) for kind, path in quant_bundles.items()}
+
+
+def test_demo_models_meet_default_budgets(quantized):
+    for kind, s in quantized.items():
+        assert s["passed"], (kind, s["budget"]["checks"], s["fallback"])
+        for c in s["budget"]["checks"]:
+            assert c["passed"] is True, (kind, c)  # every key measured (the demos have ground truth)
+        assert s["int8_flop_share"]["matmul"] >= 0.6, (kind, s["int8_flop_share"])
+
+
+def test_int8_file_at_most_0_3x_fp32(quantized):
+    for kind, s in quantized.items():
+        assert s["sizes"]["ratio"] <= 0.3, (kind, s["sizes"])
+
+
+def test_manifest_records_config_calibration_budget_and_result(quantized, quant_bundles):
+    bundle = Bundle.load(quant_bundles["masked"])  # hashes verified: the artifact is intact
+    q = bundle.manifest["quantization"]
+    assert q["profile"] == "cpu" and q["method"] == "minmax"
+    assert q["config"]["calib_samples"] == 8 and q["config"]["settings"]["activation_type"] == "QUInt8"
+    assert q["calibration"]["samples"] == 8 and q["calibration"]["feeds"] == 4 * 8  # batch 2: 4 decodes x 8 steps
+    assert q["budget"]["limits"] == {"token_agreement": 0.99, "event_accuracy_drop": 0.02}
+    assert set(q["measured"]) >= {"token_agreement", "event_accuracy_drop", "final_token_agreement"}
+    assert q["sizes"]["int8_bytes"] == bundle.artifact("int8").bytes
+    auto = q["selection"]["excluded_auto"]
+    assert len(auto) >= 8 and q["selection"]["excluded_user"] == []  # 4 blocks x (QKᵀ, AV)
+    reasons = {r["reason"].split(" (")[0] for r in q["selection"]["float"]}
+    assert "attention core" in reasons
+    assert q["selection"]["float_by_op_type"]["Softmax"] == 4 and q["selection"]["float_by_op_type"]["LayerNormalization"] == 9
+    assert bundle.artifact("int8-calibration").path.endswith(".cache")
+    # The artifact is what `edgekit run --precision int8` opens.
+    from edgekit.pipeline import RunRequest, run_bundle
+
+    result = run_bundle(bundle.root, RunRequest(precision="int8"))
+    assert result["output"].shape == (2, 64)
+
+
+def test_range_drift_table_covers_every_step(quantized):
+    masked = quantized["masked"]["range_drift"]
+    rows = masked["steps"]
+    assert rows[0]["calls"][0] == 0 and rows[-1]["calls"][1] == 7  # all 8 MaskGIT steps
+    assert rows[0]["position"][0] == 1.0 and rows[-1]["position"][1] < 0.5  # mask share falls
+    assert all(0 < r["min_share"] <= r["mean_share"] <= 1.0 for r in rows)
+    flow = quantized["flow"]["range_drift"]["steps"]
+    assert flow[0]["position"][0] == 0.0  # t = 0: pure noise in
+    assert len(quantized["ar"]["range_drift"]["steps"]) == 8  # 64 positions in 8 groups
+
+
+def test_flow_time_embedding_stays_float(quantized, quant_bundles):
+    q = quantized["flow"]
+    float_labels = {r["label"] for r in q["selection"]["float"] if r["reason"].startswith("flow time embedding")}
+    assert {"time_mlp.0", "time_mlp.2"} <= float_labels
+    int8_labels = {r["label"] for r in q["selection"]["int8"]}
+    assert "blocks.0.ada" in int8_labels and "blocks.0.conv_in" in int8_labels
+
+
+def test_trt_profile_on_demo_graph_all_zero_points_int8_zero(demo_bundles, tmp_path):
+    path = shutil.copytree(demo_bundles["masked"], tmp_path / "masked")
+    cfg = QuantizeConfig(profile="trt", calib_samples=2, eval_samples=2, fallback=False, exclude=("head",))
+    s = quantize_bundle(path, cfg)
+    assert s["structure"]["trt_rules"] == "pass"
+    model = onnx.load(str(Bundle.load(path).path_of("int8")))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert len(qdq) >= 2 * 17
+    for node in qdq:
+        zp = inits[node.input[2]]
+        assert zp.dtype == np.int8 and not zp.any(), node.name
+        if node.input[0] in inits:  # a weight: int8 values, one scale per output channel
+            assert inits[node.input[0]].dtype == np.int8 and inits[node.input[1]].size > 1, node.name
+    head = [n for n in model.graph.node if n.name.startswith("node_MatMul_179")]
+    dq_outputs = {o for n in qdq for o in n.output}
+    assert head and not any(i in dq_outputs for i in head[0].input)  # --exclude head: really float
+    assert [r["label"] for r in s["selection"]["float"] if r["source"] == "user"] == ["head"]
+
+
+def test_wrong_budget_key_fails_before_any_work(quant_bundles):
+    with pytest.raises(UsageError, match="does not apply to a masked model"):
+        quantize_bundle(quant_bundles["masked"], QuantizeConfig(budget={"snr_db": 20}))

@@ -1,0 +1,26 @@
+"""CLI: `edgekit targets` and `edgekit doctor` (commands from /tmp/edgekit-cli/targets.py, merged into edgekit.cli)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from edgekit.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_targets_table_and_json():
+    r = invoke("targets")
+    assert r.exit_code == 0, r.output
+    for name in ("cpu", "jetson-orin-nano", "android-arm64", "rpi5"):
+        assert name in r.stdout
+    r = invoke("targets", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "edgekit.targets/1" and doc["targets"][0]["name"] == "cpu" and len(doc["targets"]) == 8
+    assert doc["targets"][0]["ort"]["providers"] == ["CPUExecutionProvider"]

@@ -1,0 +1,107 @@
+"""Target profiles: the shipped TOML files load with the declared facts, and user files are
+checked strictly (unknown keys list the valid ones, wrong types name the key)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekit.errors import UsageError
+from edgekit.probes.power import CHOICES as POWER_PROBES
+from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_targets, load_target, parse_target
+
+SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-agx-orin", "jetson-xavier", "android-arm64", "rpi5"}
+MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
+
+
+def write(tmp_path, text: str, name: str = "mine.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_shipped_targets_load_with_the_default_first():
+    targets = list_targets()
+    assert {t.name for t in targets} == SHIPPED
+    assert targets[0].name == DEFAULT_TARGET == "cpu"
+    assert builtin_names()[0] == "cpu"
+    for t in targets:
+        assert t.source == f"builtin:{t.name}"
+        assert t.power_probe in POWER_PROBES
+        assert t.install and t.description
+        json.dumps(t.to_json())  # JSON-ready for `edgekit targets --json`
+
+
+def test_each_target_declares_what_the_issue_asks():
+    cpu = load_target("cpu")
+    assert cpu.runtimes == ("ort",) and cpu.arch == "host" and cpu.ort.graph_optimization == "all"
+    for name in ("arm64-cpu", "rpi5", "android-arm64"):
+        t = load_target(name)
+        assert t.arch == "aarch64" and t.ort.graph_optimization == "extended", name  # portable across CPUs
+    android = load_target("android-arm64")
+    assert android.ort.format == "ort" and android.power_probe == "android"
+    assert {"NnapiExecutionProvider", "XnnpackExecutionProvider", "QNNExecutionProvider"} <= set(android.ort.providers)
+    assert len(android.ort.provider_options) == len(android.ort.providers)
+    assert android.lint.supported_ops == "nnapi"
+    assert load_target("rpi5").power_probe == "rpi"
+    gpu = load_target("nvidia-gpu")
+    assert gpu.runtimes == ("trt", "ort") and gpu.ort.providers[0] == "CUDAExecutionProvider" and gpu.power_probe == "nvml"
+    for name, cc in (("jetson-orin-nano", "8.7"), ("jetson-agx-orin", "8.7"), ("jetson-xavier", "7.2")):
+        t = load_target(name)
+        assert t.runtimes[0] == "trt" and t.trt.jetson and t.trt.compute_capability == (cc,)
+        assert t.power_probe == "jetson" and t.nvpmodel and "--system-site-packages" in t.install
+    assert load_target("jetson-orin-nano").trt.board == ("Orin Nano",)
+    assert load_target("jetson-agx-orin").trt.board == ("AGX Orin",)
+    for t in list_targets():
+        if t.uses_trt:
+            assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3840 and t.lint.supported_ops == "tensorrt"
+        else:
+            assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi")
+        assert t.lint.static_shapes
+
+
+def test_user_file_by_path_with_defaults(tmp_path):
+    t = load_target(write(tmp_path, MINIMAL + 'description = "my board"\n[lint]\nmemory_budget_mb = 512\n'))
+    assert t.name == "mine" and t.description == "my board" and t.lint.memory_budget_mb == 512
+    assert t.ort == OrtSettings() and t.source == str(tmp_path / "mine.toml")
+    assert load_target(t) is t  # a Target passes through
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (MINIMAL + "runtime_order = 1\n", "unknown key 'runtime_order'; valid: name, runtimes, precisions, description, arch"),
+        (MINIMAL + "[ort]\nprovider = ['CPUExecutionProvider']\n", "unknown key 'provider' in [ort]; valid: providers, provider_options, graph_optimization"),
+        (MINIMAL + "[lint]\nmax_topk = 5\n", "unknown key 'max_topk' in [lint]; valid: static_shapes, max_topk_k"),
+        ('runtimes = "ort"\nprecisions = ["fp32"]\n', "key 'runtimes' must be an array, got str 'ort'"),
+        (MINIMAL + "[lint]\nmax_topk_k = 'big'\n", "key 'lint.max_topk_k' must be an integer, got str 'big'"),
+        (MINIMAL + "[trt]\njetson = 1\n", "key 'trt.jetson' must be true or false, got int 1"),
+        (MINIMAL + "ort = 3\n", "key 'ort' must be a table"),
+        (MINIMAL + "[ort]\nprovider_options = [3]\n", "key 'ort.provider_options[0]' must be a table"),
+        ('runtimes = ["ort"]\n', "required key 'precisions' is missing"),
+        ('runtimes = ["tensorflow"]\nprecisions = ["fp32"]\n', "runtimes = 'tensorflow' is invalid; valid: ort, trt"),
+        ('runtimes = ["ort"]\nprecisions = ["bf16"]\n', "precisions = 'bf16' is invalid; valid: fp32, fp16, int8"),
+        (MINIMAL + 'power_probe = "wattmeter"\n', "power_probe = 'wattmeter' is invalid; valid: off, auto, nvml"),
+        (MINIMAL + "[ort]\nproviders = ['A', 'B']\nprovider_options = [{}]\n", "ort.provider_options has 1 tables for 2 providers"),
+        (MINIMAL + "[lint]\nopset_min = 20\nopset_max = 10\n", "20..10 is not a range"),
+        ("runtimes = [\n", "is not valid TOML"),
+    ],
+)
+def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
+    with pytest.raises(UsageError) as err:
+        load_target(write(tmp_path, text))
+    assert needle in str(err.value)
+    assert str(tmp_path / "mine.toml") in str(err.value)
+
+
+def test_unknown_names_list_the_shipped_targets(tmp_path):
+    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5 or a path to a .toml file"):
+        load_target("jetson-nano")
+    with pytest.raises(UsageError, match="does not exist"):
+        load_target(tmp_path / "missing.toml")
+
+
+def test_parse_target_names_its_source():
+    t = parse_target(MINIMAL, "inline", default_name="x")
+    assert t.name == "x" and t.source == "inline"
