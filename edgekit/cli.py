@@ -586,6 +586,19 @@ def demo(
     ]
     o.table(f"decode quality vs the corpus ground truth (ort fp32, n={n}, seed={seed})",
             ["model", "validity", "event acc.", "NLL/token", "SNR vs clean"], rows)
+    b = report["stages"]["build"]
+    o.table("build: lint + engine for the cpu target", ["model", "lint", "engine", "MB", "runtime"],
+            [(k, "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)", s["engine"], s["bytes"] / 1e6, s["runtime"]) for k, s in b.items()])
+    prof = report["stages"]["profile"]
+    t = prof["table"]
+    o.table("profile: masked-demo on ort, side by side", t["variants"]["columns"], t["variants"]["rows"])
+    if t["ratios"]["rows"]:
+        o.table("ratios measured in the same run", t["ratios"]["columns"], t["ratios"]["rows"])
+    if "ar" in t:
+        o.table("NAR vs AR (speedup = AR ms / NAR ms)", t["ar"]["columns"], t["ar"]["rows"])
+    for line in t["crossover"] + t["power"]:
+        o.line(line)
+    o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
 
 
 def main() -> None:

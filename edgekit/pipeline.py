@@ -235,4 +235,14 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
 
     quality["corpus"] = default_corpus().reference_token_metrics
     report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
+
+    from edgekit.build import demo_build_stage
+
+    step("lint and build each bundle for the cpu target (optimized ONNX)")
+    report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "fp32") for kind, b in bundles.items()}
+
+    from edgekit.profiler import demo_profile
+
+    step("profile masked-demo against the AR baseline and write the HTML report")
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out)
     return report
