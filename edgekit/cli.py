@@ -104,6 +104,8 @@ def export(
     opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
+    graph: Annotated[str, typer.Option("--graph", help="host (per-step network, default) | step (decode update in the graph) | unrolled (flow: the whole solve in one call).")] = "host",
+    decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
@@ -116,8 +118,28 @@ def export(
     spec = load_spec(model, batch)
     o.info(f"exporting {spec.name} ({spec.kind}) to {out} …")
     cfg = ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol))
+    if graph not in ("host", "step", "unrolled"):
+        raise EdgekitError(f"--graph {graph!r} is unknown; valid: host, step, unrolled")
     bundle = export_bundle(spec, out, cfg, source=model)
     _print_verification(o, bundle)
+    if graph != "host":
+        from edgekit.export.fused import fused_bundle
+
+        baked = {}
+        for item in decode_opt or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise EdgekitError(f"--decode {item!r} is not KEY=VALUE", hint="e.g. --decode solver=rk4 --decode steps=4")
+            try:
+                baked[key] = float(value) if key in ("guidance", "temperature", "choice_temperature", "sway") else int(value) if key == "steps" else value
+            except ValueError:
+                raise EdgekitError(f"--decode {item!r}: {key} needs a number") from None
+        o.info(f"adding the fused {graph} graph …")
+        entry = fused_bundle(out, graph, baked, spec=spec, cfg=cfg)
+        from edgekit.bundle import Bundle
+
+        bundle = Bundle.load(out)
+        o.pairs(f"fused {graph} graph (baked)", entry["baked"])
     o.document(bundle.manifest)
 
 
@@ -149,7 +171,7 @@ def inspect(bundle: BundleArg, json_out: JsonOpt = False) -> None:
 @command("train-demo", epilog="Example:\n\n  edgekit train-demo --out edgekit/models/weights")
 def train_demo(
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Directory for the .safetensors files (default: the package's weights).")] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps per model (default: masked 3000, ar 1000, flow 1500).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps per model (default: masked 6000, ar 1000, flow 1500).")] = None,
     models: Annotated[str, typer.Option(help="Comma-separated demo models to train.")] = "masked-demo,flow-demo,ar-demo",
     json_out: JsonOpt = False,
 ) -> None:
@@ -206,6 +228,7 @@ def run(
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""
@@ -223,9 +246,23 @@ def run(
         if not sep or not name:
             raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
         raw_cond[name] = value
+    plan = None
+    if latency_budget_ms is not None:
+        from edgekit.bundle import Bundle
+        from edgekit.decode.budget import plan_for_budget
+        from edgekit.pipeline import conditions, graph_batch
+
+        loaded = Bundle.load(bundle)
+        plan = plan_for_budget(bundle, latency_budget_ms, cond=conditions(loaded, raw_cond, batch or graph_batch(loaded), seed))
+        options["solver"], options["steps"] = plan.solver, plan.steps
+        o.info(f"budget {latency_budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
+               f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
     req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond,
                      decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild)
     result = run_bundle(bundle, req)
+    if plan is not None:
+        result["budget"] = {"budget_ms": latency_budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
+                            "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
     output, conds = result.pop("output"), result.pop("cond")
     if out is not None:
         save_outputs(out, output_name(result["kind"]), output, conds)
@@ -244,6 +281,215 @@ def run(
     o.pairs(f"run {bundle}", summary)
     if out is not None:
         o.line(f"wrote {out}")
+
+
+@command(
+    epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
+    "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json"
+)
+def quantize(
+    bundle: BundleArg,
+    profile: Annotated[str, typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias).")] = "cpu",
+    method: Annotated[str, typer.Option(help="Calibration: minmax | entropy | percentile.")] = "minmax",
+    calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
+    eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
+    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
+    decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
+    fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
+    seed: SeedOpt = 0,
+    threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
+    _configure_logging()
+    from edgekit.errors import CheckFailed
+    from edgekit.quantize import QuantizeConfig, parse_budget, parse_decode, quantize_bundle
+
+    o = Output(json_out)
+    cfg = QuantizeConfig(
+        profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
+        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
+    )
+    s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
+    o.document(s)
+    _print_quantize(o, s)
+    if not s["passed"]:
+        failed = ", ".join(f"{c['key']} {c['value']:.4g} (limit {c['op']} {c['limit']:g})" for c in s["budget"]["checks"] if c["passed"] is False)
+        raise CheckFailed(
+            f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
+            hint=f"relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / --calib-samples {2 * calib_samples}",
+        )
+
+
+def _print_quantize(o: Output, s: dict) -> None:
+    sizes, share, cal = s["sizes"], s["int8_flop_share"], s["calibration"]
+    sel = s["selection"]
+    o.pairs(f"quantize {s['bundle']}", {
+        "model": f"{s['model']} ({s['kind']})",
+        "profile / method": f"{s['profile']} / {s['method']}",
+        "calibration": f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network calls, {cal['calls_per_decode']} per decode",
+        "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
+        "INT8 share of FLOPs": f"{_pct(share['matmul'])} of MatMul/Gemm, {_pct(share['weighted'])} incl. Conv",
+        "size": f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)",
+        "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
+        "budget": "met" if s["passed"] else "NOT met",
+    })
+    o.table("kept in float (node, why)", ["module / node", "op", "source", "reason"],
+            [(r["label"], r["op"], r["source"], r["reason"]) for r in sel["float"]])
+    checks = s["budget"]["checks"]
+    reported = [(k, "—", v, "reported") for k, v in s["measured"].items() if not k.startswith("quality") and k not in {c["key"] for c in checks}]
+    o.table("accuracy vs budget (held-out set, identical noise on FP32 and INT8)", ["metric", "limit", "INT8 vs FP32", ""],
+            [(c["key"], f"{c['op']} {c['limit']:g}", c["value"], {True: "pass", False: "FAIL", None: "not measured"}[c["passed"]]) for c in checks] + reported)
+    qf, qi = s["measured"].get("quality_fp32") or {}, s["measured"].get("quality_int8") or {}
+    if qf:
+        o.table("ground truth, FP32 vs INT8", ["metric", "FP32", "INT8"], [(k, qf[k], qi.get(k)) for k in qf])
+    if s["fallback"]:
+        o.table("budget fallback, most sensitive first (SQNR dB: output with only this node INT8; noise it adds locally)",
+                ["#", "module / node", "output SQNR alone", "added locally"],
+                [(i + 1, f["label"], f.get("isolated_output_sqnr_db"), f.get("added_sqnr_db")) for i, f in enumerate(s["fallback"])])
+    where = {"masked": "mask share", "flow": "t", "ar": "position"}[s["kind"]]
+    o.table(f"activation range drift across decode steps ({s['range_drift']['tensors']} INT8 input tensors; share = step max|x| / calibrated max|x|)",
+            ["network calls", where, "mean share", "min share", "narrowest tensor"],
+            [(_span(r["calls"], "d"), _span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
+             for r in s["range_drift"]["steps"]])
+    o.line(f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8)")
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _span(pair: list, fmt: str) -> str:
+    lo, hi = (format(v, fmt) for v in pair)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _check_num(value, spec: str = ".4g") -> str:
+    """A number for the table; also takes the strings a JSON round trip leaves ("inf", from
+    `edgekit deploy --command check`) and None."""
+    if value is None:
+        return "—"
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def _check_threshold_cell(row: dict) -> str:
+    if row["threshold"] is None:
+        return "—"
+    return f"{'≥' if row['bound'] == 'min' else '≤'} {_check_num(row['threshold'])}"
+
+
+def _check_baseline_cell(row: dict) -> str:
+    if row["baseline"] is None:
+        return "—"
+    allowed = row["allowed_regression"]
+    return _check_num(row["baseline"]) + (f" (±{_check_num(allowed, '.2g')})" if allowed is not None else "")
+
+
+def _check_result_cell(row: dict) -> str:
+    if not row["passed"]:
+        return "FAIL"
+    if row["value"] is None:
+        return "n/a"  # undefined on both variants (e.g. NLL when no sequence is valid)
+    return "pass" if row["gated"] else "info"
+
+
+def _print_check(o: Output, doc: dict) -> None:
+    mode = "greedy" if doc["greedy"] else "sampling as the bundle, same noise"
+    rows = [
+        (r["metric"], r["value"], _check_threshold_cell(r), _check_baseline_cell(r), _check_result_cell(r))
+        for r in doc["rows"]
+    ]
+    o.table(
+        f"{doc['model']} ({doc['kind']}): {doc['candidate']} vs {doc['reference']} — n={doc['n']}, seed={doc['seed']}, {mode}",
+        ["metric", "value", "threshold", "baseline", "result"],
+        rows,
+    )
+    q = doc["quality"]
+    if q["reference"]:
+        o.table(
+            "quality vs ground truth" if q["ground_truth"] else f"quality ({q['metric_hook']})",
+            ["metric", doc["reference"], doc["candidate"], "drop"],
+            [(k, v, q["candidate"].get(k), q["drop"].get(k)) for k, v in q["reference"].items()],
+        )
+    for name, curve in doc["curves"].items():
+        if 0 < len(curve) <= 16:  # per-step curves: where along the decode the candidate drifts
+            o.line(f"{name}: " + "  ".join(_check_num(v, ".3g") for v in curve))
+    gated = sum(1 for r in doc["rows"] if r["gated"])
+    if doc["passed"]:
+        o.line(f"PASS: {gated} gated metrics within their thresholds" + (f" and baseline {doc['baseline']}" if doc["baseline"] else ""))
+    for key, what in (("saved_baseline", "baseline"), ("junit", "JUnit XML")):
+        if doc.get(key):
+            o.line(f"wrote {what} {doc[key]}")
+
+
+@command(
+    epilog="Exit codes: 0 pass · 4 a metric failed · 1 error.\n\n"
+    "Examples:\n\n  edgekit check bundles/masked                     (ort:int8 vs ort:fp32, default thresholds)\n\n"
+    "  edgekit check bundles/flow --reference torch --candidate ort:fp32 --n 32\n\n"
+    "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
+    "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
+    "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5"
+)
+def check(
+    bundle: BundleArg,
+    reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
+    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt.")] = "ort",
+    n: Annotated[int, typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i).")] = 16,
+    seed: SeedOpt = 0,
+    greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
+    thresholds: Annotated[Optional[Path], typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file.")] = None,
+    save_baseline: Annotated[Optional[Path], typer.Option("--save-baseline", help="Write this run's metrics as a baseline file (JSON).")] = None,
+    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for models without a demo evaluation set; repeatable.")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
+    _configure_logging()
+    from edgekit.check import CheckConfig, check_bundle
+    from edgekit.errors import CheckFailed
+
+    o = Output(json_out)
+    raw_cond = {}
+    for item in cond or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
+        raw_cond[name] = value
+    cfg = CheckConfig(
+        reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond,
+        thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
+    )
+    o.info(f"checking {bundle}: {candidate} vs {reference} on {n} conditions …")
+    doc = check_bundle(bundle, cfg)
+    for w in doc["warnings"]:
+        o.warn(w)
+    o.document(doc)
+    _print_check(o, doc)
+    if not doc["passed"]:
+        failed = ", ".join(doc["failed"])
+        raise CheckFailed(
+            f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
+        )
+
+
+def _print_demo_check(o: Output, chk: dict) -> None:
+    """The demo's last table: one verdict per model."""
+    rows = []
+    for model, m in chk["models"].items():
+        key = {"masked": ("token_agreement", "logits_kl"), "flow": ("snr_db", "velocity_snr_db"), "ar": ("token_agreement", "logits_kl")}
+        doc = chk["documents"][model]
+        shown = ", ".join(f"{k} {_check_num(m['metrics'][k])}" for k in key[doc["kind"]] if k in m["metrics"])
+        compared = f"{m['candidate']} vs {m['reference']} (n={m['n']})"
+        rows.append((model, compared, shown, "pass" if m["passed"] else "FAIL: " + ", ".join(m["failed"])))
+    o.table(f"check: whole decodes under identical noise (seed={chk['seed']})", ["model", "compared", "key metrics", "verdict"], rows)
+    o.line("check: PASS" if chk["passed"] else "check: FAIL (run `edgekit check BUNDLE` for the full table)")
 
 
 def _csv(option: str, value: Optional[str], cast=str) -> tuple:
@@ -586,6 +832,17 @@ def demo(
     ]
     o.table(f"decode quality vs the corpus ground truth (ort fp32, n={n}, seed={seed})",
             ["model", "validity", "event acc.", "NLL/token", "SNR vs clean"], rows)
+    qz = report["stages"]["quantize"]
+    rows = []
+    for kind, r in qz.items():
+        qf, qi = r["quality_fp32"] or {}, r["quality_int8"] or {}
+        for k in qf:
+            rows.append((kind, k, qf[k], qi.get(k), ""))
+        for c in r["budget"]:
+            rows.append((kind, c["key"], "—", c["value"], f"{c['op']} {c['limit']:g}: " + ("pass" if c["passed"] else "FAIL")))
+        rows.append((kind, "size MB", r["sizes"]["fp32_bytes"] / 1e6, r["sizes"]["int8_bytes"] / 1e6, f"{r['sizes']['ratio']:.2f}x"))
+    o.table("quantize: FP32 vs INT8 side by side (held-out set, identical noise)", ["model", "metric", "FP32", "INT8", "budget"], rows)
+    _print_demo_check(o, report["stages"]["check"])
     b = report["stages"]["build"]
     o.table("build: lint + engine for the cpu target", ["model", "lint", "engine", "MB", "runtime"],
             [(k, "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)", s["engine"], s["bytes"] / 1e6, s["runtime"]) for k, s in b.items()])

@@ -236,6 +236,16 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     quality["corpus"] = default_corpus().reference_token_metrics
     report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
 
+    from edgekit.quantize.stage import demo_quantize
+
+    step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories")
+    report["stages"]["quantize"] = demo_quantize(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+
+    from edgekit.check import demo_check
+
+    step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate")
+    report["stages"]["check"] = demo_check(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+
     from edgekit.build import demo_build_stage
 
     step("lint and build each bundle for the cpu target (optimized ONNX)")

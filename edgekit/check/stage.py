@@ -186,7 +186,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     for side in ("reference", "candidate"):
         q = dict(score(bundle, out[side], cond_all) or {})
         if hook is not None:
-            q |= {name: v for name, v in run_metric_hook(hook, cfg.metric_hook, out[side], cond_all).items()}
+            q |= run_metric_hook(hook, cfg.metric_hook, out[side], cond_all)
         quality[side] = q
     drops = quality_drops(quality["reference"], quality["candidate"])
     unused = [m for m in thresholds.explicit if m.startswith(QUALITY_PREFIX) and m[len(QUALITY_PREFIX) :] not in drops]
@@ -221,24 +221,29 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
 
 
 def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, seed: int = 0) -> dict[str, Any]:
-    """The demo's check stage: per bundle, INT8 vs FP32 on ORT when the bundle has an int8
-    model, else ORT FP32 vs the PyTorch module. ``bundles``: Bundle objects or paths (a dict's
-    values are used). Returns {"passed", "models": {name: {reference, candidate, passed,
-    failed, metrics}}}; the full documents are under "documents"."""
+    """The demo's check stage: per bundle, INT8 vs FP32 on ORT over ``n`` conditions when the
+    bundle has an int8 model, else ORT FP32 vs the PyTorch module over one graph batch.
+    ``bundles``: Bundle objects or paths (a dict's values are used). Returns {"passed",
+    "models": {name: {reference, candidate, n, passed, failed, metrics}}}; the full check
+    documents are under "documents"."""
     items = bundles.values() if isinstance(bundles, Mapping) else bundles
     report: dict[str, Any] = {"schema": "edgekit.demo-check/1", "n": n, "seed": seed, "models": {}, "documents": {}}
     for item in items:
         root = item.root if isinstance(item, Bundle) else Path(item)
-        b = item if isinstance(item, Bundle) else Bundle.load(root)
+        b = Bundle.load(root)  # from disk: an earlier stage may have added the int8 model since
+        rows = n
         if "int8" in b.manifest["artifacts"]:
             ref, cand = "ort:fp32", "ort:int8"
         else:
+            # The export check again, on whole decodes: one graph batch is enough (torch is slow).
             ref, cand = "torch:fp32", "ort:fp32"
-        doc = check_bundle(root, CheckConfig(reference=ref, candidate=cand, n=n, seed=seed))
+            rows = min(n, next(iter(b.inputs.values())).shape[0])
+        doc = check_bundle(root, CheckConfig(reference=ref, candidate=cand, n=rows, seed=seed))
         report["documents"][b.name] = doc
         report["models"][b.name] = {
             "reference": ref,
             "candidate": cand,
+            "n": rows,
             "passed": doc["passed"],
             "failed": doc["failed"],
             "metrics": {k: v for k, v in doc["metrics"].items() if v is not None and not _nan(v)},

@@ -54,8 +54,9 @@ class Rule:
 # ---- the defaults, in one place -------------------------------------------------------------------
 # For decodes under the bundle's sampling defaults with identical noise on both variants (see
 # stage.py) over the default 16 conditions. Calibrated on the trained demo models (numbers in the
-# comments: careful INT8 = QDQ, u8 activations, per-channel s8 weights, weighted MatMuls only,
-# calibrated on trajectories; damaged = a weight +2 std of noise, or INT8 calibrated on step 0 only).
+# comments: careful INT8 = QDQ, u8 activations, per-channel s8 weights, weighted MatMuls except
+# the first and last, calibrated on trajectories; damaged = one weight + 2 std of noise; naive =
+# every op per-tensor, calibrated on the first step only).
 # The teacher-forced network metrics (logits_kl, top1_agreement, velocity_snr_db) do not depend on
 # sampling and carry the gate; trajectory agreement only guards against the catastrophic, because
 # one near-tie flip re-routes the rest of a row (the demo corpus has many near-ties: durations
@@ -64,14 +65,15 @@ DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
     {
         "masked": MappingProxyType(
             {
-                # Share of final tokens equal to the reference's: careful INT8 0.87-0.93, damaged 0.72-0.79.
+                # Share of final tokens equal to the reference's: careful INT8 0.87-0.96, damaged or
+                # naive 0.72-0.79, the same model decoded with another schedule 0.19-0.69.
                 "token_agreement": Rule("min", 0.70, tolerance=0.0, floor=0.1),
                 # Rows identical end to end: too coarse at N = 16 to gate by default.
                 "sequence_exact_match": Rule("min", None, tolerance=0.0, floor=0.25),
                 # Mean step (1..K) after which a row first differs; K + 1 = never. Reported only.
                 "first_divergence_step": Rule("min", None, unit="step"),
                 # Teacher-forced KL(ref ‖ cand) per masked position, nats: the network's own error.
-                # Careful INT8 2e-4..1.4e-3; damaged 1e-2..2e-2.
+                # Careful INT8 1.4e-4..1.4e-3; damaged or naive 1e-2..2e-2.
                 "logits_kl": Rule("max", 0.005, tolerance=1.0, floor=0.001, unit="nats"),
                 # Teacher-forced argmax agreement at the masked positions (near-ties flip): careful
                 # INT8 0.94-0.97, damaged 0.84-0.91.
@@ -80,13 +82,15 @@ DEFAULTS: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
         ),
         "flow": MappingProxyType(
             {
-                # Final frames vs the reference's (same x0): the INT8 budget is >= 30 dB.
+                # Final frames vs the reference's (same x0), the INT8 budget: careful INT8
+                # 51 dB, dynamic INT8 of every MatMul 33 dB, a damaged weight 28 dB, naive 2 dB.
                 "snr_db": Rule("min", 30.0, tolerance=0.0, floor=3.0, unit="dB"),
                 "cosine_similarity": Rule("min", 0.999, tolerance=0.0, floor=0.0005),
                 # Scale-dependent (demo frames are ~0.1..1.5): reported only.
                 "max_abs_error": Rule("max", None, tolerance=1.0, floor=0.01),
-                # Teacher-forced velocity SNR over every (x, t) the reference visits.
-                "velocity_snr_db": Rule("min", 25.0, tolerance=0.0, floor=3.0, unit="dB"),
+                # Teacher-forced velocity SNR over every (x, t) the reference visits; the solver
+                # loses 2-7 dB on the way to the final frames, so 30 here goes with 30 there.
+                "velocity_snr_db": Rule("min", 30.0, tolerance=0.0, floor=3.0, unit="dB"),
             }
         ),
         "ar": MappingProxyType(
@@ -118,7 +122,8 @@ QUALITY_DROP_DEFAULTS: Mapping[str, Rule] = MappingProxyType(
         "event_accuracy": Rule("max", 0.02, tolerance=0.0, floor=0.01),
         # Exact NLL of the *valid* sequences, nats per token: few are valid under sampling, so noisy.
         "nll_per_token": Rule("max", 0.15, tolerance=0.0, floor=0.05, unit="nats"),
-        # Frames vs the clean target of their tokens.
+        # Frames vs the clean target of their tokens (the fp32 demo: 31 dB). Careful INT8 loses
+        # 0.05 dB; dynamic INT8 of every MatMul 2.2 dB, i.e. 66 % more error against the truth.
         "snr_db": Rule("max", 1.0, tolerance=0.0, floor=0.5, unit="dB"),
         "l1": Rule("max", None, tolerance=0.0, floor=0.005),
     }

@@ -18,8 +18,8 @@ from edgekit.models.corpus import default_corpus
 
 
 # Optimizer steps per demo model: the bidirectional masked model needs the most to learn the
-# grammar; together about 10 minutes on 2 cores.
-DEFAULT_STEPS = {"masked-demo": 3000, "ar-demo": 1000, "flow-demo": 1500}
+# grammar; together about 15 minutes on 2 idle cores.
+DEFAULT_STEPS = {"masked-demo": 6000, "ar-demo": 1000, "flow-demo": 1500}
 
 
 @dataclass(frozen=True)

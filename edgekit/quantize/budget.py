@@ -13,11 +13,13 @@ Held-out conditions, identical seeds (so identical noise) on both runtimes, ``pi
 - flow: ``snr_db`` of the final INT8 frames vs FP32 frames (identical x0 noise) and
   ``gt_snr_drop_db``, the loss of SNR against the clean ground-truth frames.
 
-Sensitivity: ``qdq_loss_debug`` runs the float and the QDQ graph on a few recorded feeds; a node's
-score is the noise it *adds* (output noise power minus the noise already in its inputs, both
-relative to the float signal), as an SQNR in dB: lowest first = most sensitive. Behind a broken
-node that estimate is unreliable, so the loop ranks again when floating such a node (input
-already below 20 dB) brought no progress.
+Sensitivity, on a few recorded feeds spread over the loop: ``qdq_loss_debug`` compares the float
+and the QDQ graph tensor by tensor (per-tensor SQNR, and the noise each node *adds*: output noise
+power minus the noise already in its inputs); and one layer at a time, the network output's SQNR
+when only that node is INT8. The latter ranks (lowest first): local SQNR misses how far an error
+travels (on the flow demo the first layer, reading the ODE state, adds 37 dB-SQNR noise locally
+yet alone costs the decode 5 dB). The loop ranks again when floating a node whose input was
+already ruined upstream (below 20 dB) brought no progress.
 """
 
 from __future__ import annotations
@@ -223,9 +225,33 @@ def node_sensitivity(
     return out
 
 
+def isolated_output_sqnr(
+    float_model: Path,
+    build: Callable[[list[str]], Path],
+    nodes: Sequence[str],
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    output: str,
+) -> dict[str, float]:
+    """{node: SQNR (dB) of the network output ``output`` when only that node is INT8} over
+    ``feeds``: one layer at a time, so the score includes how the node's error propagates to
+    the output (the first layer reading a flow's ODE state adds modest local noise that every
+    later layer carries). ``build([node])`` writes the one-node QDQ model (cached calibration)."""
+    ort = require("onnxruntime")
+    dbg = require("onnxruntime.quantization.qdq_loss_debug")
+
+    def outputs(path: Path) -> list[np.ndarray]:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return [session.run([output], dict(f))[0] for f in feeds]
+
+    reference = outputs(float_model)
+    return {n: float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(build([n])))) for n in nodes}
+
+
 def rank_by_sensitivity(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """Node names, most sensitive (lowest added SQNR) first."""
-    return sorted(scores, key=lambda n: scores[n]["added_sqnr_db"])
+    """Node names, most sensitive first: lowest one-layer-at-a-time output SQNR where measured,
+    else lowest added SQNR (qdq_loss_debug)."""
+    key = "isolated_output_sqnr_db" if all("isolated_output_sqnr_db" in v for v in scores.values()) else "added_sqnr_db"
+    return sorted(scores, key=lambda n: scores[n][key])
 
 
 # ---- the fallback loop -------------------------------------------------------------------------
@@ -252,8 +278,10 @@ def fallback_until_within_budget(
     labels: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Path, BudgetOutcome]:
-    """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node (ranked
-    once, on the first model) back to float and re-measure, until it holds or nothing is left.
+    """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node back to
+    float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved).
+    Ranked on the first failing model; ranked again only when floating a node whose input was
+    already ruined brought no progress.
 
     build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores."""
     say = progress or (lambda message: None)
@@ -276,8 +304,7 @@ def fallback_until_within_budget(
         name = order.pop(0)
         nodes.remove(name)
         s = scores.get(name, {})
-        added = s.get("added_sqnr_db")
-        why = f"budget fallback #{rank}: " + (f"adds noise at {added:.1f} dB SQNR" if added is not None else "unranked")
+        why = f"budget fallback #{rank}: " + _why(s)
         outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
         say(f"fallback {rank}: {labels.get(name, name)} -> float ({why})")
         model = build(nodes)
@@ -297,6 +324,14 @@ def fallback_until_within_budget(
         best = max(best, margin)
     outcome.passed, outcome.metrics, outcome.checks, outcome.quantized = passed, metrics, rows, nodes
     return model, outcome
+
+
+def _why(score: Mapping[str, float]) -> str:
+    if "isolated_output_sqnr_db" in score:
+        return f"alone in INT8 it leaves {score['isolated_output_sqnr_db']:.1f} dB output SQNR"
+    if "added_sqnr_db" in score:
+        return f"adds noise at {score['added_sqnr_db']:.1f} dB SQNR"
+    return "unranked"
 
 
 # Below this input SQNR a node's "added noise" estimate is dominated by upstream error.

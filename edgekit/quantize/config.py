@@ -34,6 +34,11 @@ class ProfileSettings:
     # which needs a quantized output; TensorRT wants Q/DQ on inputs only.
     quantized_outputs: tuple[str, ...]
     skip_gemv: bool  # leave single-row MatMul/Gemm in float (TensorRT runs GEMV faster in fp16/fp32)
+    # Weighted nodes kept float *by rule* (the flow time MLP) store their weights as INT8 +
+    # DequantizeLinear (per channel): compute and activations stay float, the file shrinks (flow
+    # demo 0.300x -> 0.285x at no measurable cost). Budget fallbacks and --exclude stay fully
+    # float: weight-only on the flow's in_proj alone cost 0.9 dB.
+    weight_only_float: bool
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -55,6 +60,7 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         quantize_bias=True,
         quantized_outputs=("Conv",),
         skip_gemv=False,
+        weight_only_float=True,
     ),
     # TensorRT explicit quantization (shared/reference/quantization.md): int8 only, zero points 0,
     # per-channel weights, activations per-tensor, Q/DQ on weighted-op inputs, bias in float.
@@ -68,6 +74,7 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         quantize_bias=False,
         quantized_outputs=(),
         skip_gemv=True,
+        weight_only_float=False,  # a lone weight DQ is no TensorRT INT8 layer: keep float weights float
     ),
 }
 
@@ -88,12 +95,14 @@ BUDGET_KEYS: dict[str, tuple[str, ...]] = {
 # Per-kind defaults: 99 % of token decisions and 30 dB of frames, as the issue asks. Ground-truth
 # drops are measured on 16 held-out rows, where they are noisy: the INT8 demo models' event
 # accuracy drop over six eval seeds was -0.010..+0.013 (masked) and -0.004..+0.017 (ar), mean
-# about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Likewise 0.5 dB.
+# about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Frames: 3 dB is "INT8
+# at most doubles the error power against the clean target", which is what the 30 dB floor vs
+# FP32 already allows a model whose FP32 frames are ~31 dB from the truth (the flow demo's).
 # final_token_agreement is reported, not budgeted by default: one flipped near-tie changes every
 # later AR token (the rows then differ by chance, not by error): 77-93 % for that same ar model.
 DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
     "masked": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
-    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 0.5},
+    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 3.0},
     "ar": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
 }
 

@@ -307,18 +307,23 @@ def quantize_model(
     cfg: QuantizeConfig,
     plan: GraphPlan,
     calibration_cache: Path | None = None,
+    weight_only: Sequence[str] = (),
 ) -> None:
-    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``.
+    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; with the
+    profile's ``weight_only_float``, the float nodes ``weight_only`` get INT8 weights (float compute).
 
     reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: ranges
     from ``calibrate`` (or, when absent, where ORT saves the ones it computes), so fallback
     iterations re-run the quantizer only; ORT < 1.32 recalibrates every call. An empty ``nodes``
     writes the float graph: ORT reads an empty list as "quantize everything"."""
+    s = cfg.settings
+    float_weighted = [n for n in weight_only if n not in set(nodes)]
     if not nodes:
         shutil.copyfile(prepared, out)
+        if s.weight_only_float:
+            _weight_only(out, float_weighted)
         return
     quant = require("onnxruntime.quantization")
-    s = cfg.settings
     by_name = plan.by_name()
     # The calibrator observes every node of these types, so one cache serves every subset.
     op_types = sorted({by_name[n].op_type for n in nodes} | set(cfg.op_types))
@@ -357,6 +362,56 @@ def quantize_model(
             hint="try --method minmax, or --exclude the node named in the message",
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
+    if s.weight_only_float:
+        _weight_only(out, float_weighted)
+
+
+def _weight_only(path: Path, names: Sequence[str]) -> None:
+    """Store the constant weight (input 1) of each node in ``names`` as symmetric per-output-
+    channel int8 behind a DequantizeLinear: the node still computes in float on float
+    activations. Weights shared with other nodes, or not plain initializers, are left alone."""
+    onnx = require("onnx")
+    numpy_helper, helper = onnx.numpy_helper, onnx.helper
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    uses = Counter(i for n in model.graph.node for i in n.input)
+    wanted = set(names)
+    new_nodes = []
+    for node in model.graph.node:
+        if node.name not in wanted or len(node.input) < 2:
+            continue
+        w_name = node.input[1]
+        init = inits.get(w_name)
+        if init is None or uses[w_name] != 1 or init.data_type != FLOAT:
+            continue
+        w = numpy_helper.to_array(init)
+        if node.op_type == "Conv":
+            axis = 0  # (Cout, Cin/g, *k)
+        elif node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute):
+            axis = 0  # (N, K)
+        else:
+            axis = w.ndim - 1  # MatMul / Gemm B: (K, N)
+        reduce = tuple(a for a in range(w.ndim) if a != axis)
+        scale = (np.abs(w).max(axis=reduce) / 127.0).astype(np.float32)
+        scale[scale == 0] = 1.0
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        base = f"{w_name}_weight_only"
+        model.graph.initializer.remove(init)
+        model.graph.initializer.extend([
+            numpy_helper.from_array(q, f"{base}_quantized"),
+            numpy_helper.from_array(scale, f"{base}_scale"),
+            numpy_helper.from_array(np.zeros(scale.shape, np.int8), f"{base}_zero_point"),
+        ])
+        new_nodes.append(helper.make_node(
+            "DequantizeLinear", [f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"], [w_name],
+            name=f"{base}_DequantizeLinear", axis=axis,
+        ))
+    if new_nodes:
+        for dq in reversed(new_nodes):  # producers first: keep the graph topologically sorted
+            model.graph.node.insert(0, dq)
+        onnx.save(model, str(path))
 
 
 def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs: Sequence[str]) -> None:

@@ -19,7 +19,14 @@ import numpy as np
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
-from edgekit.quantize.budget import compare, decode_eval_set, fallback_until_within_budget, node_sensitivity
+from edgekit.quantize.budget import (
+    compare,
+    decode_eval_set,
+    fallback_until_within_budget,
+    isolated_output_sqnr,
+    node_sensitivity,
+    rank_by_sensitivity,
+)
 from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.ptq import (
@@ -85,9 +92,12 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         by_name = plan.by_name()
         labels = {n.name: n.label for n in plan.nodes}
 
+        # Kept float by rule (not by the user or the budget): these may store INT8 weights.
+        weight_only = [n for n, why in floated.items() if not why.startswith("excluded")]
+
         def build(nodes: list[str]) -> Path:
             out = tmp / f"int8-{next(builds)}.onnx"
-            quantize_model(prepared, out, reader, nodes, cfg, plan, calibration_cache=cache)
+            quantize_model(prepared, out, reader, nodes, cfg, plan, calibration_cache=cache, weight_only=weight_only)
             return out
 
         def measure(model: Path) -> dict[str, Any]:
@@ -98,7 +108,9 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         def sensitivity(model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
             pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
             feeds = [traj.feeds[i] for i in sorted(set(pick.tolist()))]
-            return node_sensitivity(prepared, model, feeds, {n: by_name[n] for n in nodes})
+            scores = node_sensitivity(prepared, model, feeds, {n: by_name[n] for n in nodes})
+            alone = isolated_output_sqnr(prepared, build, nodes, feeds, KIND_IO[kind][1][0])
+            return {n: scores.get(n, {}) | {"isolated_output_sqnr_db": alone[n]} for n in nodes}
 
         say(f"quantize {len(selected)} nodes ({cfg.profile} profile, {cfg.method}) and decode the held-out set in INT8")
         t0 = time.perf_counter()
@@ -178,8 +190,14 @@ def _summary(
 ) -> dict[str, Any]:
     by_name = plan.by_name()
     fallback_names = {f["node"] for f in outcome.fallback}
+    def rule_reason(name: str, why: str) -> str:
+        if cfg.settings.weight_only_float and by_name[name].role != "attention-core":
+            return why + "; weights stored INT8, computed in float"
+        return why
+
     floated_rows = [
-        {"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "reason": r, "source": "user" if r.startswith("excluded") else "rule"}
+        {"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "source": "user" if r.startswith("excluded") else "rule",
+         "reason": r if r.startswith("excluded") else rule_reason(n, r)}
         for n, r in floated.items()
     ] + [
         {"node": f["node"], "label": f["label"], "op": by_name[f["node"]].op_type, "reason": f["reason"], "source": "budget"}
@@ -218,7 +236,7 @@ def _summary(
         "passed": outcome.passed,
         "measured": outcome.metrics,
         "fallback": outcome.fallback,
-        "sensitivity": dict(sorted(outcome.ranking.items(), key=lambda kv: kv[1]["added_sqnr_db"])[:10]),
+        "sensitivity": {n: outcome.ranking[n] for n in rank_by_sensitivity(outcome.ranking)[:10]},
         "int8_flop_share": {
             "matmul": plan.matmul_flops(int8_nodes) / total_mm if total_mm else None,
             "weighted": plan.matmul_flops(int8_nodes, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,

@@ -33,7 +33,7 @@ def clean(bundle_with):
 
 @pytest.fixture
 def damaged(bundle_with):
-    return bundle_with("masked", fp32_perturb=2.0, name="damaged")
+    return bundle_with("masked", fp32_perturb=4.0, name="damaged")
 
 
 def test_pass_exits_0_with_a_table(clean):
@@ -78,12 +78,11 @@ def test_junit_and_baselines(clean, tmp_path):
     assert r.exit_code == 1 and "n: baseline 2, this run 4" in _error_line(r)
 
 
-def test_reference_and_candidate_variants(demo_bundles):
-    pytest.importorskip("torch")
-    r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "fp32", "--n", 2, "--json")
+def test_reference_candidate_and_runtime_reach_the_check(clean):
+    r = invoke("check", clean, "--reference", "ORT:FP32", "--candidate", "int8", "--runtime", "ort", "--n", 2, "--seed", 3, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["reference"] == "torch:fp32" and doc["candidate"] == "ort:fp32"
+    assert (doc["reference"], doc["candidate"], doc["seed"], doc["n"]) == ("ort:fp32", "ort:int8", 3, 2)
 
 
 @pytest.mark.parametrize(
@@ -113,3 +112,18 @@ def test_help_shows_examples_and_exit_codes():
     r = invoke("check", "--help")
     assert r.exit_code == 0
     assert "--junit" in r.stdout and "--save-baseline" in r.stdout and "Exit codes" in r.stdout
+
+
+def test_table_printer_takes_a_json_round_tripped_document(bundle_with, capsys):
+    """`edgekit deploy --command check` prints the remote --json document with the same printer:
+    infinities arrive as strings there."""
+    from edgekit.check import CheckConfig, check_bundle
+    from edgekit.cli import _print_check
+    from edgekit.output import Output, _jsonable
+
+    doc = check_bundle(bundle_with("flow", fp32_perturb=0.0), CheckConfig(n=2))
+    doc = json.loads(json.dumps(_jsonable(doc)))
+    assert doc["metrics"]["snr_db"] == "inf"  # an exact copy
+    _print_check(Output(), doc)
+    out = capsys.readouterr().out
+    assert "snr_db" in out and "PASS" in out and "velocity_snr_db_per_step: inf  inf  inf  inf" in out

@@ -18,9 +18,9 @@ from edgekit.check.stage import Variant
 from edgekit.errors import BundleError, EdgekitError, UsageError
 
 pytest.importorskip("onnxruntime.quantization")
-N = 8
+N = 4  # 2 graph batches of 2
 # Holds for the committed trained demo weights, not for random-init ones (see the module docstring).
-TRAINED = pytest.mark.trained_weights  # 4 graph batches of 2
+TRAINED = pytest.mark.trained_weights
 
 
 def _check(path, **kw):
@@ -98,9 +98,8 @@ def test_perturbed_weight_fails_the_network_metrics(bundle_with):
 @TRAINED
 def test_perturbed_flow_weight_fails_snr(bundle_with):
     """trained weights"""
-    doc = _check(bundle_with("flow", fp32_perturb=2.0), n=2)
-    assert {"snr_db", "velocity_snr_db"} <= set(doc["failed"])
-    assert doc["metrics"]["snr_db"] < 30
+    doc = _check(bundle_with("flow", fp32_perturb=4.0), n=2)
+    assert "snr_db" in doc["failed"] and doc["metrics"]["snr_db"] < 30
 
 
 @TRAINED
@@ -116,11 +115,14 @@ def test_schedule_swap_fails_trajectory_metrics_not_network_metrics(bundle_with)
 
 
 @TRAINED
-def test_flow_grid_swap_fails_snr(bundle_with):
-    """trained weights (a random-init velocity is ~0: every grid returns x0)"""
-    doc = _check(bundle_with("flow", fp32_perturb=0.0), n=2, candidate_decode={"grid": "uniform"})
-    assert "snr_db" in doc["failed"] and "velocity_snr_db" not in doc["failed"]
-    assert doc["metrics"]["velocity_snr_db"] == math.inf
+def test_flow_cheaper_solver_schedule_fails_snr_not_velocity(bundle_with):
+    """trained weights. 2 Euler steps instead of the bundle's 4 midpoint steps (2 NFE instead of 8).
+    (The trained flow is nearly straight: swapping only the time grid is harmless, 38 dB.)"""
+    over = {"steps": 2, "solver": "euler"}
+    doc = _check(bundle_with("flow", fp32_perturb=0.0), n=2, candidate_decode=over)
+    assert {"snr_db", "quality_drop.snr_db"} <= set(doc["failed"])
+    assert doc["metrics"]["velocity_snr_db"] == math.inf  # same network
+    assert len(doc["curves"]["divergence_per_step"]) == 2  # compared over the steps both ran
 
 
 # ---- trained weights: careful INT8 passes, naive INT8 fails ---------------------------------------
@@ -154,6 +156,15 @@ def test_dynamic_quantization_of_every_matmul_passes(bundle_with, int8_models):
     doc = _check(bundle_with("masked", int8=int8_models("masked", "dynamic_all")))
     assert doc["passed"], [r for r in doc["rows"] if not r["passed"]]
     assert doc["metrics"]["logits_kl"] < 0.001
+
+
+@TRAINED
+def test_dynamic_quantization_of_every_matmul_fails_flow_on_ground_truth(bundle_with, int8_models):
+    """trained weights. On the flow decoder the same recipe keeps ~33 dB against FP32 (above the
+    30 dB gate) yet adds 2 dB of error against the clean frames: the ground-truth gate names it."""
+    doc = _check(bundle_with("flow", int8=int8_models("flow", "dynamic_all")), n=2)
+    assert "quality_drop.snr_db" in doc["failed"], doc["metrics"]
+    assert "cosine_similarity" not in doc["failed"]
 
 
 def test_perturbed_int8_fails(bundle_with, int8_models):
@@ -226,18 +237,20 @@ def test_greedy_sets_temperature_zero(bundle_with):
 
 
 # ---- the demo stage -------------------------------------------------------------------------------
+@TRAINED
 def test_demo_check_picks_int8_when_present_else_torch(demo_bundles, bundle_with):
+    """trained weights (a random-init flow's velocity is ~0 whatever its weights)"""
     pytest.importorskip("torch")
     from edgekit.bundle import Bundle
 
-    masked = Bundle.load(bundle_with("masked", fp32_perturb=2.0))
-    report = demo_check({"masked": masked, "flow": demo_bundles["flow"]}, n=2)
+    flow = Bundle.load(bundle_with("flow", fp32_perturb=8.0))
+    report = demo_check({"masked": demo_bundles["masked"], "flow": flow}, n=2)
     m, f = report["models"]["masked-demo"], report["models"]["flow-demo"]
-    assert (m["reference"], m["candidate"]) == ("ort:fp32", "ort:int8")
-    assert m["passed"] is False and {"logits_kl", "top1_agreement"} & set(m["failed"])
-    # No int8 in the flow bundle: ORT fp32 against the PyTorch module, which must agree.
-    assert (f["reference"], f["candidate"]) == ("torch:fp32", "ort:fp32") and f["passed"], f["failed"]
-    assert f["metrics"]["snr_db"] > 60 and f["metrics"]["cosine_similarity"] > 0.99999
+    # No int8 in the masked bundle: ORT fp32 against the PyTorch module, which must agree.
+    assert (m["reference"], m["candidate"]) == ("torch:fp32", "ort:fp32") and m["passed"], m["failed"]
+    assert m["metrics"]["token_agreement"] == 1.0 and m["metrics"]["logits_kl"] < 1e-8
+    assert (f["reference"], f["candidate"]) == ("ort:fp32", "ort:int8")
+    assert f["passed"] is False and {"snr_db", "velocity_snr_db"} & set(f["failed"])
     flow_doc = report["documents"]["flow-demo"]
     assert len(flow_doc["curves"]["divergence_per_step"]) == 4  # the bundle's 4 midpoint steps
     assert set(flow_doc["quality"]["reference"]) == {"snr_db", "l1"}

@@ -14,6 +14,8 @@ from edgekit.cli import app
 pytest.importorskip("onnxruntime")
 runner = CliRunner()
 FAST = ["--calib-samples", "2", "--eval-samples", "2"]
+# Two held-out rows measure nothing reliably: these tests check the command, not the model.
+LOOSE = ["--budget", "token_agreement=0", "--budget", "event_accuracy_drop=1"]
 
 
 def invoke(*args):
@@ -26,7 +28,7 @@ def masked(demo_bundles, tmp_path):
 
 
 def test_quantize_json_is_one_document(masked):
-    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=0", "--json")
+    r = invoke("quantize", masked, *FAST, "--no-fallback", *LOOSE, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "edgekit.quantize/1" and doc["passed"] is True
@@ -35,7 +37,7 @@ def test_quantize_json_is_one_document(masked):
 
 
 def test_quantize_prints_a_readable_summary(masked):
-    r = invoke("quantize", masked, *FAST, "--profile", "trt", "--exclude", "head", "--no-fallback", "--budget", "token_agreement=0")
+    r = invoke("quantize", masked, *FAST, "--profile", "trt", "--exclude", "head", "--no-fallback", *LOOSE)
     assert r.exit_code == 0, r.output
     out = r.stdout
     for needle in ("trt / minmax", "kept in float", "attention core", "--exclude head", "accuracy vs budget",
@@ -47,7 +49,7 @@ def test_quantize_prints_a_readable_summary(masked):
 
 
 def test_budget_miss_exits_4_with_one_line(masked):
-    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=1.01")
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=1.01", "--budget", "event_accuracy_drop=1")
     assert r.exit_code == 4
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "misses the accuracy budget" in last and "token_agreement" in last

@@ -53,12 +53,12 @@ def test_exclude_by_name_op_type_and_module_path(tiny_model):
         ptq.select_nodes(plan, QuantizeConfig(exclude=("blocks.9",)))
 
 
-def _quantize(tiny_model: Path, tmp_path: Path, profile: str, nodes=None) -> tuple[Path, list[str]]:
+def _quantize(tiny_model: Path, tmp_path: Path, profile: str, nodes=None, weight_only=()) -> tuple[Path, list[str]]:
     cfg = QuantizeConfig(profile=profile)
     plan = ptq.analyse_graph(tiny_model, time_input="t")
     chosen = nodes if nodes is not None else ptq.select_nodes(plan, cfg)[0]
     out = tmp_path / f"{profile}.onnx"
-    ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan)
+    ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan, weight_only=weight_only)
     return out, chosen
 
 
@@ -85,17 +85,26 @@ def test_trt_profile_every_zero_point_int8_zero_weights_per_channel_no_bias(tiny
     assert set(chosen) <= set(struct["quantized_nodes"])
 
 
-def test_cpu_profile_u8_activations_int32_bias_and_excluded_nodes_stay_float(tiny_model, tmp_path):
-    out, chosen = _quantize(tiny_model, tmp_path, "cpu", nodes=["q_proj", "proj"])
+def test_cpu_profile_u8_activations_and_excluded_nodes_compute_in_float(tiny_model, tmp_path):
+    out, chosen = _quantize(tiny_model, tmp_path, "cpu", nodes=["q_proj", "proj"], weight_only=["time_mlp"])
     struct = ptq.qdq_structure(out)
     acts = [q for q in struct["qdq"] if q["op"] == "QuantizeLinear"]
     assert {q["zero_point_dtype"] for q in acts} == {"uint8"}  # asymmetric u8: ORT CPU's u8s8 kernels
+    assert sorted(q["input"] for q in acts) == ["a2", "h"]  # only the INT8 nodes' activations
     model = onnx.load(str(out))
     by_name = {n.name: n for n in model.graph.node}
-    dq_out = {o: n for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    float_plan = {n.name: n for n in ptq.analyse_graph(tiny_model, time_input="t").nodes}
     for name in ("k_proj", "qk", "av", "ada_a", "ada_b", "time_mlp", "sin", "softmax", "ln"):
-        assert not any(i in dq_out for i in by_name[name].input), f"{name} should read float inputs"
+        # Activations arrive unquantized: the very tensors of the float graph.
+        for a in float_plan[name].activations:
+            assert a in by_name[name].input, (name, a, list(by_name[name].input))
     assert set(ptq.quantized_nodes(model)) == {"q_proj", "proj"}
+    # The time MLP (kept float by rule) stores int8 weights that a DQ feeds it in float; other
+    # float nodes keep float weights.
+    weights = {q["input"]: q for q in struct["qdq"] if q["constant_input"]}
+    assert weights["Wt_weight_only_quantized"]["quantized_dtype"] == "int8"
+    assert weights["Wt_weight_only_quantized"]["zero_point_max_abs"] == 0 and weights["Wt_weight_only_quantized"]["axis"] == 1
+    assert "Wk" in {i.name for i in model.graph.initializer} and "Wa" in {i.name for i in model.graph.initializer}
     assert ptq.trt_violations(out), "u8 zero points must break the TensorRT rules"
 
 
@@ -110,8 +119,10 @@ def test_int8_output_is_close_to_float(tiny_model, tmp_path):
 
 
 def test_empty_selection_writes_the_float_graph(tiny_model, tmp_path):
-    out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=[])
+    out, _ = _quantize(tiny_model, tmp_path, "trt", nodes=[])
     assert ptq.qdq_structure(out)["qdq"] == []
+    out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=[], weight_only=["time_mlp"])  # cpu: weight-only DQ
+    assert [q["op"] for q in ptq.qdq_structure(out)["qdq"]] == ["DequantizeLinear"]
 
 
 def test_module_labels_from_export_metadata(quant_bundles):

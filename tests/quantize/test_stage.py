@@ -52,6 +52,10 @@ def test_manifest_records_config_calibration_budget_and_result(quantized, quant_
     assert "attention core" in reasons
     assert q["selection"]["float_by_op_type"]["Softmax"] == 4 and q["selection"]["float_by_op_type"]["LayerNormalization"] == 9
     assert bundle.artifact("int8-calibration").path.endswith(".cache")
+    model = onnx.load(str(bundle.path_of("int8")))
+    inits = {i.name: i.data_type for i in model.graph.initializer}
+    bias_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and inits.get(n.input[0]) == onnx.TensorProto.INT32]
+    assert len(bias_dq) >= 16  # cpu profile: int32 biases, so ORT fuses DQ -> Gemm into QGemm
     # The artifact is what `edgekit run --precision int8` opens.
     from edgekit.pipeline import RunRequest, run_bundle
 

@@ -1,0 +1,77 @@
+"""Tiny flow and masked models (random weights, every parameter perturbed so no block is an
+identity) exported once per session: fused-graph and budget tests stay well under a minute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def _perturb(module, seed: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=gen))
+    return module.eval()
+
+
+def tiny_flow_spec(batch: int = 2):
+    from edgekit.models.flow import FlowConfig, FlowDecoder
+    from edgekit.spec import ModelSpec, TensorSpec
+
+    cfg = FlowConfig(channels=4, seq_len=4, frames_per_token=2, vocab_size=8, dim=16, depth=1, heads=2, time_freqs=8)
+    return ModelSpec(
+        name="tiny-flow",
+        kind="flow",
+        module=_perturb(FlowDecoder(cfg), 0),
+        inputs={
+            "x": TensorSpec((batch, cfg.frames, cfg.channels), "float32", -3.0, 3.0),
+            "t": TensorSpec((batch,), "float32", 0.0, 1.0),
+            "tokens": TensorSpec((batch, cfg.seq_len), "int64", 0, cfg.vocab_size + 1),
+        },
+        outputs={"v": TensorSpec((batch, cfg.frames, cfg.channels), "float32")},
+        meta={"channels": cfg.channels, "frames": cfg.frames, "conditioning": {"tokens": {"uncond": cfg.null_token}}},
+        decode_defaults={"steps": 4, "solver": "midpoint", "grid": "cosine", "temperature": 1.0},
+    )
+
+
+def tiny_masked_spec(batch: int = 2):
+    from edgekit.models.masked import MaskedConfig, MaskedTransformer
+    from edgekit.spec import ModelSpec, TensorSpec
+
+    cfg = MaskedConfig(vocab_size=16, seq_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
+    return ModelSpec(
+        name="tiny-masked",
+        kind="masked",
+        module=_perturb(MaskedTransformer(cfg), 1),
+        inputs={
+            "tokens": TensorSpec((batch, cfg.seq_len), "int64", 0, cfg.vocab_size + 1),
+            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
+        },
+        outputs={"logits": TensorSpec((batch, cfg.seq_len, cfg.vocab_size), "float32")},
+        meta={
+            "vocab_size": cfg.vocab_size,
+            "mask_id": cfg.mask_id,
+            "seq_len": cfg.seq_len,
+            "conditioning": {"class_id": {"uncond": cfg.uncond_class}},
+        },
+        decode_defaults={"steps": 6, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 1.0},
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_specs():
+    pytest.importorskip("torch")
+    return {"flow": tiny_flow_spec(), "masked": tiny_masked_spec()}
+
+
+@pytest.fixture(scope="session")
+def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
+    """{kind: bundle dir} of the tiny models, host graph exported and verified."""
+    from edgekit.export.to_bundle import export_bundle
+
+    root = tmp_path_factory.mktemp("fast")
+    return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in tiny_specs.items()}

@@ -1,0 +1,43 @@
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli import app
+
+pytest.importorskip("torch")
+runner = CliRunner()
+EXAMPLE = f"{Path(__file__).resolve().parents[2] / 'examples' / 'custom_model.py'}:make_model"
+
+
+@pytest.fixture(scope="module")
+def tiny_flow(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fast") / "flow"
+    r = runner.invoke(app, ["export", EXAMPLE, "-o", str(out), "--graph", "step", "--decode", "solver=heun", "--json"])
+    assert r.exit_code == 0, r.output
+    return out, json.loads(r.stdout)
+
+
+def test_export_graph_step_records_what_was_baked(tiny_flow):
+    _, doc = tiny_flow
+    assert doc["fused"]["step"]["baked"]["solver"] == "heun"
+    assert "fused-step" in doc["artifacts"]
+
+
+def test_bad_graph_and_decode_values(tmp_path):
+    r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "x"), "--graph", "sideways"])
+    assert r.exit_code == 1 and "--graph 'sideways' is unknown" in r.stderr
+    r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "y"), "--graph", "step", "--decode", "steps=many"])
+    assert r.exit_code == 1 and "steps needs a number" in r.stderr
+
+
+def test_run_with_latency_budget_picks_a_plan_or_fails_with_exit_4(tiny_flow):
+    out, _ = tiny_flow
+    r = runner.invoke(app, ["run", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "10000", "--json"])
+    assert r.exit_code == 0, r.output
+    budget = json.loads(r.stdout)["budget"]
+    assert budget["expected_ms"] <= 10000 and budget["solver"] in ("euler", "midpoint", "heun", "rk4")
+    assert json.loads(r.stdout)["nfe"] == budget["nfe"]
+    r = runner.invoke(app, ["run", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "0.000001"])
+    assert r.exit_code == 4, r.output

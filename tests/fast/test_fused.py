@@ -1,0 +1,139 @@
+"""Fused graphs (export/fused.py + decode/fused.py) against the host loops on tiny models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.decode import FlowDecodeConfig, MaskedDecodeConfig, decode_flow, decode_masked
+from edgekit.errors import UsageError
+
+pytest.importorskip("torch")
+
+FLOW_TOKENS = np.array([[1, 2, 3, 4], [5, 6, 7, 0]])
+CLASSES = np.array([0, 2])
+
+
+def _torch_fused(spec, graph, opts):
+    """(TorchRuntime over the fused wrapper, manifest-like entry) without an ONNX export."""
+    from edgekit.export.fused import BAKED, fused_module
+    from edgekit.runtimes.torch_ref import TorchRuntime
+
+    module, inputs, outputs = fused_module(spec, graph, opts)
+    entry = {"graph": graph, "baked": {k: opts[k] for k in BAKED[(spec.kind, graph)]}, "mask_id": spec.meta.get("mask_id")}
+    return TorchRuntime(module, inputs, outputs), entry
+
+
+def _host(spec):
+    from edgekit.runtimes.torch_ref import TorchRuntime
+
+    return TorchRuntime(spec.module, spec.inputs, spec.outputs)
+
+
+@pytest.mark.parametrize("solver", ["euler", "midpoint", "heun", "rk4"])
+@pytest.mark.parametrize("guidance", [1.0, 2.0])
+def test_flow_step_wrapper_matches_host_loop(tiny_specs, solver, guidance):
+    from edgekit.decode.fused import decode_flow_fused
+
+    spec = tiny_specs["flow"]
+    cfg = FlowDecodeConfig(steps=3, solver=solver, grid="cosine", guidance=guidance, seed=4)
+    rt, entry = _torch_fused(spec, "step", {"solver": solver, "guidance": guidance})
+    fused = decode_flow_fused(rt, entry, {"tokens": FLOW_TOKENS}, cfg)
+    host = decode_flow(_host(spec), spec.meta, {"tokens": FLOW_TOKENS}, cfg)
+    assert np.abs(host.x).max() > 0.1  # a non-trivial trajectory
+    np.testing.assert_allclose(fused.x, host.x, atol=1e-4, rtol=0)
+    assert fused.runtime_calls == 3 and fused.nfe == host.nfe
+
+
+def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
+    from edgekit.bundle import Bundle
+    from edgekit.decode.fused import decode_flow_fused, open_fused
+    from edgekit.export.fused import fused_bundle
+    from edgekit.runtimes import open_runtime
+
+    spec, path = tiny_specs["flow"], tiny_bundles["flow"]
+    step = fused_bundle(path, "step", {"solver": "rk4"}, spec=spec)
+    unrolled = fused_bundle(path, "unrolled", {"solver": "heun", "steps": 3, "grid": "uniform"}, spec=spec)
+    assert step["baked"] == {"solver": "rk4", "guidance": 1.0}
+    assert unrolled["baked"]["time_grid"] == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
+    assert unrolled["baked"]["nfe"] == 6
+    bundle = Bundle.load(path)
+    assert set(bundle.manifest["fused"]) == {"step", "unrolled"}
+    cond = {"tokens": FLOW_TOKENS}
+    with open_runtime(bundle) as host:
+        for graph, cfg in (("step", FlowDecodeConfig(steps=2, solver="rk4", seed=1)),
+                           ("unrolled", FlowDecodeConfig(steps=3, solver="heun", grid="uniform", seed=2))):
+            rt, entry = open_fused(bundle, graph)
+            with rt:
+                fused = decode_flow_fused(rt, entry, cond, cfg)
+            ref = decode_flow(host, bundle.meta, cond, cfg)
+            np.testing.assert_allclose(fused.x, ref.x, atol=1e-4, rtol=0)
+            assert fused.nfe == ref.nfe
+
+
+def test_masked_onnx_step_greedy_tokens_identical(tiny_specs, tiny_bundles):
+    from edgekit.bundle import Bundle
+    from edgekit.decode.fused import decode_masked_fused, open_fused
+    from edgekit.export.fused import fused_bundle
+    from edgekit.runtimes import open_runtime
+
+    spec, path = tiny_specs["masked"], tiny_bundles["masked"]
+    entry = fused_bundle(path, "step", {"temperature": 0.0}, spec=spec)
+    assert entry["ops"].get("TopK") == 1 and "RandomUniformLike" not in entry["ops"]
+    assert entry["baked"]["steps"] == 6 and entry["baked"]["temperature"] == 0.0
+    bundle = Bundle.load(path)
+    cfg = MaskedDecodeConfig(steps=6, temperature=0.0)
+    cond = {"class_id": CLASSES}
+    rt, entry = open_fused(bundle, "step")
+    with rt, open_runtime(bundle) as host:
+        fused = decode_masked_fused(rt, entry, cond, cfg)
+        ref = decode_masked(host, bundle.meta, cond, cfg).tokens
+    assert len(np.unique(ref)) > 1  # the tiny model does not collapse to one token
+    np.testing.assert_array_equal(fused, ref)
+
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0])
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_masked_step_sampled_tokens_identical_for_same_seed(tiny_specs, guidance, schedule):
+    from edgekit.decode.fused import decode_masked_fused
+
+    spec = tiny_specs["masked"]
+    opts = {"steps": 5, "schedule": schedule, "choice_temperature": 4.5, "temperature": 1.0, "guidance": guidance}
+    rt, entry = _torch_fused(spec, "step", opts)
+    for seed in (0, 7):
+        cfg = MaskedDecodeConfig(seed=seed, **opts)
+        fused = decode_masked_fused(rt, entry, {"class_id": CLASSES}, cfg)
+        ref = decode_masked(_host(spec), spec.meta, {"class_id": CLASSES}, cfg).tokens
+        np.testing.assert_array_equal(fused, ref)
+
+
+def test_mask_counts_follow_the_host_loop(tiny_specs):
+    from edgekit.export.fused import masked_mask_counts
+
+    spec = tiny_specs["masked"]
+    for steps, schedule in ((6, "cosine"), (4, "linear"), (8, "exp")):
+        r = decode_masked(_host(spec), spec.meta, {"class_id": CLASSES}, MaskedDecodeConfig(steps=steps, schedule=schedule))
+        expected = [int(m[0]) for m in r.masked_per_step]
+        assert masked_mask_counts(steps, schedule, spec.meta["seq_len"]).tolist() == expected
+
+
+def test_asking_for_other_than_baked_is_one_clear_error(tiny_specs):
+    from edgekit.decode.fused import decode_flow_fused, decode_masked_fused
+
+    rt, entry = _torch_fused(tiny_specs["flow"], "step", {"solver": "rk4", "guidance": 1.0})
+    with pytest.raises(UsageError) as err:
+        decode_flow_fused(rt, entry, {"tokens": FLOW_TOKENS}, FlowDecodeConfig(solver="euler"))
+    msg = str(err.value)
+    assert "solver='rk4'" in msg and "solver='euler'" in msg and "--graph step --decode solver=euler" in msg
+    assert "\n" not in msg
+    opts = {"steps": 6, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 0.0, "guidance": 1.0}
+    rt, entry = _torch_fused(tiny_specs["masked"], "step", opts)
+    with pytest.raises(UsageError, match=r"steps=6.*steps=8"):
+        decode_masked_fused(rt, entry, {"class_id": CLASSES}, MaskedDecodeConfig(steps=8, temperature=0.0))
+
+
+def test_graph_kind_not_available_for_model_kind(tiny_specs):
+    from edgekit.export.fused import fused_module
+
+    with pytest.raises(UsageError, match="unrolled"):
+        fused_module(tiny_specs["masked"], "unrolled", {})
