@@ -54,6 +54,11 @@ def main() -> None:
                     res = evaluate(bundle, rt, args.n, seed=0, cond=cond)
                 if name == "masked-demo":
                     masked_tokens = res["output"]
+                    if trained:  # the NAR quality/steps trade-off: more steps, fewer parallel commits
+                        for steps in (16, 64):
+                            with TorchRuntime(module, spec.inputs, spec.outputs) as rt:
+                                q = evaluate(bundle, rt, args.n, seed=0, decode_options={"steps": steps})["quality"]
+                            rows[f"{name} (trained, K={steps})"] = q
                 rows[f"{name} ({label})"] = res["quality"]
     rows["corpus (true samples)"] = default_corpus().reference_token_metrics
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -190,13 +191,15 @@ def train_demo(
     results = {}
     for name in names:
         cfg = TrainConfig(steps=steps)
+        start = time.perf_counter()
         with o.progress(f"training {name}", steps or DEFAULT_STEPS[name]) as advance:
             module, loss = train_model(name, cfg, progress=lambda s, l: advance())
         save_weights(module, target / f"{name}.safetensors")
-        results[name] = {"final_loss": loss, "path": str(target / f"{name}.safetensors")}
-        o.info(f"{name}: final loss {loss:.4f} -> {target / f'{name}.safetensors'}")
+        seconds = time.perf_counter() - start
+        results[name] = {"final_loss": loss, "seconds": seconds, "path": str(target / f"{name}.safetensors")}
+        o.info(f"{name}: final loss {loss:.4f} in {seconds:.0f} s -> {target / f'{name}.safetensors'}")
     o.document({"schema": "edgekit.train-demo/1", "steps": steps or DEFAULT_STEPS, "models": results})
-    o.table("trained", ["model", "final loss", "weights"], [(n, r["final_loss"], r["path"]) for n, r in results.items()])
+    o.table("trained", ["model", "final loss", "seconds", "weights"], [(n, r["final_loss"], r["seconds"], r["path"]) for n, r in results.items()])
 
 
 RuntimeOpt = Annotated[str, typer.Option("--runtime", help="ort | torch | trt.")]

@@ -261,7 +261,7 @@ class BudgetOutcome:
     metrics: dict[str, Any]
     checks: list[dict[str, Any]]
     quantized: list[str]  # INT8 nodes of the final model
-    fallback: list[dict[str, Any]] = field(default_factory=list)  # moved to float, in order, with why
+    fallback: list[dict[str, Any]] = field(default_factory=list)  # moved out of INT8, in order, with why
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics after each iteration
     ranking: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -277,13 +277,16 @@ def fallback_until_within_budget(
     max_fallback: int | None = None,
     labels: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    fallback_to: str = "float",
 ) -> tuple[Path, BudgetOutcome]:
     """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node back to
     float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved).
     Ranked on the first failing model; ranked again only when floating a node whose input was
     already ruined brought no progress.
 
-    build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores."""
+    build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores.
+    fallback_to: what ``build`` makes of a node left out ("float", or "weight-only" where it keeps
+    INT8 weights): only the progress messages say it."""
     say = progress or (lambda message: None)
     labels = labels or {}
     nodes = list(selected)
@@ -306,7 +309,7 @@ def fallback_until_within_budget(
         s = scores.get(name, {})
         why = f"budget fallback #{rank}: " + _why(s)
         outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
-        say(f"fallback {rank}: {labels.get(name, name)} -> float ({why})")
+        say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
         model = build(nodes)
         metrics = measure(model)
         passed, rows = check(metrics, budget)

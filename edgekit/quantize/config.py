@@ -36,9 +36,12 @@ class ProfileSettings:
     skip_gemv: bool  # leave single-row MatMul/Gemm in float (TensorRT runs GEMV faster in fp16/fp32)
     # Weighted nodes kept float *by rule* (the flow time MLP) store their weights as INT8 +
     # DequantizeLinear (per channel): compute and activations stay float, the file shrinks (flow
-    # demo 0.300x -> 0.285x at no measurable cost). Budget fallbacks and --exclude stay fully
-    # float: weight-only on the flow's in_proj alone cost 0.9 dB.
+    # demo 0.300x -> 0.285x at no measurable cost). --exclude always stays fully float.
     weight_only_float: bool
+    # Budget fallbacks are weight-only too (symmetric per-channel int8 weight + DQ, zero point 0):
+    # the error the budget catches is activation quantization; with FP32 fallback weights the
+    # final demo INT8 files were 0.34x (masked) and 0.39x (flow) of FP32, over the 0.3x target.
+    weight_only_fallback: bool
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -61,6 +64,7 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         quantized_outputs=("Conv",),
         skip_gemv=False,
         weight_only_float=True,
+        weight_only_fallback=True,
     ),
     # TensorRT explicit quantization (shared/reference/quantization.md): int8 only, zero points 0,
     # per-channel weights, activations per-tensor, Q/DQ on weighted-op inputs, bias in float.
@@ -75,6 +79,8 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         quantized_outputs=(),
         skip_gemv=True,
         weight_only_float=False,  # a lone weight DQ is no TensorRT INT8 layer: keep float weights float
+        # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
+        weight_only_fallback=True,
     ),
 }
 
@@ -95,14 +101,16 @@ BUDGET_KEYS: dict[str, tuple[str, ...]] = {
 # Per-kind defaults: 99 % of token decisions and 30 dB of frames, as the issue asks. Ground-truth
 # drops are measured on 16 held-out rows, where they are noisy: the INT8 demo models' event
 # accuracy drop over six eval seeds was -0.010..+0.013 (masked) and -0.004..+0.017 (ar), mean
-# about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Frames: 3 dB is "INT8
-# at most doubles the error power against the clean target", which is what the 30 dB floor vs
-# FP32 already allows a model whose FP32 frames are ~31 dB from the truth (the flow demo's).
+# about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Frames: the SNR drop vs
+# the clean target is limited to 1 dB (INT8 adds at most ~26 % to FP32's error power), the
+# default of `edgekit check` (check/thresholds.py: quality_drop.snr_db = 1.0): a bundle that
+# quantize passes must not fail check on the same metric. (It was 3 dB, "at most doubles the
+# error power", which the 30 dB floor vs FP32 already implies for the flow demo's ~31 dB FP32.)
 # final_token_agreement is reported, not budgeted by default: one flipped near-tie changes every
 # later AR token (the rows then differ by chance, not by error): 77-93 % for that same ar model.
 DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
     "masked": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
-    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 3.0},
+    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 1.0},
     "ar": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
 }
 
@@ -131,7 +139,7 @@ class QuantizeConfig:
     float_time_embedding: bool = True  # flow: sinusoid + time MLP stay float (t·1000 rad needs > 8 bits)
     # Decode options (steps, guidance, ...) for calibration and evaluation; {} = bundle defaults.
     decode: Mapping[str, Any] = field(default_factory=dict)
-    fallback: bool = True  # move the most sensitive nodes to float until the budget holds
+    fallback: bool = True  # move the most sensitive nodes to float activations (weight-only) until the budget holds
     max_fallback: int | None = None  # at most this many fallback nodes; None = as many as needed
     sensitivity_feeds: int = 4  # recorded feeds (spread over the loop) that qdq_loss_debug compares
     preprocess: bool = True  # quant_pre_process first: ORT's QGemm fusions need its MatMul+Add -> Gemm

@@ -309,8 +309,9 @@ def quantize_model(
     calibration_cache: Path | None = None,
     weight_only: Sequence[str] = (),
 ) -> None:
-    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; with the
-    profile's ``weight_only_float``, the float nodes ``weight_only`` get INT8 weights (float compute).
+    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; the nodes of
+    ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute). Which
+    float nodes may be weight-only (profile, rule vs budget vs --exclude) the caller decides.
 
     reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: ranges
     from ``calibrate`` (or, when absent, where ORT saves the ones it computes), so fallback
@@ -320,8 +321,7 @@ def quantize_model(
     float_weighted = [n for n in weight_only if n not in set(nodes)]
     if not nodes:
         shutil.copyfile(prepared, out)
-        if s.weight_only_float:
-            _weight_only(out, float_weighted)
+        _weight_only(out, float_weighted)
         return
     quant = require("onnxruntime.quantization")
     by_name = plan.by_name()
@@ -362,8 +362,7 @@ def quantize_model(
             hint="try --method minmax, or --exclude the node named in the message",
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
-    if s.weight_only_float:
-        _weight_only(out, float_weighted)
+    _weight_only(out, float_weighted)
 
 
 def _weight_only(path: Path, names: Sequence[str]) -> None:
@@ -461,6 +460,24 @@ def quantized_nodes(model: Any) -> set[str]:
     }
 
 
+def weight_only_nodes(model: Any) -> set[str]:
+    """Names of weight-only nodes: not quantized (``quantized_nodes``), yet their weight (input
+    1) is the output of a DequantizeLinear of an integer initializer; they compute in float."""
+    inits = {i.name: i for i in model.graph.initializer}
+    weight_dq = {
+        n.output[0]
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].data_type != FLOAT
+    }
+    int8 = quantized_nodes(model)
+    return {
+        n.name
+        for n in model.graph.node
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and n.name not in int8
+        and len(n.input) > 1 and n.input[1] in weight_dq
+    }
+
+
 def qdq_structure(path: Path) -> dict[str, Any]:
     """Op counts, quantized nodes and the zero points/dtypes of every Q/DQ node of a QDQ model."""
     onnx = require("onnx")
@@ -489,6 +506,7 @@ def qdq_structure(path: Path) -> dict[str, Any]:
     return {
         "ops": dict(Counter(n.op_type for n in model.graph.node)),
         "quantized_nodes": sorted(quantized_nodes(model)),
+        "weight_only_nodes": sorted(weight_only_nodes(model)),
         "qdq": qdq,
     }
 

@@ -47,7 +47,7 @@ SCHEMA = "edgekit.quantize/1"
 
 def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph, check it against the accuracy budget (falling back the
-    most sensitive nodes to float until it holds), write the ``int8`` artifact and record
+    most sensitive nodes to weight-only INT8 (float activations) until it holds), write the ``int8`` artifact and record
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
     the budget holds; the artifact is written either way so it can be inspected)."""
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -92,8 +92,13 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         by_name = plan.by_name()
         labels = {n.name: n.label for n in plan.nodes}
 
-        # Kept float by rule (not by the user or the budget): these may store INT8 weights.
-        weight_only = [n for n, why in floated.items() if not why.startswith("excluded")]
+        # Float nodes that store INT8 weights (float activations and compute): kept float by rule
+        # where the profile allows it, and every budget fallback (a selected node left out of a
+        # build). --exclude means fully float.
+        settings = cfg.settings
+        weight_only = [n for n, why in floated.items() if settings.weight_only_float and not why.startswith("excluded")]
+        if settings.weight_only_fallback:
+            weight_only += list(selected)
 
         def build(nodes: list[str]) -> Path:
             out = tmp / f"int8-{next(builds)}.onnx"
@@ -118,6 +123,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             model, outcome = fallback_until_within_budget(
                 selected, budget, build, measure, sensitivity,
                 enabled=cfg.fallback, max_fallback=cfg.max_fallback, labels=labels, progress=say,
+                fallback_to="weight-only" if settings.weight_only_fallback else "float",
             )
         clock["quantize_and_budget_s"] = time.perf_counter() - t0
 
@@ -127,13 +133,14 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             raise RuntimeError(f"trt profile produced a graph TensorRT rejects: {violations[:3]}")
         # What ORT really quantized of what was asked (Conv outputs' consumers also read a DQ).
         int8_nodes = sorted(set(outcome.quantized) & set(structure["quantized_nodes"]))
+        weight_only_nodes = sorted(set(structure["weight_only_nodes"]) - set(int8_nodes))
         t0 = time.perf_counter()
         readers = {a: f"{by_name[n].label} input" for n in reversed(int8_nodes) for a in by_name[n].activations}
         tensors = sorted(readers)
         drift = range_drift(prepared, tensors, traj, cfg.threads, labels=readers)
         clock["range_drift_s"] = time.perf_counter() - t0
 
-        summary = _summary(bundle, cfg, plan, floated, outcome, traj, drift, structure, budget, int8_nodes)
+        summary = _summary(bundle, cfg, plan, floated, outcome, traj, drift, structure, budget, int8_nodes, weight_only_nodes)
         summary["sizes"] = {
             "fp32_bytes": fp32_path.stat().st_size,
             "int8_bytes": model.stat().st_size,
@@ -187,21 +194,23 @@ def _summary(
     structure: Mapping[str, Any],
     budget: Mapping[str, float],
     int8_nodes: list[str],
+    weight_only_nodes: list[str] = (),
 ) -> dict[str, Any]:
     by_name = plan.by_name()
     fallback_names = {f["node"] for f in outcome.fallback}
-    def rule_reason(name: str, why: str) -> str:
-        if cfg.settings.weight_only_float and by_name[name].role != "attention-core":
-            return why + "; weights stored INT8, computed in float"
-        return why
+    weight_only = set(weight_only_nodes)
 
-    floated_rows = [
-        {"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "source": "user" if r.startswith("excluded") else "rule",
-         "reason": r if r.startswith("excluded") else rule_reason(n, r)}
-        for n, r in floated.items()
-    ] + [
-        {"node": f["node"], "label": f["label"], "op": by_name[f["node"]].op_type, "reason": f["reason"], "source": "budget"}
-        for f in outcome.fallback
+    def row(name: str, reason: str, source: str) -> dict[str, Any]:
+        # precision: "weight-only" = INT8 weight + DQ, float activations and compute; "float" = FP32.
+        wo = name in weight_only
+        return {
+            "node": name, "label": by_name[name].label, "op": by_name[name].op_type, "source": source,
+            "precision": "weight-only" if wo else "float",
+            "reason": reason + ("; weights stored INT8, computed in float" if wo else ""),
+        }
+
+    floated_rows = [row(n, r, "user" if r.startswith("excluded") else "rule") for n, r in floated.items()] + [
+        row(f["node"], f["reason"], "budget") for f in outcome.fallback
     ]
     kept_float_ops: dict[str, int] = {}
     for n in plan.nodes:
@@ -219,7 +228,13 @@ def _summary(
         "calibration": traj.summary() | {"method": cfg.method, "tensors_int8_inputs": len(drift.tensors)},
         "range_drift": drift.to_json(),
         "selection": {
-            "int8": [{"node": n, "label": by_name[n].label, "op": by_name[n].op_type} for n in int8_nodes],
+            # int8: fully INT8 (Q/DQ on activations and weights); weight_only: INT8 weights, float
+            # activations and compute; fully_float: FP32 weights and compute (e.g. --exclude).
+            "int8": [{"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "precision": "int8"} for n in int8_nodes],
+            "weight_only": [{"node": r["node"], "label": r["label"], "op": r["op"], "source": r["source"]}
+                            for r in floated_rows if r["precision"] == "weight-only"],
+            "fully_float": [{"node": r["node"], "label": r["label"], "op": r["op"], "source": r["source"]}
+                            for r in floated_rows if r["precision"] == "float"],
             "float": floated_rows,
             "float_by_op_type": kept_float_ops,
             "excluded_user": sorted(n for n, r in floated.items() if r.startswith("excluded")),

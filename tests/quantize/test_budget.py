@@ -75,7 +75,7 @@ def test_check_directions_and_unmeasured_keys():
 
 def test_budget_keys_per_kind_and_overrides():
     cfg = QuantizeConfig(budget={"snr_db": 25})
-    assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 3.0}
+    assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 1.0}
     from edgekit.errors import UsageError
 
     with pytest.raises(UsageError, match="does not apply to a masked model"):
@@ -173,3 +173,13 @@ def test_parse_budget_and_decode_options():
     assert parse_decode(["guidance=2", "solver=heun", "sway=-0.5"]) == {"guidance": 2, "solver": "heun", "sway": -0.5}
     with pytest.raises(UsageError, match="KEY=VALUE"):
         parse_decode(["guidance"])
+
+
+def test_default_budgets_agree_with_edgekit_check():
+    """A bundle quantize passes must not fail `edgekit check` on the same ground-truth metric."""
+    from edgekit.check.thresholds import QUALITY_DROP_DEFAULTS
+    from edgekit.quantize.config import DEFAULT_BUDGETS
+
+    assert DEFAULT_BUDGETS["flow"]["gt_snr_drop_db"] <= QUALITY_DROP_DEFAULTS["snr_db"].threshold
+    assert DEFAULT_BUDGETS["masked"]["event_accuracy_drop"] <= QUALITY_DROP_DEFAULTS["event_accuracy"].threshold
+    assert DEFAULT_BUDGETS["ar"]["event_accuracy_drop"] <= QUALITY_DROP_DEFAULTS["event_accuracy"].threshold

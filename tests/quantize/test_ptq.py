@@ -147,3 +147,50 @@ def test_entropy_calibration_clips_where_minmax_does_not_and_prints_nothing(tiny
     # LayerNorm output h has a long tail: the KL threshold (512 bins -> 128 levels) clips it.
     assert scales["entropy"]["h"] < 0.8 * scales["minmax"]["h"]
     assert capsys.readouterr().out == ""  # ORT's histogram calibrators print; --json must stay clean
+
+
+@pytest.mark.parametrize("profile", ["trt", "cpu"])
+def test_budget_fallback_node_is_weight_only_int8_weight_float_activation(tiny_model, tmp_path, profile):
+    """A fallback (selected, then left out of ``nodes``) keeps an int8 per-channel weight behind a
+    DQ (zero point 0) while its activation arrives unquantized, even where an INT8 sibling
+    (k_proj) has Q/DQ on the very same tensor ``h``; ORT runs the result close to float."""
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    chosen = ptq.select_nodes(plan, QuantizeConfig(profile=profile))[0]
+    nodes = [n for n in chosen if n != "q_proj"]
+    out, _ = _quantize(tiny_model, tmp_path, profile, nodes=nodes, weight_only=chosen)
+    model = onnx.load(str(out))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {i.name: i for i in model.graph.initializer}
+    q_proj = next(n for n in model.graph.node if n.name == "q_proj")
+    assert q_proj.input[0] == "h"  # the float tensor itself, no DQ in between
+    k_dq = producer[next(n for n in model.graph.node if n.name == "k_proj").input[0]]  # INT8 sibling on h
+    assert k_dq.op_type == "DequantizeLinear" and producer[k_dq.input[0]].op_type == "QuantizeLinear"
+    assert producer[k_dq.input[0]].input[0] == "h"
+    dq = producer[q_proj.input[1]]
+    assert dq.op_type == "DequantizeLinear" and dq.input[0] in inits
+    weight = onnx.numpy_helper.to_array(inits[dq.input[0]])
+    assert weight.dtype == np.int8 and np.abs(weight).max() == 127  # symmetric: the row max maps to 127
+    zp = onnx.numpy_helper.to_array(inits[dq.input[2]])
+    assert zp.dtype == np.int8 and not zp.any() and onnx.numpy_helper.to_array(inits[dq.input[1]]).size == weight.shape[-1]
+    assert "Wq" not in inits  # no float copy of the weight is left
+    assert ptq.weight_only_nodes(model) == {"q_proj"}
+    assert ptq.quantized_nodes(model) == set(nodes)
+    if profile == "trt":
+        assert ptq.trt_violations(out) == []
+    ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feed = tiny_feeds(1, seed=7)[0]
+    a, b = ref.run(None, feed)[0], q.run(None, feed)[0]
+    snr = 10 * np.log10(np.sum(a**2) / np.sum((a - b) ** 2))
+    assert 25 < snr < 80, snr
+
+
+def test_excluded_node_stays_fully_float(tiny_model, tmp_path):
+    """--exclude means float weights too: stage passes only rule floats and selected nodes as
+    weight-only, so an excluded node never reaches ``weight_only``."""
+    plan = ptq.analyse_graph(tiny_model, time_input="t")
+    chosen, floated = ptq.select_nodes(plan, QuantizeConfig(exclude=("q_proj",)))
+    assert "q_proj" not in chosen and floated["q_proj"].startswith("excluded")
+    out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=chosen, weight_only=chosen)
+    model = onnx.load(str(out))
+    assert "q_proj" not in ptq.weight_only_nodes(model) and "Wq" in {i.name for i in model.graph.initializer}

@@ -100,8 +100,36 @@ def test_trt_profile_on_demo_graph_all_zero_points_int8_zero(demo_bundles, tmp_p
     dq_outputs = {o for n in qdq for o in n.output}
     assert head and not any(i in dq_outputs for i in head[0].input)  # --exclude head: really float
     assert [r["label"] for r in s["selection"]["float"] if r["source"] == "user"] == ["head"]
+    # --exclude means fully float (FP32 weights too), never weight-only.
+    assert [r["label"] for r in s["selection"]["fully_float"] if r["source"] == "user"] == ["head"]
+    assert all(r["source"] != "user" for r in s["selection"]["weight_only"])
+    assert not any(inits[i].dtype == np.int8 for i in head[0].input if i in inits)
 
 
 def test_wrong_budget_key_fails_before_any_work(quant_bundles):
     with pytest.raises(UsageError, match="does not apply to a masked model"):
         quantize_bundle(quant_bundles["masked"], QuantizeConfig(budget={"snr_db": 20}))
+
+
+def test_budget_fallbacks_are_weight_only_int8_weight_float_activation(quantized, quant_bundles):
+    """Every budget fallback keeps an int8 weight behind a DQ and reads its activation unquantized;
+    the manifest says which nodes are weight-only and which fully INT8. Needs the trained demo
+    weights: the flow demo (cpu profile, default budget) falls back at least one node."""
+    assert quantized["flow"]["fallback"], "the flow demo meets its budget only with fallbacks"
+    for kind, s in quantized.items():
+        sel = s["selection"]
+        int8 = {r["node"] for r in sel["int8"]}
+        weight_only = {r["node"] for r in sel["weight_only"]}
+        fallback = {f["node"] for f in s["fallback"]}
+        assert fallback <= weight_only and not (weight_only & int8), kind
+        assert {r["node"] for r in sel["float"] if r["source"] == "budget" and r["precision"] == "weight-only"} == fallback
+        model = onnx.load(str(Bundle.load(quant_bundles[kind]).path_of("int8")))
+        inits = {i.name: i for i in model.graph.initializer}
+        producer = {o: n for n in model.graph.node for o in n.output}
+        for node in model.graph.node:
+            if node.name not in fallback:
+                continue
+            dq = producer[node.input[1]]
+            assert dq.op_type == "DequantizeLinear" and inits[dq.input[0]].data_type == onnx.TensorProto.INT8, (kind, node.name)
+            act = producer.get(node.input[0])
+            assert act is None or act.op_type != "DequantizeLinear", (kind, node.name)  # float activation
