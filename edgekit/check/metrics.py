@@ -38,6 +38,9 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "snr_db": True,
     "l1": False,
 }
+# Metrics averaged over the valid sequences only: nan means "no valid sequence", which the
+# validity metric already judges; a one-sided nan is no drop of its own.
+OVER_VALID_ONLY: frozenset[str] = frozenset({"nll_per_token"})
 
 # Pair statistics one shadow call returns: a vector of sums, added up per decode step.
 PairFn = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, np.ndarray]], np.ndarray]
@@ -356,14 +359,15 @@ def quality_drops(reference: Mapping[str, float], candidate: Mapping[str, float]
     """How much worse the candidate scores than the reference, per quality metric (positive =
     worse; the sign follows ``HIGHER_IS_BETTER``; unknown names count as higher-is-better).
 
-    Undefined on both sides (e.g. NLL over no valid sequence): None. Defined only for the
-    reference: +inf (the candidate lost it). Only for the candidate: -inf."""
+    Undefined on both sides, or on either side for ``OVER_VALID_ONLY`` metrics (NLL over no
+    valid sequence): None. Otherwise defined only for the reference: +inf (the candidate lost
+    it); only for the candidate: -inf."""
     drops: dict[str, float | None] = {}
     for name, ref in reference.items():
         if name not in candidate:
             continue
         r, c = float(ref), float(candidate[name])
-        if not np.isfinite(r) and not np.isfinite(c):
+        if (not np.isfinite(r) and not np.isfinite(c)) or (name in OVER_VALID_ONLY and not (np.isfinite(r) and np.isfinite(c))):
             drops[name] = None
         elif not np.isfinite(c):
             drops[name] = float("inf")

@@ -120,8 +120,9 @@ QUALITY_DROP_DEFAULTS: Mapping[str, Rule] = MappingProxyType(
         # Share of possible events (first unit, transitions, durations): careful INT8 within
         # ±0.015 (sampling, N = 16), damaged +0.035.
         "event_accuracy": Rule("max", 0.02, tolerance=0.0, floor=0.01),
-        # Exact NLL of the *valid* sequences, nats per token: few are valid under sampling, so noisy.
-        "nll_per_token": Rule("max", 0.15, tolerance=0.0, floor=0.05, unit="nats"),
+        # Exact NLL of the *valid* sequences only, nats per token: under the demos' sampling 0-1 of
+        # 16 sequences are valid, so it compares one sequence with another (or with none): reported.
+        "nll_per_token": Rule("max", None, tolerance=None, unit="nats"),
         # Frames vs the clean target of their tokens (the fp32 demo: 31 dB). Careful INT8 loses
         # 0.05 dB; dynamic INT8 of every MatMul 2.2 dB, i.e. 66 % more error against the truth.
         "snr_db": Rule("max", 1.0, tolerance=0.0, floor=0.5, unit="dB"),

@@ -43,6 +43,9 @@ from edgekit.quantize.ptq import (
 from edgekit.spec import KIND_IO
 
 SCHEMA = "edgekit.quantize/1"
+# At most this many budget fallbacks escalate from weight-only to fully float (each re-runs the
+# fallback loop, sensitivity ranking included: ~1 min on the flow demo).
+MAX_FULL_FLOAT = 3
 
 
 def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -97,12 +100,13 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         # build). --exclude means fully float.
         settings = cfg.settings
         weight_only = [n for n, why in floated.items() if settings.weight_only_float and not why.startswith("excluded")]
-        if settings.weight_only_fallback:
-            weight_only += list(selected)
+        # Fallbacks whose weight-only noise alone broke the budget: fully float (FP32 weights).
+        full_float: list[str] = []
 
         def build(nodes: list[str]) -> Path:
             out = tmp / f"int8-{next(builds)}.onnx"
-            quantize_model(prepared, out, reader, nodes, cfg, plan, calibration_cache=cache, weight_only=weight_only)
+            wo = weight_only + ([n for n in selected if n not in full_float] if settings.weight_only_fallback else [])
+            quantize_model(prepared, out, reader, nodes, cfg, plan, calibration_cache=cache, weight_only=wo)
             return out
 
         def measure(model: Path) -> dict[str, Any]:
@@ -120,11 +124,30 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         say(f"quantize {len(selected)} nodes ({cfg.profile} profile, {cfg.method}) and decode the held-out set in INT8")
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as fp32_rt:  # drives the lockstep decodes
-            model, outcome = fallback_until_within_budget(
-                selected, budget, build, measure, sensitivity,
-                enabled=cfg.fallback, max_fallback=cfg.max_fallback, labels=labels, progress=say,
-                fallback_to="weight-only" if settings.weight_only_fallback else "float",
-            )
+            def loop() -> tuple[Path, Any]:
+                return fallback_until_within_budget(
+                    selected, budget, build, measure, sensitivity,
+                    enabled=cfg.fallback, max_fallback=cfg.max_fallback, labels=labels, progress=say,
+                    fallback_to="weight-only" if settings.weight_only_fallback else "float",
+                )
+
+            model, outcome = loop()
+            escalated: list[dict[str, Any]] = []
+            # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out
+            # with the budget still failing, the first (most sensitive) fallback goes fully float
+            # and the loop runs again (flow demo, batch 2: every node weight-only still lost > 1 dB).
+            while (not outcome.passed and cfg.fallback and settings.weight_only_fallback and outcome.fallback
+                   and len(full_float) < MAX_FULL_FLOAT):
+                first = next((f for f in outcome.fallback if f["node"] not in full_float), None)
+                if first is None:
+                    break
+                full_float.append(first["node"])
+                escalated.append({"node": first["node"], "reason": first["reason"] + "; weight-only was not enough: fully float"})
+                say(f"budget still not met with weight-only fallbacks: {first['label']} -> fully float, fall back again")
+                model, outcome = loop()
+            if escalated:
+                why = {f["node"]: f["reason"] for f in escalated}
+                outcome.fallback = [f | {"reason": why[f["node"]]} if f["node"] in why else f for f in outcome.fallback]
         clock["quantize_and_budget_s"] = time.perf_counter() - t0
 
         structure = qdq_structure(model)

@@ -243,7 +243,9 @@ def test_quality_drops_sign_and_undefined_values():
     assert drops["custom"] == pytest.approx(0.25)  # hook metrics: higher is better
     assert drops["gone"] == math.inf
     assert quality_drops({"nll_per_token": float("nan")}, {"nll_per_token": float("nan")}) == {"nll_per_token": None}
-    assert quality_drops({"nll_per_token": float("nan")}, {"nll_per_token": 1.0}) == {"nll_per_token": -math.inf}
+    # NLL over the valid sequences only: none valid on one side is the validity metric's business.
+    assert quality_drops({"nll_per_token": 0.7}, {"nll_per_token": float("nan")}) == {"nll_per_token": None}
+    assert quality_drops({"custom": float("nan")}, {"custom": 1.0}) == {"custom": -math.inf}
 
 
 def test_metric_hook_from_a_file_runs_and_is_checked(tmp_path):

@@ -129,8 +129,9 @@ def test_flow_cheaper_solver_schedule_fails_snr_not_velocity(bundle_with):
 @TRAINED
 @pytest.mark.parametrize("kind", ["masked", "flow"])
 def test_careful_int8_passes(bundle_with, int8_models, kind):
-    """trained weights"""
-    doc = _check(bundle_with(kind, int8=int8_models(kind, "careful")))
+    """trained weights. The default 16 conditions: the ground-truth drops are calibrated for them
+    (on 4 sequences one changed event moves event accuracy by ~0.01)."""
+    doc = _check(bundle_with(kind, int8=int8_models(kind, "careful")), n=16)
     assert doc["passed"], [r for r in doc["rows"] if not r["passed"]]
 
 

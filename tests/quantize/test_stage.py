@@ -55,7 +55,10 @@ def test_manifest_records_config_calibration_budget_and_result(quantized, quant_
     model = onnx.load(str(bundle.path_of("int8")))
     inits = {i.name: i.data_type for i in model.graph.initializer}
     bias_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and inits.get(n.input[0]) == onnx.TensorProto.INT32]
-    assert len(bias_dq) >= 16  # cpu profile: int32 biases, so ORT fuses DQ -> Gemm into QGemm
+    # cpu profile: every fully INT8 Gemm has an int32 bias, so ORT fuses DQ -> Gemm into QGemm
+    # (budget fallbacks are weight-only: float activations, float bias).
+    int8_gemms = [r for r in q["selection"]["int8"] if r["op"] == "Gemm"]
+    assert len(bias_dq) >= len(int8_gemms) >= 8, (len(bias_dq), len(int8_gemms))
     # The artifact is what `edgekit run --precision int8` opens.
     from edgekit.pipeline import RunRequest, run_bundle
 
@@ -78,8 +81,9 @@ def test_flow_time_embedding_stays_float(quantized, quant_bundles):
     q = quantized["flow"]
     float_labels = {r["label"] for r in q["selection"]["float"] if r["reason"].startswith("flow time embedding")}
     assert {"time_mlp.0", "time_mlp.2"} <= float_labels
-    int8_labels = {r["label"] for r in q["selection"]["int8"]}
-    assert "blocks.0.ada" in int8_labels and "blocks.0.conv_in" in int8_labels
+    # The blocks' layers keep INT8 weights: fully INT8, or weight-only where the budget fell back.
+    int8_weight_labels = {r["label"] for r in q["selection"]["int8"] + q["selection"]["weight_only"]}
+    assert "blocks.0.ada" in int8_weight_labels and "blocks.0.conv_in" in int8_weight_labels
 
 
 def test_trt_profile_on_demo_graph_all_zero_points_int8_zero(demo_bundles, tmp_path):
@@ -120,8 +124,11 @@ def test_budget_fallbacks_are_weight_only_int8_weight_float_activation(quantized
         sel = s["selection"]
         int8 = {r["node"] for r in sel["int8"]}
         weight_only = {r["node"] for r in sel["weight_only"]}
-        fallback = {f["node"] for f in s["fallback"]}
+        # A fallback whose weight-only noise alone broke the budget was escalated to fully float.
+        escalated = {f["node"] for f in s["fallback"] if f["reason"].endswith("fully float")}
+        fallback = {f["node"] for f in s["fallback"]} - escalated
         assert fallback <= weight_only and not (weight_only & int8), kind
+        assert escalated <= {r["node"] for r in sel["fully_float"]} and len(escalated) <= len(s["fallback"]), kind
         assert {r["node"] for r in sel["float"] if r["source"] == "budget" and r["precision"] == "weight-only"} == fallback
         model = onnx.load(str(Bundle.load(quant_bundles[kind]).path_of("int8")))
         inits = {i.name: i for i in model.graph.initializer}
