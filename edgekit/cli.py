@@ -88,6 +88,17 @@ def _watch_sigint() -> Callable[[], bool]:
     return lambda: seen[0]
 
 
+def _parse_cond(items: Optional[list[str]]) -> dict[str, str]:
+    """--cond NAME=VALUE items -> {NAME: VALUE} (values are parsed by the pipeline)."""
+    raw: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
+        raw[name] = value
+    return raw
+
+
 def _configure_logging() -> None:
     import logging
 
@@ -243,12 +254,7 @@ def run(
         "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
         "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k,
     }
-    raw_cond = {}
-    for item in cond or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
-        raw_cond[name] = value
+    raw_cond = _parse_cond(cond)
     plan = None
     if latency_budget_ms is not None:
         from edgekit.bundle import Bundle
@@ -458,12 +464,7 @@ def check(
     from edgekit.errors import CheckFailed
 
     o = Output(json_out)
-    raw_cond = {}
-    for item in cond or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
-        raw_cond[name] = value
+    raw_cond = _parse_cond(cond)
     cfg = CheckConfig(
         reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond,
         thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
@@ -593,12 +594,7 @@ def profile(
         min_seconds=base.min_seconds if min_seconds is None else min_seconds,
         max_iters=max(base.max_iters, iters or 0),
     )
-    raw_cond = {}
-    for item in cond or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
-        raw_cond[name] = value
+    raw_cond = _parse_cond(cond)
     extra = {}
     if sweep is not None:
         extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else _csv("--sweep", sweep, int)
