@@ -46,7 +46,9 @@ def test_rss_tracker_sees_an_allocation_grow_rss():
     tracker = RssTracker()
     tracker.start()
     tracker.after_warmup()
-    block = bytearray(64 * 1024 * 1024)  # touched: bytearray zero-fills, so pages are resident
+    # Written, not just allocated: a large calloc is fresh mmap'd zero pages that only become
+    # resident when touched, so bytearray(n) alone may not move RSS at all.
+    block = b"\x01" * (64 * 1024 * 1024)
     report = tracker.stop()
     assert report.growth_bytes() >= 48 * 1024 * 1024
     assert report.growth_bytes("after_warmup", "end") >= 48 * 1024 * 1024
