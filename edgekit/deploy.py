@@ -135,7 +135,8 @@ def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path) -> lis
             with tarfile.open(archive, "r:*") as tar:
                 return safe_extract(tar, dest)
         except tarfile.TarError as exc:
-            raise BundleError(f"{archive} is not a readable tar archive ({exc})", hint="make one with `edgekit pack`") from None
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # tarfile lists every codec tried
+            raise BundleError(f"{archive} is not a readable tar archive ({first.rstrip(' (:')})", hint="make one with `edgekit pack`") from None
     dest = Path(dest).resolve()
     members = archive.getmembers()
     for member in members:

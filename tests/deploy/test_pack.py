@@ -116,3 +116,14 @@ def test_safe_extract_on_something_else(tmp_path):
     junk.write_text(json.dumps({"not": "a tarball"}))
     with pytest.raises(BundleError, match="is not a readable tar archive"):
         safe_extract(junk, tmp_path / "dest")
+
+
+def test_not_a_tarball_is_one_line(tmp_path):
+    from edgekit.deploy import safe_extract
+    from edgekit.errors import BundleError
+
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_text("not a tarball\n")
+    with pytest.raises(BundleError) as info:
+        safe_extract(junk, tmp_path / "out")
+    assert "\n" not in str(info.value) and "not a readable tar archive" in str(info.value)
