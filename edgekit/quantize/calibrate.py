@@ -18,7 +18,8 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.bundle import Bundle
-from edgekit.runtimes.base import Runtime
+from edgekit.errors import EdgekitError
+from edgekit.runtimes.base import Runtime, validate_feeds
 from edgekit.spec import TensorSpec
 
 
@@ -136,8 +137,17 @@ class TrajectoryReader:
         return item
 
 
-def calibration_reader(feeds: Sequence[Mapping[str, np.ndarray]]) -> TrajectoryReader:
-    """A ``TrajectoryReader`` registered as an ORT ``CalibrationDataReader`` (ORT checks the type)."""
+def calibration_reader(
+    feeds: Sequence[Mapping[str, np.ndarray]], specs: Mapping[str, TensorSpec] | None = None
+) -> TrajectoryReader:
+    """A ``TrajectoryReader`` registered as an ORT ``CalibrationDataReader`` (ORT checks the type).
+    With ``specs`` (the graph inputs) every feed is checked first: a calibration set of the wrong
+    names, shapes or dtypes is one clear error, not an ORT failure deep inside calibration."""
+    if not feeds:
+        raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
+    if specs is not None:
+        for i, feed in enumerate(feeds):
+            validate_feeds(feed, specs, f"calibration sample {i}")
     quant = require("onnxruntime.quantization")
     if not issubclass(TrajectoryReader, quant.CalibrationDataReader):
         quant.CalibrationDataReader.register(TrajectoryReader)

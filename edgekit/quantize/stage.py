@@ -85,7 +85,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
             reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode)
         clock["fp32_decode_s"] = time.perf_counter() - t0
-        reader = calibration_reader(traj.feeds)
+        reader = calibration_reader(traj.feeds, bundle.inputs)
         cache = tmp / "calibration.json"
         say(f"calibrate ({cfg.method}) on {len(traj.feeds)} recorded network calls")
         t0 = time.perf_counter()
