@@ -242,6 +242,7 @@ def run(
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
+    graph: Annotated[str, typer.Option("--graph", help="host (per-step network, host loop) | step | unrolled (a fused graph added by `edgekit export --graph`).")] = "host",
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -267,7 +268,7 @@ def run(
         o.info(f"budget {latency_budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
                f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
     req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond,
-                     decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild)
+                     decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild, graph=graph)
     result = run_bundle(bundle, req)
     if plan is not None:
         result["budget"] = {"budget_ms": latency_budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,

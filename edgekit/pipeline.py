@@ -32,6 +32,7 @@ class RunRequest:
     threads: int = 0  # runtime intra-op threads; 0 = runtime default
     target: str | None = None  # a target name/TOML: its engine (edgekit build) instead of --runtime
     rebuild: bool = False  # rebuild a stale engine for the target instead of refusing it
+    graph: str = "host"  # host: per-step network + host loop; step|unrolled: a fused graph (export --graph)
 
 
 def graph_batch(bundle: Bundle) -> int:
@@ -103,9 +104,21 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     batch = req.batch or graph_batch(bundle)
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
     cond = conditions(bundle, req.cond, batch, req.seed)
-    with open_runtime(bundle, req.runtime, req.precision, threads=req.threads, target=req.target, rebuild=req.rebuild) as rt:
+    if req.graph == "host":
+        rt = open_runtime(bundle, req.runtime, req.precision, threads=req.threads, target=req.target, rebuild=req.rebuild)
+        run = lambda: decode(bundle.kind, rt, bundle.meta, cond, cfg)  # noqa: E731
+    elif req.graph in ("step", "unrolled"):
+        from edgekit.decode.fused import decode_fused, open_fused
+
+        if req.runtime != "ort" or req.precision != "fp32" or req.target is not None:
+            raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on ORT only; drop --runtime/--precision/--target")
+        rt, entry = open_fused(bundle, req.graph, threads=req.threads)
+        run = lambda: decode_fused(bundle.kind, rt, entry, cond, cfg)  # noqa: E731
+    else:
+        raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
+    with rt:
         start = time.perf_counter_ns()
-        result = decode(bundle.kind, rt, bundle.meta, cond, cfg)
+        result = run()
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         device = getattr(rt, "device", req.runtime)
         warnings = list(getattr(rt, "warnings", []))
@@ -115,6 +128,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "model": bundle.name,
         "kind": bundle.kind,
         "runtime": req.runtime,
+        "graph": req.graph,
         "device": device,
         "precision": req.precision,
         "batch": batch,

@@ -41,3 +41,21 @@ def test_run_with_latency_budget_picks_a_plan_or_fails_with_exit_4(tiny_flow):
     assert json.loads(r.stdout)["nfe"] == budget["nfe"]
     r = runner.invoke(app, ["run", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "0.000001"])
     assert r.exit_code == 4, r.output
+
+
+def test_run_graph_step_matches_host_loop_and_refuses_other_baked_values(tiny_flow):
+    import numpy as np
+
+    out, _ = tiny_flow
+    res = {}
+    for graph in ("host", "step"):
+        npz = out.parent / f"{graph}.npz"
+        r = runner.invoke(app, ["run", str(out), "--graph", graph, "--cond", "speaker=0.5", "--solver", "heun", "-o", str(npz), "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["graph"] == graph
+        res[graph] = np.load(npz)["frames"]
+    np.testing.assert_allclose(res["step"], res["host"], atol=1e-4)
+    r = runner.invoke(app, ["run", str(out), "--graph", "step", "--cond", "speaker=0.5", "--solver", "rk4"])
+    assert r.exit_code == 2 and "heun" in r.stderr  # baked solver named in the one-line error
+    r = runner.invoke(app, ["run", str(out), "--graph", "unrolled", "--cond", "speaker=0.5"])
+    assert r.exit_code == 2 and "no fused 'unrolled' graph" in r.stderr
