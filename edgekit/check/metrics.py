@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
 
 # Ground-truth metrics (edgekit.models.corpus) and whether a higher value is better. A user
@@ -46,7 +47,7 @@ OVER_VALID_ONLY: frozenset[str] = frozenset({"nll_per_token"})
 PairFn = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, np.ndarray]], np.ndarray]
 
 
-class RecordingRuntime:
+class RecordingRuntime(RuntimeProxy):
     """A ``Runtime`` that forwards every call to ``inner`` and records it.
 
     record: name of the feed to keep a copy of per call (the loop state; None = keep none).
@@ -59,34 +60,13 @@ class RecordingRuntime:
     def __init__(self, inner: Any, record: str | None = None, shadow: Any = None, on_pair: PairFn | None = None):
         if (shadow is None) != (on_pair is None):
             raise ValueError("shadow and on_pair go together")
-        self.inner = inner
+        super().__init__(inner, name=f"recording({getattr(inner, 'name', 'runtime')})", owns_inner=False)
         self.record = record
         self.shadow = shadow
         self.on_pair = on_pair
         self.recorded: list[np.ndarray] = []  # per call: a copy of feeds[record]
         self.paired: list[np.ndarray] = []  # per call: on_pair(...)
         self.calls = 0
-
-    # The Runtime protocol's attributes are the inner runtime's.
-    @property
-    def name(self) -> str:
-        return f"recording({getattr(self.inner, 'name', 'runtime')})"
-
-    @property
-    def inputs(self):
-        return self.inner.inputs
-
-    @property
-    def outputs(self):
-        return self.inner.outputs
-
-    @property
-    def device(self) -> str:
-        return getattr(self.inner, "device", "unknown")
-
-    @property
-    def warnings(self) -> list[str]:
-        return getattr(self.inner, "warnings", [])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.record is not None:
@@ -103,14 +83,6 @@ class RecordingRuntime:
         self.paired.clear()
         self.calls = 0
 
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "RecordingRuntime":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---- per-call pair statistics -------------------------------------------------------------------

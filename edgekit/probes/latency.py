@@ -20,8 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.runtimes.base import Runtime
-from edgekit.spec import TensorSpec
+from edgekit.runtimes.base import Runtime, RuntimeProxy
 
 # trtexec warns when the coefficient of variation passes 10 %; the same bound flags drift between
 # the first and last third of a run (thermal throttling, governor ramps, background load).
@@ -256,7 +255,7 @@ class BreakdownStats:
         )
 
 
-class TimedRuntime:
+class TimedRuntime(RuntimeProxy):
     """A ``Runtime`` that forwards to ``inner`` and records how long each ``run`` call takes.
 
     Hand it to an unchanged decode loop and bracket each decode::
@@ -269,32 +268,11 @@ class TimedRuntime:
     """
 
     def __init__(self, inner: Runtime, clock: Callable[[], int] = time.perf_counter_ns):
-        self.inner = inner
+        super().__init__(inner)
         self._clock = clock
         self._open_steps: list[int] | None = None
         self._open_start = 0
         self.decodes: list[DecodeTiming] = []
-
-    # Runtime protocol: the same identity and IO as the wrapped backend.
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def inputs(self) -> Mapping[str, TensorSpec]:
-        return self.inner.inputs
-
-    @property
-    def outputs(self) -> Mapping[str, TensorSpec]:
-        return self.inner.outputs
-
-    @property
-    def device(self) -> str:
-        return getattr(self.inner, "device", "unknown")
-
-    @property
-    def warnings(self) -> list[str]:
-        return getattr(self.inner, "warnings", [])
 
     def __getattr__(self, attr: str) -> Any:
         # Anything else a caller reads from a backend (providers, engine info) comes from it.
@@ -309,14 +287,6 @@ class TimedRuntime:
             self._open_steps.append(self._clock() - t0)
         return out
 
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> "TimedRuntime":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # Per-decode accounting
     def start_decode(self) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
-from edgekit.runtimes.base import Runtime, validate_feeds
+from edgekit.runtimes.base import Runtime, RuntimeProxy, validate_feeds
 from edgekit.spec import TensorSpec
 
 
@@ -33,36 +33,18 @@ class RecordedCall:
     position: float
 
 
-class RecordingRuntime:
+class RecordingRuntime(RuntimeProxy):
     """A ``Runtime`` proxy: forwards every ``run`` to ``runtime`` and keeps a copy of its feeds
     (the loops reuse their buffers, so a reference would be overwritten by the next step)."""
 
     def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any]):
-        self.runtime = runtime
+        super().__init__(runtime, name=f"recording({getattr(runtime, 'name', 'runtime')})")
         self.kind = kind
         self.mask_id = meta.get("mask_id")
-        self.name = f"recording({getattr(runtime, 'name', 'runtime')})"
         self.feeds: list[dict[str, np.ndarray]] = []
         self.calls: list[RecordedCall] = []
         self._decode = -1
         self._call = 0
-
-    # The Runtime protocol, forwarded.
-    @property
-    def inputs(self) -> Mapping[str, TensorSpec]:
-        return self.runtime.inputs
-
-    @property
-    def outputs(self) -> Mapping[str, TensorSpec]:
-        return self.runtime.outputs
-
-    @property
-    def device(self) -> str:
-        return getattr(self.runtime, "device", "cpu")
-
-    @property
-    def warnings(self) -> list[str]:
-        return getattr(self.runtime, "warnings", [])
 
     def begin_decode(self) -> None:
         """Mark the start of a new decode: call indices restart at 0."""
@@ -76,16 +58,7 @@ class RecordingRuntime:
         self.feeds.append(kept)
         self.calls.append(RecordedCall(self._decode, self._call, _position(self.kind, kept, self.mask_id)))
         self._call += 1
-        return self.runtime.run(feeds)
-
-    def close(self) -> None:
-        self.runtime.close()
-
-    def __enter__(self) -> "RecordingRuntime":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self.inner.run(feeds)
 
 
 def _position(kind: str, feeds: Mapping[str, np.ndarray], mask_id: Any) -> float:

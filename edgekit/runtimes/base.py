@@ -102,3 +102,43 @@ class BaseRuntime:
         """Record a warning for the report and log it once."""
         self.warnings.append(message)
         log.warning(message)
+
+
+class RuntimeProxy:
+    """A ``Runtime`` around another one (timing, recording, comparing): the wrapped runtime's IO,
+    device and warnings; ``run`` forwards. Subclasses override ``run`` and keep the loops
+    unchanged. ``close`` closes the wrapped runtime unless ``owns_inner`` is False."""
+
+    def __init__(self, inner: Runtime, name: str | None = None, owns_inner: bool = True):
+        self.inner = inner
+        self.name = name or getattr(inner, "name", "runtime")
+        self._owns_inner = owns_inner
+
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]:
+        return self.inner.inputs
+
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]:
+        return self.inner.outputs
+
+    @property
+    def device(self) -> str:
+        return getattr(self.inner, "device", "unknown")
+
+    @property
+    def warnings(self) -> list[str]:
+        return getattr(self.inner, "warnings", [])
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.inner.run(feeds)
+
+    def close(self) -> None:
+        if self._owns_inner:
+            self.inner.close()
+
+    def __enter__(self) -> "RuntimeProxy":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
