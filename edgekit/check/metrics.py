@@ -18,10 +18,6 @@ metrics and the per-step curves.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -361,30 +357,9 @@ def load_metric_hook(ref: str) -> MetricHook:
     {conditioning input: array [N, ...]}, and returns {metric name: float}, higher = better
     (return -loss for a loss). Its metrics are compared like the demo models' ground truth.
     """
-    target, sep, func = ref.rpartition(":")
-    forms = "package.module:function or path/to/file.py:function"
-    if not sep or not target or not func:
-        raise UsageError(f"metric hook {ref!r} is not module:function", hint=f"use {forms}")
-    try:
-        if target.endswith(".py"):
-            path = Path(target)
-            if not path.is_file():
-                raise UsageError(f"metric hook file {target!r} does not exist", hint=f"use {forms}")
-            name = f"edgekit_metric_{path.stem}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[name] = module
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        else:
-            module = importlib.import_module(target)
-    except EdgekitError:
-        raise
-    except Exception as exc:
-        raise EdgekitError(f"importing metric hook {target!r} failed: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, func, None)
-    if not callable(fn):
-        raise UsageError(f"metric hook module {target!r} has no function {func!r}", hint=f"use {forms}")
-    return fn
+    from edgekit._userhooks import load_callable
+
+    return load_callable(ref, "metric hook")
 
 
 def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -5,13 +5,10 @@ Importing this package imports no torch; building a model does.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Callable
 
+from edgekit._userhooks import load_callable
 from edgekit.errors import EdgekitError
 from edgekit.spec import ModelSpec
 
@@ -26,36 +23,9 @@ _FORMS = "a built-in name (" + ", ".join(BUILTIN) + "), path/to/file.py:function
 
 
 def _load_factory(ref: str) -> Callable[..., ModelSpec]:
-    target, sep, func = ref.rpartition(":")
-    if not sep or not target or not func:
+    if ":" not in ref:
         raise EdgekitError(f"model {ref!r} is not a known model", hint=f"use {_FORMS}")
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise EdgekitError(f"model file {target!r} does not exist", hint=f"use {_FORMS}")
-        mod_name = f"edgekit_user_{path.stem}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[mod_name] = module
-        try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]  # runs the user's code
-        except EdgekitError:
-            raise
-        except Exception as exc:
-            raise EdgekitError(f"importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
-    else:
-        try:
-            module = importlib.import_module(target)
-        except EdgekitError:
-            raise
-        except ModuleNotFoundError as exc:
-            raise EdgekitError(f"cannot import module {target!r} ({exc})", hint=f"use {_FORMS}") from exc
-        except Exception as exc:
-            raise EdgekitError(f"importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
-    factory = getattr(module, func, None)
-    if not callable(factory):
-        raise EdgekitError(f"{target!r} has no function {func!r}", hint=f"use {_FORMS}")
-    return factory
+    return load_callable(ref, "model factory", _FORMS, EdgekitError)
 
 
 def load_spec(ref: str, batch: int | None = None) -> ModelSpec:
