@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,9 @@ def demo_bundles(tmp_path_factory) -> dict[str, Path]:
         bundle = export_bundle(load_spec(name, batch=2), root / name, source=name)
         out[bundle.kind] = bundle.root
     return out
+
+
+@pytest.fixture
+def masked(demo_bundles, tmp_path) -> Path:
+    """A private copy of the masked demo bundle (stages that add artifacts or engines write to it)."""
+    return Path(shutil.copytree(demo_bundles["masked"], tmp_path / "masked"))

@@ -3,7 +3,6 @@ and tiny bundles built in code; a fake TensorRT host for the engine logic."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Callable
@@ -17,21 +16,6 @@ from build_helpers import FakeTrt, add_model, tiny_model  # noqa: E402
 
 from edgekit.bundle import Bundle  # noqa: E402
 from edgekit.spec import TensorSpec  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def masked_demo(tmp_path_factory) -> Path:
-    pytest.importorskip("torch")
-    from edgekit.export.to_bundle import export_bundle
-    from edgekit.models import load_spec
-
-    return export_bundle(load_spec("masked-demo", batch=2), tmp_path_factory.mktemp("demo") / "masked", source="masked-demo").root
-
-
-@pytest.fixture
-def masked(masked_demo, tmp_path) -> Path:
-    """A private copy of the masked demo bundle (builds add engines to it)."""
-    return Path(shutil.copytree(masked_demo, tmp_path / "masked"))
 
 
 @pytest.fixture

@@ -94,18 +94,3 @@ def sshd(tmp_path_factory) -> SshServer:
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
-
-
-@pytest.fixture(scope="session")
-def masked_demo(tmp_path_factory) -> Path:
-    pytest.importorskip("torch")
-    from edgekit.export.to_bundle import export_bundle
-    from edgekit.models import load_spec
-
-    return export_bundle(load_spec("masked-demo", batch=2), tmp_path_factory.mktemp("demo") / "masked", source="masked-demo").root
-
-
-@pytest.fixture
-def masked(masked_demo, tmp_path) -> Path:
-    """A private copy of the masked demo bundle."""
-    return Path(shutil.copytree(masked_demo, tmp_path / "masked"))

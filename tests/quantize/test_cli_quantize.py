@@ -4,7 +4,6 @@ into edgekit/cli.py (until then typer answers "No such command")."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -20,11 +19,6 @@ LOOSE = ["--budget", "token_agreement=0", "--budget", "event_accuracy_drop=1"]
 
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-@pytest.fixture()
-def masked(demo_bundles, tmp_path):
-    return shutil.copytree(demo_bundles["masked"], tmp_path / "masked")
 
 
 def test_quantize_json_is_one_document(masked):
