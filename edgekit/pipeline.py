@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.bundle import STAGING_PREFIX, Bundle
 from edgekit.decode.dispatch import decode, decode_config
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import UsageError
 from edgekit.runtimes import open_runtime
 
 
@@ -163,10 +163,6 @@ def save_outputs(path: Path, output_name: str, output: np.ndarray, cond: Mapping
 def output_name(kind: str) -> str:
     return "frames" if kind == "flow" else "tokens"
 
-
-def check_kind(bundle: Bundle, kind: str) -> None:
-    if bundle.kind != kind:
-        raise EdgekitError(f"bundle {bundle.root} holds a {bundle.kind} model, expected {kind}")
 
 
 def evaluate(
