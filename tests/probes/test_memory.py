@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import mmap
 import sys
 
 import pytest
@@ -46,9 +47,12 @@ def test_rss_tracker_sees_an_allocation_grow_rss():
     tracker = RssTracker()
     tracker.start()
     tracker.after_warmup()
-    # Written, not just allocated: a large calloc is fresh mmap'd zero pages that only become
-    # resident when touched, so bytearray(n) alone may not move RSS at all.
-    block = b"\x01" * (64 * 1024 * 1024)
+    # Fresh anonymous pages, each one written: a malloc'd buffer may reuse memory the process
+    # freed but still holds (no RSS change), and untouched pages are not resident at all.
+    size = 64 * 1024 * 1024
+    block = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        block[offset] = 1
     report = tracker.stop()
     assert report.growth_bytes() >= 48 * 1024 * 1024
     assert report.growth_bytes("after_warmup", "end") >= 48 * 1024 * 1024
@@ -56,7 +60,7 @@ def test_rss_tracker_sees_an_allocation_grow_rss():
     assert set(doc["points"]) == {"start", "after_warmup", "end"}
     assert doc["growth_after_warmup_bytes"] == report.growth_bytes("after_warmup", "end")
     assert report.peak_rss_bytes >= report.rss("end")
-    del block
+    block.close()
 
 
 def test_rss_tracker_reports_when_the_peak_could_not_be_reset(tmp_path):
