@@ -17,6 +17,7 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime
+from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, FUSION_PROVIDERS, fuse_fast_gelu
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
@@ -50,6 +51,14 @@ class OrtOptions:
     # Bind preallocated outputs once and reuse them every run (no per-step allocation in decode
     # loops); False = plain session.run with fresh arrays per call.
     io_binding: bool = True
+    # Apply edgekit's contrib-op fusions (runtimes/ort_fusions.py: tanh GELU -> FastGelu) to the
+    # graph in memory before the session is created, when every provider implements them (CPU,
+    # CUDA). The file on disk is never changed. False = the file exactly as written.
+    contrib_fusions: bool = True
+    # ORT graph transformers to switch off, by name. None = edgekit's measured choice: on a
+    # CPU-only session the ones in ort_fusions.CPU_DISABLED_OPTIMIZERS (slower on ORT's CPU
+    # kernels), none otherwise.
+    disabled_optimizers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.providers, str) or not self.providers:
@@ -99,7 +108,14 @@ class OrtRuntime(BaseRuntime):
         if options.optimized_model_path is not None:
             Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             session_options.optimized_model_filepath = str(options.optimized_model_path)
-        self.session = _create_session(ort, self.model_path, session_options, providers, provider_options)
+        model, self.fusions = _fused_model(self.model_path, providers, options)
+        disabled = options.disabled_optimizers
+        if disabled is None:
+            disabled = CPU_DISABLED_OPTIMIZERS if providers == ["CPUExecutionProvider"] else ()
+        self.disabled_optimizers: tuple[str, ...] = tuple(disabled)
+        self.session = _create_session(
+            ort, self.model_path, session_options, providers, provider_options, model=model, disabled=self.disabled_optimizers
+        )
 
         self.providers_used: list[str] = list(self.session.get_providers())
         self.device = self.providers_used[0]
@@ -177,14 +193,36 @@ def _check_model_file(path: Path) -> None:
         raise EdgekitError(f"ort: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
 
 
+def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple[bytes | None, dict[str, int]]:
+    """(serialized graph with edgekit's contrib fusions, {fusion: count}); (None, {}) when the
+    fusions are off, a provider lacks the contrib ops, nothing matched, the weights live in
+    external files (the session must load them relative to the model file), or the file does
+    not parse (the session then reports that in its own words)."""
+    if not options.contrib_fusions or not set(providers) <= FUSION_PROVIDERS:
+        return None, {}
+    onnx = require("onnx")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model: _create_session says so in one line
+        return None, {}
+    if not any(n.op_type == "Tanh" for n in model.graph.node):
+        return None, {}
+    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
+        return None, {}
+    count = fuse_fast_gelu(model)
+    return (model.SerializeToString(), {"FastGelu": count}) if count else (None, {})
+
+
 def _create_session(
-    ort: Any, path: Path, session_options: Any, providers: list[str], provider_options: Any
+    ort: Any, path: Path, session_options: Any, providers: list[str], provider_options: Any,
+    *, model: bytes | None = None, disabled: tuple[str, ...] = (),
 ) -> Any:
     state = ort.capi.onnxruntime_pybind11_state
     load_errors = tuple(getattr(state, n) for n in _LOAD_ERRORS if hasattr(state, n))
     try:
         return ort.InferenceSession(
-            str(path), sess_options=session_options, providers=providers, provider_options=provider_options
+            model if model is not None else str(path), sess_options=session_options, providers=providers,
+            provider_options=provider_options, disabled_optimizers=list(disabled) or None,
         )
     except getattr(state, "EPFail", ()) as exc:
         raise TargetUnavailable(

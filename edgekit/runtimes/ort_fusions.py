@@ -1,0 +1,151 @@
+"""Graph fusions ONNX Runtime's own optimizer misses on our exported graphs (CPU/CUDA only).
+
+ORT's session-level GeluFusion matches the erf GELU only. Our transformer MLPs use the tanh
+approximation (``F.gelu(approximate="tanh")``), which the exporter writes as eight elementwise
+ops — Pow, Mul, Add, Mul, Tanh, Add, Mul, Mul — each a full pass over a [B, L, 4·D] tensor.
+``fuse_fast_gelu`` replaces each such chain with one ``com.microsoft.FastGelu`` (the same
+formula, one vectorised pass). Measured on the demo masked generator (batch 8, 1 thread, ORT
+1.32, AVX512-VNNI): the four GELUs fall from 1.5 ms to 0.54 ms per forward, FP32 11.7 -> 10.7 ms,
+INT8 7.4 -> 6.4 ms; outputs move by < 1e-5.
+
+Contrib ops run only on ORT's CPU and CUDA providers: a graph meant for TensorRT, NNAPI, CoreML
+or QNN must stay standard ONNX (those would fall back to the CPU for every fused node), so the
+callers apply this for CPU/CUDA sessions and the ``cpu`` quantize profile only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from edgekit._deps import require
+
+CONTRIB_DOMAIN = "com.microsoft"
+# Execution providers that implement com.microsoft.FastGelu.
+FUSION_PROVIDERS: frozenset[str] = frozenset({"CPUExecutionProvider", "CUDAExecutionProvider"})
+# ORT fusions that make the graph slower on its CPU provider. SkipLayerNormFusion: ORT 1.32's CPU
+# SkipLayerNormalization took 0.34 ms per call on the demo masked generator (batch 8) where the
+# LayerNormalization + Add it replaces took 0.07 ms: FP32 forwards 2-3 % faster without it
+# (masked batch 2 and 8, flow; AR unchanged).
+CPU_DISABLED_OPTIMIZERS: tuple[str, ...] = ("SkipLayerNormFusion",)
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_TOL = 1e-4
+
+
+def fuse_fast_gelu(model: Any) -> int:
+    """Rewrite every tanh-GELU chain of ``model`` (an ``onnx.ModelProto``, edited in place) into
+    ``com.microsoft.FastGelu``; returns how many were fused.
+
+    Matches x·(0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) in any operand order of the commutative
+    Mul/Add nodes, with the constants as initializers or Constant nodes. The FastGelu node keeps
+    the chain's output name, so value_info (shapes) and consumers stay valid; the chain's
+    intermediate tensors must have no other consumer (else it is left alone)."""
+    onnx = require("onnx")
+    graph = model.graph
+    scalars = _scalar_constants(onnx, graph)
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def const_operand(node: Any, value: float) -> str | None:
+        """The other input of binary ``node`` when one input is the scalar ``value``."""
+        if node is None or len(node.input) != 2:
+            return None
+        a, b = node.input
+        if _close(scalars.get(b), value):
+            return a
+        if _close(scalars.get(a), value):
+            return b
+        return None
+
+    def only_consumer(name: str) -> Any:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in outputs else None
+
+    fused: list[tuple[list[Any], Any]] = []
+    for tanh in [n for n in graph.node if n.op_type == "Tanh"]:
+        scaled = producer.get(tanh.input[0])
+        inner = const_operand(scaled if scaled is not None and scaled.op_type == "Mul" else None, _SQRT_2_OVER_PI)
+        add_in = producer.get(inner) if inner else None
+        if add_in is None or add_in.op_type != "Add":
+            continue
+        match = None
+        for x, cubic in (tuple(add_in.input), tuple(reversed(add_in.input))):
+            mul_c = producer.get(cubic)
+            pow_name = const_operand(mul_c if mul_c is not None and mul_c.op_type == "Mul" else None, 0.044715)
+            pow_node = producer.get(pow_name) if pow_name else None
+            if pow_node is not None and pow_node.op_type == "Pow" and pow_node.input[0] == x and _close(scalars.get(pow_node.input[1]), 3.0):
+                match = (x, pow_node, mul_c)
+                break
+        if match is None:
+            continue
+        x, pow_node, mul_c = match
+        add_one = only_consumer(tanh.output[0])
+        if add_one is None or add_one.op_type != "Add" or const_operand(add_one, 1.0) != tanh.output[0]:
+            continue
+        half = only_consumer(add_one.output[0])
+        if half is None or half.op_type != "Mul" or const_operand(half, 0.5) != add_one.output[0]:
+            continue
+        final = only_consumer(half.output[0])
+        if final is None or final.op_type != "Mul" or set(final.input) != {x, half.output[0]}:
+            continue
+        chain = [pow_node, mul_c, add_in, scaled, tanh, add_one, half, final]
+        # Every intermediate must feed only the chain (x itself is read by Pow, Add and the last Mul).
+        if any(only_consumer(n.output[0]) is None for n in chain[:-1]):
+            continue
+        node = onnx.helper.make_node("FastGelu", [x], [final.output[0]], name=f"{final.name}/FastGelu", domain=CONTRIB_DOMAIN)
+        fused.append((chain, node))
+
+    if not fused:
+        return 0
+    replace = {id(chain[-1]): node for chain, node in fused}
+    drop = {id(n) for chain, _ in fused for n in chain[:-1]}
+    nodes = [replace.get(id(n), n) for n in graph.node if id(n) not in drop]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(op.domain == CONTRIB_DOMAIN for op in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    _drop_unused_initializers(graph)
+    return len(fused)
+
+
+def _close(value: float | None, want: float) -> bool:
+    return value is not None and abs(value - want) <= _TOL * max(1.0, abs(want))
+
+
+def _scalar_constants(onnx: Any, graph: Any) -> dict[str, float]:
+    """Tensor name -> value of every single-element float constant (initializer or Constant node)."""
+    numpy_helper = onnx.numpy_helper
+    out: dict[str, float] = {}
+    for init in graph.initializer:
+        if _numel(init.dims) == 1 and not init.external_data:
+            out[init.name] = float(numpy_helper.to_array(init).reshape(()))
+    for node in graph.node:
+        if node.op_type == "Constant":
+            attr = next((a for a in node.attribute if a.name in ("value", "value_float")), None)
+            if attr is None:
+                continue
+            if attr.name == "value_float":
+                out[node.output[0]] = float(attr.f)
+            elif _numel(attr.t.dims) == 1:
+                out[node.output[0]] = float(numpy_helper.to_array(attr.t).reshape(()))
+    return out
+
+
+def _numel(dims: Any) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _drop_unused_initializers(graph: Any) -> None:
+    used = {i for node in graph.node for i in node.input} | {o.name for o in graph.output}
+    keep = [i for i in graph.initializer if i.name in used]
+    if len(keep) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(keep)

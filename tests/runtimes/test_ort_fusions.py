@@ -1,0 +1,126 @@
+"""edgekit's contrib-op fusions for ONNX Runtime (tanh GELU -> com.microsoft.FastGelu)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.runtimes.conftest import save_model
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # noqa: E402
+from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, fuse_fast_gelu  # noqa: E402
+
+SHAPE = [2, 3, 8]
+
+
+def _scalar(name: str, value: float):
+    return numpy_helper.from_array(np.array(value, dtype=np.float32), name)
+
+
+def gelu_chain(prefix: str, x: str, out: str, *, swap: bool = False, constant_nodes: bool = False):
+    """The exporter's tanh-GELU: x·(0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³)))); ``swap`` flips the
+    operand order of every commutative node, ``constant_nodes`` gives the constants as Constant ops."""
+    consts = {"three": 3.0, "c": 0.044715, "k": math.sqrt(2 / math.pi), "one": 1.0, "half": 0.5}
+    names = {k: f"{prefix}_{k}" for k in consts}
+    nodes, inits = [], []
+    for k, v in consts.items():
+        if constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [names[k]], value=_scalar(names[k], v)))
+        else:
+            inits.append(_scalar(names[k], v))
+
+    def pair(a, b):
+        return [b, a] if swap else [a, b]
+
+    p = lambda s: f"{prefix}_{s}"  # noqa: E731
+    nodes += [
+        helper.make_node("Pow", [x, names["three"]], [p("cube")]),
+        helper.make_node("Mul", pair(names["c"], p("cube")), [p("ccube")]),
+        helper.make_node("Add", pair(x, p("ccube")), [p("inner")]),
+        helper.make_node("Mul", pair(names["k"], p("inner")), [p("scaled")]),
+        helper.make_node("Tanh", [p("scaled")], [p("tanh")]),
+        helper.make_node("Add", pair(p("tanh"), names["one"]), [p("onep")]),
+        helper.make_node("Mul", pair(names["half"], p("onep")), [p("halfp")]),
+        helper.make_node("Mul", pair(x, p("halfp")), [out]),
+    ]
+    return nodes, inits
+
+
+def _model(tmp_path, name, *, swap=False, constant_nodes=False, leak=False):
+    """x -> Relu -> GELU -> Neg -> y; ``leak`` also exposes the tanh output as a graph output."""
+    nodes = [helper.make_node("Relu", ["x"], ["h"])]
+    chain, inits = gelu_chain("g", "h", "gelu", swap=swap, constant_nodes=constant_nodes)
+    nodes += chain + [helper.make_node("Neg", ["gelu"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)]
+    if leak:
+        outputs.append(helper.make_tensor_value_info("g_tanh", TensorProto.FLOAT, SHAPE))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)]
+    return save_model(tmp_path / f"{name}.onnx", nodes, inputs, outputs, inits)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("constant_nodes", [False, True])
+def test_chain_becomes_one_fast_gelu_with_the_same_output(tmp_path, swap, constant_nodes):
+    path = _model(tmp_path, "gelu", swap=swap, constant_nodes=constant_nodes)
+    model = onnx.load(str(path))
+    assert fuse_fast_gelu(model) == 1
+    ops = [n.op_type for n in model.graph.node if n.op_type != "Constant"]
+    assert ops == ["Relu", "FastGelu", "Neg"]
+    assert any(o.domain == "com.microsoft" for o in model.opset_import)
+    assert not model.graph.initializer  # the chain's constants went with it
+
+    x = np.linspace(-4, 4, int(np.prod(SHAPE)), dtype=np.float32).reshape(SHAPE)
+    with OrtRuntime(path, OrtOptions(intra_op_threads=1)) as rt:
+        assert rt.fusions == {"FastGelu": 1}
+        y = rt.run({"x": x})["y"]
+    np.testing.assert_allclose(y, -_gelu_tanh(np.maximum(x, 0)), atol=1e-5)
+
+
+def test_chain_whose_intermediate_is_read_elsewhere_is_left_alone(tmp_path):
+    model = onnx.load(str(_model(tmp_path, "leak", leak=True)))
+    assert fuse_fast_gelu(model) == 0
+    assert sum(n.op_type == "Tanh" for n in model.graph.node) == 1
+
+
+def test_wrong_constant_is_not_a_gelu(tmp_path):
+    model = onnx.load(str(_model(tmp_path, "near")))
+    for init in model.graph.initializer:
+        if init.name == "g_c":
+            init.CopyFrom(_scalar("g_c", 0.05))  # not 0.044715: some other curve
+    assert fuse_fast_gelu(model) == 0
+
+
+def test_runtime_fuses_in_memory_only_for_cpu_and_when_asked(tmp_path):
+    path = _model(tmp_path, "gelu")
+    before = path.read_bytes()
+    with OrtRuntime(path, OrtOptions(intra_op_threads=1)) as rt:
+        assert rt.fusions == {"FastGelu": 1}
+        assert rt.disabled_optimizers == CPU_DISABLED_OPTIMIZERS
+    assert path.read_bytes() == before  # the file on disk is never rewritten
+    with OrtRuntime(path, OrtOptions(contrib_fusions=False, disabled_optimizers=())) as rt:
+        assert rt.fusions == {} and rt.disabled_optimizers == ()
+
+
+def test_demo_masked_graph_gets_its_four_gelus_fused(tmp_path):
+    """The exporter's real GELU pattern (not just our hand-written one) is matched."""
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.models import load_spec
+    from edgekit.bundle import Bundle
+
+    export_bundle(load_spec("masked-demo", batch=1), tmp_path / "m", source="masked-demo")
+    bundle = Bundle.load(tmp_path / "m")
+    feeds = {"tokens": np.full((1, 64), 64, np.int64), "class_id": np.array([3])}
+    with OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1)) as fused, \
+         OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1, contrib_fusions=False)) as plain:
+        assert fused.fusions == {"FastGelu": 4}
+        np.testing.assert_allclose(fused.run(feeds)["logits"], plain.run(feeds)["logits"], atol=1e-4)
