@@ -2,8 +2,8 @@
 
 Step i feeds the previous token (bos_id at i = 0) at position i with the caches; the graph
 returns the logits of token i and the caches with slot i written. Noise contract: with
-``temperature > 0`` each step draws Gumbel noise [B, V] from ``np.random.default_rng(seed)``;
-greedy decoding draws nothing.
+``temperature > 0`` each step draws float32 Gumbel noise [B, W] (``decode._noise.gumbel``) from
+``np.random.default_rng(seed)``; greedy decoding draws nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit.decode._guidance import GuidedNetwork, require_meta
+from edgekit.decode._noise import gumbel
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
 
@@ -95,7 +96,7 @@ def _sample(logits: np.ndarray, vocab: int, cfg: ARDecodeConfig, rng: np.random.
     logits[:, vocab:] = -np.inf
     if cfg.temperature == 0:
         return np.argmax(logits, axis=1)
-    scores = logits / cfg.temperature
+    scores = logits / np.float32(cfg.temperature)
     k = min(cfg.top_k, vocab)
     if k:
         # Exactly k candidates per row, by index: a tie at the k-th value never lets in a (k+1)-th.
@@ -103,4 +104,4 @@ def _sample(logits: np.ndarray, vocab: int, cfg: ARDecodeConfig, rng: np.random.
         kept = np.full_like(scores, -np.inf)
         np.put_along_axis(kept, keep, np.take_along_axis(scores, keep, axis=1), axis=1)
         scores = kept
-    return np.argmax(scores + rng.gumbel(size=scores.shape), axis=1)
+    return np.argmax(gumbel(rng, scores.shape) + scores, axis=1)

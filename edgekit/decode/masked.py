@@ -5,9 +5,9 @@ algorithms.md), with classifier-free guidance, an optional logit temperature, in
 known tokens, and a resumable state.
 
 Noise contract (same seed, same tokens on every runtime): with ``temperature > 0`` each step
-draws, from ``np.random.default_rng(seed)`` and in this order, Gumbel noise of shape [B, L, W]
-(W = logits' last dim) for sampling, then Gumbel noise [B, L] for the confidence. Greedy
-decoding (``temperature == 0``) draws nothing.
+draws, from ``np.random.default_rng(seed)`` and in this order, float32 Gumbel noise
+(``decode._noise.gumbel``) of shape [B, L, W] (W = logits' last dim) for sampling, then [B, L]
+for the confidence. Greedy decoding (``temperature == 0``) draws nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit.decode._guidance import GuidedNetwork, require_meta
+from edgekit.decode._noise import gumbel
 from edgekit.decode.schedules import check_mask_schedule, mask_ratio
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
@@ -135,21 +136,26 @@ def decode_masked(
 def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab: int, mask_id: int) -> np.ndarray:
     """One MaskGIT step: int64 [B, L] tokens with the least confident new ones masked again."""
     tokens, t, rng = state.tokens, state.step, state.rng
-    logits = net.guide(net.run({"tokens": net.expand("tokens", tokens)})["logits"])  # (B, L, W)
-    # float64 from here: the Gumbel noise is float64, and sampling must not depend on how a
-    # backend rounds the division by the temperature.
-    logits = logits.astype(np.float64)
+    logits = net.guide(net.run({"tokens": net.expand("tokens", tokens)})["logits"])  # (B, L, W), ours
+    # float32 throughout, as the fused graphs compute it: float64 doubled the host's share of a
+    # step and changes no decision a float32 network output could make.
+    logits = logits.astype(np.float32, copy=False)
     # Only codebook entries may be sampled: never the mask id, nor ids past the vocabulary.
     logits[..., vocab:] = -np.inf
     if mask_id < logits.shape[-1]:
         logits[..., mask_id] = -np.inf
 
     if cfg.temperature > 0:
-        sampled = np.argmax(logits / cfg.temperature + rng.gumbel(size=logits.shape), axis=-1)
-        choice_noise = rng.gumbel(size=tokens.shape)  # (B, L)
+        noise = gumbel(rng, logits.shape)
+        if cfg.temperature != 1.0:
+            noise += logits / np.float32(cfg.temperature)
+        else:
+            noise += logits
+        sampled = np.argmax(noise, axis=-1)
+        choice_noise = gumbel(rng, tokens.shape)  # (B, L)
     else:
         sampled = np.argmax(logits, axis=-1)
-        choice_noise = np.zeros(tokens.shape)
+        choice_noise = None
     unknown = tokens == mask_id
     sampled = np.where(unknown, sampled, tokens)
     if t == cfg.steps - 1:
@@ -158,9 +164,9 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
     ratio = (t + 1) / cfg.steps
     # Confidence is the probability under the guided logits at temperature 1 (as the reference,
     # which samples those very logits), so it does not move with the sampling temperature.
-    log_probs = _log_softmax(logits)
-    log_p_sel = np.take_along_axis(log_probs, sampled[..., None], axis=-1)[..., 0]  # (B, L)
-    confidence = log_p_sel + cfg.choice_temperature * (1.0 - ratio) * choice_noise
+    confidence = _log_prob_of(logits, sampled)  # (B, L)
+    if choice_noise is not None:
+        confidence = confidence + np.float32(cfg.choice_temperature * (1.0 - ratio)) * choice_noise
     confidence = np.where(unknown, confidence, np.inf)  # known tokens are never masked again
 
     floor = np.floor(state.n_unknown0 * mask_ratio(cfg.schedule, ratio, state.n_unknown0)).astype(np.int64)
@@ -171,9 +177,11 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
     return np.where(confidence < cut, mask_id, sampled)
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits - logits.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+def _log_prob_of(logits: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """log softmax(logits)[chosen] per position: float32 [B, L] from logits [B, L, W] and int64 [B, L]."""
+    top = logits.max(axis=-1, keepdims=True)
+    log_total = np.log(np.exp(logits - top).sum(axis=-1))
+    return np.take_along_axis(logits, chosen[..., None], axis=-1)[..., 0] - top[..., 0] - log_total
 
 
 def _initial_state(

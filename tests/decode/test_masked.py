@@ -17,8 +17,10 @@ from edgekit.errors import EdgekitError
 def reference_maskgit(net, tokens, class_id, steps, choice_temperature, temperature, seed):
     """google-research/maskgit parallel_decode, batch 1, cosine schedule, written out plainly.
 
-    Noise is drawn as edgekit's contract says: per step, Gumbel [1, L, W] then Gumbel [1, L].
+    Noise is drawn as edgekit's contract says: per step, float32 Gumbel [1, L, W] then [1, L].
     """
+    from edgekit.decode._noise import gumbel as draw_gumbel
+
     rng = np.random.default_rng(seed)
     mask_id = net.mask_id
     cur = tokens.copy()
@@ -28,8 +30,8 @@ def reference_maskgit(net, tokens, class_id, steps, choice_temperature, temperat
         if logits.shape[-1] > mask_id:
             logits[:, mask_id] = -np.inf
         if temperature > 0:
-            sampled = np.argmax(logits / temperature + rng.gumbel(size=(1, *logits.shape))[0], axis=-1)
-            gumbel = rng.gumbel(size=(1, len(cur)))[0]
+            sampled = np.argmax(logits / temperature + draw_gumbel(rng, (1, *logits.shape))[0], axis=-1)
+            gumbel = draw_gumbel(rng, (1, len(cur)))[0]
         else:
             sampled = np.argmax(logits, axis=-1)
             gumbel = np.zeros(len(cur))
