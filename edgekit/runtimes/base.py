@@ -20,7 +20,11 @@ log = logging.getLogger(__name__)
 @runtime_checkable
 class Runtime(Protocol):
     """A loaded network with static IO. ``run`` returns arrays the caller may keep until the
-    next ``run`` call (backends reuse output buffers across steps; copy to keep longer)."""
+    next ``run`` call (backends reuse output buffers across steps; copy to keep longer).
+
+    Optional attribute ``outputs_stay_valid`` (int, default 1 when absent): how many ``run`` calls
+    an output survives. 2 (ORT with IOBinding: double-buffered outputs) lets a loop feed an output
+    straight back as the next input — ping-pong, no copy."""
 
     name: str
     inputs: Mapping[str, TensorSpec]
@@ -129,6 +133,10 @@ class RuntimeProxy:
     @property
     def warnings(self) -> list[str]:
         return getattr(self.inner, "warnings", [])
+
+    @property
+    def outputs_stay_valid(self) -> int:
+        return getattr(self.inner, "outputs_stay_valid", 1)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.inner.run(feeds)

@@ -1,8 +1,11 @@
 """ONNX Runtime backend: one ``InferenceSession`` behind the ``Runtime`` protocol.
 
-Steady state allocates nothing: with ``io_binding`` the output arrays are allocated once, wrapped
-as ``OrtValue``s (same memory) and bound; each ``run`` binds the feeds, runs, and returns those
-same arrays. Callers that keep an output past the next ``run`` must copy it.
+Steady state allocates no tensor memory: with ``io_binding`` the outputs live in two preallocated
+sets of arrays, each wrapped once as ``OrtValue``s (same memory). Run N writes set N mod 2, so an
+output stays valid through the next ``run`` (``outputs_stay_valid = 2``) and a decode loop can
+feed it straight back as the next step's input (ping-pong: the KV cache, a fused graph's tokens
+or x) — such a feed is bound by its existing ``OrtValue``, with no copy and no new wrapper.
+Callers that keep an output longer must copy it.
 """
 
 from __future__ import annotations
@@ -130,17 +133,27 @@ class OrtRuntime(BaseRuntime):
         self.inputs, self.outputs = ort_session_specs(self.session, self.model_path)
 
         self._binding: Any = None
-        self._output_buffers: dict[str, np.ndarray] = {}
-        self._output_values: list[Any] = []
+        # Two output sets (ping-pong), their OrtValues, and id(array) -> (OrtValue, set) of all of them.
+        self._output_sets: list[dict[str, np.ndarray]] = []
+        self._output_values: list[dict[str, Any]] = []
+        # (ids stay unique: the arrays live as long as the runtime)
+        self._own: dict[int, tuple[Any, int]] = {}
+        self._parity = 0
         if options.io_binding:
             self._binding = self.session.io_binding()
-            for name, spec in self.outputs.items():
-                buffer = np.empty(spec.shape, dtype=spec.dtype)  # (spec.shape) reused every run
-                # The OrtValue wraps the numpy memory (no copy): ORT writes results straight into it.
-                value = ort.OrtValue.ortvalue_from_numpy(buffer)
-                self._binding.bind_ortvalue_output(name, value)
-                self._output_buffers[name] = buffer
-                self._output_values.append(value)  # the binding must never see freed memory
+            for which in range(2):
+                buffers, values = {}, {}
+                for name, spec in self.outputs.items():
+                    buffer = np.empty(spec.shape, dtype=spec.dtype)  # (spec.shape) reused every other run
+                    # The OrtValue wraps the numpy memory (no copy): ORT writes results straight into it.
+                    values[name] = ort.OrtValue.ortvalue_from_numpy(buffer)
+                    buffers[name] = buffer
+                    self._own[id(buffer)] = (values[name], which)
+                self._output_sets.append(buffers)
+                self._output_values.append(values)  # the binding must never see freed memory
+
+    # An output array survives the next ``run`` too: double-buffered with IOBinding, fresh arrays without.
+    outputs_stay_valid = 2
 
     def _available_providers(
         self, ort: Any, options: OrtOptions
@@ -170,19 +183,31 @@ class OrtRuntime(BaseRuntime):
         if self._binding is None:
             results = self.session.run(list(self.outputs), dict(feeds))
             return dict(zip(self.outputs, results))
-        # bind_cpu_input reads the array's memory during run_with_iobinding: keep contiguous
-        # copies (if any were needed) alive until then.
-        kept = [np.ascontiguousarray(feeds[name]) for name in self.inputs]
-        for name, array in zip(self.inputs, kept):
+        write = self._parity
+        kept = []  # bind_cpu_input reads the arrays during run_with_iobinding: keep copies alive
+        for name in self.inputs:
+            array = feeds[name]
+            own = self._own.get(id(array))
+            if own is not None and own[1] != write:
+                self._binding.bind_ortvalue_input(name, own[0])  # ping-pong: last run's output, as is
+                continue
+            if own is not None:
+                array = array.copy()  # an output of the set this run overwrites: read a copy
+            array = np.ascontiguousarray(array)
+            kept.append(array)
             self._binding.bind_cpu_input(name, array)
+        for name, value in self._output_values[write].items():
+            self._binding.bind_ortvalue_output(name, value)
         self.session.run_with_iobinding(self._binding)
         self._binding.synchronize_outputs()
-        return dict(self._output_buffers)
+        self._parity ^= 1
+        return dict(self._output_sets[write])
 
     def _close_impl(self) -> None:
         self._binding = None
-        self._output_buffers = {}
+        self._output_sets = []
         self._output_values = []
+        self._own = {}
         self.session = None
 
 

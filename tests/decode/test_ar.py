@@ -123,3 +123,29 @@ def test_bad_inputs_raise_one_clear_line(fake_ar, cfg, cond, needle):
     with pytest.raises(EdgekitError, match=needle) as info:
         decode_ar(net, net.meta, cond or {"class_id": np.array([0, 1])}, ARDecodeConfig(**cfg))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_ping_pong_caches_decode_what_copied_caches_do(demo_bundles, temperature):
+    """ORT (double-buffered) feeds the cache outputs straight back; a runtime without that
+    guarantee gets them copied into loop-owned arrays: the tokens must not differ."""
+    from edgekit.bundle import Bundle
+    from edgekit.runtimes.ort import OrtRuntime
+
+    bundle = Bundle.load(demo_bundles["ar"])
+
+    class SingleBuffered:  # forwards run, hides outputs_stay_valid: the loop must copy
+        def __init__(self, inner):
+            self.inner, self.inputs, self.outputs, self.name = inner, inner.inputs, inner.outputs, "single"
+
+        def run(self, feeds):
+            return self.inner.run(feeds)
+
+    cfg = ARDecodeConfig(temperature=temperature, seed=3)
+    cond = {"class_id": np.array([1, 4])}
+    with OrtRuntime(bundle.path_of("fp32")) as rt:
+        assert rt.outputs_stay_valid == 2
+        fast = decode_ar(rt, bundle.meta, cond, cfg).tokens
+        copied = decode_ar(SingleBuffered(rt), bundle.meta, cond, cfg).tokens
+    assert fast.shape == (2, bundle.meta["max_len"])
+    np.testing.assert_array_equal(fast, copied)
