@@ -1,9 +1,11 @@
 """Decode loops over fused graphs (``edgekit export --graph step|unrolled``), numpy only.
 
 The host keeps only the loop state and the noise: it draws every random number from
-``np.random.default_rng(seed)`` in the order of decode/masked.py and decode/flow.py, so greedy
-tokens equal the host loop's and flow frames agree within float32 rounding. A run that asks for a
-decode option other than the one baked into the graph is one ``UsageError`` naming both values.
+``np.random.default_rng(seed)`` in the order of decode/masked.py and decode/flow.py (masked Gumbel
+noise through ``decode._noise``, as the host loop), so masked tokens equal the host loop's and flow
+frames agree within float32 rounding; an unrolled graph gets all K steps' noise in its one call.
+A run that asks for a decode option other than the one baked into the graph is one
+``UsageError`` naming both values.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgekit.decode._noise import gumbel
 from edgekit.decode.dispatch import Decoded
 from edgekit.decode.flow import NFE_PER_STEP, FlowDecodeConfig, FlowResult
 from edgekit.decode.masked import MaskedDecodeConfig
@@ -73,41 +76,68 @@ def decode_flow_fused(
         x0 = cfg.temperature * np.random.default_rng(cfg.seed).standard_normal(shape)
     elif np.shape(x0) != shape:
         raise EdgekitError(f"x0 has shape {list(np.shape(x0))}; valid: {list(shape)}")
-    x = np.array(x0, dtype=np.float32)  # loop-owned: runtime outputs are copied into it
+    x = np.array(x0, dtype=np.float32)  # loop-owned start; then ping-ponged (or copied into)
     times = time_grid(cfg.grid, cfg.steps, cfg.sway)
     if graph == "unrolled":
         out = runtime.run({"x": x, **feeds})["x_out"]
         return FlowResult(np.array(out), int(entry["baked"]["nfe"]), 1, times)
     t = np.empty(shape[0], dtype=np.float32)
     t_next = np.empty(shape[0], dtype=np.float32)
+    pingpong = _pingpong(runtime)
     for t0, t1 in zip(times[:-1], times[1:]):
         t.fill(t0)
         t_next.fill(t1)
-        np.copyto(x, runtime.run({"x": x, "t": t, "t_next": t_next, **feeds})["x_next"])
-    return FlowResult(x, cfg.steps * NFE_PER_STEP[cfg.solver], cfg.steps, times)
+        out = runtime.run({"x": x, "t": t, "t_next": t_next, **feeds})["x_next"]
+        if pingpong:
+            x = out  # fed straight back next step: no copy (runtimes/ort.py double-buffers)
+        else:
+            np.copyto(x, out)
+    return FlowResult(np.array(x), cfg.steps * NFE_PER_STEP[cfg.solver], cfg.steps, times)
 
 
 def decode_masked_fused(
     runtime: Runtime, entry: Mapping[str, Any], cond: Mapping[str, np.ndarray] | None, cfg: MaskedDecodeConfig = MaskedDecodeConfig()
 ) -> np.ndarray:
-    """int64 [B, L] tokens from a fused masked step graph, every row starting all-masked.
+    """int64 [B, L] tokens from a fused masked graph, every row starting all-masked.
 
-    Noise as decode_masked: per step, when temperature > 0, Gumbel [B, L, W] then Gumbel [B, L]
-    from ``default_rng(cfg.seed)`` (cast to float32 for the graph); greedy draws nothing."""
+    step: tokens, step + noise + cond -> tokens_out, one call per step.
+    unrolled: noise + cond -> tokens_out in one call; the noise of all K steps is drawn up-front
+    and stacked step-major (gumbel [K, B, L, W], choice_noise [K, B, L]).
+    Noise as decode_masked: per step, when temperature > 0, float32 Gumbel [B, L, W] then [B, L]
+    from ``default_rng(cfg.seed)`` through ``decode._noise.gumbel``; greedy draws nothing."""
     check_baked(entry, cfg)
     sampled = "gumbel" in runtime.inputs
     feeds = _cond_feeds(runtime, cond, ("tokens", "step", "gumbel", "choice_noise"))
-    b, seq_len = runtime.inputs["tokens"].shape
+    b, seq_len = runtime.outputs["tokens_out"].shape
+    rng = np.random.default_rng(cfg.seed)
+    if sampled:  # loop-owned buffers the noise is drawn into
+        feeds["gumbel"] = np.empty(runtime.inputs["gumbel"].shape, dtype=np.float32)  # step: (B, L, W); unrolled: (K, B, L, W)
+        feeds["choice_noise"] = np.empty(runtime.inputs["choice_noise"].shape, dtype=np.float32)  # (B, L) or (K, B, L)
+    if entry["graph"] == "unrolled":
+        if sampled:
+            for t in range(cfg.steps):  # K = cfg.steps: check_baked ensured it
+                gumbel(rng, (b, seq_len, feeds["gumbel"].shape[-1]), out=feeds["gumbel"][t])
+                gumbel(rng, (b, seq_len), out=feeds["choice_noise"][t])
+        return np.array(runtime.run(feeds)["tokens_out"])
     tokens = np.full((b, seq_len), _mask_id(entry), dtype=np.int64)
     step = np.zeros(1, dtype=np.int64)
-    rng = np.random.default_rng(cfg.seed)
+    pingpong = _pingpong(runtime)
     for t in range(cfg.steps):
         step[0] = t
         if sampled:
-            feeds["gumbel"] = rng.gumbel(size=runtime.inputs["gumbel"].shape).astype(np.float32)
-            feeds["choice_noise"] = rng.gumbel(size=(b, seq_len)).astype(np.float32)
-        np.copyto(tokens, runtime.run({"tokens": tokens, "step": step, **feeds})["tokens_out"])
-    return tokens
+            gumbel(rng, feeds["gumbel"].shape, out=feeds["gumbel"])
+            gumbel(rng, (b, seq_len), out=feeds["choice_noise"])
+        out = runtime.run({"tokens": tokens, "step": step, **feeds})["tokens_out"]
+        if pingpong:
+            tokens = out
+        else:
+            np.copyto(tokens, out)
+    return np.array(tokens)
+
+
+def _pingpong(runtime: Runtime) -> bool:
+    """Whether the loop may feed an output back as the next input as is (outputs_stay_valid >= 2)."""
+    return getattr(runtime, "outputs_stay_valid", 1) >= 2
 
 
 def _mask_id(entry: Mapping[str, Any]) -> int:
@@ -137,5 +167,6 @@ def decode_fused(kind: str, runtime: Runtime, entry: Mapping[str, Any], cond: Ma
         return Decoded(r.x, r.nfe, r.runtime_calls, config.steps)
     if kind == "masked":
         tokens = decode_masked_fused(runtime, entry, cond, config)
-        return Decoded(tokens, config.steps, config.steps, config.steps)
+        calls = 1 if entry["graph"] == "unrolled" else config.steps
+        return Decoded(tokens, config.steps, calls, config.steps)
     raise UsageError(f"model kind {kind!r} has no fused graphs; valid: flow, masked (use --graph host)")

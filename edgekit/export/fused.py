@@ -10,8 +10,14 @@ Two graph kinds beside the per-step network ("host", what ``export_bundle`` writ
                  -> tokens_out int64[B,L]. Steps, schedule, temperatures and guidance are baked; the
                  mask count of every step is a constant table indexed by ``step``, and the re-mask
                  threshold comes from one TopK with the constant K = L.
-- ``unrolled`` — flow only: the whole K-step solve on a baked time grid. x float32[B,T,C]
-                 (the starting noise, temperature already applied) + conditioning -> x_out.
+- ``unrolled`` — the whole K-step decode in one call.
+                 flow: the solve on a baked time grid. x float32[B,T,C] (the starting noise,
+                 temperature already applied) + conditioning -> x_out float32[B,T,C].
+                 masked: K MaskGIT updates from all-masked tokens (built in the graph). Conditioning
+                 (+ gumbel float32[K,B,L,W], choice_noise float32[K,B,L] when temperature > 0: every
+                 step's noise, step-major) -> tokens_out int64[B,L]. Baked as the masked step graph; the
+                 per-step update is the same function, called K times on shared weights (the file stays
+                 about the size of the per-step network), and the last step skips the re-mask.
 
 All randomness stays a graph input (DESIGN.md): the host draws it from the same Generator, in the
 same order, as ``edgekit.decode.masked`` / ``flow``. Guidance is baked as a doubled batch inside
@@ -41,7 +47,7 @@ from edgekit.spec import ModelSpec, TensorSpec
 
 GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
 # Which fused graph kinds each model kind has (ar has none: its loop state is the KV cache).
-FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "masked": ("step",)}
+FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "masked": ("step", "unrolled")}
 
 # Baked decode options per (kind, graph), in the order error messages list them. Options not named
 # here are free at run time (flow step: steps, grid, sway, temperature; flow unrolled: temperature).
@@ -49,6 +55,7 @@ BAKED: dict[tuple[str, str], tuple[str, ...]] = {
     ("flow", "step"): ("solver", "guidance"),
     ("flow", "unrolled"): ("solver", "steps", "grid", "sway", "guidance"),
     ("masked", "step"): ("steps", "schedule", "choice_temperature", "temperature", "guidance"),
+    ("masked", "unrolled"): ("steps", "schedule", "choice_temperature", "temperature", "guidance"),
 }
 
 
@@ -145,7 +152,38 @@ def _flow_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return FlowFused().eval(), inputs, outputs
 
 
-def _masked_module(spec: ModelSpec, opts: Mapping[str, Any]):
+def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, mask_id: int, temperature: float):
+    """One MaskGIT update on tensors, the formulas of decode/masked._step (shared by step and unrolled).
+
+    logits_of(tokens) -> guided logits float32[B,L,W] with banned ids at -inf. tokens int64[B,L].
+    gumbel float32[B,L,W] and choice_noise float32[B,L], or None for greedy. scale float32[1]: the
+    confidence noise scale choice_temperature·(1 − (t+1)/K). mask_len int64[1]: tokens left masked
+    after this step (0 masks nothing), or None on a known last step (the prediction, unmasked).
+    Returns tokens_out int64[B,L]."""
+    torch = require("torch")
+
+    logits = logits_of(tokens)  # (B, L, W)
+    if gumbel is not None:
+        sampled = torch.argmax(logits / temperature + gumbel, dim=-1)
+    else:
+        sampled = torch.argmax(logits, dim=-1)
+    unknown = tokens == mask_id
+    sampled = torch.where(unknown, sampled, tokens)
+    if mask_len is None:
+        return sampled
+    log_p = torch.log_softmax(logits, dim=-1)
+    confidence = torch.gather(log_p, 2, sampled[..., None])[..., 0]  # (B, L)
+    if choice_noise is not None:
+        confidence = confidence + scale * choice_noise
+    confidence = torch.where(unknown, confidence, torch.full_like(confidence, math.inf))
+    ascending, _ = torch.topk(confidence, tokens.shape[1], dim=1, largest=False, sorted=True)  # constant K = L
+    index = mask_len.expand(tokens.shape[0])[:, None]  # (B, 1)
+    cut = torch.gather(ascending, 1, index)  # (B, 1)
+    remask = (confidence < cut) & (mask_len > 0)
+    return torch.where(remask, torch.full_like(sampled, mask_id), sampled)
+
+
+def _masked_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     torch = require("torch")
 
     meta = spec.meta
@@ -156,6 +194,7 @@ def _masked_module(spec: ModelSpec, opts: Mapping[str, Any]):
     steps, temperature = int(opts["steps"]), float(opts["temperature"])
     sampled_mode = temperature > 0
     width = spec.outputs["logits"].shape[-1]
+    b = spec.batch
     banned = np.zeros(width, dtype=np.float32)
     banned[vocab:] = -np.inf
     if mask_id < width:
@@ -172,36 +211,33 @@ def _masked_module(spec: ModelSpec, opts: Mapping[str, Any]):
             self.register_buffer("counts", torch.from_numpy(counts))
             self.register_buffer("scales", torch.from_numpy(scales))
 
-        def forward(self, tokens, step, *rest):
-            if sampled_mode:
-                gumbel, choice_noise, cond = rest[0], rest[1], rest[2:]
-            else:
-                cond = rest
-            logits = guided((tokens,), tuple(cond)) + self.banned  # (B, L, W)
-            if sampled_mode:
-                sampled = torch.argmax(logits / temperature + gumbel, dim=-1)
-            else:
-                sampled = torch.argmax(logits, dim=-1)
-            unknown = tokens == mask_id
-            sampled = torch.where(unknown, sampled, tokens)
-            log_p = torch.log_softmax(logits, dim=-1)
-            log_p_sel = torch.gather(log_p, 2, sampled[..., None])[..., 0]  # (B, L)
-            confidence = log_p_sel
-            if sampled_mode:
-                confidence = confidence + torch.index_select(self.scales, 0, step) * choice_noise
-            confidence = torch.where(unknown, confidence, torch.full_like(confidence, math.inf))
-            ascending, _ = torch.topk(confidence, seq_len, dim=1, largest=False, sorted=True)  # constant K = L
-            mask_len = torch.index_select(self.counts, 0, step)  # (1,)
-            index = mask_len.expand(tokens.shape[0])[:, None]  # (B, 1)
-            cut = torch.gather(ascending, 1, index)  # (B, 1); mask_len 0 (last step) masks nothing
-            remask = (confidence < cut) & (mask_len > 0)
-            return torch.where(remask, torch.full_like(sampled, mask_id), sampled)
+        def forward(self, *args):
+            n_noise = 2 if sampled_mode else 0
+            n_state = 2 if graph == "step" else 0
+            noise, cond = args[n_state : n_state + n_noise], tuple(args[n_state + n_noise :])
+            gumbel, choice_noise = noise if sampled_mode else (None, None)
 
-    b = spec.batch
-    inputs = {"tokens": spec.inputs["tokens"], "step": TensorSpec((1,), "int64", 0, steps)}
+            def logits_of(tokens):
+                return guided((tokens,), cond) + self.banned
+
+            def update(tokens, g, c, scale, mask_len):
+                return _masked_update(logits_of, tokens, g, c, scale, mask_len, mask_id=mask_id, temperature=temperature)
+
+            if graph == "step":
+                step = args[1]
+                return update(args[0], gumbel, choice_noise, torch.index_select(self.scales, 0, step), torch.index_select(self.counts, 0, step))
+            tokens = torch.full((b, seq_len), mask_id, dtype=torch.int64)
+            for t in range(steps):  # unrolled by torch.export; every step calls the same weights
+                g, c = (gumbel[t], choice_noise[t]) if sampled_mode else (None, None)
+                mask_len = self.counts[t : t + 1] if t < steps - 1 else None
+                tokens = update(tokens, g, c, self.scales[t : t + 1], mask_len)
+            return tokens
+
+    inputs = {"tokens": spec.inputs["tokens"], "step": TensorSpec((1,), "int64", 0, steps)} if graph == "step" else {}
     if sampled_mode:
-        inputs["gumbel"] = TensorSpec((b, seq_len, width), "float32", -2.0, 8.0)
-        inputs["choice_noise"] = TensorSpec((b, seq_len), "float32", -2.0, 8.0)
+        lead = () if graph == "step" else (steps,)
+        inputs["gumbel"] = TensorSpec((*lead, b, seq_len, width), "float32", -2.0, 8.0)
+        inputs["choice_noise"] = TensorSpec((*lead, b, seq_len), "float32", -2.0, 8.0)
     inputs |= {n: spec.inputs[n] for n in cond_names}
     outputs = {"tokens_out": TensorSpec((b, seq_len), "int64")}
     return MaskedFused().eval(), inputs, outputs
@@ -216,7 +252,7 @@ def fused_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
         raise UsageError(f"--graph {graph!r} is not available for a {spec.kind} model; valid: host, {valid}")
     if spec.kind == "flow":
         return _flow_module(spec, graph, opts)
-    return _masked_module(spec, opts)
+    return _masked_module(spec, graph, opts)
 
 
 def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec], path: Path, name: str, cfg: ExportConfig) -> dict[str, Any]:
@@ -240,12 +276,30 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
             raise ExportError(f"torch.onnx.export failed for fused graph {name!r}: {first}") from exc
     model = program.model_proto
     check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs))
+    _drop_debug_metadata(model)
     onnx.save_model(model, str(path))
     onnx.checker.check_model(str(path))
     ops: dict[str, int] = {}
     for node in model.graph.node:
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
     return {"opset": cfg.opset, "ops": dict(sorted(ops.items()))}
+
+
+# Node metadata the exporter writes for debugging (stack traces with local paths, fx nodes, class
+# paths): about 1.3 kB per node, which the unrolled graph's K copies of the network would multiply
+# into a file larger than its weights. Name scopes stay: quantize/ptq.module_labels reads them.
+_KEPT_NODE_METADATA = ("pkg.torch.onnx.name_scopes",)
+
+
+def _drop_debug_metadata(model) -> None:
+    """Remove per-node debug metadata (in place) except ``_KEPT_NODE_METADATA``."""
+    for graph_nodes in (model.graph.node, *(f.node for f in model.functions)):
+        for node in graph_nodes:
+            kept = [(p.key, p.value) for p in node.metadata_props if p.key in _KEPT_NODE_METADATA]
+            del node.metadata_props[:]
+            for key, value in kept:
+                node.metadata_props.add(key=key, value=value)
+            node.doc_string = ""
 
 
 def baked_options(kind: str, graph: str, defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
