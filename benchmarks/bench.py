@@ -13,6 +13,7 @@ a number. L=256 uses architecture-only models (random weights: latency does not 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +27,9 @@ from edgekit.probes.system import system_state
 from edgekit.profiler import ProfileConfig, profile_bundle
 from edgekit.report import crossover_lines, write_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fast_paths  # noqa: E402 - the sibling module, run as a script from any directory
+
 
 def _say(message: str) -> None:
     print(f"· {message}", file=sys.stderr, flush=True)
@@ -36,21 +40,46 @@ def _progress(label: str, done: int, total: int) -> None:
         _say(label)
 
 
-def _bundles(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path, dict[str, Any]]:
-    """The masked and AR bundles, and how the int8 artifact came to be (or why there is none)."""
+def _bundles(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path, Path | None, dict[str, Any]]:
+    """The masked, AR and flow bundles (copies in ``tmp``: the fused graphs are added to them),
+    and how the int8 artifact came to be (or why there is none)."""
     if args.bundles is not None:
-        masked, ar = args.bundles / "masked", args.bundles / "ar"
+        for name in ("masked", "ar", "flow"):
+            if (args.bundles / name).is_dir():
+                shutil.copytree(args.bundles / name, tmp / name)
+        masked, ar = tmp / "masked", tmp / "ar"
+        flow = tmp / "flow" if (tmp / "flow").is_dir() else None
         has = "int8" in Bundle.load(masked).manifest["artifacts"]
-        why = None if has else f"{masked} has no int8 artifact (run `edgekit quantize {masked}`)"
-        return masked, ar, {"int8": has, "source": str(masked), "reason": why}
+        why = None if has else f"{args.bundles / 'masked'} has no int8 artifact (run `edgekit quantize {args.bundles / 'masked'}`)"
+        return masked, ar, flow, {"int8": has, "source": str(args.bundles / "masked"), "reason": why}
     from edgekit.export.to_bundle import export_bundle
     from edgekit.models import load_spec
 
-    for name in ("masked-demo", "ar-demo"):
-        _say(f"export {name} (batch {args.batch})")
-        export_bundle(load_spec(name, batch=args.batch), tmp / name.removesuffix("-demo"), source=name)
-    masked, ar = tmp / "masked", tmp / "ar"
-    return masked, ar, _quantize(masked)
+    for name, batch in (("masked-demo", args.batch), ("ar-demo", args.batch), ("flow-demo", args.flow_batch)):
+        _say(f"export {name} (batch {batch})")
+        export_bundle(load_spec(name, batch=batch), tmp / name.removesuffix("-demo"), source=name)
+    masked, ar, flow = tmp / "masked", tmp / "ar", tmp / "flow"
+    return masked, ar, flow, _quantize(masked)
+
+
+def _fused(path: Path) -> tuple[str, ...]:
+    """Add the fused step and unrolled graphs (bundle decode defaults baked); the ones made."""
+    from edgekit.export.fused import fused_bundle
+
+    for graph in ("step", "unrolled"):
+        _say(f"export the fused {graph} graph of {path.name}")
+        fused_bundle(path, graph)
+    return ("step", "unrolled")
+
+
+def _attempt(what: str, fn: Any) -> tuple[Any, str | None]:
+    """(fn(), None), or (None, the reason) when it fails: a row then says "not measured" and why."""
+    try:
+        return fn(), None
+    except Exception as exc:  # noqa: BLE001 - any failure becomes the row's reason, never a number
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        _say(f"{what}: not measured ({type(exc).__name__}: {first[:200]})")
+        return None, f"{what} failed: {type(exc).__name__}: {first}"[:400]
 
 
 def _quantize(masked: Path) -> dict[str, Any]:
@@ -120,6 +149,88 @@ def collect(variants_doc: dict[str, Any], ar_doc: dict[str, Any], quant: dict[st
     return out
 
 
+def _fast_paths(args: argparse.Namespace, masked: Path, flow: Path | None, quant: dict[str, Any]) -> dict[str, Any]:
+    """Issue #8's rows: INT8 per forward with its op profile, fused/host, RSS growth, sizes, NFE to 30 dB."""
+    threads = args.threads or 1
+    out: dict[str, Any] = {"threads": threads}
+    if quant["int8"]:
+        _say(f"INT8 vs FP32 per forward ({args.forward_iters} interleaved, {threads} thread) + ORT op profile")
+        out["int8_forward"], out["int8_forward_reason"] = _attempt("int8 forward", lambda: fast_paths.int8_forward(masked, threads, args.forward_iters))
+        arts = Bundle.load(masked).manifest["artifacts"]
+        out["sizes"] = {"fp32_bytes": arts["fp32"]["bytes"], "int8_bytes": arts["int8"]["bytes"]}
+    else:
+        out["int8_forward_reason"] = quant.get("reason")
+    graphs, why = _attempt("fused export (masked)", lambda: _fused(masked))
+    if graphs:
+        _say(f"masked decode: host loop vs fused graphs, {args.fused_iters} interleaved rounds")
+        out["fused_masked"], why = _attempt("fused vs host (masked)", lambda: fast_paths.fused_vs_host(masked, graphs, threads, args.fused_iters))
+    out["fused_masked_reason"] = why
+    if flow is not None:
+        graphs, why = _attempt("fused export (flow)", lambda: _fused(flow))
+        if graphs:
+            _say(f"flow decode: host loop vs fused graphs, {args.fused_iters} interleaved rounds")
+            out["fused_flow"], why = _attempt("fused vs host (flow)", lambda: fast_paths.fused_vs_host(flow, graphs, threads, args.fused_iters))
+        out["fused_flow_reason"] = why
+        _say(f"flow NFE to {args.snr_target:g} dB vs the 128-NFE RK4 reference, every solver and time grid")
+        out["nfe_to_snr"], out["nfe_to_snr_reason"] = _attempt("NFE to SNR", lambda: fast_paths.nfe_to_snr(flow, args.snr_target, ("uniform", "cosine", "sway")))
+    else:
+        out["fused_flow_reason"] = out["nfe_to_snr_reason"] = "no flow bundle (pass --bundles with a flow/ bundle, or omit --bundles)"
+    precision = "int8" if quant["int8"] else "fp32"
+    _say(f"RSS over {args.rss_decodes} masked {precision} decodes after 20 warm-up decodes")
+    out["rss"], out["rss_reason"] = _attempt("RSS growth", lambda: fast_paths.rss_growth(masked, precision, args.rss_decodes, threads))
+    return out
+
+
+def fast_numbers(fast: dict[str, Any], ar_doc: dict[str, Any], masked_sizes: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The quoted fast-path numbers from ``_fast_paths``'s document."""
+    out = []
+    f = fast.get("int8_forward")
+    out.append(_number(
+        f"INT8/FP32 forward speedup ({fast['threads']} thread)", f and f["speedup"],
+        "median FP32 forward ms / INT8 forward ms, masked demo (goal >= 2.5)", fast.get("int8_forward_reason"),
+        fp32_ms=f and f["fp32_ms"], int8_ms=f and f["int8_ms"],
+    ))
+    if f:
+        top = ", ".join(f"{o['op']} {100 * o['share']:.0f}%" for o in f["profile"]["int8"]["ops"][:6])
+        out.append(_number(
+            "INT8 weighted-op speedup", f["weighted_speedup"],
+            "FP32 / INT8 kernel ms of the weighted ops (Gemm/QGemm/MatMulNBits/Conv)", None,
+        ))
+        out.append(_number(
+            "INT8 bound if weighted ops cost 0", f["amdahl_bound"],
+            f"FP32 kernel ms / INT8 non-weighted kernel ms; INT8 time by op: {top}", None,
+        ))
+    if masked_sizes:
+        out.append(_number("INT8/FP32 size", masked_sizes["int8_bytes"] / masked_sizes["fp32_bytes"],
+                           f"int8 {masked_sizes['int8_bytes']} B / fp32 {masked_sizes['fp32_bytes']} B (goal <= 0.3)"))
+    for kind in ("masked", "flow"):
+        d = fast.get(f"fused_{kind}")
+        for graph in ("step", "unrolled"):
+            out.append(_number(
+                f"fused {graph}/host ({kind})", d and d["speedup_vs_host"].get(graph),
+                f"median decode ms host loop / fused {graph} graph, ORT fp32, batch {d and d['batch']} (goal >= 1.15)",
+                fast.get(f"fused_{kind}_reason"),
+            ))
+    r = fast.get("rss")
+    out.append(_number(
+        f"RSS growth over {r['decodes'] if r else '?'} decodes (MiB)", None if not r or r["growth_bytes"] is None else r["growth_bytes"] / 2**20,
+        "RSS after the decodes minus RSS after 20 warm-up decodes, masked host loop (goal < 1 MiB)",
+        (r or {}).get("reason") or fast.get("rss_reason"),
+    ))
+    q = fast.get("nfe_to_snr")
+    for row in (q or {}).get("rows", []):
+        out.append(_number(
+            f"NFE to {q['target_db']:g} dB ({row['solver']}, {row['grid']})", row["nfe"],
+            "fewest NFE reaching the SNR vs the 128-NFE RK4 reference (goal <= 8)",
+            f"not reached up to {row['max_nfe']} NFE (best {row['best_snr_db']:.1f} dB at {row['best_nfe']})",
+        ))
+    cross = ((ar_doc.get("compare_ar") or {}).get("crossover") or {})
+    m = cross.get("measured") or {}
+    out.append(_number("NAR/AR crossover length", m.get("n"), "sequence length above which MaskGIT beats AR (interpolated)",
+                       m.get("bound") and f"measured bracket: N {m['bound']}" or cross.get("reason") or "no crossover measured"))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench.json"))
@@ -130,13 +241,18 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=1.0, help="measure each variant at least this long")
     ap.add_argument("--sweep-iters", type=int, default=10, help="measured decodes per model at --length")
     ap.add_argument("--power", default="auto", help="off | auto | a probe name")
-    ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = default)")
+    ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = default; the fast-path rows use 1)")
+    ap.add_argument("--flow-batch", type=int, default=2, help="graph batch of the exported flow bundle")
+    ap.add_argument("--forward-iters", type=int, default=100, help="interleaved forwards per precision for INT8/FP32")
+    ap.add_argument("--fused-iters", type=int, default=10, help="interleaved decode rounds for fused/host")
+    ap.add_argument("--rss-decodes", type=int, default=1000, help="decodes measured for RSS growth")
+    ap.add_argument("--snr-target", type=float, default=30.0, help="dB for the NFE-to-SNR rows")
     args = ap.parse_args()
     o = Output()
     measure = MeasureConfig(iters=args.iters, min_seconds=args.min_seconds, max_iters=max(10_000, args.iters))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
-        masked, ar, quant = _bundles(args, Path(tmp))
+        masked, ar, flow, quant = _bundles(args, Path(tmp))
         precisions = ("fp32", "int8") if quant["int8"] else ("fp32",)
         _say(f"profile masked-demo: ort {'+'.join(precisions)}, torch fp32")
         variants_doc = profile_bundle(masked, ProfileConfig(
@@ -149,7 +265,8 @@ def main() -> None:
             sweep_lengths=(args.length,), threads=args.threads, keep_samples=False,
             sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=args.sweep_iters, min_seconds=args.min_seconds),
         ), _progress)
-    numbers = collect(variants_doc, ar_doc, quant, args.length)
+        fast = _fast_paths(args, masked, flow, quant)
+    numbers = collect(variants_doc, ar_doc, quant, args.length) + fast_numbers(fast, ar_doc, masked_sizes=fast.get("sizes"))
     doc = {
         "schema": "edgekit.bench/1",
         "created": now_iso(),
@@ -161,6 +278,7 @@ def main() -> None:
         "crossover": crossover_lines(ar_doc),
         "power": variants_doc["power"],
         "profiles": {"variants": variants_doc, "nar_vs_ar": ar_doc},
+        "fast_paths": fast,
     }
     write_json(doc, args.out)
     rows = []

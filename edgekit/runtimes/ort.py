@@ -62,6 +62,9 @@ class OrtOptions:
     # CPU-only session the ones in ort_fusions.CPU_DISABLED_OPTIMIZERS (slower on ORT's CPU
     # kernels), none otherwise.
     disabled_optimizers: tuple[str, ...] | None = None
+    # ORT's per-node profiler: every run's kernel times go to a JSON trace (chrome://tracing
+    # format) that ``end_profiling()`` closes and names; for finding which op dominates.
+    profiling: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.providers, str) or not self.providers:
@@ -108,6 +111,7 @@ class OrtRuntime(BaseRuntime):
         session_options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[options.graph_optimization]
         )
+        session_options.enable_profiling = options.profiling
         if options.optimized_model_path is not None:
             Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             session_options.optimized_model_filepath = str(options.optimized_model_path)
@@ -202,6 +206,12 @@ class OrtRuntime(BaseRuntime):
         self._binding.synchronize_outputs()
         self._parity ^= 1
         return dict(self._output_sets[write])
+
+    def end_profiling(self) -> Path:
+        """Stop ORT's profiler (``OrtOptions(profiling=True)``); the trace file it wrote."""
+        if not self.options.profiling:
+            raise UsageError("end_profiling() needs OrtOptions(profiling=True)")
+        return Path(self.session.end_profiling())
 
     def _close_impl(self) -> None:
         self._binding = None

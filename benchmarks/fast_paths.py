@@ -1,0 +1,197 @@
+"""The fast-path rows of ``bench.py``: INT8 vs FP32 per forward with ORT's op profile, fused vs
+host decode loops, RSS growth over many decodes, and NFE to reach 30 dB per flow solver and grid.
+
+Each function measures side by side in one process and returns plain dicts (JSON-ready); the
+numbers come from the probes and loops the CLI uses, nothing is assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+
+# ORT kernels that carry a weight matrix (FP32, INT8 QDQ-fused, weight-only INT8): what INT8 speeds up.
+WEIGHTED_KERNELS = frozenset({
+    "Gemm", "QGemm", "FusedGemm", "MatMulNBits", "MatMulInteger", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "QLinearMatMul", "Conv", "FusedConv", "QLinearConv", "NhwcFusedConv",
+})
+
+
+def _feeds(specs: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, spec in specs.items():
+        if spec.dtype == "int64":
+            hi = int(spec.high) if spec.high is not None else 2
+            out[name] = rng.integers(int(spec.low or 0), max(hi, 1), size=spec.shape).astype(np.int64)
+        else:
+            out[name] = rng.uniform(0, 1, size=spec.shape).astype(spec.dtype)
+    return out
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], n: int, warmup: int = 3) -> dict[str, list[float]]:
+    """ms per call of each fn, calls interleaved round-robin (drift hits every variant alike)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(n):
+        for name, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+    return samples
+
+
+def op_profile(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int) -> dict[str, Any]:
+    """ORT kernel time per op type (ms per forward) from its profiler, over ``runs`` forwards."""
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    with OrtRuntime(path, OrtOptions(intra_op_threads=threads, profiling=True)) as rt:
+        for _ in range(runs):
+            rt.run(feeds)
+        trace = rt.end_profiling()
+    per_op: dict[str, float] = defaultdict(float)
+    try:
+        for event in json.loads(trace.read_text()):
+            if event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time"):
+                per_op[event["args"]["op_name"]] += event["dur"] / 1e3 / runs  # us -> ms per forward
+    finally:
+        trace.unlink(missing_ok=True)
+    total = sum(per_op.values())
+    weighted = sum(v for k, v in per_op.items() if k in WEIGHTED_KERNELS)
+    ops = sorted(per_op.items(), key=lambda kv: -kv[1])
+    return {
+        "kernel_ms": total,
+        "weighted_ms": weighted,
+        "other_ms": total - weighted,
+        "ops": [{"op": k, "ms": v, "share": v / total if total else None} for k, v in ops],
+    }
+
+
+def int8_forward(masked: Path, threads: int, n: int) -> dict[str, Any]:
+    """FP32 vs INT8 per forward on ORT (the bundle's graphs as `edgekit run` loads them), with the
+    op profile that says where INT8 time goes, and the Amdahl bound: the ratio if every weighted
+    op took no time at all in INT8."""
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    bundle = Bundle.load(masked)
+    paths = {p: bundle.path_of(p) for p in ("fp32", "int8")}
+    feeds = _feeds(bundle.inputs)
+    rts = {p: OrtRuntime(path, OrtOptions(intra_op_threads=threads)) for p, path in paths.items()}
+    try:
+        samples = interleaved({p: (lambda rt=rt: rt.run(feeds)) for p, rt in rts.items()}, n)
+        fusions = {p: rt.fusions for p, rt in rts.items()}
+    finally:
+        for rt in rts.values():
+            rt.close()
+    med = {p: float(np.median(v)) for p, v in samples.items()}
+    prof = {p: op_profile(path, feeds, threads, max(20, n // 4)) for p, path in paths.items()}
+    f, q = prof["fp32"], prof["int8"]
+    return {
+        "fp32_ms": med["fp32"],
+        "int8_ms": med["int8"],
+        "speedup": med["fp32"] / med["int8"],
+        "n": n,
+        "threads": threads,
+        "fusions": fusions,
+        "weighted_speedup": f["weighted_ms"] / q["weighted_ms"] if q["weighted_ms"] else None,
+        "fp32_weighted_share": f["weighted_ms"] / f["kernel_ms"] if f["kernel_ms"] else None,
+        "int8_other_share": q["other_ms"] / q["kernel_ms"] if q["kernel_ms"] else None,
+        "amdahl_bound": f["kernel_ms"] / q["other_ms"] if q["other_ms"] else None,
+        "profile": prof,
+    }
+
+
+def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int) -> dict[str, Any]:
+    """Median decode ms through the host loop and each fused graph of the bundle (fp32, ORT,
+    the bundle's decode defaults, same seed and conditions), interleaved."""
+    from edgekit.decode.dispatch import decode, decode_config
+    from edgekit.decode.fused import decode_fused, open_fused
+    from edgekit.pipeline import conditions
+    from edgekit.runtimes import open_runtime
+
+    bundle = Bundle.load(bundle_path)
+    kind = bundle.kind
+    cfg = decode_config(kind, bundle.manifest.get("decode_defaults", {}), {})
+    batch = next(iter(bundle.inputs.values())).shape[0]
+    cond = conditions(bundle, {}, batch, 0)
+    host = open_runtime(bundle, "ort", "fp32", threads=threads)
+    fused = {g: open_fused(bundle, g, threads=threads) for g in graphs}
+    try:
+        fns: dict[str, Callable[[], object]] = {"host": lambda: decode(kind, host, bundle.meta, cond, cfg)}
+        for g, (rt, entry) in fused.items():
+            fns[g] = lambda rt=rt, entry=entry: decode_fused(kind, rt, entry, cond, cfg)
+        samples = interleaved(fns, n)
+    finally:
+        host.close()
+        for rt, _ in fused.values():
+            rt.close()
+    med = {k: float(np.median(v)) for k, v in samples.items()}
+    return {
+        "kind": kind, "batch": batch, "decode": {k: v for k, v in vars(cfg).items() if k != "seed"}, "n": n,
+        "median_ms": med, "speedup_vs_host": {g: med["host"] / med[g] for g in graphs},
+    }
+
+
+def rss_growth(masked: Path, precision: str, decodes: int, threads: int) -> dict[str, Any]:
+    """RSS after warm-up vs after ``decodes`` more decodes of the host loop (ORT)."""
+    from edgekit.decode.dispatch import decode, decode_config
+    from edgekit.pipeline import conditions
+    from edgekit.probes.memory import RssTracker
+    from edgekit.runtimes import open_runtime
+
+    bundle = Bundle.load(masked)
+    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), {})
+    batch = next(iter(bundle.inputs.values())).shape[0]
+    cond = conditions(bundle, {}, batch, 0)
+    tracker = RssTracker()
+    with open_runtime(bundle, "ort", precision, threads=threads) as rt:
+        tracker.start()
+        for _ in range(20):
+            decode(bundle.kind, rt, bundle.meta, cond, cfg)
+        tracker.after_warmup()
+        t0 = time.perf_counter()
+        for _ in range(decodes):
+            decode(bundle.kind, rt, bundle.meta, cond, cfg)
+        seconds = time.perf_counter() - t0
+        report = tracker.stop()
+    warm_rss, end_rss = report.rss("after_warmup"), report.rss("end")
+    growth = report.growth_bytes("after_warmup", "end")
+    return {
+        "decodes": decodes, "precision": precision, "seconds": seconds,
+        "rss_after_warmup_bytes": warm_rss, "rss_end_bytes": end_rss, "growth_bytes": growth,
+        "reason": None if growth is not None else "RSS unreadable on this host (/proc/self/status)",
+    }
+
+
+def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[str]) -> dict[str, Any]:
+    """For each solver and time grid: the fewest NFE whose final frames reach ``target_db`` SNR vs
+    the 128-NFE RK4 reference (decode.budget.measure_flow_quality; one table per grid)."""
+    from edgekit.decode.budget import QualityConfig, measure_flow_quality
+
+    rows = []
+    tables = {}
+    for grid in grids:
+        doc = measure_flow_quality(flow, QualityConfig(grid=grid))
+        tables[grid] = doc
+        by_solver: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in doc["table"]:
+            by_solver[r["solver"]].append(r)
+        for solver, rs in by_solver.items():
+            rs.sort(key=lambda r: r["nfe"])
+            hit = next((r for r in rs if r["snr_db"] >= target_db), None)
+            best = max(rs, key=lambda r: r["snr_db"])
+            rows.append({
+                "solver": solver, "grid": grid, "nfe": hit["nfe"] if hit else None,
+                "steps": hit["steps"] if hit else None, "snr_db": hit["snr_db"] if hit else None,
+                "best_snr_db": best["snr_db"], "best_nfe": best["nfe"], "max_nfe": rs[-1]["nfe"],
+            })
+    return {"target_db": target_db, "reference": tables[grids[0]]["reference"], "rows": rows}
