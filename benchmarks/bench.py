@@ -149,7 +149,7 @@ def collect(variants_doc: dict[str, Any], ar_doc: dict[str, Any], quant: dict[st
     return out
 
 
-def _fast_paths(args: argparse.Namespace, masked: Path, flow: Path | None, quant: dict[str, Any]) -> dict[str, Any]:
+def _fast_paths(args: argparse.Namespace, masked: Path, ar: Path, flow: Path | None, quant: dict[str, Any]) -> dict[str, Any]:
     """Issue #8's rows: INT8 per forward with its op profile, fused/host, RSS growth, sizes, NFE to 30 dB."""
     threads = args.threads or 1
     out: dict[str, Any] = {"threads": threads}
@@ -175,6 +175,10 @@ def _fast_paths(args: argparse.Namespace, masked: Path, flow: Path | None, quant
         out["nfe_to_snr"], out["nfe_to_snr_reason"] = _attempt("NFE to SNR", lambda: fast_paths.nfe_to_snr(flow, args.snr_target, ("uniform", "cosine", "sway")))
     else:
         out["fused_flow_reason"] = out["nfe_to_snr_reason"] = "no flow bundle (pass --bundles with a flow/ bundle, or omit --bundles)"
+    _say(f"NAR (K=8) vs AR at L={args.length}, architecture-only models quantized INT8 (cpu profile, no budget)")
+    out["nar_ar_int8"], out["nar_ar_int8_reason"] = _attempt(
+        "NAR/AR int8", lambda: fast_paths.nar_ar_at(masked, ar, args.length, "int8", threads, args.sweep_iters)
+    )
     precision = "int8" if quant["int8"] else "fp32"
     _say(f"RSS over {args.rss_decodes} masked {precision} decodes after 20 warm-up decodes")
     out["rss"], out["rss_reason"] = _attempt("RSS growth", lambda: fast_paths.rss_growth(masked, precision, args.rss_decodes, threads))
@@ -211,6 +215,21 @@ def fast_numbers(fast: dict[str, Any], ar_doc: dict[str, Any], masked_sizes: dic
                 f"median decode ms host loop / fused {graph} graph, ORT fp32, batch {d and d['batch']} (goal >= 1.15)",
                 fast.get(f"fused_{kind}_reason"),
             ))
+    for kind in ("masked", "flow"):
+        d = fast.get(f"fused_{kind}")
+        for path in ("host", "step", "unrolled"):
+            out.append(_number(
+                f"host overhead share ({kind}, {path} loop)" if path == "host" else f"host overhead share ({kind}, fused {path})",
+                d and d["host_share"].get(path),
+                "decode time outside Runtime.run / decode time, ORT fp32, 1 thread (goal <= 0.02)",
+                fast.get(f"fused_{kind}_reason"),
+            ))
+    d = fast.get("nar_ar_int8")
+    out.append(_number(
+        f"NAR/AR speedup at L={d['length'] if d else '?'} (ORT int8, {fast['threads']} thread)", d and d["speedup"],
+        f"AR decode ms / MaskGIT K={d and d['nar_steps']} decode ms, architecture-only models, both INT8 (goal >= 4)",
+        fast.get("nar_ar_int8_reason"), nar_ms=d and d["nar_ms"], ar_ms=d and d["ar_ms"],
+    ))
     r = fast.get("rss")
     out.append(_number(
         f"RSS growth over {r['decodes'] if r else '?'} decodes (MiB)", None if not r or r["growth_bytes"] is None else r["growth_bytes"] / 2**20,
@@ -265,7 +284,7 @@ def main() -> None:
             sweep_lengths=(args.length,), threads=args.threads, keep_samples=False,
             sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=args.sweep_iters, min_seconds=args.min_seconds),
         ), _progress)
-        fast = _fast_paths(args, masked, flow, quant)
+        fast = _fast_paths(args, masked, ar, flow, quant)
     numbers = collect(variants_doc, ar_doc, quant, args.length) + fast_numbers(fast, ar_doc, masked_sizes=fast.get("sizes"))
     doc = {
         "schema": "edgekit.bench/1",

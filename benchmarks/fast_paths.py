@@ -110,9 +110,25 @@ def int8_forward(masked: Path, threads: int, n: int) -> dict[str, Any]:
     }
 
 
+class _RunClock:
+    """A runtime wrapper that sums the wall time spent inside ``run`` (what is not host time)."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.inputs, self.outputs, self.name = inner, inner.inputs, inner.outputs, inner.name
+        self.outputs_stay_valid = getattr(inner, "outputs_stay_valid", 1)
+        self.ns = 0
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        t0 = time.perf_counter_ns()
+        out = self.inner.run(feeds)
+        self.ns += time.perf_counter_ns() - t0
+        return out
+
+
 def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int) -> dict[str, Any]:
     """Median decode ms through the host loop and each fused graph of the bundle (fp32, ORT,
-    the bundle's decode defaults, same seed and conditions), interleaved."""
+    the bundle's decode defaults, same seed and conditions), interleaved; and each path's host
+    overhead share (decode time outside ``Runtime.run`` / decode time)."""
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.decode.fused import decode_fused, open_fused
     from edgekit.pipeline import conditions
@@ -123,21 +139,30 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
     cfg = decode_config(kind, bundle.manifest.get("decode_defaults", {}), {})
     batch = next(iter(bundle.inputs.values())).shape[0]
     cond = conditions(bundle, {}, batch, 0)
-    host = open_runtime(bundle, "ort", "fp32", threads=threads)
-    fused = {g: open_fused(bundle, g, threads=threads) for g in graphs}
+    clocks = {"host": _RunClock(open_runtime(bundle, "ort", "fp32", threads=threads))}
+    entries = {}
+    for g in graphs:
+        rt, entries[g] = open_fused(bundle, g, threads=threads)
+        clocks[g] = _RunClock(rt)
     try:
-        fns: dict[str, Callable[[], object]] = {"host": lambda: decode(kind, host, bundle.meta, cond, cfg)}
-        for g, (rt, entry) in fused.items():
-            fns[g] = lambda rt=rt, entry=entry: decode_fused(kind, rt, entry, cond, cfg)
-        samples = interleaved(fns, n)
+        fns: dict[str, Callable[[], object]] = {"host": lambda: decode(kind, clocks["host"], bundle.meta, cond, cfg)}
+        for g in graphs:
+            fns[g] = lambda g=g: decode_fused(kind, clocks[g], entries[g], cond, cfg)
+        for _ in range(3):  # warm-up, outside the clocks
+            for fn in fns.values():
+                fn()
+        for clock in clocks.values():
+            clock.ns = 0
+        samples = interleaved(fns, n, warmup=0)
     finally:
-        host.close()
-        for rt, _ in fused.values():
-            rt.close()
+        for clock in clocks.values():
+            clock.inner.close()
     med = {k: float(np.median(v)) for k, v in samples.items()}
+    total = {k: sum(v) * 1e6 for k, v in samples.items()}  # ns
     return {
         "kind": kind, "batch": batch, "decode": {k: v for k, v in vars(cfg).items() if k != "seed"}, "n": n,
         "median_ms": med, "speedup_vs_host": {g: med["host"] / med[g] for g in graphs},
+        "host_share": {k: 1.0 - clocks[k].ns / total[k] for k in clocks},
     }
 
 
@@ -195,3 +220,25 @@ def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[str]) -> dict[str, 
                 "best_snr_db": best["snr_db"], "best_nfe": best["nfe"], "max_nfe": rs[-1]["nfe"],
             })
     return {"target_db": target_db, "reference": tables[grids[0]]["reference"], "rows": rows}
+
+
+def nar_ar_at(masked: Path, ar: Path, length: int, precision: str, threads: int, iters: int) -> dict[str, Any]:
+    """Median decode ms of MaskGIT (the bundle's K) and AR (``length`` tokens, KV cache) at
+    ``length``, architecture-only models on ORT in ``precision`` (profiler.length_sweep)."""
+    from edgekit.probes.latency import MeasureConfig
+    from edgekit.profiler import ProfileConfig, graph_batch, length_sweep
+
+    bundle, ar_bundle = Bundle.load(masked), Bundle.load(ar)
+    steps = int(bundle.manifest.get("decode_defaults", {}).get("steps", 8))
+    cfg = ProfileConfig(
+        threads=threads, sweep_precision=precision, power="off",
+        sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=iters, min_seconds=1.0),
+    )
+    sweep = length_sweep(bundle, ar_bundle, "ort", steps, graph_batch(bundle), (length,), cfg)
+    if not sweep.get("available"):
+        raise RuntimeError(sweep.get("reason", "the length sweep did not run"))
+    point = sweep["points"][0]
+    return {
+        "length": length, "precision": precision, "nar_steps": steps, "how": sweep["how"],
+        "nar_ms": point["nar_decode_ms"], "ar_ms": point["ar_decode_ms"], "speedup": point["ar_decode_ms"] / point["nar_decode_ms"],
+    }

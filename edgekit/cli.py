@@ -9,7 +9,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -575,6 +575,7 @@ def profile(
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup and crossover length.")] = False,
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
+    sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="fp32 | int8: precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     seed: SeedOpt = 0,
@@ -596,7 +597,7 @@ def profile(
         max_iters=max(base.max_iters, iters or 0),
     )
     raw_cond = _parse_cond(cond)
-    extra = {}
+    extra: dict[str, Any] = {"sweep_precision": sweep_precision}
     if sweep is not None:
         extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else _csv("--sweep", sweep, int)
     cfg = ProfileConfig(

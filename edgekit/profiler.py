@@ -80,6 +80,9 @@ class ProfileConfig:
     )
     # Where the sweep keeps its exported ONNX files between runs; None = a temp dir removed after.
     sweep_cache: Path | None = None
+    # fp32 | int8: precision of the architecture-only sweep models on ort. int8 quantizes each with
+    # the cpu profile (no budget: random weights), calibrated on one recorded FP32 decode of it.
+    sweep_precision: str = "fp32"
     # Same seed on every variant: every runtime decodes the same noise and conditions.
     seed: int = 0
     # Runtime intra-op threads; 0 = the runtime's default.
@@ -107,6 +110,8 @@ class ProfileConfig:
             raise UsageError(f"idle_seconds={self.idle_seconds} is invalid; valid: >= 0")
         if any(not isinstance(n, int) or n < 2 for n in self.sweep_lengths):
             raise UsageError(f"--sweep {list(self.sweep_lengths)} is invalid; valid: lengths >= 2")
+        if self.sweep_precision not in ("fp32", "int8"):
+            raise UsageError(f"--sweep-precision {self.sweep_precision!r} is unknown; valid: fp32, int8")
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -551,8 +556,10 @@ def _compare_ar(
     own = {"length": length, "source": "bundle", "nar_decode_ms": base["latency"]["median_ms"], "ar_decode_ms": a["latency"]["median_ms"]}
     lengths = [n for n in cfg.sweep_lengths if n != length]
     sweep = length_sweep(bundle, ar, base["runtime"], k, rows, lengths, cfg, progress)
-    if sweep.get("available") and base["precision"] != "fp32":
-        sweep["notes"].append(f"swept in fp32 (architecture-only models are not quantized); the L={length} point is {base['precision']}")
+    if sweep.get("available") and base["precision"] != cfg.sweep_precision:
+        sweep["notes"].append(
+            f"swept in {cfg.sweep_precision} (--sweep-precision); the L={length} point is {base['precision']}"
+        )
     points = sorted([own] + sweep.get("points", []), key=lambda p: p["length"])
     for p in points:
         p["c_ms"] = p["nar_decode_ms"] / k
@@ -639,9 +646,10 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
     )
 
 
-def _open_spec(spec: Any, runtime: str, cache: Path, threads: int) -> Runtime:
+def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
     """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on
-    ort, the module itself on torch."""
+    ort, the module itself on torch. ``precision`` int8 (ort only): the export quantized by
+    ``quantize_unbudgeted``, calibrated on the feeds ``calibrate(fp32 runtime)`` records."""
     if runtime == "torch":
         from edgekit.runtimes.torch_ref import TorchRuntime
 
@@ -660,6 +668,17 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int) -> Runtime:
         staged = path.with_name(f".staging-{path.name}")
         export_onnx(spec, staged, ExportConfig())
         staged.replace(path)
+    if precision == "int8":
+        from edgekit.quantize.ptq import quantize_unbudgeted
+
+        int8 = path.with_name(path.stem + "-int8.onnx")
+        if not int8.is_file():
+            with OrtRuntime(path, OrtOptions(intra_op_threads=threads)) as fp32:
+                feeds = calibrate(fp32)
+            staged = int8.with_name(f".staging-{int8.name}")
+            quantize_unbudgeted(path, staged, feeds)
+            staged.replace(int8)
+        path = int8
     return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
 
 
@@ -703,7 +722,9 @@ def length_sweep(
     how = (
         "architecture-only models (random weights: latency does not depend on them) of the bundles' "
         f"architectures at each length, {'exported to ONNX and ' if runtime == 'ort' else ''}decoded on "
-        f"{runtime} fp32 with K={nar_steps} NAR steps and N AR tokens"
+        f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
+        + (" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode)"
+           if cfg.sweep_precision == "int8" else "")
     )
     known = {**_conditions(bundle, rows, cfg.seed, cfg.cond), **_conditions(ar, rows, cfg.seed, cfg.cond)}
     points = []
@@ -718,10 +739,19 @@ def length_sweep(
                 model = _Model(b.kind, dict(spec.meta), b.manifest.get("decode_defaults") or {})
                 opts = {"steps": nar_steps} if role == "nar" else {"length": n}
                 dcfg = decode_config(b.kind, model.decode_defaults, opts, seed=cfg.seed)
-                with _open_spec(spec, runtime, cache, cfg.threads) as rt:
+                spec_cond = _spec_conditions(spec, known, rows)
+
+                def record(fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg) -> list[dict[str, np.ndarray]]:
+                    from edgekit.quantize.calibrate import RecordingRuntime
+
+                    recorder = RecordingRuntime(fp32, model.kind, model.meta)
+                    decode(model.kind, recorder, model.meta, spec_cond, dcfg)
+                    return recorder.feeds
+
+                with _open_spec(spec, runtime, cache, cfg.threads, cfg.sweep_precision, record) as rt:
                     tick = (lambda done, total, label=label: progress(label, done, total)) if progress else None
                     doc = _measure_decodes(
-                        model, rt, _spec_conditions(spec, known, rows), dcfg, cfg.sweep_measure,
+                        model, rt, spec_cond, dcfg, cfg.sweep_measure,
                         power=None, rss=None, progress=tick, keep_samples=False,
                     )
                 point[f"{role}_decode_ms"] = doc["latency"]["median_ms"]

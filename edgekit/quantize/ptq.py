@@ -542,3 +542,22 @@ def trt_violations(path: Path) -> list[str]:
             elif dq.input[0] not in inits and (entry["scale_size"] or 1) > 1:
                 problems.append(f"{node.name}: activation is per-channel (TensorRT: per-tensor)")
     return problems
+
+
+def quantize_unbudgeted(fp32_path: Path, out_path: Path, feeds: Sequence[Mapping[str, np.ndarray]], cfg: QuantizeConfig | None = None) -> Path:
+    """INT8 QDQ of every node ``cfg`` selects (default: the ``cpu`` profile's), no accuracy budget
+    and no fallback, calibrated on ``feeds`` (recorded decode calls). For *timing* graphs no
+    budget can be checked for: the profiler's architecture-only (random-weight) models at other
+    sequence lengths, whose INT8 kernels cost what the trained model's would."""
+    from edgekit.quantize.calibrate import calibration_reader
+
+    cfg = cfg or QuantizeConfig()
+    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
+        prepared = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
+        plan = analyse_graph(prepared, None, module_labels(Path(fp32_path)))
+        nodes, floated = select_nodes(plan, cfg)
+        weight_only = [n for n, why in floated.items() if cfg.settings.weight_only_float and not why.startswith("excluded")]
+        staged = Path(tmp) / "int8.onnx"
+        quantize_model(prepared, staged, calibration_reader(feeds), nodes, cfg, plan, weight_only=weight_only)
+        shutil.move(str(staged), str(out_path))
+    return Path(out_path)
