@@ -60,3 +60,10 @@ def test_bad_options_are_one_line_errors(tiny, args, code, needle):
     r = invoke("profile", tiny["masked"], *QUICK, *args)
     assert r.exit_code == code, r.output
     assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_sweep_precision_is_one_line_naming_the_valid_ones(tiny):
+    r = invoke("profile", tiny["masked8"], *QUICK, "--sweep-precision", "fp16")
+    assert r.exit_code == 2
+    assert "--sweep-precision 'fp16' is unknown; valid: fp32, int8" in r.output
+    assert "Traceback" not in r.output

@@ -30,6 +30,7 @@ from edgekit.profiler import (
         ({"steps": (0,)}, "--steps [0] is invalid"),
         ({"power": "battery"}, "--power 'battery' is unknown; valid: off, auto"),
         ({"sweep_lengths": (1,)}, "--sweep [1] is invalid"),
+        ({"sweep_precision": "fp16"}, "--sweep-precision 'fp16' is unknown; valid: fp32, int8"),
     ],
 )
 def test_config_rejects_bad_values_with_the_valid_ones(kwargs, needle):
@@ -255,6 +256,25 @@ def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
     p = out["points"][0]
     assert p["nar_decode_ms"] > 0 and p["ar_decode_ms"] > 0
     assert p["nar_latency"]["n"] >= kit.FAST.iters and "torch" in out["how"]
+
+
+def test_int8_length_sweep_times_quantized_architecture_only_models(tiny, kit, tmp_path):
+    """--sweep-precision int8: each architecture-only export is quantized (QDQ, cpu profile) on
+    feeds recorded from its own fp32 decode, cached beside the fp32 file, and decoded on ORT."""
+    pytest.importorskip("torch")
+    import onnx
+
+    masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
+    cfg = ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8", sweep_cache=tmp_path / "cache")
+    out = length_sweep(masked, ar, "ort", 2, kit.B, [8], cfg)
+    assert out["available"] is True and "ort int8" in out["how"] and "no budget" in out["how"]
+    p = out["points"][0]
+    assert p["nar_decode_ms"] > 0 and p["ar_decode_ms"] > 0
+    int8 = sorted((tmp_path / "cache").glob("*-int8.onnx"))
+    assert len(int8) == 2  # one per architecture, next to its fp32 export
+    for path in int8:
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        assert {"QuantizeLinear", "DequantizeLinear"} <= ops
 
 
 def test_crossover_estimates_are_finite_or_none(profile_doc):
