@@ -172,7 +172,7 @@ def _fast_paths(args: argparse.Namespace, masked: Path, ar: Path, flow: Path | N
             out["fused_flow"], why = _attempt("fused vs host (flow)", lambda: fast_paths.fused_vs_host(flow, graphs, threads, args.fused_iters))
         out["fused_flow_reason"] = why
         _say(f"flow NFE to {args.snr_target:g} dB vs the 128-NFE RK4 reference, every solver and time grid")
-        out["nfe_to_snr"], out["nfe_to_snr_reason"] = _attempt("NFE to SNR", lambda: fast_paths.nfe_to_snr(flow, args.snr_target, ("uniform", "cosine", "sway")))
+        out["nfe_to_snr"], out["nfe_to_snr_reason"] = _attempt("NFE to SNR", lambda: fast_paths.nfe_to_snr(flow, args.snr_target, (("uniform", None), ("cosine", None), ("sway", -1.0), ("sway", 1.0))))
     else:
         out["fused_flow_reason"] = out["nfe_to_snr_reason"] = "no flow bundle (pass --bundles with a flow/ bundle, or omit --bundles)"
     _say(f"NAR (K=8) vs AR at L={args.length}, architecture-only models quantized INT8 (cpu profile, no budget)")

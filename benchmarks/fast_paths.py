@@ -197,29 +197,42 @@ def rss_growth(masked: Path, precision: str, decodes: int, threads: int) -> dict
     }
 
 
-def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[str]) -> dict[str, Any]:
-    """For each solver and time grid: the fewest NFE whose final frames reach ``target_db`` SNR vs
-    the 128-NFE RK4 reference (decode.budget.measure_flow_quality; one table per grid)."""
+def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[tuple[str, float | None]]) -> dict[str, Any]:
+    """For each solver and (time grid, sway coefficient): the fewest NFE whose final frames reach
+    ``target_db`` SNR vs the 128-NFE RK4 reference on that grid (decode.budget.measure_flow_quality;
+    one table per grid). The bundle's own quality table is left as it was."""
     from edgekit.decode.budget import QualityConfig, measure_flow_quality
 
+    bundle = Bundle.load(flow)
+    kept = bundle.manifest.get("flow_quality")
     rows = []
     tables = {}
-    for grid in grids:
-        doc = measure_flow_quality(flow, QualityConfig(grid=grid))
-        tables[grid] = doc
-        by_solver: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in doc["table"]:
-            by_solver[r["solver"]].append(r)
-        for solver, rs in by_solver.items():
-            rs.sort(key=lambda r: r["nfe"])
-            hit = next((r for r in rs if r["snr_db"] >= target_db), None)
-            best = max(rs, key=lambda r: r["snr_db"])
-            rows.append({
-                "solver": solver, "grid": grid, "nfe": hit["nfe"] if hit else None,
-                "steps": hit["steps"] if hit else None, "snr_db": hit["snr_db"] if hit else None,
-                "best_snr_db": best["snr_db"], "best_nfe": best["nfe"], "max_nfe": rs[-1]["nfe"],
-            })
-    return {"target_db": target_db, "reference": tables[grids[0]]["reference"], "rows": rows}
+    try:
+        for grid, sway in grids:
+            name = grid if grid != "sway" else f"sway s={sway:+g}"
+            doc = measure_flow_quality(flow, QualityConfig(grid=grid, sway=sway))
+            tables[name] = doc
+            by_solver: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for r in doc["table"]:
+                by_solver[r["solver"]].append(r)
+            for solver, rs in by_solver.items():
+                rs.sort(key=lambda r: r["nfe"])
+                hit = next((r for r in rs if r["snr_db"] >= target_db), None)
+                best = max(rs, key=lambda r: r["snr_db"])
+                rows.append({
+                    "solver": solver, "grid": name, "nfe": hit["nfe"] if hit else None,
+                    "steps": hit["steps"] if hit else None, "snr_db": hit["snr_db"] if hit else None,
+                    "best_snr_db": best["snr_db"], "best_nfe": best["nfe"], "max_nfe": rs[-1]["nfe"],
+                })
+    finally:
+        restored = Bundle.load(flow)
+        if kept is None:
+            restored.manifest.pop("flow_quality", None)
+        else:
+            restored.manifest["flow_quality"] = kept
+        restored.save()
+    first = next(iter(tables.values()))
+    return {"target_db": target_db, "reference": first["reference"], "rows": rows, "tables": tables}
 
 
 def nar_ar_at(masked: Path, ar: Path, length: int, precision: str, threads: int, iters: int) -> dict[str, Any]:

@@ -30,6 +30,9 @@ class QualityConfig:
     reference_solver: str = "rk4"  # high order: its error at 32 steps is far below any candidate's
     reference_steps: int = 32  # RK4 × 32 = 128 NFE, the reference
     grid: str | None = None  # time grid; None = the bundle's decode default
+    # Sway coefficient s of the "sway" grid; None = the bundle's decode default. s < 0 puts the
+    # steps near t = 0 (F5-TTS), s > 0 near t = 1, where the flow demo's velocity is stiffest.
+    sway: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ def measure_flow_quality(
     bundle = _flow_bundle(path)
     defaults = bundle.manifest.get("decode_defaults", {})
     grid = cfg.grid or defaults.get("grid", FlowDecodeConfig.grid)
+    sway = float(cfg.sway if cfg.sway is not None else defaults.get("sway", FlowDecodeConfig.sway))
     own = runtime is None
     rt = open_runtime(bundle) if own else runtime
     try:
@@ -86,11 +90,11 @@ def measure_flow_quality(
         snrs: dict[tuple[str, int], list[float]] = {}
         for seed in cfg.seeds:
             seed_cond = cond if cond is not None else conditions(bundle, {}, batch, seed)
-            ref_cfg = FlowDecodeConfig(steps=cfg.reference_steps, solver=cfg.reference_solver, grid=grid, seed=seed)
+            ref_cfg = FlowDecodeConfig(steps=cfg.reference_steps, solver=cfg.reference_solver, grid=grid, sway=sway, seed=seed)
             ref = decode_flow(rt, bundle.meta, seed_cond, ref_cfg).x.astype(np.float64)
             for solver in cfg.solvers:
                 for steps in cfg.steps:
-                    x = decode_flow(rt, bundle.meta, seed_cond, FlowDecodeConfig(steps=steps, solver=solver, grid=grid, seed=seed)).x
+                    x = decode_flow(rt, bundle.meta, seed_cond, FlowDecodeConfig(steps=steps, solver=solver, grid=grid, sway=sway, seed=seed)).x
                     snrs.setdefault((solver, steps), []).append(snr_db(x, ref))
     finally:
         if own:
@@ -102,6 +106,7 @@ def measure_flow_quality(
         "reference": {"solver": cfg.reference_solver, "steps": cfg.reference_steps,
                       "nfe": cfg.reference_steps * NFE_PER_STEP[cfg.reference_solver]},
         "grid": grid,
+        "sway": sway,
         "seeds": list(cfg.seeds),
         "metric": "snr_db of the final x vs the reference, mean over seeds",
         "table": sorted(table, key=lambda r: (r["nfe"], r["solver"])),

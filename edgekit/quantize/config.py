@@ -52,6 +52,13 @@ class ProfileSettings:
 # ran masked 1.8x, flow 1.9x, ar 1.1-1.3x faster than fp32 at 33-36 dB output SNR. s8 activations
 # left Conv unfused (flow 1.1x); output Q on Gemm and no bias quantization left DQ -> Gemm
 # unfused (0.85x, slower than fp32); reduce_range cost 1-3 dB and gained nothing on VNNI.
+# Also tried on the masked demo (batch 8, 1 thread): QOperator (QLinearMatMul) and dynamic
+# quantization after ORT's transformer optimizer ran 1.35x, below this QDQ->QGemm profile (1.56x
+# then); 2 intra-op threads gave 1.39-1.57x (INT8 kernels scale worse at this size than FP32's).
+# What bounds the ratio is the rest of the graph: with FastGelu (runtimes/ort_fusions.py) in both
+# precisions, the weighted ops run 2.4x faster in INT8 but the other ops (GELU, attention core,
+# LayerNorm, Transpose, QuantizeLinear) are ~half of INT8 time: 1.72x per forward
+# (`python benchmarks/bench.py` prints the op profile).
 PROFILE_SETTINGS: dict[str, ProfileSettings] = {
     "cpu": ProfileSettings(
         activation_type="QUInt8",

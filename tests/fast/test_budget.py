@@ -53,6 +53,23 @@ def test_quality_table_is_measured_and_stored(tiny_bundles, quality):
     assert snr[("rk4", 8)] > snr[("euler", 1)] and snr[("euler", 8)] > snr[("euler", 1)]  # more NFE pays
 
 
+def test_quality_table_follows_the_sway_coefficient(tiny_bundles, tmp_path):
+    """QualityConfig(grid="sway", sway=s): the grid and s are recorded, and s changes the grid
+    (steps near t = 0 for s < 0, near t = 1 for s > 0), so the measured SNRs differ."""
+    import shutil
+
+    from edgekit.decode.budget import QualityConfig, measure_flow_quality
+
+    path = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")  # the module fixture's table stays
+    cond = {"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}
+    docs = {
+        s: measure_flow_quality(path, QualityConfig(solvers=("euler",), steps=(2,), seeds=(0,), grid="sway", sway=s), cond=cond)
+        for s in (-1.0, 1.0)
+    }
+    assert [(d["grid"], d["sway"]) for d in docs.values()] == [("sway", -1.0), ("sway", 1.0)]
+    assert docs[-1.0]["table"][0]["snr_db"] != pytest.approx(docs[1.0]["table"][0]["snr_db"], abs=1e-3)
+
+
 def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(tiny_bundles, quality):
     from edgekit.bundle import Bundle
     from edgekit.decode.budget import plan_for_budget
