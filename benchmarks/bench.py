@@ -260,7 +260,7 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=1.0, help="measure each variant at least this long")
     ap.add_argument("--sweep-iters", type=int, default=10, help="measured decodes per model at --length")
     ap.add_argument("--power", default="auto", help="off | auto | a probe name")
-    ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = default; the fast-path rows use 1)")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads of every runtime (0 = each runtime's default); 1 keeps a shared 2-core VM's figures steady")
     ap.add_argument("--flow-batch", type=int, default=2, help="graph batch of the exported flow bundle")
     ap.add_argument("--forward-iters", type=int, default=100, help="interleaved forwards per precision for INT8/FP32")
     ap.add_argument("--fused-iters", type=int, default=10, help="interleaved decode rounds for fused/host")

@@ -44,11 +44,11 @@ def open_runtime(
             raise UsageError("--precision fp16 needs --runtime trt on this version; ORT runs fp32 or int8 bundles")
         return OrtRuntime(bundle.path_of(precision), OrtOptions(intra_op_threads=threads))
     if runtime == "torch":
-        return _torch_runtime(bundle, precision)
+        return _torch_runtime(bundle, precision, threads)
     return _trt_runtime(bundle, precision)
 
 
-def _torch_runtime(bundle: Bundle, precision: str) -> Runtime:
+def _torch_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
     from edgekit.models import load_spec
     from edgekit.runtimes.torch_ref import TorchRuntime
 
@@ -62,7 +62,7 @@ def _torch_runtime(bundle: Bundle, precision: str) -> Runtime:
             f"model source {source!r} no longer matches bundle {bundle.root} (its IO changed since export)",
             hint=f"re-export with `edgekit export {source} -o {bundle.root}`",
         )
-    return TorchRuntime(spec.module, spec.inputs, spec.outputs)
+    return TorchRuntime(spec.module, spec.inputs, spec.outputs, threads=threads)
 
 
 def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:

@@ -20,7 +20,9 @@ class TorchRuntime(BaseRuntime):
 
     ``forward`` gets the inputs positionally in the order of ``inputs`` and returns a tensor (one
     output) or a tuple/list with the outputs in the order of ``outputs``. The module is put in
-    eval mode and moved to ``device`` in place (``nn.Module.to`` semantics).
+    eval mode and moved to ``device`` in place (``nn.Module.to`` semantics). ``threads`` > 0: torch's
+    intra-op threads during each ``run`` (torch's setting is process-wide: restored after), so a
+    side-by-side with ORT at N threads compares like with like; 0 = torch's default.
     """
 
     name = "torch"
@@ -31,17 +33,26 @@ class TorchRuntime(BaseRuntime):
         inputs: Mapping[str, TensorSpec],
         outputs: Mapping[str, TensorSpec],
         device: str = "cpu",
+        threads: int = 0,
     ):
         super().__init__(inputs, outputs)
         self._torch = require("torch")
+        self.threads = int(threads)
         self.device = str(device)
         self.module = module.to(self.device).eval()
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self._torch
         args = [torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device) for name in self.inputs]
-        with torch.inference_mode():
-            result = self.module(*args)
+        before = torch.get_num_threads()
+        if self.threads > 0 and self.threads != before:
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                result = self.module(*args)
+        finally:
+            if torch.get_num_threads() != before:
+                torch.set_num_threads(before)
         tensors = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(tensors) != len(self.outputs):
             raise EdgekitError(

@@ -84,3 +84,23 @@ def test_missing_torch_is_missing_dependency(monkeypatch):
     with pytest.raises(MissingDependency) as err:
         TorchRuntime(object(), INPUTS, OUTPUTS)
     assert err.value.exit_code == 3 and "pip install 'edgekit[export]'" in str(err.value)
+
+
+def test_threads_apply_during_run_and_are_restored():
+    torch = pytest.importorskip("torch")
+    from edgekit.runtimes.torch_ref import TorchRuntime
+    from edgekit.spec import TensorSpec
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(torch.get_num_threads())
+            return x + 1
+
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    spec = {"x": TensorSpec((2,), "float32")}
+    rt = TorchRuntime(Probe(), spec, {"y": TensorSpec((2,), "float32")}, threads=want)
+    rt.run({"x": np.zeros(2, np.float32)})
+    assert seen == [want] and torch.get_num_threads() == before
