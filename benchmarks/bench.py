@@ -180,7 +180,7 @@ def _fast_paths(args: argparse.Namespace, masked: Path, ar: Path, flow: Path | N
         "NAR/AR int8", lambda: fast_paths.nar_ar_at(masked, ar, args.length, "int8", threads, args.sweep_iters)
     )
     precision = "int8" if quant["int8"] else "fp32"
-    _say(f"RSS over {args.rss_decodes} masked {precision} decodes after 20 warm-up decodes")
+    _say(f"RSS over {args.rss_decodes} masked {precision} decodes after 100 warm-up decodes")
     out["rss"], out["rss_reason"] = _attempt("RSS growth", lambda: fast_paths.rss_growth(masked, precision, args.rss_decodes, threads))
     return out
 
@@ -233,7 +233,7 @@ def fast_numbers(fast: dict[str, Any], ar_doc: dict[str, Any], masked_sizes: dic
     r = fast.get("rss")
     out.append(_number(
         f"RSS growth over {r['decodes'] if r else '?'} decodes (MiB)", None if not r or r["growth_bytes"] is None else r["growth_bytes"] / 2**20,
-        "RSS after the decodes minus RSS after 20 warm-up decodes, masked host loop (goal < 1 MiB)",
+        f"RSS after the decodes minus RSS after {r['warmup'] if r else '?'} warm-up decodes, masked host loop (goal < 1 MiB)",
         (r or {}).get("reason") or fast.get("rss_reason"),
     ))
     q = fast.get("nfe_to_snr")
