@@ -13,7 +13,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from edgekit.errors import EXIT_ERROR, EdgekitError
+from edgekit.errors import EXIT_ERROR, EdgekitError, UsageError
 from edgekit.output import Output
 
 app = typer.Typer(
@@ -505,8 +505,6 @@ def _csv(option: str, value: Optional[str], cast=str) -> tuple:
     try:
         return tuple(cast(v) for v in items)
     except ValueError:
-        from edgekit.errors import UsageError
-
         raise UsageError(f"{option} {value!r} is not a comma-separated list of {cast.__name__}s") from None
 
 
@@ -575,6 +573,7 @@ def profile(
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup and crossover length.")] = False,
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
     sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="fp32 | int8: precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
@@ -600,6 +599,19 @@ def profile(
     extra: dict[str, Any] = {"sweep_precision": sweep_precision}
     if sweep is not None:
         extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else _csv("--sweep", sweep, int)
+    plan = None
+    if latency_budget_ms is not None:
+        if steps is not None:
+            raise UsageError("--latency-budget-ms chooses the steps itself; drop --steps (or drop the budget)")
+        from edgekit.bundle import Bundle
+        from edgekit.decode.budget import plan_for_budget
+        from edgekit.pipeline import conditions, graph_batch
+
+        loaded = Bundle.load(bundle)
+        plan = plan_for_budget(bundle, latency_budget_ms, cond=conditions(loaded, raw_cond, batch or graph_batch(loaded), seed))
+        steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
+        o.info(f"budget {latency_budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
+               f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
     cfg = ProfileConfig(
         runtimes=_csv("--runtime", runtime), precisions=_csv("--precision", precision), steps=_csv("--steps", steps, int),
         batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
@@ -611,6 +623,9 @@ def profile(
         require("matplotlib")  # before minutes of measuring, not after
     with _profile_progress(o) as progress:
         doc = profile_bundle(bundle, cfg, progress=progress)
+    if plan is not None:
+        doc["budget"] = {"budget_ms": latency_budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
+                         "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
     if html is not None:
         from edgekit.report import write_report
 

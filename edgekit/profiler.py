@@ -71,6 +71,9 @@ class ProfileConfig:
     compare_ar: bool = False
     # The AR bundle; None = the sibling `ar` next to the masked bundle (edgekit demo's layout).
     ar_bundle: Path | None = None
+    # Decode option overrides for every variant of the bundle (as `edgekit run` takes them, e.g.
+    # {"solver": "rk4"}; `--steps` still sets the step count per variant). The AR baseline keeps its own.
+    decode: Mapping[str, Any] = field(default_factory=dict)
     # Extra lengths for the crossover sweep (architecture-only models, needs torch); the bundle's
     # own length is always a point. () = no sweep: the crossover comes from the seed formula only.
     sweep_lengths: tuple[int, ...] = (16, 32, 128)
@@ -116,6 +119,7 @@ class ProfileConfig:
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["cond"] = dict(self.cond)
+        doc["decode"] = dict(self.decode)
         for key in ("ar_bundle", "sweep_cache"):
             doc[key] = None if doc[key] is None else str(doc[key])
         return doc
@@ -797,6 +801,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     (JSON-ready; ``variants`` in measuring order, ``ratios`` between them, ``compare_ar`` when
     asked). ``progress(label, done, total)`` is called outside timed regions."""
     bundle = Bundle.load(path)
+    decode_config(bundle.kind, bundle.manifest.get("decode_defaults") or {}, dict(cfg.decode))  # bad options fail here
     variants_plan = plan_variants(bundle, cfg)
     if cfg.compare_ar:
         _resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
@@ -806,7 +811,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     power = _open_power(cfg, progress)
     start_state = system_state()
     variants = [
-        _profile_variant(bundle, v, v.label(show_steps), cond, cfg, power, progress) for v in variants_plan
+        _profile_variant(bundle, v, v.label(show_steps), cond, cfg, power, progress, cfg.decode) for v in variants_plan
     ]
     doc: dict[str, Any] = {
         "schema": SCHEMA,

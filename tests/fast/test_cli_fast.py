@@ -43,6 +43,20 @@ def test_run_with_latency_budget_picks_a_plan_or_fails_with_exit_4(tiny_flow):
     assert r.exit_code == 4, r.output
 
 
+def test_profile_with_latency_budget_measures_the_chosen_plan(tiny_flow):
+    out, _ = tiny_flow
+    quick = ["--iters", "2", "--min-seconds", "0", "--warmup", "1", "--power", "off", "--precision", "fp32"]
+    r = runner.invoke(app, ["profile", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "10000", *quick, "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    budget, variant = doc["budget"], doc["variants"][0]
+    assert budget["solver"] in ("euler", "midpoint", "heun", "rk4") and budget["expected_ms"] <= 10000
+    assert doc["config"]["decode"] == {"solver": budget["solver"]}
+    assert variant["decode_config"]["solver"] == budget["solver"] and variant["decode_config"]["steps"] == budget["steps"]
+    r = runner.invoke(app, ["profile", str(out), "--latency-budget-ms", "50", "--steps", "2", *quick])
+    assert r.exit_code == 2 and "drop --steps" in r.output
+
+
 def test_run_graph_step_matches_host_loop_and_refuses_other_baked_values(tiny_flow):
     import numpy as np
 

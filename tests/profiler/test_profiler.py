@@ -294,3 +294,19 @@ def test_demo_profile_writes_the_report_and_returns_the_tables(tiny, tmp_path, m
     assert out["table"]["variants"]["columns"] == ["metric", "ort fp32", "ort int8", "AR ort fp32"]
     assert out["speedups"][0]["speedup"] > 0 and out["crossover"]["seed_formula"]["n"] > 1
     assert out["power"]["available"] or out["power"]["reason"]  # a figure, or why there is none
+
+
+def test_bad_decode_override_fails_before_measuring(tiny, kit):
+    from edgekit.profiler import profile_bundle
+
+    with pytest.raises(UsageError, match="schedule"):
+        profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", decode={"schedule": "bogus"}))
+
+
+def test_decode_override_reaches_every_variant(tiny, kit):
+    from edgekit.profiler import profile_bundle
+
+    doc = profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", steps=(2, 3), decode={"schedule": "linear"}))
+    assert [v["decode_config"]["schedule"] for v in doc["variants"]] == ["linear", "linear"]
+    assert [v["decode_config"]["steps"] for v in doc["variants"]] == [2, 3]
+    assert doc["config"]["decode"] == {"schedule": "linear"}
