@@ -150,6 +150,14 @@ def open_fused(bundle, graph: str, *, threads: int = 0) -> tuple[Runtime, dict[s
     """(ORT runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle."""
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
+    from edgekit.export.fused import FUSED_GRAPHS
+
+    if graph not in FUSED_GRAPHS.get(bundle.kind, ()):
+        valid = ", ".join(FUSED_GRAPHS.get(bundle.kind, ()))
+        raise UsageError(
+            f"--graph {graph!r} is not available for the {bundle.kind} model kind; valid: host"
+            + (f", {valid}" if valid else " (its loop state is the KV cache: no fused graphs)")
+        )
     entry = (bundle.manifest.get("fused") or {}).get(graph)
     if entry is None:
         have = ", ".join(bundle.manifest.get("fused") or {}) or "none"

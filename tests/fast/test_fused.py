@@ -257,3 +257,11 @@ def test_cli_export_and_run_masked_unrolled(tmp_path):
     np.testing.assert_array_equal(tokens["unrolled"], tokens["host"])
     r = runner.invoke(app, ["run", str(bundle), "--graph", "unrolled", "--steps", "5", "--cond", "class_id=1"])
     assert r.exit_code == 2 and "steps=4" in r.output and "steps=5" in r.output
+
+
+def test_open_fused_on_an_ar_bundle_says_it_has_no_fused_graphs(demo_bundles):
+    from edgekit.bundle import Bundle
+    from edgekit.decode.fused import open_fused
+
+    with pytest.raises(UsageError, match="not available for the ar model kind; valid: host .*KV cache"):
+        open_fused(Bundle.load(demo_bundles["ar"]), "step")
