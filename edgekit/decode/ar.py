@@ -16,7 +16,7 @@ import numpy as np
 from edgekit.decode._guidance import GuidedNetwork, require_meta
 from edgekit.decode._noise import gumbel
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.base import Runtime, can_ping_pong
 
 # Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd]; pos is shared.
 _BATCH_AXES = {"pos": None, "k_cache": 1, "v_cache": 1, "k_cache_out": 1, "v_cache_out": 1}
@@ -77,7 +77,7 @@ def decode_ar(
     # then ping-pongs them: step i's cache outputs are step i+1's inputs, no copy of the
     # [n_layer, B, H, Lmax, hd] tensors per token. Otherwise each output is copied back in here
     # (it may alias a buffer the next run reuses).
-    pingpong = getattr(runtime, "outputs_stay_valid", 1) >= 2 and net.calls_per_run == 1
+    pingpong = can_ping_pong(runtime) and net.calls_per_run == 1
     k_cache = np.zeros(cache_shape, dtype=runtime.inputs["k_cache"].dtype)
     v_cache = np.zeros(cache_shape, dtype=runtime.inputs["v_cache"].dtype)
     token = np.full((b, 1), int(meta["bos_id"]), dtype=np.int64)

@@ -20,7 +20,7 @@ from edgekit.decode.flow import NFE_PER_STEP, FlowDecodeConfig, FlowResult
 from edgekit.decode.masked import MaskedDecodeConfig
 from edgekit.decode.schedules import time_grid
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.base import Runtime, can_ping_pong
 
 
 def check_baked(entry: Mapping[str, Any], cfg: Any) -> None:
@@ -83,7 +83,7 @@ def decode_flow_fused(
         return FlowResult(np.array(out), int(entry["baked"]["nfe"]), 1, times)
     t = np.empty(shape[0], dtype=np.float32)
     t_next = np.empty(shape[0], dtype=np.float32)
-    pingpong = _pingpong(runtime)
+    pingpong = can_ping_pong(runtime)
     for t0, t1 in zip(times[:-1], times[1:]):
         t.fill(t0)
         t_next.fill(t1)
@@ -121,7 +121,7 @@ def decode_masked_fused(
         return np.array(runtime.run(feeds)["tokens_out"])
     tokens = np.full((b, seq_len), _mask_id(entry), dtype=np.int64)
     step = np.zeros(1, dtype=np.int64)
-    pingpong = _pingpong(runtime)
+    pingpong = can_ping_pong(runtime)
     for t in range(cfg.steps):
         step[0] = t
         if sampled:
@@ -135,11 +135,6 @@ def decode_masked_fused(
     return np.array(tokens)
 
 
-def _pingpong(runtime: Runtime) -> bool:
-    """Whether the loop may feed an output back as the next input as is (outputs_stay_valid >= 2)."""
-    return getattr(runtime, "outputs_stay_valid", 1) >= 2
-
-
 def _mask_id(entry: Mapping[str, Any]) -> int:
     if "mask_id" not in entry:
         raise EdgekitError("fused masked entry lacks 'mask_id'; re-export with `edgekit export MODEL -o BUNDLE --graph step`")
@@ -148,16 +143,10 @@ def _mask_id(entry: Mapping[str, Any]) -> int:
 
 def open_fused(bundle, graph: str, *, threads: int = 0) -> tuple[Runtime, dict[str, Any]]:
     """(ORT runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle."""
+    from edgekit.export.fused import check_graph_kind
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
-    from edgekit.export.fused import FUSED_GRAPHS
-
-    if graph not in FUSED_GRAPHS.get(bundle.kind, ()):
-        valid = ", ".join(FUSED_GRAPHS.get(bundle.kind, ()))
-        raise UsageError(
-            f"--graph {graph!r} is not available for the {bundle.kind} model kind; valid: host"
-            + (f", {valid}" if valid else " (its loop state is the KV cache: no fused graphs)")
-        )
+    check_graph_kind(bundle.kind, graph)
     entry = (bundle.manifest.get("fused") or {}).get(graph)
     if entry is None:
         have = ", ".join(bundle.manifest.get("fused") or {}) or "none"

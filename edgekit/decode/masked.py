@@ -147,10 +147,7 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
 
     if cfg.temperature > 0:
         noise = gumbel(rng, logits.shape)
-        if cfg.temperature != 1.0:
-            noise += logits / np.float32(cfg.temperature)
-        else:
-            noise += logits
+        noise += logits / np.float32(cfg.temperature)
         sampled = np.argmax(noise, axis=-1)
         choice_noise = gumbel(rng, tokens.shape)  # (B, L)
     else:

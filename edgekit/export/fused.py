@@ -243,13 +243,18 @@ def _masked_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return MaskedFused().eval(), inputs, outputs
 
 
+def check_graph_kind(kind: str, graph: str) -> None:
+    """Raise when model ``kind`` has no fused ``graph`` (export and run share this one message)."""
+    if graph not in FUSED_GRAPHS.get(kind, ()):
+        valid = ", ".join(FUSED_GRAPHS.get(kind, ())) or "none (its loop state is the KV cache: use --graph host)"
+        raise UsageError(f"--graph {graph!r} is not available for a {kind} model; valid: host, {valid}")
+
+
 def fused_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     """(torch module, inputs, outputs) of the fused ``graph`` for ``spec`` with decode ``opts`` baked.
 
     ``opts`` holds at least the baked options of ``BAKED[(spec.kind, graph)]``."""
-    if graph not in FUSED_GRAPHS.get(spec.kind, ()):
-        valid = ", ".join(FUSED_GRAPHS.get(spec.kind, ())) or "none (use --graph host)"
-        raise UsageError(f"--graph {graph!r} is not available for a {spec.kind} model; valid: host, {valid}")
+    check_graph_kind(spec.kind, graph)
     if spec.kind == "flow":
         return _flow_module(spec, graph, opts)
     return _masked_module(spec, graph, opts)

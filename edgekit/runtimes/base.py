@@ -41,6 +41,12 @@ class Runtime(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+def can_ping_pong(runtime: Runtime) -> bool:
+    """Whether a loop may feed ``runtime``'s outputs straight back as the next run's inputs
+    (``outputs_stay_valid`` >= 2); otherwise it copies them into arrays it owns."""
+    return getattr(runtime, "outputs_stay_valid", 1) >= 2
+
+
 def describe(specs: Mapping[str, TensorSpec]) -> str:
     return ", ".join(f"{n}: {s.dtype}{list(s.shape)}" for n, s in specs.items())
 

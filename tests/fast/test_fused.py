@@ -263,5 +263,5 @@ def test_open_fused_on_an_ar_bundle_says_it_has_no_fused_graphs(demo_bundles):
     from edgekit.bundle import Bundle
     from edgekit.decode.fused import open_fused
 
-    with pytest.raises(UsageError, match="not available for the ar model kind; valid: host .*KV cache"):
+    with pytest.raises(UsageError, match="not available for a ar model; valid: host, none .*KV cache"):
         open_fused(Bundle.load(demo_bundles["ar"]), "step")
