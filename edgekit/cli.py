@@ -258,21 +258,13 @@ def run(
     raw_cond = _parse_cond(cond)
     plan = None
     if latency_budget_ms is not None:
-        from edgekit.bundle import Bundle
-        from edgekit.decode.budget import plan_for_budget
-        from edgekit.pipeline import conditions, graph_batch
-
-        loaded = Bundle.load(bundle)
-        plan = plan_for_budget(bundle, latency_budget_ms, cond=conditions(loaded, raw_cond, batch or graph_batch(loaded), seed))
+        plan = _budget_plan(o, bundle, latency_budget_ms, raw_cond, batch, seed)
         options["solver"], options["steps"] = plan.solver, plan.steps
-        o.info(f"budget {latency_budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
-               f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
     req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond,
                      decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild, graph=graph)
     result = run_bundle(bundle, req)
     if plan is not None:
-        result["budget"] = {"budget_ms": latency_budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
-                            "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
+        result["budget"] = _budget_doc(latency_budget_ms, plan)
     output, conds = result.pop("output"), result.pop("cond")
     if out is not None:
         save_outputs(out, output_name(result["kind"]), output, conds)
@@ -497,6 +489,25 @@ def _print_demo_check(o: Output, chk: dict) -> None:
     o.line("check: PASS" if chk["passed"] else "check: FAIL (run `edgekit check BUNDLE` for the full table)")
 
 
+def _budget_plan(o: Output, bundle: Path, budget_ms: float, raw_cond, batch: Optional[int], seed: int):
+    """--latency-budget-ms of `run` and `profile`: the flow decode plan for this device, said on stderr."""
+    from edgekit.bundle import Bundle
+    from edgekit.decode.budget import plan_for_budget
+    from edgekit.pipeline import conditions, graph_batch
+
+    loaded = Bundle.load(bundle)
+    plan = plan_for_budget(bundle, budget_ms, cond=conditions(loaded, raw_cond, batch or graph_batch(loaded), seed))
+    o.info(f"budget {budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
+           f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
+    return plan
+
+
+def _budget_doc(budget_ms: float, plan) -> dict[str, Any]:
+    """The "budget" entry of the --json document of `run` / `profile`."""
+    return {"budget_ms": budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
+            "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
+
+
 def _csv(option: str, value: Optional[str], cast=str) -> tuple:
     """'a,b' -> ('a', 'b'); a bad item is a one-line usage error naming the option."""
     if value is None:
@@ -603,15 +614,8 @@ def profile(
     if latency_budget_ms is not None:
         if steps is not None:
             raise UsageError("--latency-budget-ms chooses the steps itself; drop --steps (or drop the budget)")
-        from edgekit.bundle import Bundle
-        from edgekit.decode.budget import plan_for_budget
-        from edgekit.pipeline import conditions, graph_batch
-
-        loaded = Bundle.load(bundle)
-        plan = plan_for_budget(bundle, latency_budget_ms, cond=conditions(loaded, raw_cond, batch or graph_batch(loaded), seed))
+        plan = _budget_plan(o, bundle, latency_budget_ms, raw_cond, batch, seed)
         steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
-        o.info(f"budget {latency_budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
-               f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
     cfg = ProfileConfig(
         runtimes=_csv("--runtime", runtime), precisions=_csv("--precision", precision), steps=_csv("--steps", steps, int),
         batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
@@ -624,8 +628,7 @@ def profile(
     with _profile_progress(o) as progress:
         doc = profile_bundle(bundle, cfg, progress=progress)
     if plan is not None:
-        doc["budget"] = {"budget_ms": latency_budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
-                         "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
+        doc["budget"] = _budget_doc(latency_budget_ms, plan)
     if html is not None:
         from edgekit.report import write_report
 

@@ -715,6 +715,8 @@ def length_sweep(
         }
     if runtime not in ("ort", "torch"):
         return {"available": False, "reason": f"the sweep runs on ort or torch, not {runtime}", "points": []}
+    if cfg.sweep_precision == "int8" and runtime != "ort":
+        return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort; the sweep here runs on {runtime}", "points": []}
     try:
         from edgekit._deps import require
 

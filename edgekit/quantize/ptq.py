@@ -259,6 +259,12 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
     return chosen, floated
 
 
+def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list[str]:
+    """The float-kept nodes (``select_nodes``' second result) that store INT8 weights: those kept
+    float by rule where the profile allows it; ``--exclude`` means fully float."""
+    return [n for n, why in floated.items() if cfg.settings.weight_only_float and not why.startswith("excluded")]
+
+
 # ---- quantization ------------------------------------------------------------------------------
 # Histogram sizes for method=entropy. quantize_static cannot pass them, and ORT's defaults (128
 # bins for 128 quantized bins) leave the KL search nothing to clip: entropy == minmax. TensorRT
@@ -556,7 +562,7 @@ def quantize_unbudgeted(fp32_path: Path, out_path: Path, feeds: Sequence[Mapping
         prepared = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
         plan = analyse_graph(prepared, None, module_labels(Path(fp32_path)))
         nodes, floated = select_nodes(plan, cfg)
-        weight_only = [n for n, why in floated.items() if cfg.settings.weight_only_float and not why.startswith("excluded")]
+        weight_only = weight_only_by_rule(floated, cfg)
         staged = Path(tmp) / "int8.onnx"
         quantize_model(prepared, staged, calibration_reader(feeds), nodes, cfg, plan, weight_only=weight_only)
         shutil.move(str(staged), str(out_path))

@@ -39,6 +39,7 @@ from edgekit.quantize.ptq import (
     quantize_model,
     select_nodes,
     trt_violations,
+    weight_only_by_rule,
 )
 from edgekit.spec import KIND_IO
 
@@ -99,7 +100,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         # where the profile allows it, and every budget fallback (a selected node left out of a
         # build). --exclude means fully float.
         settings = cfg.settings
-        weight_only = [n for n, why in floated.items() if settings.weight_only_float and not why.startswith("excluded")]
+        weight_only = weight_only_by_rule(floated, cfg)
         # Fallbacks whose weight-only noise alone broke the budget: fully float (FP32 weights).
         full_float: list[str] = []
 

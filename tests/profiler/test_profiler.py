@@ -310,3 +310,9 @@ def test_decode_override_reaches_every_variant(tiny, kit):
     assert [v["decode_config"]["schedule"] for v in doc["variants"]] == ["linear", "linear"]
     assert [v["decode_config"]["steps"] for v in doc["variants"]] == [2, 3]
     assert doc["config"]["decode"] == {"schedule": "linear"}
+
+
+def test_int8_sweep_on_torch_says_why_instead_of_timing_fp32(tiny, kit):
+    masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
+    out = length_sweep(masked, ar, "torch", 2, kit.B, [8], ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8"))
+    assert out["available"] is False and "int8 quantizes for ort" in out["reason"] and out["points"] == []
