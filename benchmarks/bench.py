@@ -84,14 +84,16 @@ def _attempt(what: str, fn: Any) -> tuple[Any, str | None]:
 
 def _quantize(masked: Path) -> dict[str, Any]:
     _say("quantize masked-demo (edgekit.quantize, default profile)")
-    try:
+
+    def run() -> Any:
         from edgekit.quantize import quantize_bundle
 
-        start = time.perf_counter()
-        summary = quantize_bundle(masked)
-    except Exception as exc:  # noqa: BLE001 - any failure is reported as the reason, not a number
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {"int8": False, "reason": f"quantize stage failed: {type(exc).__name__}: {first}"[:400]}
+        return quantize_bundle(masked)
+
+    start = time.perf_counter()
+    summary, why = _attempt("quantize stage", run)
+    if why is not None:
+        return {"int8": False, "reason": why}
     return {
         "int8": "int8" in Bundle.load(masked).manifest["artifacts"],
         "passed_budget": summary.get("passed") if isinstance(summary, dict) else None,

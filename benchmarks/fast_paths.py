@@ -16,24 +16,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edgekit.bundle import Bundle
+from edgekit.export.verify import random_feed
 
 # ORT kernels that carry a weight matrix (FP32, INT8 QDQ-fused, weight-only INT8): what INT8 speeds up.
 WEIGHTED_KERNELS = frozenset({
     "Gemm", "QGemm", "FusedGemm", "MatMulNBits", "MatMulInteger", "MatMulIntegerToFloat",
     "DynamicQuantizeMatMul", "QLinearMatMul", "Conv", "FusedConv", "QLinearConv", "NhwcFusedConv",
 })
-
-
-def _feeds(specs: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, spec in specs.items():
-        if spec.dtype == "int64":
-            hi = int(spec.high) if spec.high is not None else 2
-            out[name] = rng.integers(int(spec.low or 0), max(hi, 1), size=spec.shape).astype(np.int64)
-        else:
-            out[name] = rng.uniform(0, 1, size=spec.shape).astype(spec.dtype)
-    return out
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], n: int, warmup: int = 3) -> dict[str, list[float]]:
@@ -84,7 +73,7 @@ def int8_forward(masked: Path, threads: int, n: int) -> dict[str, Any]:
 
     bundle = Bundle.load(masked)
     paths = {p: bundle.path_of(p) for p in ("fp32", "int8")}
-    feeds = _feeds(bundle.inputs)
+    feeds = random_feed(bundle.inputs, np.random.default_rng(0))  # values inside each input's declared range
     rts = {p: OrtRuntime(path, OrtOptions(intra_op_threads=threads)) for p, path in paths.items()}
     try:
         samples = interleaved({p: (lambda rt=rt: rt.run(feeds)) for p, rt in rts.items()}, n)
@@ -110,21 +99,6 @@ def int8_forward(masked: Path, threads: int, n: int) -> dict[str, Any]:
     }
 
 
-class _RunClock:
-    """A runtime wrapper that sums the wall time spent inside ``run`` (what is not host time)."""
-
-    def __init__(self, inner: Any):
-        self.inner, self.inputs, self.outputs, self.name = inner, inner.inputs, inner.outputs, inner.name
-        self.outputs_stay_valid = getattr(inner, "outputs_stay_valid", 1)
-        self.ns = 0
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        t0 = time.perf_counter_ns()
-        out = self.inner.run(feeds)
-        self.ns += time.perf_counter_ns() - t0
-        return out
-
-
 def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int) -> dict[str, Any]:
     """Median decode ms through the host loop and each fused graph of the bundle (fp32, ORT,
     the bundle's decode defaults, same seed and conditions), interleaved; and each path's host
@@ -132,6 +106,7 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.decode.fused import decode_fused, open_fused
     from edgekit.pipeline import conditions
+    from edgekit.probes.latency import TimedRuntime
     from edgekit.runtimes import open_runtime
 
     bundle = Bundle.load(bundle_path)
@@ -139,30 +114,25 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
     cfg = decode_config(kind, bundle.manifest.get("decode_defaults", {}), {})
     batch = next(iter(bundle.inputs.values())).shape[0]
     cond = conditions(bundle, {}, batch, 0)
-    clocks = {"host": _RunClock(open_runtime(bundle, "ort", "fp32", threads=threads))}
+    timed = {"host": TimedRuntime(open_runtime(bundle, "ort", "fp32", threads=threads))}
     entries = {}
     for g in graphs:
         rt, entries[g] = open_fused(bundle, g, threads=threads)
-        clocks[g] = _RunClock(rt)
+        timed[g] = TimedRuntime(rt)
     try:
-        fns: dict[str, Callable[[], object]] = {"host": lambda: decode(kind, clocks["host"], bundle.meta, cond, cfg)}
+        fns: dict[str, Callable[[], object]] = {"host": timed["host"].timed_decodes(lambda: decode(kind, timed["host"], bundle.meta, cond, cfg))}
         for g in graphs:
-            fns[g] = lambda g=g: decode_fused(kind, clocks[g], entries[g], cond, cfg)
-        for _ in range(3):  # warm-up, outside the clocks
-            for fn in fns.values():
-                fn()
-        for clock in clocks.values():
-            clock.ns = 0
-        samples = interleaved(fns, n, warmup=0)
+            fns[g] = timed[g].timed_decodes(lambda g=g: decode_fused(kind, timed[g], entries[g], cond, cfg))
+        warmup = 3  # rounds; TimedRuntime records them as decodes too, so the breakdown skips them
+        samples = interleaved(fns, n, warmup=warmup)
+        share = {k: t.breakdown(skip=warmup).host_overhead_share for k, t in timed.items()}
     finally:
-        for clock in clocks.values():
-            clock.inner.close()
+        for t in timed.values():
+            t.close()
     med = {k: float(np.median(v)) for k, v in samples.items()}
-    total = {k: sum(v) * 1e6 for k, v in samples.items()}  # ns
     return {
         "kind": kind, "batch": batch, "decode": {k: v for k, v in vars(cfg).items() if k != "seed"}, "n": n,
-        "median_ms": med, "speedup_vs_host": {g: med["host"] / med[g] for g in graphs},
-        "host_share": {k: 1.0 - clocks[k].ns / total[k] for k in clocks},
+        "median_ms": med, "speedup_vs_host": {g: med["host"] / med[g] for g in graphs}, "host_share": share,
     }
 
 
