@@ -127,25 +127,28 @@ def export(
     from edgekit.models import load_spec
 
     o = Output(json_out)
-    spec = load_spec(model, batch)
-    o.info(f"exporting {spec.name} ({spec.kind}) to {out} …")
-    cfg = ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol))
     if graph not in ("host", "step", "unrolled"):
-        raise EdgekitError(f"--graph {graph!r} is unknown; valid: host, step, unrolled")
-    bundle = export_bundle(spec, out, cfg, source=model)
-    _print_verification(o, bundle)
-    if graph != "host":
-        from edgekit.export.fused import fused_bundle
+        raise UsageError(f"--graph {graph!r} is unknown; valid: host, step, unrolled")
+    spec = load_spec(model, batch)
+    baked = {}
+    if graph != "host":  # everything about the fused graph is checked before minutes of export
+        from edgekit.export.fused import baked_options, check_graph_kind, fused_bundle
 
-        baked = {}
+        check_graph_kind(spec.kind, graph)
         for item in decode_opt or []:
             key, sep, value = item.partition("=")
             if not sep:
-                raise EdgekitError(f"--decode {item!r} is not KEY=VALUE", hint="e.g. --decode solver=rk4 --decode steps=4")
+                raise UsageError(f"--decode {item!r} is not KEY=VALUE", hint="e.g. --decode solver=rk4 --decode steps=4")
             try:
                 baked[key] = float(value) if key in ("guidance", "temperature", "choice_temperature", "sway") else int(value) if key == "steps" else value
             except ValueError:
-                raise EdgekitError(f"--decode {item!r}: {key} needs a number") from None
+                raise UsageError(f"--decode {item!r}: {key} needs a number") from None
+        baked_options(spec.kind, graph, spec.decode_defaults or {}, baked)  # an invalid value fails here
+    o.info(f"exporting {spec.name} ({spec.kind}) to {out} …")
+    cfg = ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol))
+    bundle = export_bundle(spec, out, cfg, source=model)
+    _print_verification(o, bundle)
+    if graph != "host":
         o.info(f"adding the fused {graph} graph …")
         entry = fused_bundle(out, graph, baked, spec=spec, cfg=cfg)
         from edgekit.bundle import Bundle

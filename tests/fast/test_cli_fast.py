@@ -26,10 +26,14 @@ def test_export_graph_step_records_what_was_baked(tiny_flow):
 
 
 def test_bad_graph_and_decode_values(tmp_path):
+    """Usage errors (exit 2), found before the export starts: no bundle is left behind."""
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "x"), "--graph", "sideways"])
-    assert r.exit_code == 1 and "--graph 'sideways' is unknown" in r.stderr
+    assert r.exit_code == 2 and "--graph 'sideways' is unknown" in r.stderr
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "y"), "--graph", "step", "--decode", "steps=many"])
-    assert r.exit_code == 1 and "steps needs a number" in r.stderr
+    assert r.exit_code == 2 and "steps needs a number" in r.stderr
+    r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "z"), "--graph", "step", "--decode", "solver=leapfrog"])
+    assert r.exit_code == 2 and "leapfrog" in r.stderr
+    assert not any((tmp_path / d).exists() for d in ("x", "y", "z"))
 
 
 def test_run_with_latency_budget_picks_a_plan_or_fails_with_exit_4(tiny_flow):
