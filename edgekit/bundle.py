@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit.errors import BundleError
-from edgekit.spec import TensorSpec, tensor_specs_from_json
+from edgekit.spec import KINDS, TensorSpec, tensor_specs_from_json
 
 SCHEMA = "edgekit.bundle/1"
 MANIFEST = "edgekit.json"
@@ -77,7 +77,6 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
 
 def _validate(manifest: dict[str, Any], path: Path) -> None:
     """The parts every command reads: a clean error instead of a KeyError deep inside a stage."""
-    from edgekit.spec import KINDS
 
     def bad(what: str) -> BundleError:
         return BundleError(f"manifest {path}: {what}", hint="re-export the bundle with `edgekit export`")

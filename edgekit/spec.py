@@ -10,7 +10,7 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 Kind = Literal["masked", "flow", "ar"]
 KINDS: tuple[str, ...] = ("masked", "flow", "ar")
@@ -126,3 +126,15 @@ def tensor_specs_to_json(specs: Mapping[str, TensorSpec]) -> dict[str, Any]:
 
 def tensor_specs_from_json(doc: Mapping[str, Any]) -> dict[str, TensorSpec]:
     return {name: TensorSpec.from_json(d) for name, d in doc.items()}
+
+
+GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
+# Which fused graph kinds each model kind has (ar has none: its loop state is the KV cache).
+FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "masked": ("step", "unrolled")}
+
+
+def check_graph_kind(kind: str, graph: str) -> None:
+    """Raise when model ``kind`` has no fused ``graph`` (export and run share this one message)."""
+    if graph not in FUSED_GRAPHS.get(kind, ()):
+        valid = ", ".join(FUSED_GRAPHS.get(kind, ())) or "none (its loop state is the KV cache: use --graph host)"
+        raise UsageError(f"--graph {graph!r} is not available for a {kind} model; valid: host, {valid}")

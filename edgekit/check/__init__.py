@@ -3,8 +3,21 @@ ORT vs TensorRT): per-kind metrics on whole decode trajectories under identical 
 thresholds and baselines, verdicts, JUnit XML. numpy only; ``edgekit check`` is the CLI."""
 
 from edgekit.check.junit import junit_xml, write_junit
-from edgekit.check.metrics import RecordingRuntime, accumulator_for, load_metric_hook, quality_drops
-from edgekit.check.stage import DEFAULT_N, SCHEMA, CheckConfig, Variant, check_bundle, demo_check, parse_variant
+from edgekit.check.metrics import (
+    RecordingRuntime,
+    accumulator_for,
+    load_metric_hook,
+    quality_drops,
+)
+from edgekit.check.stage import (
+    DEFAULT_N,
+    SCHEMA,
+    CheckConfig,
+    Variant,
+    check_bundle,
+    demo_check,
+    parse_variant,
+)
 from edgekit.check.thresholds import (
     DEFAULTS,
     QUALITY_DROP_DEFAULTS,

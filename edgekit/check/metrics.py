@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from edgekit._userhooks import load_callable
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
@@ -357,7 +358,6 @@ def load_metric_hook(ref: str) -> MetricHook:
     {conditioning input: array [N, ...]}, and returns {metric name: float}, higher = better
     (return -loss for a loss). Its metrics are compared like the demo models' ground truth.
     """
-    from edgekit._userhooks import load_callable
 
     return load_callable(ref, "metric hook")
 

@@ -40,6 +40,8 @@ from edgekit.check.thresholds import (
 from edgekit.check.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.evaluate import conditions, graph_batch, score
+from edgekit.runtimes import PRECISIONS, RUNTIMES, open_runtime
 
 SCHEMA = "edgekit.check/1"
 DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core CPU, enough to gate
@@ -58,7 +60,6 @@ class Variant:
 
 def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> Variant:
     """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
-    from edgekit.runtimes import PRECISIONS, RUNTIMES
 
     valid = f"runtime:precision (runtimes {', '.join(RUNTIMES)}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
     raw = text.strip().lower()
@@ -100,8 +101,6 @@ class CheckConfig:
 
 
 def _open(bundle: Bundle, variant: Variant, threads: int):
-    from edgekit.runtimes import open_runtime
-
     return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
 
 
@@ -136,7 +135,6 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     ``passed``. Writes the baseline / JUnit files ``cfg`` names. Raises EdgekitError on bad
     input; a failed check is ``passed: False``, not an exception.
     """
-    from edgekit.pipeline import conditions, graph_batch, score
 
     start = time.perf_counter()
     bundle = Bundle.load(path)

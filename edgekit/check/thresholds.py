@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from edgekit._deps import require
 from edgekit.bundle import now_iso, write_json_atomic
 from edgekit.errors import EdgekitError
 
@@ -172,7 +173,6 @@ def load_thresholds(kind: str, path: Path | str | None = None) -> Thresholds:
     try:
         import tomllib
     except ImportError:  # Python 3.10: the same parser as a package
-        from edgekit._deps import require
 
         tomllib = require("tomli")
 

@@ -141,22 +141,6 @@ def _mask_id(entry: Mapping[str, Any]) -> int:
     return int(entry["mask_id"])
 
 
-def open_fused(bundle, graph: str, *, threads: int = 0) -> tuple[Runtime, dict[str, Any]]:
-    """(ORT runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle."""
-    from edgekit.export.fused import check_graph_kind
-    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-
-    check_graph_kind(bundle.kind, graph)
-    entry = (bundle.manifest.get("fused") or {}).get(graph)
-    if entry is None:
-        have = ", ".join(bundle.manifest.get("fused") or {}) or "none"
-        raise UsageError(
-            f"bundle {bundle.root} has no fused {graph!r} graph (it has: {have}); "
-            f"add one with `edgekit export MODEL -o {bundle.root} --graph {graph}`"
-        )
-    return OrtRuntime(bundle.path_of(entry["artifact"]), OrtOptions(intra_op_threads=threads)), dict(entry)
-
-
 def decode_fused(kind: str, runtime: Runtime, entry: Mapping[str, Any], cond: Mapping[str, np.ndarray], config) -> Decoded:
     """``dispatch.decode`` for fused graphs: the same ``Decoded`` summary."""
     if kind == "flow":

@@ -41,13 +41,14 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode_config
+from edgekit.decode.flow import NFE_PER_STEP
+from edgekit.decode.schedules import mask_ratio, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
-from edgekit.spec import ModelSpec, TensorSpec
-
-GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
-# Which fused graph kinds each model kind has (ar has none: its loop state is the KV cache).
-FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "masked": ("step", "unrolled")}
+from edgekit.export.onnx_export import check_graph
+from edgekit.models import load_spec
+from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_graph_kind  # noqa: F401  (re-exported)
 
 # Baked decode options per (kind, graph), in the order error messages list them. Options not named
 # here are free at run time (flow step: steps, grid, sway, temperature; flow unrolled: temperature).
@@ -64,7 +65,6 @@ def masked_mask_counts(steps: int, schedule: str, seq_len: int) -> np.ndarray:
 
     The host loop's rule (decode/masked.py) with N0 = L for every row: max(1, min(unknown − 1,
     floor(N0·γ((t+1)/K)))), and 0 after the last step (it returns its prediction unmasked)."""
-    from edgekit.decode.schedules import mask_ratio
 
     counts = np.zeros(steps, dtype=np.int64)
     unknown = seq_len
@@ -113,7 +113,6 @@ def _flow_update(velocity, x, t, t_next, solver: str):
 
 def _flow_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     torch = require("torch")
-    from edgekit.decode.schedules import time_grid
 
     cond_names = tuple(spec.meta.get("conditioning", {}))
     uncond = {n: (v or {}).get("uncond") for n, v in spec.meta.get("conditioning", {}).items()}
@@ -243,13 +242,6 @@ def _masked_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return MaskedFused().eval(), inputs, outputs
 
 
-def check_graph_kind(kind: str, graph: str) -> None:
-    """Raise when model ``kind`` has no fused ``graph`` (export and run share this one message)."""
-    if graph not in FUSED_GRAPHS.get(kind, ()):
-        valid = ", ".join(FUSED_GRAPHS.get(kind, ())) or "none (its loop state is the KV cache: use --graph host)"
-        raise UsageError(f"--graph {graph!r} is not available for a {kind} model; valid: host, {valid}")
-
-
 def fused_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     """(torch module, inputs, outputs) of the fused ``graph`` for ``spec`` with decode ``opts`` baked.
 
@@ -265,8 +257,6 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
     torch = require("torch")
     require("onnxscript")
     import onnx
-
-    from edgekit.export.onnx_export import check_graph
 
     example = tuple(torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in inputs.values())
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
@@ -309,7 +299,6 @@ def _drop_debug_metadata(model) -> None:
 
 def baked_options(kind: str, graph: str, defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The baked subset of the kind's decode config built from bundle defaults + ``overrides``."""
-    from edgekit.decode.dispatch import decode_config
 
     cfg = decode_config(kind, defaults, overrides)
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k in BAKED[(kind, graph)]}
@@ -333,8 +322,6 @@ def fused_bundle(
     if graph == "host":
         raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
     if spec is None:
-        from edgekit.models import load_spec
-
         spec = load_spec(bundle.manifest["model"].get("source") or bundle.name, batch=next(iter(bundle.inputs.values())).shape[0])
     opts = baked_options(bundle.kind, graph, bundle.manifest.get("decode_defaults", {}), dict(decode_options or {}))
     module, inputs, outputs = fused_module(spec, graph, opts)
@@ -345,9 +332,6 @@ def fused_bundle(
         facts = export_fused_onnx(module, inputs, outputs, staged, f"{spec.name}:{name}", cfg)
         baked = dict(opts)
         if bundle.kind == "flow" and graph == "unrolled":
-            from edgekit.decode.flow import NFE_PER_STEP
-            from edgekit.decode.schedules import time_grid
-
             baked["time_grid"] = [float(v) for v in time_grid(opts["grid"], int(opts["steps"]), float(opts["sway"]))]
             baked["nfe"] = int(opts["steps"]) * NFE_PER_STEP[opts["solver"]]
         if bundle.kind == "masked":

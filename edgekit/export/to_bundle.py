@@ -11,6 +11,8 @@ from edgekit.errors import ExportError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import export_onnx
 from edgekit.export.verify import compare, verification_feeds
+from edgekit.runtimes.ort import OrtRuntime
+from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import ModelSpec
 
 
@@ -20,8 +22,6 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
 
     A verification failure is an ExportError carrying the numbers; the bundle on disk is left
     as it was (the new graph is never recorded)."""
-    from edgekit.runtimes.ort import OrtRuntime
-    from edgekit.runtimes.torch_ref import TorchRuntime
 
     bundle = Bundle.new(
         out,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
+from edgekit._deps import require
 from edgekit._userhooks import load_callable
 from edgekit.errors import EdgekitError
 from edgekit.spec import ModelSpec
@@ -31,7 +32,6 @@ def _load_factory(ref: str) -> Callable[..., ModelSpec]:
 def load_spec(ref: str, batch: int | None = None) -> ModelSpec:
     """Resolve ``ref`` to a ``ModelSpec``. ``batch`` is passed to the factory as ``batch=`` when
     given (a factory that takes no ``batch`` then fails with a clear message)."""
-    from edgekit._deps import require
 
     require("torch")  # every factory builds a torch module; say how to install it up front
     factory = _load_factory(BUILTIN.get(ref, ref))

@@ -15,9 +15,9 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"
 
 def configs():
     """The three demo configurations, sized from the corpus."""
-    from edgekit.models.ar import ARConfig
-    from edgekit.models.flow import FlowConfig
-    from edgekit.models.masked import MaskedConfig
+    from edgekit.models.ar import ARConfig  # lazy: torch
+    from edgekit.models.flow import FlowConfig  # lazy: torch
+    from edgekit.models.masked import MaskedConfig  # lazy: torch
 
     c = default_corpus().config
     return {
@@ -31,9 +31,9 @@ def configs():
 
 def build_module(name: str):
     """An untrained module of the demo architecture ``name`` (training starts here)."""
-    from edgekit.models.ar import CausalTransformer
-    from edgekit.models.flow import FlowDecoder
-    from edgekit.models.masked import MaskedTransformer
+    from edgekit.models.ar import CausalTransformer  # lazy: torch
+    from edgekit.models.flow import FlowDecoder  # lazy: torch
+    from edgekit.models.masked import MaskedTransformer  # lazy: torch
 
     cls = {"masked-demo": MaskedTransformer, "flow-demo": FlowDecoder, "ar-demo": CausalTransformer}[name]
     return cls(configs()[name])
@@ -98,7 +98,7 @@ def flow_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
 
 
 def ar_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
-    from edgekit.models.ar import ARStep
+    from edgekit.models.ar import ARStep  # lazy: torch
 
     cfg = configs()["ar-demo"]
     cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.models.corpus import default_corpus
-
+from edgekit.models.demo import build_module
 
 # Optimizer steps per demo model: the bidirectional masked model needs the most to learn the
 # grammar; together about 16 minutes on 2 idle cores (0.09, 0.08, 0.23 s per step).
@@ -75,7 +75,6 @@ def _flow_loss(model, torch, tokens, frames, gen, cfg):
 def train_model(name: str, cfg: TrainConfig = TrainConfig(), progress: Callable[[int, float], None] | None = None):
     """Train one demo model from scratch; returns (module, final mean loss of the last 50 steps)."""
     torch = require("torch")
-    from edgekit.models.demo import build_module
 
     torch.manual_seed(cfg.seed)
     corpus = default_corpus()

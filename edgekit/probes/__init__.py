@@ -14,7 +14,13 @@ from edgekit.probes.latency import (
     measure,
     summarize,
 )
-from edgekit.probes.memory import MemorySnapshot, RssReport, RssTracker, file_sizes, memory_snapshot
+from edgekit.probes.memory import (
+    MemorySnapshot,
+    RssReport,
+    RssTracker,
+    file_sizes,
+    memory_snapshot,
+)
 
 __all__ = [
     "BreakdownStats",

@@ -10,13 +10,12 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
 
+from edgekit.host import under  # noqa: F401  (one re-rooting rule for probes and host facts)
+
 # A command runner takes argv and returns stdout; it raises on a non-zero exit or a timeout.
 CommandRunner = Callable[[Sequence[str]], str]
 
 
-def under(root: str | Path, path: str) -> Path:
-    """``path`` (absolute, as on the device) re-rooted under ``root``."""
-    return Path(root) / path.lstrip("/")
 
 
 def read_text(path: str | Path) -> str:

@@ -7,14 +7,14 @@ does not expose is ``None`` with a reason, never omitted silently.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from edgekit.host import cpu_identity
 from edgekit.probes._sysfs import CommandRunner, read_int, read_text, run_command, under
 from edgekit.probes.power.jetson import gpu_load, parse_nvpmodel
+from edgekit.probes.power.nvml import load_pynvml
 from edgekit.probes.power.rpi import THROTTLED_COMMAND, parse_throttled
 
 CPU_DIR = "/sys/devices/system/cpu"
@@ -40,26 +40,7 @@ BENIGN_NVML_REASONS = {"gpu_idle", "applications_clocks_setting", "display_clock
 
 
 def _cpu_info(root: str | Path) -> dict[str, Any]:
-    model: str | None = None
-    cores: int | None = None
-    try:
-        text = under(root, "/proc/cpuinfo").read_text()
-        cores = sum(1 for line in text.splitlines() if re.match(r"processor\s*:", line)) or None
-        for key in ("model name", "Model", "Hardware", "cpu model"):
-            m = re.search(rf"^{key}\s*:\s*(.+)$", text, re.MULTILINE)
-            if m:
-                model = m.group(1).strip()
-                break
-    except OSError:
-        pass
-    board = None
-    try:
-        board = read_text(under(root, "/proc/device-tree/model")).rstrip("\x00") or None
-    except OSError:
-        pass
-    if cores is None and Path(root) == Path("/"):
-        cores = os.cpu_count()
-    return {"model": model, "cores": cores, "board": board}
+    return cpu_identity(root)
 
 
 def _cpufreq(root: str | Path) -> dict[str, Any]:
@@ -154,8 +135,6 @@ def nvml_state(pynvml: Any, index: int = 0) -> dict[str, Any]:
 
 
 def _nvml(pynvml: Any) -> dict[str, Any] | None:
-    from edgekit.probes.power.nvml import load_pynvml
-
     try:
         nvml = load_pynvml(pynvml)
         nvml.nvmlInit()

@@ -10,6 +10,7 @@ onnx nor onnxruntime.
 
 from __future__ import annotations
 
+from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
     DEFAULT_BUDGETS,
@@ -21,6 +22,8 @@ from edgekit.quantize.config import (
     parse_budget,
     parse_decode,
 )
+from edgekit.quantize.ptq import quantize_unbudgeted
+from edgekit.quantize.stage import demo_quantize, quantize_bundle
 
 __all__ = [
     "BUDGET_RULES",
@@ -29,23 +32,12 @@ __all__ = [
     "PROFILES",
     "PROFILE_SETTINGS",
     "ProfileSettings",
+    "RecordingRuntime",
     "QuantizeConfig",
     "demo_quantize",
     "parse_budget",
     "parse_decode",
     "quantize_bundle",
+    "quantize_unbudgeted",
 ]
 
-
-def quantize_bundle(*args, **kwargs):
-    """See ``edgekit.quantize.stage.quantize_bundle`` (imported lazily: it pulls in the runtimes)."""
-    from edgekit.quantize.stage import quantize_bundle as impl
-
-    return impl(*args, **kwargs)
-
-
-def demo_quantize(*args, **kwargs):
-    """See ``edgekit.quantize.stage.demo_quantize``."""
-    from edgekit.quantize.stage import demo_quantize as impl
-
-    return impl(*args, **kwargs)

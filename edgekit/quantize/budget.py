@@ -34,7 +34,11 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode_config
+from edgekit.evaluate import evaluate
+from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import BUDGET_RULES
+from edgekit.quantize.ptq import quiet_ort_logging
 
 TOKEN_KINDS = ("masked", "ar")
 
@@ -109,8 +113,6 @@ def decode_eval_set(
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
     ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions."""
-    from edgekit.decode.dispatch import decode_config
-    from edgekit.pipeline import evaluate
 
     sampled = evaluate(bundle, runtime, n, seed, dict(decode_options))
     decisions = None
@@ -180,8 +182,6 @@ def node_sensitivity(
     added: the noise this node adds, output minus input noise power, in dB."""
     onnx = require("onnx")
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
-    from edgekit.quantize.calibrate import calibration_reader
-    from edgekit.quantize.ptq import quiet_ort_logging
 
     op_types = sorted({n.op_type for n in nodes.values()})
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():

@@ -19,6 +19,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
+from edgekit.evaluate import evaluate, graph_batch
 from edgekit.runtimes.base import Runtime, RuntimeProxy, validate_feeds
 from edgekit.spec import TensorSpec
 
@@ -182,7 +183,6 @@ def record_trajectories(
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
     evaluation (CFG rows included), every AR step."""
-    from edgekit.pipeline import evaluate, graph_batch
 
     batch = graph_batch(bundle)
     recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta)

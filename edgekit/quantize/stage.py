@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
@@ -27,20 +28,22 @@ from edgekit.quantize.budget import (
     node_sensitivity,
     rank_by_sensitivity,
 )
-from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
+from edgekit.quantize.calibrate import (
+    calibration_reader,
+    range_drift,
+    record_trajectories,
+)
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.quantize.ptq import (
+from edgekit.quantize.graph import (
     GraphPlan,
     analyse_graph,
-    calibrate,
     module_labels,
-    prepare_model,
-    qdq_structure,
-    quantize_model,
     select_nodes,
-    trt_violations,
     weight_only_by_rule,
 )
+from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.structure import qdq_structure, trt_violations
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
 SCHEMA = "edgekit.quantize/1"
@@ -54,7 +57,6 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     most sensitive nodes to weight-only INT8 (float activations) until it holds), write the ``int8`` artifact and record
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
     the budget holds; the artifact is written either way so it can be inspected)."""
-    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
     say = progress or (lambda message: None)
     clock: dict[str, float] = {}
@@ -293,7 +295,6 @@ def _calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Pat
     activation inputs, staged in the bundle; None where this ORT keeps no calibration cache."""
     if not cache.is_file():
         return None
-    from edgekit._deps import require
 
     calib = require("onnxruntime.quantization.calibrate")
     write_calibration_table = require("onnxruntime.quantization.quant_utils").write_calibration_table

@@ -5,24 +5,32 @@ Concrete backends import their heavy dependency lazily; importing this package i
 
 from __future__ import annotations
 
+from typing import Any
+
+from edgekit._deps import require
 from edgekit.bundle import Bundle
-from edgekit.errors import UsageError
+from edgekit.errors import BundleError, UsageError
+from edgekit.models import load_spec
 from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
+from edgekit.runtimes.engines import find_engine
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+from edgekit.runtimes.torch_ref import TorchRuntime
+from edgekit.spec import check_graph_kind
 
 RUNTIMES = ("ort", "torch", "trt")
 PRECISIONS = ("fp32", "int8", "fp16")
 
-__all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_runtime", "validate_feeds"]
+__all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
 
 
 def open_runtime(
-    bundle: Bundle, runtime: str = "ort", precision: str = "fp32", *, threads: int = 0, target: str | None = None, rebuild: bool = False
+    bundle: Bundle, runtime: str = "ort", precision: str = "fp32", *, threads: int = 0, target: str | None = None
 ) -> Runtime:
     """A ready ``Runtime`` for ``bundle``'s per-step network in ``precision``.
 
     With ``target`` the engine comes from the target's runtimes in order (``edgekit build``
-    output for that target when present; a stale engine is refused unless ``rebuild``), and
-    ``runtime`` is ignored. Without it:
+    output for that target when present; a stale engine is refused: ``edgekit.build.select_engine``
+    rebuilds it), and ``runtime`` is ignored. Without it:
 
     ort   — the bundle's ONNX artifact of that precision (``fp32``, or ``int8`` after quantize);
     torch — the PyTorch module rebuilt from the bundle's model source (fp32 only; needs the
@@ -30,16 +38,12 @@ def open_runtime(
     trt   — a TensorRT engine of the bundle built for this host.
     """
     if target is not None:
-        from edgekit.build import select_engine
-
-        return select_engine(bundle, target, precision, rebuild=rebuild).open(threads=threads)
+        return find_engine(bundle, target, precision).open(threads=threads)
     if runtime not in RUNTIMES:
         raise UsageError(f"--runtime {runtime!r} is unknown; valid: {', '.join(RUNTIMES)}")
     if precision not in PRECISIONS:
         raise UsageError(f"--precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
     if runtime == "ort":
-        from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-
         if precision == "fp16":
             raise UsageError("--precision fp16 needs --runtime trt on this version; ORT runs fp32 or int8 bundles")
         return OrtRuntime(bundle.path_of(precision), OrtOptions(intra_op_threads=threads))
@@ -49,9 +53,6 @@ def open_runtime(
 
 
 def _torch_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
-    from edgekit.models import load_spec
-    from edgekit.runtimes.torch_ref import TorchRuntime
-
     if precision != "fp32":
         raise UsageError(f"--runtime torch runs the fp32 PyTorch module only, not {precision!r}", hint="use --runtime ort")
     source = bundle.manifest["model"].get("source") or bundle.name
@@ -66,9 +67,6 @@ def _torch_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
 
 
 def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
-    from edgekit._deps import require
-    from edgekit.errors import BundleError
-
     require("tensorrt")
     engines = bundle.manifest.get("engines") or {}
     match = [e for e in engines.values() if e.get("runtime") == "trt" and e.get("precision") == precision]
@@ -77,6 +75,18 @@ def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
             f"bundle {bundle.root} has no TensorRT {precision} engine",
             hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
         )
-    from edgekit.build import select_engine
+    return find_engine(bundle, match[0]["target"], precision).open()
 
-    return select_engine(bundle, match[0]["target"], precision).open()
+
+def open_fused(bundle: Bundle, graph: str, *, threads: int = 0) -> tuple[Runtime, dict[str, Any]]:
+    """(ORT runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle."""
+
+    check_graph_kind(bundle.kind, graph)
+    entry = (bundle.manifest.get("fused") or {}).get(graph)
+    if entry is None:
+        have = ", ".join(bundle.manifest.get("fused") or {}) or "none"
+        raise UsageError(
+            f"bundle {bundle.root} has no fused {graph!r} graph (it has: {have}); "
+            f"add one with `edgekit export MODEL -o {bundle.root} --graph {graph}`"
+        )
+    return OrtRuntime(bundle.path_of(entry["artifact"]), OrtOptions(intra_op_threads=threads)), dict(entry)

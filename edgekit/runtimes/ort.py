@@ -20,7 +20,11 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime
-from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, FUSION_PROVIDERS, fuse_fast_gelu
+from edgekit.runtimes.ort_fusions import (
+    CPU_DISABLED_OPTIMIZERS,
+    FUSION_PROVIDERS,
+    fuse_fast_gelu,
+)
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {

@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +24,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import BundleError, EdgekitError, MissingDependency, TargetUnavailable, UsageError
+from edgekit.errors import (
+    BundleError,
+    EdgekitError,
+    MissingDependency,
+    TargetUnavailable,
+    UsageError,
+)
+from edgekit.host import L4T_RELEASE_PATH, parse_l4t, read_l4t  # noqa: F401  (re-exported: engines are keyed to L4T)
 from edgekit.runtimes._specs import load_onnx, onnx_graph_specs, specs_from_entries
 from edgekit.runtimes.base import BaseRuntime
 
@@ -33,7 +39,6 @@ log = logging.getLogger(__name__)
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 ENGINE_SCHEMA = "edgekit.engine/1"
-L4T_RELEASE_PATH = Path("/etc/nv_tegra_release")
 REBUILD_HINT = "pass --rebuild to rebuild it from the source ONNX (load_engine(..., rebuild=True))"
 _CUDA_HINT = "pip install 'edgekit[trt]' (brings cuda-python), or use a torch build with CUDA"
 
@@ -100,23 +105,6 @@ def read_metadata(plan_path: str | Path) -> EngineMetadata:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"engine metadata {path} is not valid JSON ({exc})", hint=REBUILD_HINT) from None
     return EngineMetadata.from_json(doc)
-
-
-def parse_l4t(text: str) -> str | None:
-    """``"# R35 (release), REVISION: 4.1, GCID: ..."`` -> ``"35.4.1"``; None if not recognised."""
-    match = re.search(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*(\d+(?:\.\d+)*)", text)
-    return f"{match.group(1)}.{match.group(2)}" if match else None
-
-
-def read_l4t(path: str | Path = L4T_RELEASE_PATH) -> str | None:
-    """The L4T release of this Jetson (from ``/etc/nv_tegra_release``), None off-Jetson."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    release = parse_l4t(path.read_text(errors="replace"))
-    if release is None:
-        log.warning("cannot parse the L4T release from %s; engines will not be keyed to it", path)
-    return release
 
 
 def host_metadata(l4t_path: str | Path = L4T_RELEASE_PATH, device: int = 0) -> HostMetadata:

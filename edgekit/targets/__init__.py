@@ -18,11 +18,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from edgekit._deps import require
 from edgekit.errors import UsageError
 
 DEFAULT_TARGET = "cpu"
 RUNTIMES: tuple[str, ...] = ("ort", "trt")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+# The power probes a target may name (edgekit.probes.power implements each one).
+POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
 QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt")
 ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
@@ -168,7 +171,6 @@ def _tomllib() -> Any:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        from edgekit._deps import require
 
         return require("tomli")
     return tomllib
@@ -230,8 +232,6 @@ def _type_error(source: str, key: str, expected: str, value: Any) -> UsageError:
 
 
 def _check_values(t: Target, source: str) -> None:
-    from edgekit.probes.power import CHOICES as POWER_PROBES
-
     def one_of(key: str, value: Any, valid: tuple[str, ...]) -> None:
         if value not in valid:
             raise UsageError(f"target file {source}: {key} = {value!r} is invalid; valid: {', '.join(valid)}")

@@ -27,8 +27,9 @@ from edgekit.probes.power.trace import (
     Unavailable,
     energy_per_decode_mj,
 )
+from edgekit.targets import POWER_PROBES
 
-CHOICES = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
+CHOICES = POWER_PROBES  # the names a target file may give (edgekit.targets validates them)
 # Most specific and most complete first: a discrete GPU's board power, then Jetson's input rail,
 # then CPU package counters, phone sensors, and the Pi PMIC (which spawns a process per reading).
 AUTO_ORDER = ("nvml", "jetson", "rapl", "android", "odpm", "rpi")

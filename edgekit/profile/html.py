@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit._deps import require
-from edgekit.report.document import dumps, write_json
-from edgekit.report.table import (
+from edgekit.profile.document import dumps, write_json
+from edgekit.profile.table import (
     ar_table,
     crossover_lines,
     power_lines,
@@ -77,7 +77,9 @@ def _lines(lines: Sequence[str], cls: str = "") -> str:
 # ---- plots ----------------------------------------------------------------------------------------
 def _figure(width: float, height: float) -> Any:
     require("matplotlib")
-    from matplotlib.figure import Figure  # the object API: no pyplot, no global backend state
+    from matplotlib.figure import (
+        Figure,  # the object API: no pyplot, no global backend state
+    )
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 

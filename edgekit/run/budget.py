@@ -19,6 +19,9 @@ import numpy as np
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS, FlowDecodeConfig, decode_flow
 from edgekit.errors import CheckFailed, UsageError
+from edgekit.evaluate import conditions, graph_batch
+from edgekit.probes.latency import MeasureConfig, measure
+from edgekit.runtimes import open_runtime
 from edgekit.runtimes.base import Runtime
 
 
@@ -75,10 +78,7 @@ def measure_flow_quality(
     """SNR dB of each (solver, steps) vs the reference, averaged over ``cfg.seeds``; stored in and
     returned as ``manifest["flow_quality"]``. ``runtime``: the network to decode with (default:
     the bundle's fp32 graph on ORT); ``cond``: conditioning [B, ...] for every seed (default: the
-    demo evaluation set through pipeline.conditions, one draw per seed)."""
-    from edgekit.pipeline import conditions
-    from edgekit.runtimes import open_runtime
-
+    demo evaluation set through evaluate.conditions, one draw per seed)."""
     bundle = _flow_bundle(path)
     defaults = bundle.manifest.get("decode_defaults", {})
     grid = cfg.grid or defaults.get("grid", FlowDecodeConfig.grid)
@@ -119,8 +119,6 @@ def measure_flow_quality(
 
 def per_nfe_latency_ms(runtime: Runtime, *, measure_cfg=None) -> float:
     """Median ms of one network call on ``runtime`` with zero feeds (probes.latency.measure)."""
-    from edgekit.probes.latency import MeasureConfig, measure
-
     feeds = {name: spec.zeros() for name, spec in runtime.inputs.items()}
     cfg = measure_cfg or MeasureConfig(warmup_iters=2, warmup_seconds=0.05, iters=10, min_seconds=0.2)
     return measure(lambda: runtime.run(feeds), cfg).stats.median_ms
@@ -151,8 +149,6 @@ def plan_for_budget(
     Uses ``manifest["flow_quality"]`` (measured and stored first when absent) and the per-NFE
     latency of ``runtime`` (default: the bundle's fp32 network on ORT) measured now. The Plan
     unpacks as (solver, steps, expected_ms, expected_snr)."""
-    from edgekit.runtimes import open_runtime
-
     if not budget_ms > 0:
         raise UsageError(f"--latency-budget-ms {budget_ms} is invalid; valid: a number of milliseconds > 0")
     bundle = _flow_bundle(path)
@@ -165,3 +161,9 @@ def plan_for_budget(
         if own:
             rt.close()
     return choose(quality["table"], per_nfe, budget_ms)
+
+
+def plan_for_request(path: Path | str, budget_ms: float, raw_cond: Mapping[str, str], batch: int | None, seed: int) -> Plan:
+    """``plan_for_budget`` with the conditions a `run`/`profile` command line asks for."""
+    bundle = Bundle.load(path)
+    return plan_for_budget(path, budget_ms, cond=conditions(bundle, raw_cond, batch or graph_batch(bundle), seed))

@@ -16,7 +16,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edgekit.build import HostFacts, device_problems, module_available
+from edgekit.host import HostFacts, module_available
+from edgekit.probes.power import Unavailable, detect
+from edgekit.runtimes.engines import device_problems
+from edgekit.runtimes.trt import host_metadata
 from edgekit.targets import Target, list_targets, load_target
 
 DOCTOR_SCHEMA = "edgekit.doctor/1"
@@ -66,8 +69,6 @@ def environment(host: HostFacts) -> dict[str, Any]:
     env["cuda_python"] = _dist_version("cuda-python")
     if module_available("tensorrt"):
         try:
-            from edgekit.runtimes.trt import host_metadata
-
             meta = host_metadata()
             env["tensorrt"] = meta.tensorrt_version
             env["gpu"] = {"name": meta.gpu_name, "compute_capability": meta.compute_capability}
@@ -153,8 +154,6 @@ def _device_report(target: Target, host: HostFacts) -> dict[str, Any]:
 
 def _power_report(probe: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if probe not in cache:
-        from edgekit.probes.power import Unavailable, detect
-
         found = detect(probe)
         if isinstance(found, Unavailable):
             cache[probe] = {"probe": probe, "available": False, "reason": found.reason}

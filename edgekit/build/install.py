@@ -1,0 +1,53 @@
+"""Installing built files into a bundle: content-addressed names under ``engines/<target>/``, and
+removing an old engine's files once the manifest no longer names them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit.bundle import Bundle, sha256_file
+from edgekit.runtimes.engines import ENGINES_DIR
+from edgekit.targets import Target
+
+_SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
+
+
+def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path]) -> dict[str, Any]:
+    """Move the built files to ``engines/<target>/<precision>-<sha8><suffix>``; the entry's file fields."""
+    model = files["model"]
+    digest = sha256_file(model)
+    stem = f"{precision}-{digest[:8]}"
+    folder = bundle.root / ENGINES_DIR / target.name
+    folder.mkdir(parents=True, exist_ok=True)
+    rel = lambda p: p.relative_to(bundle.root).as_posix()  # noqa: E731
+    final = folder / f"{stem}{model.suffix}"
+    entry: dict[str, Any] = {"path": rel(final), "sha256": digest, "bytes": model.stat().st_size}
+    for role, path in files.items():
+        if role == "model":
+            continue
+        dest = folder / f"{stem}{_SUFFIXES[role]}"
+        os.replace(path, dest)
+        entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)}
+    os.replace(model, final)
+    return entry
+
+
+def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
+    if not entry:
+        return set()
+    files = {entry.get("path")}
+    files |= {entry[role]["path"] for role in _SUFFIXES if isinstance(entry.get(role), dict)}
+    return {f for f in files if f}
+
+
+def remove_superseded(bundle: Bundle, old: Mapping[str, Any] | None) -> None:
+    """Delete an old engine's files once the manifest no longer names them (only ever inside
+    ``engines/`` of this bundle, whatever the manifest said)."""
+    live = set().union(*(_entry_files(e) for e in (bundle.manifest.get("engines") or {}).values()))
+    engines = (bundle.root / ENGINES_DIR).resolve()
+    for rel in _entry_files(old) - live:
+        path = (bundle.root / rel).resolve()
+        if engines in path.parents:
+            path.unlink(missing_ok=True)

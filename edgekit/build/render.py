@@ -1,0 +1,23 @@
+"""`edgekit build`'s console output: lint warnings, the engine entry, where it was written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgekit.output import Output
+
+
+def print_build(o: Output, doc: dict[str, Any]) -> None:
+    e = doc["engine"]
+    for f in doc["lint"]:
+        if f["severity"] == "warning":
+            o.warn(f"{f['artifact']}: {f['message']}")
+    o.pairs(f"{doc['key']}: {doc['status']}", {
+        "MB": e["bytes"] / 1e6, "runtime": f"{e['runtime']} {e['runtime_version']}",
+        "format": e["format"], "device": e["device"], "compute capability": e["compute_capability"], "L4T": e["l4t"],
+        "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)", "fixed shapes": e.get("fixed_shapes") or None,
+    })
+    o.line(f"engine: {Path(doc['bundle']) / e['path']}")
+    if e.get("required_operators"):
+        o.line(f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}")

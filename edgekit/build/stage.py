@@ -1,0 +1,208 @@
+"""`edgekit build`: a bundle's model made ready for one target, recorded as an engine.
+
+ONNX Runtime targets get their graph optimizations applied once and saved (an optimized .onnx
+via ``SessionOptions.optimized_model_filepath``, or ORT's mobile ``.ort`` format with the
+required-operators config of a minimal build). TensorRT targets get an engine built by
+``runtimes/trt.build_engine`` on the device itself. A graph with dynamic dims is first fixed to
+the static shapes the manifest records (``onnxruntime.tools.make_dynamic_shape_fixed``'s
+functions), and linted for the target: a build that cannot deploy stops before it starts.
+
+Every build lands in ``engines/<target>/`` under a content-addressed name and in
+``manifest["engines"]["<target>/<precision>"]`` with its compatibility keys (runtime and
+version, device, compute capability, L4T, source ONNX sha256, precision, path, sha256).
+``select_engine`` picks the engine ``run``/``profile``/``check`` load for a target and refuses
+a stale one (source ONNX changed, other runtime version, other device) unless asked to rebuild.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from edgekit._deps import require
+from edgekit.build.install import install, remove_superseded
+from edgekit.build.ort import build_ort, fix_dynamic_shapes
+from edgekit.build.trt import build_trt
+from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
+from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
+from edgekit.host import HostFacts
+from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
+from edgekit.runtimes import (
+    trt as trt_backend,  # imports tensorrt only when a function runs
+)
+from edgekit.runtimes.engines import (
+    EngineChoice,
+    EngineNeedsBuild,
+    device_problems,
+    engine_key,
+    engine_problems,
+    find_engine,
+)
+from edgekit.targets import Target, load_target
+
+BUILD_SCHEMA = "edgekit.build/1"
+
+
+def builds_on_device(target: Target) -> bool:
+    """Whether the target's engines must be built on the device itself: TensorRT engines, and
+    ONNX Runtime models optimized for the very CPU that runs them (arch "host")."""
+    return target.uses_trt or target.arch == "host"
+
+
+def _gpu_problems(target: Target, trt_host: Any) -> list[str]:
+    wanted = target.trt.compute_capability
+    if wanted and trt_host.compute_capability not in wanted:
+        return [
+            f"this GPU is {trt_host.gpu_name} (compute capability {trt_host.compute_capability}), "
+            f"target {target.name} has compute capability {' or '.join(wanted)}"
+        ]
+    return []
+
+
+def _refuse_device(target: Target, bundle: Bundle, problems: list[str]) -> TargetUnavailable:
+    return TargetUnavailable(
+        f"cannot build target {target.name}'s TensorRT engine on this host: {'; '.join(problems)} "
+        "(an engine only runs on the GPU, TensorRT version and L4T release that built it)",
+        hint=f"build it on the device: `edgekit deploy {bundle.root} --host USER@DEVICE --target {target.name}` "
+        f"builds it there, or run `edgekit build {bundle.root} --target {target.name}` on the device",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+def build_bundle(
+    path: str | Path | Bundle,
+    target: str | Path | Target = "cpu",
+    precision: str = "fp32",
+    rebuild: bool = False,
+    *,
+    host: HostFacts | None = None,
+) -> dict[str, Any]:
+    """Build ``precision``'s engine of the bundle at ``path`` for ``target``; the
+    ``edgekit build --json`` document (``edgekit.build/1``) with the manifest entry.
+
+    An up-to-date engine is kept (status ``up-to-date``); a stale one is an error unless
+    ``rebuild``, which always builds anew. ``host`` replaces this host's facts (tests)."""
+    bundle = path if isinstance(path, Bundle) else Bundle.load(path)
+    target = load_target(target)
+    if precision not in target.precisions:
+        raise UsageError(
+            f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}"
+        )
+    host = host or HostFacts.detect()
+    trt_host = None
+    if target.uses_trt:
+        problems = device_problems(target, host)
+        if problems:
+            raise _refuse_device(target, bundle, problems)
+        require("tensorrt")
+        trt_host = trt_backend.host_metadata()
+        problems = _gpu_problems(target, trt_host)
+        if problems:
+            raise _refuse_device(target, bundle, problems)
+    elif precision == "fp16":
+        raise UsageError(f"--precision fp16 needs TensorRT; target {target.name} runs ONNX Runtime (fp32, int8)")
+
+    key = engine_key(target.name, precision)
+    old = (bundle.manifest.get("engines") or {}).get(key)
+    if old is not None and not rebuild:
+        problems = engine_problems(bundle, old, host, trt_host)
+        if not problems:
+            return _document(bundle, target, precision, old, "up-to-date", [])
+        raise EdgekitError(
+            f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
+            hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision} --rebuild`",
+        )
+
+    source_name = _source_artifact(bundle, target, precision)
+    source = bundle.artifact(source_name)
+    workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
+    try:
+        model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)
+        findings = lint_onnx(model_path, target, artifact=source_name)
+        if has_errors(findings):
+            first = next(f for f in findings if f.severity == "error")
+            raise EdgekitError(
+                f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
+                hint=f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
+            )
+        if target.uses_trt:
+            files, facts = build_trt(model_path, source.sha256, target, precision, workdir)
+        else:
+            files, facts = build_ort(model_path, target, host, workdir)
+        entry = install(bundle, target, precision, files)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    entry.update(facts)
+    entry.update({
+        "target": target.name,
+        "precision": precision,
+        "source": source_name,
+        "source_onnx_sha256": source.sha256,
+        "fixed_shapes": fixed,
+        "made_by": "build",
+        "created": now_iso(),
+    })
+    bundle.manifest.setdefault("engines", {})[key] = entry
+    bundle.save()
+    remove_superseded(bundle, old)
+    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings)
+
+
+def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str, Any], status: str,
+              findings: Iterable[Finding]) -> dict[str, Any]:
+    return {
+        "schema": BUILD_SCHEMA,
+        "bundle": str(bundle.root),
+        "target": target.name,
+        "precision": precision,
+        "key": engine_key(target.name, precision),
+        "status": status,
+        "engine": dict(entry),
+        "lint": [f.to_json() for f in findings],
+    }
+
+
+def _source_artifact(bundle: Bundle, target: Target, precision: str) -> str:
+    """The bundle artifact an engine of ``precision`` is built from (fp16 engines: from fp32)."""
+    if precision != "int8":
+        return "fp32"
+    if "int8" not in bundle.manifest["artifacts"]:
+        raise BundleError(
+            f"bundle {bundle.root} has no int8 model to build target {target.name}'s int8 engine from",
+            hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+        )
+    profile = quantization_profile_of(bundle)
+    if profile is not None and profile != target.quantization_profile:
+        raise EdgekitError(
+            f"bundle {bundle.root}'s int8 model was quantized with profile {profile!r}; "
+            f"target {target.name} needs {target.quantization_profile!r}",
+            hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+        )
+    return "int8"
+
+
+def select_engine(
+    bundle: str | Path | Bundle,
+    target: str | Path | Target = "cpu",
+    precision: str = "fp32",
+    rebuild: bool = False,
+    *,
+    host: HostFacts | None = None,
+) -> EngineChoice:
+    """``runtimes.engines.find_engine``, but a missing or stale engine is built anew when
+    ``rebuild`` (a fresh one is never rebuilt): what ``run``/``profile``/``check --target
+    --rebuild`` load."""
+    host = host or HostFacts.detect()
+    try:
+        return find_engine(bundle, target, precision, host=host)
+    except EngineNeedsBuild as exc:
+        if not rebuild:
+            raise
+        b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle)
+        build_bundle(b, target, precision, rebuild=exc.stale, host=host)
+        return find_engine(b.root, target, precision, host=host)

@@ -1,0 +1,115 @@
+"""The INT8 commands: `quantize` and the CI accuracy gate `check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgekit.cli.app import (
+    BundleArg,
+    JsonOpt,
+    SeedOpt,
+    command,
+    configure_logging,
+    parse_cond,
+)
+from edgekit.output import Output
+
+
+@command(
+    epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
+    "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json"
+)
+def quantize(
+    bundle: BundleArg,
+    profile: Annotated[str, typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias).")] = "cpu",
+    method: Annotated[str, typer.Option(help="Calibration: minmax | entropy | percentile.")] = "minmax",
+    calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
+    eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
+    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
+    decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
+    fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
+    seed: SeedOpt = 0,
+    threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
+    configure_logging()
+    from edgekit.errors import CheckFailed
+    from edgekit.quantize import (
+        QuantizeConfig,
+        parse_budget,
+        parse_decode,
+        quantize_bundle,
+    )
+    from edgekit.quantize.render import print_quantize
+
+    o = Output(json_out)
+    cfg = QuantizeConfig(
+        profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
+        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
+    )
+    s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
+    o.document(s)
+    print_quantize(o, s)
+    if not s["passed"]:
+        failed = ", ".join(f"{c['key']} {c['value']:.4g} (limit {c['op']} {c['limit']:g})" for c in s["budget"]["checks"] if c["passed"] is False)
+        raise CheckFailed(
+            f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
+            hint=f"relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / --calib-samples {2 * calib_samples}",
+        )
+
+
+@command(
+    epilog="Exit codes: 0 pass · 4 a metric failed · 1 error.\n\n"
+    "Examples:\n\n  edgekit check bundles/masked                     (ort:int8 vs ort:fp32, default thresholds)\n\n"
+    "  edgekit check bundles/flow --reference torch --candidate ort:fp32 --n 32\n\n"
+    "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
+    "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
+    "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5"
+)
+def check(
+    bundle: BundleArg,
+    reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
+    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt.")] = "ort",
+    n: Annotated[int, typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i).")] = 16,
+    seed: SeedOpt = 0,
+    greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
+    thresholds: Annotated[Optional[Path], typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file.")] = None,
+    save_baseline: Annotated[Optional[Path], typer.Option("--save-baseline", help="Write this run's metrics as a baseline file (JSON).")] = None,
+    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for models without a demo evaluation set; repeatable.")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
+    configure_logging()
+    from edgekit.check import CheckConfig, check_bundle
+    from edgekit.check.render import print_check
+    from edgekit.errors import CheckFailed
+
+    o = Output(json_out)
+    raw_cond = parse_cond(cond)
+    cfg = CheckConfig(
+        reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond,
+        thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
+    )
+    o.info(f"checking {bundle}: {candidate} vs {reference} on {n} conditions …")
+    doc = check_bundle(bundle, cfg)
+    for w in doc["warnings"]:
+        o.warn(w)
+    o.document(doc)
+    print_check(o, doc)
+    if not doc["passed"]:
+        failed = ", ".join(doc["failed"])
+        raise CheckFailed(
+            f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
+        )

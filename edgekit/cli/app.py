@@ -1,0 +1,129 @@
+"""The typer app, the command decorator (user errors print one line and exit with their code;
+Ctrl-C says nothing was recorded) and the options and parsers the commands share."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.output import Output
+
+app = typer.Typer(
+    name="edgekit",
+    help="Export, quantize, build, run and check non-autoregressive generative models on edge devices.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+
+# ---- shared options ------------------------------------------------------------------------------
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+
+
+BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)]
+
+
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
+
+
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("EDGEKIT_DEBUG", "") not in ("", "0")
+
+
+def command(name: str | None = None, **kwargs) -> Callable:
+    """Register a command whose user errors print one line and exit with their code."""
+
+    def register(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            interrupted = _watch_sigint()
+            try:
+                return fn(*args, **kw)
+            except EdgekitError as exc:
+                if interrupted():
+                    # Ctrl-C inside a C extension's import surfaces as an ImportError (and so as
+                    # MissingDependency): the user pressed Ctrl-C, say that.
+                    Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+                    raise typer.Exit(130) from None
+                if debug_enabled():
+                    raise
+                from rich.markup import escape
+
+                Output().err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                if debug_enabled():
+                    raise
+                Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+                raise typer.Exit(130) from None
+
+        return app.command(name, **kwargs)(wrapper)
+
+    return register
+
+
+def _watch_sigint() -> Callable[[], bool]:
+    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour)."""
+    import signal
+    import threading
+
+    seen = [False]
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: seen[0]
+
+    def handler(signum, frame):
+        seen[0] = True
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not settable here (embedded interpreter)
+        pass
+    return lambda: seen[0]
+
+
+def parse_cond(items: Optional[list[str]]) -> dict[str, str]:
+    """--cond NAME=VALUE items -> {NAME: VALUE} (values are parsed by the pipeline)."""
+    raw: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
+        raw[name] = value
+    return raw
+
+
+def configure_logging() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+RuntimeOpt = Annotated[str, typer.Option("--runtime", help="ort | torch | trt.")]
+
+
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 | int8 (after `edgekit quantize`).")]
+
+
+def parse_csv(option: str, value: Optional[str], cast=str) -> tuple:
+    """'a,b' -> ('a', 'b'); a bad item is a one-line usage error naming the option."""
+    if value is None:
+        return ()
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return tuple(cast(v) for v in items)
+    except ValueError:
+        raise UsageError(f"{option} {value!r} is not a comma-separated list of {cast.__name__}s") from None
+
+
+TargetOpt = Annotated[str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")]

@@ -1,0 +1,96 @@
+"""`profile`: latency, host time, energy and memory side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from edgekit.cli.app import (
+    BundleArg,
+    JsonOpt,
+    SeedOpt,
+    command,
+    configure_logging,
+    parse_cond,
+    parse_csv,
+)
+from edgekit.errors import UsageError
+from edgekit.output import Output
+
+
+@command(
+    epilog="Examples:\n\n  edgekit profile edgekit-demo/masked\n\n"
+    "  edgekit profile edgekit-demo/masked --runtime ort,torch --precision fp32,int8 --html report/\n\n"
+    "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
+    "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json"
+)
+def profile(
+    bundle: BundleArg,
+    runtime: Annotated[str, typer.Option("--runtime", help="Comma-separated runtimes to compare: ort, torch, trt.")] = "ort",
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Comma-separated: fp32, int8 (default: fp32, plus int8 when the bundle has it).")] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
+    batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch).")] = None,
+    iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,
+    min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", min=0, help="Measure each variant for at least this long (default 1 s).")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
+    power: Annotated[str, typer.Option("--power", help="off | auto | nvml | jetson | tegrastats | rapl | android | odpm | rpi.")] = "auto",
+    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup and crossover length.")] = False,
+    ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
+    sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="fp32 | int8: precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    seed: SeedOpt = 0,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory."""
+    configure_logging()
+    from edgekit.probes.latency import MeasureConfig
+    from edgekit.profile import ProfileConfig, profile_bundle, write_report
+    from edgekit.profile.render import print_profile, profile_progress
+    from edgekit.run import budget_doc, plan_for_request, print_plan
+
+    o = Output(json_out)
+    base = MeasureConfig()
+    measure_cfg = MeasureConfig(
+        warmup_iters=base.warmup_iters if warmup is None else warmup,
+        warmup_seconds=base.warmup_seconds if warmup is None else 0.0,  # an explicit count is the whole rule
+        iters=iters or base.iters,
+        min_seconds=base.min_seconds if min_seconds is None else min_seconds,
+        max_iters=max(base.max_iters, iters or 0),
+    )
+    raw_cond = parse_cond(cond)
+    extra: dict[str, Any] = {"sweep_precision": sweep_precision}
+    if sweep is not None:
+        extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else parse_csv("--sweep", sweep, int)
+    plan = None
+    if latency_budget_ms is not None:
+        if steps is not None:
+            raise UsageError("--latency-budget-ms chooses the steps itself; drop --steps (or drop the budget)")
+        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed)
+        print_plan(o, latency_budget_ms, plan)
+        steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
+    cfg = ProfileConfig(
+        runtimes=parse_csv("--runtime", runtime), precisions=parse_csv("--precision", precision), steps=parse_csv("--steps", steps, int),
+        batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
+        seed=seed, threads=threads, **extra,
+    )
+    if html is not None:
+        from edgekit._deps import require
+
+        require("matplotlib")  # before minutes of measuring, not after
+    with profile_progress(o) as progress:
+        doc = profile_bundle(bundle, cfg, progress=progress)
+    if plan is not None:
+        doc["budget"] = budget_doc(latency_budget_ms, plan)
+    if html is not None:
+        paths = write_report(doc, html)
+        doc["report"] = {k: str(v) for k, v in paths.items()}
+    o.document(doc)
+    print_profile(o, doc)
+    if html is not None:
+        o.line(f"wrote {doc['report']['html']} and {doc['report']['json']}")

@@ -1,0 +1,81 @@
+"""Getting a bundle onto a device: `pack`, `unpack`, `deploy`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging
+from edgekit.output import Output
+
+
+@command(epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5")
+def pack(
+    bundle: BundleArg,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Tarball to write (.tar.gz).", show_default=False)],
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pack a bundle into a tarball to copy to a device (unpack there with `edgekit unpack`)."""
+    from edgekit.deploy import pack_bundle
+    from edgekit.deploy.render import print_pack
+
+    o = Output(json_out)
+    doc = pack_bundle(bundle, out, target)
+    o.document(doc)
+    print_pack(o, doc)
+
+
+@command(epilog="Example:\n\n  edgekit unpack masked.tar.gz -o bundles/")
+def unpack(
+    archive: Annotated[Path, typer.Argument(help="Tarball made by `edgekit pack`.", show_default=False)],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to unpack into.")] = Path("."),
+    json_out: JsonOpt = False,
+) -> None:
+    """Unpack a bundle tarball, refusing any member that would land outside the folder."""
+    from edgekit.deploy import safe_extract
+
+    o = Output(json_out)
+    paths = safe_extract(archive, out)
+    o.document({"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "files": [str(p) for p in paths]})
+    o.line(f"unpacked {len(paths)} entries into {out}")
+
+
+@command(epilog="Examples:\n\n  edgekit deploy bundles/masked --host pi@raspberrypi.local --target rpi5\n\n"
+         "  edgekit deploy bundles/masked --host nvidia@orin.local --target jetson-orin-nano --command check --json\n\n"
+         "  edgekit deploy bundles/masked --host me@192.0.2.10 --port 2222 --identity ~/.ssh/id_ed25519 --command run -- --steps 4")
+def deploy(
+    bundle: BundleArg,
+    host: Annotated[str, typer.Option("--host", help="user@host of the device (ssh checks its host key as always).", show_default=False)],
+    target: TargetOpt = "cpu",
+    command_name: Annotated[str, typer.Option("--command", help="profile | run | check, run on the device with --json.")] = "profile",
+    port: Annotated[Optional[int], typer.Option("--port", help="ssh port (default: ssh's).")] = None,
+    identity: Annotated[Optional[Path], typer.Option("--identity", "-i", help="Private key file for ssh.")] = None,
+    known_hosts: Annotated[Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify the device against (default: ssh's).")] = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Precision to build/run there (default: the target's first).")] = None,
+    remote_dir: Annotated[str, typer.Option("--remote-dir", help="Folder on the device for bundles and reports.")] = "~/edgekit-deploy",
+    remote_edgekit: Annotated[Optional[str], typer.Option("--remote-edgekit", help="edgekit on the device (default: PATH, ~/.venvs/edgekit/bin).")] = None,
+    transfer: Annotated[str, typer.Option("--transfer", help="auto (rsync when both ends have it) | rsync | scp.")] = "auto",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Where the device's JSON and report files come back to.")] = Path("edgekit-reports"),
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine made here for the target.")] = False,
+    args: Annotated[Optional[list[str]], typer.Argument(help="Extra options for the device's command (after --).", show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy a bundle to a device over SSH, run `edgekit profile|run|check` there and bring the report back."""
+    configure_logging()
+    from edgekit.deploy import SshOptions
+    from edgekit.deploy import deploy as run_deploy
+    from edgekit.deploy.render import print_deploy
+
+    o = Output(json_out)
+    ssh = SshOptions(port=port, identity=identity, known_hosts=known_hosts)
+    device = "".join(c if c.isalnum() or c in ".-" else "_" for c in host.split("@")[-1])
+    doc = run_deploy(bundle, host, target, command_name, ssh=ssh, precision=precision, args=args or [], remote_dir=remote_dir,
+                     remote_edgekit=remote_edgekit, out_dir=out / f"{Path(bundle).resolve().name}-{device}-{command_name}",
+                     transfer=transfer, rebuild=rebuild, on_stderr=lambda line: o.info(f"[{host}] {line}"))
+    o.document(doc)
+    print_deploy(o, doc, host, command_name)
+    if doc["exit_code"]:
+        raise typer.Exit(doc["exit_code"])

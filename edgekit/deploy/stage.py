@@ -1,0 +1,280 @@
+"""`edgekit deploy`: copy a bundle to a device over SSH and run edgekit there.
+
+On the device it checks that ``edgekit`` is installed (else the exact install line for that
+target), builds the engines that must be built there (TensorRT; this-CPU ONNX Runtime models),
+runs ``edgekit profile`` (or ``run``/``check``) with ``--json``, and brings the JSON document and
+any report files back."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from edgekit.build import build_bundle, builds_on_device
+from edgekit.bundle import Bundle
+from edgekit.deploy.pack import stage_bundle
+from edgekit.deploy.ssh import (
+    SSH_FAILED,
+    RemoteCommandFailed,
+    SshOptions,
+    check_host,
+    run_command,
+    ssh_failure,
+)
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.targets import Target, load_target
+
+DEPLOY_SCHEMA = "edgekit.deploy/1"
+
+
+COMMANDS: tuple[str, ...] = ("profile", "run", "check")
+
+
+TRANSFERS: tuple[str, ...] = ("auto", "rsync", "scp")
+
+
+# Where `edgekit deploy` looks for edgekit on the device when not told: PATH, then the venvs
+# the targets' install lines create.
+REMOTE_EDGEKIT = ("edgekit", "~/.venvs/edgekit/bin/edgekit", "~/.local/bin/edgekit")
+
+
+REPORTS_DIR = "reports"
+
+
+# The device-side check, in POSIX sh: find edgekit, see what its commands accept, prepare the
+# folders. Arguments: remote dir, bundle name, command, then the edgekit candidates.
+_PREFLIGHT = r"""
+expand() { case "$1" in "~") printf '%s\n' "$HOME";; "~/"*) printf '%s\n' "$HOME/${1#??}";; *) printf '%s\n' "$1";; esac; }
+dir=$(expand "$1"); name=$2; cmd=$3; shift 3
+found=""
+for c in "$@"; do c=$(expand "$c"); if command -v "$c" >/dev/null 2>&1; then found=$(command -v "$c"); break; fi; done
+[ -n "$found" ] || { echo "EDGEKIT_MISSING"; exit 0; }
+mkdir -p "$dir/reports" && dir=$(cd "$dir" && pwd) || exit 1
+if [ -e "$dir/$name" ] && [ ! -f "$dir/$name/edgekit.json" ]; then echo "NOT_A_BUNDLE=$dir/$name"; exit 0; fi
+echo "EDGEKIT=$found"
+echo "DIR=$dir"
+echo "RSYNC=$(command -v rsync || true)"
+"$found" build --help >/dev/null 2>&1 && echo "HAS_BUILD=1"
+echo "---HELP---"
+"$found" "$cmd" --help 2>&1 || true
+"""
+
+
+@dataclass(frozen=True)
+class _Device:
+    edgekit: str
+    dir: str
+    rsync: bool
+    has_build: bool
+    help: str
+
+    def accepts(self, option: str) -> bool:
+        return re.search(rf"(^|[\s,│|]){re.escape(option)}([\s,=│|]|$)", self.help, re.MULTILINE) is not None
+
+
+def deploy(
+    bundle: str | Path,
+    host: str,
+    target: str | Path | Target = "cpu",
+    command: str = "profile",
+    *,
+    ssh: SshOptions = SshOptions(),
+    precision: str | None = None,
+    args: Sequence[str] = (),
+    remote_dir: str = "~/edgekit-deploy",
+    remote_edgekit: str | None = None,
+    out_dir: str | Path | None = None,
+    transfer: str = "auto",
+    rebuild: bool = False,
+    on_stderr: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Copy ``bundle`` (what ``target`` needs) to ``host`` and run ``edgekit COMMAND`` there.
+
+    Engines that must be built on the device (TensorRT; this-CPU ORT models) are built there;
+    portable ORT models are built here first, as `edgekit build` would, and travel with the
+    bundle. ``precision`` (default: the target's first) is what is built, and what
+    ``run``/``profile`` are told to run; ``args`` go to the device's command as they
+    are. ``out_dir``: where the device's JSON document and report files (written in the remote
+    run's working folder, e.g. ``--html html`` or ``-o out.npz``) come back to; None = only
+    return the document. Returns the ``edgekit deploy --json`` document (``edgekit.deploy/1``)
+    with the device's document under ``report`` and its exit code (0, or 4 when a check failed).
+    """
+    if command not in COMMANDS:
+        raise UsageError(f"--command {command!r} is unknown; valid: {', '.join(COMMANDS)}")
+    if transfer not in TRANSFERS:
+        raise UsageError(f"transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
+    check_host(host)
+    b = Bundle.load(bundle)
+    tgt = load_target(target)
+    precision = precision or tgt.precisions[0]
+    if precision not in tgt.precisions:
+        raise UsageError(f"--precision {precision!r} is not one target {tgt.name} runs; valid: {', '.join(tgt.precisions)}")
+    for tool in ("ssh", "scp"):
+        if shutil.which(tool) is None:
+            raise TargetUnavailable(f"`{tool}` is not on PATH", hint="install OpenSSH's client (apt-get install openssh-client)")
+    warnings: list[str] = []
+    on_device = builds_on_device(tgt)
+    local_build = None
+    if not on_device:
+        local_build = build_bundle(b, tgt, precision, rebuild=rebuild)
+        b = Bundle.load(b.root)
+    name = b.root.resolve().name
+
+    device = _preflight(host, ssh, tgt, remote_dir, name, command, remote_edgekit)
+    with tempfile.TemporaryDirectory(prefix="edgekit-deploy-") as tmp:
+        staged = stage_bundle(b, Path(tmp) / name, tgt, engines=not on_device)
+        used = _copy_bundle(host, ssh, device, Path(tmp) / name, name, transfer)
+    remote_bundle = f"{device.dir}/{name}"
+
+    remote_build = None
+    if on_device and device.has_build:
+        remote_build = _remote_json(host, ssh, [device.edgekit, "build", remote_bundle, "--target", tgt.name, "--precision", precision, "--json"],
+                                    "building the engine on the device", on_stderr, timeout_s)[1]
+    elif on_device:
+        warnings.append(f"the device's edgekit has no `build` command: {command} runs on the bundle's ONNX (upgrade edgekit there)")
+
+    argv = [device.edgekit, command, remote_bundle]
+    if device.accepts("--target"):
+        argv += ["--target", tgt.name]
+    else:
+        warnings.append(f"the device's `edgekit {command}` has no --target option: it ran without target {tgt.name}")
+    if command in ("run", "profile") and device.accepts("--precision"):
+        argv += ["--precision", precision]
+    if command == "profile" and device.accepts("--html") and "--html" not in args:
+        argv += ["--html", "html"]  # into the run's working folder, which comes back
+    argv += [*args, "--json"]
+    reports = f"{device.dir}/{REPORTS_DIR}/{name}-{command}"
+    code, report = _remote_json(host, ssh, argv, f"running edgekit {command}", on_stderr, timeout_s, cwd=reports, allow_codes=(0, 4))
+
+    fetched: list[str] = []
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{command}.json").write_text(json.dumps(report, indent=2) + "\n")
+        fetched = [str(out / f"{command}.json"), *_fetch_reports(host, ssh, reports, out / "files", used)]
+    return {
+        "schema": DEPLOY_SCHEMA,
+        "host": host,
+        "target": tgt.name,
+        "command": command,
+        "precision": precision,
+        "exit_code": code,
+        "remote": {"edgekit": device.edgekit, "bundle": remote_bundle, "workdir": reports, "argv": argv, "transfer": used},
+        "copied": staged,
+        "build": {"where": "device" if on_device else "here", "local": local_build, "device": remote_build},
+        "report": report,
+        "fetched": fetched,
+        "warnings": warnings,
+    }
+
+
+def _preflight(host: str, ssh: SshOptions, target: Target, remote_dir: str, name: str, command: str, remote_edgekit: str | None) -> _Device:
+    candidates = [remote_edgekit] if remote_edgekit else list(REMOTE_EDGEKIT)
+    script = shlex.join(["sh", "-c", _PREFLIGHT, "edgekit-preflight", remote_dir, name, command, *candidates])
+    code, out, err = run_command([*ssh.ssh_command(), "--", host, script], timeout=120)
+    if code == SSH_FAILED:
+        raise ssh_failure(host, ssh, err, "checking the device")
+    if code != 0:
+        raise EdgekitError(f"preparing {remote_dir} on {host} failed (exit {code}): {err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]}")
+    head, _, help_text = out.partition("---HELP---\n")
+    facts = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    if "EDGEKIT_MISSING" in head:
+        looked = ", ".join(candidates)
+        raise TargetUnavailable(
+            f"edgekit is not installed on {host} (looked for {looked})",
+            hint=f"install it there with: {target.install}" + ("" if remote_edgekit else " (or pass --remote-edgekit PATH)"),
+        )
+    if "NOT_A_BUNDLE" in facts:
+        raise UsageError(
+            f"{facts['NOT_A_BUNDLE']} on {host} exists and is not an edgekit bundle; deploy will not replace it",
+            hint="pass another --remote-dir, or move that folder away",
+        )
+    return _Device(facts["EDGEKIT"], facts["DIR"], bool(facts.get("RSYNC")), facts.get("HAS_BUILD") == "1", help_text)
+
+
+def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name: str, transfer: str) -> str:
+    """Replace ``<dir>/<name>`` on the device with ``staged``; the tool used (rsync or scp)."""
+    target_dir = f"{device.dir}/{name}"
+    use_rsync = transfer == "rsync" or (transfer == "auto" and device.rsync and shutil.which("rsync") is not None)
+    if transfer == "rsync" and (not device.rsync or shutil.which("rsync") is None):
+        raise TargetUnavailable("rsync is missing " + ("on the device" if not device.rsync else "here"), hint="install rsync, or pass --transfer scp")
+    if use_rsync:
+        argv = ["rsync", "-a", "--delete", "-e", shlex.join(ssh.ssh_command()), f"{staged}/", f"{host}:{target_dir}/"]
+        code, _, err = run_command(argv)
+        if code != 0:
+            # rsync exits 255 or 12 (protocol stream ended) when its ssh transport fails.
+            if code in (SSH_FAILED, 12):
+                raise ssh_failure(host, ssh, err, "copying the bundle with rsync")
+            raise EdgekitError(f"rsync to {host}:{target_dir} failed (exit {code}): {err.strip()[-300:]}")
+        return "rsync"
+    upload = f"{device.dir}/.edgekit-upload-{uuid.uuid4().hex[:8]}"
+    code, _, err = run_command([*ssh.scp_command(), str(staged), f"{host}:{upload}"])
+    if code != 0:
+        raise ssh_failure(host, ssh, err, "copying the bundle with scp")
+    swap = shlex.join(["sh", "-c", 'rm -rf "$1" && mv "$2" "$1"', "edgekit-swap", target_dir, upload])
+    code, _, err = run_command([*ssh.ssh_command(), "--", host, swap], timeout=120)
+    if code != 0:
+        raise ssh_failure(host, ssh, err, "moving the copied bundle into place")
+    return "scp"
+
+
+def _remote_json(
+    host: str, ssh: SshOptions, argv: Sequence[str], doing: str, on_stderr: Callable[[str], None] | None,
+    timeout: float | None, *, cwd: str | None = None, allow_codes: Sequence[int] = (0,),
+) -> tuple[int, dict[str, Any]]:
+    """Run edgekit ``argv`` on the device (in ``cwd``, made fresh) and parse its one JSON document."""
+    line = shlex.join(list(argv))
+    if cwd is not None:
+        line = f"rm -rf {shlex.quote(cwd)} && mkdir -p {shlex.quote(cwd)} && cd {shlex.quote(cwd)} && {line}"
+    code, out, err = run_command([*ssh.ssh_command(), "--", host, line], timeout=timeout, on_stderr=on_stderr)
+    if code == SSH_FAILED:
+        raise ssh_failure(host, ssh, err, doing)
+    # The last line with words (typer frames usage errors in box-drawing lines).
+    last = next((ln.strip(" │|") for ln in reversed(err.splitlines()) if re.search(r"\w", ln)), "")
+    if code not in allow_codes:
+        raise RemoteCommandFailed(
+            f"{doing} on {host} failed (exit {code}): {last or out.strip()[-300:] or 'no output'}", code,
+            hint=f"run it there to see more: ssh {host} {shlex.quote(line)}",
+        )
+    try:
+        doc = json.loads(out)
+    except json.JSONDecodeError:
+        raise EdgekitError(f"{doing} on {host} printed no JSON document ({out.strip()[:200]!r}; {last})") from None
+    return code, doc
+
+
+def _fetch_reports(host: str, ssh: SshOptions, remote: str, local: Path, used: str) -> list[str]:
+    """Bring back the files the device's command wrote in its working folder."""
+    if local.exists():
+        shutil.rmtree(local)
+    if used == "rsync":
+        argv = ["rsync", "-a", "-e", shlex.join(ssh.ssh_command()), f"{host}:{remote}/", f"{local}/"]
+    else:
+        argv = [*ssh.scp_command(), f"{host}:{remote}", str(local)]
+    code, _, err = run_command(argv)
+    if code != 0:
+        raise ssh_failure(host, ssh, err, "fetching the reports")
+    return sorted(str(p) for p in local.rglob("*") if p.is_file())
+
+
+__all__ = [
+    "COMMANDS",
+    "DEPLOY_SCHEMA",
+    "PACK_SCHEMA",
+    "RemoteCommandFailed",
+    "SshOptions",
+    "bundle_contents",
+    "check_host",
+    "deploy",
+    "pack_bundle",
+    "safe_extract",
+    "stage_bundle",
+]

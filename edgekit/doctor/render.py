@@ -1,0 +1,42 @@
+"""`edgekit doctor` and `edgekit targets` console output."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from edgekit.output import Output
+
+
+def print_targets(o: Output, found: Sequence[Any]) -> None:
+    o.table("targets (pass one with --target NAME, or --target your.toml)",
+            ["target", "runtimes", "precisions", "power", "description"],
+            [(t.name, " → ".join(t.runtimes), ",".join(t.precisions), t.power_probe, t.description) for t in found])
+
+
+def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
+    """This host, then every target in one table, or one target's runtimes, device, power and
+    what is missing (install lines as plain lines: they must survive copy and paste)."""
+    env = doc["environment"]
+    o.pairs("this host", {**doc["host"], "onnxruntime": env["onnxruntime"],
+                          "ORT providers": ", ".join(env["providers"]), "tensorrt": env["tensorrt"],
+                          "gpu": env["gpu"] and f"{env['gpu']['name']} (sm {env['gpu']['compute_capability']})"})
+    if not one_target:
+        o.table("targets", ["target", "runs with", "device here", "power probe", "missing"],
+                [(t["target"], t["runs_with"], t["device"]["matches"], t["power"]["probe"] if t["power"]["available"] else "unavailable",
+                  len(t["missing"])) for t in doc["targets"]])
+        o.line("details and install lines: edgekit doctor --target NAME")
+        return
+    t = doc["targets"][0]
+    o.table(f"target {t['target']}: runtimes in order", ["runtime", "usable here", "version", "providers / problems"],
+            [(r["runtime"], r["available"], r["version"], ", ".join(r.get("providers") or r.get("problems") or [])) for r in t["runtimes"]])
+    power = t["power"]
+    o.pairs("device and power", {
+        "this host is the device": t["device"]["matches"] or "; ".join(t["device"]["reasons"]),
+        "power probe": power["probe"] if power["available"] else f"unavailable: {power['reason']}",
+    })
+    for m in t["missing"]:
+        o.line(f"missing: {m['what']}" + (f" ({m['why']})" if m.get("why") else ""))
+        if m.get("install"):
+            o.line(f"    {m['install']}")
+    o.line(f"{t['target']}: " + (f"ready (runs with {t['runs_with']})" if t["ready"] else
+                                 "not ready here" + (f"; runs with {t['runs_with']} for testing" if t["runs_with"] else "")))

@@ -1,0 +1,30 @@
+"""A lint finding, its severities and ordering."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # error | warning | info
+    rule: str  # static-shapes, random-op, data-dependent-shape, topk, opset, qdq, unsupported-op, ep-coverage, memory, precision
+    artifact: str  # which bundle artifact ("fp32", "int8") or model file it is about
+    message: str
+    hint: str | None = None
+    nodes: tuple[str, ...] = ()  # offending node names (all of them; the message shows a few)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"severity": self.severity, "rule": self.rule, "artifact": self.artifact, "message": self.message,
+                "hint": self.hint, "nodes": list(self.nodes)}
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))

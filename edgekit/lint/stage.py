@@ -1,0 +1,72 @@
+"""`edgekit lint` over a bundle: which artifacts a target runs, the quantization profile rule, and the
+``edgekit.lint/1`` document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgekit.bundle import Bundle
+from edgekit.lint.findings import SEVERITIES, Finding, sort_findings
+from edgekit.lint.graph import lint_onnx
+from edgekit.targets import Target, load_target
+
+LINT_SCHEMA = "edgekit.lint/1"
+
+
+def lint_bundle(path: str | Path | Bundle, target: str | Path | Target = "cpu") -> list[Finding]:
+    """Every finding for the ONNX artifacts ``target`` would run (``fp32`` always, ``int8``
+    when the target runs int8 and the bundle has it), errors first."""
+    bundle = path if isinstance(path, Bundle) else Bundle.load(path)
+    target = load_target(target)
+    io_shapes = {n: s.shape for n, s in (*bundle.inputs.items(), *bundle.outputs.items())}
+    findings: list[Finding] = []
+    for name in ("fp32", "int8", "fp16"):
+        if name not in bundle.manifest["artifacts"]:
+            if name == "int8" and "int8" in target.precisions:
+                findings.append(Finding(
+                    "info", "precision", name, f"bundle has no int8 model; target {target.name} runs int8",
+                    hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+                ))
+            continue
+        if name != "fp32" and name not in target.precisions:
+            continue
+        findings += lint_onnx(bundle.path_of(name), target, artifact=name, io_shapes=io_shapes)
+        if name == "int8":
+            findings += _quantization_profile_findings(bundle, target)
+    return sort_findings(findings)
+
+
+def lint_report(path: str | Path, target: str | Path | Target = "cpu") -> dict[str, Any]:
+    """``lint_bundle`` as the ``edgekit lint --json`` document (``edgekit.lint/1``)."""
+    bundle = Bundle.load(path)
+    target = load_target(target)
+    findings = lint_bundle(bundle, target)
+    counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
+    return {
+        "schema": LINT_SCHEMA,
+        "bundle": str(bundle.root),
+        "target": target.name,
+        "passed": counts["error"] == 0,
+        "counts": counts,
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Finding]:
+    profile = quantization_profile_of(bundle)
+    if profile is None or profile == target.quantization_profile:
+        return []
+    return [Finding(
+        "error", "qdq", "int8",
+        f"the int8 model was quantized with profile {profile!r}; target {target.name} needs {target.quantization_profile!r}",
+        hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+    )]
+
+
+def quantization_profile_of(bundle: Bundle) -> str | None:
+    """The ``edgekit quantize --profile`` the bundle's int8 model came from, if recorded."""
+    quant = bundle.manifest.get("quantization") or {}
+    art = bundle.manifest["artifacts"].get("int8") or {}
+    profile = quant.get("profile") if isinstance(quant, dict) else None
+    return profile or (art.get("config") or {}).get("profile")

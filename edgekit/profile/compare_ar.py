@@ -1,0 +1,200 @@
+"""NAR vs AR: decode the AR baseline at the same length as the masked model, the speedup, and the
+crossover length fitted from per-length decode times."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.errors import BundleError, UsageError
+from edgekit.profile.config import (
+    ProfileConfig,
+    ProgressFn,
+    Variant,
+    bundle_conditions,
+    graph_batch,
+    has_artifact,
+)
+from edgekit.profile.measure import PowerProbe, profile_variant
+from edgekit.profile.ratios import safe_ratio
+from edgekit.profile.sweep import length_sweep
+
+
+def default_ar_bundle(masked_root: Path) -> Path:
+    """Where `edgekit demo` puts the AR baseline: a sibling `ar` of the masked bundle."""
+    return Path(masked_root).resolve().parent / "ar"
+
+
+# ---- NAR vs AR ----------------------------------------------------------------------------------
+def crossover(points: Sequence[Mapping[str, float]], nar_steps: int) -> dict[str, Any]:
+    """The length N where the NAR decode (``nar_steps`` calls over N tokens) becomes faster than
+    the AR decode (N calls of one token), from measured decode times at several lengths.
+
+    points: [{"length": N, "nar_decode_ms": ..., "ar_decode_ms": ...}], any order.
+    ``measured``: interpolated (in log N) between the two measured lengths that bracket the
+    sign change, or a bound when NAR wins (or loses) at every length.
+    ``model``: per-step costs fitted linearly in N (c(N) = c0 + c1·N for a NAR step, τ(N) =
+    t0 + t1·N for an AR token) and K·c(N) = N·τ(N) solved for N.
+    """
+    pts = sorted(points, key=lambda p: p["length"])
+    measured: dict[str, Any] = {"n": None, "bound": None}
+    if pts:
+        lengths = [float(p["length"]) for p in pts]
+        gain = [p["ar_decode_ms"] - p["nar_decode_ms"] for p in pts]  # > 0: NAR faster
+        for (n1, g1), (n2, g2) in zip(zip(lengths, gain), zip(lengths[1:], gain[1:])):
+            if g1 <= 0 < g2:
+                frac = -g1 / (g2 - g1)
+                measured["n"] = math.exp(math.log(n1) + frac * (math.log(n2) - math.log(n1)))
+                break
+        else:
+            if all(g > 0 for g in gain):
+                measured["bound"] = f"< {lengths[0]:g} (NAR faster at every measured length)"
+            elif all(g <= 0 for g in gain):
+                measured["bound"] = f"> {lengths[-1]:g} (AR faster at every measured length)"
+            else:
+                measured["bound"] = "not bracketed: NAR does not go from slower to faster as N grows over the measured lengths"
+    model: dict[str, Any] = {"n": None, "c_fit_ms": None, "tau_fit_ms": None}
+    if len(pts) >= 2:
+        n = np.asarray([p["length"] for p in pts], dtype=np.float64)
+        c = np.asarray([p["nar_decode_ms"] for p in pts]) / nar_steps
+        tau = np.asarray([p["ar_decode_ms"] for p in pts]) / n
+        c1, c0 = np.polyfit(n, c, 1)
+        t1, t0 = np.polyfit(n, tau, 1)
+        model["c_fit_ms"], model["tau_fit_ms"] = [float(c0), float(c1)], [float(t0), float(t1)]
+        # gain(N) = N·τ(N) − K·c(N) = t1·N² + (t0 − K·c1)·N − K·c0: the crossover is the smallest
+        # positive root where the gain turns positive (NAR starts to win), not one where it ends.
+        gain_poly = np.poly1d([t1, t0 - nar_steps * c1, -nar_steps * c0])
+        rising = sorted(
+            float(r.real)
+            for r in np.atleast_1d(gain_poly.roots)
+            if abs(r.imag) < 1e-9 and r.real > 0 and gain_poly.deriv()(r.real) > 0
+        )
+        model["n"] = rising[0] if rising else None
+        if model["n"] is None:
+            model["reason"] = "the fitted costs never make NAR overtake AR as N grows"
+        elif not lengths[0] <= model["n"] <= lengths[-1]:
+            model["extrapolated"] = True  # outside the measured lengths: a linear cost model's guess
+    return {"measured": measured, "model": model}
+
+
+def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:
+    """The seed formula N > 1 + c/τ (c: NAR per-step cost, τ: AR per-token cost)."""
+    return {"formula": "N > 1 + c/tau", "c_ms": c_ms, "tau_ms": tau_ms, "n": 1.0 + c_ms / tau_ms if tau_ms > 0 else None}
+
+
+def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
+    if bundle.kind != "masked":
+        raise UsageError(
+            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds a {bundle.kind} model",
+            hint="profile the masked bundle (e.g. edgekit-demo/masked) with --compare-ar",
+        )
+    path = Path(cfg.ar_bundle) if cfg.ar_bundle is not None else default_ar_bundle(bundle.root)
+    try:
+        ar = Bundle.load(path)
+    except BundleError as exc:
+        raise BundleError(
+            f"--compare-ar: no AR bundle at {path} ({exc.message})",
+            hint="pass --ar-bundle PATH, or export one with `edgekit export ar-demo -o " + str(path) + "`",
+        ) from None
+    if ar.kind != "ar":
+        raise UsageError(f"--ar-bundle {path} holds a {ar.kind} model; valid: a bundle of kind ar")
+    length = int(bundle.meta["seq_len"])
+    if int(ar.meta["max_len"]) < length:
+        raise UsageError(
+            f"--ar-bundle {path} decodes at most {ar.meta['max_len']} tokens; the masked model makes {length}",
+            hint=f"export the AR baseline with max_len >= {length}",
+        )
+    return ar
+
+
+def compare_ar(
+    bundle: Bundle,
+    variants: Sequence[Mapping[str, Any]],
+    cfg: ProfileConfig,
+    power: PowerProbe,
+    progress: ProgressFn | None,
+) -> dict[str, Any]:
+    ar = resolve_ar_bundle(bundle, cfg)
+    length = int(bundle.meta["seq_len"])
+    rows = variants[0]["decode"]["rows"]
+    cond = bundle_conditions(ar, rows, cfg.seed, cfg.cond)
+    ar_docs: dict[tuple[str, str], dict[str, Any]] = {}
+    for v in variants:
+        key = (v["runtime"], v["precision"])
+        if key in ar_docs:
+            continue
+        label = f"AR {v['runtime']} {v['precision']}"
+        if v["runtime"] == "ort" and not has_artifact(ar, v["precision"]):
+            ar_docs[key] = {
+                "id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
+                "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",
+            }
+            continue
+        ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+    note_batch = []
+    if graph_batch(ar) != graph_batch(bundle):
+        note_batch.append(
+            f"the AR graph batch ({graph_batch(ar)}) differs from the masked one ({graph_batch(bundle)}); both decode {rows} rows"
+        )
+    speedups = []
+    for v in variants:
+        a = ar_docs[(v["runtime"], v["precision"])]
+        if not a["available"]:
+            speedups.append({"nar": v["id"], "ar": a["id"], "speedup": None, "reason": a["reason"]})
+            continue
+        speedups.append({
+            "nar": v["id"],
+            "ar": a["id"],
+            "nar_median_ms": v["latency"]["median_ms"],
+            "ar_median_ms": a["latency"]["median_ms"],
+            "speedup": safe_ratio(a["latency"]["median_ms"], v["latency"]["median_ms"]),
+            "throughput_ratio": safe_ratio(v["throughput"]["items_per_s"], a["throughput"]["items_per_s"]),
+        })
+    # Per-step costs and the crossover on the first variant with an available AR twin.
+    base = next((v for v in variants if ar_docs[(v["runtime"], v["precision"])]["available"]), None)
+    result: dict[str, Any] = {
+        "ar_bundle": str(ar.root),
+        "length": length,
+        "variants": list(ar_docs.values()),
+        "speedups": speedups,
+        "notes": note_batch,
+    }
+    if base is None:
+        result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
+        return result
+    a = ar_docs[(base["runtime"], base["precision"])]
+    k = base["decode"]["steps"]
+    c_ms = base["latency"]["median_ms"] / k
+    tau_ms = a["latency"]["median_ms"] / length
+    own = {"length": length, "source": "bundle", "nar_decode_ms": base["latency"]["median_ms"], "ar_decode_ms": a["latency"]["median_ms"]}
+    lengths = [n for n in cfg.sweep_lengths if n != length]
+    sweep = length_sweep(bundle, ar, base["runtime"], k, rows, lengths, cfg, progress)
+    if sweep.get("available") and base["precision"] != cfg.sweep_precision:
+        sweep["notes"].append(
+            f"swept in {cfg.sweep_precision} (--sweep-precision); the L={length} point is {base['precision']}"
+        )
+    points = sorted([own] + sweep.get("points", []), key=lambda p: p["length"])
+    for p in points:
+        p["c_ms"] = p["nar_decode_ms"] / k
+        p["tau_ms"] = p["ar_decode_ms"] / p["length"]
+        p["speedup"] = safe_ratio(p["ar_decode_ms"], p["nar_decode_ms"])
+    cross = crossover(points, k) if len(points) > 1 else {"measured": {"n": None, "bound": None}, "model": {"n": None}}
+    result["crossover"] = {
+        "available": True,
+        "runtime": base["runtime"],
+        "precision": base["precision"],
+        "nar_steps": k,
+        "seed_formula": seed_crossover(c_ms, tau_ms),
+        "k_steps_estimate": {
+            "formula": "N > K*c/tau (all K steps of a decode, c and tau at the bundle length)",
+            "n": k * c_ms / tau_ms if tau_ms > 0 else None,
+        },
+        **cross,
+        "points": points,
+        "sweep": {key: val for key, val in sweep.items() if key != "points"},
+    }
+    return result

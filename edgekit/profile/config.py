@@ -1,0 +1,206 @@
+"""What `edgekit profile` measures: its config, the variants (runtime x precision x steps) a bundle
+has, and the progress callback type."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.bundle import Bundle
+from edgekit.errors import BundleError, UsageError
+from edgekit.evaluate import conditions
+from edgekit.probes.latency import MeasureConfig
+from edgekit.probes.power import CHOICES as POWER_CHOICES
+from edgekit.runtimes import PRECISIONS, RUNTIMES
+
+SCHEMA = "edgekit.profile/1"
+
+
+# progress(label, done, total): total 0 = a stage of unknown length just started.
+ProgressFn = Callable[[str, int, int], None]
+
+
+# Ratio orientation: the deployment candidate over its reference (int8 over fp32, TensorRT over
+# ORT over torch eager), so a latency ratio below 1 means the candidate is faster.
+CANDIDATE_ORDER = {"runtime": ("trt", "ort", "torch"), "precision": ("int8", "fp16", "fp32")}
+
+
+# Built-in architectures the crossover sweep can rebuild at other lengths (random init: latency
+# does not depend on the weights).
+SWEEPABLE = {"masked-demo": "masked", "ar-demo": "ar"}
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    # Runtimes to measure side by side; ort is the device default, torch the eager baseline.
+    runtimes: tuple[str, ...] = ("ort",)
+    # () = fp32 plus int8 when the bundle has an int8 artifact; int8 named explicitly without one
+    # is an error that says to run `edgekit quantize`.
+    precisions: tuple[str, ...] = ()
+    # Decode steps per variant (masked K, flow solver steps); () = the bundle's decode default.
+    steps: tuple[int, ...] = ()
+    # Decode rows; None = the graph's static batch (as `edgekit run`).
+    batch: int | None = None
+    # --cond NAME=VALUE for models without demo conditions (as `edgekit run`); the AR baseline
+    # gets the names it has.
+    cond: Mapping[str, str] = field(default_factory=dict)
+    # Warm-up and measurement rule per variant (count and minimum time, see probes.latency).
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    # off | auto | a probe name (probes.power.CHOICES).
+    power: str = "auto"
+    # sysfs root for the power probes: "/" on a device, a fixture tree in tests.
+    power_root: str = "/"
+    # Idle baseline measured once before the variants, reported beside energy per decode.
+    idle_seconds: float = 1.0
+    # Also decode the AR baseline on the same runtimes/precisions for the same length.
+    compare_ar: bool = False
+    # The AR bundle; None = the sibling `ar` next to the masked bundle (edgekit demo's layout).
+    ar_bundle: Path | None = None
+    # Decode option overrides for every variant of the bundle (as `edgekit run` takes them, e.g.
+    # {"solver": "rk4"}; `--steps` still sets the step count per variant). The AR baseline keeps its own.
+    decode: Mapping[str, Any] = field(default_factory=dict)
+    # Extra lengths for the crossover sweep (architecture-only models, needs torch); the bundle's
+    # own length is always a point. () = no sweep: the crossover comes from the seed formula only.
+    sweep_lengths: tuple[int, ...] = (16, 32, 128)
+    # Lighter rule per sweep point: the sweep ranks lengths, it does not quote tail latencies.
+    sweep_measure: MeasureConfig = field(
+        default_factory=lambda: MeasureConfig(warmup_iters=1, warmup_seconds=0.05, iters=5, min_seconds=0.2)
+    )
+    # Where the sweep keeps its exported ONNX files between runs; None = a temp dir removed after.
+    sweep_cache: Path | None = None
+    # fp32 | int8: precision of the architecture-only sweep models on ort. int8 quantizes each with
+    # the cpu profile (no budget: random weights), calibrated on one recorded FP32 decode of it.
+    sweep_precision: str = "fp32"
+    # Same seed on every variant: every runtime decodes the same noise and conditions.
+    seed: int = 0
+    # Runtime intra-op threads; 0 = the runtime's default.
+    threads: int = 0
+    # Keep per-decode samples and power samples in the document (the HTML plots need them).
+    keep_samples: bool = True
+
+    def __post_init__(self) -> None:
+        for name, values, valid in (("--runtime", self.runtimes, RUNTIMES), ("--precision", self.precisions, PRECISIONS)):
+            object.__setattr__(self, "runtimes" if name == "--runtime" else "precisions", tuple(values))
+            bad = [v for v in values if v not in valid]
+            if bad:
+                raise UsageError(f"{name} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+        if not self.runtimes:
+            raise UsageError(f"--runtime is empty; valid: {', '.join(RUNTIMES)}")
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "sweep_lengths", tuple(self.sweep_lengths))
+        if any(not isinstance(s, int) or s < 1 for s in self.steps):
+            raise UsageError(f"--steps {list(self.steps)} is invalid; valid: integers >= 1")
+        if self.batch is not None and self.batch < 1:
+            raise UsageError(f"--batch {self.batch} is invalid; valid: an integer >= 1")
+        if self.power not in POWER_CHOICES:
+            raise UsageError(f"--power {self.power!r} is unknown; valid: {', '.join(POWER_CHOICES)}")
+        if self.idle_seconds < 0:
+            raise UsageError(f"idle_seconds={self.idle_seconds} is invalid; valid: >= 0")
+        if any(not isinstance(n, int) or n < 2 for n in self.sweep_lengths):
+            raise UsageError(f"--sweep {list(self.sweep_lengths)} is invalid; valid: lengths >= 2")
+        if self.sweep_precision not in ("fp32", "int8"):
+            raise UsageError(f"--sweep-precision {self.sweep_precision!r} is unknown; valid: fp32, int8")
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["cond"] = dict(self.cond)
+        doc["decode"] = dict(self.decode)
+        for key in ("ar_bundle", "sweep_cache"):
+            doc[key] = None if doc[key] is None else str(doc[key])
+        return doc
+
+
+@dataclass(frozen=True)
+class Variant:
+    runtime: str
+    precision: str
+    steps: int | None  # None = the bundle's default
+
+    def label(self, show_steps: bool) -> str:
+        text = f"{self.runtime} {self.precision}"
+        return f"{text} K={self.steps}" if show_steps and self.steps is not None else text
+
+
+@dataclass(frozen=True)
+class DecodeModel:
+    """What a decode needs from a bundle (or from an architecture-only spec in the sweep)."""
+
+    kind: str
+    meta: Mapping[str, Any]
+    decode_defaults: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, bundle: Bundle) -> "DecodeModel":
+        return cls(bundle.kind, bundle.meta, bundle.manifest.get("decode_defaults") or {})
+
+
+# ---- planning -----------------------------------------------------------------------------------
+def has_artifact(bundle: Bundle, name: str) -> bool:
+    return name in (bundle.manifest.get("artifacts") or {})
+
+
+def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
+    """The variants to measure, checked before anything runs (a missing int8 artifact or torch
+    fails here, not after minutes of measuring)."""
+    if cfg.precisions:
+        precisions = cfg.precisions
+    else:
+        precisions = ("fp32", "int8") if has_artifact(bundle, "int8") else ("fp32",)
+    if "int8" in precisions and not has_artifact(bundle, "int8"):
+        have = ", ".join(p for p in ("fp32", "int8") if has_artifact(bundle, p)) or "none"
+        raise BundleError(
+            f"--precision int8: bundle {bundle.root} has no int8 artifact (precisions it has: {have})",
+            hint=f"run `edgekit quantize {bundle.root}` first, or profile --precision fp32",
+        )
+    if "torch" in cfg.runtimes:
+        require("torch")
+        if cfg.precisions and set(cfg.runtimes) == {"torch"} and any(p != "fp32" for p in precisions):
+            raise UsageError(
+                f"--runtime torch runs fp32 only, not {[p for p in precisions if p != 'fp32']}",
+                hint="add --runtime ort to profile int8, or use --precision fp32",
+            )
+    if "trt" in cfg.runtimes:
+        engines = (bundle.manifest.get("engines") or {}).values()
+        for p in precisions:
+            if not any(e.get("runtime") == "trt" and e.get("precision") == p for e in engines):
+                raise BundleError(
+                    f"--runtime trt: bundle {bundle.root} has no TensorRT {p} engine",
+                    hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {p}`",
+                )
+    steps: tuple[int | None, ...] = cfg.steps or (None,)
+    if cfg.steps and bundle.kind == "ar":
+        raise UsageError("--steps does not apply to an ar bundle (one step per token)", hint="drop --steps")
+    # torch runs fp32 only: int8 pairs with the runtimes that can run it.
+    return [
+        Variant(r, p, s)
+        for r in cfg.runtimes
+        for p in precisions
+        if not (r == "torch" and p != "fp32")
+        for s in steps
+    ]
+
+
+def graph_batch(bundle: Bundle) -> int:
+    return next(iter(bundle.inputs.values())).shape[0]
+
+
+def bundle_conditions(bundle: Bundle, rows: int, seed: int, raw: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    names = bundle.meta.get("conditioning") or {}
+    return conditions(bundle, {k: v for k, v in (raw or {}).items() if k in names}, rows, seed)
+
+
+def spec_conditions(spec: Any, known: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    """Conditions for an architecture-only spec: the bundle's arrays where name and shape match,
+    else the input's lowest valid value (latency does not depend on which class is asked for)."""
+    out = {}
+    for name in spec.meta.get("conditioning") or {}:
+        s = spec.inputs[name]
+        shape = (rows, *s.shape[1:])
+        arr = known.get(name)
+        out[name] = arr if arr is not None and arr.shape == shape else np.full(shape, s.low or 0, dtype=s.dtype)
+    return out

@@ -1,0 +1,211 @@
+"""Measuring one variant: decodes timed by the latency probe (runtime vs host time per call),
+memory, power and system state around them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.probes.latency import MeasureConfig, TimedRuntime, measure
+from edgekit.probes.memory import RssTracker, file_sizes
+from edgekit.probes.power import (
+    PowerSampler,
+    Unavailable,
+    detect,
+    energy_per_decode_mj,
+    measure_idle,
+)
+from edgekit.probes.system import compare_states, system_state
+from edgekit.profile.config import DecodeModel, ProfileConfig, ProgressFn, Variant
+from edgekit.runtimes import open_runtime
+from edgekit.runtimes.base import Runtime
+
+
+# ---- one variant --------------------------------------------------------------------------------
+@dataclass
+class PowerProbe:
+    sampler: PowerSampler | None
+    unavailable: Unavailable | None
+    idle: Any = None  # PowerTrace of the idle baseline
+
+
+def measure_decodes(
+    model: DecodeModel,
+    runtime: Runtime,
+    cond: Mapping[str, np.ndarray],
+    decode_cfg: Any,
+    mcfg: MeasureConfig,
+    *,
+    power: PowerProbe | None,
+    rss: RssTracker | None,
+    progress: Callable[[int, int], None] | None,
+    keep_samples: bool,
+) -> dict[str, Any]:
+    """Warm up, then measure decodes of ``runtime`` with the breakdown, power and RSS probes
+    around the measured phase only. Returns the variant's figures (JSON-ready)."""
+    timed = TimedRuntime(runtime)
+    last: dict[str, Any] = {}
+
+    def one_decode() -> None:
+        last["decoded"] = decode(model.kind, timed, model.meta, cond, decode_cfg)
+
+    fn = timed.timed_decodes(one_decode)
+    # Warm-up as its own measure() call so the power window and RSS growth cover steady state
+    # only; its one measured call is discarded with the warm-up.
+    warm = measure(fn, MeasureConfig(mcfg.warmup_iters, mcfg.warmup_seconds, iters=1, min_seconds=0.0))
+    timed.reset()
+    if rss is not None:
+        rss.after_warmup()
+    steady = MeasureConfig(0, 0.0, mcfg.iters, mcfg.min_seconds, mcfg.max_iters)
+    sampler = power.sampler if power is not None else None
+    trace = None
+    if sampler is not None:
+        sampler.start()
+    try:
+        m = measure(fn, steady, progress)
+    finally:
+        if sampler is not None:
+            trace = sampler.stop()
+    decoded = last["decoded"]
+    breakdown = timed.breakdown()
+    n = m.stats.n
+    rows = int(decoded.output.shape[0])
+    items = rows * int(decoded.output.shape[1])  # tokens [B, L] or frames [B, T, C]
+    total_s = sum(m.samples_ns) / 1e9
+    decodes_per_s = n / total_s if total_s > 0 else float("nan")
+    host_ms = [d.host_ns / 1e6 for d in timed.decodes]
+    doc: dict[str, Any] = {
+        "device": getattr(runtime, "device", "unknown"),
+        "runtime_warnings": list(getattr(runtime, "warnings", [])),
+        "decode": {"steps": decoded.steps, "nfe": decoded.nfe, "runtime_calls": decoded.runtime_calls, "rows": rows},
+        "latency": m.stats.to_json(),
+        "measurement": {
+            "warmup_iters": warm.warmup_iters + 1,  # + the discarded call of the warm-up measure()
+            "warmup_s": (warm.warmup_ns + warm.wall_ns) / 1e9,
+            "wall_s": m.wall_ns / 1e9,
+            "capped_at_max_iters": m.capped,
+        },
+        "breakdown": breakdown.to_json()
+        | {
+            "median_host_ms": float(np.median(host_ms)),
+            "step_ms_median": _per_call_medians(timed.decodes),
+            "per_step_ms": (m.stats.median_ms / decoded.steps) if decoded.steps else None,
+        },
+        "throughput": {
+            "decodes_per_s": decodes_per_s,
+            "items_per_decode": items,
+            "items_per_s": items * decodes_per_s,
+        },
+    }
+    if keep_samples:
+        doc["samples_ms"] = [s / 1e6 for s in m.samples_ns]
+    doc["energy"], doc["power_trace"] = _energy(power, trace, n, keep_samples)
+    return doc
+
+
+def _per_call_medians(decodes: Sequence[Any]) -> list[float]:
+    """Median duration (ms) of the i-th Runtime.run call over decodes, for the calls every
+    decode made (a decode that stops early has fewer)."""
+    if not decodes:
+        return []
+    calls = min(d.calls for d in decodes)
+    steps = np.asarray([d.step_ns[:calls] for d in decodes], dtype=np.float64) / 1e6  # (decodes, calls)
+    return [float(v) for v in np.median(steps, axis=0)] if calls else []
+
+
+def _energy(power: PowerProbe | None, trace: Any, n: int, keep_samples: bool) -> tuple[dict[str, Any], Any]:
+    if power is None or trace is None:
+        reason = power.unavailable.reason if power is not None and power.unavailable else "power not measured"
+        probe = power.unavailable.probe if power is not None and power.unavailable else "off"
+        return {"available": False, "probe": probe, "reason": reason}, None
+    per = energy_per_decode_mj(trace, n, power.idle)
+    doc = {"available": per.gross_mj is not None, "probe": trace.probe} | per.to_json()
+    if per.gross_mj is None:
+        doc["reason"] = per.reason or "the trace has no energy"
+    return doc, trace.to_json(samples=keep_samples)
+
+
+def _model_files(bundle: Bundle, variant: Variant) -> list[Path]:
+    if variant.runtime == "ort":
+        path = bundle.path_of(variant.precision)
+        side = path.with_name(path.name + ".data")  # external weights, when the export split them
+        return [path] + ([side] if side.is_file() else [])
+    if variant.runtime == "trt":
+        engines = (bundle.manifest.get("engines") or {}).values()
+        return [bundle.root / e["path"] for e in engines if e.get("runtime") == "trt" and e.get("precision") == variant.precision]
+    return []  # torch runs the in-memory module rebuilt from the model source
+
+
+def profile_variant(
+    bundle: Bundle,
+    variant: Variant,
+    label: str,
+    cond: Mapping[str, np.ndarray],
+    cfg: ProfileConfig,
+    power: PowerProbe,
+    progress: ProgressFn | None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    model = DecodeModel.of(bundle)
+    opts = dict(overrides or {})
+    if variant.steps is not None:
+        opts["steps"] = variant.steps
+    decode_cfg = decode_config(model.kind, model.decode_defaults, opts, seed=cfg.seed)
+    if progress:
+        progress(label, 0, 0)
+    before = system_state()
+    rss = RssTracker()
+    rss.start()
+    with open_runtime(bundle, variant.runtime, variant.precision, threads=cfg.threads) as rt:
+        rss.mark("loaded")
+        tick = (lambda done, total: progress(label, done, total)) if progress else None
+        doc = measure_decodes(
+            model, rt, cond, decode_cfg, cfg.measure, power=power, rss=rss, progress=tick, keep_samples=cfg.keep_samples
+        )
+        report = rss.stop()
+    after = system_state()
+    files = file_sizes(_model_files(bundle, variant))
+    memory = report.to_json()
+    memory.pop("points", None)
+    memory["model_files_bytes"] = files
+    memory["model_bytes"] = sum(files.values()) if files else None
+    return {
+        "id": label,
+        "available": True,
+        "runtime": variant.runtime,
+        "precision": variant.precision,
+        "steps": doc["decode"]["steps"],
+        "decode_config": {k: v for k, v in dataclasses.asdict(decode_cfg).items()},
+        **doc,
+        "memory": memory,
+        "system": {"before": before, "after": after, "warnings": compare_states(before, after)},
+    }
+
+
+# ---- the stage ----------------------------------------------------------------------------------
+def open_power(cfg: ProfileConfig, progress: ProgressFn | None) -> PowerProbe:
+    found = detect(cfg.power, cfg.power_root)
+    if isinstance(found, Unavailable):
+        return PowerProbe(None, found)
+    idle = None
+    if cfg.idle_seconds > 0:
+        if progress:
+            progress(f"idle power baseline ({cfg.idle_seconds:g} s)", 0, 0)
+        idle = measure_idle(found, cfg.idle_seconds)
+    return PowerProbe(found, None, idle)
+
+
+def power_doc(power: PowerProbe) -> dict[str, Any]:
+    if power.sampler is None:
+        return power.unavailable.to_json() if power.unavailable else {"available": False, "reason": "not measured"}
+    doc: dict[str, Any] = {"probe": power.sampler.probe, "available": True, "notes": list(power.sampler.notes())}
+    if power.idle is not None:
+        doc["idle"] = power.idle.to_json(samples=False)
+        doc["idle_mw"] = power.idle.total_average_mw
+    return doc

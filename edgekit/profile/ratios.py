@@ -1,0 +1,60 @@
+"""Ratios between the variants measured in one run (the candidate over its reference)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from edgekit.profile.config import CANDIDATE_ORDER
+
+
+# ---- ratios -------------------------------------------------------------------------------------
+def safe_ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or b == 0:
+        return None
+    return float(a) / float(b)
+
+
+def ratio(num: Mapping[str, Any], den: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Figures of variant ``num`` over variant ``den`` (both measured in this run)."""
+    med = safe_ratio(num["latency"]["median_ms"], den["latency"]["median_ms"])
+    return {
+        "name": name,
+        "numerator": num["id"],
+        "denominator": den["id"],
+        "median_latency": med,
+        "p99_latency": safe_ratio(num["latency"]["p99_ms"], den["latency"]["p99_ms"]),
+        "speedup": (1.0 / med) if med else None,
+        "throughput": safe_ratio(num["throughput"]["items_per_s"], den["throughput"]["items_per_s"]),
+        "energy_per_decode": safe_ratio(num["energy"].get("gross_mj"), den["energy"].get("gross_mj")),
+        "host_overhead_share": safe_ratio(
+            num["breakdown"]["host_overhead_share"], den["breakdown"]["host_overhead_share"]
+        ),
+        "peak_rss": safe_ratio(num["memory"].get("peak_rss_bytes"), den["memory"].get("peak_rss_bytes")),
+        "model_bytes": safe_ratio(num["memory"].get("model_bytes"), den["memory"].get("model_bytes")),
+    }
+
+
+def variant_ratios(variants: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Ratios between every two variants that differ in exactly one of runtime, precision and
+    steps, oriented candidate / reference (int8/fp32, trt/ort/torch, fewer/more steps)."""
+    out = []
+    for i, a in enumerate(variants):
+        for b in variants[i + 1 :]:
+            diff = [k for k in ("runtime", "precision", "steps") if a[k] != b[k]]
+            if len(diff) != 1:
+                continue
+            axis = diff[0]
+            if axis == "steps":
+                num, den = (a, b) if a["steps"] < b["steps"] else (b, a)
+                name = f"K={num['steps']}/K={den['steps']} ({a['runtime']} {a['precision']})"
+            else:
+                order = CANDIDATE_ORDER[axis]
+                num, den = (a, b) if order.index(a[axis]) < order.index(b[axis]) else (b, a)
+                same = a["precision"] if axis == "runtime" else a["runtime"]
+                name = f"{num[axis]}/{den[axis]} ({same}" + (f", K={a['steps']})" if _multi_steps(variants) else ")")
+            out.append(ratio(num, den, name))
+    return out
+
+
+def _multi_steps(variants: Sequence[Mapping[str, Any]]) -> bool:
+    return len({v["steps"] for v in variants}) > 1

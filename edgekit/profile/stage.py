@@ -1,0 +1,79 @@
+"""The profile stage: decode a bundle's model on several variants (runtime x precision x steps)
+side by side in one run, with latency, per-step, memory, power and system-state probes around
+each, ratios between the variants, and optionally the autoregressive baseline and the NAR-vs-AR
+crossover length.
+
+Every figure comes from ``edgekit.probes``; where a probe cannot measure (no power sensor, no
+torch for the length sweep, no int8 artifact for the AR baseline) the document says
+``unavailable`` with the reason instead of a number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from edgekit.bundle import Bundle, now_iso
+from edgekit.decode.dispatch import decode_config
+from edgekit.probes.system import compare_states, system_state
+from edgekit.profile.compare_ar import compare_ar, resolve_ar_bundle
+from edgekit.profile.config import (
+    SCHEMA,
+    ProfileConfig,
+    ProgressFn,
+    bundle_conditions,
+    graph_batch,
+    plan_variants,
+)
+from edgekit.profile.measure import open_power, power_doc, profile_variant
+from edgekit.profile.ratios import variant_ratios
+
+
+def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Measure ``path``'s model on every variant of ``cfg`` in this process, one after the other,
+    with the same seed, conditions and decode options. Returns the ``edgekit.profile/1`` document
+    (JSON-ready; ``variants`` in measuring order, ``ratios`` between them, ``compare_ar`` when
+    asked). ``progress(label, done, total)`` is called outside timed regions."""
+    bundle = Bundle.load(path)
+    decode_config(bundle.kind, bundle.manifest.get("decode_defaults") or {}, dict(cfg.decode))  # bad options fail here
+    variants_plan = plan_variants(bundle, cfg)
+    if cfg.compare_ar:
+        resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
+    show_steps = len(cfg.steps) > 1
+    rows = cfg.batch or graph_batch(bundle)
+    cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond)
+    power = open_power(cfg, progress)
+    start_state = system_state()
+    variants = [
+        profile_variant(bundle, v, v.label(show_steps), cond, cfg, power, progress, cfg.decode) for v in variants_plan
+    ]
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": now_iso(),
+        "bundle": str(bundle.root),
+        "model": bundle.name,
+        "kind": bundle.kind,
+        "item_unit": "frames" if bundle.kind == "flow" else "tokens",
+        "rows": rows,
+        "config": cfg.to_json(),
+        "power": power_doc(power),
+        "variants": variants,
+        "ratios": variant_ratios(variants),
+        "compare_ar": compare_ar(bundle, variants, cfg, power, progress) if cfg.compare_ar else None,
+    }
+    end_state = system_state()
+    doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
+    doc["warnings"] = list(_warnings(doc))
+    return doc
+
+
+def _warnings(doc: Mapping[str, Any]) -> Iterator[str]:
+    """Everything that makes a figure suspect, prefixed with the variant it concerns."""
+    every = list(doc["variants"])
+    if doc.get("compare_ar"):
+        every += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
+    for v in every:
+        for w in v["latency"]["warnings"] + v["system"]["warnings"] + v["runtime_warnings"]:
+            yield f"{v['id']}: {w}"
+        if v["measurement"]["capped_at_max_iters"]:
+            yield f"{v['id']}: stopped at max_iters before min_seconds"
+    yield from doc["system"]["warnings"]

@@ -1,0 +1,196 @@
+"""The length sweep: architecture-only masked and AR models rebuilt at other lengths (random
+weights: latency does not depend on them), exported and timed to locate the crossover."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.export import ExportConfig, export_onnx
+from edgekit.models import load_spec
+from edgekit.profile.config import (
+    SWEEPABLE,
+    DecodeModel,
+    ProfileConfig,
+    ProgressFn,
+    bundle_conditions,
+    graph_batch,
+    spec_conditions,
+)
+from edgekit.profile.measure import measure_decodes
+from edgekit.quantize import RecordingRuntime, quantize_unbudgeted
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.torch_ref import TorchRuntime
+from edgekit.spec import TensorSpec
+
+
+# ---- the length sweep ---------------------------------------------------------------------------
+def length_variant_spec(source: str, length: int, batch: int) -> Any:
+    """An architecture-only (random-init) ``ModelSpec`` of built-in ``source`` at sequence length
+    ``length`` (masked: seq_len; ar: max_len) with graph batch ``batch``. Latency does not depend
+    on the weights, so these time the architecture at lengths the trained model was not made for."""
+
+    if source not in SWEEPABLE:
+        raise UsageError(f"cannot rebuild model {source!r} at other lengths; valid: {', '.join(SWEEPABLE)}")
+    spec = load_spec(source, batch=batch)
+    if SWEEPABLE[source] == "masked":
+        from edgekit.models.masked import MaskedTransformer  # lazy: torch
+
+        mcfg = dataclasses.replace(spec.module.cfg, seq_len=length)
+        v = mcfg.vocab_size
+        return dataclasses.replace(
+            spec,
+            name=f"{spec.name}@L{length}",
+            module=MaskedTransformer(mcfg).eval(),
+            inputs={**spec.inputs, "tokens": TensorSpec((batch, length), "int64", 0, v + 1)},
+            outputs={"logits": TensorSpec((batch, length, v), "float32")},
+            meta=dict(spec.meta, seq_len=length),
+            ground_truth=None,
+        )
+    from edgekit.models.ar import ARStep, CausalTransformer  # lazy: torch
+
+    acfg = dataclasses.replace(spec.module.model.cfg, max_len=length)
+    cache = TensorSpec((acfg.depth, batch, acfg.heads, length, acfg.head_dim), "float32", -1.0, 1.0)
+    return dataclasses.replace(
+        spec,
+        name=f"{spec.name}@L{length}",
+        module=ARStep(CausalTransformer(acfg)).eval(),
+        inputs={**spec.inputs, "pos": TensorSpec((1,), "int64", 0, length), "k_cache": cache, "v_cache": cache},
+        outputs={**spec.outputs, "k_cache_out": cache, "v_cache_out": cache},
+        meta=dict(spec.meta, max_len=length),
+        ground_truth=None,
+    )
+
+
+def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
+    """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on
+    ort, the module itself on torch. ``precision`` int8 (ort only): the export quantized by
+    ``quantize_unbudgeted``, calibrated on the feeds ``calibrate(fp32 runtime)`` records."""
+    if runtime == "torch":
+        return TorchRuntime(spec.module, spec.inputs, spec.outputs)
+    if runtime != "ort":
+        raise UsageError(f"the length sweep runs on ort or torch, not {runtime!r}")
+
+    # Keyed by the architecture (module repr lists every layer and size) and the IO: a cache kept
+    # between runs never serves a graph of an older model definition.
+    key = hashlib.sha256((repr(spec.module) + repr(sorted(spec.inputs.items()))).encode()).hexdigest()[:10]
+    path = cache / f"{spec.name}-b{spec.batch}-{key}.onnx"
+    if not path.is_file():
+        staged = path.with_name(f".staging-{path.name}")
+        export_onnx(spec, staged, ExportConfig())
+        staged.replace(path)
+    if precision == "int8":
+        int8 = path.with_name(path.stem + "-int8.onnx")
+        if not int8.is_file():
+            with OrtRuntime(path, OrtOptions(intra_op_threads=threads)) as fp32:
+                feeds = calibrate(fp32)
+            staged = int8.with_name(f".staging-{int8.name}")
+            quantize_unbudgeted(path, staged, feeds)
+            staged.replace(int8)
+        path = int8
+    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
+
+
+def length_sweep(
+    bundle: Bundle,
+    ar: Bundle,
+    runtime: str,
+    nar_steps: int,
+    rows: int,
+    lengths: Sequence[int],
+    cfg: ProfileConfig,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Median decode times of the NAR model (``nar_steps`` steps over N tokens) and the AR model
+    (N tokens) at each length N of ``lengths``, from architecture-only fp32 models of the two
+    bundles' built-in architectures on ``runtime`` (ort: exported to ONNX; torch: eager).
+
+    Returns {"available", "points": [{"length", "nar_decode_ms", "ar_decode_ms", ...}], "how",
+    "notes"} or {"available": False, "reason"} when the sweep cannot run here."""
+    lengths = sorted(set(lengths))
+    if not lengths:
+        return {"available": False, "reason": "no sweep lengths besides the bundle's own", "points": []}
+    sources = (bundle.manifest["model"].get("source"), ar.manifest["model"].get("source"))
+    if sources[0] not in SWEEPABLE or sources[1] not in SWEEPABLE:
+        return {
+            "available": False,
+            "reason": f"the sweep rebuilds the built-in architectures ({', '.join(SWEEPABLE)}) only; "
+            f"these bundles come from {list(sources)}",
+            "points": [],
+        }
+    if runtime not in ("ort", "torch"):
+        return {"available": False, "reason": f"the sweep runs on ort or torch, not {runtime}", "points": []}
+    if cfg.sweep_precision == "int8" and runtime != "ort":
+        return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort; the sweep here runs on {runtime}", "points": []}
+    try:
+        require("torch")
+        if runtime == "ort":
+            require("onnxscript")
+    except EdgekitError as exc:
+        return {"available": False, "reason": f"the sweep builds models with torch: {exc}", "points": []}
+    how = (
+        "architecture-only models (random weights: latency does not depend on them) of the bundles' "
+        f"architectures at each length, {'exported to ONNX and ' if runtime == 'ort' else ''}decoded on "
+        f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
+        + (" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode)"
+           if cfg.sweep_precision == "int8" else "")
+    )
+    known = {**bundle_conditions(bundle, rows, cfg.seed, cfg.cond), **bundle_conditions(ar, rows, cfg.seed, cfg.cond)}
+    points = []
+    with _cache_dir(cfg.sweep_cache) as cache:
+        for n in lengths:
+            point: dict[str, Any] = {"length": n, "source": "architecture-only"}
+            for role, b in (("nar", bundle), ("ar", ar)):
+                label = f"sweep L={n} {role.upper()}"
+                if progress:
+                    progress(label, 0, 0)
+                spec = length_variant_spec(b.manifest["model"]["source"], n, graph_batch(b))
+                model = DecodeModel(b.kind, dict(spec.meta), b.manifest.get("decode_defaults") or {})
+                opts = {"steps": nar_steps} if role == "nar" else {"length": n}
+                dcfg = decode_config(b.kind, model.decode_defaults, opts, seed=cfg.seed)
+                spec_cond = spec_conditions(spec, known, rows)
+
+                def record(fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg) -> list[dict[str, np.ndarray]]:
+                    recorder = RecordingRuntime(fp32, model.kind, model.meta)
+                    decode(model.kind, recorder, model.meta, spec_cond, dcfg)
+                    return recorder.feeds
+
+                with _open_spec(spec, runtime, cache, cfg.threads, cfg.sweep_precision, record) as rt:
+                    tick = (lambda done, total, label=label: progress(label, done, total)) if progress else None
+                    doc = measure_decodes(
+                        model, rt, spec_cond, dcfg, cfg.sweep_measure,
+                        power=None, rss=None, progress=tick, keep_samples=False,
+                    )
+                point[f"{role}_decode_ms"] = doc["latency"]["median_ms"]
+                point[f"{role}_latency"] = doc["latency"]
+            points.append(point)
+    return {"available": True, "how": how, "lengths": lengths, "notes": [], "points": points}
+
+
+class _cache_dir:
+    """``path`` (created) or a temp dir removed on exit."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.tmp = path, None
+
+    def __enter__(self) -> Path:
+        if self.path is not None:
+            Path(self.path).mkdir(parents=True, exist_ok=True)
+            return Path(self.path)
+        self.tmp = Path(tempfile.mkdtemp(prefix="edgekit-sweep-"))
+        return self.tmp
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,222 @@
+"""Reading a per-step graph once for quantization: every node's op, module path, role and FLOPs
+(``analyse_graph``), and choosing the nodes a profile and config quantize (``select_nodes``).
+
+Roles: ``weighted`` (MatMul/Gemm/Conv with a constant weight), ``attention-core`` (a MatMul
+whose both inputs are activations: QK^T and AV), ``time-embedding`` (flow: the nodes computed
+from ``t`` alone up to the embedding the blocks share: sinusoid + time MLP), ``other``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.errors import UsageError
+from edgekit.quantize.config import QuantizeConfig
+
+FLOAT = 1  # onnx.TensorProto.FLOAT
+
+
+_NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # torch.onnx (dynamo) node metadata: module path
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of the prepared float graph. ``rows``: rows of the activation operand of a
+    MatMul/Gemm (1 = GEMV-shaped), 0 when unknown or not a matrix product. ``flops``: 2·MACs of
+    MatMul/Gemm/Conv from the inferred static shapes (0 for other ops)."""
+
+    name: str
+    op_type: str
+    label: str  # module path from export metadata (``blocks.0.mlp.fc``), else the node name
+    role: str  # weighted | attention-core | time-embedding | other
+    flops: int
+    rows: int
+    activations: tuple[str, ...]  # float inputs that are not constants
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    nodes: tuple[NodeInfo, ...]
+
+    def by_name(self) -> dict[str, NodeInfo]:
+        return {n.name: n for n in self.nodes}
+
+    def candidates(self, op_types: Sequence[str]) -> list[NodeInfo]:
+        """Nodes of ``op_types`` that have a float activation input (quantizable at all)."""
+        return [n for n in self.nodes if n.op_type in op_types and n.activations]
+
+    def matmul_flops(self, names: Sequence[str] | None = None, ops: Sequence[str] = ("MatMul", "Gemm")) -> int:
+        chosen = None if names is None else set(names)
+        return sum(n.flops for n in self.nodes if n.op_type in ops and (chosen is None or n.name in chosen))
+
+
+def module_labels(fp32_path: Path) -> dict[str, str]:
+    """Node name -> module path, from the exporter's name-scope metadata of the original graph
+    (``quant_pre_process`` drops metadata but keeps names, adding ``/<Fusion>`` suffixes)."""
+    onnx = require("onnx")
+    model = onnx.load(str(fp32_path), load_external_data=False)
+    labels = {}
+    for node in model.graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        scopes = _parse_scopes(meta.get(_NAME_SCOPES, ""))
+        modules = [s for s in scopes[:-1] if s]  # the last entry names the op, not a module
+        if modules:
+            labels[node.name] = modules[-1]
+    return labels
+
+
+def _parse_scopes(text: str) -> list[str]:
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return []
+    return [p.strip().strip("'\"") for p in text[1:-1].split(",")]
+
+
+def analyse_graph(model_path: Path, time_input: str | None = None, labels: Mapping[str, str] | None = None) -> GraphPlan:
+    """Every node of the (prepared, shape-inferred) float graph with its role and FLOPs.
+
+    time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
+    labels: node name -> module path (``module_labels`` of the original graph)."""
+    onnx = require("onnx")
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path)))
+    graph = model.graph
+    labels = dict(labels or {})
+    shapes, types = _value_shapes(onnx, model)
+    constant = {i.name for i in graph.initializer}
+    for node in graph.node:  # topological order: a node of constants is a constant
+        if node.op_type == "Constant" or (node.input and all(i in constant or i == "" for i in node.input)):
+            constant.update(node.output)
+    time_nodes = _time_embedding_nodes(graph, time_input, constant) if time_input else set()
+
+    nodes = []
+    for node in graph.node:
+        acts = tuple(i for i in node.input if i and i not in constant and types.get(i, FLOAT) == FLOAT)
+        if node.name in time_nodes:
+            role = "time-embedding"
+        elif node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") and acts:
+            role = "attention-core" if node.op_type == "MatMul" and len(acts) == 2 else "weighted"
+        else:
+            role = "other"
+        flops, rows = _flops(node, shapes)
+        label = labels.get(node.name) or labels.get(node.name.split("/")[0]) or node.name
+        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts))
+    return GraphPlan(tuple(nodes))
+
+
+def _value_shapes(onnx: Any, model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    types: dict[str, int] = {}
+    graph = model.graph
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        t = vi.type.tensor_type
+        types[vi.name] = t.elem_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in t.shape.dim)
+    for init in graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+        types[init.name] = init.data_type
+    return shapes, types
+
+
+def _flops(node: Any, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, int]:
+    """(2·MACs, activation rows) of a MatMul/Gemm/Conv from static shapes; (0, 0) otherwise."""
+    ins = [shapes.get(i) for i in node.input[:2]]
+    out = shapes.get(node.output[0]) if node.output else None
+    if node.op_type in ("MatMul", "Gemm") and ins[0] is not None and out is not None and len(ins[0]) >= 1:
+        k = ins[0][-1]
+        if node.op_type == "Gemm" and any(a.name == "transA" and a.i for a in node.attribute):
+            k = ins[0][0]
+        rows = int(np.prod(out[:-1])) if len(out) > 1 else 1
+        return int(2 * np.prod(out) * k), rows
+    if node.op_type in ("Conv", "ConvTranspose") and ins[1] is not None and out is not None:
+        w = ins[1]  # (Cout, Cin/group, *kernel)
+        return int(2 * np.prod(out) * int(np.prod(w[1:]))), 0
+    return 0, 0
+
+
+def _time_embedding_nodes(graph: Any, time_input: str, constant: set[str]) -> set[str]:
+    """Nodes computed from ``time_input`` (and constants) alone, up to and including the tensor
+    most consumers share (the embedding every block reads); all of them when none is shared."""
+    consumers: dict[str, list[Any]] = defaultdict(list)
+    for node in graph.node:
+        for i in node.input:
+            consumers[i].append(node)
+    t_only = {time_input}
+    producer: dict[str, Any] = {}
+    cone = []
+    for node in graph.node:
+        live = [i for i in node.input if i and i not in constant]
+        if live and all(i in t_only for i in live):
+            t_only.update(node.output)
+            cone.append(node)
+            for o in node.output:
+                producer[o] = node
+    if not cone:
+        return set()
+    outputs = [o for n in cone for o in n.output]
+    # Most consumers wins; on a tie the later tensor (the sinusoid's angle also feeds two ops).
+    hub = max(enumerate(outputs), key=lambda io: (len(consumers[io[1]]), io[0]))[1]
+    if len(consumers[hub]) < 2:
+        return {n.name for n in cone}
+    keep, stack = set(), [hub]
+    while stack:
+        node = producer.get(stack.pop())
+        if node is not None and node.name not in keep:
+            keep.add(node.name)
+            stack.extend(i for i in node.input if i in producer)
+    return keep
+
+
+# ---- selection -----------------------------------------------------------------------------------
+def match_exclude(plan: GraphPlan, pattern: str) -> list[str]:
+    """Node names a ``--exclude`` value names: a node name, an op type, or a module path
+    (``blocks.0`` matches ``blocks.0.attn.qkv``)."""
+    return [
+        n.name
+        for n in plan.nodes
+        if pattern in (n.name, n.op_type, n.label) or n.label.startswith(pattern + ".") or n.name.split("/")[0] == pattern
+    ]
+
+
+def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
+    """(nodes to quantize, {node kept float: why}) for the config's op types, profile and excludes."""
+    floated: dict[str, str] = {}
+    for pattern in cfg.exclude:
+        hits = match_exclude(plan, pattern)
+        if not hits:
+            examples = ", ".join(sorted({n.label for n in plan.candidates(cfg.op_types)})[:6])
+            raise UsageError(
+                f"--exclude {pattern!r} matches no node; valid: a node name, an op type "
+                f"({', '.join(sorted({n.op_type for n in plan.nodes}))}) or a module path (e.g. {examples})",
+                hint="`edgekit quantize BUNDLE --json` lists every node it quantized or kept float under selection",
+            )
+        for name in hits:
+            floated.setdefault(name, f"excluded by --exclude {pattern}")
+    settings = cfg.settings
+    candidates = plan.candidates(cfg.op_types)
+    # A module path also names its LayerNorms and Adds: only nodes that could be INT8 are listed.
+    floated = {n.name: floated[n.name] for n in candidates if n.name in floated}
+    chosen = []
+    for node in candidates:
+        if node.name in floated:
+            continue
+        if node.role == "attention-core" and cfg.float_attention_core:
+            floated[node.name] = "attention core (QKᵀ/AV: both inputs are activations)"
+        elif node.role == "time-embedding" and cfg.float_time_embedding:
+            floated[node.name] = "flow time embedding (sinusoid of 1000·t and the time MLP)"
+        elif settings.skip_gemv and node.op_type in ("MatMul", "Gemm") and node.rows == 1:
+            floated[node.name] = "GEMV-shaped (1 row): TensorRT runs it as fast unquantized"
+        else:
+            chosen.append(node.name)
+    return chosen, floated
+
+
+def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list[str]:
+    """The float-kept nodes (``select_nodes``' second result) that store INT8 weights: those kept
+    float by rule where the profile allows it; ``--exclude`` means fully float."""
+    return [n for n, why in floated.items() if cfg.settings.weight_only_float and not why.startswith("excluded")]

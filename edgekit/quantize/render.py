@@ -1,0 +1,49 @@
+"""`edgekit quantize`'s console output: the summary, the float nodes, the budget table, the
+ground truth, the fallback order and the range drift."""
+
+from __future__ import annotations
+
+from edgekit.output import Output
+
+
+def print_quantize(o: Output, s: dict) -> None:
+    sizes, share, cal = s["sizes"], s["int8_flop_share"], s["calibration"]
+    sel = s["selection"]
+    o.pairs(f"quantize {s['bundle']}", {
+        "model": f"{s['model']} ({s['kind']})",
+        "profile / method": f"{s['profile']} / {s['method']}",
+        "calibration": f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network calls, {cal['calls_per_decode']} per decode",
+        "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
+        "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
+        "size": f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)",
+        "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
+        "budget": "met" if s["passed"] else "NOT met",
+    })
+    o.table("kept in float (node, why)", ["module / node", "op", "source", "reason"],
+            [(r["label"], r["op"], r["source"], r["reason"]) for r in sel["float"]])
+    checks = s["budget"]["checks"]
+    reported = [(k, "—", v, "reported") for k, v in s["measured"].items() if not k.startswith("quality") and k not in {c["key"] for c in checks}]
+    o.table("accuracy vs budget (held-out set, identical noise on FP32 and INT8)", ["metric", "limit", "INT8 vs FP32", ""],
+            [(c["key"], f"{c['op']} {c['limit']:g}", c["value"], {True: "pass", False: "FAIL", None: "not measured"}[c["passed"]]) for c in checks] + reported)
+    qf, qi = s["measured"].get("quality_fp32") or {}, s["measured"].get("quality_int8") or {}
+    if qf:
+        o.table("ground truth, FP32 vs INT8", ["metric", "FP32", "INT8"], [(k, qf[k], qi.get(k)) for k in qf])
+    if s["fallback"]:
+        o.table("budget fallback, most sensitive first (SQNR dB: output with only this node INT8; noise it adds locally)",
+                ["#", "module / node", "output SQNR alone", "added locally"],
+                [(i + 1, f["label"], f.get("isolated_output_sqnr_db"), f.get("added_sqnr_db")) for i, f in enumerate(s["fallback"])])
+    where = {"masked": "mask share", "flow": "t", "ar": "position"}[s["kind"]]
+    o.table(f"activation range drift across decode steps ({s['range_drift']['tensors']} INT8 input tensors; share = step max|x| / calibrated max|x|)",
+            ["network calls", where, "mean share", "min share", "narrowest tensor"],
+            [(span(r["calls"], "d"), span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
+             for r in s["range_drift"]["steps"]])
+    o.line(f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8)")
+
+
+def pct(value) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def span(pair: list, fmt: str) -> str:
+    lo, hi = (format(v, fmt) for v in pair)
+    return lo if lo == hi else f"{lo}–{hi}"

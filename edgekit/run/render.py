@@ -1,0 +1,36 @@
+"""`edgekit run`'s console output, and the latency-budget plan as `run` and `profile` report it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgekit.output import Output
+from edgekit.run.budget import Plan
+
+
+def print_plan(o: Output, budget_ms: float, plan: Plan) -> None:
+    """The flow decode plan for this device, said on stderr."""
+    o.info(f"budget {budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
+           f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
+
+
+def budget_doc(budget_ms: float, plan: Plan) -> dict[str, Any]:
+    """The "budget" entry of the --json document of `run` / `profile`."""
+    return {"budget_ms": budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
+            "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
+
+
+def print_run(o: Output, result: dict[str, Any], title: str) -> None:
+    for w in result["warnings"]:
+        o.warn(w)
+    summary = {
+        "model": f"{result['model']} ({result['kind']})", "runtime": f"{result['runtime']} on {result['device']}",
+        "precision": result["precision"], "batch": result["batch"], "steps": result["steps"], "NFE": result["nfe"],
+        "runtime calls": result["runtime_calls"], "wall ms": result["wall_ms"],
+    }
+    summary |= {k: v for k, v in result["decode"].items() if k not in ("seed",)}
+    for k, v in (result["quality"] or {}).items():
+        summary[f"quality: {k}"] = v
+    o.pairs(title, summary)
+    if result.get("out") is not None:
+        o.line(f"wrote {result['out']}")

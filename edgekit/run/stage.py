@@ -1,0 +1,80 @@
+"""Decode a bundle's model once on a runtime: the host loop over the per-step network, a fused
+graph (``export --graph``), or a target's built engine."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit.build import select_engine
+from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.fused import decode_fused
+from edgekit.errors import UsageError
+from edgekit.evaluate import conditions, graph_batch, score
+from edgekit.runtimes import open_fused, open_runtime
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    runtime: str = "ort"  # ort | torch | trt
+    precision: str = "fp32"  # which artifact: fp32 | int8
+    seed: int = 0  # all decode noise (and demo conditions) derive from it
+    batch: int | None = None  # decode rows; None = the graph's static batch
+    cond: Mapping[str, str] = field(default_factory=dict)  # --cond NAME=VALUE (a number, or a .npy path)
+    decode: Mapping[str, Any] = field(default_factory=dict)  # decode options the user set (steps, solver, ...)
+    threads: int = 0  # runtime intra-op threads; 0 = runtime default
+    target: str | None = None  # a target name/TOML: its engine (edgekit build) instead of --runtime
+    rebuild: bool = False  # rebuild a stale engine for the target instead of refusing it
+    graph: str = "host"  # host: per-step network + host loop; step|unrolled: a fused graph (export --graph)
+
+
+def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
+    """Decode ``path``'s model once on ``req.runtime``; returns a summary with ``output`` and
+    ``cond`` arrays (not JSON) and the figures for the report."""
+    bundle = Bundle.load(path)
+    batch = req.batch or graph_batch(bundle)
+    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
+    cond = conditions(bundle, req.cond, batch, req.seed)
+    if req.graph == "host":
+        if req.target is not None:
+            rt = select_engine(bundle, req.target, req.precision, req.rebuild).open(threads=req.threads)
+        else:
+            rt = open_runtime(bundle, req.runtime, req.precision, threads=req.threads)
+        run = lambda: decode(bundle.kind, rt, bundle.meta, cond, cfg)  # noqa: E731
+    elif req.graph in ("step", "unrolled"):
+        if req.runtime != "ort" or req.precision != "fp32" or req.target is not None:
+            raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on ORT only; drop --runtime/--precision/--target")
+        rt, entry = open_fused(bundle, req.graph, threads=req.threads)
+        run = lambda: decode_fused(bundle.kind, rt, entry, cond, cfg)  # noqa: E731
+    else:
+        raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
+    with rt:
+        start = time.perf_counter_ns()
+        result = run()
+        wall_ms = (time.perf_counter_ns() - start) / 1e6
+        device = getattr(rt, "device", req.runtime)
+        warnings = list(getattr(rt, "warnings", []))
+    return {
+        "schema": "edgekit.run/1",
+        "bundle": str(bundle.root),
+        "model": bundle.name,
+        "kind": bundle.kind,
+        "runtime": req.runtime,
+        "graph": req.graph,
+        "device": device,
+        "precision": req.precision,
+        "batch": batch,
+        "seed": req.seed,
+        "decode": {k: v for k, v in vars(cfg).items()},
+        "steps": result.steps,
+        "nfe": result.nfe,
+        "runtime_calls": result.runtime_calls,
+        "wall_ms": wall_ms,
+        "quality": score(bundle, result.output, cond),
+        "warnings": warnings,
+        "output": result.output,
+        "cond": cond,
+    }
