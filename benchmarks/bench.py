@@ -3,7 +3,7 @@
     python benchmarks/bench.py [--out benchmarks/results/bench.json] [--bundles edgekit-demo]
 
 INT8/FP32 on ONNX Runtime, ONNX Runtime / torch eager, NAR (MaskGIT) / AR at L=256, the host
-overhead share of a decode and p99/p50, all from ``edgekit.profiler`` (same probes, same decode
+overhead share of a decode and p99/p50, all from ``edgekit.profile`` (same probes, same decode
 loops as ``edgekit profile``). Without --bundles the demo models are exported (batch 8) and
 quantized into a temp dir. A figure that cannot be measured here (no int8 artifact because the
 quantize stage failed, no torch) is printed and saved as "not measured" with the reason, never as
@@ -24,8 +24,8 @@ from edgekit.bundle import Bundle, now_iso
 from edgekit.output import Output
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.system import system_state
-from edgekit.profiler import ProfileConfig, profile_bundle
-from edgekit.report import crossover_lines, write_json
+from edgekit.profile import ProfileConfig, profile_bundle
+from edgekit.profile import crossover_lines, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fast_paths  # noqa: E402 - the sibling module, run as a script from any directory

@@ -20,7 +20,7 @@ from edgekit.bundle import Bundle
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.models.demo import build_module
-from edgekit.pipeline import evaluate
+from edgekit.evaluate import evaluate
 from edgekit.runtimes.torch_ref import TorchRuntime
 
 

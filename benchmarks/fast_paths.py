@@ -104,8 +104,9 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
     the bundle's decode defaults, same seed and conditions), interleaved; and each path's host
     overhead share (decode time outside ``Runtime.run`` / decode time)."""
     from edgekit.decode.dispatch import decode, decode_config
-    from edgekit.decode.fused import decode_fused, open_fused
-    from edgekit.pipeline import conditions
+    from edgekit.decode.fused import decode_fused
+    from edgekit.runtimes import open_fused
+    from edgekit.evaluate import conditions
     from edgekit.probes.latency import TimedRuntime
     from edgekit.runtimes import open_runtime
 
@@ -141,7 +142,7 @@ def rss_growth(masked: Path, precision: str, decodes: int, threads: int, warmup:
     every 10 % of the way: a leak grows along the series, a one-off (allocator arenas, numpy's
     caches settling; ~0.7 MiB in the first ~200 decodes here) does not, hence the long warm-up."""
     from edgekit.decode.dispatch import decode, decode_config
-    from edgekit.pipeline import conditions
+    from edgekit.evaluate import conditions
     from edgekit.probes.memory import RssTracker
     from edgekit.runtimes import open_runtime
 
@@ -176,9 +177,9 @@ def rss_growth(masked: Path, precision: str, decodes: int, threads: int, warmup:
 
 def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[tuple[str, float | None]]) -> dict[str, Any]:
     """For each solver and (time grid, sway coefficient): the fewest NFE whose final frames reach
-    ``target_db`` SNR vs the 128-NFE RK4 reference on that grid (decode.budget.measure_flow_quality;
+    ``target_db`` SNR vs the 128-NFE RK4 reference on that grid (run.budget.measure_flow_quality;
     one table per grid). The bundle's own quality table is left as it was."""
-    from edgekit.decode.budget import QualityConfig, measure_flow_quality
+    from edgekit.run.budget import QualityConfig, measure_flow_quality
 
     bundle = Bundle.load(flow)
     kept = bundle.manifest.get("flow_quality")
@@ -216,7 +217,7 @@ def nar_ar_at(masked: Path, ar: Path, length: int, precision: str, threads: int,
     """Median decode ms of MaskGIT (the bundle's K) and AR (``length`` tokens, KV cache) at
     ``length``, architecture-only models on ORT in ``precision`` (profiler.length_sweep)."""
     from edgekit.probes.latency import MeasureConfig
-    from edgekit.profiler import ProfileConfig, graph_batch, length_sweep
+    from edgekit.profile import ProfileConfig, graph_batch, length_sweep
 
     bundle, ar_bundle = Bundle.load(masked), Bundle.load(ar)
     steps = int(bundle.manifest.get("decode_defaults", {}).get("steps", 8))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny_models import tiny_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/ and run/)
+
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/edgekit-hypothesis")
 
 

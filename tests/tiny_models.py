@@ -1,5 +1,6 @@
 """Tiny flow and masked models (random weights, every parameter perturbed so no block is an
-identity) exported once per session: fused-graph and budget tests stay well under a minute."""
+identity) exported once per session: fused-graph and budget tests stay well under a minute.
+The fixtures are registered in tests/conftest.py."""
 
 from __future__ import annotations
 

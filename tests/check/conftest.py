@@ -104,7 +104,7 @@ def calibration_feeds(bundle, batches: int = 2) -> list[dict[str, np.ndarray]]:
     """The fp32 network's inputs at every step of real decodes (the issue-4 recipe, in small)."""
     from edgekit.check.metrics import RecordingRuntime
     from edgekit.decode.dispatch import decode, decode_config
-    from edgekit.pipeline import conditions, graph_batch
+    from edgekit.evaluate import conditions, graph_batch
     from edgekit.runtimes import open_runtime
 
     feeds: list[dict[str, np.ndarray]] = []

@@ -118,12 +118,12 @@ def test_table_printer_takes_a_json_round_tripped_document(bundle_with, capsys):
     """`edgekit deploy --command check` prints the remote --json document with the same printer:
     infinities arrive as strings there."""
     from edgekit.check import CheckConfig, check_bundle
-    from edgekit.cli import _print_check
+    from edgekit.check.render import print_check
     from edgekit.output import Output, _jsonable
 
     doc = check_bundle(bundle_with("flow", fp32_perturb=0.0), CheckConfig(n=2))
     doc = json.loads(json.dumps(_jsonable(doc)))
     assert doc["metrics"]["snr_db"] == "inf"  # an exact copy
-    _print_check(Output(), doc)
+    print_check(Output(), doc)
     out = capsys.readouterr().out
     assert "snr_db" in out and "PASS" in out and "velocity_snr_db_per_step: inf  inf  inf  inf" in out

@@ -75,13 +75,13 @@ def test_jetson_target_elsewhere_says_why():
 
 
 def test_power_probe_comes_from_probes_power_detect(monkeypatch):
-    import edgekit.probes.power as power
+    import edgekit.doctor.stage as doctor_stage
 
     class Fake(PowerSampler):
         probe = "rpi"
 
     asked = []
-    monkeypatch.setattr(power, "detect", lambda choice: asked.append(choice) or Fake())
+    monkeypatch.setattr(doctor_stage, "detect", lambda choice: asked.append(choice) or Fake())
     cache: dict = {}
     report = target_report(load_target("rpi5"), X86, CPU_ONLY_ENV, cache)
     assert report["power"] == {"probe": "rpi", "available": True, "reason": None} and asked == ["rpi"]

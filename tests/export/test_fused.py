@@ -47,7 +47,8 @@ def test_flow_step_wrapper_matches_host_loop(tiny_specs, solver, guidance):
 
 def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
     from edgekit.bundle import Bundle
-    from edgekit.decode.fused import decode_flow_fused, open_fused
+    from edgekit.decode.fused import decode_flow_fused
+    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
     from edgekit.runtimes import open_runtime
 
@@ -73,7 +74,8 @@ def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
 
 def test_masked_onnx_step_greedy_tokens_identical(tiny_specs, tiny_bundles):
     from edgekit.bundle import Bundle
-    from edgekit.decode.fused import decode_masked_fused, open_fused
+    from edgekit.decode.fused import decode_masked_fused
+    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
     from edgekit.runtimes import open_runtime
 
@@ -181,7 +183,8 @@ def test_masked_onnx_unrolled_greedy_tokens_identical_in_one_call(tiny_specs, ti
     from onnx import numpy_helper
 
     from edgekit.bundle import Bundle
-    from edgekit.decode.fused import decode_fused, open_fused
+    from edgekit.decode.fused import decode_fused
+    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
     from edgekit.runtimes import open_runtime
 
@@ -236,7 +239,7 @@ def test_cli_export_and_run_masked_unrolled(tmp_path):
     from edgekit.cli import app
 
     runner = CliRunner()
-    factory = f"{Path(__file__).with_name('conftest.py')}:tiny_masked_spec"
+    factory = f"{Path(__file__).resolve().parents[1] / 'tiny_models.py'}:tiny_masked_spec"
     bundle = tmp_path / "m"
     r = runner.invoke(app, ["export", factory, "-o", str(bundle), "--batch", "2", "--graph", "unrolled",
                             "--decode", "steps=4", "--json"], catch_exceptions=False)
@@ -261,7 +264,7 @@ def test_cli_export_and_run_masked_unrolled(tmp_path):
 
 def test_open_fused_on_an_ar_bundle_says_it_has_no_fused_graphs(demo_bundles):
     from edgekit.bundle import Bundle
-    from edgekit.decode.fused import open_fused
+    from edgekit.runtimes import open_fused
 
     with pytest.raises(UsageError, match="not available for a ar model; valid: host, none .*KV cache"):
         open_fused(Bundle.load(demo_bundles["ar"]), "step")

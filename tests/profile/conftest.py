@@ -145,7 +145,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def profile_doc(tiny) -> dict:
     """One profile of the fp32+int8 bundle against its AR sibling, with no sweep and no power."""
-    from edgekit.profiler import ProfileConfig, profile_bundle
+    from edgekit.profile import ProfileConfig, profile_bundle
 
     cfg = ProfileConfig(measure=FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=())
     return profile_bundle(tiny["masked8"], cfg)
@@ -154,8 +154,8 @@ def profile_doc(tiny) -> dict:
 @pytest.fixture(scope="session")
 def power_doc(tiny) -> dict:
     """A profile of the fp32 bundle with a constant 5 W sensor in place of the platform's."""
-    from edgekit.profiler import ProfileConfig, profile_bundle
+    from edgekit.profile import ProfileConfig, profile_bundle
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("edgekit.profiler.detect", lambda choice, root: ConstantSampler())
+        mp.setattr("edgekit.profile.measure.detect", lambda choice, root: ConstantSampler())
         return profile_bundle(tiny["masked"], ProfileConfig(measure=FAST, power="auto", idle_seconds=0.1))

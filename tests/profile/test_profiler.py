@@ -10,7 +10,7 @@ import pytest
 
 from edgekit.bundle import Bundle
 from edgekit.errors import BundleError, UsageError
-from edgekit.profiler import (
+from edgekit.profile import (
     ProfileConfig,
     crossover,
     length_sweep,
@@ -285,9 +285,9 @@ def test_crossover_estimates_are_finite_or_none(profile_doc):
 
 def test_demo_profile_writes_the_report_and_returns_the_tables(tiny, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    from edgekit.profiler import demo_profile
+    from edgekit.profile import demo_profile
 
-    monkeypatch.setattr("edgekit.profiler.DEMO_SWEEP_LENGTHS", ())  # no exports in a unit test
+    monkeypatch.setattr("edgekit.profile.demo.DEMO_SWEEP_LENGTHS", ())  # no exports in a unit test
     out = demo_profile({"masked": Bundle.load(tiny["masked8"]), "ar": tiny["ar"]}, tmp_path / "demo")
     assert out["html"] == str(tmp_path / "demo" / "report" / "profile.html")
     assert (tmp_path / "demo" / "report" / "profile.json").is_file()
@@ -297,14 +297,14 @@ def test_demo_profile_writes_the_report_and_returns_the_tables(tiny, tmp_path, m
 
 
 def test_bad_decode_override_fails_before_measuring(tiny, kit):
-    from edgekit.profiler import profile_bundle
+    from edgekit.profile import profile_bundle
 
     with pytest.raises(UsageError, match="schedule"):
         profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", decode={"schedule": "bogus"}))
 
 
 def test_decode_override_reaches_every_variant(tiny, kit):
-    from edgekit.profiler import profile_bundle
+    from edgekit.profile import profile_bundle
 
     doc = profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", steps=(2, 3), decode={"schedule": "linear"}))
     assert [v["decode_config"]["schedule"] for v in doc["variants"]] == ["linear", "linear"]

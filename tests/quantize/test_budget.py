@@ -122,14 +122,15 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
     8 bits cannot resolve 1000·t radians, so the output is ruined; the loop must find and float
     the culprits with ORT's qdq_loss_debug and end within a 30 dB budget."""
     ort = pytest.importorskip("onnxruntime")
+    from edgekit.quantize import graph as qgraph
     from edgekit.quantize import ptq
     from edgekit.quantize.budget import isolated_output_sqnr, node_sensitivity
     from edgekit.quantize.calibrate import calibration_reader
 
     model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
     cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
-    plan = ptq.analyse_graph(model, time_input="t")
-    chosen, floated = ptq.select_nodes(plan, cfg)
+    plan = qgraph.analyse_graph(model, time_input="t")
+    chosen, floated = qgraph.select_nodes(plan, cfg)
     assert {"sin", "cos", "time_mlp", "qk", "av", "ln", "softmax"} <= set(chosen) and not floated
     calib, held_out = tiny_feeds(16, seed=1), tiny_feeds(8, seed=2)
     reader = calibration_reader(calib)

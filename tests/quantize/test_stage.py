@@ -60,7 +60,7 @@ def test_manifest_records_config_calibration_budget_and_result(quantized, quant_
     int8_gemms = [r for r in q["selection"]["int8"] if r["op"] == "Gemm"]
     assert len(bias_dq) >= len(int8_gemms) >= 8, (len(bias_dq), len(int8_gemms))
     # The artifact is what `edgekit run --precision int8` opens.
-    from edgekit.pipeline import RunRequest, run_bundle
+    from edgekit.run import RunRequest, run_bundle
 
     result = run_bundle(bundle.root, RunRequest(precision="int8"))
     assert result["output"].shape == (2, 64)

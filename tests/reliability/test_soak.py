@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def _profiler_conftest():
     import importlib.util
 
-    conftest = Path(__file__).resolve().parents[1] / "profiler" / "conftest.py"
+    conftest = Path(__file__).resolve().parents[1] / "profile" / "conftest.py"
     spec = importlib.util.spec_from_file_location("profiler_conftest", conftest)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -57,9 +57,10 @@ def test_ar_ping_pong_decodes_do_not_grow_rss(tmp_path):
 def test_fused_step_decodes_do_not_grow_rss(tmp_path):
     """Tokens ping-pong through the fused masked step graph: 1,000 decodes stay under 1 MiB."""
     pytest.importorskip("torch")
-    from tests.fast.conftest import tiny_masked_spec
+    from tests.tiny_models import tiny_masked_spec
 
-    from edgekit.decode.fused import decode_fused, open_fused
+    from edgekit.decode.fused import decode_fused
+    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
     from edgekit.export.to_bundle import export_bundle
 

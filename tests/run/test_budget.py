@@ -1,4 +1,4 @@
-"""Latency-budgeted flow decoding (decode/budget.py) with a fake runtime of known per-call latency."""
+"""Latency-budgeted flow decoding (run/budget.py) with a fake runtime of known per-call latency."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class SleepyRuntime(BaseRuntime):
 @pytest.fixture(scope="module")
 def quality(tiny_bundles):
     from edgekit.bundle import Bundle
-    from edgekit.decode.budget import QualityConfig, measure_flow_quality
+    from edgekit.run.budget import QualityConfig, measure_flow_quality
 
     cfg = QualityConfig(steps=(1, 2, 4, 8), seeds=(0, 1))
     return measure_flow_quality(tiny_bundles["flow"], cfg, cond={"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}), Bundle
@@ -58,7 +58,7 @@ def test_quality_table_follows_the_sway_coefficient(tiny_bundles, tmp_path):
     (steps near t = 0 for s < 0, near t = 1 for s > 0), so the measured SNRs differ."""
     import shutil
 
-    from edgekit.decode.budget import QualityConfig, measure_flow_quality
+    from edgekit.run.budget import QualityConfig, measure_flow_quality
 
     path = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")  # the module fixture's table stays
     cond = {"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}
@@ -72,7 +72,7 @@ def test_quality_table_follows_the_sway_coefficient(tiny_bundles, tmp_path):
 
 def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(tiny_bundles, quality):
     from edgekit.bundle import Bundle
-    from edgekit.decode.budget import plan_for_budget
+    from edgekit.run.budget import plan_for_budget
     from edgekit.runtimes import open_runtime
 
     bundle = Bundle.load(tiny_bundles["flow"])
@@ -88,7 +88,7 @@ def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(
         # Headroom: any budget above 16 NFE at the measured latency (>= CALL_MS; a loaded CPU adds to it).
         solver, steps, expected_ms, snr = plan_for_budget(bundle.root, 1000.0, runtime=rt, measure_cfg=FAST)
     assert (solver, steps) == ("rk4", 4) and snr == pytest.approx(24 * np.log2(8))
-    from edgekit.decode.budget import choose
+    from edgekit.run.budget import choose
 
     table = Bundle.load(bundle.root).manifest["flow_quality"]["table"]
     per_nfe = expected_ms / 16
@@ -100,7 +100,7 @@ def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(
 
 
 def test_choose_prefers_fewer_nfe_on_equal_quality():
-    from edgekit.decode.budget import choose
+    from edgekit.run.budget import choose
 
     table = [{"solver": "heun", "steps": 2, "nfe": 4, "snr_db": 20.0}, {"solver": "euler", "steps": 2, "nfe": 2, "snr_db": 20.0}]
     assert choose(table, 1.0, 10.0).solver == "euler"

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from edgekit.bundle import Bundle
 from edgekit.cli import app
-from edgekit.pipeline import RunRequest, conditions, evaluate, run_bundle
+from edgekit.evaluate import conditions, evaluate
+from edgekit.run import RunRequest, run_bundle
 from edgekit.runtimes import open_runtime
 
 pytest.importorskip("torch")
