@@ -2,20 +2,34 @@
 
 An engine only runs on the TensorRT version and GPU (and, on Jetson, the L4T/JetPack release)
 that built it, so every ``.plan`` gets a sidecar ``<plan>.json`` (``EngineMetadata``) and
-``load_engine`` refuses, listing every reason, or rebuilds when asked. Written against the
-TensorRT 10 Python API; TensorRT 11 (no ``BuilderFlag.FP16/INT8``, strong typing by default) is
-detected with ``hasattr``. ``tensorrt``, ``torch`` and ``cuda-python`` are imported lazily.
+``load_engine`` refuses, listing every reason, or rebuilds when asked.
+
+Written against the name-based IO API that TensorRT 8.5 introduced (``execute_async_v3``,
+``set_tensor_address``), so it runs on JetPack 5 (8.5.2), JetPack 6.0 (8.6.2), JetPack 6.1/6.2
+(10.3) and x86 wheels (10.x, 11.x). What differs between them is detected with ``hasattr`` on
+the module, never from the version string alone (Polygraphy's way):
+
+- 8.x: the ONNX parser casts INT64 graph IO down to INT32, so ``TrtRuntime`` keeps the graph's
+  int64 contract and casts at the boundary (range-checked); no strongly typed networks, so an
+  explicitly quantized (Q/DQ) graph builds weakly typed with ``BuilderFlag.INT8`` set;
+  8.5 has no ``builder_optimization_level``.
+- 10.x: INT64 IO, ``STRONGLY_TYPED`` networks (a Q/DQ graph builds strongly typed by default).
+- 11.x: strongly typed only (no ``BuilderFlag.FP16/INT8``).
+
+``tensorrt``, ``torch`` and ``cuda-python`` are imported lazily.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import importlib
 import json
 import logging
 import math
 import os
+import weakref
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,7 +54,12 @@ log = logging.getLogger(__name__)
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 ENGINE_SCHEMA = "edgekit.engine/1"
 REBUILD_HINT = "pass --rebuild to rebuild it from the source ONNX (load_engine(..., rebuild=True))"
-_CUDA_HINT = "pip install 'edgekit[trt]' (brings cuda-python), or use a torch build with CUDA"
+_CUDA_HINT = (
+    "pip install 'edgekit[trt]' on x86 (brings cuda-python); on Jetson pip install the cuda-python of the "
+    "JetPack's CUDA major ('cuda-python>=12,<13' on JetPack 6, 'cuda-python>=11.8,<12' on JetPack 5), "
+    "or use a torch build with CUDA"
+)
+_INT32 = np.iinfo(np.int32)
 
 # ---------------------------------------------------------------------------------------------
 # Engine metadata: what an engine is tied to
@@ -68,15 +87,20 @@ class EngineMetadata:
     precision: str  # fp32 | fp16 | int8
     created: str  # ISO-8601, UTC
     edgekit_version: str | None = None
+    # IO dtypes of the source ONNX ({name: "int64", ...}): the contract callers feed, which
+    # TensorRT 8.x's engine may narrow (INT64 -> INT32). None in sidecars of older edgekits.
+    io_dtypes: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": ENGINE_SCHEMA, **asdict(self)}
+        doc = {"schema": ENGINE_SCHEMA, **asdict(self)}
+        doc["io_dtypes"] = dict(self.io_dtypes) if self.io_dtypes is not None else None
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "EngineMetadata":
         if doc.get("schema") != ENGINE_SCHEMA:
             raise BundleError(f"engine metadata schema {doc.get('schema')!r} is unknown; expected {ENGINE_SCHEMA!r}")
-        required = [f for f in cls.__dataclass_fields__ if f != "edgekit_version"]
+        required = [f for f in cls.__dataclass_fields__ if f not in ("edgekit_version", "io_dtypes")]
         missing = [f for f in required if f not in doc]
         if missing:
             raise BundleError(f"engine metadata lacks {missing}", hint=REBUILD_HINT)
@@ -179,10 +203,12 @@ class TrtBuildConfig:
     workspace_mib: int = 1024
     # File of persisted tactic timings: rebuilds on the same GPU go from minutes to seconds.
     timing_cache: str | None = None
-    # None = auto: True for QDQ graphs (TensorRT needs it for explicit quantization) and on
-    # TensorRT >= 11 (its default); precision then comes from the graph's types.
+    # None = auto: True for QDQ graphs where this TensorRT can build strongly typed networks
+    # (10.x) and always on 11.x (its only mode); 8.x builds QDQ graphs weakly typed with
+    # BuilderFlag.INT8. Strongly typed, precision comes from the graph's types.
     strongly_typed: bool | None = None
     # 0..5 (TensorRT default 3): higher searches more tactics for a faster engine, builds slower.
+    # TensorRT 8.5 has no such setting: ignored there with a warning.
     builder_optimization_level: int | None = None
 
     def __post_init__(self) -> None:
@@ -193,6 +219,41 @@ class TrtBuildConfig:
         level = self.builder_optimization_level
         if level is not None and level not in range(6):
             raise UsageError(f"builder_optimization_level {level!r} is invalid; valid: 0..5 or None")
+
+
+@dataclass(frozen=True)
+class TrtFeatures:
+    """What a TensorRT Python module offers that edgekit's build depends on (read with
+    ``hasattr``; ``for_version`` gives the documented answer for a version string)."""
+
+    version: str
+    strongly_typed: bool  # NetworkDefinitionCreationFlag.STRONGLY_TYPED (10.x+)
+    precision_flags: bool  # BuilderFlag.FP16 / INT8 (removed in 11.x)
+    weakly_typed: bool  # weakly typed networks exist (not in 11.x)
+    int64_io: bool  # DataType.INT64: engines keep INT64 IO (8.x casts it to INT32)
+
+    @classmethod
+    def of(cls, trt: Any) -> "TrtFeatures":
+        version = str(trt.__version__)
+        has_strong = hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+        return cls(version, has_strong, hasattr(trt.BuilderFlag, "FP16"), _major(version) < 11,
+                   hasattr(trt.DataType, "INT64"))
+
+    @classmethod
+    def for_version(cls, version: str) -> "TrtFeatures":
+        major = _major(version)
+        return cls(version, major >= 10, major < 11, major < 11, major >= 10)
+
+
+@dataclass(frozen=True)
+class BuildFlags:
+    """How ``build_engine`` sets up the network and builder config for one build."""
+
+    strongly_typed: bool
+    fp16: bool  # set BuilderFlag.FP16 (weakly typed fp16)
+    int8: bool  # set BuilderFlag.INT8 (weakly typed Q/DQ: TensorRT requires it for any quantization)
+    no_tf32: bool  # clear BuilderFlag.TF32: "fp32" means fp32 (TF32 rounds matmul inputs to 10 bits)
+    notes: tuple[str, ...] = ()  # facts about this engine's precision a user should know
 
 
 def onnx_has_qdq(model: Any) -> bool:
@@ -213,17 +274,13 @@ def _onnx_has_fp16(model: Any) -> bool:
 
 
 def resolve_build_flags(
-    cfg: TrtBuildConfig, model: Any, tensorrt_version: str, has_precision_flags: bool | None = None
-) -> tuple[bool, bool]:
-    """``(strongly_typed, set_fp16_flag)`` for ``model`` (an ``onnx.ModelProto``), or an error
-    when the precision asked for cannot come out of this graph on this TensorRT.
-
-    ``has_precision_flags``: whether ``trt.BuilderFlag.FP16`` still exists (None: TensorRT < 11)."""
-    major = int(tensorrt_version.split(".")[0])
-    if has_precision_flags is None:
-        has_precision_flags = major < 11
+    cfg: TrtBuildConfig, model: Any, tensorrt_version: str, features: TrtFeatures | None = None
+) -> BuildFlags:
+    """The network/config flags for building ``model`` (an ``onnx.ModelProto``) in
+    ``cfg.precision``, or an error when that precision cannot come out of this graph on this
+    TensorRT. ``features`` None: what ``tensorrt_version`` documents."""
+    f = features or TrtFeatures.for_version(tensorrt_version)
     has_qdq = onnx_has_qdq(model)
-    strongly = cfg.strongly_typed if cfg.strongly_typed is not None else (has_qdq or not has_precision_flags)
     if cfg.precision == "int8" and not has_qdq:
         raise EdgekitError(
             "precision int8 needs an explicitly quantized (QDQ) ONNX; this graph has no QuantizeLinear nodes",
@@ -233,19 +290,40 @@ def resolve_build_flags(
         raise EdgekitError(
             "this ONNX is quantized (QDQ) but precision fp32 was asked for", hint="build with precision int8"
         )
-    if cfg.precision != "fp16":
-        return strongly, False
-    if not strongly and has_precision_flags:
-        return strongly, True
-    if not _onnx_has_fp16(model):
-        weakly_possible = has_precision_flags and not has_qdq
-        raise EdgekitError(
-            f"precision fp16 on a strongly typed network (TensorRT {tensorrt_version}) comes from the graph's "
-            "types, and this ONNX has no float16 tensors",
-            hint="export an fp16 ONNX, or build fp32"
-            + (" (or pass strongly_typed=False for a graph without QDQ)" if weakly_possible else ""),
+    if cfg.strongly_typed is None:
+        strongly = not f.weakly_typed or (has_qdq and f.strongly_typed)
+    else:
+        strongly = cfg.strongly_typed
+    if strongly and not f.strongly_typed:
+        raise TargetUnavailable(
+            f"TensorRT {f.version} cannot build strongly typed networks (from 10.0)",
+            hint="leave strongly_typed unset: Q/DQ graphs then build weakly typed with the INT8 flag",
         )
-    return strongly, False
+    if not strongly and not f.weakly_typed:
+        raise UsageError(f"TensorRT {f.version} builds strongly typed networks only; strongly_typed=False is invalid")
+    notes: list[str] = []
+    fp16 = int8 = False
+    if cfg.precision == "int8":
+        if strongly:
+            notes.append(
+                "strongly typed INT8: only the layers inside Q/DQ pairs run in INT8; every other layer keeps the "
+                "graph's type (FP32 here), so an fp16 engine can be faster than this one: measure both"
+            )
+        else:
+            int8 = True
+            notes.append("weakly typed INT8 (BuilderFlag.INT8): layers outside Q/DQ pairs run in FP32")
+    elif cfg.precision == "fp16":
+        if not strongly and f.precision_flags:
+            fp16 = True
+        elif not _onnx_has_fp16(model):
+            weakly_possible = f.weakly_typed and f.precision_flags and not has_qdq
+            raise EdgekitError(
+                f"precision fp16 on a strongly typed network (TensorRT {f.version}) comes from the graph's "
+                "types, and this ONNX has no float16 tensors",
+                hint="export an fp16 ONNX, or build fp32"
+                + (" (or pass strongly_typed=False for a graph without QDQ)" if weakly_possible else ""),
+            )
+    return BuildFlags(strongly, fp16, int8, no_tf32=cfg.precision == "fp32", notes=tuple(notes))
 
 
 def build_engine(
@@ -256,29 +334,31 @@ def build_engine(
     l4t_path: str | Path = L4T_RELEASE_PATH,
     device: int = 0,
 ) -> EngineMetadata:
-    """Build a static-shape engine from ``onnx_path``, write ``plan_path`` and its sidecar atomically."""
+    """Build a static-shape engine from ``onnx_path`` on CUDA device ``device``, write
+    ``plan_path`` and its sidecar atomically."""
     onnx_path, plan_path = Path(onnx_path), Path(plan_path)
     model = load_onnx(onnx_path)
-    onnx_graph_specs(model, onnx_path)  # static shapes only: no optimization profile needed
+    graph_inputs, graph_outputs = onnx_graph_specs(model, onnx_path)  # static shapes only: no profile needed
+    io_dtypes = {n: s.dtype for n, s in (*graph_inputs.items(), *graph_outputs.items())}
     trt = require("tensorrt")
     host = host_metadata(l4t_path, device)
-    strongly, fp16_flag = resolve_build_flags(cfg, model, host.tensorrt_version, hasattr(trt.BuilderFlag, "FP16"))
+    features = TrtFeatures.of(trt)
+    flags = resolve_build_flags(cfg, model, host.tensorrt_version, features)
     del model
+    for note in flags.notes:
+        log.info("%s: %s", plan_path.name, note)
 
+    # TensorRT builds for the current CUDA device: make it device N before touching the builder.
+    select_device(device)
     logger = _make_logger(trt)
     builder = trt.Builder(logger)
-    flags = 0
+    network_flags = 0
     creation = trt.NetworkDefinitionCreationFlag
-    if strongly:
-        if not hasattr(creation, "STRONGLY_TYPED"):
-            raise TargetUnavailable(
-                f"TensorRT {host.tensorrt_version} cannot build strongly typed networks (QDQ graphs)",
-                hint="use TensorRT >= 10",
-            )
-        flags |= 1 << int(creation.STRONGLY_TYPED)
-    if int(host.tensorrt_version.split(".")[0]) < 10 and hasattr(creation, "EXPLICIT_BATCH"):
-        flags |= 1 << int(creation.EXPLICIT_BATCH)  # implicit by default (and deprecated) from 10
-    network = builder.create_network(flags)
+    if flags.strongly_typed:
+        network_flags |= 1 << int(creation.STRONGLY_TYPED)
+    if not features.strongly_typed and hasattr(creation, "EXPLICIT_BATCH"):
+        network_flags |= 1 << int(creation.EXPLICIT_BATCH)  # 8.x: implicit batch unless asked; 10+: ignored
+    network = builder.create_network(network_flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
@@ -289,12 +369,20 @@ def build_engine(
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, cfg.workspace_mib << 20)
-    if fp16_flag:
+    if flags.fp16:
         config.set_flag(trt.BuilderFlag.FP16)
+    if flags.int8:
+        config.set_flag(trt.BuilderFlag.INT8)
+    if flags.no_tf32 and hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)
     if cfg.builder_optimization_level is not None:
-        config.builder_optimization_level = cfg.builder_optimization_level
-    if cfg.timing_cache is not None:
-        _load_timing_cache(config, Path(cfg.timing_cache), logger)
+        # Added in 8.6: on 8.5 the attribute does not exist (Polygraphy guards it the same way).
+        try:
+            config.builder_optimization_level = cfg.builder_optimization_level
+        except AttributeError:
+            log.warning("TensorRT %s has no builder_optimization_level; building with its default tactics",
+                        host.tensorrt_version)
+    cache = _load_timing_cache(config, Path(cfg.timing_cache), logger) if cfg.timing_cache is not None else False
 
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
@@ -303,8 +391,10 @@ def build_engine(
             f"{' | '.join(logger.errors[-5:]) or 'see the TensorRT log'}",
             hint="try a larger workspace_mib, or precision fp32 to isolate the failing layer",
         )
-    if cfg.timing_cache is not None:
-        _write_atomic(Path(cfg.timing_cache), memoryview(config.get_timing_cache().serialize()))
+    if cache:
+        updated = config.get_timing_cache()
+        if updated is not None:
+            _write_atomic(Path(cfg.timing_cache), memoryview(updated.serialize()))
 
     meta = EngineMetadata(
         tensorrt_version=host.tensorrt_version,
@@ -315,6 +405,7 @@ def build_engine(
         precision=cfg.precision,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         edgekit_version=_edgekit_version(),
+        io_dtypes=io_dtypes,
     )
     # A plan without a sidecar is refused at load: never leave a new plan next to an old sidecar.
     sidecar_path(plan_path).unlink(missing_ok=True)
@@ -323,12 +414,46 @@ def build_engine(
     return meta
 
 
-def _load_timing_cache(config: Any, path: Path, logger: Any) -> None:
+def _load_timing_cache(config: Any, path: Path, logger: Any) -> bool:
+    """Give ``config`` the timing cache in ``path`` (or a fresh one when it is absent or was made
+    by another TensorRT/GPU); False when TensorRT gave no cache at all (build without one).
+
+    ``create_timing_cache`` returns None for bytes it cannot read (NVIDIA's samples check it)
+    and logs an error first; the errors a rejected cache logs are dropped from ``logger.errors``
+    so they do not end up in the message of a later, unrelated failure."""
+    mark = len(logger.errors)
     data = path.read_bytes() if path.is_file() else b""
-    if not config.set_timing_cache(config.create_timing_cache(data), False):
-        log.warning("timing cache %s was made by another TensorRT/GPU; starting a fresh one", path)
-        logger.errors.clear()
-        config.set_timing_cache(config.create_timing_cache(b""), False)
+    cache = config.create_timing_cache(data) if data else None
+    if cache is not None and config.set_timing_cache(cache, False):
+        return True
+    if data:
+        log.warning("timing cache %s was made by another TensorRT version or GPU; starting a fresh one", path)
+    del logger.errors[mark:]
+    fresh = config.create_timing_cache(b"")
+    if fresh is None or not config.set_timing_cache(fresh, False):
+        log.warning("TensorRT gave no timing cache; building without %s", path)
+        del logger.errors[mark:]
+        return False
+    return True
+
+
+def select_device(device: int) -> None:
+    """Make CUDA device ``device`` current for this thread: TensorRT builds for, deserializes on
+    and enqueues to the current device."""
+    torch = _import_optional("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.set_device(device)
+        return
+    cudart = _import_cudart()
+    if cudart is None:
+        raise MissingDependency("selecting a CUDA device needs torch with CUDA or cuda-python; neither is usable",
+                                hint=_CUDA_HINT)
+    _cuda_device_count_or_raise(cudart)
+    _cuda_check(cudart.cudaSetDevice(device))
+
+
+def _major(version: str) -> int:
+    return int(str(version).split(".")[0])
 
 
 def engine_mismatches(
@@ -390,7 +515,11 @@ def load_engine(
             build_config = TrtBuildConfig(precision=precision or (old.precision if old else "fp32"))
         log.warning("rebuilding %s from %s: %s", plan_path, source_onnx, "; ".join(reasons))
         build_engine(source_onnx, plan_path, build_config, l4t_path=l4t_path, device=device)
-    return TrtRuntime(plan_path, device=device)
+    io_dtypes = None
+    if source_onnx is not None:
+        inputs, outputs = onnx_graph_specs(load_onnx(source_onnx), source_onnx)
+        io_dtypes = {n: s.dtype for n, s in (*inputs.items(), *outputs.items())}
+    return TrtRuntime(plan_path, device=device, io_dtypes=io_dtypes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,18 +531,45 @@ class TrtRuntime(BaseRuntime):
 
     Each ``run`` copies the feeds to the device, enqueues the engine and copies the outputs into
     preallocated pinned host arrays, which ``run`` returns and reuses on the next call (copy what
-    you keep). ``load_engine`` checks the engine against this host first; this class does not."""
+    you keep). Returned arrays stay readable after ``close()``: their memory is freed when the
+    last of them is gone. ``load_engine`` checks the engine against this host first; this class
+    does not.
+
+    ``io_dtypes`` (default: the sidecar's record of the source ONNX) is the dtype contract
+    callers see. TensorRT 8.x engines run INT64 graph IO as INT32; such a tensor keeps its int64
+    spec here and is cast at the boundary: feeds are range-checked, then narrowed into a pinned
+    int32 buffer; outputs are widened into a preallocated int64 array."""
 
     name = "trt"
 
-    def __init__(self, plan_path: str | Path, device: int = 0):
+    def __init__(self, plan_path: str | Path, device: int = 0, *, io_dtypes: Mapping[str, str] | None = None):
         super().__init__({}, {})
         trt = require("tensorrt")
         self.plan_path = Path(plan_path)
         if not self.plan_path.is_file():
             raise EdgekitError(f"trt: no engine at {self.plan_path}", hint="build it first (edgekit build)")
         self.metadata = _read_metadata_or_none(self.plan_path)
+        if io_dtypes is None and self.metadata is not None:
+            io_dtypes = self.metadata.io_dtypes
+        self._tensorrt_version = str(trt.__version__)
+        self.context = self.engine = self._trt_runtime = None
+        self._device_buffers: dict[str, Any] = {}
+        self._host_buffers: dict[str, Any] = {}
+        self._host_outputs: dict[str, np.ndarray] = {}
+        self._narrow_inputs: dict[str, np.ndarray] = {}  # int64 feed -> pinned int32 staging array
+        self._widen_outputs: dict[str, np.ndarray] = {}  # int32 engine output -> int64 array returned
         self._cuda = _cuda_backend(device)
+        try:
+            self._load(trt, dict(io_dtypes or {}))
+        except BaseException:
+            # Nothing of a half-built runtime may outlive it: stream, device and pinned memory.
+            self._close_impl()
+            raise
+        self.device = f"cuda:{device}"
+
+    def _load(self, trt: Any, io_dtypes: dict[str, str]) -> None:
+        cuda = self._cuda
+        cuda.make_current()  # the engine deserializes onto the current device
         self._logger = _make_logger(trt)
         self._trt_runtime = trt.Runtime(self._logger)
         self.engine = self._trt_runtime.deserialize_cuda_engine(self.plan_path.read_bytes())
@@ -426,38 +582,74 @@ class TrtRuntime(BaseRuntime):
         self.context = self.engine.create_execution_context()
         if self.context is None:
             raise EdgekitError(f"trt: cannot create an execution context for {self.plan_path} (out of GPU memory?)")
-        self.inputs, self.outputs = _engine_specs(trt, self.engine, self.plan_path)
+        engine_inputs, engine_outputs = _engine_specs(trt, self.engine, self.plan_path)
+        self.inputs, self.outputs = dict(engine_inputs), dict(engine_outputs)
+        for specs in (self.inputs, self.outputs):
+            for name, spec in specs.items():
+                if spec.dtype == "int32" and io_dtypes.get(name) == "int64":
+                    specs[name] = dataclasses.replace(spec, dtype="int64")  # TensorRT 8.x narrowed it
 
-        self._device_buffers: dict[str, Any] = {}
-        for name, spec in (*self.inputs.items(), *self.outputs.items()):
-            buffer = self._cuda.alloc(spec.shape, spec.dtype)
+        for name, spec in (*engine_inputs.items(), *engine_outputs.items()):
+            buffer = cuda.alloc(spec.shape, spec.dtype)
             self._device_buffers[name] = buffer
-            if not self.context.set_tensor_address(name, self._cuda.ptr(buffer)):
-                raise RuntimeError(f"set_tensor_address failed for {name!r}")
-        self._host_buffers = {n: self._cuda.alloc_host(s.shape, s.dtype) for n, s in self.outputs.items()}
-        self._host_outputs = {n: self._cuda.host_array(b) for n, b in self._host_buffers.items()}
-        self.device = f"cuda:{device}"
+            if not self.context.set_tensor_address(name, cuda.ptr(buffer)):
+                raise EdgekitError(f"trt: set_tensor_address failed for {name!r} of {self.plan_path}")
+        for name, spec in engine_inputs.items():
+            if self.inputs[name].dtype != spec.dtype:
+                self._narrow_inputs[name] = cuda.host_array(cuda.alloc_host(spec.shape, spec.dtype))
+        for name, spec in engine_outputs.items():
+            self._host_buffers[name] = cuda.alloc_host(spec.shape, spec.dtype)
+            host = cuda.host_array(self._host_buffers[name])
+            if self.outputs[name].dtype != spec.dtype:
+                self._widen_outputs[name] = np.empty(spec.shape, self.outputs[name].dtype)
+                self._host_outputs[name] = self._widen_outputs[name]
+            else:
+                self._host_outputs[name] = host
+        self._engine_host = {n: cuda.host_array(b) for n, b in self._host_buffers.items()}
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cuda = self._cuda
+        cuda.make_current()
         for name in self.inputs:
-            cuda.htod(self._device_buffers[name], np.ascontiguousarray(feeds[name]))
+            feed = feeds[name]
+            staging = self._narrow_inputs.get(name)
+            if staging is not None:
+                _check_int32_range(name, feed, self._tensorrt_version)
+                np.copyto(staging, feed, casting="unsafe")
+                feed = staging
+            cuda.htod(self._device_buffers[name], np.ascontiguousarray(feed))
         if not self.context.execute_async_v3(cuda.stream_handle):
             raise EdgekitError(f"trt: execute_async_v3 failed: {' | '.join(self._logger.errors[-3:])}")
         for name, host in self._host_buffers.items():
             cuda.dtoh(host, self._device_buffers[name])
         cuda.synchronize()
+        for name, wide in self._widen_outputs.items():
+            np.copyto(wide, self._engine_host[name])
         return dict(self._host_outputs)
 
     def _close_impl(self) -> None:
         # Context before engine before runtime, and all of them before the memory they point at.
+        # Pinned host memory is not freed here: arrays run() returned may still view it; it goes
+        # when the last of them does (see _CudaPython.alloc_host).
         self.context = None
         self.engine = None
         self._trt_runtime = None
         self._host_outputs = {}
+        self._engine_host = {}
         self._host_buffers = {}
+        self._narrow_inputs = {}
+        self._widen_outputs = {}
         self._device_buffers = {}
         self._cuda.close()
+
+
+def _check_int32_range(name: str, feed: np.ndarray, version: str) -> None:
+    if feed.size and (int(feed.min()) < _INT32.min or int(feed.max()) > _INT32.max):
+        raise EdgekitError(
+            f"trt: feed {name!r} has values in [{int(feed.min())}, {int(feed.max())}], outside int32; TensorRT "
+            f"{version} runs this engine's int64 inputs as int32 (its ONNX parser casts INT64 down)",
+            hint="keep token ids and positions below 2**31, or use TensorRT >= 10, which keeps INT64",
+        )
 
 
 def _engine_specs(trt: Any, engine: Any, source: Path) -> tuple[dict, dict]:
@@ -477,19 +669,32 @@ def _trt_dtype_names(trt: Any) -> dict[Any, str]:
     return {getattr(trt.DataType, k): v for k, v in pairs.items() if hasattr(trt.DataType, k)}
 
 
-def _make_logger(trt: Any) -> Any:
-    """A TensorRT logger that forwards to ``logging`` and keeps errors for our messages."""
+def _make_logger(trt: Any, min_severity: Any = None) -> Any:
+    """A TensorRT logger that forwards to ``logging`` and keeps errors for our messages.
+
+    TensorRT calls ``log`` for every message, thousands of VERBOSE ones per build: below
+    ``min_severity`` (default WARNING, or VERBOSE when this module logs at DEBUG) a message is
+    dropped by one integer comparison before any formatting or ``logging`` call."""
+    severity = trt.ILogger.Severity
+    if min_severity is None:
+        min_severity = severity.VERBOSE if log.isEnabledFor(logging.DEBUG) else severity.WARNING
+    threshold = int(min_severity)
+    error_levels = (int(severity.INTERNAL_ERROR), int(severity.ERROR))
+    warning_level = int(severity.WARNING)
 
     class _Logger(trt.ILogger):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.errors: list[str] = []
 
-        def log(self, severity: Any, msg: str) -> None:
-            if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
+        def log(self, level: Any, msg: str) -> None:
+            level = int(level)
+            if level > threshold:
+                return
+            if level in error_levels:
                 self.errors.append(msg)
                 log.error("TensorRT: %s", msg)
-            elif severity == trt.ILogger.Severity.WARNING:
+            elif level == warning_level:
                 log.warning("TensorRT: %s", msg)
             else:
                 log.debug("TensorRT: %s", msg)
@@ -514,11 +719,17 @@ def _cuda_backend(device: int) -> Any:
 
 
 class _TorchCuda:
+    """Device buffers and pinned host tensors from torch; a returned numpy array keeps its host
+    tensor alive (``Tensor.numpy()`` shares memory and holds a reference)."""
+
     def __init__(self, torch: Any, device: int):
         self.torch = torch
         self.device = torch.device("cuda", device)
         self.stream = torch.cuda.Stream(device=self.device)
         self.stream_handle = self.stream.cuda_stream
+
+    def make_current(self) -> None:
+        self.torch.cuda.set_device(self.device)
 
     def _dtype(self, dtype: str) -> Any:
         return getattr(self.torch, "bool" if dtype == "bool" else dtype)
@@ -551,14 +762,22 @@ class _TorchCuda:
 
 
 class _CudaPython:
+    """cuda-python's runtime API. Device memory is freed by ``close``; pinned host memory is
+    freed only when the last numpy array viewing it is gone (a finalizer on the ctypes buffer
+    every such array keeps as its base), since ``run()`` hands those arrays to the caller."""
+
     def __init__(self, cudart: Any, device: int):
         self.cudart = cudart
+        self.device_index = device
+        self.stream = None
+        self._device_ptrs: list[int] = []
         _cuda_device_count_or_raise(cudart)
         _cuda_check(cudart.cudaSetDevice(device))
         self.stream = _cuda_check(cudart.cudaStreamCreate())
         self.stream_handle = int(self.stream)
-        self._device_ptrs: list[int] = []
-        self._host_ptrs: list[int] = []
+
+    def make_current(self) -> None:
+        _cuda_check(self.cudart.cudaSetDevice(self.device_index))
 
     def alloc(self, shape: tuple[int, ...], dtype: str) -> tuple[int, int]:
         nbytes = max(1, math.prod(shape) * np.dtype(dtype).itemsize)
@@ -573,8 +792,10 @@ class _CudaPython:
         count = math.prod(shape)
         nbytes = max(1, count * np.dtype(dtype).itemsize)
         ptr = int(_cuda_check(self.cudart.cudaMallocHost(nbytes)))
-        self._host_ptrs.append(ptr)
         raw = (ctypes.c_byte * nbytes).from_address(ptr)
+        # Every array made from raw keeps raw alive (its .base chain), so the memory is freed
+        # after the last view, not at close(). Not at interpreter exit: the process frees it.
+        weakref.finalize(raw, _free_host, self.cudart, ptr).atexit = False
         return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
 
     def host_array(self, buffer: np.ndarray) -> np.ndarray:
@@ -594,12 +815,14 @@ class _CudaPython:
     def close(self) -> None:
         for ptr in self._device_ptrs:
             self.cudart.cudaFree(ptr)
-        for ptr in self._host_ptrs:
-            self.cudart.cudaFreeHost(ptr)
-        self._device_ptrs, self._host_ptrs = [], []
+        self._device_ptrs = []
         if self.stream is not None:
             self.cudart.cudaStreamDestroy(self.stream)
             self.stream = None
+
+
+def _free_host(cudart: Any, ptr: int) -> None:
+    cudart.cudaFreeHost(ptr)
 
 
 def _import_optional(module: str) -> Any:

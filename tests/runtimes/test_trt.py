@@ -4,20 +4,24 @@ engine, run it and compare with ONNX Runtime. TensorRT is only ever imported ins
 
 from __future__ import annotations
 
-import importlib
 import json
+import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.errors import BundleError, EdgekitError, MissingDependency, UsageError
 from edgekit.runtimes._specs import load_onnx
 from edgekit.runtimes.trt import (
+    BuildFlags,
     EngineMetadata,
     HostMetadata,
     TrtBuildConfig,
+    TrtRuntime,
     build_engine,
     check_compatible,
     host_metadata,
@@ -44,6 +48,7 @@ META = EngineMetadata(
     edgekit_version="0.1.0",
 )
 TRT_MISSING_HINT = "pip install 'edgekit[trt]'"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -62,12 +67,18 @@ def fake_engine(tmp_path, matmul_add_onnx):
     return plan
 
 
-def test_modules_import_without_heavy_dependencies(monkeypatch):
-    for heavy in ("tensorrt", "torch", "onnxruntime", "onnx", "cuda", "cuda.bindings", "cuda.bindings.runtime"):
-        monkeypatch.setitem(sys.modules, heavy, None)
-    for name in ("_specs", "ort", "torch_ref", "trt"):
-        monkeypatch.delitem(sys.modules, f"edgekit.runtimes.{name}", raising=False)
-        importlib.import_module(f"edgekit.runtimes.{name}")
+def test_modules_import_without_heavy_dependencies():
+    # In a fresh interpreter: re-importing edgekit.runtimes.trt here would leave the package
+    # attribute edgekit.runtimes.trt pointing at a second module object that other tests'
+    # monkeypatches never reach (tests must pass alone and in any order).
+    code = (
+        "import sys\n"
+        "for heavy in ('tensorrt', 'torch', 'onnxruntime', 'onnx', 'cuda', 'cuda.bindings', 'cuda.bindings.runtime'):\n"
+        "    sys.modules[heavy] = None\n"
+        "import edgekit.runtimes._specs, edgekit.runtimes.ort, edgekit.runtimes.torch_ref, edgekit.runtimes.trt\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_metadata_round_trips_through_json_and_the_sidecar(tmp_path):
@@ -183,16 +194,32 @@ def test_qdq_graph_is_detected(qdq_onnx, matmul_add_onnx):
 @pytest.mark.parametrize(
     "graph, cfg, version, flags",
     [
-        ("qdq", TrtBuildConfig(precision="int8"), "10.3.0", (True, False)),  # QDQ -> strongly typed
-        ("plain", TrtBuildConfig(), "10.3.0", (False, False)),
-        ("plain", TrtBuildConfig(precision="fp16"), "10.3.0", (False, True)),  # BuilderFlag.FP16
-        ("plain", TrtBuildConfig(), "11.0.0", (True, False)),  # strong typing is TensorRT 11's default
-        ("qdq", TrtBuildConfig(precision="int8", strongly_typed=False), "10.3.0", (False, False)),
+        # (strongly typed, BuilderFlag.FP16, BuilderFlag.INT8, clear TF32)
+        ("qdq", TrtBuildConfig(precision="int8"), "10.3.0", (True, False, False, False)),  # QDQ -> strongly typed
+        ("plain", TrtBuildConfig(), "10.3.0", (False, False, False, True)),
+        ("plain", TrtBuildConfig(precision="fp16"), "10.3.0", (False, True, False, False)),
+        ("plain", TrtBuildConfig(), "11.0.0", (True, False, False, True)),  # strong typing is TensorRT 11's only mode
+        # Weakly typed Q/DQ needs BuilderFlag.INT8 ("to enable any quantization operations").
+        ("qdq", TrtBuildConfig(precision="int8", strongly_typed=False), "10.3.0", (False, False, True, False)),
+        ("qdq", TrtBuildConfig(precision="int8"), "8.6.2", (False, False, True, False)),  # JetPack 6.0
+        ("qdq", TrtBuildConfig(precision="int8"), "8.5.2", (False, False, True, False)),  # JetPack 5
+        ("plain", TrtBuildConfig(precision="fp16"), "8.5.2", (False, True, False, False)),
     ],
 )
-def test_strongly_typed_auto_decision(qdq_onnx, matmul_add_onnx, graph, cfg, version, flags):
+def test_build_flags_per_version(qdq_onnx, matmul_add_onnx, graph, cfg, version, flags):
     model = load_onnx(qdq_onnx if graph == "qdq" else matmul_add_onnx)
-    assert resolve_build_flags(cfg, model, version) == flags
+    got = resolve_build_flags(cfg, model, version)
+    assert (got.strongly_typed, got.fp16, got.int8, got.no_tf32) == flags
+
+
+def test_strongly_typed_int8_says_what_stays_fp32(qdq_onnx):
+    notes = resolve_build_flags(TrtBuildConfig(precision="int8"), load_onnx(qdq_onnx), "10.3.0").notes
+    assert any("only the layers inside Q/DQ pairs run in INT8" in n and "measure" in n for n in notes)
+
+
+def test_strong_typing_asked_of_tensorrt_8_is_refused(qdq_onnx):
+    with pytest.raises(EdgekitError, match="8.6.2 cannot build strongly typed networks"):
+        resolve_build_flags(TrtBuildConfig(precision="int8", strongly_typed=True), load_onnx(qdq_onnx), "8.6.2")
 
 
 @pytest.mark.parametrize(
@@ -213,6 +240,204 @@ def test_build_config_rejects_bad_values():
         TrtBuildConfig(precision="bf16")
     with pytest.raises(UsageError, match="0..5"):
         TrtBuildConfig(builder_optimization_level=9)
+
+
+# --- against the recording fakes of tensorrt 8.5 / 8.6 / 10.3 / 11.1 and cuda-python ---------
+
+
+from tests.fakes.trt_bindings import POISON, VERSIONS, install  # noqa: E402
+
+
+@pytest.fixture(params=VERSIONS)
+def fake_trt(request, monkeypatch):
+    return install(monkeypatch, request.param)
+
+
+@pytest.fixture
+def tokens_onnx(write_onnx):
+    """tokens int64[2,8] -> logits float32[2,8,16] = emb[tokens] @ W, and best int64[2,8] =
+    argmax(logits): int64 both ways, as the masked and AR graphs have."""
+    rng = np.random.default_rng(0)
+    return write_onnx(
+        "tokens.onnx",
+        [
+            helper.make_node("Gather", ["emb", "tokens"], ["h"]),
+            helper.make_node("MatMul", ["h", "W"], ["logits"]),
+            helper.make_node("ArgMax", ["logits"], ["best"], axis=-1, keepdims=0),
+        ],
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [2, 8])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 8, 16]),
+            helper.make_tensor_value_info("best", TensorProto.INT64, [2, 8]),
+        ],
+        [
+            numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "emb"),
+            numpy_helper.from_array(rng.standard_normal((4, 16)).astype(np.float32), "W"),
+        ],
+    )
+
+
+def ort_run(path, feeds):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def test_int64_tokens_run_on_every_tensorrt(fake_trt, tmp_path, tokens_onnx):
+    plan = tmp_path / "tokens.plan"
+    meta = build_engine(tokens_onnx, plan)
+    assert meta.io_dtypes == {"tokens": "int64", "logits": "float32", "best": "int64"}
+    tokens = (np.arange(16, dtype=np.int64).reshape(2, 8) * 7) % 16
+    with load_engine(plan, tokens_onnx) as rt:
+        # The loops feed int64 whatever the engine holds: TensorRT 8.x narrowed it to INT32.
+        assert rt.inputs["tokens"].dtype == "int64" and rt.outputs["best"].dtype == "int64"
+        engine_dtype = rt.engine.get_tensor_dtype("tokens").name
+        assert engine_dtype == ("INT32" if fake_trt.version.startswith("8.") else "INT64")
+        got, expected = rt.run({"tokens": tokens}), ort_run(tokens_onnx, {"tokens": tokens})
+        np.testing.assert_allclose(got["logits"], expected["logits"], rtol=1e-6, atol=1e-6)
+        assert got["best"].dtype == np.int64 and np.array_equal(got["best"], expected["best"])
+
+
+@pytest.mark.parametrize("version", ["8.5.2.2", "8.6.2.3"])
+def test_int64_feeds_outside_int32_are_refused_on_tensorrt_8(monkeypatch, tmp_path, tokens_onnx, version):
+    install(monkeypatch, version)
+    build_engine(tokens_onnx, tmp_path / "tokens.plan")
+    with TrtRuntime(tmp_path / "tokens.plan") as rt:
+        with pytest.raises(EdgekitError, match=r"feed 'tokens' has values in \[0, 4294967296\], outside int32.*casts INT64 down"):
+            rt.run({"tokens": np.full((2, 8), 2**32, np.int64) * np.eye(2, 8, dtype=np.int64)})
+
+
+def test_an_engine_without_recorded_io_dtypes_keeps_the_engine_dtype(monkeypatch, tmp_path, tokens_onnx):
+    install(monkeypatch, "8.6.2.3")
+    plan = tmp_path / "tokens.plan"
+    build_engine(tokens_onnx, plan)
+    write_metadata(plan, replace(read_metadata(plan), io_dtypes=None))  # an older edgekit's sidecar
+    with TrtRuntime(plan) as rt:
+        assert rt.inputs["tokens"].dtype == "int32"
+    with load_engine(plan, tokens_onnx) as rt:  # the source ONNX restores the contract
+        assert rt.inputs["tokens"].dtype == "int64"
+
+
+def test_qdq_int8_sets_the_int8_flag_where_weakly_typed(fake_trt, tmp_path, qdq_onnx, x_feed):
+    plan = tmp_path / "qdq.plan"
+    build_engine(qdq_onnx, plan, TrtBuildConfig(precision="int8"))
+    major = int(fake_trt.version.split(".")[0])
+    assert (("set_flag", "INT8") in fake_trt.calls) == (major < 10)
+    assert json.loads(plan.read_bytes())["strongly_typed"] == (major >= 10)
+    with load_engine(plan, qdq_onnx, precision="int8") as rt:
+        np.testing.assert_allclose(rt.run({"x": x_feed})["y"], ort_run(qdq_onnx, {"x": x_feed})["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_fp32_builds_turn_tf32_off_and_fp16_builds_set_fp16(monkeypatch, tmp_path, matmul_add_onnx):
+    fake = install(monkeypatch, "10.3.0")
+    build_engine(matmul_add_onnx, tmp_path / "fp32.plan")
+    assert ("clear_flag", "TF32") in fake.calls and json.loads((tmp_path / "fp32.plan").read_bytes())["flags"] == []
+    fake.calls.clear()
+    build_engine(matmul_add_onnx, tmp_path / "fp16.plan", TrtBuildConfig(precision="fp16"))
+    assert ("set_flag", "FP16") in fake.calls and ("clear_flag", "TF32") not in fake.calls
+
+
+@pytest.mark.parametrize("version, applied", [("8.5.2.2", False), ("8.6.2.3", True), ("10.3.0", True)])
+def test_builder_optimization_level_is_guarded(monkeypatch, tmp_path, matmul_add_onnx, caplog, version, applied):
+    install(monkeypatch, version)
+    build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(builder_optimization_level=5))
+    warned = any("has no builder_optimization_level" in r.message for r in caplog.records)
+    assert warned == (not applied)
+
+
+def test_timing_cache_is_written_reused_and_a_foreign_one_replaced(monkeypatch, tmp_path, matmul_add_onnx, caplog):
+    fake = install(monkeypatch, "10.3.0")
+    cache = tmp_path / "timing.cache"
+    cfg = TrtBuildConfig(timing_cache=str(cache))
+    build_engine(matmul_add_onnx, tmp_path / "a.plan", cfg)
+    assert json.loads(cache.read_bytes()) == {"version": "10.3.0", "device": "Orin", "entries": 1}
+    build_engine(matmul_add_onnx, tmp_path / "b.plan", cfg)
+    assert json.loads(cache.read_bytes())["entries"] == 2  # reused, not replaced
+    cache.write_text(json.dumps({"version": "8.6.2.3", "device": "Orin", "entries": 9}))
+    build_engine(matmul_add_onnx, tmp_path / "c.plan", cfg)  # create_timing_cache returns None for it
+    assert json.loads(cache.read_bytes()) == {"version": "10.3.0", "device": "Orin", "entries": 1}
+    assert any("made by another TensorRT version or GPU" in r.message for r in caplog.records)
+    assert ("create_timing_cache", 0) in fake.calls
+
+
+def test_a_foreign_timing_cache_does_not_leak_into_a_later_error(monkeypatch, tmp_path, qdq_onnx):
+    install(monkeypatch, "8.6.2.3")
+    cache = tmp_path / "timing.cache"
+    cache.write_text(json.dumps({"version": "8.5.2.2", "device": "Orin", "entries": 3}))
+    # A weakly typed Q/DQ build without the INT8 flag fails in the builder: its error, only.
+    monkeypatch.setattr("edgekit.runtimes.trt.resolve_build_flags", lambda *a, **k: BuildFlags(False, False, False, False))
+    with pytest.raises(EdgekitError) as err:
+        build_engine(qdq_onnx, tmp_path / "q.plan", TrtBuildConfig(precision="int8", timing_cache=str(cache)))
+    assert "INT8 flag must be set" in str(err.value) and "Timing cache" not in str(err.value)
+
+
+def test_a_build_without_any_timing_cache_still_builds(monkeypatch, tmp_path, matmul_add_onnx, caplog):
+    fake = install(monkeypatch, "10.3.0")
+    monkeypatch.setattr(type(fake.mod.Builder(None).create_builder_config()), "create_timing_cache", lambda self, data: None)
+    cache = tmp_path / "timing.cache"
+    build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(timing_cache=str(cache)))
+    assert not cache.exists() and any("gave no timing cache" in r.message for r in caplog.records)
+
+
+def test_outputs_outlive_close_and_pinned_memory_is_freed_after_them(monkeypatch, tmp_path, matmul_add_onnx, x_feed,
+                                                                     matmul_add_reference):
+    import gc
+
+    fake = install(monkeypatch, "10.3.0")
+    build_engine(matmul_add_onnx, tmp_path / "m.plan")
+    rt = load_engine(tmp_path / "m.plan", matmul_add_onnx)
+    out = rt.run({"x": x_feed})
+    rt.close()
+    assert fake.cuda.device_memory == {} and fake.cuda.streams == set()  # device side released at close
+    assert fake.cuda.freed_host == []  # ...but not the pinned memory `out` views
+    np.testing.assert_allclose(out["y"], matmul_add_reference(x_feed)["y"], rtol=1e-6, atol=1e-6)
+    assert not (out["y"].view(np.uint8) == POISON).all()
+    del out, rt
+    gc.collect()
+    assert len(fake.cuda.freed_host) == 2 and fake.cuda.host_memory == {}  # y and z, once nothing views them
+
+
+def test_a_plan_that_does_not_deserialize_releases_everything(monkeypatch, tmp_path, matmul_add_onnx):
+    import gc
+
+    install(monkeypatch, "8.6.2.3")
+    build_engine(matmul_add_onnx, tmp_path / "m.plan")
+    fake = install(monkeypatch, "10.3.0")  # the host's TensorRT was upgraded
+    with pytest.raises(EdgekitError, match=r"TensorRT 10.3.0 cannot deserialize .*expecting library version 10.3.0 got 8.6.2.3"):
+        TrtRuntime(tmp_path / "m.plan")
+    gc.collect()
+    assert fake.cuda.streams == set() and fake.cuda.device_memory == {} and fake.cuda.host_memory == {}
+    assert ("cudaStreamCreate", next(c[1] for c in fake.cuda.calls if c[0] == "cudaStreamCreate")) in fake.cuda.calls
+
+
+def test_device_index_is_honoured_when_building_and_deserializing(monkeypatch, tmp_path, matmul_add_onnx, x_feed,
+                                                                    matmul_add_reference):
+    fake = install(monkeypatch, "10.3.0", devices=(("RTX 4090", "8.9"), ("A100", "8.0")))
+    meta = build_engine(matmul_add_onnx, tmp_path / "m.plan", device=1)
+    assert (meta.gpu_name, meta.compute_capability) == ("A100", "8.0")
+    assert ("build_serialized_network", 1) in fake.calls and ("Builder", 1) in fake.calls
+    fake.cuda.current = 0  # another library switched devices in between
+    with load_engine(tmp_path / "m.plan", matmul_add_onnx, device=1) as rt:
+        assert ("deserialize_cuda_engine", 1) in fake.calls and rt.device == "cuda:1"
+        fake.cuda.current = 0
+        np.testing.assert_allclose(rt.run({"x": x_feed})["y"], matmul_add_reference(x_feed)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_verbose_tensorrt_messages_stop_before_python_logging(monkeypatch, tmp_path, matmul_add_onnx):
+    import logging
+
+    fake = install(monkeypatch, "10.3.0")
+    from edgekit.runtimes import trt as trt_backend
+
+    calls = []
+    monkeypatch.setattr(trt_backend.log, "debug", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(trt_backend.log, "isEnabledFor", lambda level: level > logging.DEBUG)
+    build_engine(matmul_add_onnx, tmp_path / "m.plan")
+    assert fake.log_counts["VERBOSE"] >= 200 and calls == []
+    monkeypatch.setattr(trt_backend.log, "isEnabledFor", lambda level: True)  # EDGEKIT debug logging on
+    build_engine(matmul_add_onnx, tmp_path / "m.plan")
+    assert len(calls) >= 200
 
 
 # --- needs TensorRT and a CUDA GPU -----------------------------------------------------------
