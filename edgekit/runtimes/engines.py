@@ -19,7 +19,7 @@ from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts, module_available
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
-from edgekit.targets import Target, load_target
+from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
 
 ENGINES_DIR = "engines"
 
@@ -42,6 +42,16 @@ def device_problems(target: Target, host: HostFacts) -> list[str]:
     if target.trt.jetson and host.l4t is None:
         return ["this host is not a Jetson (no /etc/nv_tegra_release)"]
     problems = []
+    if target.trt.jetson and not target.trt.l4t_matches(host.l4t):
+        # Each JetPack ships its own TensorRT: an engine (and the target's opset and IO rules)
+        # belongs to one of them.
+        jetpack = jetpack_of(host.l4t)
+        others = targets_for_l4t(host.l4t, target)
+        problems.append(
+            f"this Jetson runs L4T {host.l4t}" + (f" (JetPack {jetpack})" if jetpack else "")
+            + f", target {target.name} is for JetPack {target.trt.jetpack} (L4T {' or '.join(target.trt.l4t)}, "
+            f"TensorRT {target.trt.tensorrt})" + (f": use --target {' or '.join(others)}" if others else "")
+        )
     if target.trt.board and not any(b.lower() in (host.board or "").lower() for b in target.trt.board):
         problems.append(f"this board is {host.board or 'unknown'!r}, target {target.name} is a {' or '.join(target.trt.board)}")
     if not host.nvidia_gpu:

@@ -66,13 +66,31 @@ class TrtSettings:
     # Substrings of /proc/device-tree/model naming the board (e.g. "Orin Nano"); empty = any.
     # Orin Nano and AGX Orin share compute capability 8.7, so only the board tells them apart.
     board: tuple[str, ...] = ()
+    # Jetson: the JetPack release(s) the target is for ("6.1, 6.2"). One target per JetPack
+    # where the TensorRT differs: an engine runs only on the TensorRT that built it, and 8.x
+    # (JetPack 5, 6.0) parses older opsets and narrows INT64 IO.
+    jetpack: str = ""
+    # L4T releases the device must run, as prefixes of /etc/nv_tegra_release's "R36 ... 4.3"
+    # -> "36.4.3" (e.g. ["36.4"]); empty = any.
+    l4t: tuple[str, ...] = ()
+    # What that JetPack ships (major.minor): TensorRT, CUDA, and the system Python its TensorRT
+    # bindings are built for. "" = not fixed (an x86 host has what pip installed).
+    tensorrt: str = ""
+    cuda: str = ""
+    python: str = ""
+
+    def l4t_matches(self, l4t: str | None) -> bool:
+        """Whether a Jetson running L4T ``l4t`` ("36.4.3") is this target's JetPack."""
+        if not self.l4t:
+            return True
+        return l4t is not None and any(l4t == p or l4t.startswith(p + ".") for p in self.l4t)
 
 
 @dataclass(frozen=True)
 class LintRules:
     # Every graph input/output dim fixed, no op whose output shape depends on data.
     static_shapes: bool = True
-    # Largest TopK K the runtime accepts (TensorRT: 3840); 0 = no limit.
+    # Largest TopK K the runtime accepts (TensorRT: 3839, it requires K < 3840); 0 = no limit.
     max_topk_k: int = 0
     # Memory an app may use for the model on this device (MB); 0 = unknown, not checked.
     memory_budget_mb: int = 0
@@ -266,6 +284,29 @@ def _check_values(t: Target, source: str) -> None:
             raise UsageError(f"target file {source}: lint.{key} must be >= 0 (0 = not checked)")
 
 
+# Jetson L4T release -> JetPack, and what each JetPack ships (NVIDIA's JetPack archive and release
+# notes). TensorRT's Python bindings come with JetPack for its system Python only.
+L4T_JETPACK: dict[str, str] = {
+    "35.2.1": "5.1", "35.3.1": "5.1.1", "35.4.1": "5.1.2", "35.5.0": "5.1.3", "35.6.0": "5.1.4",
+    "36.2.0": "6.0 DP", "36.3.0": "6.0", "36.4.0": "6.1", "36.4.3": "6.2", "36.4.4": "6.2.1",
+}
+
+
+def jetpack_of(l4t: str | None) -> str | None:
+    """The JetPack release of L4T ``l4t`` ("36.3.0" -> "6.0"), None when unknown."""
+    return L4T_JETPACK.get(l4t or "")
+
+
+def targets_for_l4t(l4t: str | None, like: Target) -> list[str]:
+    """Built-in Jetson targets for the same board/GPU as ``like`` whose JetPack is ``l4t``'s."""
+    names = []
+    for target in list_targets():
+        same_device = target.trt.board == like.trt.board and target.trt.compute_capability == like.trt.compute_capability
+        if target.trt.jetson and same_device and target.trt.l4t and target.trt.l4t_matches(l4t):
+            names.append(target.name)
+    return names
+
+
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         return {k: _jsonable(v) for k, v in obj.items()}
@@ -280,7 +321,10 @@ __all__ = [
     "OrtSettings",
     "Target",
     "TrtSettings",
+    "L4T_JETPACK",
     "builtin_names",
+    "jetpack_of",
+    "targets_for_l4t",
     "list_targets",
     "load_target",
     "parse_target",

@@ -1,10 +1,10 @@
 """Helpers shared by the build tests (conftest.py puts this folder on sys.path): tiny ONNX
-models built in code, fake host facts, and a fake TensorRT host for the engine logic."""
+models built in code, fake host facts, and a TensorRT host made of the recording fakes of the
+tensorrt/cuda-python bindings (tests/fakes/trt_bindings.py)."""
 
 from __future__ import annotations
 
-import sys
-import types
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +15,14 @@ from onnx import TensorProto, helper, numpy_helper
 from edgekit.build import HostFacts
 from edgekit.bundle import Bundle
 from edgekit.runtimes import trt as trt_backend
+from tests.fakes.trt_bindings import install
 
 X86 = HostFacts("x86_64", "Test CPU 9000", None, None, False)
-ORIN_NANO = HostFacts("aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
-ORIN_TRT = trt_backend.HostMetadata("10.3.0", "Orin", "8.7", "36.3.0")
+# What JetPacks really pair: 6.2 (L4T 36.4.3) ships TensorRT 10.3; 6.0 (L4T 36.3.0) ships 8.6.2.
+ORIN_NANO = HostFacts("aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.4.3", True)
+ORIN_TRT = trt_backend.HostMetadata("10.3.0", "Orin", "8.7", "36.4.3")
+ORIN_NANO_JP60 = HostFacts("aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
+ORIN_TRT_JP60 = trt_backend.HostMetadata("8.6.2.3", "Orin", "8.7", "36.3.0")
 
 
 def tiny_model(batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = None, scale: float = 1.0) -> onnx.ModelProto:
@@ -54,23 +58,25 @@ def add_model(bundle: Bundle, name: str, model: onnx.ModelProto, config: dict | 
 
 
 class FakeTrt:
-    """What edgekit.runtimes.trt needs from a GPU host, without TensorRT: ``host_metadata``
-    answers with ``host`` and ``build_engine`` writes a placeholder plan and its real sidecar."""
+    """A TensorRT host without TensorRT: the recording fake ``tensorrt`` of ``host``'s version
+    builds real (fake) plans through the real ``build_engine``; ``host_metadata`` answers with
+    ``host`` (its L4T and GPU); ``builds`` records every build's (source ONNX, config)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, host: trt_backend.HostMetadata = ORIN_TRT):
         self.host = host
+        self.monkeypatch = monkeypatch
         self.builds: list[tuple[Path, trt_backend.TrtBuildConfig]] = []
-        monkeypatch.setitem(sys.modules, "tensorrt", types.SimpleNamespace(__version__=host.tensorrt_version))
-        monkeypatch.setattr(trt_backend, "host_metadata", lambda *a, **k: self.host)
-        monkeypatch.setattr(trt_backend, "build_engine", self.build_engine)
+        self.bindings = install(monkeypatch, host.tensorrt_version)
+        real_build = trt_backend.build_engine
 
-    def build_engine(self, onnx_path, plan_path, cfg, **_):
-        onnx_path, plan_path = Path(onnx_path), Path(plan_path)
-        self.builds.append((onnx_path, cfg))
-        plan_path.write_bytes(b"plan for " + onnx_path.read_bytes()[:64] + cfg.precision.encode() + self.host.tensorrt_version.encode())
-        meta = trt_backend.EngineMetadata(
-            self.host.tensorrt_version, self.host.gpu_name, self.host.compute_capability, self.host.l4t,
-            trt_backend.sha256_file(onnx_path), cfg.precision, "2026-01-01T00:00:00+00:00", "test",
-        )
-        trt_backend.write_metadata(plan_path, meta)
-        return meta
+        def recording_build(onnx_path, plan_path, cfg=trt_backend.TrtBuildConfig(), **kwargs):
+            self.builds.append((Path(onnx_path), cfg))
+            return real_build(onnx_path, plan_path, cfg, **kwargs)
+
+        monkeypatch.setattr(trt_backend, "host_metadata", lambda *a, **k: self.host)
+        monkeypatch.setattr(trt_backend, "build_engine", recording_build)
+
+    def upgrade(self, version: str) -> None:
+        """The host's TensorRT is now ``version`` (a JetPack or pip upgrade)."""
+        self.host = dataclasses.replace(self.host, tensorrt_version=version)
+        self.bindings = install(self.monkeypatch, version)

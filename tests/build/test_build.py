@@ -25,7 +25,15 @@ from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageEr
 from edgekit.runtimes import trt as trt_backend
 from edgekit.targets import load_target
 
-from build_helpers import ORIN_NANO, X86, add_model, tiny_model  # tests/build/build_helpers.py
+from build_helpers import (  # tests/build/build_helpers.py
+    ORIN_NANO,
+    ORIN_NANO_JP60,
+    ORIN_TRT_JP60,
+    X86,
+    FakeTrt,
+    add_model,
+    tiny_model,
+)
 
 ATOL = 1e-4  # graph optimizations reorder float sums; the demo logits are O(10)
 
@@ -210,8 +218,41 @@ def test_tensorrt_build_is_refused_off_the_device(tiny_bundle, fake_trt):
     with pytest.raises(TargetUnavailable, match="no NVIDIA GPU is visible"):
         build_bundle(bundle.root, "nvidia-gpu", "fp16", host=X86)
     with pytest.raises(TargetUnavailable, match=r"this GPU is Orin \(compute capability 8.7\), target jetson-xavier has compute capability 7.2"):
-        build_bundle(bundle.root, "jetson-xavier", "fp16", host=dataclasses.replace(ORIN_NANO, board="Jetson Xavier NX"))
+        build_bundle(bundle.root, "jetson-xavier", "fp16", host=dataclasses.replace(ORIN_NANO, board="Jetson Xavier NX", l4t="35.4.1"))
     assert fake_trt.builds == []
+
+
+def test_a_jetson_on_another_jetpack_is_pointed_at_its_target(tiny_bundle, fake_trt):
+    bundle = tiny_bundle()
+    with pytest.raises(TargetUnavailable, match=r"this Jetson runs L4T 36.3.0 \(JetPack 6.0\), target jetson-orin-nano is for "
+                       r"JetPack 6.1, 6.2 \(L4T 36.4, TensorRT 10.3\): use --target jetson-orin-nano-jp60"):
+        build_bundle(bundle.root, "jetson-orin-nano", "fp16", host=ORIN_NANO_JP60)
+    with pytest.raises(TargetUnavailable, match=r"L4T 36.4.3 \(JetPack 6.2\), target jetson-agx-orin-jp60 is for JetPack 6.0"):
+        build_bundle(bundle.root, "jetson-agx-orin-jp60", "fp16", host=dataclasses.replace(ORIN_NANO, board="NVIDIA Jetson AGX Orin"))
+    assert fake_trt.builds == []
+
+
+def test_jetpack_60_builds_int8_weakly_typed_and_runs_int64_tokens(tiny_bundle, monkeypatch):
+    fake = FakeTrt(monkeypatch, ORIN_TRT_JP60)
+    bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.int8)), profile="trt")
+    doc = build_bundle(bundle.root, "jetson-orin-nano-jp60", "int8", host=ORIN_NANO_JP60)
+    assert doc["engine"]["runtime_version"] == "8.6.2.3" and doc["engine"]["l4t"] == "36.3.0"
+    assert ("set_flag", "INT8") in fake.bindings.calls  # TensorRT 8.6: no strong typing, so the INT8 flag
+    tokens = (np.arange(16, dtype=np.int64).reshape(2, 8) * 3) % 16
+    with select_engine(bundle.root, "jetson-orin-nano-jp60", "int8", host=ORIN_NANO_JP60).open() as rt:
+        assert rt.inputs["tokens"].dtype == "int64"  # the engine holds int32; edgekit casts at the boundary
+        np.testing.assert_allclose(rt.run({"tokens": tokens})["logits"], run_model(bundle.path_of("int8"), {"tokens": tokens}),
+                                   atol=1e-5, rtol=0)
+
+
+def test_opset_18_is_refused_for_tensorrt_8_with_the_fix(tiny_bundle, monkeypatch):
+    FakeTrt(monkeypatch, ORIN_TRT_JP60)
+    model = tiny_model()
+    model.opset_import[0].version = 18
+    bundle = tiny_bundle(fp32=model)
+    with pytest.raises(EdgekitError, match=r"opset 18 is outside the range target jetson-orin-nano-jp60 reads \(9..17\)") as err:
+        build_bundle(bundle.root, "jetson-orin-nano-jp60", "fp16", host=ORIN_NANO_JP60)
+    assert "--opset 17" in str(err.value) and "edgekit lint" in str(err.value)
 
 
 def test_tensorrt_engine_is_recorded_with_its_keys(tiny_bundle, fake_trt):
@@ -219,7 +260,7 @@ def test_tensorrt_engine_is_recorded_with_its_keys(tiny_bundle, fake_trt):
     doc = build_bundle(bundle.root, "jetson-orin-nano", "fp16", host=ORIN_NANO)
     entry = doc["engine"]
     assert doc["status"] == "built" and entry["path"].startswith("engines/jetson-orin-nano/fp16-") and entry["path"].endswith(".plan")
-    assert (entry["runtime"], entry["runtime_version"], entry["device"], entry["compute_capability"], entry["l4t"]) == ("trt", "10.3.0", "Orin", "8.7", "36.3.0")
+    assert (entry["runtime"], entry["runtime_version"], entry["device"], entry["compute_capability"], entry["l4t"]) == ("trt", "10.3.0", "Orin", "8.7", "36.4.3")
     assert entry["precision"] == "fp16" and entry["format"] == "plan" and entry["fixed_shapes"] == {"tokens": [2, 8]}
     (built_from, cfg), = fake_trt.builds
     assert cfg.precision == "fp16" and cfg.workspace_mib == 1024 and cfg.builder_optimization_level is None
@@ -237,7 +278,7 @@ def test_tensorrt_engine_is_recorded_with_its_keys(tiny_bundle, fake_trt):
 def test_tensorrt_upgrade_makes_engines_stale(tiny_bundle, fake_trt):
     bundle = tiny_bundle()
     old = build_bundle(bundle.root, "jetson-orin-nano", "fp32", host=ORIN_NANO)["engine"]
-    fake_trt.host = dataclasses.replace(fake_trt.host, tensorrt_version="10.4.0")
+    fake_trt.upgrade("10.4.0")
     with pytest.raises(EdgekitError, match=r"stale: TensorRT version: engine built with 10.3.0, host has 10.4.0 .*--rebuild"):
         build_bundle(bundle.root, "jetson-orin-nano", "fp32", host=ORIN_NANO)
     with pytest.raises(EdgekitError, match="cannot be used here: TensorRT version"):

@@ -11,7 +11,8 @@ from edgekit.errors import UsageError
 from edgekit.probes.power import CHOICES as POWER_PROBES
 from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_targets, load_target, parse_target
 
-SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-agx-orin", "jetson-xavier", "android-arm64", "rpi5"}
+SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-orin-nano-jp60", "jetson-agx-orin",
+           "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5"}
 MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
 
 
@@ -50,15 +51,54 @@ def test_each_target_declares_what_the_issue_asks():
     for name, cc in (("jetson-orin-nano", "8.7"), ("jetson-agx-orin", "8.7"), ("jetson-xavier", "7.2")):
         t = load_target(name)
         assert t.runtimes[0] == "trt" and t.trt.jetson and t.trt.compute_capability == (cc,)
-        assert t.power_probe == "jetson" and t.nvpmodel and "--system-site-packages" in t.install
+        assert t.power_probe == "jetson" and t.nvpmodel
     assert load_target("jetson-orin-nano").trt.board == ("Orin Nano",)
     assert load_target("jetson-agx-orin").trt.board == ("AGX Orin",)
     for t in list_targets():
         if t.uses_trt:
-            assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3840 and t.lint.supported_ops == "tensorrt"
+            # TensorRT's ITopKLayer requires K < 3840.
+            assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3839 and t.lint.supported_ops == "tensorrt"
         else:
             assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi")
         assert t.lint.static_shapes
+
+
+# What each JetPack really ships (NVIDIA/TensorRT#2737, #3454 and the JetPack release notes).
+JETPACKS = {
+    # target: (JetPack, L4T releases it accepts, one it refuses, TensorRT, CUDA, system Python, opset_max)
+    "jetson-xavier": ("5.1.x", "35.4.1", "36.3.0", "8.5", "11.4", "3.8", 17),
+    "jetson-orin-nano-jp60": ("6.0", "36.3.0", "36.4.3", "8.6", "12.2", "3.10", 17),
+    "jetson-agx-orin-jp60": ("6.0", "36.3.0", "36.4.0", "8.6", "12.2", "3.10", 17),
+    "jetson-orin-nano": ("6.1, 6.2", "36.4.3", "36.3.0", "10.3", "12.6", "3.10", 20),
+    "jetson-agx-orin": ("6.1, 6.2", "36.4.0", "35.4.1", "10.3", "12.6", "3.10", 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JETPACKS))
+def test_jetson_targets_state_their_jetpack(name):
+    jetpack, accepts, refuses, tensorrt, cuda, python, opset_max = JETPACKS[name]
+    t = load_target(name).trt
+    assert (t.jetpack, t.tensorrt, t.cuda, t.python) == (jetpack, tensorrt, cuda, python)
+    assert t.l4t_matches(accepts) and not t.l4t_matches(refuses) and not t.l4t_matches(None)
+    target = load_target(name)
+    assert target.lint.opset_max == opset_max and jetpack.split(",")[0] in target.description
+    if python == "3.10":
+        # JetPack 6's TensorRT bindings are for the system Python 3.10: the venv must see them,
+        # and pip must not pull a TensorRT over them (no [trt] extra), only the JetPack's cuda-python.
+        assert "--system-site-packages" in target.install and "edgekit[trt" not in target.install
+        assert f"cuda-python>={cuda},<" in target.install
+    else:
+        # JetPack 5: bindings for Python 3.8 only, edgekit needs >= 3.10: a documented route.
+        assert "python3.10" in target.install and "README" in target.install and "cuda-python>=11.8,<12" in target.install
+
+
+def test_jetpack_of_l4t_and_the_targets_for_it():
+    from edgekit.targets import jetpack_of, targets_for_l4t
+
+    assert jetpack_of("36.3.0") == "6.0" and jetpack_of("36.4.3") == "6.2" and jetpack_of("35.4.1") == "5.1.2"
+    assert jetpack_of("99.0.0") is None
+    assert targets_for_l4t("36.3.0", load_target("jetson-orin-nano")) == ["jetson-orin-nano-jp60"]
+    assert targets_for_l4t("36.4.3", load_target("jetson-agx-orin-jp60")) == ["jetson-agx-orin"]
 
 
 def test_user_file_by_path_with_defaults(tmp_path):
