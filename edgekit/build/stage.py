@@ -128,7 +128,8 @@ def build_bundle(
             first = next(f for f in findings if f.severity == "error")
             raise EdgekitError(
                 f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
-                hint=f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
+                hint=(f"{first.hint}; " if first.hint else "")
+                + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
             )
         if target.uses_trt:
             files, facts = build_trt(model_path, source.sha256, target, precision, workdir)

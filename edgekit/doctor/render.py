@@ -34,6 +34,9 @@ def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
         "this host is the device": t["device"]["matches"] or "; ".join(t["device"]["reasons"]),
         "power probe": power["probe"] if power["available"] else f"unavailable: {power['reason']}",
     })
+    for r in t["runtimes"]:
+        for limit in r.get("limits") or []:
+            o.line(f"limit: {limit}")
     for m in t["missing"]:
         o.line(f"missing: {m['what']}" + (f" ({m['why']})" if m.get("why") else ""))
         if m.get("install"):

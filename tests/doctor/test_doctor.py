@@ -15,7 +15,10 @@ from edgekit.probes.power import PowerSampler
 from edgekit.targets import list_targets, load_target
 
 X86 = HostFacts("x86_64", "Test CPU", None, None, False)
-ORIN = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
+# JetPack 6.2 (L4T 36.4.3) ships TensorRT 10.3; JetPack 6.0 (L4T 36.3.0) ships 8.6.2.
+ORIN = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.4.3", True)
+ORIN_JP60 = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
+JETSON_POWER = {"jetson": {"probe": "jetson", "available": True, "reason": None}}
 CPU_ONLY_ENV = {"onnxruntime": "1.32.0", "providers": ["CPUExecutionProvider"], "tensorrt": None, "gpu": None, "nvpmodel": None}
 
 
@@ -44,7 +47,7 @@ def test_every_target_is_reported():
 def test_gpu_target_without_gpu_lists_install_lines():
     report = target_report(load_target("nvidia-gpu"), X86, CPU_ONLY_ENV, {})
     assert [r["runtime"] for r in report["runtimes"]] == ["trt", "ort"]
-    assert report["runtimes"][0] == {"runtime": "trt", "available": False, "version": None, "gpu": None, "problems": ["tensorrt is not installed"]}
+    assert report["runtimes"][0] == {"runtime": "trt", "available": False, "version": None, "gpu": None, "problems": ["tensorrt is not installed"], "limits": []}
     assert report["runtimes"][1]["providers_missing"] == ["CUDAExecutionProvider"]
     lacking = missing(report)
     assert lacking["TensorRT"]["install"] == "pip install 'edgekit[trt]'"
@@ -63,11 +66,49 @@ def test_jetson_target_on_a_jetson_with_tensorrt():
     assert list(missing(report)) == ["ONNX Runtime CUDAExecutionProvider"]  # only the ORT fallback's GPU provider
 
 
+def test_a_tensorrt_8_jetson_is_told_what_it_lacks():
+    env = dict(CPU_ONLY_ENV, tensorrt="8.6.2.3", gpu={"name": "Orin", "compute_capability": "8.7"}, nvpmodel="/usr/sbin/nvpmodel")
+    wrong = target_report(load_target("jetson-orin-nano"), ORIN_JP60, env, JETSON_POWER)
+    trt = wrong["runtimes"][0]
+    assert not trt["available"] and not wrong["ready"]
+    assert trt["problems"] == ["target jetson-orin-nano is for TensorRT 10.3 (JetPack 6.1, 6.2), this host has 8.6.2.3"]
+    assert missing(wrong)["TensorRT 10.3"]["install"] == "use --target jetson-orin-nano-jp60"
+    assert "this Jetson runs L4T 36.3.0 (JetPack 6.0)" in wrong["device"]["reasons"][0]
+    right = target_report(load_target("jetson-orin-nano-jp60"), ORIN_JP60, env, JETSON_POWER)
+    assert right["ready"] and right["runs_with"] == "trt"
+    limits = " | ".join(right["runtimes"][0]["limits"])
+    for says in ("runs INT64 graph inputs/outputs as INT32", "opsets up to 17: export with --opset 17",
+                 "no strongly typed networks", "BuilderFlag.INT8"):
+        assert says in limits
+    assert "builder_optimization_level" not in limits  # 8.6 has it; 8.5 does not
+
+
+def test_tensorrt_8_5_and_older_hosts():
+    from edgekit.doctor import trt_limits
+
+    assert any("no builder_optimization_level" in limit for limit in trt_limits("8.5.2.2"))
+    assert trt_limits("10.3.0") == [] and trt_limits("11.1.0") == []
+    gpu = load_target("nvidia-gpu")
+    assert any("lint allows opset 20" in limit for limit in trt_limits("8.6.1", gpu))  # pip TensorRT 8 on x86
+    env = dict(CPU_ONLY_ENV, tensorrt="8.4.1.5", gpu={"name": "Xavier", "compute_capability": "7.2"})
+    old = target_report(load_target("jetson-xavier"), HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True), env, {})
+    assert "lacks the name-based IO API" in old["runtimes"][0]["problems"][0]
+    assert missing(old)["TensorRT >= 8.5"]["install"] == "upgrade to JetPack 5.1 or newer"
+
+
+def test_jetpack_5_without_bindings_for_this_python_gets_the_build_route():
+    report = target_report(load_target("jetson-xavier"), HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True), CPU_ONLY_ENV, {})
+    assert "build TensorRT 8.5's bindings for this Python" in missing(report)["TensorRT"]["install"]
+
+
 def test_jetson_target_elsewhere_says_why():
     env = dict(CPU_ONLY_ENV, tensorrt="10.3.0", gpu={"name": "RTX 4090", "compute_capability": "8.9"})
     report = target_report(load_target("jetson-xavier"), X86, env, {})
     trt = report["runtimes"][0]
-    assert not trt["available"] and trt["problems"] == ["GPU RTX 4090 has compute capability 8.9, target needs 7.2"]
+    assert not trt["available"] and trt["problems"] == [
+        "target jetson-xavier is for TensorRT 8.5 (JetPack 5.1.x), this host has 10.3.0",
+        "GPU RTX 4090 has compute capability 8.9, target needs 7.2",
+    ]
     assert report["device"]["reasons"] == ["this host is x86_64, target jetson-xavier is aarch64", "this host is not a Jetson (no /etc/nv_tegra_release)"]
     assert "nvpmodel (Jetson power modes)" in missing(report)
     no_trt = target_report(load_target("jetson-xavier"), X86, CPU_ONLY_ENV, {})
