@@ -315,7 +315,12 @@ def test_real_tensorrt_engine_build_and_select(tiny_bundle):
     host = HostFacts.detect()
     if not host.nvidia_gpu:
         pytest.skip("no NVIDIA GPU visible")
-    target = "jetson-orin-nano" if host.l4t and "Orin Nano" in (host.board or "") else "nvidia-gpu"
+    from edgekit.build import device_problems
+    from edgekit.targets import list_targets
+
+    # The Jetson target of this board and JetPack (its L4T picks the TensorRT), else nvidia-gpu.
+    jetsons = [t.name for t in list_targets() if t.trt.jetson and not device_problems(t, host)] if host.l4t else []
+    target = jetsons[0] if jetsons else "nvidia-gpu"
     bundle = tiny_bundle()
     doc = build_bundle(bundle.root, target, "fp32", host=host)
     assert doc["engine"]["runtime"] == "trt"
