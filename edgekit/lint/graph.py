@@ -67,8 +67,11 @@ def _opset_findings(model: Any, target: Target, name: str) -> list[Finding]:
     if opset is None or lo <= opset <= hi:
         return []
     fix = min(max(opset, lo), hi)
+    # Say whose limit it is: on JetPack 5 / 6.0 it is TensorRT 8.x's ONNX parser (opset <= 17),
+    # which the default export (opset 18) exceeds.
+    reader = f" (TensorRT {target.trt.tensorrt}'s ONNX parser)" if target.uses_trt and target.trt.tensorrt else ""
     return [Finding(
-        "error", "opset", name, f"opset {opset} is outside the range target {target.name} reads ({lo}..{hi})",
+        "error", "opset", name, f"opset {opset} is outside the range target {target.name} reads ({lo}..{hi}){reader}",
         hint=f"re-export with `edgekit export MODEL -o DIR --opset {fix}`",
     )]
 
