@@ -356,8 +356,8 @@ def build_engine(
     creation = trt.NetworkDefinitionCreationFlag
     if flags.strongly_typed:
         network_flags |= 1 << int(creation.STRONGLY_TYPED)
-    if not features.strongly_typed and hasattr(creation, "EXPLICIT_BATCH"):
-        network_flags |= 1 << int(creation.EXPLICIT_BATCH)  # 8.x: implicit batch unless asked; 10+: ignored
+    if _major(host.tensorrt_version) < 10 and hasattr(creation, "EXPLICIT_BATCH"):
+        network_flags |= 1 << int(creation.EXPLICIT_BATCH)  # 8.x: implicit batch unless asked; 10+: deprecated
     network = builder.create_network(network_flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
@@ -516,7 +516,9 @@ def load_engine(
         log.warning("rebuilding %s from %s: %s", plan_path, source_onnx, "; ".join(reasons))
         build_engine(source_onnx, plan_path, build_config, l4t_path=l4t_path, device=device)
     io_dtypes = None
-    if source_onnx is not None:
+    recorded = _read_metadata_or_none(plan_path)
+    if source_onnx is not None and (recorded is None or recorded.io_dtypes is None):
+        # A sidecar from an older edgekit: the source ONNX gives the IO contract instead.
         inputs, outputs = onnx_graph_specs(load_onnx(source_onnx), source_onnx)
         io_dtypes = {n: s.dtype for n, s in (*inputs.items(), *outputs.items())}
     return TrtRuntime(plan_path, device=device, io_dtypes=io_dtypes)
