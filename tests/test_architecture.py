@@ -36,9 +36,8 @@ DECODE_MAY_IMPORT = ("edgekit.errors", "edgekit.spec", "edgekit.runtimes.base", 
 HEAVY = {"torch", "onnx", "onnxruntime", "onnxruntime_qnn", "onnxscript", "tensorrt", "cuda", "openvino", "matplotlib",
          "safetensors", "pynvml"}
 MAX_LINES = 400
-LONG_FILES = {
+LONG_FILES: dict[str, str] = {
     # path relative to edgekit/: why it is still longer
-    "runtimes/trt.py": "one backend against two TensorRT APIs; to be split by issue #20's rework",
 }
 
 

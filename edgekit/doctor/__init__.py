@@ -7,6 +7,7 @@ from edgekit.doctor.stage import (
     doctor,
     environment,
     target_report,
+    trt_limits,
 )
 
-__all__ = ["DOCTOR_SCHEMA", "PROVIDER_INSTALL", "doctor", "environment", "target_report"]
+__all__ = ["DOCTOR_SCHEMA", "PROVIDER_INSTALL", "doctor", "environment", "target_report", "trt_limits"]

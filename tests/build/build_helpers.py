@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgekit.build import HostFacts
 from edgekit.bundle import Bundle
 from edgekit.runtimes import trt as trt_backend
+from edgekit.runtimes.trt import metadata as trt_metadata
 from tests.fakes.trt_bindings import install
 
 X86 = HostFacts("x86_64", "Test CPU 9000", None, None, False)
@@ -73,7 +74,9 @@ class FakeTrt:
             self.builds.append((Path(onnx_path), cfg))
             return real_build(onnx_path, plan_path, cfg, **kwargs)
 
+        # The stages ask the package; build_engine and load_engine ask its metadata module.
         monkeypatch.setattr(trt_backend, "host_metadata", lambda *a, **k: self.host)
+        monkeypatch.setattr(trt_metadata, "host_metadata", lambda *a, **k: self.host)
         monkeypatch.setattr(trt_backend, "build_engine", recording_build)
 
     def upgrade(self, version: str) -> None:

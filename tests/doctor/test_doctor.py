@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 from edgekit.build import HostFacts
-from edgekit.doctor import DOCTOR_SCHEMA, PROVIDER_INSTALL, doctor, environment, target_report
+from edgekit.doctor import DOCTOR_SCHEMA, PROVIDER_INSTALL, doctor, environment, target_report, trt_limits
 from edgekit.probes.power import PowerSampler
 from edgekit.targets import list_targets, load_target
 
@@ -84,8 +84,6 @@ def test_a_tensorrt_8_jetson_is_told_what_it_lacks():
 
 
 def test_tensorrt_8_5_and_older_hosts():
-    from edgekit.doctor import trt_limits
-
     assert any("no builder_optimization_level" in limit for limit in trt_limits("8.5.2.2"))
     assert trt_limits("10.3.0") == [] and trt_limits("11.1.0") == []
     gpu = load_target("nvidia-gpu")

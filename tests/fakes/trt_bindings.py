@@ -505,7 +505,7 @@ def install(monkeypatch: Any, version: str, devices: tuple[tuple[str, str], ...]
     ``sys.modules`` (restored by ``monkeypatch``), and keep edgekit off torch.cuda."""
     import sys
 
-    from edgekit.runtimes import trt as trt_backend
+    from edgekit.runtimes.trt import memory
 
     cuda = FakeCuda(devices=devices)
     fake = FakeTensorRT(version, cuda)
@@ -520,6 +520,6 @@ def install(monkeypatch: Any, version: str, devices: tuple[tuple[str, str], ...]
     monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
     monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", runtime_mod)
     # torch.cuda is the other memory backend; these tests drive the cuda-python one.
-    real_import = trt_backend._import_optional
-    monkeypatch.setattr(trt_backend, "_import_optional", lambda name: None if name == "torch" else real_import(name))
+    real_import = memory._import_optional
+    monkeypatch.setattr(memory, "_import_optional", lambda name: None if name == "torch" else real_import(name))
     return fake

@@ -366,7 +366,7 @@ def test_a_foreign_timing_cache_does_not_leak_into_a_later_error(monkeypatch, tm
     cache = tmp_path / "timing.cache"
     cache.write_text(json.dumps({"version": "8.5.2.2", "device": "Orin", "entries": 3}))
     # A weakly typed Q/DQ build without the INT8 flag fails in the builder: its error, only.
-    monkeypatch.setattr("edgekit.runtimes.trt.resolve_build_flags", lambda *a, **k: BuildFlags(False, False, False, False))
+    monkeypatch.setattr("edgekit.runtimes.trt.builder.resolve_build_flags", lambda *a, **k: BuildFlags(False, False, False, False))
     with pytest.raises(EdgekitError) as err:
         build_engine(qdq_onnx, tmp_path / "q.plan", TrtBuildConfig(precision="int8", timing_cache=str(cache)))
     assert "INT8 flag must be set" in str(err.value) and "Timing cache" not in str(err.value)
@@ -428,7 +428,7 @@ def test_verbose_tensorrt_messages_stop_before_python_logging(monkeypatch, tmp_p
     import logging
 
     fake = install(monkeypatch, "10.3.0")
-    from edgekit.runtimes import trt as trt_backend
+    from edgekit.runtimes.trt import builder as trt_backend
 
     calls = []
     monkeypatch.setattr(trt_backend.log, "debug", lambda *a, **k: calls.append(a))
