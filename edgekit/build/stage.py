@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from edgekit._lock import writes_bundle
 from edgekit._deps import require
 from edgekit.build.install import install, remove_superseded
 from edgekit.build.ort import build_ort, fix_dynamic_shapes
@@ -74,6 +75,7 @@ def _refuse_device(target: Target, bundle: Bundle, problems: list[str]) -> Targe
 # Building
 
 
+@writes_bundle("build")
 def build_bundle(
     path: str | Path | Bundle,
     target: str | Path | Target = "cpu",

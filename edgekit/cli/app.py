@@ -33,6 +33,9 @@ BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edge
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
 
 
+WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
+
+
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
 
 

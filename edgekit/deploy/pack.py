@@ -36,6 +36,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             del manifest["artifacts"][name]
             continue
         files.append(manifest["artifacts"][name]["path"])
+        files += [side["path"] for side in manifest["artifacts"][name].get("side_files") or []]
     for key in list(manifest.get("engines") or {}):
         entry = manifest["engines"][key]
         if not engines or (target is not None and entry.get("target", key.split("/")[0]) != target.name):

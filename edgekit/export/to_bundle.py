@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
+from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle
 from edgekit.errors import ExportError
 from edgekit.export.config import ExportConfig
@@ -16,6 +18,7 @@ from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import ModelSpec
 
 
+@writes_bundle("export", "out", create=True)
 def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig(), source: str | None = None) -> Bundle:
     """Export ``spec`` to ``out`` (a new bundle, or an existing one of the same model whose fp32
     graph is replaced), verify it against torch, and save the manifest.
@@ -37,7 +40,9 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
         decode_defaults=spec.decode_defaults,
     )
     bundle.discard_staging()  # leftovers of an interrupted earlier stage (one stage at a time per bundle)
-    staged = bundle.staging_path("fp32.onnx")
+    workdir = bundle.staging_path("export")
+    workdir.mkdir()
+    staged = workdir / "fp32.onnx"  # with its external-data file beside it, if the weights need one
     try:
         facts = export_onnx(spec, staged, cfg)
         with TorchRuntime(spec.module, spec.inputs, spec.outputs) as ref, OrtRuntime(staged) as cand:
@@ -49,11 +54,11 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
                 f"ONNX output differs from torch beyond tolerance ({worst})",
                 hint="look for ops that behave differently in eval/export (dropout, in-place updates) or loosen --atol",
             )
-        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"]}
-        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx")
+        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"]}
+        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"])
         bundle.manifest["graph"] = {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}}
         bundle.manifest["verification"]["fp32"] = {"reference": "torch", "candidate": "ort"} | report
         bundle.save()
         return bundle
     finally:
-        staged.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
