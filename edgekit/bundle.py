@@ -301,7 +301,10 @@ class Bundle:
             self._base = copy.deepcopy(merged)
             live = live_paths(merged) | {MANIFEST, LOCK_NAME}
             root = self.root.resolve()
-            for path in self._superseded:
+            # What the manifest on disk named and the merged one does not (another stage's file this
+            # stage replaced) goes too: nothing is orphaned.
+            dropped = [self.root / rel for rel in live_paths(disk)] if isinstance(disk, dict) else []
+            for path in self._superseded + dropped:
                 # Only ever delete files inside this bundle, whatever an old manifest said.
                 try:
                     rel = path.resolve().relative_to(root).as_posix()
