@@ -57,6 +57,7 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
     """Hold the bundle's writer lock for the ``with`` body. ``create``: make the directory first
     (export); otherwise a missing bundle is left to ``Bundle.load`` to report."""
     root = Path(root)
+    created = create and not root.exists()
     if create:
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -100,6 +101,13 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
             yield
         finally:
             del _held[key]
+            if created and not (root / "edgekit.json").exists():  # a first export that failed: leave no folder
+                sweep_staging(root)
+                (root / LOCK_NAME).unlink(missing_ok=True)
+                try:
+                    root.rmdir()
+                except OSError:
+                    pass
     finally:
         os.close(fd)  # releases the flock
 

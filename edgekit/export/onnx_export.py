@@ -42,6 +42,9 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
 
     if cfg.opset < MIN_OPSET:
         raise ExportError(f"--opset {cfg.opset} is too old; use {MIN_OPSET} or newer")
+    if cfg.opset > onnx.defs.onnx_opset_version():
+        raise ExportError(f"--opset {cfg.opset} is newer than this onnx ({onnx.__version__}) knows; "
+                          f"valid: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}")
     module = spec.module.eval()
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
