@@ -136,7 +136,8 @@ def writes_bundle(stage: str, arg: str = "path", *, create: bool = False) -> Cal
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             target = bound.arguments[arg]
-            root = getattr(target, "root", target)
+            # A path, or a Bundle (its .root); never a Path's own .root, which is "/"
+            root = target if isinstance(target, (str, os.PathLike)) else target.root
             with bundle_lock(Path(root), stage, create=create):
                 return fn(*args, **kwargs)
 

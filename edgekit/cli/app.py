@@ -11,7 +11,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.output import Output
+from edgekit.output import Output, clean
 
 app = typer.Typer(
     name="edgekit",
@@ -62,7 +62,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                     raise
                 from rich.markup import escape
 
-                Output().err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                Output().err.print(f"[red]error:[/red] {escape(clean(str(exc)))}", highlight=False)
                 raise typer.Exit(exc.exit_code) from None
             except KeyboardInterrupt:
                 if debug_enabled():

@@ -43,6 +43,7 @@ from edgekit.quantize.graph import (
 )
 from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.structure import qdq_structure, trt_violations
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
@@ -67,6 +68,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     budget = cfg.budget_for(kind)
     decode_config(kind, bundle.manifest.get("decode_defaults", {}), cfg.decode)  # bad options fail here
     fp32_path = bundle.path_of("fp32")
+    load_onnx(fp32_path, "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     options = OrtOptions(intra_op_threads=cfg.threads)
 
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next

@@ -116,3 +116,16 @@ def test_killed_quantize_tempdir_is_swept(tmp_path, monkeypatch):
         assert sweep_tempdirs("edgekit-quantize-") == []  # a live run's dir is never taken
         time.sleep(0)
     assert not live.exists()
+
+
+def test_lock_file_is_inside_the_bundle_and_locks_only_it(tiny_bundles, tmp_path):
+    """Regression: the lock once resolved a path's anchor ('/') instead of the bundle."""
+    one = shutil.copytree(tiny_bundles["masked"], tmp_path / "one")
+    two = shutil.copytree(tiny_bundles["masked"], tmp_path / "two")
+    fd = _hold(one)
+    try:
+        r = runner.invoke(app, ["build", str(two), "--target", "cpu"])
+    finally:
+        os.close(fd)
+    assert r.exit_code == 0, r.output
+    assert (two / LOCK_NAME).is_file() and not (tmp_path / LOCK_NAME).exists()
