@@ -37,6 +37,8 @@ def load_callable(ref: str, what: str, forms: str = FORMS, error: type[EdgekitEr
             module = importlib.import_module(target)
     except EdgekitError:
         raise
+    except SystemExit as exc:  # sys.exit() at import: edgekit must not exit 0 with nothing done
+        raise EdgekitError(f"importing {what} {target!r} called sys.exit({exc.code!r})", hint="remove the exit from the module") from None
     except Exception as exc:
         hint = f"use {forms}" if isinstance(exc, ModuleNotFoundError) else None
         raise EdgekitError(f"importing {what} {target!r} failed: {type(exc).__name__}: {exc}", hint=hint) from exc

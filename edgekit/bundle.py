@@ -18,14 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit.errors import BundleError
-from edgekit.spec import KINDS, TensorSpec, tensor_specs_from_json
+from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, read_json, validate_manifest, write_json_atomic
+from edgekit.spec import TensorSpec, tensor_specs_from_json
 
-SCHEMA = "edgekit.bundle/1"
-MANIFEST = "edgekit.json"
-STAGING_PREFIX = ".staging-"
+__all__ = ["Artifact", "Bundle", "MANIFEST", "SCHEMA", "STAGING_PREFIX", "inside", "now_iso", "sha256_file", "write_json_atomic"]
 _CHUNK = 1 << 20
 
 
@@ -61,44 +61,6 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
-    """Write JSON through a temp file in the same directory, fsync, then rename over ``path``."""
-    tmp = path.with_name(f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _validate(manifest: dict[str, Any], path: Path) -> None:
-    """The parts every command reads: a clean error instead of a KeyError deep inside a stage."""
-
-    def bad(what: str) -> BundleError:
-        return BundleError(f"manifest {path}: {what}", hint="re-export the bundle with `edgekit export`")
-
-    model = manifest["model"]
-    if not isinstance(model.get("name"), str) or model.get("kind") not in KINDS:
-        raise bad(f"model.name must be a string and model.kind one of {', '.join(KINDS)}")
-    if not isinstance(model.get("meta"), dict):
-        raise bad("model.meta must be an object")
-    for role in ("inputs", "outputs"):
-        specs = manifest["io"].get(role)
-        if not isinstance(specs, dict) or not specs:
-            raise bad(f"io.{role} must be a non-empty object")
-        try:
-            tensor_specs_from_json(specs)
-        except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
-            raise bad(f"io.{role} is malformed ({exc})") from None
-    for name, doc in manifest["artifacts"].items():
-        if not isinstance(doc, dict) or not isinstance(doc.get("path"), str):
-            raise bad(f"artifact {name!r} must be an object with a string path")
-
-
 @dataclass(frozen=True)
 class Artifact:
     """One file of a bundle. ``path`` is relative to the bundle root."""
@@ -110,9 +72,11 @@ class Artifact:
     made_by: str
     config: Mapping[str, Any] = field(default_factory=dict)
     created: str = ""
+    # Files the artifact reads beside itself (ONNX external data): [{"path", "sha256", "bytes"}].
+    side_files: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "path": self.path,
             "sha256": self.sha256,
             "bytes": self.bytes,
@@ -120,6 +84,9 @@ class Artifact:
             "config": dict(self.config),
             "created": self.created,
         }
+        if self.side_files:
+            doc["side_files"] = [dict(f) for f in self.side_files]
+        return doc
 
 
 class Bundle:
@@ -130,6 +97,8 @@ class Bundle:
         self.root = Path(root)
         self.manifest = manifest
         self._superseded: list[Path] = []
+        # The manifest as loaded: ``save`` applies only what changed since onto the one on disk.
+        self._base: dict[str, Any] | None = copy.deepcopy(manifest)
 
     # ---- creation and loading -----------------------------------------------------------------
     @classmethod
@@ -148,14 +117,14 @@ class Bundle:
             raise BundleError(f"bundle path {root} exists and is not a directory", hint="choose another -o path")
         superseded: list[Path] = []
         if (root / MANIFEST).is_file():
-            # Re-exporting replaces the bundle: every artifact derived from the old graph goes
-            # once the new manifest is saved (until then the old bundle stays loadable).
+            # Re-exporting replaces the bundle: every artifact, side file and engine derived from
+            # the old graph goes once the new manifest is saved (until then the old one loads).
             try:
-                old = json.loads((root / MANIFEST).read_text()).get("artifacts", {})
-                superseded = [root / d["path"] for d in old.values() if isinstance(d, dict) and "path" in d]
-            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                old = json.loads((root / MANIFEST).read_text())
+                superseded = [root / rel for rel in live_paths(old)] if isinstance(old, dict) else []
+            except (ValueError, RecursionError, AttributeError, TypeError):
                 pass
-        elif root.is_dir() and any(p for p in root.iterdir() if not p.name.startswith(STAGING_PREFIX)):
+        elif root.is_dir() and any(p for p in root.iterdir() if not p.name.startswith(STAGING_PREFIX) and p.name != LOCK_NAME):
             raise BundleError(
                 f"bundle path {root} is a non-empty directory without {MANIFEST}",
                 hint="choose a new or empty -o directory (edgekit will not write into other files)",
@@ -178,6 +147,7 @@ class Bundle:
         }
         bundle = cls(root, manifest)
         bundle._superseded = superseded
+        bundle._base = None  # a new bundle replaces whatever manifest is there
         return bundle
 
     @classmethod
@@ -188,10 +158,7 @@ class Bundle:
             hint = "create one with `edgekit export MODEL -o DIR` (or `edgekit demo`)"
             what = "does not exist" if not root.exists() else f"has no {MANIFEST}"
             raise BundleError(f"bundle {root} {what}", hint=hint)
-        try:
-            manifest = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"manifest {path} is not valid JSON ({exc})", hint="re-run the stage that wrote it") from None
+        manifest = read_json(path)
         if not isinstance(manifest, dict):
             raise BundleError(f"manifest {path} is not a JSON object")
         schema = manifest.get("schema")
@@ -203,7 +170,7 @@ class Bundle:
         for key in ("model", "io", "artifacts"):
             if not isinstance(manifest.get(key), dict):
                 raise BundleError(f"manifest {path} lacks the {key!r} section", hint="re-export the bundle")
-        _validate(manifest, path)
+        validate_manifest(manifest, path)
         bundle = cls(root, manifest)
         if verify:
             bundle.verify()
@@ -267,6 +234,17 @@ class Bundle:
                     f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed or truncated",
                     hint="re-run the stage that makes it (edgekit never loads a tampered artifact)",
                 )
+            for side in doc.get("side_files") or []:
+                try:
+                    rel, size, digest = str(side["path"]), int(side["bytes"]), str(side["sha256"])
+                except (KeyError, TypeError, ValueError):
+                    raise BundleError(f"manifest entry for artifact {name!r} has a malformed side file", hint="re-run the stage") from None
+                spath = inside(self.root, rel)
+                if not spath.is_file() or spath.stat().st_size != size or sha256_file(spath) != digest:
+                    raise BundleError(
+                        f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
+                        hint="re-run the stage that makes it (edgekit never loads a tampered artifact)",
+                    )
 
     # ---- writing -----------------------------------------------------------------------------
     def staging_path(self, filename: str) -> Path:
@@ -274,35 +252,68 @@ class Bundle:
         self.root.mkdir(parents=True, exist_ok=True)
         return self.root / f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}-{filename}"
 
-    def add_artifact(self, name: str, staged: Path, *, made_by: str, config: Mapping[str, Any], suffix: str) -> Artifact:
+    def add_artifact(self, name: str, staged: Path, *, made_by: str, config: Mapping[str, Any], suffix: str,
+                     side_files: Sequence[Path] = ()) -> Artifact:
         """Move ``staged`` into the bundle as ``<name>-<sha8><suffix>`` and record it (in memory;
-        ``save`` makes it visible). The file it replaces is deleted after ``save``."""
+        ``save`` makes it visible). The file it replaces is deleted after ``save``.
+
+        side_files: files the artifact refers to by name (ONNX external data), already under
+        their final content-addressed names; moved beside it and hashed with it."""
+        sides = []
+        for side in side_files:
+            dest = inside(self.root, side.name)
+            sides.append({"path": side.name, "sha256": sha256_file(side), "bytes": side.stat().st_size})
+            os.replace(side, dest)
         digest = sha256_file(staged)
-        final = self.root / f"{name}-{digest[:8]}{suffix}"
+        final = inside(self.root, f"{name}-{digest[:8]}{suffix}")
         os.replace(staged, final)
         old = self.manifest["artifacts"].get(name)
-        if old and old["path"] != final.name:
-            self._superseded.append(self.root / old["path"])
-        art = Artifact(name, final.name, digest, final.stat().st_size, made_by, copy.deepcopy(dict(config)), now_iso())
+        if old:
+            self._superseded += [self.root / rel for rel in live_paths({"artifacts": {name: old}})]
+        art = Artifact(name, final.name, digest, final.stat().st_size, made_by, copy.deepcopy(dict(config)), now_iso(),
+                       tuple(sides))
         self.manifest["artifacts"][name] = art.to_json()
         return art
 
     def remove_artifact(self, name: str) -> None:
         old = self.manifest["artifacts"].pop(name, None)
         if old:
-            self._superseded.append(self.root / old["path"])
+            self._superseded += [self.root / rel for rel in live_paths({"artifacts": {name: old}})]
 
     def save(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.manifest["updated"] = now_iso()
-        write_json_atomic(self.root / MANIFEST, self.manifest)
-        live = {doc["path"] for doc in self.manifest["artifacts"].values()}
-        root = self.root.resolve()
-        for path in self._superseded:
-            # Only ever delete files directly inside this bundle, whatever an old manifest said.
-            if path.name not in live and path.resolve().parent == root:
-                path.unlink(missing_ok=True)
-        self._superseded.clear()
+        """Commit under the bundle's lock: this stage's changes applied to the manifest as it is
+        on disk now (never a stale copy), written atomically; then superseded files go."""
+        with bundle_lock(self.root, "save", create=True):
+            disk = None
+            if self._base is not None and (self.root / MANIFEST).is_file():
+                try:
+                    disk = read_json(self.root / MANIFEST)
+                except BundleError:
+                    disk = None
+            merged = merge_manifest(self._base, self.manifest, disk) if isinstance(disk, dict) else self.manifest
+            merged["updated"] = now_iso()
+            try:
+                write_json_atomic(self.root / MANIFEST, merged)
+            except OSError as exc:
+                raise BundleError(f"cannot write {self.root / MANIFEST} ({exc.strerror or exc})",
+                                  hint="free some space or make the bundle writable, then re-run the stage") from None
+            self.manifest = merged
+            self._base = copy.deepcopy(merged)
+            live = live_paths(merged) | {MANIFEST, LOCK_NAME}
+            root = self.root.resolve()
+            # What the manifest on disk named and the merged one does not (another stage's file this
+            # stage replaced) goes too: nothing is orphaned.
+            dropped = [self.root / rel for rel in live_paths(disk)] if isinstance(disk, dict) else []
+            for path in self._superseded + dropped:
+                # Only ever delete files inside this bundle, whatever an old manifest said.
+                try:
+                    rel = path.resolve().relative_to(root).as_posix()
+                except ValueError:
+                    continue
+                if rel not in live:
+                    path.unlink(missing_ok=True)
+                    _prune_empty(path.parent, root)
+            self._superseded.clear()
 
     def discard_staging(self) -> None:
         """Remove temp files a stage left behind (after a failure or an interrupted run)."""
@@ -311,3 +322,14 @@ class Bundle:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def _prune_empty(folder: Path, root: Path) -> None:
+    """Remove ``folder`` and its parents up to (not including) ``root`` while they are empty."""
+    folder = folder.resolve()
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent

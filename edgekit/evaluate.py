@@ -17,6 +17,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import UsageError
 from edgekit.models.corpus import demo_conditions
 from edgekit.models.corpus import score as corpus_score
+from edgekit.spec import TensorSpec
 
 
 def graph_batch(bundle: Bundle) -> int:
@@ -39,7 +40,7 @@ def conditions(bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int) ->
         spec = specs[name]
         shape = (batch, *spec.shape[1:])
         if name in raw:
-            out[name] = _parse_cond(name, raw[name], shape, spec.dtype)
+            out[name] = check_cond_values(name, raw[name], _parse_cond(name, raw[name], shape, spec.dtype), spec)
             continue
         if task is None:
             raise UsageError(
@@ -53,21 +54,70 @@ def conditions(bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int) ->
 
 
 def _parse_cond(name: str, value: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """The raw array a --cond value names (``check_cond_values`` checks and casts it)."""
     if value.endswith(".npy"):
-        try:
-            arr = np.load(value, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({exc})") from None
+        arr = read_npy(name, value, shape)
         if arr.shape != shape:
             raise UsageError(f"--cond {name}={value} has shape {list(arr.shape)}, expected {list(shape)}")
-        return arr.astype(dtype)
+        return arr
     try:
         number = float(value)
     except ValueError:
         raise UsageError(f"--cond {name}={value!r} is neither a number nor a .npy file") from None
-    if dtype.startswith("int") and number != int(number):
-        raise UsageError(f"--cond {name}={value} must be an integer ({dtype})")
-    return np.full(shape, number, dtype=dtype)
+    return np.full(shape, number)
+
+
+def read_npy(name: str, path: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A numeric .npy of ``shape``, its header checked before any data is read: no pickles, no
+    structured or string dtypes, no header claiming more than ``shape`` (allocation bombs)."""
+    fmt = np.lib.format
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"--cond {name}={path}: cannot read it as .npy ({why})",
+                          hint=f"save a numeric array of shape {list(shape)} with numpy.save")
+
+    try:
+        with open(path, "rb") as fh:
+            version = fmt.read_magic(fh)
+            header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
+                fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            file_shape, _, dtype = header
+            if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
+                raise bad(f"dtype {dtype} is not a number type")
+            if tuple(file_shape) != tuple(shape):
+                raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}")
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except UsageError:
+        raise
+    except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise bad(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """``arr`` as the input's dtype, every value finite and inside the input's declared range
+    (integers: ``[low, high)``; floats: ``[low, high]``); else one line naming the first bad value."""
+    values = np.asarray(arr)
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        bad = values[~np.isfinite(values)].flat[0]
+        raise UsageError(f"--cond {name}={source}: value {bad} is not finite", hint=_valid_range(spec))
+    integer = np.dtype(spec.dtype).kind in "iub"
+    if integer and values.dtype.kind == "f" and np.any(values != np.round(values)):
+        raise UsageError(f"--cond {name}={source} must be an integer ({spec.dtype})", hint=_valid_range(spec))
+    low = -np.inf if spec.low is None else spec.low
+    high = np.inf if spec.high is None else spec.high
+    outside = (values < low) | ((values >= high) if integer else (values > high))
+    if np.any(outside):
+        raise UsageError(f"--cond {name}={source}: value {values[outside].flat[0]} is outside the valid range",
+                         hint=_valid_range(spec))
+    return values.astype(spec.dtype)
+
+
+def _valid_range(spec: TensorSpec) -> str:
+    if spec.low is None and spec.high is None:
+        return f"valid: finite {spec.dtype} values"
+    closing = ")" if np.dtype(spec.dtype).kind in "iub" else "]"
+    return f"valid: {spec.dtype} in [{spec.low}, {spec.high}{closing}"
 
 
 def score(bundle: Bundle, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float] | None:

@@ -12,6 +12,15 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
+
+
+def clean(text: str) -> str:
+    """``text`` with terminal control characters (ANSI escapes, bells, carriage returns) shown as
+    ``\\xNN``: names from a user's model or manifest cannot drive the terminal."""
+    return str(text).translate(_CONTROL)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
@@ -50,12 +59,12 @@ class Output:
     # ---- human output (suppressed in --json mode; stdout stays one document) -------------------
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(message, highlight=False, markup=False)
+            self.err.print(clean(message), highlight=False, markup=False)
 
     def warn(self, message: str) -> None:
         from rich.markup import escape
 
-        self.err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+        self.err.print(f"[yellow]warning:[/yellow] {escape(clean(message))}", highlight=False)
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if self.json_mode:
@@ -63,11 +72,11 @@ class Output:
         from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+        table = Table(title=escape(clean(title)), title_justify="left", show_edge=False, header_style="bold")
         for i, col in enumerate(columns):
             table.add_column(col, justify="left" if i == 0 else "right")
         for row in rows:
-            table.add_row(*(escape(_fmt(v)) for v in row))
+            table.add_row(*(escape(clean(_fmt(v))) for v in row))
         self.out.print(table)
 
     def pairs(self, title: str, items: dict[str, Any]) -> None:
@@ -75,7 +84,7 @@ class Output:
 
     def line(self, message: str) -> None:
         if not self.json_mode:
-            self.out.print(message, highlight=False, markup=False)
+            self.out.print(clean(message), highlight=False, markup=False)
 
     # ---- machine output ------------------------------------------------------------------------
     def document(self, doc: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, inside, sha256_file
 from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
@@ -19,7 +19,7 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     model = files["model"]
     digest = sha256_file(model)
     stem = f"{precision}-{digest[:8]}"
-    folder = bundle.root / ENGINES_DIR / target.name
+    folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
     folder.mkdir(parents=True, exist_ok=True)
     rel = lambda p: p.relative_to(bundle.root).as_posix()  # noqa: E731
     final = folder / f"{stem}{model.suffix}"

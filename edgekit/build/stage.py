@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from edgekit._lock import writes_bundle
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit._deps import require
 from edgekit.build.install import install, remove_superseded
 from edgekit.build.ort import build_ort, fix_dynamic_shapes
@@ -74,6 +76,7 @@ def _refuse_device(target: Target, bundle: Bundle, problems: list[str]) -> Targe
 # Building
 
 
+@writes_bundle("build")
 def build_bundle(
     path: str | Path | Bundle,
     target: str | Path | Target = "cpu",
@@ -120,6 +123,7 @@ def build_bundle(
 
     source_name = _source_artifact(bundle, target, precision)
     source = bundle.artifact(source_name)
+    load_onnx(bundle.root / source.path, f"artifact {source_name!r}")  # a corrupt graph is one line, not a DecodeError
     workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
     try:
         model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgekit._lock import LOCK_WAIT
 from edgekit.cli.app import (
     BundleArg,
     JsonOpt,
@@ -14,6 +15,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
     parse_cond,
+    WaitOpt,
 )
 from edgekit.output import Output
 
@@ -35,6 +37,7 @@ def quantize(
     fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
     seed: SeedOpt = 0,
     threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
@@ -53,6 +56,7 @@ def quantize(
         profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
     )
+    LOCK_WAIT.set(wait)
     s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
     o.document(s)
     print_quantize(o, s)

@@ -11,7 +11,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.output import Output
+from edgekit.output import Output, clean
 
 app = typer.Typer(
     name="edgekit",
@@ -31,6 +31,9 @@ BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edge
 
 
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
+
+
+WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
 
 
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
@@ -59,7 +62,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                     raise
                 from rich.markup import escape
 
-                Output().err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                Output().err.print(f"[red]error:[/red] {escape(clean(str(exc)))}", highlight=False)
                 raise typer.Exit(exc.exit_code) from None
             except KeyboardInterrupt:
                 if debug_enabled():

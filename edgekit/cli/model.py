@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgekit._lock import LOCK_WAIT
 from edgekit.cli.app import (
     BatchOpt,
     BundleArg,
@@ -18,6 +19,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
     parse_cond,
+    WaitOpt,
 )
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.output import Output
@@ -36,6 +38,7 @@ def export(
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
     graph: Annotated[str, typer.Option("--graph", help="host (per-step network, default) | step (decode update in the graph) | unrolled (the whole K-step decode in one call).")] = "host",
     decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
@@ -70,6 +73,7 @@ def export(
         baked_options(spec.kind, graph, spec.decode_defaults or {}, baked)  # an invalid value fails here
     o.info(f"exporting {spec.name} ({spec.kind}) to {out} …")
     cfg = ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol))
+    LOCK_WAIT.set(wait)
     bundle = export_bundle(spec, out, cfg, source=model)
     print_verification(o, bundle)
     if graph != "host":

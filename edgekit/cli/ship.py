@@ -34,13 +34,14 @@ def unpack(
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder to unpack into.")] = Path("."),
     json_out: JsonOpt = False,
 ) -> None:
-    """Unpack a bundle tarball, refusing any member that would land outside the folder."""
-    from edgekit.deploy import safe_extract
+    """Unpack a bundle tarball into OUT/<bundle>: checked member by member (no links, no paths
+    outside), every hash verified in a staging folder, then swapped in whole."""
+    from edgekit.deploy import unpack_bundle
 
     o = Output(json_out)
-    paths = safe_extract(archive, out)
-    o.document({"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "files": [str(p) for p in paths]})
-    o.line(f"unpacked {len(paths)} entries into {out}")
+    doc = unpack_bundle(archive, out)
+    o.document(doc)
+    o.line(f"unpacked bundle {doc['bundle']} ({len(doc['files'])} files, every hash verified)")
 
 
 @command(epilog="Examples:\n\n  edgekit deploy bundles/masked --host pi@raspberrypi.local --target rpi5\n\n"

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging
+from edgekit._lock import LOCK_WAIT
+from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging, WaitOpt
 from edgekit.output import Output
 
 
@@ -45,6 +46,7 @@ def build(
     target: TargetOpt = "cpu",
     precision: Annotated[str, typer.Option("--precision", help="fp32 | fp16 (TensorRT) | int8 (after `edgekit quantize`).")] = "fp32",
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device."""
@@ -53,6 +55,7 @@ def build(
     from edgekit.build.render import print_build
 
     o = Output(json_out)
+    LOCK_WAIT.set(wait)
     doc = build_bundle(bundle, target, precision, rebuild)
     o.document(doc)
     print_build(o, doc)

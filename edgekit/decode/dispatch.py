@@ -35,7 +35,37 @@ def decode_config(kind: str, defaults: Mapping[str, Any], overrides: Mapping[str
             + ", ".join("--" + k.replace("_", "-") for k in valid)
         )
     values = {k: v for k, v in defaults.items() if k in valid} | dict(overrides)
-    return CONFIGS[kind](**values, seed=seed)
+    check_bounds(values, seed)
+    try:
+        return CONFIGS[kind](**values, seed=seed)
+    except TypeError as exc:  # a manifest's decode_defaults of the wrong type ("steps": "ten")
+        raise UsageError(f"decode options {values} are malformed ({exc})", hint="check --decode values and the bundle's decode_defaults") from None
+
+
+# Upper bounds checked before anything is allocated (a flow time grid of 10⁹ steps is 8 GB): far
+# beyond any useful decode (MaskGIT converges in ~8–32 steps, flow ODEs in ~4–64).
+MAX_STEPS = 10_000
+MAX_LENGTH = 1 << 20
+MAX_SEED = (1 << 63) - 1
+_INTS = {"steps": (1, MAX_STEPS), "length": (1, MAX_LENGTH), "top_k": (0, MAX_LENGTH)}
+_FLOATS = ("temperature", "choice_temperature", "guidance", "sway")
+
+
+def check_bounds(values: Mapping[str, Any], seed: int = 0) -> None:
+    """Integers within their bounds, floats finite numbers, the seed in [0, 2⁶³): one line naming
+    the option (from --decode/--steps or the bundle's decode_defaults) otherwise."""
+    for key, (low, high) in _INTS.items():
+        value = values.get(key)
+        if value is None and key == "length":
+            continue
+        if key in values and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high):
+            raise UsageError(f"{key}={value!r} is invalid; valid: an integer in [{low}, {high}]")
+    for key in _FLOATS:
+        value = values.get(key)
+        if key in values and (isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not np.isfinite(value)):
+            raise UsageError(f"{key}={value!r} is invalid; valid: a finite number")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"seed={seed!r} is invalid; valid: an integer in [0, 2^63)")
 
 
 @dataclass(frozen=True)

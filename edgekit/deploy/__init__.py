@@ -7,6 +7,7 @@ from edgekit.deploy.pack import (
     bundle_contents,
     pack_bundle,
     safe_extract,
+    unpack_bundle,
     stage_bundle,
 )
 from edgekit.deploy.ssh import RemoteCommandFailed, SshOptions, check_host
@@ -14,5 +15,5 @@ from edgekit.deploy.stage import DEPLOY_SCHEMA, deploy
 
 __all__ = [
     "DEPLOY_SCHEMA", "PACK_SCHEMA", "RemoteCommandFailed", "SshOptions", "bundle_contents", "check_host", "deploy",
-    "pack_bundle", "safe_extract", "stage_bundle",
+    "pack_bundle", "safe_extract", "stage_bundle", "unpack_bundle",
 ]

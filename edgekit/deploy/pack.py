@@ -11,11 +11,13 @@ import os
 import re
 import shutil
 import tarfile
+import tempfile
 import uuid
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edgekit.bundle import MANIFEST, Bundle, now_iso
+from edgekit.bundle import MANIFEST, STAGING_PREFIX, Bundle, now_iso
 from edgekit.errors import BundleError, UsageError
 from edgekit.targets import Target, load_target
 
@@ -36,6 +38,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             del manifest["artifacts"][name]
             continue
         files.append(manifest["artifacts"][name]["path"])
+        files += [side["path"] for side in manifest["artifacts"][name].get("side_files") or []]
     for key in list(manifest.get("engines") or {}):
         entry = manifest["engines"][key]
         if not engines or (target is not None and entry.get("target", key.split("/")[0]) != target.name):
@@ -63,7 +66,10 @@ def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target |
     out = Path(out)
     if out.resolve().is_relative_to(bundle.root.resolve()):
         raise UsageError(f"-o {out} is inside the bundle {bundle.root}", hint="write the tarball somewhere else")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BundleError(f"cannot write {out} ({exc.strerror or exc})", hint="choose a writable -o path") from None
     top = bundle.root.resolve().name
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
     total = 0
@@ -78,6 +84,8 @@ def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target |
                 total += src.stat().st_size
                 tar.add(src, arcname=f"{top}/{rel}", recursive=False, filter=_anonymous)
         os.replace(tmp, out)
+    except OSError as exc:  # full disk, read-only folder: one line, and no partial tarball
+        raise BundleError(f"cannot write {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o path") from None
     finally:
         tmp.unlink(missing_ok=True)
     return {"schema": PACK_SCHEMA, "bundle": str(bundle.root), "target": tgt.name if tgt else None, "out": str(out),
@@ -90,57 +98,151 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path) -> list[Path]:
-    """Unpack ``archive`` into ``dest`` after checking every member: no absolute paths, no
-    ``..``, no link pointing outside ``dest``, no devices or FIFOs. One bad member refuses the
-    whole archive before anything is written. Returns the extracted paths."""
+# Bounds of what `unpack` writes (a tarball of a few hundred bytes can claim terabytes): bundles
+# are a manifest, a few models and engines, so these are generous; the free space of the
+# destination bounds the bytes too.
+MAX_MEMBERS = 10_000
+MAX_UNPACK_BYTES = 64 << 30
+
+
+def _open_error(archive: Any, exc: BaseException) -> BundleError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # tarfile lists every codec tried
+    return BundleError(f"{archive} is not a readable tar archive ({text.rstrip(' (:')}); it may be truncated or corrupt",
+                       hint="make one with `edgekit pack`, and copy it again")
+
+
+def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
+    """Every member header, read to the end of the archive (a truncated or corrupt stream fails
+    here, before anything is written), at most MAX_MEMBERS of them."""
+    members = []
+    try:
+        for member in tar:
+            members.append(member)
+            if len(members) > MAX_MEMBERS:
+                raise BundleError(f"{archive} has more than {MAX_MEMBERS} members; a bundle has a handful",
+                                  hint="only unpack archives made by `edgekit pack`")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise _open_error(archive, exc) from None
+    return members
+
+
+def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max_bytes: int = MAX_UNPACK_BYTES) -> list[Path]:
+    """Unpack ``archive`` into ``dest`` after checking every member by its name and type alone:
+    no absolute paths, no ``..``, no links of any kind, no devices, FIFOs or sparse files, at
+    most MAX_MEMBERS members and ``max_bytes`` bytes. One bad member refuses the whole archive
+    before anything is written. Files are written by edgekit itself (never ``extractall``), so
+    nothing on disk can redirect them. Returns the extracted paths."""
     if not isinstance(archive, tarfile.TarFile):
         try:
-            with tarfile.open(archive, "r:*") as tar:
-                return safe_extract(tar, dest)
-        except tarfile.TarError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # tarfile lists every codec tried
-            raise BundleError(f"{archive} is not a readable tar archive ({first.rstrip(' (:')})", hint="make one with `edgekit pack`") from None
-    dest = Path(dest).resolve()
-    members = archive.getmembers()
+            tar = tarfile.open(archive, "r:*")
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+            raise _open_error(archive, exc) from None
+        with tar:
+            return safe_extract(tar, dest, max_bytes=max_bytes)
+    name = archive.name or "archive"
+    members = _read_members(archive, name)
     for member in members:
-        problem = _member_problem(member, dest)
+        problem = _member_problem(member)
         if problem:
             raise BundleError(
                 f"archive member {member.name!r} {problem}; refusing to unpack the archive into {dest}",
                 hint="only unpack archives made by `edgekit pack` from a source you trust",
             )
-    dest.mkdir(parents=True, exist_ok=True)
-    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12: the stdlib re-checks too
-        archive.extractall(dest, members=members, filter="data")
-    else:
-        archive.extractall(dest, members=members)
-    return [dest / m.name for m in members]
+    total = sum(m.size for m in members if m.isfile())
+    dest = Path(dest)
+    probe = next((p for p in (dest, *dest.parents) if p.exists()), Path("."))
+    limit = min(max_bytes, shutil.disk_usage(probe).free)
+    if total > limit:
+        raise BundleError(f"{name} would unpack to {total} bytes, more than {'the free space' if limit < max_bytes else 'the limit'} "
+                          f"({limit} bytes) at {dest}", hint="only unpack archives made by `edgekit pack`; free some space")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for member in members:
+            path = dest.joinpath(*PurePosixPath(member.name).parts)
+            if member.isdir():
+                path.mkdir(parents=True, exist_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                src = archive.extractfile(member)
+                with src, open(path, "xb") as fh:  # "x": never through an existing file or link
+                    shutil.copyfileobj(src, fh, 1 << 20)
+                    if fh.tell() != member.size:
+                        raise BundleError(f"{name}: member {member.name!r} is truncated", hint="copy the archive again")
+            out.append(path)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise _open_error(name, exc) from None
+    except FileExistsError as exc:
+        raise BundleError(f"{name}: member {exc.filename} appears twice or already exists in {dest}",
+                          hint="unpack into a new folder") from None
+    except OSError as exc:
+        raise BundleError(f"cannot unpack {name} into {dest} ({exc.strerror or exc})",
+                          hint="free some space or choose a writable -o folder") from None
+    return out
 
 
-def _member_problem(member: tarfile.TarInfo, dest: Path) -> str | None:
+def _member_problem(member: tarfile.TarInfo) -> str | None:
     name = member.name
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "has an absolute path"
-    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if ".." in parts:
         return "contains '..'"
-    where = (dest / name).resolve()
-    if where != dest and dest not in where.parents:
-        return "would be written outside the destination"
+    if not parts or any(p in ("", ".") for p in parts) or "\x00" in name:
+        return "has an empty or '.' path"
     if member.issym() or member.islnk():
-        link = member.linkname
-        if link.startswith(("/", "\\")):
-            return f"is a link to the absolute path {link!r}"
-        base = dest if member.islnk() else (dest / name).parent
-        resolved = (base / link).resolve()
-        if resolved != dest and dest not in resolved.parents:
-            return f"is a link to {link!r}, outside the destination"
-        return None
+        return f"is a link (to {member.linkname!r}); bundles hold no links"
     if member.isdev() or member.isfifo():
         return "is a device or FIFO"
+    if member.issparse():
+        return "is a sparse file"
     if not (member.isfile() or member.isdir()):
         return "is not a regular file or directory"
     return None
+
+
+def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_UNPACK_BYTES) -> dict[str, Any]:
+    """Unpack a tarball made by `edgekit pack` into ``out/<bundle>``: extracted into a fresh
+    staging folder (``safe_extract``), every hash verified there (``Bundle.load``), then swapped
+    in by rename, so a bad archive never touches a bundle already at ``out/<bundle>``. Returns
+    the ``edgekit unpack --json`` document."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}unpack-", dir=out))
+    except OSError as exc:
+        raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="choose a writable -o folder") from None
+    try:
+        paths = safe_extract(archive, staging, max_bytes=max_bytes)
+        tops = {p.relative_to(staging).parts[0] for p in paths}
+        if len(tops) != 1 or not (staging / next(iter(tops)) / MANIFEST).is_file():
+            raise BundleError(f"{archive} is not a bundle archive: it must hold one folder with {MANIFEST}",
+                              hint="make one with `edgekit pack`")
+        top = next(iter(tops))
+        try:
+            Bundle.load(staging / top)  # every artifact's sha256, before anything is replaced
+        except BundleError as exc:
+            raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
+                              hint="copy the archive again, or pack it anew with `edgekit pack`") from None
+        dest = out / top
+        if dest.exists() or dest.is_symlink():
+            if dest.is_symlink() or not (dest / MANIFEST).is_file():
+                raise BundleError(f"{dest} exists and is not a bundle; unpack will not replace it", hint="choose another -o folder")
+            old = staging / ".previous"
+            os.rename(dest, old)  # each rename is atomic; the old bundle goes only after the new one is in
+            try:
+                os.rename(staging / top, dest)
+            except OSError:
+                os.rename(old, dest)
+                raise
+        else:
+            os.rename(staging / top, dest)
+    except OSError as exc:
+        raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o folder") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    files = [str(dest / PurePosixPath(p.relative_to(staging / top)).as_posix()) for p in paths if p != staging / top]
+    return {"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "bundle": str(dest), "files": files}
 
 
 def stage_bundle(bundle: Bundle, dest: Path, target: Target, *, engines: bool = True) -> dict[str, Any]:

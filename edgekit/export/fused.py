@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgekit._lock import writes_bundle
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
@@ -304,6 +305,7 @@ def baked_options(kind: str, graph: str, defaults: Mapping[str, Any], overrides:
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k in BAKED[(kind, graph)]}
 
 
+@writes_bundle("export --graph")
 def fused_bundle(
     path: Path | str,
     graph: str,

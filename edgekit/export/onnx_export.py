@@ -7,11 +7,13 @@ dimension is the ModelSpec's static size.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
+from edgekit.bundle import sha256_file
 from edgekit.errors import ExportError
 from edgekit.export.config import MIN_OPSET, ExportConfig
 from edgekit.spec import ModelSpec
@@ -40,6 +42,9 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
 
     if cfg.opset < MIN_OPSET:
         raise ExportError(f"--opset {cfg.opset} is too old; use {MIN_OPSET} or newer")
+    if cfg.opset > onnx.defs.onnx_opset_version():
+        raise ExportError(f"--opset {cfg.opset} is newer than this onnx ({onnx.__version__}) knows; "
+                          f"valid: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}")
     module = spec.module.eval()
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -68,11 +73,34 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
         all_tensors_to_one_file=True,
         location=path.name + ".data" if external else None,
     )
+    side_files = [_name_external_data(path)] if external else []
     onnx.checker.check_model(str(path))  # path form: works with external data too
     ops: dict[str, int] = {}
     for node in model.graph.node:
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    return {"opset": cfg.opset, "ops": dict(sorted(ops.items())), "external_data": external, "exporter": "torch.export"}
+    return {"opset": cfg.opset, "ops": dict(sorted(ops.items())), "external_data": external, "exporter": "torch.export",
+            "side_files": side_files}
+
+
+def _name_external_data(path: Path) -> Path:
+    """Rename ``path``'s external-data file to its final content-addressed name
+    (``<stem>-<sha8>.onnx.data``, beside it) and point the graph's tensors at that name, so the
+    bundle can move both files in unchanged and hash both."""
+    import onnx
+
+    data = path.with_name(path.name + ".data")
+    final = path.with_name(f"{path.stem}-{sha256_file(data)[:8]}.onnx.data")
+    os.replace(data, final)
+    model = onnx.load(str(path), load_external_data=False)
+    tensors = [init for init in model.graph.initializer] + [
+        a.t for node in model.graph.node for a in node.attribute if a.HasField("t")
+    ]
+    for tensor in tensors:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = final.name
+    onnx.save_model(model, str(path))
+    return final
 
 
 def check_graph(model: Any, spec: ModelSpec) -> None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from edgekit._lock import writes_bundle
+from edgekit._deps import require
 from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import decode_config
 from edgekit.errors import ExportError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import export_onnx
@@ -16,6 +21,28 @@ from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import ModelSpec
 
 
+def check_spec(spec: ModelSpec) -> None:
+    """What a factory returned must make a bundle every command can read: checked before any
+    file is written (a bad one was exported, then failed at every later command)."""
+    torch = require("torch")
+    if not isinstance(spec.module, torch.nn.Module):
+        raise ExportError(f"model {spec.name!r}: module is a {type(spec.module).__name__}, not a torch.nn.Module",
+                          hint="return ModelSpec(module=<your nn.Module>, ...) from the factory")
+    if not isinstance(spec.name, str) or not spec.name or not spec.name.isprintable() or len(spec.name) > 200:
+        raise ExportError(f"model name {spec.name!r} must be 1-200 printable characters (no control or escape codes)")
+    for what, value in (("meta", spec.meta), ("decode_defaults", spec.decode_defaults)):
+        if not isinstance(value, Mapping):
+            raise ExportError(f"model {spec.name!r}: {what} must be a dict, not {type(value).__name__}")
+        try:
+            json.dumps(dict(value), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ExportError(f"model {spec.name!r}: {what} is not plain JSON data ({exc})",
+                              hint="use str/int/float/bool/None, lists and dicts only") from None
+    if spec.ground_truth is not None and not isinstance(spec.ground_truth, str):
+        raise ExportError(f"model {spec.name!r}: ground_truth must be None or 'module:function'")
+    decode_config(spec.kind, spec.decode_defaults, {})  # a bad default fails here, not at every run
+
+
 def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig(), source: str | None = None) -> Bundle:
     """Export ``spec`` to ``out`` (a new bundle, or an existing one of the same model whose fp32
     graph is replaced), verify it against torch, and save the manifest.
@@ -23,6 +50,12 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
     A verification failure is an ExportError carrying the numbers; the bundle on disk is left
     as it was (the new graph is never recorded)."""
 
+    check_spec(spec)  # before the bundle directory is even created
+    return _export_locked(spec, Path(out), cfg, source)
+
+
+@writes_bundle("export", "out", create=True)
+def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | None) -> Bundle:
     bundle = Bundle.new(
         out,
         model={
@@ -37,23 +70,31 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
         decode_defaults=spec.decode_defaults,
     )
     bundle.discard_staging()  # leftovers of an interrupted earlier stage (one stage at a time per bundle)
-    staged = bundle.staging_path("fp32.onnx")
+    workdir = bundle.staging_path("export")
+    workdir.mkdir()
+    staged = workdir / "fp32.onnx"  # with its external-data file beside it, if the weights need one
     try:
         facts = export_onnx(spec, staged, cfg)
         with TorchRuntime(spec.module, spec.inputs, spec.outputs) as ref, OrtRuntime(staged) as cand:
             report = compare(ref, cand, verification_feeds(spec, ref, cfg.verify), cfg.verify)
         if not report["passed"]:
             bad = {n: o for n, o in report["outputs"].items() if not o["passed"]}
-            worst = ", ".join(f"{n}: max abs {o['max_abs']:.3g} > tol {o['tolerance']:.3g}" for n, o in bad.items())
+            worst = ", ".join(
+                f"{n}: {o['nonfinite']} NaN/Inf values" if o.get("nonfinite") else f"{n}: max abs {o['max_abs']:.3g} > tol {o['tolerance']:.3g}"
+                for n, o in bad.items()
+            )
+            if any(o.get("nonfinite") for o in bad.values()):
+                raise ExportError(f"verification failed: the model produces non-finite outputs ({worst})",
+                                  hint="fix the model (log of 0, division by 0, overflow) before exporting")
             raise ExportError(
                 f"ONNX output differs from torch beyond tolerance ({worst})",
                 hint="look for ops that behave differently in eval/export (dropout, in-place updates) or loosen --atol",
             )
-        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"]}
-        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx")
+        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"]}
+        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"])
         bundle.manifest["graph"] = {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}}
         bundle.manifest["verification"]["fp32"] = {"reference": "torch", "candidate": "ort"} | report
         bundle.save()
         return bundle
     finally:
-        staged.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)

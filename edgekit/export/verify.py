@@ -80,24 +80,30 @@ class OutputError:
     max_rel: float  # max |a - b| / max |b|: relative to the output's scale, robust to zeros
     tolerance: float
     passed: bool
+    nonfinite: int = 0  # NaN/Inf values in either output over all feeds: any one fails verification
 
 
 def compare(reference: Runtime, candidate: Runtime, feeds: list[dict[str, np.ndarray]], cfg: VerifyConfig) -> dict[str, Any]:
-    """Max errors per output over all feeds, and whether each is within atol + rtol·scale."""
-    worst: dict[str, tuple[float, float]] = {}
+    """Max errors per output over all feeds, and whether each is within atol + rtol·scale.
+    A NaN or Inf anywhere (either side) fails the output, with the count: ``max`` would
+    otherwise skip over NaN and call the graph verified."""
+    worst: dict[str, tuple[float, float, int]] = {}
     for feed in feeds:
         ref = {k: np.array(v, dtype=np.float64) for k, v in reference.run(feed).items()}
         got = {k: np.array(v, dtype=np.float64) for k, v in candidate.run(feed).items()}
         for name, r in ref.items():
-            abs_err = float(np.max(np.abs(got[name] - r))) if r.size else 0.0
-            scale = float(np.max(np.abs(r))) if r.size else 0.0
-            prev = worst.get(name, (0.0, 0.0))
-            worst[name] = (max(prev[0], abs_err), max(prev[1], scale))
+            g = got[name]
+            bad = int(np.count_nonzero(~np.isfinite(r)) + np.count_nonzero(~np.isfinite(g)))
+            ok = np.isfinite(r) & np.isfinite(g)
+            abs_err = float(np.max(np.abs(g - r), where=ok, initial=0.0)) if r.size else 0.0
+            scale = float(np.max(np.abs(r), where=ok, initial=0.0)) if r.size else 0.0
+            prev = worst.get(name, (0.0, 0.0, 0))
+            worst[name] = (max(prev[0], abs_err), max(prev[1], scale), prev[2] + bad)
     outputs = {}
-    for name, (abs_err, scale) in worst.items():
+    for name, (abs_err, scale, bad) in worst.items():
         tol = cfg.atol + cfg.rtol * scale
         rel = abs_err / scale if scale > 0 else abs_err
-        outputs[name] = OutputError(abs_err, rel, tol, bool(abs_err <= tol)).__dict__
+        outputs[name] = OutputError(abs_err, rel, tol, bool(abs_err <= tol and bad == 0), bad).__dict__
     return {
         "passed": all(o["passed"] for o in outputs.values()),
         "samples": len(feeds),

@@ -47,6 +47,8 @@ def load_spec(ref: str, batch: int | None = None) -> ModelSpec:
         spec = factory(**kwargs)
     except EdgekitError:
         raise
+    except SystemExit as exc:  # a factory must return a ModelSpec; exiting 0 with no bundle hid the failure
+        raise EdgekitError(f"model factory {ref!r} called sys.exit({exc.code!r}) instead of returning a ModelSpec") from None
     except Exception as exc:
         raise EdgekitError(f"model factory {ref!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(spec, ModelSpec):

@@ -6,6 +6,7 @@ Defaults live here and nowhere else. ``QuantizeConfig.to_json()`` is what the ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -212,6 +213,8 @@ def parse_budget(items: list[str] | tuple[str, ...] | None) -> dict[str, float]:
             out[key] = float(value)
         except ValueError:
             raise UsageError(f"--budget {item!r}: {value!r} is not a number") from None
+        if not math.isfinite(out[key]):  # nan compares false to everything: the budget would never decide
+            raise UsageError(f"--budget {item!r}: the limit must be a finite number")
     return out
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -17,6 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._lock import owned_tempdir, writes_bundle
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
@@ -43,6 +43,7 @@ from edgekit.quantize.graph import (
 )
 from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.structure import qdq_structure, trt_violations
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
@@ -52,6 +53,7 @@ SCHEMA = "edgekit.quantize/1"
 MAX_FULL_FLOAT = 3
 
 
+@writes_bundle("quantize")
 def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph, check it against the accuracy budget (falling back the
     most sensitive nodes to weight-only INT8 (float activations) until it holds), write the ``int8`` artifact and record
@@ -66,10 +68,10 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     budget = cfg.budget_for(kind)
     decode_config(kind, bundle.manifest.get("decode_defaults", {}), cfg.decode)  # bad options fail here
     fp32_path = bundle.path_of("fp32")
+    load_onnx(fp32_path, "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     options = OrtOptions(intra_op_threads=cfg.threads)
 
-    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp_dir:
-        tmp = Path(tmp_dir)
+    with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         say("prepare graph (quant_pre_process)")
         prepared = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
         time_input = KIND_IO["flow"][0][1] if kind == "flow" else None

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS, FlowDecodeConfig, decode_flow
 from edgekit.errors import CheckFailed, UsageError
@@ -68,6 +69,7 @@ def _flow_bundle(path: Path | str) -> Bundle:
     return bundle
 
 
+@writes_bundle("run --latency-budget-ms")
 def measure_flow_quality(
     path: Path | str,
     cfg: QualityConfig = QualityConfig(),

@@ -36,6 +36,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     ``cond`` arrays (not JSON) and the figures for the report."""
     bundle = Bundle.load(path)
     batch = req.batch or graph_batch(bundle)
+    if not 1 <= batch <= graph_batch(bundle):  # before conditions of that many rows are built
+        raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{graph_batch(bundle)} (the graph's static batch)")
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
     cond = conditions(bundle, req.cond, batch, req.seed)
     if req.graph == "host":

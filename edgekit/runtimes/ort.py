@@ -38,6 +38,10 @@ GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
 _LOAD_ERRORS = ("InvalidProtobuf", "InvalidGraph", "NoModel", "Fail", "InvalidArgument", "NotImplemented")
 
 
+# More threads than any board has cores only costs thread creation (100,000 hung session setup).
+MAX_THREADS = 1024
+
+
 @dataclass(frozen=True)
 class OrtOptions:
     # Priority order; ORT assigns each node to the first provider that supports it. A name that
@@ -88,8 +92,8 @@ class OrtOptions:
             )
         for field_name in ("intra_op_threads", "inter_op_threads"):
             value = getattr(self, field_name)
-            if not isinstance(value, int) or value < 0:
-                raise UsageError(f"{field_name} must be an int >= 0 (0 = ORT default), got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_THREADS:
+                raise UsageError(f"{field_name} (--threads) must be an int in [0, {MAX_THREADS}] (0 = ORT default), got {value!r}")
 
 
 class OrtRuntime(BaseRuntime):

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import BaseRuntime, describe
 from edgekit.spec import TensorSpec
 
@@ -37,6 +37,8 @@ class TorchRuntime(BaseRuntime):
     ):
         super().__init__(inputs, outputs)
         self._torch = require("torch")
+        if not 0 <= int(threads) <= 1024:  # as OrtOptions.MAX_THREADS (torch spawns them up front)
+            raise UsageError(f"--threads {threads} is invalid; valid: 0..1024 (0 = torch's default)")
         self.threads = int(threads)
         self.device = str(device)
         self.module = module.to(self.device).eval()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -179,10 +180,24 @@ def parse_target(text: str, source: str, default_name: str = "custom") -> Target
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"target file {source} is not valid TOML ({exc})", hint="fix the file (see `edgekit targets --json` for the schema)") from None
+    except RecursionError:
+        raise UsageError(f"target file {source} is nested too deeply to be a target", hint="fix the file") from None
     table.setdefault("name", default_name)
+    name = table["name"]
+    # The name becomes a folder (engines/<name>/) and an engine key: a plain slug, nothing that
+    # could leave the bundle (``..``, ``/``, an absolute path) or hide in a listing.
+    if isinstance(name, str) and not _SLUG.fullmatch(name):
+        raise UsageError(
+            f"target file {source}: name {name!r} is not a plain name (letters, digits, '.', '_', '-'; "
+            "starting with a letter or digit; at most 64 characters)",
+            hint="e.g. name = \"my-board\"",
+        )
     target = dataclasses.replace(_build(Target, table, source, ""), source=source)
     _check_values(target, source)
     return target
+
+
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def _tomllib() -> Any:

@@ -1,0 +1,186 @@
+"""One writer per bundle: an exclusive ``flock`` on ``<bundle>/.edgekit.lock`` held for a whole
+stage, and temp directories whose owner is known to be gone.
+
+A second stage on the same bundle fails at once with exit 1 naming the holder, or waits behind
+it when the CLI was given ``--wait`` (``LOCK_WAIT``). The lock is re-entrant within a process
+(``select_engine`` → ``build_bundle`` → ``Bundle.save`` take it in turn). Because every writer
+holds it, anything named ``.staging-*`` found by the holder is litter of a killed stage and is
+swept on acquisition.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from edgekit.errors import BundleError
+
+try:  # POSIX; elsewhere bundles are written without a lock (one process at a time is on the user)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_NAME = ".edgekit.lock"
+STAGING_PREFIX = ".staging-"
+# Set by the CLI's --wait: queue behind another writer instead of failing.
+LOCK_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("edgekit_lock_wait", default=False)
+_held: dict[str, list[Any]] = {}  # resolved bundle root -> [fd, depth]
+
+
+def _holder(fd: int) -> str:
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        return f"`edgekit {doc.get('stage', '?')}` (pid {doc.get('pid', '?')})"
+    except (OSError, ValueError):
+        return "another edgekit process"
+
+
+def unwritable(root: Path, exc: OSError) -> BundleError:
+    return BundleError(
+        f"bundle {root} is not writable ({exc.strerror or exc})",
+        hint="fix its permissions or free space, or copy it somewhere writable",
+    )
+
+
+@contextmanager
+def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: bool | None = None,
+                notify: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the bundle's writer lock for the ``with`` body. ``create``: make the directory first
+    (export); otherwise a missing bundle is left to ``Bundle.load`` to report."""
+    root = Path(root)
+    created = create and not root.exists()
+    if create:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unwritable(root, exc) from None
+    key = str(root.resolve())
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield
+        finally:
+            _held[key][1] -= 1
+        return
+    if fcntl is None or not root.is_dir():
+        yield
+        return
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # read-only bundle, full disk, no permission: found before any work
+        raise unwritable(root, exc) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _holder(fd)
+            if not (LOCK_WAIT.get() if wait is None else wait):
+                raise BundleError(
+                    f"bundle {root} is being written by {who}; one stage writes a bundle at a time",
+                    hint="wait for it to finish, or pass --wait to queue behind it",
+                ) from None
+            (notify or (lambda m: print(m, file=sys.stderr, flush=True)))(f"waiting for {who} to finish writing {root} …")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "stage": stage}).encode(), 0)
+        except OSError as exc:
+            raise unwritable(root, exc) from None
+        sweep_staging(root)
+        _held[key] = [fd, 1]
+        try:
+            yield
+        finally:
+            del _held[key]
+            if created and not (root / "edgekit.json").exists():  # a first export that failed: leave no folder
+                sweep_staging(root)
+                (root / LOCK_NAME).unlink(missing_ok=True)
+                try:
+                    root.rmdir()
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def sweep_staging(root: Path) -> list[str]:
+    """Remove ``.staging-*`` files and directories in ``root`` (only safe while holding its lock)."""
+    removed = []
+    for path in root.glob(f"{STAGING_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
+
+
+def writes_bundle(stage: str, arg: str = "path", *, create: bool = False) -> Callable:
+    """Decorate a stage function so it holds the lock of the bundle given as parameter ``arg``
+    (a path or a ``Bundle``) for its whole run."""
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            target = bound.arguments[arg]
+            # A path, or a Bundle (its .root); never a Path's own .root, which is "/"
+            root = target if isinstance(target, (str, os.PathLike)) else target.root
+            with bundle_lock(Path(root), stage, create=create):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+@contextmanager
+def owned_tempdir(prefix: str) -> Iterator[Path]:
+    """``tempfile.TemporaryDirectory`` whose owner holds a lock inside it, so a later run can
+    tell (``sweep_tempdirs``) that a leftover one belongs to a killed process."""
+    sweep_tempdirs(prefix)
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield path
+    finally:
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_tempdirs(prefix: str) -> list[str]:
+    """Remove ``$TMPDIR/<prefix>*`` directories whose lock nobody holds (their process died)."""
+    if fcntl is None:
+        return []
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        lock = path / LOCK_NAME
+        if not path.is_dir() or path.is_symlink() or not lock.is_file() or path.stat().st_uid != os.getuid():
+            continue
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # alive
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    return removed

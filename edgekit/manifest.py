@@ -1,0 +1,140 @@
+"""The manifest file as data: reading and writing it safely, validating what every command reads,
+the files it names, and merging one stage's changes into the manifest as it is on disk."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit._lock import STAGING_PREFIX
+from edgekit.errors import BundleError
+from edgekit.spec import KINDS, tensor_specs_from_json
+
+SCHEMA = "edgekit.bundle/1"
+MANIFEST = "edgekit.json"
+# Manifest sections merged entry by entry at save (a stage changes some entries of these and must
+# not drop entries another stage committed meanwhile); every other top-level key is replaced whole.
+_MERGED_SECTIONS = ("artifacts", "engines", "fused", "verification", "graph")
+_MISSING = object()
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write JSON through a temp file in the same directory, fsync, then rename over ``path``."""
+    tmp = path.with_name(f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=False, allow_nan=False)  # NaN is not JSON
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except ValueError as exc:  # a NaN/inf slipped into a document: a bug, never written to disk
+        raise BundleError(f"refusing to write {path}: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path, what: str = "manifest") -> Any:
+    """``json.loads`` of a file as one-line errors (bad UTF-8, bad JSON, nesting deep enough to
+    exhaust the recursion limit)."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{what} {path} is not valid JSON ({exc})", hint="re-run the stage that wrote it") from None
+    except RecursionError:
+        raise BundleError(f"{what} {path} is nested too deeply to be a manifest", hint="re-run the stage that wrote it") from None
+    except OSError as exc:
+        raise BundleError(f"cannot read {what} {path} ({exc.strerror or exc})") from None
+
+
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel`` if it stays inside ``root`` (after resolving links), else a BundleError."""
+    base = Path(root).resolve()
+    path = (Path(root) / rel).resolve()
+    if base not in path.parents:
+        raise BundleError(f"path {rel!r} points outside the bundle {root}", hint="edgekit writes only inside the bundle")
+    return path
+
+
+def live_paths(manifest: Mapping[str, Any]) -> set[str]:
+    """Every bundle-relative file the manifest names (artifacts, side files, engines, fused)."""
+    out: set[str] = set()
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, Mapping):
+            for key, value in obj.items():
+                if key == "path" and isinstance(value, str):
+                    out.add(Path(value).as_posix())
+                else:
+                    walk(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                walk(value)
+
+    for section in ("artifacts", "engines", "fused"):
+        walk(manifest.get(section) or {})
+    return out
+
+
+def merge_manifest(base: Mapping[str, Any], mine: Mapping[str, Any], disk: Mapping[str, Any]) -> dict[str, Any]:
+    """``disk`` (the manifest as it is now) plus what this stage changed between ``base`` (as it
+    loaded it) and ``mine``: entries another stage committed meanwhile survive."""
+    out = copy.deepcopy(dict(disk))
+    for key in set(base) | set(mine):
+        if mine.get(key, _MISSING) == base.get(key, _MISSING):
+            continue
+        if key in _MERGED_SECTIONS and isinstance(mine.get(key), dict) and isinstance(out.get(key), dict):
+            old = base.get(key) if isinstance(base.get(key), dict) else {}
+            for sub in set(old) | set(mine[key]):
+                if mine[key].get(sub, _MISSING) == old.get(sub, _MISSING):
+                    continue
+                if sub in mine[key]:
+                    out[key][sub] = copy.deepcopy(mine[key][sub])
+                else:
+                    out[key].pop(sub, None)
+        elif key in mine:
+            out[key] = copy.deepcopy(mine[key])
+        else:
+            out.pop(key, None)
+    return out
+
+
+
+def validate_manifest(manifest: dict[str, Any], path: Path) -> None:
+    """The parts every command reads: a clean error instead of a KeyError deep inside a stage."""
+
+    def bad(what: str) -> BundleError:
+        return BundleError(f"manifest {path}: {what}", hint="re-export the bundle with `edgekit export`")
+
+    model = manifest["model"]
+    if not isinstance(model.get("name"), str) or model.get("kind") not in KINDS:
+        raise bad(f"model.name must be a string and model.kind one of {', '.join(KINDS)}")
+    if not model["name"].isprintable():
+        raise bad(f"model.name {model['name']!r} contains control characters")
+    if not isinstance(model.get("meta"), dict):
+        raise bad("model.meta must be an object")
+    for key in ("decode_defaults", "engines", "fused", "verification"):
+        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
+            raise bad(f"{key} must be an object, not {type(manifest[key]).__name__}")
+    for role in ("inputs", "outputs"):
+        specs = manifest["io"].get(role)
+        if not isinstance(specs, dict) or not specs:
+            raise bad(f"io.{role} must be a non-empty object")
+        try:
+            tensor_specs_from_json(specs)
+        except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
+            raise bad(f"io.{role} is malformed ({exc})") from None
+    for name, doc in manifest["artifacts"].items():
+        if not isinstance(doc, dict) or not isinstance(doc.get("path"), str):
+            raise bad(f"artifact {name!r} must be an object with a string path")
+        if not isinstance(doc.get("sha256"), str) or type(doc.get("bytes")) is not int or not isinstance(doc.get("made_by"), str):
+            raise bad(f"artifact {name!r} needs a string sha256, an integer bytes and a string made_by")
+        if not isinstance(doc.get("config", {}), dict) or not isinstance(doc.get("side_files", []), list):
+            raise bad(f"artifact {name!r}: config must be an object and side_files a list")
+    for key, entry in (manifest.get("engines") or {}).items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise bad(f"engine {key!r} must be an object with a string path")
