@@ -123,6 +123,16 @@ def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
                                   hint="only unpack archives made by `edgekit pack`")
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise _open_error(archive, exc) from None
+    # tarfile stops at the end-of-archive blocks, or at the end of the data when they are cut
+    # off: a gzip stream missing only its tail still lists every member. Read the compressed
+    # stream to its end marker so such an archive is refused too.
+    stream = getattr(tar, "fileobj", None)
+    if stream is not None and hasattr(stream, "read") and stream is not getattr(tar, "_stream_raw", None):
+        try:
+            while stream.read(1 << 20):
+                pass
+        except (EOFError, zlib.error, OSError, tarfile.TarError) as exc:
+            raise _open_error(archive, exc) from None
     return members
 
 
