@@ -324,6 +324,8 @@ def test_qdq_int8_sets_the_int8_flag_where_weakly_typed(fake_trt, tmp_path, qdq_
     build_engine(qdq_onnx, plan, TrtBuildConfig(precision="int8"))
     major = int(fake_trt.version.split(".")[0])
     assert (("set_flag", "INT8") in fake_trt.calls) == (major < 10)
+    notes = " ".join(read_metadata(plan).notes)  # the sidecar says what stays FP32
+    assert ("only the layers inside Q/DQ pairs run in INT8" in notes) == (major >= 10)
     assert json.loads(plan.read_bytes())["strongly_typed"] == (major >= 10)
     with load_engine(plan, qdq_onnx, precision="int8") as rt:
         np.testing.assert_allclose(rt.run({"x": x_feed})["y"], ort_run(qdq_onnx, {"x": x_feed})["y"], rtol=1e-6, atol=1e-6)
@@ -344,6 +346,8 @@ def test_builder_optimization_level_is_guarded(monkeypatch, tmp_path, matmul_add
     build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(builder_optimization_level=5))
     warned = any("has no builder_optimization_level" in r.message for r in caplog.records)
     assert warned == (not applied)
+    noted = any("no builder_optimization_level" in n for n in read_metadata(tmp_path / "m.plan").notes)
+    assert noted == (not applied)
 
 
 def test_timing_cache_is_written_reused_and_a_foreign_one_replaced(monkeypatch, tmp_path, matmul_add_onnx, caplog):
