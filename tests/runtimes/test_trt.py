@@ -36,12 +36,13 @@ from edgekit.runtimes.trt import (
     write_metadata,
 )
 
-ORIN = HostMetadata("10.3.0", "Orin", "8.7", "35.4.1")
+# JetPack 6.2 (L4T 36.4.3) ships TensorRT 10.3 (JetPack 5.1.x: 8.5.2; 6.0: 8.6.2).
+ORIN = HostMetadata("10.3.0", "Orin", "8.7", "36.4.3")
 META = EngineMetadata(
     tensorrt_version="10.3.0",
     gpu_name="Orin",
     compute_capability="8.7",
-    l4t="35.4.1",
+    l4t="36.4.3",
     source_onnx_sha256="a" * 64,
     precision="fp16",
     created="2025-01-01T00:00:00+00:00",
@@ -128,7 +129,7 @@ def test_a_matching_host_is_compatible():
         (replace(ORIN, tensorrt_version="10.7.0"), None, None, "engine built with 10.3.0, host has 10.7.0"),
         (replace(ORIN, compute_capability="8.6", gpu_name="RTX"), None, None, "capability: engine built for 8.7"),
         (replace(ORIN, gpu_name="Orin Nano"), None, None, "GPU: engine built on Orin, host GPU is Orin Nano"),
-        (replace(ORIN, l4t="36.3.0"), None, None, "L4T/JetPack: engine built on 35.4.1, host is 36.3.0"),
+        (replace(ORIN, l4t="36.4.0"), None, None, "L4T/JetPack: engine built on 36.4.3, host is 36.4.0"),
         (replace(ORIN, l4t=None), None, None, "host is not a Jetson"),
         (ORIN, "b" * 64, None, "stale engine: source ONNX changed"),
         (ORIN, None, "int8", "precision: engine is fp16, int8 was asked for"),
