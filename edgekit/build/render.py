@@ -18,6 +18,8 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
         "format": e["format"], "device": e["device"], "compute capability": e["compute_capability"], "L4T": e["l4t"],
         "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)", "fixed shapes": e.get("fixed_shapes") or None,
     })
+    for note in e.get("notes") or []:
+        o.line(f"note: {note}")
     o.line(f"engine: {Path(doc['bundle']) / e['path']}")
     if e.get("required_operators"):
         o.line(f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}")

@@ -34,5 +34,6 @@ def build_trt(model_path: Path, source_sha256: str, target: Target, precision: s
         "compute_capability": meta.compute_capability,
         "l4t": meta.l4t,
         "config": {"workspace_mib": cfg.workspace_mib, "builder_optimization_level": cfg.builder_optimization_level},
+        "notes": list(meta.notes),  # e.g. strongly typed INT8 keeps the layers outside Q/DQ pairs in FP32
     }
     return {"model": plan, "metadata": trt_backend.sidecar_path(plan)}, facts

@@ -48,6 +48,7 @@ from edgekit.decode.schedules import mask_ratio, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import check_graph
+from edgekit.export.opset import downgrade_split
 from edgekit.models import load_spec
 from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_graph_kind  # noqa: F401  (re-exported)
 
@@ -271,6 +272,7 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ExportError(f"torch.onnx.export failed for fused graph {name!r}: {first}") from exc
     model = program.model_proto
+    downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
     check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs))
     _drop_debug_metadata(model)
     onnx.save_model(model, str(path))

@@ -16,6 +16,7 @@ from edgekit._deps import require
 from edgekit.bundle import sha256_file
 from edgekit.errors import ExportError
 from edgekit.export.config import MIN_OPSET, ExportConfig
+from edgekit.export.opset import downgrade_split
 from edgekit.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ExportError(f"torch.onnx.export failed for {spec.name!r}: {first}") from exc
     model = program.model_proto
+    downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
     check_graph(model, spec)
     size = model.ByteSize()
     external = size > cfg.external_data_mb * (1 << 20)

@@ -238,6 +238,7 @@ def test_jetpack_60_builds_int8_weakly_typed_and_runs_int64_tokens(tiny_bundle, 
     doc = build_bundle(bundle.root, "jetson-orin-nano-jp60", "int8", host=ORIN_NANO_JP60)
     assert doc["engine"]["runtime_version"] == "8.6.2.3" and doc["engine"]["l4t"] == "36.3.0"
     assert ("set_flag", "INT8") in fake.bindings.calls  # TensorRT 8.6: no strong typing, so the INT8 flag
+    assert doc["engine"]["notes"] == ["weakly typed INT8 (BuilderFlag.INT8): layers outside Q/DQ pairs run in FP32"]
     tokens = (np.arange(16, dtype=np.int64).reshape(2, 8) * 3) % 16
     with select_engine(bundle.root, "jetson-orin-nano-jp60", "int8", host=ORIN_NANO_JP60).open() as rt:
         assert rt.inputs["tokens"].dtype == "int64"  # the engine holds int32; edgekit casts at the boundary

@@ -36,12 +36,13 @@ from edgekit.runtimes.trt import (
     write_metadata,
 )
 
-ORIN = HostMetadata("10.3.0", "Orin", "8.7", "35.4.1")
+# JetPack 6.2 (L4T 36.4.3) ships TensorRT 10.3 (JetPack 5.1.x: 8.5.2; 6.0: 8.6.2).
+ORIN = HostMetadata("10.3.0", "Orin", "8.7", "36.4.3")
 META = EngineMetadata(
     tensorrt_version="10.3.0",
     gpu_name="Orin",
     compute_capability="8.7",
-    l4t="35.4.1",
+    l4t="36.4.3",
     source_onnx_sha256="a" * 64,
     precision="fp16",
     created="2025-01-01T00:00:00+00:00",
@@ -128,7 +129,7 @@ def test_a_matching_host_is_compatible():
         (replace(ORIN, tensorrt_version="10.7.0"), None, None, "engine built with 10.3.0, host has 10.7.0"),
         (replace(ORIN, compute_capability="8.6", gpu_name="RTX"), None, None, "capability: engine built for 8.7"),
         (replace(ORIN, gpu_name="Orin Nano"), None, None, "GPU: engine built on Orin, host GPU is Orin Nano"),
-        (replace(ORIN, l4t="36.3.0"), None, None, "L4T/JetPack: engine built on 35.4.1, host is 36.3.0"),
+        (replace(ORIN, l4t="36.4.0"), None, None, "L4T/JetPack: engine built on 36.4.3, host is 36.4.0"),
         (replace(ORIN, l4t=None), None, None, "host is not a Jetson"),
         (ORIN, "b" * 64, None, "stale engine: source ONNX changed"),
         (ORIN, None, "int8", "precision: engine is fp16, int8 was asked for"),
@@ -324,6 +325,8 @@ def test_qdq_int8_sets_the_int8_flag_where_weakly_typed(fake_trt, tmp_path, qdq_
     build_engine(qdq_onnx, plan, TrtBuildConfig(precision="int8"))
     major = int(fake_trt.version.split(".")[0])
     assert (("set_flag", "INT8") in fake_trt.calls) == (major < 10)
+    notes = " ".join(read_metadata(plan).notes)  # the sidecar says what stays FP32
+    assert ("only the layers inside Q/DQ pairs run in INT8" in notes) == (major >= 10)
     assert json.loads(plan.read_bytes())["strongly_typed"] == (major >= 10)
     with load_engine(plan, qdq_onnx, precision="int8") as rt:
         np.testing.assert_allclose(rt.run({"x": x_feed})["y"], ort_run(qdq_onnx, {"x": x_feed})["y"], rtol=1e-6, atol=1e-6)
@@ -344,6 +347,8 @@ def test_builder_optimization_level_is_guarded(monkeypatch, tmp_path, matmul_add
     build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(builder_optimization_level=5))
     warned = any("has no builder_optimization_level" in r.message for r in caplog.records)
     assert warned == (not applied)
+    noted = any("no builder_optimization_level" in n for n in read_metadata(tmp_path / "m.plan").notes)
+    assert noted == (not applied)
 
 
 def test_timing_cache_is_written_reused_and_a_foreign_one_replaced(monkeypatch, tmp_path, matmul_add_onnx, caplog):
@@ -551,9 +556,9 @@ def test_real_outputs_stay_readable_after_close(tensorrt_host, tmp_path, matmul_
 
 
 def test_trt_extra_is_bounded_and_never_installs_tensorrt_on_a_jetson():
-    import tomllib
-
     from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["trt"]
     reqs = {r.name: r for r in map(Requirement, extra)}

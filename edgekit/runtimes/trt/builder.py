@@ -180,8 +180,7 @@ def build_engine(
     features = TrtFeatures.of(trt)
     flags = resolve_build_flags(cfg, model, host.tensorrt_version, features)
     del model
-    for note in flags.notes:
-        log.info("%s: %s", plan_path.name, note)
+    notes = list(flags.notes)
 
     # TensorRT builds for the current CUDA device: make it device N before touching the builder.
     memory.select_device(device)
@@ -215,8 +214,9 @@ def build_engine(
         try:
             config.builder_optimization_level = cfg.builder_optimization_level
         except AttributeError:
-            log.warning("TensorRT %s has no builder_optimization_level; building with its default tactics",
-                        host.tensorrt_version)
+            notes.append(f"TensorRT {host.tensorrt_version} has no builder_optimization_level; built with its "
+                         "default tactics")
+            log.warning(notes[-1])
     cache = _load_timing_cache(config, Path(cfg.timing_cache), logger) if cfg.timing_cache is not None else False
 
     serialized = builder.build_serialized_network(network, config)
@@ -241,6 +241,7 @@ def build_engine(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         edgekit_version=_edgekit_version(),
         io_dtypes=io_dtypes,
+        notes=tuple(notes),
     )
     # A plan without a sidecar is refused at load: never leave a new plan next to an old sidecar.
     sidecar_path(plan_path).unlink(missing_ok=True)

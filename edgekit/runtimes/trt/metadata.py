@@ -46,23 +46,28 @@ class EngineMetadata:
     # IO dtypes of the source ONNX ({name: "int64", ...}): the contract callers feed, which
     # TensorRT 8.x's engine may narrow (INT64 -> INT32). None in sidecars of older edgekits.
     io_dtypes: Mapping[str, str] | None = None
+    # What a user should know about this engine's precision (e.g. which layers stay FP32).
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc = {"schema": ENGINE_SCHEMA, **asdict(self)}
         doc["io_dtypes"] = dict(self.io_dtypes) if self.io_dtypes is not None else None
+        doc["notes"] = list(self.notes)
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "EngineMetadata":
         if doc.get("schema") != ENGINE_SCHEMA:
             raise BundleError(f"engine metadata schema {doc.get('schema')!r} is unknown; expected {ENGINE_SCHEMA!r}")
-        required = [f for f in cls.__dataclass_fields__ if f not in ("edgekit_version", "io_dtypes")]
+        required = [f for f in cls.__dataclass_fields__ if f not in ("edgekit_version", "io_dtypes", "notes")]
         missing = [f for f in required if f not in doc]
         if missing:
             raise BundleError(f"engine metadata lacks {missing}", hint=REBUILD_HINT)
         if doc["precision"] not in PRECISIONS:
             raise BundleError(f"engine precision {doc['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
-        return cls(**{f: doc.get(f) for f in cls.__dataclass_fields__})
+        values = {f: doc.get(f) for f in cls.__dataclass_fields__}
+        values["notes"] = tuple(doc.get("notes") or ())
+        return cls(**values)
 
 
 def sidecar_path(plan_path: str | Path) -> Path:
