@@ -49,7 +49,8 @@ def conditions(bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int) ->
             )
         if demo is None:
             demo = demo_conditions(task, batch, seed)
-        out[name] = demo[name].astype(spec.dtype)
+        # A chunk-window graph (export --chunk-frames) sees the first window of each sequence.
+        out[name] = np.ascontiguousarray(demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]).astype(spec.dtype)
     return out
 
 

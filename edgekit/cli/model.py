@@ -27,7 +27,7 @@ from edgekit.output import Output
 
 # ---- commands --------------------------------------------------------------------------------------
 @command(
-    epilog="Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2"
+    epilog="Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16"
 )
 def export(
     model: Annotated[str, typer.Argument(help="Built-in name (masked-demo, flow-demo, ar-demo) or module:factory / file.py:factory.", show_default=False)],
@@ -39,6 +39,9 @@ def export(
     graph: Annotated[str, typer.Option("--graph", help="host (per-step network, default) | step (decode update in the graph) | unrolled (the whole K-step decode in one call).")] = "host",
     decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
     wait: WaitOpt = False,
+    chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).")] = None,
+    context: Annotated[int, typer.Option("--context", min=0, help="With --chunk-frames: already-decoded frames each window sees on its left.")] = 0,
+    lookahead: Annotated[int, typer.Option("--lookahead", min=0, help="With --chunk-frames: frames past the chunk decoded with it and discarded.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
@@ -51,6 +54,7 @@ def export(
         check_graph_kind,
         export_bundle,
         fused_bundle,
+        window_spec,
     )
     from edgekit.export.render import print_verification
     from edgekit.models import load_spec
@@ -59,6 +63,12 @@ def export(
     if graph not in ("host", "step", "unrolled"):
         raise UsageError(f"--graph {graph!r} is unknown; valid: host, step, unrolled")
     spec = load_spec(model, batch)
+    if chunk_frames is not None:
+        if graph != "host":
+            raise UsageError("--chunk-frames exports the per-step window network; drop --graph")
+        spec = window_spec(spec, chunk_frames, context, lookahead)
+    elif context or lookahead:
+        raise UsageError("--context and --lookahead need --chunk-frames", hint="e.g. --chunk-frames 16 --context 16")
     baked = {}
     if graph != "host":  # everything about the fused graph is checked before minutes of export
         check_graph_kind(spec.kind, graph)

@@ -97,7 +97,8 @@ class FlowDecoder(nn.Module):
         B, L = tokens.shape
         r = self.cfg.frames_per_token
         cond = self.tok_emb(tokens)[:, :, None, :].expand(B, L, r, self.cfg.dim).reshape(B, L * r, self.cfg.dim)
-        h = self.in_proj(x) + cond + self.pos_emb  # (B, T, D)
+        # A window shorter than cfg.frames (a chunked-decoding graph) takes the first T positions.
+        h = self.in_proj(x) + cond + self.pos_emb[:, : x.shape[1]]  # (B, T, D)
         temb = F.silu(self.time_mlp(timestep_embedding(t, self.cfg.time_freqs)))  # (B, D)
         for block in self.blocks:
             h = block(h, temb)
