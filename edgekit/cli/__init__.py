@@ -10,7 +10,7 @@ installed). This is the top layer: nothing imports back into it.
 
 # ruff: noqa: I001 -- the import order is the order of the commands in `edgekit --help`
 from edgekit.cli.app import app
-from edgekit.cli import model, accuracy, measure, targets, ship, demo  # noqa: F401  (registers the commands)
+from edgekit.cli import model, accuracy, measure, stream, targets, ship, demo  # noqa: F401  (registers the commands)
 from edgekit.cli.main import main
 
 __all__ = ["app", "main"]

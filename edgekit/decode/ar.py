@@ -9,7 +9,7 @@ returns the logits of token i and the caches with slot i written. Noise contract
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -56,11 +56,15 @@ def decode_ar(
     meta: Mapping[str, Any],
     cond: Mapping[str, np.ndarray] | None,
     cfg: ARDecodeConfig = ARDecodeConfig(),
+    *,
+    on_token: Callable[[int, np.ndarray], None] | None = None,
 ) -> ARResult:
     """Generate ``cfg.length`` tokens per row from an ``ar`` network.
 
     cond: {conditioning input: array [B, ...]}, exactly the names in meta["conditioning"]. With
     guidance the unconditional rows keep their own caches but follow the same (guided) tokens.
+    on_token(i, tokens) runs after token i is sampled (tokens int64 [B, length], columns 0..i
+    final): a streaming consumer starts on them while the rest are generated.
     """
     require_meta(meta, "ar", ("vocab_size", "max_len", "bos_id"))
     vocab, max_len = int(meta["vocab_size"]), int(meta["max_len"])
@@ -95,6 +99,8 @@ def decode_ar(
             outs = net.run(feeds, into={"k_cache_out": k_cache, "v_cache_out": v_cache})
         logits = net.guide(outs["logits"])  # (B, W) float32
         tokens[:, i] = token[:, 0] = _sample(logits, vocab, cfg, rng)
+        if on_token is not None:
+            on_token(i, tokens)
     return ARResult(tokens, net.nfe, net.runtime_calls)
 
 

@@ -1,0 +1,60 @@
+"""`loadtest`: N token -> frame streams on one device, per (solver, steps) policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging, parse_csv
+from edgekit.output import Output
+
+
+@command(
+    epilog="Examples:\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16\n\n"
+    "  edgekit loadtest bundles/masked bundles/flow-chunk --streams 4 --deadline-ms 400 --policy fixed,adaptive\n\n"
+    "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json"
+)
+def loadtest(
+    tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
+    flow_bundle: Annotated[Path, typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False)],
+    streams: Annotated[int, typer.Option("--streams", min=1, help="Concurrent streams N.")] = 1,
+    chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Frames per chunk; must match the bundle's window graph (default: the bundle's).")] = None,
+    deadline_ms: Annotated[float, typer.Option("--deadline-ms", help="Each chunk is due this long after the previous one.")] = 50.0,
+    policy: Annotated[str, typer.Option("--policy", help="fixed | adaptive, comma-separated to compare side by side.")] = "fixed,adaptive",
+    solver: Annotated[str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")] = "rk4",
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps of --solver.")] = 4,
+    duration_s: Annotated[float, typer.Option("--duration-s", help="Streams start utterances for this long; the last one finishes.")] = 5.0,
+    arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of both graphs (ort, ...).")] = "ort",
+    precision: Annotated[str, typer.Option("--precision", help="The flow graph's precision: fp32 | int8 (after `edgekit quantize`).")] = "fp32",
+    threads: Annotated[int, typer.Option("--threads", min=0, help="Runtime intra-op threads (0 = its default).")] = 0,
+    seed: SeedOpt = 0,
+    html_dir: Annotated[Optional[Path], typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
+    configure_logging()
+    from edgekit.bundle import Bundle
+    from edgekit.errors import UsageError
+    from edgekit.stream import LoadConfig
+    from edgekit.stream import loadtest as run_loadtest
+    from edgekit.stream.render import print_loadtest, write_html
+
+    o = Output(json_out)
+    if chunk_frames is not None:
+        chunk = Bundle.load(flow_bundle).meta.get("chunk") or {}
+        if chunk.get("frames") != chunk_frames:
+            raise UsageError(
+                f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph ({chunk.get('frames', 'none')} frames)",
+                hint=f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context {chunk_frames}`",
+            )
+    cfg = LoadConfig(streams=streams, deadline_ms=deadline_ms, policies=parse_csv("--policy", policy), solver=solver, steps=steps,
+                     duration_s=duration_s, arrivals=arrivals, runtime=runtime, precision=precision, threads=threads, seed=seed)
+    o.info(f"loadtest: {streams} stream(s), {deadline_ms:g} ms per chunk, policies {policy}, {duration_s:g} s each …")
+    doc = run_loadtest(tokens_bundle, flow_bundle, cfg)
+    if html_dir is not None:
+        o.info(f"wrote {write_html(doc, html_dir)}")
+    o.document(doc)
+    print_loadtest(o, doc)

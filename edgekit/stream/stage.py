@@ -1,0 +1,171 @@
+"""`edgekit loadtest`: N concurrent token -> frame streams on one device, per policy.
+
+The token bundle (masked or AR) and the flow bundle's chunk window graph (``export
+--chunk-frames``) share one device (``pipeline.Device``). For each policy the same streams run
+with the same seeds; the document reports deadline misses, time to first chunk, chunk latency
+percentiles and jitter, quality (SNR of each utterance's frames vs the demo's clean frames where
+the model has them), device utilisation, RSS, and every policy switch. The run is bounded:
+streams start new utterances only for ``duration_s`` and each utterance has a fixed chunk count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.decode.chunked import ChunkSpec
+from edgekit.decode.dispatch import decode_config
+from edgekit.decode.flow import FlowDecodeConfig
+from edgekit.errors import UsageError
+from edgekit.evaluate import conditions, score
+from edgekit.probes.latency import summarize
+from edgekit.probes.memory import RssTracker
+from edgekit.run import measure_flow_quality, per_nfe_latency_ms
+from edgekit.runtimes import open_runtime
+from edgekit.stream.pipeline import Device, DeviceRuntime, StreamContext, TokenSource, run_streams, run_utterance
+from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
+
+ARRIVALS = ("all", "staggered", "poisson")
+MAX_STREAMS = 64  # a bound on threads and memory, far above what one device serves
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    streams: int = 1  # N concurrent streams
+    deadline_ms: float = 50.0  # D: each chunk is due D ms after the previous one (playback clock)
+    policies: tuple[str, ...] = ("fixed", "adaptive")  # run one after the other, same seeds
+    solver: str = "rk4"  # the fixed policy's solver, and the adaptive policy's top rung cap (its NFE)
+    steps: int = 4
+    duration_s: float = 5.0  # streams start utterances for this long (the last one finishes)
+    arrivals: str = "all"  # all at t=0 | staggered evenly over one utterance | poisson (seeded)
+    runtime: str = "ort"
+    precision: str = "fp32"
+    threads: int = 0  # runtime intra-op threads; 0 = the runtime's default
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.streams <= MAX_STREAMS:
+            raise UsageError(f"--streams {self.streams} is out of range; valid: 1..{MAX_STREAMS}")
+        if not self.deadline_ms > 0:
+            raise UsageError(f"--deadline-ms {self.deadline_ms} is invalid; valid: > 0")
+        if not 0 < self.duration_s <= 3600:
+            raise UsageError(f"--duration-s {self.duration_s} is out of range; valid: 0 < S <= 3600")
+        if self.arrivals not in ARRIVALS:
+            raise UsageError(f"--arrivals {self.arrivals!r} is unknown; valid: {', '.join(ARRIVALS)}")
+        bad = [p for p in self.policies if p not in POLICIES]
+        if bad or not self.policies:
+            raise UsageError(f"--policy {','.join(self.policies)!r} is invalid; valid: {', '.join(POLICIES)} (comma-separated)")
+        rung(self.solver, self.steps)
+
+
+def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> list[float]:
+    """Start times (s) of ``n`` streams: all at 0, evenly over one utterance, or Poisson."""
+    if arrivals == "all":
+        return [0.0] * n
+    if arrivals == "staggered":
+        return [i * utterance_s / n for i in range(n)]
+    gaps = np.random.default_rng(seed).exponential(utterance_s / n, size=n)
+    return [0.0] + list(np.cumsum(gaps)[:-1])
+
+
+def _token_source(bundle: Bundle, runtime, seed: int) -> TokenSource:
+    if bundle.kind not in ("masked", "ar"):
+        raise UsageError(f"TOKENS_BUNDLE must be a masked or ar bundle; {bundle.root} is {bundle.kind!r}")
+    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), {}, seed=seed)
+    return TokenSource(bundle.kind, runtime, bundle.meta, cfg, conditions(bundle, {}, 1, seed))
+
+
+def _summary(ctx: StreamContext, device: Device, wall_s: float, flow: Bundle) -> dict[str, Any]:
+    chunks, utts = ctx.chunks, ctx.utterances
+    lat = summarize([c.done_ns - c.ready_ns for c in chunks])
+    due = [c for c in chunks if c.due_ns is not None]
+    ttfc = summarize([u.first_chunk_ns - u.request_ns for u in utts])
+    rtf = [(u.done_ns - u.request_ns) / 1e6 / (u.chunks * ctx.deadline_ms) for u in utts]
+    gaps = [b.done_ns - a.done_ns for a, b in zip(chunks, chunks[1:]) if a.stream == b.stream and a.utterance == b.utterance]
+    snrs = [score(flow, u.frames, {ChunkSpec.from_meta(flow.meta).tokens_input: u.tokens}) for u in utts] if flow.ground_truth else []
+    used: dict[str, int] = {}
+    for c in chunks:
+        used[f"{c.solver}x{c.steps}"] = used.get(f"{c.solver}x{c.steps}", 0) + 1
+    return {
+        "utterances": len(utts),
+        "chunks": len(chunks),
+        "deadline_miss_rate": (sum(c.missed for c in due) / len(due)) if due else 0.0,
+        "deadline_misses": sum(c.missed for c in due),
+        "time_to_first_chunk_ms": ttfc.to_json(),
+        "chunk_latency_ms": lat.to_json(),
+        "jitter_ms": {"p99_minus_p50": lat.p99_ms - lat.median_ms,
+                      "inter_chunk_std": float(np.std(gaps) / 1e6) if gaps else 0.0},
+        "real_time_factor": {"mean": float(np.mean(rtf)), "max": float(np.max(rtf))},
+        "quality": {"snr_db_vs_clean": float(np.mean([s["snr_db"] for s in snrs]))} if snrs else None,
+        "device_utilisation": device.busy_ns / 1e9 / wall_s if wall_s > 0 else 0.0,
+        "device_calls": device.calls,
+        "rungs_used": dict(sorted(used.items())),
+        "wall_s": wall_s,
+    }
+
+
+def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = LoadConfig()) -> dict[str, Any]:
+    """Run the load test; returns the ``edgekit.loadtest/1`` document."""
+    tokens_b, flow_b = Bundle.load(tokens_path), Bundle.load(flow_path)
+    if flow_b.kind != "flow":
+        raise UsageError(f"FLOW_BUNDLE must be a flow bundle; {flow_b.root} is {flow_b.kind!r}")
+    spec = ChunkSpec.from_meta(flow_b.meta)
+    quality = flow_b.manifest.get("flow_quality") or measure_flow_quality(flow_path)
+    top = rung(cfg.solver, cfg.steps)
+    # The adaptive policy starts where the fixed one is (its top rung) and slides down the
+    # measured quality-per-NFE front below it.
+    snr_top = next((float(r["snr_db"]) for r in quality["table"] if (r["solver"], int(r["steps"])) == (top.solver, top.steps)), None)
+    rungs = [r for r in ladder(quality["table"], max_nfe=top.nfe) if r.nfe < top.nfe] + [rung(top.solver, top.steps, snr_top)]
+    defaults = flow_b.manifest.get("decode_defaults", {})
+    flow_cfg = FlowDecodeConfig(grid=defaults.get("grid", "cosine"), sway=float(defaults.get("sway", -1.0)),
+                                temperature=float(defaults.get("temperature", 1.0)), seed=cfg.seed)
+    token_rt = open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads)  # --precision is the flow graph's
+    flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
+    tracker = RssTracker()
+    tracker.start()
+    try:
+        prior = per_nfe_latency_ms(flow_rt)
+        total = int(flow_b.meta.get("utterance_frames", flow_b.meta["frames"]))
+        chunks_per_utt = -(-total // spec.frames)
+        offsets = arrival_offsets(cfg.streams, cfg.arrivals, chunks_per_utt * cfg.deadline_ms / 1e3, cfg.seed)
+        results: dict[str, Any] = {}
+        switches: dict[str, Any] = {}
+        for name in cfg.policies:
+            policy = FixedPolicy(top) if name == "fixed" else AdaptivePolicy(rungs, CostModel(prior))
+            device = Device()
+            ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed),
+                                DeviceRuntime(flow_rt, device), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
+            run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
+            ctx.chunks.clear(), ctx.utterances.clear()
+            device.busy_ns = device.calls = 0
+            tracker.mark(f"{name}_start")
+            wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed)
+            tracker.mark(f"{name}_end")
+            results[name] = _summary(ctx, device, wall, flow_b) | {
+                "policy": name if name == "adaptive" else f"fixed {top.label}",
+                "switches": len(policy.switches),
+            }
+            switches[name] = [s.__dict__ for s in policy.switches[:200]]
+        rss = tracker.stop()
+    finally:
+        token_rt.close()
+        flow_rt.close()
+    return {
+        "schema": "edgekit.loadtest/1",
+        "tokens_bundle": str(tokens_b.root),
+        "flow_bundle": str(flow_b.root),
+        "config": cfg.__dict__ | {"policies": list(cfg.policies)},
+        "chunk": {"frames": spec.frames, "context": spec.context, "lookahead": spec.lookahead, "window": spec.window,
+                  "utterance_frames": total, "chunks_per_utterance": chunks_per_utt},
+        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "device": getattr(flow_rt, "device", cfg.runtime)},
+        "per_nfe_ms_idle": prior,
+        "ladder": [r.__dict__ | {"label": r.label} for r in rungs],
+        "arrival_offsets_s": offsets,
+        "policies": results,
+        "switch_log": switches,
+        "rss": rss.to_json(),
+    }
