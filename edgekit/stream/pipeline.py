@@ -68,6 +68,7 @@ class TokenFeed:
         self._cond = threading.Condition()
 
     def publish(self, tokens: np.ndarray, ready: int) -> None:
+        ready = min(ready, self.tokens.shape[1])  # a longer generator feeds the utterance's first tokens
         with self._cond:
             self.tokens[:, :ready] = tokens[:, :ready]
             self.ready = max(self.ready, ready)

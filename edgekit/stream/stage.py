@@ -79,6 +79,34 @@ def _token_source(bundle: Bundle, runtime, seed: int) -> TokenSource:
     return TokenSource(bundle.kind, runtime, bundle.meta, cfg, conditions(bundle, {}, 1, seed))
 
 
+def _check_pair(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec) -> None:
+    """The token stage must make at least an utterance of ids the flow model embeds."""
+    total = int(flow_b.meta.get("utterance_frames", flow_b.meta["frames"]))
+    need = total // spec.frames_per_token
+    have = int(tokens_b.meta.get("seq_len", tokens_b.meta.get("max_len", 0)))
+    if have < need:
+        raise UsageError(f"{tokens_b.root} makes {have} tokens per sequence; {flow_b.root} needs {need} per utterance")
+    flow_vocab = flow_b.inputs[spec.tokens_input].high
+    if flow_vocab is not None and int(tokens_b.meta["vocab_size"]) > flow_vocab:
+        raise UsageError(f"{tokens_b.root} has {tokens_b.meta['vocab_size']} token ids; {flow_b.root} embeds < {int(flow_vocab)}")
+
+
+def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: LoadConfig) -> dict[str, Any]:
+    """The flow bundle's quality-per-NFE table (run.budget), on windows of generated tokens when
+    the model has no demo evaluation set."""
+    if flow_b.ground_truth:
+        return measure_flow_quality(flow_b.root)
+    from edgekit.decode.dispatch import decode
+
+    batch = flow_b.inputs["x"].shape[0]
+    with open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads) as rt:
+        out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, {}, rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
+                     decode_config(tokens_b.kind, tokens_b.manifest.get("decode_defaults", {}), {}, seed=cfg.seed)).output
+    window_tokens = spec.window // spec.frames_per_token
+    rows = np.resize(out[:, :window_tokens], (batch, window_tokens)).astype(np.int64)
+    return measure_flow_quality(flow_b.root, cond={spec.tokens_input: rows})
+
+
 def _summary(ctx: StreamContext, device: Device, wall_s: float, flow: Bundle) -> dict[str, Any]:
     chunks, utts = ctx.chunks, ctx.utterances
     lat = summarize([c.done_ns - c.ready_ns for c in chunks])
@@ -114,7 +142,8 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
     if flow_b.kind != "flow":
         raise UsageError(f"FLOW_BUNDLE must be a flow bundle; {flow_b.root} is {flow_b.kind!r}")
     spec = ChunkSpec.from_meta(flow_b.meta)
-    quality = flow_b.manifest.get("flow_quality") or measure_flow_quality(flow_path)
+    _check_pair(tokens_b, flow_b, spec)
+    quality = flow_b.manifest.get("flow_quality") or _measure_quality(tokens_b, flow_b, spec, cfg)
     top = rung(cfg.solver, cfg.steps)
     # The adaptive policy starts where the fixed one is (its top rung) and slides down the
     # measured quality-per-NFE front below it.
