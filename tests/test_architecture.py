@@ -20,7 +20,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     3: ("edgekit.decode",),
     4: ("edgekit.probes", "edgekit.evaluate"),
     5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.profile", "edgekit.build", "edgekit.lint",
-        "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect"),
+        "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream"),
     6: ("edgekit.demo",),
     7: ("edgekit.cli",),
 }

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging, parse_csv
+from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging, parse_cond, parse_csv
 from edgekit.output import Output
 
 
@@ -30,6 +30,7 @@ def loadtest(
     runtime: Annotated[str, typer.Option("--runtime", help="Runtime of both graphs (ort, ...).")] = "ort",
     precision: Annotated[str, typer.Option("--precision", help="The flow graph's precision: fp32 | int8 (after `edgekit quantize`).")] = "fp32",
     threads: Annotated[int, typer.Option("--threads", min=0, help="Runtime intra-op threads (0 = its default).")] = 0,
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
     seed: SeedOpt = 0,
     html_dir: Annotated[Optional[Path], typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
     json_out: JsonOpt = False,
@@ -51,7 +52,8 @@ def loadtest(
                 hint=f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context {chunk_frames}`",
             )
     cfg = LoadConfig(streams=streams, deadline_ms=deadline_ms, policies=parse_csv("--policy", policy), solver=solver, steps=steps,
-                     duration_s=duration_s, arrivals=arrivals, runtime=runtime, precision=precision, threads=threads, seed=seed)
+                     duration_s=duration_s, arrivals=arrivals, runtime=runtime, precision=precision, threads=threads, seed=seed,
+                     cond=tuple(sorted(parse_cond(cond).items())))
     o.info(f"loadtest: {streams} stream(s), {deadline_ms:g} ms per chunk, policies {policy}, {duration_s:g} s each …")
     doc = run_loadtest(tokens_bundle, flow_bundle, cfg)
     if html_dir is not None:

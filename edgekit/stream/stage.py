@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.decode.chunked import ChunkSpec
-from edgekit.decode.dispatch import decode_config
+from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import FlowDecodeConfig
 from edgekit.errors import UsageError
 from edgekit.evaluate import conditions, score
@@ -46,6 +46,7 @@ class LoadConfig:
     precision: str = "fp32"
     threads: int = 0  # runtime intra-op threads; 0 = the runtime's default
     seed: int = 0
+    cond: tuple[tuple[str, str], ...] = ()  # --cond NAME=VALUE of the token stage (default: the demo's held-out set)
 
     def __post_init__(self) -> None:
         if not 1 <= self.streams <= MAX_STREAMS:
@@ -72,11 +73,11 @@ def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> lis
     return [0.0] + list(np.cumsum(gaps)[:-1])
 
 
-def _token_source(bundle: Bundle, runtime, seed: int) -> TokenSource:
+def _token_source(bundle: Bundle, runtime, seed: int, raw_cond: dict[str, str]) -> TokenSource:
     if bundle.kind not in ("masked", "ar"):
         raise UsageError(f"TOKENS_BUNDLE must be a masked or ar bundle; {bundle.root} is {bundle.kind!r}")
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), {}, seed=seed)
-    return TokenSource(bundle.kind, runtime, bundle.meta, cfg, conditions(bundle, {}, 1, seed))
+    return TokenSource(bundle.kind, runtime, bundle.meta, cfg, conditions(bundle, raw_cond, 1, seed))
 
 
 def _check_pair(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec) -> None:
@@ -96,11 +97,9 @@ def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: Loa
     the model has no demo evaluation set."""
     if flow_b.ground_truth:
         return measure_flow_quality(flow_b.root)
-    from edgekit.decode.dispatch import decode
-
     batch = flow_b.inputs["x"].shape[0]
     with open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads) as rt:
-        out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, {}, rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
+        out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
                      decode_config(tokens_b.kind, tokens_b.manifest.get("decode_defaults", {}), {}, seed=cfg.seed)).output
     window_tokens = spec.window // spec.frames_per_token
     rows = np.resize(out[:, :window_tokens], (batch, window_tokens)).astype(np.int64)
@@ -166,7 +165,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         for name in cfg.policies:
             policy = FixedPolicy(top) if name == "fixed" else AdaptivePolicy(rungs, CostModel(prior))
             device = Device()
-            ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed),
+            ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
                                 DeviceRuntime(flow_rt, device), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
             run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
             ctx.chunks.clear(), ctx.utterances.clear()

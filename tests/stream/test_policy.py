@@ -3,9 +3,11 @@ adaptive policy's decisions and hysteresis, with known per-NFE costs (no clocks 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edgekit.errors import UsageError
+from edgekit.stream import arrival_offsets
 from edgekit.stream.policy import AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
 
 TABLE = [
@@ -80,3 +82,10 @@ def test_fixed_never_switches():
     assert p.switches == []
     with pytest.raises(UsageError, match="unknown"):
         rung("rk5", 4)
+
+
+def test_arrival_offsets():
+    assert arrival_offsets(3, "all", 1.0, 0) == [0.0, 0.0, 0.0]
+    assert arrival_offsets(4, "staggered", 2.0, 0) == [0.0, 0.5, 1.0, 1.5]
+    poisson = arrival_offsets(5, "poisson", 1.0, 0)
+    assert poisson[0] == 0.0 and np.all(np.diff(poisson) >= 0) and poisson == arrival_offsets(5, "poisson", 1.0, 0)
