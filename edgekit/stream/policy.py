@@ -114,6 +114,9 @@ class FixedPolicy:
     def observe(self, rung_: Rung, wall_ms: float, in_flight: int) -> None:
         pass
 
+    def reset(self) -> None:
+        self.switches.clear()
+
 
 class AdaptivePolicy:
     """Per chunk, the best rung the cost model says meets the deadline (see module doc)."""
@@ -158,3 +161,10 @@ class AdaptivePolicy:
 
     def observe(self, rung_: Rung, wall_ms: float, in_flight: int) -> None:
         self.cost.observe(wall_ms, rung_.nfe, in_flight)
+
+    def reset(self) -> None:
+        """Forget rungs and switches (after a warm-up); the cost model keeps what it learned."""
+        with self._lock:
+            self._level.clear()
+            self._calm.clear()
+            self.switches.clear()

@@ -168,7 +168,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
                                 DeviceRuntime(flow_rt, device), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
             run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
-            ctx.chunks.clear(), ctx.utterances.clear()
+            ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0
             tracker.mark(f"{name}_start")
             wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed)

@@ -89,3 +89,13 @@ def test_arrival_offsets():
     assert arrival_offsets(4, "staggered", 2.0, 0) == [0.0, 0.5, 1.0, 1.5]
     poisson = arrival_offsets(5, "poisson", 1.0, 0)
     assert poisson[0] == 0.0 and np.all(np.diff(poisson) >= 0) and poisson == arrival_offsets(5, "poisson", 1.0, 0)
+
+
+def test_reset_forgets_rungs_and_switches_but_keeps_the_cost_model():
+    p = policy(per_nfe_ms=1.0)
+    p.choose(0, 0, slack_ms=0.1, in_flight=1)
+    p.observe(p.rungs[0], wall_ms=3.0, in_flight=1)
+    learned = p.cost.per_nfe_ms
+    p.reset()
+    assert p.switches == [] and p.choose(0, 0, slack_ms=1e3, in_flight=1).label == "rk4x4"
+    assert p.cost.per_nfe_ms == learned != 1.0
