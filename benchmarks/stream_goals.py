@@ -7,8 +7,8 @@
    demo's clean frames (window graphs exported as `edgekit export flow-demo --chunk-frames F
    --context C`).
 2. Time to first chunk (N = 1, fixed RK4×4) against the whole-utterance latency at the same
-   settings (masked tokens, then the whole-utterance flow graph at RK4×4), and chunk jitter
-   p99 − p50 at N = 1.
+   settings (masked or AR tokens, then the whole-utterance flow graph at RK4×4), and chunk
+   jitter p99 − p50 at N = 1.
 3. The smallest N (of 2, 3, 4, 6, 8, 12, 16) at which fixed RK4×4 misses >= 20 % of deadlines,
    then fixed and adaptive side by side at that N: miss rate and SNR vs clean, against fixed
    RK4×4 at N = 1.
@@ -51,7 +51,7 @@ def _say(msg: str) -> None:
 def _export(model: str, out: Path, *extra: str) -> Path:
     if not (out / "edgekit.json").is_file():
         _say(f"exporting {model} {' '.join(extra)} -> {out}")
-        subprocess.run([sys.executable, "-m", "edgekit", "export", model, "-o", str(out), *extra], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "edgekit.cli", "export", model, "-o", str(out), *extra], check=True, capture_output=True)
     return out
 
 
@@ -82,16 +82,16 @@ def chunk_quality(root: Path, threads: int, seeds=(0, 1, 2, 3)) -> list[dict]:
     return rows
 
 
-def whole_latency_ms(root: Path, threads: int, repeats: int = 5) -> float:
-    """Masked tokens then the whole-utterance flow decode at RK4×4, sequential: median ms."""
-    mb, fb = Bundle.load(root / "masked"), Bundle.load(root / "flow")
+def whole_latency_ms(root: Path, threads: int, tokens: str = "masked", repeats: int = 5) -> float:
+    """Tokens (masked or ar) then the whole-utterance flow decode at RK4×4, sequential: median ms."""
+    mb, fb = Bundle.load(root / tokens), Bundle.load(root / "flow")
     times = []
     with open_runtime(mb, threads=threads) as mrt, open_runtime(fb, threads=threads) as frt:
         for i in range(repeats + 1):
             cond = conditions(mb, {}, 1, i)
             t0 = time.perf_counter_ns()
-            tokens = decode("masked", mrt, mb.meta, cond, decode_config("masked", mb.manifest["decode_defaults"], {}, seed=i)).output
-            decode_flow(frt, fb.meta, {"tokens": tokens}, FlowDecodeConfig(steps=4, solver="rk4", seed=i))
+            toks = decode(mb.kind, mrt, mb.meta, cond, decode_config(mb.kind, mb.manifest["decode_defaults"], {}, seed=i)).output
+            decode_flow(frt, fb.meta, {"tokens": toks}, FlowDecodeConfig(steps=4, solver="rk4", seed=i))
             if i:  # the first is warm-up
                 times.append((time.perf_counter_ns() - t0) / 1e6)
     return float(np.median(times))
@@ -110,11 +110,13 @@ def main() -> None:
     load_before = os.getloadavg()
     _export("masked-demo", root / "masked")
     _export("flow-demo", root / "flow")
+    _export("ar-demo", root / "ar")
     quality = chunk_quality(root, args.threads)
     whole_ms = whole_latency_ms(root, args.threads)
-    _say(f"whole-utterance latency (masked + flow RK4x4): {whole_ms:.1f} ms")
+    whole_ar_ms = whole_latency_ms(root, args.threads, "ar")
+    _say(f"whole-utterance latency (flow RK4x4): {whole_ms:.1f} ms after masked tokens, {whole_ar_ms:.1f} ms after AR tokens")
     flow_chunk = root / "flow-c16"
-    run = lambda n, d, pol: loadtest(root / "masked", flow_chunk, LoadConfig(  # noqa: E731
+    run = lambda n, d, pol, tokens="masked": loadtest(root / tokens, flow_chunk, LoadConfig(  # noqa: E731
         streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads))
     deadline = args.deadline_ms
     if deadline is None:
@@ -122,6 +124,7 @@ def main() -> None:
         deadline = 3.0 * probe["policies"]["fixed"]["chunk_latency_ms"]["median_ms"]
     _say(f"deadline {deadline:.1f} ms per 16-frame chunk")
     n1 = run(1, deadline, ("fixed", "adaptive"))
+    n1_ar = run(1, deadline, ("fixed",), "ar")
     found = None
     for n in TRY_N:
         doc = run(n, deadline, ("fixed",))
@@ -137,6 +140,10 @@ def main() -> None:
         "whole_utterance_ms": whole_ms,
         "ttfc_share_of_whole": f1["time_to_first_chunk_ms"]["median_ms"] / whole_ms,
         "jitter_p99_minus_p50_ms_n1": f1["jitter_ms"]["p99_minus_p50"],
+        "ttfc_ms_n1_ar": n1_ar["policies"]["fixed"]["time_to_first_chunk_ms"]["median_ms"],
+        "whole_utterance_ms_ar": whole_ar_ms,
+        "ttfc_share_of_whole_ar": n1_ar["policies"]["fixed"]["time_to_first_chunk_ms"]["median_ms"] / whole_ar_ms,
+        "jitter_p99_minus_p50_ms_n1_ar": n1_ar["policies"]["fixed"]["jitter_ms"]["p99_minus_p50"],
         "n_loaded": found,
     }
     if loaded:
@@ -145,7 +152,7 @@ def main() -> None:
                   "adaptive_snr_loss_db_vs_fixed_n1": f1["quality"]["snr_db_vs_clean"] - ad["quality"]["snr_db_vs_clean"]}
     doc = {"schema": "edgekit.bench.stream/1", "system": system_state(),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "threads": args.threads, "deadline_ms": deadline,
-           "chunk_quality": quality, "goals": goals, "n1": n1, "loaded": loaded}
+           "chunk_quality": quality, "goals": goals, "n1": n1, "n1_ar": n1_ar, "loaded": loaded}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(goals, indent=1))

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -31,31 +32,52 @@ Clock = Callable[[], int]
 
 
 class Device:
-    """One device: a lock every network call holds, and the time it was held (utilisation)."""
+    """One device: every network call holds it, chunk calls before token calls when both wait
+    (a due chunk is what the listener waits for; the token stage only has to stay ahead of it),
+    and the time it was held (utilisation)."""
 
     def __init__(self, clock: Clock = time.perf_counter_ns):
-        self.lock = threading.Lock()
         self.clock = clock
         self.busy_ns = 0
         self.calls = 0
+        self.waiting = {True: 0, False: 0}  # priority -> callers waiting
+        self._busy = False
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def hold(self, priority: bool) -> Iterator[None]:
+        with self._cond:
+            self.waiting[priority] += 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: not self._busy and (priority or self.waiting[True] == 0))
+            finally:
+                self.waiting[priority] -= 1
+            self._busy = True
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.busy_ns += self.clock() - t0
+                self.calls += 1
+                self._busy = False
+                self._cond.notify_all()
 
 
 class DeviceRuntime(RuntimeProxy):
-    """``inner`` run under the device's lock. Outputs are copied before the lock is released:
-    a backend may reuse its output buffers on the next call, which another stream makes."""
+    """``inner`` run while holding the device (``priority``: the chunk stage). Outputs are copied
+    before the device is released: a backend may reuse its output buffers on the next call,
+    which another stream makes."""
 
-    def __init__(self, inner: Runtime, device: Device):
+    def __init__(self, inner: Runtime, device: Device, priority: bool = False):
         super().__init__(inner, owns_inner=False)
         self._device = device
+        self._priority = priority
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        d = self._device
-        with d.lock:
-            t0 = d.clock()
-            out = {k: np.array(v) for k, v in self.inner.run(feeds).items()}
-            d.busy_ns += d.clock() - t0
-            d.calls += 1
-        return out
+        with self._device.hold(self._priority):
+            return {k: np.array(v) for k, v in self.inner.run(feeds).items()}
 
 
 class TokenFeed:

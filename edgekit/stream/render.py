@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from edgekit.output import Output
 
 COLUMNS = ("policy", "streams", "chunks", "miss rate", "TTFC p50 ms", "chunk p50 ms", "p95 ms", "p99 ms",
-           "jitter p99-p50 ms", "RTF", "SNR vs clean dB", "device util", "switches", "rungs used")
+           "jitter p99-p50 ms", "RTF", "SNR vs clean dB", "device util", "RSS growth B", "switches", "rungs used")
 
 
 def policy_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
@@ -23,7 +23,7 @@ def policy_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
             r["time_to_first_chunk_ms"]["median_ms"], lat["median_ms"], lat["p95_ms"], lat["p99_ms"],
             r["jitter_ms"]["p99_minus_p50"], r["real_time_factor"]["mean"],
             (r["quality"] or {}).get("snr_db_vs_clean", "n/a"), f"{100 * r['device_utilisation']:.0f}%",
-            r["switches"], ", ".join(f"{k}:{v}" for k, v in r["rungs_used"].items()),
+            r.get("rss_growth_bytes", "n/a"), r["switches"], ", ".join(f"{k}:{v}" for k, v in r["rungs_used"].items()),
         ])
     return rows
 
@@ -39,7 +39,7 @@ def _facts(doc: Mapping[str, Any]) -> dict[str, Any]:
         "deadline": f"{c['deadline_ms']:g} ms per chunk, arrivals {c['arrivals']}, {c['duration_s']:g} s",
         "per-NFE ms (idle)": doc["per_nfe_ms_idle"],
         "ladder": " < ".join(r["label"] for r in doc["ladder"]),
-        "RSS growth over the run (bytes)": rss.get("growth_bytes"),
+        "RSS growth incl. warm-up (bytes)": rss.get("growth_bytes"),
     }
 
 

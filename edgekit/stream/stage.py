@@ -166,7 +166,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             policy = FixedPolicy(top) if name == "fixed" else AdaptivePolicy(rungs, CostModel(prior))
             device = Device()
             ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
-                                DeviceRuntime(flow_rt, device), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
+                                DeviceRuntime(flow_rt, device, priority=True), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
             run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
             ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0
@@ -179,6 +179,9 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             }
             switches[name] = [s.__dict__ for s in policy.switches[:200]]
         rss = tracker.stop()
+        for name in results:  # after the warm-up: arenas are allocated, so growth here is a leak signal
+            start, end = rss.rss(f"{name}_start"), rss.rss(f"{name}_end")
+            results[name]["rss_growth_bytes"] = None if start is None or end is None else end - start
     finally:
         token_rt.close()
         flow_rt.close()

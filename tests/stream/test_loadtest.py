@@ -100,7 +100,7 @@ def test_loadtest_json_reports_every_policy(bundles, tokens):
     assert doc["policies"]["fixed"]["rungs_used"] == {"rk4x2": doc["policies"]["fixed"]["chunks"]}
     assert doc["policies"]["fixed"]["switches"] == 0
     assert {r["label"] for r in doc["ladder"]} >= {"rk4x2"} and doc["ladder"][-1]["label"] == "rk4x2"
-    assert doc["rss"]["points"]  # RSS sampled over the run
+    assert doc["rss"]["points"] and all("rss_growth_bytes" in r for r in doc["policies"].values())  # RSS over the run
 
 
 def test_loadtest_writes_html(bundles, tmp_path):

@@ -1,0 +1,90 @@
+"""The shared device (stream/pipeline.py): one call at a time, chunk calls before token calls,
+outputs copied before another stream can overwrite them; the token feed's prefix."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from edgekit.runtimes.base import BaseRuntime
+from edgekit.spec import TensorSpec
+from edgekit.stream.pipeline import Device, DeviceRuntime, TokenFeed
+
+
+class Counter(BaseRuntime):
+    """x float32[1, 2] -> y = x + calls, in one reused output buffer (as IOBinding does)."""
+
+    name = "counter"
+
+    def __init__(self):
+        super().__init__({"x": TensorSpec((1, 2), "float32")}, {"y": TensorSpec((1, 2), "float32")})
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self._out = np.zeros((1, 2), dtype=np.float32)
+
+    def _run_impl(self, feeds):
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.calls += 1
+        self._out[...] = feeds["x"] + self.calls
+        time.sleep(0.001)
+        self.active -= 1
+        return {"y": self._out}
+
+
+def _wait_until(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out waiting for the threads"
+        time.sleep(0.001)
+
+
+def test_one_call_at_a_time_and_outputs_are_owned():
+    inner, device = Counter(), Device()
+    rts = [DeviceRuntime(inner, device, priority=i % 2 == 0) for i in range(4)]
+    outs: list[np.ndarray] = []
+    lock = threading.Lock()
+
+    def work(rt):
+        for _ in range(10):
+            y = rt.run({"x": np.zeros((1, 2), np.float32)})["y"]
+            with lock:
+                outs.append(y)
+
+    threads = [threading.Thread(target=work, args=(rt,)) for rt in rts]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert inner.max_active == 1 and device.calls == 40
+    assert sorted(int(o[0, 0]) for o in outs) == list(range(1, 41))  # no output overwritten by a later call
+
+
+def test_chunk_calls_go_before_waiting_token_calls():
+    inner, device = Counter(), Device()
+    order: list[str] = []
+
+    def call(name, priority):
+        DeviceRuntime(inner, device, priority).run({"x": np.zeros((1, 2), np.float32)})
+        order.append(name)
+
+    with device.hold(True):  # the device is busy while both queue up
+        low = threading.Thread(target=call, args=("tokens", False))
+        low.start()
+        _wait_until(lambda: device.waiting[False] == 1)
+        high = threading.Thread(target=call, args=("chunk", True))
+        high.start()
+        _wait_until(lambda: device.waiting[True] == 1)
+    low.join(), high.join()
+    assert order == ["chunk", "tokens"]
+
+
+def test_token_feed_publishes_a_growing_prefix():
+    feed = TokenFeed(4)
+    feed.publish(np.array([[3, 1, 9, 9, 9, 9]]), 2)
+    feed.publish(np.array([[3, 1, 9, 9, 9, 9]]), 1)  # never shrinks
+    assert feed.ready == 2 and feed.tokens.tolist() == [[3, 1, 0, 0]]
+    feed.publish(np.array([[3, 1, 2, 5, 7, 7]]), 6)  # a longer generator fills the first 4
+    assert feed.ready == 4 and feed.tokens.tolist() == [[3, 1, 2, 5]]
+    feed.wait_for(4)
