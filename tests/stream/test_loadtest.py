@@ -83,10 +83,10 @@ def test_window_bundle_records_its_geometry(bundles):
     assert b.inputs["x"].shape == (1, 8, 4) and b.inputs["tokens"].shape == (1, 4)
 
 
-@pytest.mark.parametrize("tokens", ["masked", "ar"])
-def test_loadtest_json_reports_every_policy(bundles, tokens):
+@pytest.mark.parametrize("tokens,arrivals", [("masked", "all"), ("ar", "poisson")])
+def test_loadtest_json_reports_every_policy(bundles, tokens, arrivals):
     res = _cli("loadtest", bundles[tokens], bundles["flow"], "--streams", 2, "--deadline-ms", 20, "--duration-s", 0.2,
-               "--steps", 2, "--threads", 1, "--cond", "class_id=1", "--json")
+               "--steps", 2, "--threads", 1, "--cond", "class_id=1", "--arrivals", arrivals, "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["schema"] == "edgekit.loadtest/1" and set(doc["policies"]) == {"fixed", "adaptive"}
