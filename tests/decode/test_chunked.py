@@ -63,16 +63,18 @@ def test_bad_geometry_is_a_usage_error():
         ChunkSpec.from_meta({"frames": 8})
 
 
-@pytest.mark.parametrize("solver,steps", [("euler", 3), ("rk4", 2), ("heun", 2)])
-def test_chunked_equals_whole_for_a_frame_local_network(solver, steps):
+@pytest.mark.parametrize("solver,steps,lookahead", [("euler", 3, 0), ("rk4", 2, 0), ("heun", 2, 2), ("midpoint", 1, 4)])
+def test_chunked_equals_whole_for_a_frame_local_network(solver, steps, lookahead):
     total, window = 24, 12
     tokens = np.random.default_rng(3).integers(0, 5, size=(1, total // 2))
     cfg = FlowDecodeConfig(steps=steps, solver=solver, seed=7)
     whole = decode_flow(FrameLocalFlow(total), {"channels": 3, "frames": total, "conditioning": {"tokens": {"uncond": 5}}},
                         {"tokens": tokens}, cfg).x
-    chunked, nfe = decode_chunked(FrameLocalFlow(window), meta(total, window, context=4), {"tokens": tokens}, total, cfg)
+    m = meta(total, window, context=4, lookahead=lookahead)
+    chunked, nfe = decode_chunked(FrameLocalFlow(window), m, {"tokens": tokens}, total, cfg)
     np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
-    assert nfe == len(plan_chunks(total, ChunkSpec(8, 4, 0, 2))) * cfg.steps * {"euler": 1, "rk4": 4, "heun": 2}[solver]
+    n_chunks = len(plan_chunks(total, ChunkSpec.from_meta(m)))
+    assert nfe == n_chunks * cfg.steps * {"euler": 1, "rk4": 4, "heun": 2, "midpoint": 2}[solver]
 
 
 def test_context_frames_stay_on_their_path():
