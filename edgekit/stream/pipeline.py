@@ -32,27 +32,35 @@ Clock = Callable[[], int]
 
 
 class Device:
-    """One device: every network call holds it, chunk calls before token calls when both wait
-    (a due chunk is what the listener waits for; the token stage only has to stay ahead of it),
-    and the time it was held (utilisation)."""
+    """One device: every network call holds it, one at a time, and the time it was held
+    (utilisation). Waiting calls go earliest deadline first: a chunk call's key is its chunk's
+    due time (``set_deadline`` in the calling thread), a token call's is +inf — the token stage
+    only has to stay ahead of the chunks, and a stream that is ahead of its playback yields to one
+    that is behind."""
 
     def __init__(self, clock: Clock = time.perf_counter_ns):
         self.clock = clock
         self.busy_ns = 0
         self.calls = 0
-        self.waiting = {True: 0, False: 0}  # priority -> callers waiting
+        self.waiting: list[float] = []  # keys of the callers waiting now
         self._busy = False
         self._cond = threading.Condition()
+        self._local = threading.local()
+
+    def set_deadline(self, due_ns: float) -> None:
+        """The key of this thread's next calls (the chunk it decodes is due then)."""
+        self._local.key = float(due_ns)
 
     @contextmanager
-    def hold(self, priority: bool) -> Iterator[None]:
+    def hold(self, key: float | None = None) -> Iterator[None]:
+        key = getattr(self._local, "key", float("inf")) if key is None else key
         with self._cond:
-            self.waiting[priority] += 1
+            self.waiting.append(key)
             self._cond.notify_all()
             try:
-                self._cond.wait_for(lambda: not self._busy and (priority or self.waiting[True] == 0))
+                self._cond.wait_for(lambda: not self._busy and key <= min(self.waiting))
             finally:
-                self.waiting[priority] -= 1
+                self.waiting.remove(key)
             self._busy = True
         t0 = self.clock()
         try:
@@ -66,17 +74,16 @@ class Device:
 
 
 class DeviceRuntime(RuntimeProxy):
-    """``inner`` run while holding the device (``priority``: the chunk stage). Outputs are copied
-    before the device is released: a backend may reuse its output buffers on the next call,
-    which another stream makes."""
+    """``inner`` run while holding the device (at the calling thread's deadline, see
+    ``Device.set_deadline``). Outputs are copied before the device is released: a backend may
+    reuse its output buffers on the next call, which another stream makes."""
 
-    def __init__(self, inner: Runtime, device: Device, priority: bool = False):
+    def __init__(self, inner: Runtime, device: Device):
         super().__init__(inner, owns_inner=False)
         self._device = device
-        self._priority = priority
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._device.hold(self._priority):
+        with self._device.hold():
             return {k: np.array(v) for k, v in self.inner.run(feeds).items()}
 
 
@@ -199,6 +206,7 @@ class StreamContext:
 
     tokens: TokenSource
     flow: Runtime
+    device: Device
     flow_meta: Mapping[str, Any]
     flow_cfg: FlowDecodeConfig
     policy: Any  # FixedPolicy | AdaptivePolicy
@@ -234,6 +242,7 @@ def run_utterance(ctx: StreamContext, stream: int, utterance: int, seed: int) ->
         slack_ms = (due - ready) / 1e6 if due is not None else ctx.deadline_ms
         in_flight = ctx.flight.enter()
         try:
+            ctx.device.set_deadline(due if due is not None else ready + step_ns)
             choice = ctx.policy.choose(stream, chunk.index, slack_ms, in_flight)
             cfg = replace(flow_cfg, solver=choice.solver, steps=choice.steps)
             start = ctx.clock()

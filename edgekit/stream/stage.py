@@ -166,7 +166,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             policy = FixedPolicy(top) if name == "fixed" else AdaptivePolicy(rungs, CostModel(prior))
             device = Device()
             ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
-                                DeviceRuntime(flow_rt, device, priority=True), flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
+                                DeviceRuntime(flow_rt, device), device, flow_b.meta, flow_cfg, policy, cfg.deadline_ms, device.clock)
             run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
             ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0

@@ -1,5 +1,5 @@
-"""The shared device (stream/pipeline.py): one call at a time, chunk calls before token calls,
-outputs copied before another stream can overwrite them; the token feed's prefix."""
+"""The shared device (stream/pipeline.py): one call at a time, earliest deadline first (token
+calls last), outputs copied before another stream can overwrite them; the token feed's prefix."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ class Counter(BaseRuntime):
     def __init__(self):
         super().__init__({"x": TensorSpec((1, 2), "float32")}, {"y": TensorSpec((1, 2), "float32")})
         self.calls = 0
+        self.order: list[str] = []
         self.active = 0
         self.max_active = 0
         self._out = np.zeros((1, 2), dtype=np.float32)
 
     def _run_impl(self, feeds):
+        self.order.append(threading.current_thread().name)  # recorded while the device is held
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         self.calls += 1
@@ -44,40 +46,40 @@ def _wait_until(cond, timeout=5.0):
 
 def test_one_call_at_a_time_and_outputs_are_owned():
     inner, device = Counter(), Device()
-    rts = [DeviceRuntime(inner, device, priority=i % 2 == 0) for i in range(4)]
+    rts = [DeviceRuntime(inner, device) for _ in range(4)]
     outs: list[np.ndarray] = []
     lock = threading.Lock()
 
-    def work(rt):
+    def work(rt, i):
+        device.set_deadline(i % 2)  # equal keys too
         for _ in range(10):
             y = rt.run({"x": np.zeros((1, 2), np.float32)})["y"]
             with lock:
                 outs.append(y)
 
-    threads = [threading.Thread(target=work, args=(rt,)) for rt in rts]
+    threads = [threading.Thread(target=work, args=(rt, i)) for i, rt in enumerate(rts)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert inner.max_active == 1 and device.calls == 40
     assert sorted(int(o[0, 0]) for o in outs) == list(range(1, 41))  # no output overwritten by a later call
 
 
-def test_chunk_calls_go_before_waiting_token_calls():
+def test_earliest_deadline_goes_first_and_token_calls_last():
     inner, device = Counter(), Device()
-    order: list[str] = []
 
-    def call(name, priority):
-        DeviceRuntime(inner, device, priority).run({"x": np.zeros((1, 2), np.float32)})
-        order.append(name)
+    def call(due):
+        if due is not None:
+            device.set_deadline(due)
+        DeviceRuntime(inner, device).run({"x": np.zeros((1, 2), np.float32)})
 
-    with device.hold(True):  # the device is busy while both queue up
-        low = threading.Thread(target=call, args=("tokens", False))
-        low.start()
-        _wait_until(lambda: device.waiting[False] == 1)
-        high = threading.Thread(target=call, args=("chunk", True))
-        high.start()
-        _wait_until(lambda: device.waiting[True] == 1)
-    low.join(), high.join()
-    assert order == ["chunk", "tokens"]
+    threads = []
+    with device.hold(key=0.0):  # the device is busy while all of them queue up
+        for name, due in (("tokens", None), ("late chunk", 200.0), ("early chunk", 100.0)):
+            threads.append(threading.Thread(target=call, args=(due,), name=name))
+            threads[-1].start()
+            _wait_until(lambda n=len(threads): len(device.waiting) == n)
+    [t.join() for t in threads]
+    assert inner.order == ["early chunk", "late chunk", "tokens"]
 
 
 def test_token_feed_publishes_a_growing_prefix():
