@@ -1,6 +1,6 @@
 """Token -> frame streams on one device: threads that overlap token generation and chunked flow
 decoding, every network call serialised through one ``Device`` (one accelerator, or the CPU's
-cores given to one session at a time).
+cores given to one session at a time), waiting calls served earliest deadline first.
 
 Per stream and utterance: a token thread runs the generator (MaskGIT: after each step the
 tokens that became final; AR: after each token) into a ``TokenFeed``; the stream's own thread
@@ -8,8 +8,9 @@ waits for each chunk's tokens (a prefix: the window's), asks the policy for (sol
 decodes the chunk and records when it was ready, started, done and due.
 
 Deadlines follow a playback clock: the first chunk has none (time to first chunk is measured
-instead); chunk k is due ``deadline_ms`` after chunk k−1 was due, or after it arrived when it
-was late (the listener's buffer ran dry and playback resumed with it).
+instead, and its calls are keyed ready + ``deadline_ms``); chunk k is due ``deadline_ms`` after
+chunk k−1 was due, or after it arrived when it was late (the listener's buffer ran dry and
+playback resumed with it). Utterances of a stream run back to back, each its own request.
 """
 
 from __future__ import annotations
