@@ -180,8 +180,7 @@ class UtteranceRecord:
     first_chunk_ns: int
     done_ns: int
     chunks: int
-    tokens: np.ndarray = field(repr=False)
-    frames: np.ndarray = field(repr=False)
+    quality: Mapping[str, float] | None  # the scorer's figures for the frames (None: no scorer)
 
 
 @dataclass
@@ -211,6 +210,9 @@ class StreamContext:
     flow_meta: Mapping[str, Any]
     flow_cfg: FlowDecodeConfig
     policy: Any  # FixedPolicy | AdaptivePolicy
+    # (tokens int64 [1, L], frames float32 [1, T, C]) -> quality figures, scored as each utterance
+    # ends so no utterance's frames outlive it (RSS stays flat over a long run)
+    score: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None
     deadline_ms: float
     clock: Clock
     flight: Flight = field(default_factory=Flight)
@@ -258,7 +260,8 @@ def run_utterance(ctx: StreamContext, stream: int, utterance: int, seed: int) ->
             first = done
         due = max(due if due is not None else done, done) + step_ns
     producer.join()
-    rec = UtteranceRecord(stream, utterance, request, first, records[-1].done_ns, len(records), feed.tokens.copy(), out)
+    quality = ctx.score(feed.tokens, out) if ctx.score is not None else None
+    rec = UtteranceRecord(stream, utterance, request, first, records[-1].done_ns, len(records), quality)
     with ctx.lock:
         ctx.chunks.extend(records)
         ctx.utterances.append(rec)
