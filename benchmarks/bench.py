@@ -29,6 +29,7 @@ from edgekit.profile import crossover_lines, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fast_paths  # noqa: E402 - the sibling module, run as a script from any directory
+import openvino_rows  # noqa: E402 - the sibling module: issue #17's OpenVINO rows
 
 
 def _say(message: str) -> None:
@@ -252,6 +253,103 @@ def fast_numbers(fast: dict[str, Any], ar_doc: dict[str, Any], masked_sizes: dic
     return out
 
 
+def _openvino(args: argparse.Namespace, masked: Path, ar: Path, quant: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """Issue #17's rows: OpenVINO against ORT per forward (1 and 2 threads) and per decode, NAR
+    vs AR per engine in INT8, host share on the best engine; the reason where one cannot run."""
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        return {"reason": "openvino is not installed (pip install 'edgekit[openvino]')"}
+    if not quant["int8"]:
+        return {"reason": quant.get("reason") or "no int8 artifact"}
+    out: dict[str, Any] = {}
+    extra = {}
+    if args.ov_trt_profile:
+        def trt_copy() -> Path:
+            from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+            copy = Path(shutil.copytree(masked, tmp / "masked-trt-profile"))
+            quantize_bundle(copy, QuantizeConfig(profile="trt", runtime="openvino", threads=1))
+            return Bundle.load(copy).path_of("int8")
+
+        _say("quantize a copy of masked-demo with the trt profile (symmetric int8 activations), budget on OpenVINO")
+        path, why = _attempt("trt-profile int8", trt_copy)
+        if path is not None:
+            extra["trt profile"] = path
+        out["trt_profile_reason"] = why
+    for threads in sorted({1, 2, args.threads or 1}):
+        _say(f"per forward, ORT vs OpenVINO fp32/bf16/int8, {args.forward_iters} interleaved rounds, {threads} thread(s)")
+        out[f"forward_t{threads}"], out[f"forward_t{threads}_reason"] = _attempt(
+            f"engines forward ({threads} threads)", lambda threads=threads: openvino_rows.engines_forward(masked, threads, args.forward_iters, extra))
+    graphs, why = _attempt("fused export (masked)", lambda: _fused(masked)) if not (Bundle.load(masked).manifest.get("fused")) else (("step", "unrolled"), None)
+    threads = args.threads or 1
+    _say(f"per masked decode, ORT vs OpenVINO (+ fused graphs on OpenVINO), {args.fused_iters} interleaved rounds, {threads} thread(s)")
+    out["decode"], out["decode_reason"] = _attempt("engines decode", lambda: openvino_rows.engines_decode(masked, threads, args.fused_iters, graphs or ()))
+    lengths = tuple(sorted({16, 64, args.length}))
+    _say(f"NAR (K=8) vs AR per engine in INT8 at L = {', '.join(map(str, lengths))} (architecture-only models)")
+    out["nar_ar"], out["nar_ar_reason"] = _attempt(
+        "NAR/AR per engine", lambda: openvino_rows.nar_ar_engines(masked, ar, lengths, threads, args.sweep_iters, tmp / "sweep-cache"))
+    return out
+
+
+def openvino_numbers(ov: dict[str, Any], length: int, host: dict[str, Any]) -> list[dict[str, Any]]:
+    """The quoted OpenVINO numbers, each with the CPU's ISA features (these machines differ)."""
+    isa = " ".join(host.get("isa") or []) or "unknown"
+    cpu = {"cpu": host.get("model"), "isa": isa}
+    out = []
+    if "reason" in ov:
+        return [_number("OpenVINO rows", None, "issue #17", ov["reason"], **cpu)]
+    for key in sorted(k for k in ov if k.startswith("forward_t") and not k.endswith("_reason")):
+        f = ov[key]
+        t = key.removeprefix("forward_t")
+        if f is None:
+            out.append(_number(f"best INT8 engine / ORT FP32 per forward ({t} thread(s))", None, "", ov.get(f"{key}_reason"), **cpu))
+            continue
+        best = f["best_int8"]
+        out.append(_number(
+            f"best INT8 engine / ORT FP32 per forward ({t} thread(s))", f["speedup_vs_ort_fp32"][best],
+            f"ORT FP32 ms / {best} ms per forward, masked demo (goal >= 3); "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in f["median_ms"].items()), None, **cpu,
+        ))
+        for k, v in f["speedup_vs_ort_fp32"].items():
+            if k != "ort fp32":
+                out.append(_number(f"{k} / ORT FP32 per forward ({t} thread(s))", v, "speedup, interleaved", None, **cpu))
+        top = ", ".join(f"{o['op']} {100 * o['share']:.0f}%" for o in f["op_profile"]["ops"][:6])
+        out.append(_number(f"OpenVINO INT8 kernel ms per forward ({t} thread(s))", f["op_profile"]["kernel_ms"], f"by op: {top}", None, **cpu))
+    d = ov.get("decode")
+    if d:
+        int8 = {k: v for k, v in d["median_ms"].items() if "int8" in k}
+        best = min(int8, key=int8.get)
+        out.append(_number(
+            f"best INT8 engine / ORT FP32 per decode ({d['threads']} thread(s))", d["speedup_vs_ort_fp32"][best],
+            f"ORT FP32 ms / {best} ms per masked decode, K={d['steps']}, batch {d['batch']} (goal >= 2.5); "
+            + ", ".join(f"{k} {v:.1f} ms" for k, v in d["median_ms"].items()), None, **cpu,
+        ))
+        for k, share in d["host_share"].items():
+            out.append(_number(f"host overhead share ({k}, {d['threads']} thread(s))", share,
+                               "decode time outside Runtime.run / decode time (goal on the best engine <= 0.03)", None, **cpu))
+    else:
+        out.append(_number("best INT8 engine / ORT FP32 per decode", None, "", ov.get("decode_reason"), **cpu))
+    n = ov.get("nar_ar")
+    for engine, e in ((n or {}).get("engines") or {}).items():
+        if not e.get("available"):
+            out.append(_number(f"NAR/AR at L={length} ({engine} int8)", None, "", e.get("reason"), **cpu))
+            continue
+        at = next((p for p in e["points"] if p["length"] == length), None)
+        out.append(_number(
+            f"NAR/AR speedup at L={length} ({engine} int8, {n['threads']} thread(s))", at and at["speedup"],
+            f"AR ms / MaskGIT K={n['nar_steps']} ms, architecture-only models, both INT8 (goal >= 5); "
+            + ", ".join(f"L={p['length']}: {p['speedup']:.2f}x" for p in e["points"]), None, **cpu,
+            nar_ms=at and at["nar_decode_ms"], ar_ms=at and at["ar_decode_ms"],
+        ))
+        m = e["crossover"]["measured"]
+        out.append(_number(f"NAR/AR crossover length ({engine} int8)", m.get("n"), "interpolated between the swept lengths",
+                           m.get("bound") and f"measured bracket: N {m['bound']}", **cpu))
+    if n is None:
+        out.append(_number(f"NAR/AR at L={length} per engine", None, "", ov.get("nar_ar_reason"), **cpu))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench.json"))
@@ -268,12 +366,23 @@ def main() -> None:
     ap.add_argument("--fused-iters", type=int, default=10, help="interleaved decode rounds for fused/host")
     ap.add_argument("--rss-decodes", type=int, default=1000, help="decodes measured for RSS growth")
     ap.add_argument("--snr-target", type=float, default=30.0, help="dB for the NFE-to-SNR rows")
+    ap.add_argument("--openvino-only", action="store_true", help="only issue #17's OpenVINO-vs-ORT rows (export, quantize, then those)")
+    ap.add_argument("--ov-trt-profile", action="store_true", help="also time a trt-profile (symmetric int8) QDQ model on OpenVINO")
     args = ap.parse_args()
     o = Output()
     measure = MeasureConfig(iters=args.iters, min_seconds=args.min_seconds, max_iters=max(10_000, args.iters))
     started = time.perf_counter()
+    host = system_state()["cpu"]  # model, cores and the int8/bf16 ISA features, kept with every figure
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
         masked, ar, flow, quant = _bundles(args, Path(tmp))
+        if args.openvino_only:
+            ov = _openvino(args, masked, ar, quant, Path(tmp))
+            numbers = openvino_numbers(ov, args.length, host)
+            doc = {"schema": "edgekit.bench/1", "created": now_iso(), "seconds": time.perf_counter() - started, "host": host,
+                   "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "quantization": quant,
+                   "numbers": numbers, "openvino": ov}
+            _print(o, doc, args.out)
+            return
         precisions = ("fp32", "int8") if quant["int8"] else ("fp32",)
         _say(f"profile masked-demo: ort {'+'.join(precisions)}, torch fp32")
         variants_doc = profile_bundle(masked, ProfileConfig(
@@ -287,12 +396,14 @@ def main() -> None:
             sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=args.sweep_iters, min_seconds=args.min_seconds),
         ), _progress)
         fast = _fast_paths(args, masked, ar, flow, quant)
-    numbers = collect(variants_doc, ar_doc, quant, args.length) + fast_numbers(fast, ar_doc, masked_sizes=fast.get("sizes"))
+        ov = _openvino(args, masked, ar, quant, Path(tmp))
+    numbers = (collect(variants_doc, ar_doc, quant, args.length) + fast_numbers(fast, ar_doc, masked_sizes=fast.get("sizes"))
+               + openvino_numbers(ov, args.length, host))
     doc = {
         "schema": "edgekit.bench/1",
         "created": now_iso(),
         "seconds": time.perf_counter() - started,
-        "host": system_state()["cpu"],
+        "host": host,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "quantization": quant,
         "numbers": numbers,
@@ -300,18 +411,26 @@ def main() -> None:
         "power": variants_doc["power"],
         "profiles": {"variants": variants_doc, "nar_vs_ar": ar_doc},
         "fast_paths": fast,
+        "openvino": ov,
     }
-    write_json(doc, args.out)
+    _print(o, doc, args.out)
+
+
+def _print(o: Output, doc: dict[str, Any], out: Path) -> None:
+    write_json(doc, out)
+    numbers = doc["numbers"]
     rows = []
     for n in numbers:
         value = n["value"] if n["measured"] else "not measured"
         note = n["meaning"] if n["measured"] else n["reason"]
         rows.append((n["name"], value, n.get("speedup"), note))
-    o.table(f"edgekit bench on {doc['host'].get('model')} ({doc['host'].get('cores')} cores)", ["figure", "value", "speedup", "what / why not"], rows)
-    for line in doc["crossover"]:
+    isa = " ".join(doc["host"].get("isa") or []) or "ISA unknown"
+    o.table(f"edgekit bench on {doc['host'].get('model')} ({doc['host'].get('cores')} cores; {isa})", ["figure", "value", "speedup", "what / why not"], rows)
+    for line in doc.get("crossover", []):
         o.line(line)
-    o.line("power: " + ("measured with " + doc["power"]["probe"] if doc["power"].get("available") else f"unavailable: {doc['power'].get('reason')}"))
-    o.line(f"wrote {args.out} ({doc['seconds']:.0f} s)")
+    if "power" in doc:
+        o.line("power: " + ("measured with " + doc["power"]["probe"] if doc["power"].get("available") else f"unavailable: {doc['power'].get('reason')}"))
+    o.line(f"wrote {out} ({doc['seconds']:.0f} s)")
 
 
 if __name__ == "__main__":

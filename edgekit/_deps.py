@@ -15,6 +15,7 @@ _EXTRAS: dict[str, str] = {
     "tensorrt": "trt",
     "pynvml": "nvml",
     "matplotlib": "report",
+    "openvino": "openvino",
 }
 
 

@@ -29,12 +29,33 @@ def under(root: str | Path, path: str) -> Path:
     return Path(root) / path.lstrip("/")
 
 
+# CPU features (as /proc/cpuinfo spells them) that decide how fast int8/bf16 kernels run: x86
+# VNNI (int8 dot products), AMX (int8/bf16 tiles), AVX512-BF16/FP16; ARM dot product, i8mm,
+# bf16, SVE. Logged with every measurement (the same command differs by these across hosts) and
+# part of an OpenVINO CPU blob's compatibility key.
+ISA_FEATURES = (
+    "avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
+    "amx_fp16", "asimd", "asimddp", "i8mm", "bf16", "sve", "sve2",
+)
+
+
+def cpu_isa(cpuinfo_text: str) -> list[str]:
+    """The ``ISA_FEATURES`` this CPU has, from /proc/cpuinfo's first ``flags`` (x86) or
+    ``Features`` (ARM) line, in ``ISA_FEATURES`` order."""
+    m = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", cpuinfo_text, re.MULTILINE)
+    have = set(m.group(1).split()) if m else set()
+    return [f for f in ISA_FEATURES if f in have]
+
+
 def cpu_identity(root: str | Path = "/") -> dict[str, Any]:
-    """``{"model", "cores", "board"}`` from /proc/cpuinfo and /proc/device-tree/model (None where absent)."""
+    """``{"model", "cores", "board", "isa"}`` from /proc/cpuinfo and /proc/device-tree/model
+    (None where absent; ``isa``: ``cpu_isa``, [] where unknown)."""
     model: str | None = None
     cores: int | None = None
+    isa: list[str] = []
     try:
         text = under(root, "/proc/cpuinfo").read_text()
+        isa = cpu_isa(text)
         cores = sum(1 for line in text.splitlines() if re.match(r"processor\s*:", line)) or None
         for key in ("model name", "Model", "Hardware", "cpu model"):
             m = re.search(rf"^{key}\s*:\s*(.+)$", text, re.MULTILINE)
@@ -52,7 +73,7 @@ def cpu_identity(root: str | Path = "/") -> dict[str, Any]:
         import os
 
         cores = os.cpu_count()
-    return {"model": model, "cores": cores, "board": board}
+    return {"model": model, "cores": cores, "board": board, "isa": isa}
 
 
 def parse_l4t(text: str) -> str | None:
@@ -89,6 +110,7 @@ class HostFacts:
     board: str | None  # /proc/device-tree/model (Jetson, Raspberry Pi), None elsewhere
     l4t: str | None  # Jetson L4T release ("36.3.0"), None elsewhere
     nvidia_gpu: bool  # an NVIDIA driver (or Jetson's integrated GPU) is visible
+    isa: tuple[str, ...] = ()  # int8/bf16 CPU features (ISA_FEATURES): OpenVINO CPU blobs are tied to them
 
     @property
     def cpu_key(self) -> str:
@@ -102,4 +124,4 @@ class HostFacts:
         l4t = read_l4t(under(root, str(L4T_RELEASE_PATH)))
         gpus = under(root, "/proc/driver/nvidia/gpus")
         nvidia = l4t is not None or under(root, "/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir()))
-        return cls(ARCH_ALIASES.get(machine, machine), cpu.get("model"), cpu.get("board"), l4t, nvidia)
+        return cls(ARCH_ALIASES.get(machine, machine), cpu.get("model"), cpu.get("board"), l4t, nvidia, tuple(cpu.get("isa") or ()))

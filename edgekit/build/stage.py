@@ -25,6 +25,7 @@ from edgekit._lock import writes_bundle
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit._deps import require
 from edgekit.build.install import install, remove_superseded
+from edgekit.build.openvino import build_openvino
 from edgekit.build.ort import build_ort, fix_dynamic_shapes
 from edgekit.build.trt import build_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
@@ -48,9 +49,10 @@ BUILD_SCHEMA = "edgekit.build/1"
 
 
 def builds_on_device(target: Target) -> bool:
-    """Whether the target's engines must be built on the device itself: TensorRT engines, and
-    ONNX Runtime models optimized for the very CPU that runs them (arch "host")."""
-    return target.uses_trt or target.arch == "host"
+    """Whether the target's engines must be built on the device itself: TensorRT engines,
+    OpenVINO compiled blobs, and ONNX Runtime models optimized for the very CPU that runs them
+    (arch "host")."""
+    return target.uses_trt or target.uses_openvino or target.arch == "host"
 
 
 def _gpu_problems(target: Target, trt_host: Any) -> list[str]:
@@ -107,8 +109,10 @@ def build_bundle(
         problems = _gpu_problems(target, trt_host)
         if problems:
             raise _refuse_device(target, bundle, problems)
-    elif precision == "fp16":
-        raise UsageError(f"--precision fp16 needs TensorRT; target {target.name} runs ONNX Runtime (fp32, int8)")
+    elif target.uses_openvino:
+        require("openvino")
+    elif precision in ("fp16", "bf16"):
+        raise UsageError(f"--precision {precision} needs TensorRT or OpenVINO; target {target.name} runs ONNX Runtime (fp32, int8)")
 
     key = engine_key(target.name, precision)
     old = (bundle.manifest.get("engines") or {}).get(key)
@@ -137,6 +141,8 @@ def build_bundle(
             )
         if target.uses_trt:
             files, facts = build_trt(model_path, source.sha256, target, precision, workdir)
+        elif target.uses_openvino:
+            files, facts = build_openvino(model_path, target, precision, host, workdir)
         else:
             files, facts = build_ort(model_path, target, host, workdir)
         entry = install(bundle, target, precision, files)

@@ -23,7 +23,8 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
-    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json\n\n"
+    "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime"
 )
 def quantize(
     bundle: BundleArg,
@@ -38,6 +39,8 @@ def quantize(
     seed: SeedOpt = 0,
     threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
     wait: WaitOpt = False,
+    runtime: Annotated[Optional[str], typer.Option("--runtime", help="Runtime the INT8 model is decoded on for the budget: ort | openvino (default: the --target's, else ort).")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile, and its runtime measures the budget (intel-cpu: openvino).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
@@ -52,8 +55,16 @@ def quantize(
     from edgekit.quantize.render import print_quantize
 
     o = Output(json_out)
+    if target is not None:
+        from edgekit.host import module_available
+        from edgekit.targets import load_target
+
+        t = load_target(target)
+        profile = t.quantization_profile
+        if runtime is None:
+            runtime = "openvino" if t.uses_openvino and module_available("openvino") else "ort"
     cfg = QuantizeConfig(
-        profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
+        runtime=runtime or "ort", profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
     )
     LOCK_WAIT.set(wait)
@@ -72,6 +83,7 @@ def quantize(
     epilog="Exit codes: 0 pass · 4 a metric failed · 1 error.\n\n"
     "Examples:\n\n  edgekit check bundles/masked                     (ort:int8 vs ort:fp32, default thresholds)\n\n"
     "  edgekit check bundles/flow --reference torch --candidate ort:fp32 --n 32\n\n"
+    "  edgekit check bundles/masked --candidate openvino:int8 --reference ort:fp32\n\n"
     "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
     "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5"
@@ -80,7 +92,7 @@ def check(
     bundle: BundleArg,
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
     candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt.")] = "ort",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino.")] = "ort",
     n: Annotated[int, typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i).")] = 16,
     seed: SeedOpt = 0,
     greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,

@@ -23,13 +23,14 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit profile edgekit-demo/masked\n\n"
     "  edgekit profile edgekit-demo/masked --runtime ort,torch --precision fp32,int8 --html report/\n\n"
+    "  edgekit profile edgekit-demo/masked --runtime ort,openvino --precision fp32,int8 --compare-ar\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json"
 )
 def profile(
     bundle: BundleArg,
-    runtime: Annotated[str, typer.Option("--runtime", help="Comma-separated runtimes to compare: ort, torch, trt.")] = "ort",
-    precision: Annotated[Optional[str], typer.Option("--precision", help="Comma-separated: fp32, int8 (default: fp32, plus int8 when the bundle has it).")] = None,
+    runtime: Annotated[str, typer.Option("--runtime", help="Comma-separated runtimes to compare: ort, torch, trt, openvino.")] = "ort",
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Comma-separated: fp32, int8, bf16 (openvino), fp16 (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can.")] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
     batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch).")] = None,
     iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,

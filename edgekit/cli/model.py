@@ -147,7 +147,9 @@ def train_demo(
 @command(
     epilog="Examples:\n\n  edgekit run bundles/masked --steps 8 --schedule cosine -o tokens.npz\n\n"
     "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npy -o frames.npz\n\n"
-    "  edgekit run bundles/masked --runtime torch --temperature 0 --json"
+    "  edgekit run bundles/masked --runtime torch --temperature 0 --json\n\n"
+    "  edgekit run bundles/masked --runtime openvino --precision int8 -o tokens.npz\n\n"
+    "  edgekit run bundles/masked --target intel-cpu --precision int8 -o tokens.npz   # the blob `edgekit build` wrote"
 )
 def run(
     bundle: BundleArg,

@@ -17,9 +17,11 @@ def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
     """This host, then every target in one table, or one target's runtimes, device, power and
     what is missing (install lines as plain lines: they must survive copy and paste)."""
     env = doc["environment"]
-    o.pairs("this host", {**doc["host"], "onnxruntime": env["onnxruntime"],
+    o.pairs("this host", {**doc["host"], "cpu_isa": " ".join(doc["host"].get("cpu_isa") or []) or "—",
+                          "onnxruntime": env["onnxruntime"],
                           "ORT providers": ", ".join(env["providers"]), "tensorrt": env["tensorrt"],
-                          "gpu": env["gpu"] and f"{env['gpu']['name']} (sm {env['gpu']['compute_capability']})"})
+                          "gpu": env["gpu"] and f"{env['gpu']['name']} (sm {env['gpu']['compute_capability']})",
+                          "openvino": env.get("openvino") and f"{env['openvino']} (devices: {', '.join(env.get('openvino_devices') or {}) or 'none'})"})
     if not one_target:
         o.table("targets", ["target", "runs with", "device here", "power probe", "missing"],
                 [(t["target"], t["runs_with"], t["device"]["matches"], t["power"]["probe"] if t["power"]["available"] else "unavailable",

@@ -4,8 +4,9 @@ that installs it).
 For each target: its runtimes in order with versions (ONNX Runtime and the execution providers
 this build has; TensorRT, the GPU and its compute capability), whether this host is the target's
 device (architecture, Jetson/L4T, board, GPU), the power probe (``edgekit.probes.power.detect``)
-and, on Jetson targets, ``nvpmodel``. Reads versions from installed packages; imports TensorRT
-only when it is installed.
+and, on Jetson targets, ``nvpmodel``; OpenVINO's version, devices and their capabilities, and
+this CPU's int8/bf16 ISA features. Reads versions from installed packages; imports TensorRT and
+OpenVINO only when they are installed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from edgekit.host import HostFacts, module_available
 from edgekit.probes.power import Unavailable, detect
 from edgekit.runtimes.engines import device_problems
+from edgekit.runtimes.openvino import available_devices, device_capabilities, openvino_version  # lazy: openvino
 from edgekit.runtimes.trt import host_metadata
 from edgekit.targets import Target, list_targets, load_target
 
@@ -34,6 +36,12 @@ PROVIDER_INSTALL: dict[str, str] = {
     "CoreMLExecutionProvider": "onnxruntime on macOS/iOS (pip install onnxruntime on a Mac)",
 }
 TRT_INSTALL = "pip install 'edgekit[trt]'"
+OPENVINO_INSTALL = "pip install 'edgekit[openvino]'"
+# What an OpenVINO device needs besides the openvino package (its plugin ships in the wheel).
+OPENVINO_DEVICE_INSTALL: dict[str, str] = {
+    "GPU": "the Intel GPU compute driver: sudo apt install intel-opencl-icd (or Intel's compute-runtime release), on a machine with an Intel Arc/integrated GPU",
+    "NPU": "the Intel NPU driver (github.com/intel/linux-npu-driver releases), on a Core Ultra machine",
+}
 TRT_INSTALL_JETSON = "TensorRT comes with JetPack: sudo apt install nvidia-jetpack (make the venv with --system-site-packages)"
 # JetPack 5's TensorRT bindings are for its Python 3.8; edgekit needs >= 3.10.
 TRT_INSTALL_JETPACK5 = ("JetPack 5's TensorRT bindings are for Python 3.8: build TensorRT 8.5's bindings for this Python "
@@ -59,8 +67,8 @@ def doctor(target: str | Path | Target | None = None, *, host: HostFacts | None 
     power_cache: dict[str, dict[str, Any]] = {}
     return {
         "schema": DOCTOR_SCHEMA,
-        "host": {"arch": host.arch, "cpu": host.cpu, "board": host.board, "l4t": host.l4t, "nvidia_gpu": host.nvidia_gpu,
-                 "python": platform.python_version()},
+        "host": {"arch": host.arch, "cpu": host.cpu, "cpu_isa": list(host.isa), "board": host.board, "l4t": host.l4t,
+                 "nvidia_gpu": host.nvidia_gpu, "python": platform.python_version()},
         "environment": env,
         "targets": [target_report(t, host, env, power_cache) for t in targets],
     }
@@ -78,6 +86,13 @@ def environment(host: HostFacts) -> dict[str, Any]:
     except ImportError as exc:
         env["onnxruntime_error"] = str(exc)
     env["cuda_python"] = _dist_version("cuda-python")
+    env["openvino"] = None
+    if module_available("openvino"):
+        try:
+            env["openvino"] = openvino_version()
+            env["openvino_devices"] = {d: device_capabilities(d) for d in available_devices()}
+        except Exception as exc:  # noqa: BLE001 - a broken install is what doctor reports
+            env["openvino_error"] = f"{type(exc).__name__}: {exc}"
     if module_available("tensorrt"):
         try:
             meta = host_metadata()
@@ -95,9 +110,14 @@ def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_ca
     missing: list[dict[str, Any]] = []
     runtimes = []
     for name in target.runtimes:
-        entry = _ort_report(target, env, missing) if name == "ort" else _trt_report(target, host, env, missing)
+        if name == "ort":
+            entry = _ort_report(target, env, missing)
+        elif name == "openvino":
+            entry = _openvino_report(target, env, missing)
+        else:
+            entry = _trt_report(target, host, env, missing)
         runtimes.append(entry)
-    device = _device_report(target, host)
+    device = _device_report(target, host, env)
     if not device["matches"]:
         missing.append({"what": f"the {target.name} device", "why": "; ".join(device["reasons"]),
                         "install": f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}"})
@@ -134,6 +154,23 @@ def _ort_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any
                         "install": PROVIDER_INSTALL.get(provider, f"an onnxruntime build with {provider}")})
     usable = [p for p in wanted if p in have]
     return {"runtime": "ort", "available": bool(usable), "version": env.get("onnxruntime"), "providers": usable, "providers_missing": lacking}
+
+
+def _openvino_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    device = target.openvino.device
+    devices = env.get("openvino_devices") or {}
+    problems = []
+    if env.get("openvino") is None:
+        why = env.get("openvino_error", "the openvino Python package is not importable")
+        problems.append(why)
+        missing.append({"what": "OpenVINO", "why": why, "install": OPENVINO_INSTALL})
+    elif device.split(".")[0] not in {d.split(".")[0] for d in devices}:
+        why = f"OpenVINO {env['openvino']} sees {', '.join(devices) or 'no device'}, not {device}"
+        problems.append(why)
+        missing.append({"what": f"an Intel {device} with its driver", "why": why, "install": OPENVINO_DEVICE_INSTALL.get(device.split(".")[0])})
+    capabilities = devices.get(device, [])
+    return {"runtime": "openvino", "available": not problems, "version": env.get("openvino"), "device": device,
+            "capabilities": capabilities, "problems": problems}
 
 
 def _trt_report(target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
@@ -213,12 +250,16 @@ def trt_limits(version: str, target: Target | None = None) -> list[str]:
     return limits
 
 
-def _device_report(target: Target, host: HostFacts) -> dict[str, Any]:
+def _device_report(target: Target, host: HostFacts, env: dict[str, Any] | None = None) -> dict[str, Any]:
     reasons = []
     if target.arch not in ("host", host.arch):
         reasons.append(f"this host is {host.arch}, target {target.name} is {target.arch}")
     if target.uses_trt:
         reasons += device_problems(target, host)
+    ov_device = target.openvino.device.split(".")[0]
+    if target.uses_openvino and ov_device != "CPU" and env is not None and env.get("openvino") is not None:
+        if ov_device not in {d.split(".")[0] for d in env.get("openvino_devices") or {}}:
+            reasons.append(f"no Intel {ov_device} is visible to OpenVINO here")
     return {"arch": host.arch if target.arch == "host" else target.arch, "matches": not reasons, "reasons": reasons}
 
 

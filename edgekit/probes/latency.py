@@ -173,6 +173,24 @@ def measure(
     return Measurement(tuple(samples), summarize(samples), warm_iters, warmup_ns, wall_ns, capped)
 
 
+def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """ms per call of each fn, called round-robin ``rounds`` times after ``warmup`` rounds: load
+    that comes and goes (a shared machine, a governor ramp) hits every candidate alike, so their
+    ratio holds where absolute times do not."""
+    if rounds < 1 or warmup < 0:
+        raise UsageError(f"interleaved rounds={rounds}, warmup={warmup} are invalid; valid: rounds >= 1, warmup >= 0")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter_ns()
+            fn()
+            samples[name].append((time.perf_counter_ns() - start) / 1e6)
+    return samples
+
+
 def _estimate_total(samples: Sequence[int], elapsed_ns: int, cfg: MeasureConfig) -> int:
     per_call = elapsed_ns / len(samples)
     by_time = math.ceil(cfg.min_seconds * 1e9 / per_call) if per_call > 0 else cfg.max_iters

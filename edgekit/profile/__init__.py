@@ -4,7 +4,7 @@
 ``compare_ar``: NAR vs AR and the crossover; ``sweep``: architecture-only models at other lengths;
 ``stage``: the run and its ``edgekit.profile/1`` document; ``table``/``html``/``document``: the
 report as table rows, self-contained HTML (matplotlib, lazily) and JSON; ``render``: the console;
-``demo``: the demo's profile stage.
+``demo``: the demo's profile stage; ``engines``: the fastest CPU engine on this host.
 """
 
 from edgekit.profile.compare_ar import crossover, default_ar_bundle, seed_crossover
@@ -18,6 +18,7 @@ from edgekit.profile.config import (
     plan_variants,
 )
 from edgekit.profile.demo import demo_profile
+from edgekit.profile.engines import available_engines, fastest_engine
 from edgekit.profile.document import jsonable, write_json
 from edgekit.profile.html import render_html, write_html, write_report
 from edgekit.profile.stage import profile_bundle
@@ -33,8 +34,8 @@ from edgekit.profile.table import (
 )
 
 __all__ = [
-    "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "crossover", "crossover_lines",
-    "default_ar_bundle", "demo_profile", "graph_batch", "jsonable", "length_sweep", "length_variant_spec",
+    "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "available_engines", "crossover",
+    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "graph_batch", "jsonable", "length_sweep", "length_variant_spec",
     "plan_variants", "power_lines", "profile_bundle", "ratios_table", "render_html", "seed_crossover", "summary_rows",
     "sweep_table", "variants_table", "write_html", "write_json", "write_report",
 ]

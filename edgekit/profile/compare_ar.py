@@ -128,7 +128,7 @@ def compare_ar(
         if key in ar_docs:
             continue
         label = f"AR {v['runtime']} {v['precision']}"
-        if v["runtime"] == "ort" and not has_artifact(ar, v["precision"]):
+        if v["runtime"] in ("ort", "openvino") and not has_artifact(ar, "int8" if v["precision"] == "int8" else "fp32"):
             ar_docs[key] = {
                 "id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
                 "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",
@@ -154,8 +154,6 @@ def compare_ar(
             "speedup": safe_ratio(a["latency"]["median_ms"], v["latency"]["median_ms"]),
             "throughput_ratio": safe_ratio(v["throughput"]["items_per_s"], a["throughput"]["items_per_s"]),
         })
-    # Per-step costs and the crossover on the first variant with an available AR twin.
-    base = next((v for v in variants if ar_docs[(v["runtime"], v["precision"])]["available"]), None)
     result: dict[str, Any] = {
         "ar_bundle": str(ar.root),
         "length": length,
@@ -163,10 +161,30 @@ def compare_ar(
         "speedups": speedups,
         "notes": note_batch,
     }
-    if base is None:
+    # Per-step costs and the crossover per runtime (engine), each on its first variant with an
+    # available AR twin (in the sweep's precision when there is one): engines differ in where
+    # the NAR decode overtakes the AR one.
+    crossovers = []
+    for runtime in dict.fromkeys(v["runtime"] for v in variants):
+        mine = [v for v in variants if v["runtime"] == runtime and ar_docs[(runtime, v["precision"])]["available"]]
+        if not mine:
+            continue
+        base = next((v for v in mine if v["precision"] == cfg.sweep_precision), mine[0])
+        crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, cfg, progress))
+    if not crossovers:
         result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
         return result
-    a = ar_docs[(base["runtime"], base["precision"])]
+    result["crossover"] = crossovers[0]
+    result["crossovers"] = crossovers
+    return result
+
+
+def _crossover_for(
+    bundle: Bundle, ar: Bundle, base: Mapping[str, Any], a: Mapping[str, Any], length: int, rows: int,
+    cfg: ProfileConfig, progress: ProgressFn | None,
+) -> dict[str, Any]:
+    """The crossover of one NAR variant ``base`` and its AR twin ``a``: seed formula, the length
+    sweep on ``base``'s runtime, the measured and fitted crossover lengths."""
     k = base["decode"]["steps"]
     c_ms = base["latency"]["median_ms"] / k
     tau_ms = a["latency"]["median_ms"] / length
@@ -183,7 +201,7 @@ def compare_ar(
         p["tau_ms"] = p["ar_decode_ms"] / p["length"]
         p["speedup"] = safe_ratio(p["ar_decode_ms"], p["nar_decode_ms"])
     cross = crossover(points, k) if len(points) > 1 else {"measured": {"n": None, "bound": None}, "model": {"n": None}}
-    result["crossover"] = {
+    return {
         "available": True,
         "runtime": base["runtime"],
         "precision": base["precision"],
@@ -197,4 +215,3 @@ def compare_ar(
         "points": points,
         "sweep": {key: val for key, val in sweep.items() if key != "points"},
     }
-    return result

@@ -27,7 +27,10 @@ ProgressFn = Callable[[str, int, int], None]
 
 # Ratio orientation: the deployment candidate over its reference (int8 over fp32, TensorRT over
 # ORT over torch eager), so a latency ratio below 1 means the candidate is faster.
-CANDIDATE_ORDER = {"runtime": ("trt", "ort", "torch"), "precision": ("int8", "fp16", "fp32")}
+CANDIDATE_ORDER = {"runtime": ("trt", "openvino", "ort", "torch"), "precision": ("int8", "fp16", "bf16", "fp32")}
+# Precisions each runtime runs (openvino: bf16 = the fp32 ONNX at bf16 inference precision);
+# the pairs outside it are left out of a profile, and a precision no runtime runs is an error.
+RUNTIME_PRECISIONS = {"ort": ("fp32", "int8"), "torch": ("fp32",), "trt": ("fp32", "fp16", "int8"), "openvino": ("fp32", "int8", "bf16", "fp16")}
 
 
 # Built-in architectures the crossover sweep can rebuild at other lengths (random init: latency
@@ -151,6 +154,13 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         precisions = cfg.precisions
     else:
         precisions = ("fp32", "int8") if has_artifact(bundle, "int8") else ("fp32",)
+    orphans = [p for p in precisions if not any(p in RUNTIME_PRECISIONS[r] for r in cfg.runtimes)]
+    if orphans:
+        raise UsageError(
+            f"--precision {orphans[0]} runs on none of --runtime {','.join(cfg.runtimes)}; "
+            f"{orphans[0]} runs on {', '.join(r for r, ps in RUNTIME_PRECISIONS.items() if orphans[0] in ps)}",
+            hint="add a runtime that runs it (e.g. --runtime ort,openvino --precision fp32,int8,bf16)",
+        )
     if "int8" in precisions and not has_artifact(bundle, "int8"):
         have = ", ".join(p for p in ("fp32", "int8") if has_artifact(bundle, p)) or "none"
         raise BundleError(
@@ -175,12 +185,12 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
     steps: tuple[int | None, ...] = cfg.steps or (None,)
     if cfg.steps and bundle.kind == "ar":
         raise UsageError("--steps does not apply to an ar bundle (one step per token)", hint="drop --steps")
-    # torch runs fp32 only: int8 pairs with the runtimes that can run it.
+    # torch runs fp32 only, ort fp32 and int8: each precision pairs with the runtimes that run it.
     return [
         Variant(r, p, s)
         for r in cfg.runtimes
         for p in precisions
-        if not (r == "torch" and p != "fp32")
+        if p in RUNTIME_PRECISIONS[r]
         for s in steps
     ]
 

@@ -82,6 +82,8 @@ def measure_decodes(
     host_ms = [d.host_ns / 1e6 for d in timed.decodes]
     doc: dict[str, Any] = {
         "device": getattr(runtime, "device", "unknown"),
+        # OpenVINO: threads, streams, performance hint and inference precision as compiled.
+        "runtime_settings": dict(getattr(runtime, "settings", None) or {}),
         "runtime_warnings": list(getattr(runtime, "warnings", [])),
         "decode": {"steps": decoded.steps, "nfe": decoded.nfe, "runtime_calls": decoded.runtime_calls, "rows": rows},
         "latency": m.stats.to_json(),
@@ -132,8 +134,8 @@ def _energy(power: PowerProbe | None, trace: Any, n: int, keep_samples: bool) ->
 
 
 def _model_files(bundle: Bundle, variant: Variant) -> list[Path]:
-    if variant.runtime == "ort":
-        path = bundle.path_of(variant.precision)
+    if variant.runtime in ("ort", "openvino"):
+        path = bundle.path_of("int8" if variant.precision == "int8" else "fp32")
         side = path.with_name(path.name + ".data")  # external weights, when the export split them
         return [path] + ([side] if side.is_file() else [])
     if variant.runtime == "trt":

@@ -30,6 +30,7 @@ from edgekit.profile.config import (
 from edgekit.profile.measure import measure_decodes
 from edgekit.quantize import RecordingRuntime, quantize_unbudgeted
 from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import TensorSpec
@@ -75,12 +76,12 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
 
 def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
     """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on
-    ort, the module itself on torch. ``precision`` int8 (ort only): the export quantized by
-    ``quantize_unbudgeted``, calibrated on the feeds ``calibrate(fp32 runtime)`` records."""
+    ort or openvino, the module itself on torch. ``precision`` int8 (ort, openvino): the export
+    quantized by ``quantize_unbudgeted``, calibrated on the feeds ``calibrate(fp32 runtime)`` records."""
     if runtime == "torch":
         return TorchRuntime(spec.module, spec.inputs, spec.outputs)
-    if runtime != "ort":
-        raise UsageError(f"the length sweep runs on ort or torch, not {runtime!r}")
+    if runtime not in ("ort", "openvino"):
+        raise UsageError(f"the length sweep runs on ort, openvino or torch, not {runtime!r}")
 
     # Keyed by the architecture (module repr lists every layer and size) and the IO: a cache kept
     # between runs never serves a graph of an older model definition.
@@ -99,6 +100,8 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: st
             quantize_unbudgeted(path, staged, feeds)
             staged.replace(int8)
         path = int8
+    if runtime == "openvino":
+        return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
     return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
 
 
@@ -129,19 +132,19 @@ def length_sweep(
             f"these bundles come from {list(sources)}",
             "points": [],
         }
-    if runtime not in ("ort", "torch"):
-        return {"available": False, "reason": f"the sweep runs on ort or torch, not {runtime}", "points": []}
-    if cfg.sweep_precision == "int8" and runtime != "ort":
-        return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort; the sweep here runs on {runtime}", "points": []}
+    if runtime not in ("ort", "torch", "openvino"):
+        return {"available": False, "reason": f"the sweep runs on ort, openvino or torch, not {runtime}", "points": []}
+    if cfg.sweep_precision == "int8" and runtime == "torch":
+        return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort and openvino; the sweep here runs on {runtime}", "points": []}
     try:
         require("torch")
-        if runtime == "ort":
+        if runtime in ("ort", "openvino"):
             require("onnxscript")
     except EdgekitError as exc:
         return {"available": False, "reason": f"the sweep builds models with torch: {exc}", "points": []}
     how = (
         "architecture-only models (random weights: latency does not depend on them) of the bundles' "
-        f"architectures at each length, {'exported to ONNX and ' if runtime == 'ort' else ''}decoded on "
+        f"architectures at each length, {'exported to ONNX and ' if runtime != 'torch' else ''}decoded on "
         f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
         + (" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode)"
            if cfg.sweep_precision == "int8" else "")

@@ -180,6 +180,12 @@ def crossover_lines(doc: Doc) -> list[str]:
     else:
         lines.append(f"length sweep: {sweep.get('how')}")
         lines += [f"note: {n}" for n in sweep.get("notes", [])]
+    for other in (_get(doc, "compare_ar", "crossovers") or [])[1:]:  # one per further runtime (engine)
+        m, fit = other.get("measured") or {}, other.get("model") or {}
+        where = f"N ~ {m['n']:.0f}" if m.get("n") is not None else f"N {m.get('bound')}"
+        fitted = f"; fitted N ~ {fit['n']:.0f}" if fit.get("n") is not None else ""
+        lines.append(f"crossover on {other['runtime']} {other['precision']}: measured {where}{fitted}; "
+                     f"seed formula N > {_num(other['seed_formula']['n'])}")
     return lines
 
 

@@ -14,6 +14,9 @@ from typing import Any, Mapping
 from edgekit.errors import UsageError
 
 PROFILES: tuple[str, ...] = ("cpu", "trt")
+# Runtimes the INT8 side of the budget can be measured on: the one the target deploys with
+# (ort for `cpu`, openvino for `intel-cpu`). The FP32 reference is ONNX Runtime's either way.
+BUDGET_RUNTIMES: tuple[str, ...] = ("ort", "openvino")
 # CLI name -> onnxruntime.quantization.CalibrationMethod member.
 METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # The ops whose weights carry the FLOPs; only these are INT8 by default.
@@ -152,6 +155,9 @@ class QuantizeConfig:
     sensitivity_feeds: int = 4  # recorded feeds (spread over the loop) that qdq_loss_debug compares
     preprocess: bool = True  # quant_pre_process first: ORT's QGemm fusions need its MatMul+Add -> Gemm
     threads: int = 0  # ORT intra-op threads for calibration/evaluation sessions; 0 = ORT default
+    # Where the INT8 candidates are decoded for the budget: the target's runtime (BUDGET_RUNTIMES).
+    # OpenVINO's int8 kernels round differently from ORT's, so a budget met on one is re-measured on the other.
+    runtime: str = "ort"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
@@ -160,6 +166,8 @@ class QuantizeConfig:
         object.__setattr__(self, "op_types", tuple(self.op_types))
         if self.profile not in PROFILES:
             raise UsageError(f"--profile {self.profile!r} is unknown; valid: {', '.join(PROFILES)}")
+        if self.runtime not in BUDGET_RUNTIMES:
+            raise UsageError(f"--runtime {self.runtime!r} cannot measure the budget; valid: {', '.join(BUDGET_RUNTIMES)}")
         if self.method not in METHODS:
             raise UsageError(f"--method {self.method!r} is unknown; valid: {', '.join(METHODS)}")
         for name in ("calib_samples", "eval_samples", "sensitivity_feeds"):

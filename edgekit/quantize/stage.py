@@ -44,6 +44,7 @@ from edgekit.quantize.graph import (
 from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.structure import qdq_structure, trt_violations
 from edgekit.runtimes.onnx_file import load_onnx
+from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
@@ -115,7 +116,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             return out
 
         def measure(model: Path) -> dict[str, Any]:
-            with OrtRuntime(model, options) as rt:
+            with _budget_runtime(model, cfg, options) as rt:
                 run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt)
             return compare(kind, reference, run)
 
@@ -177,6 +178,13 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         summary["structure"]["trt_rules"] = "pass" if cfg.profile == "trt" else "not checked (cpu profile)"
         _record(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
     return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
+
+
+def _budget_runtime(model: Path, cfg: QuantizeConfig, options: Any) -> Any:
+    """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``)."""
+    if cfg.runtime == "openvino":
+        return OpenVinoRuntime(model, OvOptions(threads=cfg.threads))
+    return OrtRuntime(model, options)
 
 
 def _record(

@@ -28,6 +28,7 @@ def print_run(o: Output, result: dict[str, Any], title: str) -> None:
         "precision": result["precision"], "batch": result["batch"], "steps": result["steps"], "NFE": result["nfe"],
         "runtime calls": result["runtime_calls"], "wall ms": result["wall_ms"],
     }
+    summary |= {f"{result['runtime']}: {k}": v for k, v in result.get("runtime_settings", {}).items() if k != "runtime_requirements"}
     summary |= {k: v for k, v in result["decode"].items() if k not in ("seed",)}
     for k, v in (result["quality"] or {}).items():
         summary[f"quality: {k}"] = v

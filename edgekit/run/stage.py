@@ -47,9 +47,9 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
             rt = open_runtime(bundle, req.runtime, req.precision, threads=req.threads)
         run = lambda: decode(bundle.kind, rt, bundle.meta, cond, cfg)  # noqa: E731
     elif req.graph in ("step", "unrolled"):
-        if req.runtime != "ort" or req.precision != "fp32" or req.target is not None:
-            raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on ORT only; drop --runtime/--precision/--target")
-        rt, entry = open_fused(bundle, req.graph, threads=req.threads)
+        if req.target is not None:
+            raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on --runtime ort or openvino; drop --target")
+        rt, entry = open_fused(bundle, req.graph, threads=req.threads, runtime=req.runtime, precision=req.precision)
         run = lambda: decode_fused(bundle.kind, rt, entry, cond, cfg)  # noqa: E731
     else:
         raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
@@ -58,15 +58,18 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         result = run()
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         device = getattr(rt, "device", req.runtime)
+        ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
+        settings = dict(getattr(rt, "settings", None) or {})  # OpenVINO: threads, streams, hint, inference precision
         warnings = list(getattr(rt, "warnings", []))
     return {
         "schema": "edgekit.run/1",
         "bundle": str(bundle.root),
         "model": bundle.name,
         "kind": bundle.kind,
-        "runtime": req.runtime,
+        "runtime": ran_on,
         "graph": req.graph,
         "device": device,
+        "runtime_settings": settings,
         "precision": req.precision,
         "batch": batch,
         "seed": req.seed,

@@ -13,12 +13,13 @@ from edgekit.errors import BundleError, UsageError
 from edgekit.models import load_spec
 from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
 from edgekit.runtimes.engines import find_engine
+from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import check_graph_kind
 
-RUNTIMES = ("ort", "torch", "trt")
-PRECISIONS = ("fp32", "int8", "fp16")
+RUNTIMES = ("ort", "torch", "trt", "openvino")
+PRECISIONS = ("fp32", "int8", "fp16", "bf16")
 
 __all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
 
@@ -35,7 +36,9 @@ def open_runtime(
     ort   — the bundle's ONNX artifact of that precision (``fp32``, or ``int8`` after quantize);
     torch — the PyTorch module rebuilt from the bundle's model source (fp32 only; needs the
             ``export`` extra): the reference and eager baseline;
-    trt   — a TensorRT engine of the bundle built for this host.
+    trt   — a TensorRT engine of the bundle built for this host;
+    openvino — the bundle's ONNX compiled by OpenVINO on its CPU (fp32 and bf16: the fp32 ONNX
+            at that inference precision; int8: the QDQ ONNX, float parts in f32).
     """
     if target is not None:
         return find_engine(bundle, target, precision).open(threads=threads)
@@ -46,7 +49,11 @@ def open_runtime(
     if runtime == "ort":
         if precision == "fp16":
             raise UsageError("--precision fp16 needs --runtime trt on this version; ORT runs fp32 or int8 bundles")
+        if precision == "bf16":
+            raise UsageError("--precision bf16 needs --runtime openvino; ORT runs fp32 or int8 bundles")
         return OrtRuntime(bundle.path_of(precision), OrtOptions(intra_op_threads=threads))
+    if runtime == "openvino":
+        return _openvino_runtime(bundle, precision, threads)
     if runtime == "torch":
         return _torch_runtime(bundle, precision, threads)
     return _trt_runtime(bundle, precision)
@@ -66,6 +73,12 @@ def _torch_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
     return TorchRuntime(spec.module, spec.inputs, spec.outputs, threads=threads)
 
 
+def _openvino_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
+    artifact = "int8" if precision == "int8" else "fp32"
+    options = OvOptions(threads=threads, inference_precision=inference_precision_for(precision))
+    return OpenVinoRuntime(bundle.path_of(artifact), options)
+
+
 def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
     require("tensorrt")
     engines = bundle.manifest.get("engines") or {}
@@ -78,8 +91,13 @@ def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
     return find_engine(bundle, match[0]["target"], precision).open()
 
 
-def open_fused(bundle: Bundle, graph: str, *, threads: int = 0) -> tuple[Runtime, dict[str, Any]]:
-    """(ORT runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle."""
+def open_fused(
+    bundle: Bundle, graph: str, *, threads: int = 0, runtime: str = "ort", precision: str = "fp32"
+) -> tuple[Runtime, dict[str, Any]]:
+    """(runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle.
+
+    Fused graphs are FP32 ONNX: ``ort`` runs them as written; ``openvino`` in f32 (``fp32``) or
+    at bf16 inference precision (``bf16``)."""
 
     check_graph_kind(bundle.kind, graph)
     entry = (bundle.manifest.get("fused") or {}).get(graph)
@@ -89,4 +107,14 @@ def open_fused(bundle: Bundle, graph: str, *, threads: int = 0) -> tuple[Runtime
             f"bundle {bundle.root} has no fused {graph!r} graph (it has: {have}); "
             f"add one with `edgekit export MODEL -o {bundle.root} --graph {graph}`"
         )
-    return OrtRuntime(bundle.path_of(entry["artifact"]), OrtOptions(intra_op_threads=threads)), dict(entry)
+    path = bundle.path_of(entry["artifact"])
+    allowed = {"ort": ("fp32",), "openvino": ("fp32", "bf16")}
+    if precision not in allowed.get(runtime, ()):
+        raise UsageError(
+            f"--graph {graph} runs the fused fp32 graph on ort (fp32) or openvino (fp32, bf16), not {runtime} {precision}",
+            hint="use --runtime ort or openvino with --precision fp32 (openvino: or bf16), or --graph host",
+        )
+    if runtime == "openvino":
+        options = OvOptions(threads=threads, inference_precision=inference_precision_for(precision))
+        return OpenVinoRuntime(path, options), dict(entry)
+    return OrtRuntime(path, OrtOptions(intra_op_threads=threads)), dict(entry)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import edgekit.runtimes.openvino as ov_backend  # imports openvino only when a function runs
+import edgekit.runtimes.openvino_engine as ov_engine
 import edgekit.runtimes.trt as trt_backend  # imports tensorrt/cuda only when a function runs
 from edgekit._deps import require
 from edgekit.bundle import Bundle, sha256_file
@@ -82,9 +84,17 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, t
         )
     if entry.get("runtime") == "trt":
         problems += _trt_problems(path, entry, trt_host)
+    elif entry.get("runtime") == "openvino":
+        problems += _openvino_problems(entry, host)
     else:
         problems += _ort_problems(entry, host)
     return problems
+
+
+def _openvino_problems(entry: Mapping[str, Any], host: HostFacts) -> list[str]:
+    if not module_available("openvino"):
+        return ["openvino is not installed (pip install 'edgekit[openvino]')"]
+    return ov_engine.blob_problems(entry, host.isa)
 
 
 def _ort_problems(entry: Mapping[str, Any], host: HostFacts) -> list[str]:
@@ -124,9 +134,9 @@ class EngineChoice:
     """The model file ``run``/``profile``/``check`` load for a target, and how."""
 
     target: Target
-    runtime: str  # ort | trt
+    runtime: str  # ort | trt | openvino
     precision: str
-    path: Path  # .onnx / .ort / .plan to load
+    path: Path  # .onnx / .ort / .plan / .blob to load
     source: Path  # the bundle ONNX it comes from (TensorRT checks and rebuilds need it)
     built: bool  # False: the bundle's own ONNX (no `edgekit build` output for this target)
     key: str
@@ -136,6 +146,10 @@ class EngineChoice:
         """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``)."""
         if self.runtime == "trt":
             runtime = trt_backend.load_engine(self.path, source_onnx=self.source, precision=self.precision)
+        elif self.runtime == "openvino":
+            # A blob imports with the settings it was built with: the same target table.
+            options = ov_backend.options_for(self.target.openvino, self.precision, threads)
+            runtime = ov_backend.OpenVinoRuntime(self.path, options, source_onnx=self.source)
         else:
             ort = self.target.ort
             options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
@@ -177,15 +191,19 @@ def find_engine(
             if reasons:
                 warnings.append(f"target {target.name}: TensorRT skipped on this host ({'; '.join(reasons)})")
                 continue
-        elif precision == "fp16":
-            warnings.append("ONNX Runtime runs fp32 and int8 models only, not fp16")
+        elif runtime == "openvino":
+            if not module_available("openvino"):
+                warnings.append(f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: pip install 'edgekit[openvino]')")
+                continue
+        elif precision in ("fp16", "bf16"):
+            warnings.append(f"ONNX Runtime runs fp32 and int8 models only, not {precision}")
             continue
-        elif target.arch not in ("host", host.arch):
+        if runtime != "trt" and target.arch not in ("host", host.arch):
             warnings.append(f"target {target.name} is {target.arch}, this host is {host.arch}: speed and power are this host's")
         entry = (b.manifest.get("engines") or {}).get(key)
         if entry is not None and entry.get("runtime") != runtime:
             entry = None  # e.g. an ORT fallback entry while TensorRT is usable here
-        if entry is None and runtime == "ort":
+        if entry is None and runtime in ("ort", "openvino"):
             source = b.path_of("int8" if precision == "int8" else "fp32")
             return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
         if entry is None:

@@ -23,15 +23,19 @@ from edgekit._deps import require
 from edgekit.errors import UsageError
 
 DEFAULT_TARGET = "cpu"
-RUNTIMES: tuple[str, ...] = ("ort", "trt")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "bf16")
 # The power probes a target may name (edgekit.probes.power implements each one).
 POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
 QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt")
 ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
 ORT_OPTIMIZATION_STYLES: tuple[str, ...] = ("runtime", "fixed")
-SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml")
+SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino")
+# OpenVINO settings by edgekit name (same spellings as edgekit.runtimes.openvino.OvOptions).
+OPENVINO_DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
+OPENVINO_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+OPENVINO_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16", "default")
 # ORT's graph optimization levels by edgekit name (same names as edgekit.runtimes.ort.OrtOptions).
 GRAPH_OPTIMIZATIONS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 
@@ -88,6 +92,22 @@ class TrtSettings:
 
 
 @dataclass(frozen=True)
+class OpenVinoSettings:
+    # OpenVINO device: CPU (Core/Xeon/Atom), GPU (Arc, integrated), NPU (Core Ultra).
+    device: str = "CPU"
+    # INFERENCE_NUM_THREADS; 0 = the plugin's choice (`--threads N` overrides it).
+    threads: int = 0
+    # NUM_STREAMS; 0 = what the performance hint picks (1 for LATENCY).
+    streams: int = 0
+    # LATENCY for decode loops (one request at a time); THROUGHPUT for many concurrent ones.
+    performance_hint: str = "LATENCY"
+    # Inference precision of the int8 model's float parts (LayerNorm, softmax, attention core):
+    # f32, bf16, f16, or "default" = the device's choice (bf16 on AMX CPUs, f16 on GPU/NPU).
+    # The fp32 precision always runs f32, bf16 bf16, fp16 f16.
+    inference_precision: str = "f32"
+
+
+@dataclass(frozen=True)
 class LintRules:
     # Every graph input/output dim fixed, no op whose output shape depends on data.
     static_shapes: bool = True
@@ -126,6 +146,7 @@ class Target:
     install: str = "python3 -m pip install edgekit"
     ort: OrtSettings = field(default_factory=OrtSettings)
     trt: TrtSettings = field(default_factory=TrtSettings)
+    openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
     lint: LintRules = field(default_factory=LintRules)
     # Where it was loaded from ("builtin:cpu" or a file path): for messages, not from the file.
     source: str = ""
@@ -133,6 +154,10 @@ class Target:
     @property
     def uses_trt(self) -> bool:
         return "trt" in self.runtimes
+
+    @property
+    def uses_openvino(self) -> bool:
+        return "openvino" in self.runtimes
 
     def to_json(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -281,6 +306,12 @@ def _check_values(t: Target, source: str) -> None:
     one_of("ort.format", t.ort.format, ORT_FORMATS)
     one_of("ort.optimization_style", t.ort.optimization_style, ORT_OPTIMIZATION_STYLES)
     one_of("lint.supported_ops", t.lint.supported_ops, SUPPORTED_OPS_SOURCES)
+    one_of("openvino.device", t.openvino.device, OPENVINO_DEVICES)
+    one_of("openvino.performance_hint", t.openvino.performance_hint, OPENVINO_HINTS)
+    one_of("openvino.inference_precision", t.openvino.inference_precision, OPENVINO_PRECISIONS)
+    for key in ("threads", "streams"):
+        if getattr(t.openvino, key) < 0:
+            raise UsageError(f"target file {source}: openvino.{key} must be >= 0 (0 = the plugin's choice)")
     if not t.ort.providers:
         raise UsageError(f"target file {source}: ort.providers is empty; e.g. [\"CPUExecutionProvider\"]")
     if t.ort.provider_options and len(t.ort.provider_options) != len(t.ort.providers):
@@ -333,6 +364,7 @@ def _jsonable(obj: Any) -> Any:
 __all__ = [
     "DEFAULT_TARGET",
     "LintRules",
+    "OpenVinoSettings",
     "OrtSettings",
     "Target",
     "TrtSettings",

@@ -139,3 +139,28 @@ def test_environment_without_tensorrt(monkeypatch):
 def test_android_providers_have_install_lines(provider):
     report = target_report(load_target("android-arm64"), X86, CPU_ONLY_ENV, {})
     assert missing(report)[f"ONNX Runtime {provider}"]["install"] == PROVIDER_INSTALL[provider]
+
+
+def test_intel_targets_report_openvino_its_devices_and_the_missing_drivers():
+    pytest.importorskip("openvino")
+    from edgekit.runtimes.openvino import openvino_version
+
+    doc = doctor("intel-cpu")
+    cpu = doc["targets"][0]
+    assert doc["environment"]["openvino"] == openvino_version() and "CPU" in doc["environment"]["openvino_devices"]
+    assert isinstance(doc["host"]["cpu_isa"], list)
+    assert cpu["runs_with"] == "openvino" and cpu["ready"] and [r["runtime"] for r in cpu["runtimes"]] == ["openvino", "ort"]
+    assert "INT8" in cpu["runtimes"][0]["capabilities"]
+    env = dict(CPU_ONLY_ENV, openvino=openvino_version(), openvino_devices={"CPU": ["FP32", "INT8"]})
+    for name, device, driver in (("intel-gpu", "GPU", "intel-opencl-icd"), ("intel-npu", "NPU", "linux-npu-driver")):
+        report = target_report(load_target(name), X86, env, {})
+        assert report["runs_with"] is None and not report["ready"]
+        assert report["device"]["reasons"] == [f"no Intel {device} is visible to OpenVINO here"]
+        assert driver in missing(report)[f"an Intel {device} with its driver"]["install"]
+
+
+def test_intel_cpu_without_openvino_runs_with_ort_and_says_how_to_install():
+    env = dict(CPU_ONLY_ENV, openvino=None)
+    report = target_report(load_target("intel-cpu"), X86, env, {})
+    assert report["runs_with"] == "ort" and report["runtimes"][0]["available"] is False
+    assert missing(report)["OpenVINO"]["install"] == "pip install 'edgekit[openvino]'"

@@ -261,3 +261,14 @@ def test_breakdown_stats_from_known_decodes():
     assert b.to_json()["n_decodes"] == 2
     with pytest.raises(ValueError):
         BreakdownStats.from_decodes([])
+
+
+def test_interleaved_calls_round_robin_after_warmup():
+    from edgekit.probes.latency import interleaved
+
+    order = []
+    samples = interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, warmup=1)
+    assert order == ["a", "b"] * 4 and {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    assert all(ms >= 0 for v in samples.values() for ms in v)
+    with pytest.raises(UsageError, match="rounds >= 1"):
+        interleaved({"a": lambda: None}, rounds=0)

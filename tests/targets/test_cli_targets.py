@@ -18,9 +18,9 @@ def invoke(*args):
 def test_targets_table_and_json():
     r = invoke("targets")
     assert r.exit_code == 0, r.output
-    for name in ("cpu", "jetson-orin-nano", "android-arm64", "rpi5"):
+    for name in ("cpu", "jetson-orin-nano", "android-arm64", "rpi5", "intel-cpu", "intel-gpu", "intel-npu"):
         assert name in r.stdout
     r = invoke("targets", "--json")
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "edgekit.targets/1" and doc["targets"][0]["name"] == "cpu" and len(doc["targets"]) == 10
+    assert doc["schema"] == "edgekit.targets/1" and doc["targets"][0]["name"] == "cpu" and len(doc["targets"]) == 13
     assert doc["targets"][0]["ort"]["providers"] == ["CPUExecutionProvider"]

@@ -12,7 +12,8 @@ from edgekit.probes.power import CHOICES as POWER_PROBES
 from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_targets, load_target, parse_target
 
 SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-orin-nano-jp60", "jetson-agx-orin",
-           "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5"}
+           "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5",
+           "intel-cpu", "intel-gpu", "intel-npu"}
 MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
 
 
@@ -59,7 +60,7 @@ def test_each_target_declares_what_the_issue_asks():
             # TensorRT's ITopKLayer requires K < 3840.
             assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3839 and t.lint.supported_ops == "tensorrt"
         else:
-            assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi")
+            assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi", "openvino")
         assert t.lint.static_shapes
 
 
@@ -120,8 +121,8 @@ def test_user_file_by_path_with_defaults(tmp_path):
         (MINIMAL + "ort = 3\n", "key 'ort' must be a table"),
         (MINIMAL + "[ort]\nprovider_options = [3]\n", "key 'ort.provider_options[0]' must be a table"),
         ('runtimes = ["ort"]\n', "required key 'precisions' is missing"),
-        ('runtimes = ["tensorflow"]\nprecisions = ["fp32"]\n', "runtimes = 'tensorflow' is invalid; valid: ort, trt"),
-        ('runtimes = ["ort"]\nprecisions = ["bf16"]\n', "precisions = 'bf16' is invalid; valid: fp32, fp16, int8"),
+        ('runtimes = ["tensorflow"]\nprecisions = ["fp32"]\n', "runtimes = 'tensorflow' is invalid; valid: ort, trt, openvino"),
+        ('runtimes = ["ort"]\nprecisions = ["fp8"]\n', "precisions = 'fp8' is invalid; valid: fp32, fp16, int8, bf16"),
         (MINIMAL + 'power_probe = "wattmeter"\n', "power_probe = 'wattmeter' is invalid; valid: off, auto, nvml"),
         (MINIMAL + "[ort]\nproviders = ['A', 'B']\nprovider_options = [{}]\n", "ort.provider_options has 1 tables for 2 providers"),
         (MINIMAL + "[lint]\nopset_min = 20\nopset_max = 10\n", "20..10 is not a range"),

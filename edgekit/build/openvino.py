@@ -1,0 +1,53 @@
+"""OpenVINO engines: the compiled model (``export_model`` blob) for a target's Intel device,
+keyed to the OpenVINO release, the device and, on a CPU, its int8/bf16 ISA features."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import TargetUnavailable
+from edgekit.host import HostFacts
+from edgekit.runtimes import openvino as ov_backend  # imports openvino only when a function runs
+from edgekit.runtimes import openvino_engine as ov_engine
+from edgekit.targets import Target
+
+
+def build_openvino(model_path: Path, target: Target, precision: str, host: HostFacts, workdir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+    """Compile ``model_path`` for the target's device and export the blob. Without the device the
+    ONNX is still read by OpenVINO (its frontend converts every op, or says which it cannot)
+    before the build is refused: compiling needs the device."""
+    options = ov_backend.options_for(target.openvino, precision)
+    devices = ov_backend.available_devices()
+    if options.device.split(".")[0] not in {d.split(".")[0] for d in devices}:
+        ops = ov_engine.convertible_ops(model_path)
+        raise TargetUnavailable(
+            f"cannot build target {target.name}'s compiled model on this host: OpenVINO {ov_backend.openvino_version()} "
+            f"sees {', '.join(devices)}, not {options.device}. The graph itself converts ({ops} OpenVINO ops from "
+            f"{model_path.name}); compiling it needs the {options.device} and its driver",
+            hint=f"build it on the device: `edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}`, "
+            f"or run `edgekit build BUNDLE --target {target.name}` there",
+        )
+    blob = workdir / f"{precision}.blob"
+    built = ov_engine.build_blob(model_path, blob, options)
+    facts = {
+        "runtime": "openvino",
+        "runtime_version": built["openvino_version"],
+        "format": "blob",
+        "device": f"{options.device}: {built['device_name']}",
+        "device_name": built["device_name"],
+        "cpu_isa": list(host.isa) if options.device == "CPU" else None,
+        "portable": False,
+        "compute_capability": None,
+        "l4t": None,
+        "runtime_requirements": built["settings"].get("runtime_requirements"),
+        "config": {
+            "device": options.device,
+            "performance_hint": options.performance_hint,
+            "inference_precision": options.inference_precision,
+            "streams": options.streams,
+            "threads": options.threads,
+            "compiled": built["settings"],
+        },
+    }
+    return {"model": blob}, facts

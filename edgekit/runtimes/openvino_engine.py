@@ -1,0 +1,107 @@
+"""OpenVINO's compiled models as engines: building the exported blob for a device, what a blob
+is tied to (OpenVINO release, device, CPU ISA) and why one cannot be imported here, and which
+ops a model converts to and a device runs. ``openvino`` is imported only when a function runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit._deps import require
+from edgekit.errors import EdgekitError
+from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, _first_reason, available_devices, openvino_version
+
+
+def device_name(device: str = "CPU") -> str:
+    """FULL_DEVICE_NAME of an available device (e.g. ``Intel(R) Xeon(R) Processor``)."""
+    ov = require("openvino")
+    return str(ov.Core().get_property(device, "FULL_DEVICE_NAME"))
+
+
+def build_blob(model_path: str | Path, out_path: str | Path, options: OvOptions) -> dict[str, Any]:
+    """Compile ``model_path`` for ``options.device`` and write OpenVINO's exported blob to
+    ``out_path``; the facts the blob is tied to (OpenVINO version, device and its name, the
+    effective settings with the plugin's RUNTIME_REQUIREMENTS, e.g. ``ov=2026.4.1;isa=...``).
+
+    Raises TargetUnavailable when the device is not on this host: a blob is compiled *for* the
+    device, so it is built where the device is."""
+    with OpenVinoRuntime(model_path, options) as rt:
+        blob = rt.export_blob()
+        settings = dict(rt.settings)
+        device = rt.device
+    Path(out_path).write_bytes(blob)
+    return {
+        "openvino_version": openvino_version(),
+        "device": options.device,
+        "device_name": device_name(options.device),
+        "executed_by": device,
+        "settings": settings,
+    }
+
+
+class ConversionError(EdgekitError):
+    """OpenVINO's frontend cannot convert a model file (an op it lacks, a malformed graph)."""
+
+
+# OpenVINO graph plumbing that is no op a device runs.
+_PLUMBING = ("Parameter", "Result", "Constant")
+
+
+def _read(core: Any, model_path: str | Path) -> Any:
+    try:
+        return core.read_model(str(model_path))
+    except RuntimeError as exc:
+        raise ConversionError(
+            f"OpenVINO {openvino_version()} cannot convert the graph {Path(model_path).name}: {_first_reason(exc)}",
+            hint="run `edgekit lint BUNDLE --target intel-cpu` for every finding",
+        ) from None
+
+
+def convertible_ops(model_path: str | Path) -> int:
+    """How many OpenVINO ops ``model_path`` converts to (its ONNX frontend, no device needed);
+    ``ConversionError`` naming what it cannot convert."""
+    ov = require("openvino")
+    return len(_read(ov.Core(), model_path).get_ordered_ops())
+
+
+def op_support(model_path: str | Path, device: str) -> tuple[dict[str, str], set[str] | None]:
+    """({op name: op type} of the converted model, the names ``device``'s plugin runs, or None
+    when the device is not on this host: only the device can tell). ``ConversionError`` when
+    the frontend cannot convert the file."""
+    ov = require("openvino")
+    core = ov.Core()
+    model = _read(core, model_path)
+    ops = {op.get_friendly_name(): op.get_type_name() for op in model.get_ordered_ops() if op.get_type_name() not in _PLUMBING}
+    if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:
+        return ops, None
+    return ops, set(core.query_model(model, device))
+
+
+def blob_problems(entry: Mapping[str, Any], cpu_isa: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Every reason the blob of a manifest engine ``entry`` cannot be imported here (empty: it
+    can): another OpenVINO release, the device missing or another one, or (CPU) another
+    instruction set than the CPU that compiled it (the plugin picks kernels and precisions by ISA)."""
+    problems = []
+    built = str(entry.get("runtime_version"))
+    here = openvino_version()
+    if built != here:
+        problems.append(f"OpenVINO version: built with {built}, this host has {here} (a blob imports only into its own release)")
+    config = entry.get("config") or {}
+    device = str(config.get("device") or "CPU")
+    if device.split(".")[0] not in {d.split(".")[0] for d in available_devices()}:
+        return problems + [f"device: built for {device} ({entry.get('device_name')}), which this host does not have"]
+    name = device_name(device)
+    if entry.get("device_name") and entry.get("device_name") != name:
+        problems.append(f"device: built for {entry.get('device_name')}, this host's {device} is {name}")
+    if device == "CPU" and cpu_isa is not None and entry.get("cpu_isa") is not None and list(entry["cpu_isa"]) != list(cpu_isa):
+        gone = [f for f in entry["cpu_isa"] if f not in cpu_isa]
+        new = [f for f in cpu_isa if f not in entry["cpu_isa"]]
+        problems.append(
+            "CPU instruction set: "
+            + "; ".join(x for x in (f"lacks {', '.join(gone)}" if gone else "", f"adds {', '.join(new)}" if new else "") if x)
+            + " compared with the CPU that built it"
+        )
+    return problems
+
+
+__all__ = ["ConversionError", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]

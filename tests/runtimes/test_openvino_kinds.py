@@ -1,0 +1,190 @@
+"""The three model kinds and the fused graphs decoded on OpenVINO against ONNX Runtime, on tiny
+torch models (random weights, exported once per module): the same loops, the same noise, the
+same tokens/frames; the AR KV cache and the fused graphs' state ping-pong on OpenVINO's
+double-buffered outputs; the QDQ INT8 model runs as int8."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino")
+pytest.importorskip("torch")
+
+from edgekit.bundle import Bundle  # noqa: E402
+from edgekit.decode.ar import ARDecodeConfig, decode_ar  # noqa: E402
+from edgekit.decode.flow import FlowDecodeConfig, decode_flow  # noqa: E402
+from edgekit.decode.fused import decode_flow_fused, decode_masked_fused  # noqa: E402
+from edgekit.decode.masked import MaskedDecodeConfig, decode_masked  # noqa: E402
+from edgekit.errors import UsageError  # noqa: E402
+from edgekit.runtimes import open_fused, open_runtime  # noqa: E402
+from tests.tiny_models import tiny_flow_spec, tiny_masked_spec  # noqa: E402
+
+CLASSES = np.array([0, 2], dtype=np.int64)
+
+
+def tiny_ar_spec(batch: int = 2):
+    import torch
+
+    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
+    from edgekit.spec import ModelSpec, TensorSpec
+
+    torch.manual_seed(3)
+    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
+    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    return ModelSpec(
+        name="tiny-ar",
+        kind="ar",
+        module=ARStep(CausalTransformer(cfg)).eval(),
+        inputs={
+            "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
+            "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
+            "k_cache": cache,
+            "v_cache": cache,
+            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
+        },
+        outputs={"logits": TensorSpec((batch, cfg.vocab_size), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        meta={"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id,
+              "conditioning": {"class_id": {"uncond": cfg.num_classes}}},
+        decode_defaults={"temperature": 1.0, "top_k": 0},
+    )
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    from edgekit.export.to_bundle import export_bundle
+
+    root = tmp_path_factory.mktemp("ov-kinds")
+    specs = {"masked": tiny_masked_spec(), "flow": tiny_flow_spec(), "ar": tiny_ar_spec()}
+    return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in specs.items()} | {"_specs": specs}
+
+
+def _both(bundle: Bundle, precision: str = "fp32"):
+    return open_runtime(bundle, "ort", precision, threads=1), open_runtime(bundle, "openvino", precision, threads=1)
+
+
+def test_masked_host_loop_gives_the_same_tokens(bundles):
+    bundle = Bundle.load(bundles["masked"])
+    cfg = MaskedDecodeConfig(steps=6, seed=4)
+    ort, ov = _both(bundle)
+    with ort, ov:
+        assert ov.name == "openvino" and ov.settings["inference_precision"] == "f32"
+        want = decode_masked(ort, bundle.meta, {"class_id": CLASSES}, cfg).tokens
+        got = decode_masked(ov, bundle.meta, {"class_id": CLASSES}, cfg).tokens
+    assert len(np.unique(want)) > 1
+    np.testing.assert_array_equal(got, want)
+
+
+def test_flow_host_loop_gives_the_same_frames(bundles):
+    bundle = Bundle.load(bundles["flow"])
+    tokens = np.array([[1, 2, 3, 4], [5, 6, 7, 0]], dtype=np.int64)
+    cfg = FlowDecodeConfig(steps=3, solver="heun", seed=2, guidance=2.0)
+    ort, ov = _both(bundle)
+    with ort, ov:
+        want = decode_flow(ort, bundle.meta, {"tokens": tokens}, cfg).x
+        got = decode_flow(ov, bundle.meta, {"tokens": tokens}, cfg).x
+    assert np.abs(want).max() > 0.1
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+def test_ar_kv_cache_ping_pongs_and_gives_the_same_tokens(bundles):
+    bundle = Bundle.load(bundles["ar"])
+    cfg = ARDecodeConfig(seed=5)
+    ort, ov = _both(bundle)
+    with ort, ov:
+        wrapped = []
+        real = ov._tensor
+        ov._tensor = lambda array, **kw: (wrapped.append(array.shape), real(array, **kw))[1]
+        got = decode_ar(ov, bundle.meta, {"class_id": CLASSES}, cfg)
+        want = decode_ar(ort, bundle.meta, {"class_id": CLASSES}, cfg)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    cache = tuple(bundle.inputs["k_cache"].shape)
+    # The loop-owned zero caches are wrapped on the first step only; every later step feeds the
+    # previous step's cache outputs back as they are.
+    assert wrapped.count(cache) == 2 and len(wrapped) == 2 + 3 * (got.tokens.shape[1] - 1) + 3
+
+
+@pytest.mark.parametrize("graph", ["step", "unrolled"])
+def test_fused_masked_graphs_give_the_host_loops_tokens(bundles, tmp_path, graph):
+    import shutil
+
+    from edgekit.export.fused import fused_bundle
+
+    path = shutil.copytree(bundles["masked"], tmp_path / "masked")
+    fused_bundle(path, graph, {"steps": 6}, spec=bundles["_specs"]["masked"])
+    bundle = Bundle.load(path)
+    cfg = MaskedDecodeConfig(steps=6, seed=7)
+    rt, entry = open_fused(bundle, graph, threads=1, runtime="openvino")
+    with rt, open_runtime(bundle, "ort", threads=1) as host:
+        assert rt.name == "openvino"
+        got = decode_masked_fused(rt, entry, {"class_id": CLASSES}, cfg)
+        want = decode_masked(host, bundle.meta, {"class_id": CLASSES}, cfg).tokens
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("graph", ["step", "unrolled"])
+def test_fused_flow_graphs_give_the_host_loops_frames(bundles, tmp_path, graph):
+    import shutil
+
+    from edgekit.export.fused import fused_bundle
+
+    path = shutil.copytree(bundles["flow"], tmp_path / "flow")
+    fused_bundle(path, graph, {"solver": "midpoint", "steps": 3}, spec=bundles["_specs"]["flow"])
+    bundle = Bundle.load(path)
+    tokens = np.array([[1, 2, 3, 4], [5, 6, 7, 0]], dtype=np.int64)
+    cfg = FlowDecodeConfig(steps=3, solver="midpoint", seed=3)
+    rt, entry = open_fused(bundle, graph, threads=1, runtime="openvino")
+    with rt, open_runtime(bundle, "ort", threads=1) as host:
+        got = decode_flow_fused(rt, entry, {"tokens": tokens}, cfg).x
+        want = decode_flow(host, bundle.meta, {"tokens": tokens}, cfg).x
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+def test_fused_graph_refuses_int8_and_other_runtimes(bundles, tmp_path):
+    import shutil
+
+    from edgekit.export.fused import fused_bundle
+
+    path = shutil.copytree(bundles["flow"], tmp_path / "flow")
+    fused_bundle(path, "step", spec=bundles["_specs"]["flow"])
+    bundle = Bundle.load(path)
+    for runtime, precision in (("openvino", "int8"), ("torch", "fp32")):
+        with pytest.raises(UsageError, match="fused fp32 graph"):
+            open_fused(bundle, "step", runtime=runtime, precision=precision)
+
+
+def test_qdq_int8_runs_int8_kernels_close_to_ort_int8(bundles, tmp_path):
+    """A QDQ INT8 model in the cpu profile's form (u8 activations, s8 per-channel weights) on
+    OpenVINO: int8 kernels run (not a float fallback), and the logits stay within a few
+    quantization steps of ORT's on the same file."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions
+    from edgekit.runtimes.ort import OrtRuntime
+
+    bundle = Bundle.load(bundles["masked"])
+    rng = np.random.default_rng(0)
+    calib = [{"tokens": rng.integers(0, 17, (2, 12)), "class_id": rng.integers(0, 4, 2)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(calib)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    int8 = tmp_path / "int8.onnx"
+    quantize_static(str(bundle.path_of("fp32")), str(int8), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul", "Gemm"])
+    feeds = calib[0]
+    with OpenVinoRuntime(int8, OvOptions(threads=1, profiling=True)) as ov, OrtRuntime(int8) as ort, OrtRuntime(bundle.path_of("fp32")) as fp32:
+        got = ov.run(feeds)["logits"]
+        kernels = {r["kernel"] for r in ov.op_profile()}
+        want = ort.run(feeds)["logits"]
+        ref = fp32.run(feeds)["logits"]
+    assert any("i8" in k.lower() or "u8" in k.lower() for k in kernels), kernels
+    spread = np.abs(ref).max()
+    assert np.abs(got - want).max() < 0.1 * spread  # both int8: close to each other
+    assert np.abs(got - ref).max() < 0.25 * spread  # and to fp32
