@@ -99,10 +99,10 @@ def engines_decode(masked: Path, threads: int, rounds: int, graphs: Sequence[str
     INT8/bf16, interleaved, with each one's host overhead share (decode time outside
     ``Runtime.run``); and the fused ``graphs`` on OpenVINO (fp32 graphs; bf16 where the CPU has it)."""
     from edgekit.decode.dispatch import decode, decode_config
-    from edgekit.decode.fused import decode_fused, open_fused
-    from edgekit.pipeline import conditions
+    from edgekit.decode.fused import decode_fused
+    from edgekit.evaluate import conditions
     from edgekit.probes.latency import TimedRuntime
-    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes import open_fused, open_runtime
 
     bundle = Bundle.load(masked)
     kind = bundle.kind
@@ -145,7 +145,7 @@ def nar_ar_engines(masked: Path, ar: Path, lengths: Sequence[int], threads: int,
     (cpu-profile QDQ, no budget), on ORT and on OpenVINO (same ONNX files, cached in ``cache``);
     the crossover length per engine (``profiler.crossover``)."""
     from edgekit.probes.latency import MeasureConfig
-    from edgekit.profiler import ProfileConfig, crossover, graph_batch, length_sweep
+    from edgekit.profile import ProfileConfig, crossover, graph_batch, length_sweep
 
     bundle, ar_bundle = Bundle.load(masked), Bundle.load(ar)
     steps = int(bundle.manifest.get("decode_defaults", {}).get("steps", 8))
