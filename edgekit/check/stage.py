@@ -41,7 +41,7 @@ from edgekit.check.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import conditions, graph_batch, score
-from edgekit.runtimes import PRECISIONS, RUNTIMES, open_runtime
+from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES, open_runtime
 
 SCHEMA = "edgekit.check/1"
 DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core CPU, enough to gate
@@ -73,6 +73,8 @@ def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") ->
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
     if rt not in RUNTIMES or prec not in PRECISIONS:
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
+    if prec not in RUNTIME_PRECISIONS[rt]:
+        raise UsageError(f"{flag} {text!r} is not a variant: {rt} runs {', '.join(RUNTIME_PRECISIONS[rt])}; valid: {valid}")
     return Variant(rt, prec)
 
 

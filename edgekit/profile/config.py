@@ -16,7 +16,7 @@ from edgekit.errors import BundleError, UsageError
 from edgekit.evaluate import conditions
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
-from edgekit.runtimes import PRECISIONS, RUNTIMES
+from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES
 
 SCHEMA = "edgekit.profile/1"
 
@@ -28,9 +28,8 @@ ProgressFn = Callable[[str, int, int], None]
 # Ratio orientation: the deployment candidate over its reference (int8 over fp32, TensorRT over
 # ORT over torch eager), so a latency ratio below 1 means the candidate is faster.
 CANDIDATE_ORDER = {"runtime": ("trt", "openvino", "ort", "torch"), "precision": ("int8", "fp16", "bf16", "fp32")}
-# Precisions each runtime runs (openvino: bf16 = the fp32 ONNX at bf16 inference precision);
-# the pairs outside it are left out of a profile, and a precision no runtime runs is an error.
-RUNTIME_PRECISIONS = {"ort": ("fp32", "int8"), "torch": ("fp32",), "trt": ("fp32", "fp16", "int8"), "openvino": ("fp32", "int8", "bf16", "fp16")}
+# A profile leaves out the runtime x precision pairs outside runtimes.RUNTIME_PRECISIONS, and a
+# precision no runtime of the profile runs is an error.
 
 
 # Built-in architectures the crossover sweep can rebuild at other lengths (random init: latency

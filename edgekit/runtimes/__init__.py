@@ -20,8 +20,13 @@ from edgekit.spec import check_graph_kind
 
 RUNTIMES = ("ort", "torch", "trt", "openvino")
 PRECISIONS = ("fp32", "int8", "fp16", "bf16")
+# Precisions each runtime runs (openvino: bf16 and fp16 = the fp32 ONNX at that inference
+# precision, where the device computes it).
+RUNTIME_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "ort": ("fp32", "int8"), "torch": ("fp32",), "trt": ("fp32", "fp16", "int8"), "openvino": ("fp32", "int8", "bf16", "fp16"),
+}
 
-__all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
+__all__ = ["RUNTIMES", "PRECISIONS", "RUNTIME_PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
 
 
 def open_runtime(

@@ -36,6 +36,8 @@ def _check(path, **kw):
         ("torch", "ort", Variant("torch", "fp32")),
         ("trt:fp16", "ort", Variant("trt", "fp16")),
         (" ORT:INT8 ", "ort", Variant("ort", "int8")),
+        ("openvino:bf16", "ort", Variant("openvino", "bf16")),
+        ("int8", "openvino", Variant("openvino", "int8")),
     ],
 )
 def test_parse_variant(text, runtime, expected):
