@@ -74,7 +74,8 @@ class Output:
 
         table = Table(title=escape(clean(title)), title_justify="left", show_edge=False, header_style="bold")
         for i, col in enumerate(columns):
-            table.add_column(col, justify="left" if i == 0 else "right")
+            # The first column names the row (a target, a metric): narrow terminals wrap the others.
+            table.add_column(col, justify="left" if i == 0 else "right", no_wrap=i == 0)
         for row in rows:
             table.add_row(*(escape(clean(_fmt(v))) for v in row))
         self.out.print(table)
