@@ -38,6 +38,7 @@ NVML_THROTTLE_REASONS = {
 }
 BENIGN_NVML_REASONS = {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
 
+
 def _cpu_info(root: str | Path) -> dict[str, Any]:
     return cpu_identity(root)
 
