@@ -72,7 +72,7 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "fp32") for kind, b in bundles.items()}
 
     step("profile masked-demo against the AR baseline and write the HTML report")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out)
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
     return report
 
 
@@ -111,6 +111,10 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
         o.table("ratios measured in the same run", t["ratios"]["columns"], t["ratios"]["rows"])
     if "ar" in t:
         o.table("NAR vs AR (speedup = AR ms / NAR ms)", t["ar"]["columns"], t["ar"]["rows"])
-    for line in t["crossover"] + t["power"]:
+    for line in t["crossover"]:
+        o.line(line)
+    if t.get("frontier", {}).get("rows"):
+        o.table("quality-latency frontier (* = Pareto-optimal)", t["frontier"]["columns"], t["frontier"]["rows"])
+    for line in t.get("frontier_lines", []) + t["power"]:
         o.line(line)
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
