@@ -114,7 +114,7 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     for line in t["crossover"]:
         o.line(line)
     if t.get("frontier", {}).get("rows"):
-        o.table("quality-latency frontier (* = Pareto-optimal)", t["frontier"]["columns"], t["frontier"]["rows"])
+        o.table(f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)", t["frontier"]["columns"], t["frontier"]["rows"])
     for line in t.get("frontier_lines", []) + t["power"]:
         o.line(line)
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")

@@ -191,43 +191,43 @@ def crossover_plot(doc: Doc) -> str:
 
 
 def frontier_plot(doc: Doc) -> str:
-    """Quality (y) against latency per decode (x, log) with one curve per model and precision:
-    the masked model through its K values (labelled), the AR baseline as one point; Pareto-optimal
-    points ringed in black, the tolerance bar of each precision dashed."""
+    """Quality (y) against latency per decode (x, log): one curve per model and precision (colour
+    = precision; the masked model through its K values, labelled, as circles; the AR baseline as
+    one square), Pareto-optimal points ringed in black, and per precision the bar a K must reach
+    (AR's quality within the tolerance) dotted."""
     f = (doc.get("compare_ar") or {}).get("frontier") or {}
     if not f.get("available"):
         return ""
     metric = f["metric"]
-    fig = _figure(8, 4.2)
+    fig = _figure(8, 4.4)
     ax = fig.subplots()
+    colors = {p: COLORS[i % len(COLORS)] for i, p in enumerate(dict.fromkeys(p["precision"] for p in f["points"]))}
     curves: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for p in f["points"]:
         curves.setdefault((p["model"], p["precision"]), []).append(p)
-    for i, ((model, precision), pts) in enumerate(curves.items()):
+    for (model, precision), pts in curves.items():
         pts = sorted(pts, key=lambda p: p["latency_ms"])
         xs = [p["latency_ms"] for p in pts]
         ys = [p["quality"].get(metric, float("nan")) for p in pts]
-        color = COLORS[i % len(COLORS)]
-        marker = "s" if model == "ar" else "o"
+        color = colors[precision]
         name = f"AR ({pts[0]['steps']} tokens)" if model == "ar" else "masked (K steps)"
-        ax.plot(xs, ys, marker=marker, linestyle="-" if model != "ar" else "none", color=color, markersize=7,
-                label=f"{name}, {precision}")
+        ax.plot(xs, ys, marker="s" if model == "ar" else "o", linestyle="none" if model == "ar" else "-", color=color,
+                markersize=7, label=f"{name}, {precision}")
         for p, x, y in zip(pts, xs, ys):
             if p["pareto"]:
                 ax.plot([x], [y], marker="o", markersize=13, markerfacecolor="none", markeredgecolor="k", linestyle="none")
             if model != "ar":
-                ax.annotate(f"K={p['steps']}", (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7, color=color)
+                ax.annotate(f"K={p['steps']}", (x, y), textcoords="offset points", xytext=(5, -11), fontsize=7, color=color)
     for e in f["smallest_k"]:
         if e.get("threshold") is not None:
-            ax.axhline(e["threshold"], color="k", linestyle=":", linewidth=0.8)
-            ax.annotate(f"AR {e['precision']} within {f['tolerance']['text']}", (0.01, e["threshold"]), xycoords=("axes fraction", "data"),
-                        textcoords="offset points", xytext=(0, 2), fontsize=7)
+            ax.axhline(e["threshold"], color=colors[e["precision"]], linestyle=":", linewidth=1,
+                       label=f"AR {e['precision']} within {f['tolerance']['text']}")
     ax.plot([], [], marker="o", markersize=10, markerfacecolor="none", markeredgecolor="k", linestyle="none", label="Pareto-optimal")
     ax.set_xscale("log")
     ax.set_xlabel(f"median ms per decode ({f['runtime']}, {f['rows']} rows)")
     ax.set_ylabel(metric + ("" if f.get("higher_is_better", True) else " (lower is better)"))
-    ax.set_title(f"quality-latency frontier: {metric} on {f['n']} held-out conditions", fontsize=9, loc="left")
-    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"quality-latency frontier: {metric} on {f['n']} conditions", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="best")
     return _png(fig, "quality-latency frontier")
 
 

@@ -56,7 +56,7 @@ def print_profile(o: Output, doc: dict) -> None:
     for line in s["crossover"]:
         o.line(line)
     if s.get("frontier", {}).get("rows"):
-        o.table("quality-latency frontier (* = Pareto-optimal)", s["frontier"]["columns"], s["frontier"]["rows"])
+        o.table(f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)", s["frontier"]["columns"], s["frontier"]["rows"])
     for line in s["frontier_lines"] + s["power"]:
         o.line(line)
     for w in doc["warnings"]:

@@ -193,14 +193,16 @@ def _frontier(doc: Doc) -> Mapping[str, Any] | None:
 
 
 def frontier_table(doc: Doc) -> Rows:
-    """The quality-latency frontier: one row per point (masked at each K, AR), every quality
-    metric, the ranking metric first; * marks the Pareto-optimal points."""
+    """The quality-latency frontier: one row per point (masked at each K; AR, whose K is its
+    token count), every quality metric, the ranking metric first; * marks the Pareto-optimal
+    points."""
     f = _frontier(doc)
     if not f or not f.get("available"):
         return [], []
     metric = f["metric"]
     others = [m for m in dict.fromkeys(k for p in f["points"] for k in p["quality"]) if m != metric]
-    columns = ["model", "precision", "steps", "ms / decode", f"{metric} (ranked)", *others, "Pareto"]
+    # Short headers: the table is read in an 80-column terminal; the frontier lines name the metric.
+    columns = ["model", "prec", "K", "ms/decode", metric, *others, "Pareto"]
     rows = [
         ["masked" if p["model"] == "masked" else "AR", p["precision"], p["steps"], p["latency_ms"], p["quality"].get(metric),
          *[p["quality"].get(m) for m in others], "*" if p["pareto"] else ""]
