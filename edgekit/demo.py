@@ -71,8 +71,8 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     step("lint and build each bundle for the cpu target (optimized ONNX)")
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "fp32") for kind, b in bundles.items()}
 
-    step("profile masked-demo against the AR baseline on the fastest engine here, and write the HTML report")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out)
+    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report")
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
     return report
 
 
@@ -115,6 +115,10 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
         o.table("ratios measured in the same run", t["ratios"]["columns"], t["ratios"]["rows"])
     if "ar" in t:
         o.table("NAR vs AR (speedup = AR ms / NAR ms)", t["ar"]["columns"], t["ar"]["rows"])
-    for line in t["crossover"] + t["power"]:
+    for line in t["crossover"]:
+        o.line(line)
+    if t.get("frontier", {}).get("rows"):
+        o.table(f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)", t["frontier"]["columns"], t["frontier"]["rows"])
+    for line in t.get("frontier_lines", []) + t["power"]:
         o.line(line)
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")

@@ -1,6 +1,7 @@
 """The evaluation the stages share: conditioning inputs for a bundle (from ``--cond`` or the demo
-model's held-out set), ground-truth scores where a model has them, and decoding an evaluation set
-in batches of the graph's static batch under per-batch seeds.
+model's held-out set), ground-truth scores where a model has them, a user's quality metric hook
+(``--metric module:function``), and decoding an evaluation set in batches of the graph's static
+batch under per-batch seeds.
 
 quantize (calibration and budget), check, profile and run all decode through here, so "the same
 seed" means the same conditions and the same noise everywhere.
@@ -8,17 +9,28 @@ seed" means the same conditions and the same noise everywhere.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from edgekit._userhooks import load_callable
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
-from edgekit.errors import UsageError
+from edgekit.errors import EdgekitError, UsageError
 from edgekit.models.corpus import demo_conditions
 from edgekit.models.corpus import score as corpus_score
 from edgekit.spec import TensorSpec
 
+
+# Ground-truth metrics (edgekit.models.corpus) and whether a higher value is better. A user
+# metric hook's metrics count as higher-is-better (return -loss for a loss).
+HIGHER_IS_BETTER: dict[str, bool] = {
+    "validity": True,
+    "event_accuracy": True,
+    "nll_per_token": False,
+    "snr_db": True,
+    "l1": False,
+}
 
 def graph_batch(bundle: Bundle) -> int:
     return next(iter(bundle.inputs.values())).shape[0]
@@ -150,7 +162,7 @@ def evaluate(
         if cond is None:
             c = conditions(bundle, {}, batch, seed + i)
         else:
-            c = {k: _pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
+            c = {k: pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
         cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options or {}, seed=seed + i)
         outputs.append(decode(bundle.kind, runtime, bundle.meta, c, cfg).output.copy())
         conds.append(c)
@@ -159,8 +171,40 @@ def evaluate(
     return {"output": output, "cond": cond_all, "quality": score(bundle, output, cond_all)}
 
 
-def _pad_rows(arr: np.ndarray, rows: int) -> np.ndarray:
+def pad_rows(arr: np.ndarray, rows: int) -> np.ndarray:
     """The last batch may be short: repeat its final row to the graph's static batch."""
     if len(arr) == rows:
         return arr
     return np.concatenate([arr, np.repeat(arr[-1:], rows - len(arr), axis=0)])
+
+
+MetricHook = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, float]]
+
+
+def load_metric_hook(ref: str) -> MetricHook:
+    """Import a user quality metric ``package.module:function`` or ``path/file.py:function``.
+
+    THIS RUNS USER CODE (the module is imported, the function called on every check). The
+    function takes (output, cond): output int64 [N, L] tokens or float32 [N, T, C] frames, cond
+    {conditioning input: array [N, ...]}, and returns {metric name: float}, higher = better
+    (return -loss for a loss). Its metrics are compared like the demo models' ground truth.
+    """
+
+    return load_callable(ref, "metric hook")
+
+
+def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Call a user metric and check what it returned: {name: finite-or-nan float}."""
+    try:
+        result = hook(output, cond)
+    except Exception as exc:
+        raise EdgekitError(f"metric hook {ref!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(result, Mapping) or not result:
+        raise EdgekitError(f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float")
+    out: dict[str, float] = {}
+    for name, value in result.items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            raise EdgekitError(f"metric hook {ref!r} returned {name!r} = {value!r}; valid: a float") from None
+    return out

@@ -22,20 +22,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from edgekit._userhooks import load_callable
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import UsageError
+from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
 
-# Ground-truth metrics (edgekit.models.corpus) and whether a higher value is better. A user
-# metric hook's metrics count as higher-is-better (return -loss for a loss).
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "validity": True,
-    "event_accuracy": True,
-    "nll_per_token": False,
-    "snr_db": True,
-    "l1": False,
-}
 # Metrics averaged over the valid sequences only: nan means "no valid sequence", which the
 # validity metric already judges; a one-sided nan is no drop of its own.
 OVER_VALID_ONLY: frozenset[str] = frozenset({"nll_per_token"})
@@ -345,35 +336,3 @@ def quality_drops(reference: Mapping[str, float], candidate: Mapping[str, float]
         else:
             drops[name] = (r - c) if HIGHER_IS_BETTER.get(name, True) else (c - r)
     return drops
-
-
-MetricHook = Callable[[np.ndarray, Mapping[str, np.ndarray]], Mapping[str, float]]
-
-
-def load_metric_hook(ref: str) -> MetricHook:
-    """Import a user quality metric ``package.module:function`` or ``path/file.py:function``.
-
-    THIS RUNS USER CODE (the module is imported, the function called on every check). The
-    function takes (output, cond): output int64 [N, L] tokens or float32 [N, T, C] frames, cond
-    {conditioning input: array [N, ...]}, and returns {metric name: float}, higher = better
-    (return -loss for a loss). Its metrics are compared like the demo models' ground truth.
-    """
-
-    return load_callable(ref, "metric hook")
-
-
-def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Call a user metric and check what it returned: {name: finite-or-nan float}."""
-    try:
-        result = hook(output, cond)
-    except Exception as exc:
-        raise EdgekitError(f"metric hook {ref!r} raised {type(exc).__name__}: {exc}") from exc
-    if not isinstance(result, Mapping) or not result:
-        raise EdgekitError(f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float")
-    out: dict[str, float] = {}
-    for name, value in result.items():
-        try:
-            out[str(name)] = float(value)
-        except (TypeError, ValueError):
-            raise EdgekitError(f"metric hook {ref!r} returned {name!r} = {value!r}; valid: a float") from None
-    return out

@@ -25,6 +25,8 @@ from edgekit.output import Output
     "  edgekit profile edgekit-demo/masked --runtime ort,torch --precision fp32,int8 --html report/\n\n"
     "  edgekit profile edgekit-demo/masked --runtime ort,openvino --precision fp32,int8 --compare-ar\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
+    "  edgekit profile edgekit-demo/masked --compare-ar --frontier-steps 2,4,8,16,32 --frontier-tolerance 5%\n\n"
+    "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json"
 )
 def profile(
@@ -37,7 +39,12 @@ def profile(
     min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", min=0, help="Measure each variant for at least this long (default 1 s).")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
     power: Annotated[str, typer.Option("--power", help="off | auto | nvml | jetson | tegrastats | rapl | android | odpm | rpi.")] = "auto",
-    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup and crossover length.")] = False,
+    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.")] = False,
+    frontier_steps: Annotated[str, typer.Option("--frontier-steps", help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.")] = "1,2,4,8,16",
+    frontier_n: Annotated[int, typer.Option("--frontier-n", min=1, help="Conditions in the frontier's evaluation set (the same for every K and for AR).")] = 64,
+    frontier_metric: Annotated[Optional[str], typer.Option("--frontier-metric", help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).")] = None,
+    frontier_tolerance: Annotated[str, typer.Option("--frontier-tolerance", help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.")] = "10%",
+    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.")] = None,
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
@@ -48,7 +55,7 @@ def profile(
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory."""
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier."""
     configure_logging()
     from edgekit.probes.latency import MeasureConfig
     from edgekit.profile import ProfileConfig, profile_bundle, write_report
@@ -78,7 +85,10 @@ def profile(
     cfg = ProfileConfig(
         runtimes=parse_csv("--runtime", runtime), precisions=parse_csv("--precision", precision), steps=parse_csv("--steps", steps, int),
         batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
-        seed=seed, threads=threads, **extra,
+        seed=seed, threads=threads, frontier_n=frontier_n, frontier_metric=frontier_metric,
+        frontier_tolerance=frontier_tolerance, metric_hook=metric,
+        frontier_steps=() if frontier_steps.strip().lower() in ("none", "off", "") else parse_csv("--frontier-steps", frontier_steps, int),
+        **extra,
     )
     if html is not None:
         from edgekit._deps import require

@@ -1,7 +1,8 @@
 """`edgekit profile`: a bundle's decode measured on several variants side by side.
 
 ``config``: what is measured (variants); ``measure``: one variant under the probes; ``ratios``;
-``compare_ar``: NAR vs AR and the crossover; ``sweep``: architecture-only models at other lengths;
+``compare_ar``: NAR vs AR and the crossover; ``frontier``: Pareto marking and the smallest K
+within a tolerance of AR's quality (pure), ``frontier_points``: measuring those points; ``sweep``: architecture-only models at other lengths;
 ``stage``: the run and its ``edgekit.profile/1`` document; ``table``/``html``/``document``: the
 report as table rows, self-contained HTML (matplotlib, lazily) and JSON; ``render``: the console;
 ``demo``: the demo's profile stage; ``engines``: the fastest CPU engine on this host.
@@ -26,6 +27,8 @@ from edgekit.profile.sweep import length_sweep, length_variant_spec
 from edgekit.profile.table import (
     ar_table,
     crossover_lines,
+    frontier_lines,
+    frontier_table,
     power_lines,
     ratios_table,
     summary_rows,
@@ -35,7 +38,8 @@ from edgekit.profile.table import (
 
 __all__ = [
     "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "available_engines", "crossover",
-    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "graph_batch", "jsonable", "length_sweep", "length_variant_spec",
+    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table", "graph_batch",
+    "jsonable", "length_sweep", "length_variant_spec",
     "plan_variants", "power_lines", "profile_bundle", "ratios_table", "render_html", "seed_crossover", "summary_rows",
     "sweep_table", "variants_table", "write_html", "write_json", "write_report",
 ]

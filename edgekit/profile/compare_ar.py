@@ -1,5 +1,5 @@
-"""NAR vs AR: decode the AR baseline at the same length as the masked model, the speedup, and the
-crossover length fitted from per-length decode times."""
+"""NAR vs AR: decode the AR baseline at the same length as the masked model, the speedup, the
+crossover length fitted from per-length decode times, and the quality-latency frontier."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from edgekit.profile.config import (
     graph_batch,
     has_artifact,
 )
+from edgekit.profile.frontier_points import measure_frontier
 from edgekit.profile.measure import PowerProbe, profile_variant
 from edgekit.profile.ratios import safe_ratio
 from edgekit.profile.sweep import length_sweep
@@ -161,6 +162,8 @@ def compare_ar(
         "speedups": speedups,
         "notes": note_batch,
     }
+    if cfg.frontier_steps:
+        result["frontier"] = measure_frontier(bundle, ar, variants, ar_docs, rows, cfg, progress)
     # Per-step costs and the crossover per runtime (engine), each on its first variant with an
     # available AR twin (in the sweep's precision when there is one): engines differ in where
     # the NAR decode overtakes the AR one.

@@ -16,6 +16,7 @@ from edgekit.errors import BundleError, UsageError
 from edgekit.evaluate import conditions
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
+from edgekit.profile.frontier import Tolerance
 from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES
 
 SCHEMA = "edgekit.profile/1"
@@ -84,6 +85,19 @@ class ProfileConfig:
     threads: int = 0
     # Keep per-decode samples and power samples in the document (the HTML plots need them).
     keep_samples: bool = True
+    # With compare_ar: the masked step counts K of the quality-latency frontier (each decoded for
+    # latency under ``measure`` and scored on the evaluation set); () = no frontier.
+    frontier_steps: tuple[int, ...] = (1, 2, 4, 8, 16)
+    # Conditions in the frontier's evaluation set (the same set for every K and for AR).
+    frontier_n: int = 64
+    # Quality metric the frontier ranks by; None = event_accuracy for the demo corpus, else the
+    # first metric the --metric hook returns.
+    frontier_metric: str | None = None
+    # How far below AR's quality a K may be and count as reaching it: "10%" of |AR| or "0.02".
+    frontier_tolerance: str = "10%"
+    # module:function(output, cond) -> {name: float}, higher = better: quality for models without
+    # a ground truth (RUNS USER CODE).
+    metric_hook: str | None = None
 
     def __post_init__(self) -> None:
         for name, values, valid in (("--runtime", self.runtimes, RUNTIMES), ("--precision", self.precisions, PRECISIONS)):
@@ -107,6 +121,12 @@ class ProfileConfig:
             raise UsageError(f"--sweep {list(self.sweep_lengths)} is invalid; valid: lengths >= 2")
         if self.sweep_precision not in ("fp32", "int8"):
             raise UsageError(f"--sweep-precision {self.sweep_precision!r} is unknown; valid: fp32, int8")
+        object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
+        if any(not isinstance(k, int) or k < 1 for k in self.frontier_steps):
+            raise UsageError(f"--frontier-steps {list(self.frontier_steps)} is invalid; valid: integers >= 1, e.g. 1,2,4,8,16")
+        if not isinstance(self.frontier_n, int) or self.frontier_n < 1:
+            raise UsageError(f"--frontier-n {self.frontier_n!r} is invalid; valid: an integer >= 1")
+        Tolerance.parse(self.frontier_tolerance)
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

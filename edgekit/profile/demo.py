@@ -14,8 +14,9 @@ from edgekit.profile.stage import profile_bundle
 from edgekit.profile.table import summary_rows
 
 # ---- the demo stage -----------------------------------------------------------------------------
-# Small enough for < 30 s on two shared cores: fp32 (+ int8) masked and AR decodes, and one extra
-# sweep length (two exports) so the crossover is measured, not only estimated.
+# Small enough for < 30 s on two shared cores: fp32 (+ int8) masked and AR decodes, one extra
+# sweep length (two exports) so the crossover is measured, not only estimated, and the frontier's
+# K values timed under the same rule.
 # One warm-up decode is 8+ runtime calls: ORT has allocated and picked kernels after the first.
 DEMO_MEASURE = MeasureConfig(warmup_iters=0, warmup_seconds=0.0, iters=5, min_seconds=0.2)
 
@@ -26,11 +27,14 @@ DEMO_SWEEP = MeasureConfig(warmup_iters=0, warmup_seconds=0.0, iters=3, min_seco
 DEMO_SWEEP_LENGTHS = (32,)
 
 
-def demo_profile(bundles: Mapping[str, Any], out_dir: Path | str, progress: ProgressFn | None = None) -> dict[str, Any]:
+def demo_profile(
+    bundles: Mapping[str, Any], out_dir: Path | str, progress: ProgressFn | None = None, n: int = 32
+) -> dict[str, Any]:
     """The demo's profile stage: the masked bundle on the fastest engine here (``fastest_engine``:
     OpenVINO or ONNX Runtime), fp32 and int8 when quantized, against the AR baseline, with a
-    short length sweep; writes ``out_dir/report/profile.html`` and
-    ``profile.json``. ``bundles``: {kind: Bundle or bundle path} with ``masked`` and ``ar``.
+    short length sweep and the quality-latency frontier on ``n`` held-out conditions; writes
+    ``out_dir/report/profile.html`` and ``profile.json``. ``bundles``: {kind: Bundle or bundle
+    path} with ``masked`` and ``ar``.
     Returns the stage summary the demo prints (and keeps in its JSON)."""
 
     masked = bundles["masked"]
@@ -50,6 +54,7 @@ def demo_profile(bundles: Mapping[str, Any], out_dir: Path | str, progress: Prog
         sweep_lengths=DEMO_SWEEP_LENGTHS,
         sweep_measure=DEMO_SWEEP,
         sweep_cache=Path(out_dir) / "report" / ".sweep",
+        frontier_n=n,
     )
     doc = profile_bundle(root(masked), cfg, progress)
     paths = write_report(doc, Path(out_dir) / "report")
@@ -61,6 +66,7 @@ def demo_profile(bundles: Mapping[str, Any], out_dir: Path | str, progress: Prog
         "table": summary_rows(doc),
         "speedups": (doc["compare_ar"] or {}).get("speedups", []),
         "crossover": {k: cross.get(k) for k in ("seed_formula", "measured", "model")},
+        "frontier": (doc["compare_ar"] or {}).get("frontier"),
         "power": doc["power"],
         "warnings": doc["warnings"],
     }

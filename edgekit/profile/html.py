@@ -2,8 +2,8 @@
 base64 PNG (matplotlib, the ``report`` extra), no scripts, no external resources.
 
 Plots: latency histogram per variant, per-step time inside ``Runtime.run`` and the host share
-per decode, power over time (or why there is no power figure), and decode time against length
-for the NAR-vs-AR crossover.
+per decode, power over time (or why there is no power figure), decode time against length for
+the NAR-vs-AR crossover, and the quality-latency frontier (masked at each K against AR).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from edgekit.profile.document import dumps, write_json
 from edgekit.profile.table import (
     ar_table,
     crossover_lines,
+    frontier_lines,
+    frontier_table,
     power_lines,
     profiled_columns,
     ratios_table,
@@ -188,6 +190,47 @@ def crossover_plot(doc: Doc) -> str:
     return _png(fig, "NAR vs AR decode time against length")
 
 
+def frontier_plot(doc: Doc) -> str:
+    """Quality (y) against latency per decode (x, log): one curve per model and precision (colour
+    = precision; the masked model through its K values, labelled, as circles; the AR baseline as
+    one square), Pareto-optimal points ringed in black, and per precision the bar a K must reach
+    (AR's quality within the tolerance) dotted."""
+    f = (doc.get("compare_ar") or {}).get("frontier") or {}
+    if not f.get("available"):
+        return ""
+    metric = f["metric"]
+    fig = _figure(8, 4.4)
+    ax = fig.subplots()
+    colors = {p: COLORS[i % len(COLORS)] for i, p in enumerate(dict.fromkeys(p["precision"] for p in f["points"]))}
+    curves: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for p in f["points"]:
+        curves.setdefault((p["model"], p["precision"]), []).append(p)
+    for (model, precision), pts in curves.items():
+        pts = sorted(pts, key=lambda p: p["latency_ms"])
+        xs = [p["latency_ms"] for p in pts]
+        ys = [p["quality"].get(metric, float("nan")) for p in pts]
+        color = colors[precision]
+        name = f"AR ({pts[0]['steps']} tokens)" if model == "ar" else "masked (K steps)"
+        ax.plot(xs, ys, marker="s" if model == "ar" else "o", linestyle="none" if model == "ar" else "-", color=color,
+                markersize=7, label=f"{name}, {precision}")
+        for p, x, y in zip(pts, xs, ys):
+            if p["pareto"]:
+                ax.plot([x], [y], marker="o", markersize=13, markerfacecolor="none", markeredgecolor="k", linestyle="none")
+            if model != "ar":
+                ax.annotate(f"K={p['steps']}", (x, y), textcoords="offset points", xytext=(5, -11), fontsize=7, color=color)
+    for e in f["smallest_k"]:
+        if e.get("threshold") is not None:
+            ax.axhline(e["threshold"], color=colors[e["precision"]], linestyle=":", linewidth=1,
+                       label=f"AR {e['precision']} within {f['tolerance']['text']}")
+    ax.plot([], [], marker="o", markersize=10, markerfacecolor="none", markeredgecolor="k", linestyle="none", label="Pareto-optimal")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"median ms per decode ({f['runtime']}, {f['rows']} rows)")
+    ax.set_ylabel(metric + ("" if f.get("higher_is_better", True) else " (lower is better)"))
+    ax.set_title(f"quality-latency frontier: {metric} on {f['n']} conditions", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="best")
+    return _png(fig, "quality-latency frontier")
+
+
 # ---- the page -------------------------------------------------------------------------------------
 def _system_rows(doc: Doc) -> list[list[Any]]:
     before, after = doc["system"]["before"], doc["system"]["after"]
@@ -229,6 +272,11 @@ def render_html(doc: Doc) -> str:
         if sweep_table(doc)[1]:
             parts += [_table(*sweep_table(doc)), crossover_plot(doc)]
         parts += [_lines(doc["compare_ar"].get("notes", []))]
+        if doc["compare_ar"].get("frontier") is not None:
+            parts += ["<h2>Quality-latency frontier</h2>", frontier_plot(doc)]
+            if frontier_table(doc)[1]:
+                parts += [_table(*frontier_table(doc))]
+            parts += [_lines(frontier_lines(doc))]
     parts += ["<h2>Latency distribution</h2>", latency_histogram(doc),
               "<h2>Per-step breakdown</h2>", per_step_plot(doc),
               "<h2>Power</h2>", power_plot(doc)]

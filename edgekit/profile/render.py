@@ -1,5 +1,5 @@
 """`edgekit profile`'s console output: progress bars on stderr, the side-by-side table, ratios,
-NAR vs AR, power and warnings (``deploy`` shows a device's profile with the same tables)."""
+NAR vs AR with the quality-latency frontier, power and warnings (``deploy`` shows a device's profile with the same tables)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,11 @@ def print_profile(o: Output, doc: dict) -> None:
         o.table("NAR vs AR at the same length (speedup = AR ms / NAR ms)", s["ar"]["columns"], s["ar"]["rows"])
         if len(s["sweep"]["rows"]) > 1:
             o.table("decode time against length (crossover)", s["sweep"]["columns"], s["sweep"]["rows"])
-    for line in s["crossover"] + s["power"]:
+    for line in s["crossover"]:
+        o.line(line)
+    if s.get("frontier", {}).get("rows"):
+        o.table(f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)", s["frontier"]["columns"], s["frontier"]["rows"])
+    for line in s["frontier_lines"] + s["power"]:
         o.line(line)
     for w in doc["warnings"]:
         o.warn(w)

@@ -24,6 +24,7 @@ from edgekit.profile.config import (
     graph_batch,
     plan_variants,
 )
+from edgekit.profile.frontier_points import check_frontier_metric
 from edgekit.profile.measure import open_power, power_doc, profile_variant
 from edgekit.profile.ratios import variant_ratios
 
@@ -38,6 +39,8 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     variants_plan = plan_variants(bundle, cfg)
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
+        if cfg.frontier_steps:
+            check_frontier_metric(bundle, cfg)
     show_steps = len(cfg.steps) > 1
     rows = cfg.batch or graph_batch(bundle)
     cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond)

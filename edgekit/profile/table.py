@@ -193,6 +193,57 @@ def _num(x: Any) -> str:
     return "—" if x is None else f"{x:.1f}"
 
 
+def _frontier(doc: Doc) -> Mapping[str, Any] | None:
+    f = _get(doc, "compare_ar", "frontier")
+    return f if isinstance(f, Mapping) else None
+
+
+def frontier_table(doc: Doc) -> Rows:
+    """The quality-latency frontier: one row per point (masked at each K; AR, whose K is its
+    token count), every quality metric, the ranking metric first; * marks the Pareto-optimal
+    points."""
+    f = _frontier(doc)
+    if not f or not f.get("available"):
+        return [], []
+    metric = f["metric"]
+    others = [m for m in dict.fromkeys(k for p in f["points"] for k in p["quality"]) if m != metric]
+    # Short headers: the table is read in an 80-column terminal; the frontier lines name the metric.
+    columns = ["model", "prec", "K", "ms/decode", metric, *others, "Pareto"]
+    rows = [
+        ["masked" if p["model"] == "masked" else "AR", p["precision"], p["steps"], p["latency_ms"], p["quality"].get(metric),
+         *[p["quality"].get(m) for m in others], "*" if p["pareto"] else ""]
+        for p in f["points"]
+    ]
+    return columns, rows
+
+
+def frontier_lines(doc: Doc) -> list[str]:
+    """The frontier in words: what was measured, and per precision the smallest K within the
+    tolerance of AR's quality with the speedup there (or why none)."""
+    f = _frontier(doc)
+    if f is None:
+        return []
+    if not f.get("available"):
+        return [f"frontier: unavailable ({f.get('reason')})"]
+    metric, tol = f["metric"], f["tolerance"]["text"]
+    lines = [f"frontier: {f['how']}; quality from {f['quality_from']}; * = Pareto-optimal (no other point is as fast and as good)"]
+    for e in f["smallest_k"]:
+        head = f"{f['runtime']} {e['precision']}: smallest K with {metric} within {tol} of AR's"
+        if e.get("steps") is None:
+            lines.append(f"{head}: none ({e.get('reason')})")
+        else:
+            lines.append(
+                f"{head} ({_q(e['ar_quality'])}, bar {_q(e['threshold'])}): K={e['steps']} at {_q(e['quality'])}, "
+                f"{e['speedup']:.2f}x faster than AR ({e['latency_ms']:.3g} vs {e['ar_latency_ms']:.3g} ms per decode)"
+            )
+    lines += [f"note: {n}" for n in f.get("notes", [])]
+    return lines
+
+
+def _q(x: Any) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
 def power_lines(doc: Doc) -> list[str]:
     p = doc.get("power") or {}
     if not p.get("available"):
@@ -213,9 +264,10 @@ def summary_rows(doc: Doc) -> dict[str, Any]:
         columns, rows = build(doc)
         out[name] = {"columns": columns, "rows": rows}
     if doc.get("compare_ar"):
-        for name, build in (("ar", ar_table), ("sweep", sweep_table)):
+        for name, build in (("ar", ar_table), ("sweep", sweep_table), ("frontier", frontier_table)):
             columns, rows = build(doc)
             out[name] = {"columns": columns, "rows": rows}
     out["crossover"] = crossover_lines(doc)
+    out["frontier_lines"] = frontier_lines(doc)
     out["power"] = power_lines(doc)
     return out
