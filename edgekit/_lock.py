@@ -11,6 +11,7 @@ swept on acquisition.
 from __future__ import annotations
 
 import contextvars
+import errno
 import functools
 import inspect
 import json
@@ -74,9 +75,11 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
     if fcntl is None or not root.is_dir():
         yield
         return
+    if not os.access(root, os.W_OK):  # read-only file system or folder: found before any work
+        raise unwritable(root, OSError(errno.EROFS, "the folder is not writable"))
     try:
         fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # read-only bundle, full disk, no permission: found before any work
+    except OSError as exc:  # full disk, no permission
         raise unwritable(root, exc) from None
     try:
         try:

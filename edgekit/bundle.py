@@ -25,6 +25,9 @@ from edgekit.errors import BundleError
 from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, read_json, validate_manifest, write_json_atomic
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
+# Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
+COMMITTED: list[str] = []
+
 __all__ = ["Artifact", "Bundle", "MANIFEST", "SCHEMA", "STAGING_PREFIX", "inside", "now_iso", "sha256_file", "write_json_atomic"]
 _CHUNK = 1 << 20
 
@@ -299,6 +302,7 @@ class Bundle:
                                   hint="free some space or make the bundle writable, then re-run the stage") from None
             self.manifest = merged
             self._base = copy.deepcopy(merged)
+            COMMITTED.append(str(self.root))
             live = live_paths(merged) | {MANIFEST, LOCK_NAME}
             root = self.root.resolve()
             # What the manifest on disk named and the merged one does not (another stage's file this

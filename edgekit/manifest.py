@@ -3,6 +3,7 @@ the files it names, and merging one stage's changes into the manifest as it is o
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -35,7 +36,8 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     except ValueError as exc:  # a NaN/inf slipped into a document: a bug, never written to disk
         raise BundleError(f"refusing to write {path}: {exc}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # cleanup must not hide the error that got us here
+            tmp.unlink(missing_ok=True)
 
 
 def read_json(path: Path, what: str = "manifest") -> Any:

@@ -3,6 +3,7 @@ Ctrl-C says nothing was recorded) and the options and parsers the commands share
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
+from edgekit.bundle import COMMITTED
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.output import Output, clean
 
@@ -49,14 +51,15 @@ def command(name: str | None = None, **kwargs) -> Callable:
     def register(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kw):
-            interrupted = _watch_sigint()
+            interrupted, restore = _watch_sigint()
+            committed = len(COMMITTED)
             try:
-                return fn(*args, **kw)
+                return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
                 if interrupted():
                     # Ctrl-C inside a C extension's import surfaces as an ImportError (and so as
                     # MissingDependency): the user pressed Ctrl-C, say that.
-                    Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+                    Output().err.print(_interrupted(COMMITTED[committed:]))
                     raise typer.Exit(130) from None
                 if debug_enabled():
                     raise
@@ -67,32 +70,65 @@ def command(name: str | None = None, **kwargs) -> Callable:
             except KeyboardInterrupt:
                 if debug_enabled():
                     raise
-                Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+                Output().err.print(_interrupted(COMMITTED[committed:]))
                 raise typer.Exit(130) from None
+            finally:
+                restore()
 
         return app.command(name, **kwargs)(wrapper)
 
     return register
 
 
-def _watch_sigint() -> Callable[[], bool]:
-    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour)."""
+_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
+
+
+def _disk_errors(fn: Callable) -> Callable:
+    """A full disk, a read-only folder or a missing permission while a command writes its files
+    (-o, --html, --junit, --save-baseline, a bundle) is the user's to fix: one line naming the
+    file, never a traceback. Any other OSError stays a bug with its traceback."""
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except OSError as exc:
+            if exc.errno not in _DISK_ERRNOS:
+                raise
+            where = f" {exc.filename}" if exc.filename else ""
+            raise EdgekitError(f"cannot write{where} ({exc.strerror or exc})",
+                               hint="free some space, or choose a writable path") from None
+
+    return call
+
+
+def _interrupted(committed: list[str]) -> str:
+    """What Ctrl-C left behind: nothing, or the bundles whose manifest was already committed."""
+    if not committed:
+        return "interrupted: nothing was recorded for the unfinished stage"
+    where = ", ".join(dict.fromkeys(committed))
+    return f"interrupted after the manifest of {where} was written: what it records is complete and verified; the rest of the command did not run"
+
+
+def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
+    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour); the second
+    callable puts the previous handler back once the command is over."""
     import signal
     import threading
 
     seen = [False]
     if threading.current_thread() is not threading.main_thread():
-        return lambda: seen[0]
+        return (lambda: seen[0]), (lambda: None)
 
     def handler(signum, frame):
         seen[0] = True
         raise KeyboardInterrupt
 
     try:
-        signal.signal(signal.SIGINT, handler)
+        previous = signal.signal(signal.SIGINT, handler)
     except ValueError:  # not settable here (embedded interpreter)
-        pass
-    return lambda: seen[0]
+        return (lambda: seen[0]), (lambda: None)
+    return (lambda: seen[0]), (lambda: signal.signal(signal.SIGINT, previous))
 
 
 def parse_cond(items: Optional[list[str]]) -> dict[str, str]:

@@ -24,3 +24,19 @@ def main() -> None:
 
         traceback.print_exc()
         raise SystemExit(EXIT_ERROR) from None
+    finally:
+        _quiet_shutdown()
+
+
+def _quiet_shutdown() -> None:
+    """The command is over (its output written, its exit code chosen): a Ctrl-C now, while
+    atexit handlers and module teardown run, would only print a KeyboardInterrupt traceback or
+    end the process with -SIGINT instead of that code, so it is ignored."""
+    import signal
+    import sys
+
+    sys.stdout.flush()
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass

@@ -4,6 +4,7 @@ member that would land outside the destination."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -87,7 +88,8 @@ def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target |
     except OSError as exc:  # full disk, read-only folder: one line, and no partial tarball
         raise BundleError(f"cannot write {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o path") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # cleanup must not hide the error that got us here
+            tmp.unlink(missing_ok=True)
     return {"schema": PACK_SCHEMA, "bundle": str(bundle.root), "target": tgt.name if tgt else None, "out": str(out),
             "files": [MANIFEST, *files], "bytes": out.stat().st_size, "content_bytes": total, "left_out": left_out}
 
