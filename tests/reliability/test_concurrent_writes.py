@@ -129,3 +129,16 @@ def test_lock_file_is_inside_the_bundle_and_locks_only_it(tiny_bundles, tmp_path
         os.close(fd)
     assert r.exit_code == 0, r.output
     assert (two / LOCK_NAME).is_file() and not (tmp_path / LOCK_NAME).exists()
+
+
+def test_reexport_removes_the_old_engines(tiny_specs, tmp_path):
+    from edgekit.build import build_bundle
+    from edgekit.export.to_bundle import export_bundle
+
+    root = export_bundle(tiny_specs["masked"], tmp_path / "b", source="tiny").root
+    build_bundle(root, "cpu")
+    engine = root / Bundle.load(root).manifest["engines"]["cpu/fp32"]["path"]
+    assert engine.is_file()
+    export_bundle(tiny_specs["masked"], root, source="tiny")  # a new graph: its engines are gone
+    assert Bundle.load(root).manifest["engines"] == {}
+    assert not engine.exists() and not (root / "engines").exists()
