@@ -96,8 +96,9 @@ def _disk_errors(fn: Callable) -> Callable:
             if exc.errno not in _DISK_ERRNOS:
                 raise
             where = f" {exc.filename}" if exc.filename else ""
-            raise EdgekitError(f"cannot write{where} ({exc.strerror or exc})",
-                               hint="free some space, or choose a writable path") from None
+            verb = "access" if exc.errno in (errno.EACCES, errno.EPERM) else "write"
+            raise EdgekitError(f"cannot {verb}{where} ({exc.strerror or exc})",
+                               hint="free some space, or choose a path you may write") from None
 
     return call
 
