@@ -121,7 +121,9 @@ def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec)
     high = np.inf if spec.high is None else spec.high
     outside = (values < low) | ((values >= high) if integer else (values > high))
     if np.any(outside):
-        raise UsageError(f"--cond {name}={source}: value {values[outside].flat[0]} is outside the valid range",
+        first = values[outside].flat[0].item()
+        shown = int(first) if isinstance(first, float) and first.is_integer() else first
+        raise UsageError(f"--cond {name}={source}: value {shown} is outside the valid range",
                          hint=_valid_range(spec))
     return values.astype(spec.dtype)
 

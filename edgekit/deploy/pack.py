@@ -138,26 +138,30 @@ def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
     return members
 
 
-def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max_bytes: int = MAX_UNPACK_BYTES) -> list[Path]:
+def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max_bytes: int = MAX_UNPACK_BYTES,
+                 shown: str | Path | None = None) -> list[Path]:
     """Unpack ``archive`` into ``dest`` after checking every member by its name and type alone:
     no absolute paths, no ``..``, no links of any kind, no devices, FIFOs or sparse files, at
     most MAX_MEMBERS members and ``max_bytes`` bytes. One bad member refuses the whole archive
     before anything is written. Files are written by edgekit itself (never ``extractall``), so
-    nothing on disk can redirect them. Returns the extracted paths."""
+    nothing on disk can redirect them. ``shown``: the folder errors name (default ``dest``).
+    Returns the extracted paths."""
     if not isinstance(archive, tarfile.TarFile):
+        if not Path(archive).is_file():
+            raise BundleError(f"archive {archive} does not exist or is not a file", hint="make one with `edgekit pack`")
         try:
             tar = tarfile.open(archive, "r:*")
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
             raise _open_error(archive, exc) from None
         with tar:
-            return safe_extract(tar, dest, max_bytes=max_bytes)
+            return safe_extract(tar, dest, max_bytes=max_bytes, shown=shown)
     name = archive.name or "archive"
     members = _read_members(archive, name)
     for member in members:
         problem = _member_problem(member)
         if problem:
             raise BundleError(
-                f"archive member {member.name!r} {problem}; refusing to unpack the archive into {dest}",
+                f"archive member {member.name!r} {problem}; refusing to unpack the archive into {shown or dest}",
                 hint="only unpack archives made by `edgekit pack` from a source you trust",
             )
     total = sum(m.size for m in members if m.isfile())
@@ -166,7 +170,7 @@ def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max
     limit = min(max_bytes, shutil.disk_usage(probe).free)
     if total > limit:
         raise BundleError(f"{name} would unpack to {total} bytes, more than {'the free space' if limit < max_bytes else 'the limit'} "
-                          f"({limit} bytes) at {dest}", hint="only unpack archives made by `edgekit pack`; free some space")
+                          f"({limit} bytes) at {shown or dest}", hint="only unpack archives made by `edgekit pack`; free some space")
     try:
         dest.mkdir(parents=True, exist_ok=True)
         out = []
@@ -185,10 +189,10 @@ def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise _open_error(name, exc) from None
     except FileExistsError as exc:
-        raise BundleError(f"{name}: member {exc.filename} appears twice or already exists in {dest}",
+        raise BundleError(f"{name}: member {exc.filename} appears twice or already exists in {shown or dest}",
                           hint="unpack into a new folder") from None
     except OSError as exc:
-        raise BundleError(f"cannot unpack {name} into {dest} ({exc.strerror or exc})",
+        raise BundleError(f"cannot unpack {name} into {shown or dest} ({exc.strerror or exc})",
                           hint="free some space or choose a writable -o folder") from None
     return out
 
@@ -225,7 +229,7 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
     except OSError as exc:
         raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="choose a writable -o folder") from None
     try:
-        paths = safe_extract(archive, staging, max_bytes=max_bytes)
+        paths = safe_extract(archive, staging, max_bytes=max_bytes, shown=out)
         tops = {p.relative_to(staging).parts[0] for p in paths}
         if len(tops) != 1 or not (staging / next(iter(tops)) / MANIFEST).is_file():
             raise BundleError(f"{archive} is not a bundle archive: it must hold one folder with {MANIFEST}",
