@@ -130,6 +130,11 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
+# Decoded sequences per set: every call of each decode is recorded for calibration, so far more
+# than any calibration needs (16-512) would only exhaust memory after hours.
+MAX_SAMPLES = 4096
+
+
 @dataclass(frozen=True)
 class QuantizeConfig:
     profile: str = "cpu"  # cpu | trt: PROFILE_SETTINGS
@@ -172,9 +177,9 @@ class QuantizeConfig:
             raise UsageError(f"--method {self.method!r} is unknown; valid: {', '.join(METHODS)}")
         for name in ("calib_samples", "eval_samples", "sensitivity_feeds"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SAMPLES:
                 flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} {value!r} is invalid; valid: an integer >= 1")
+                raise UsageError(f"{flag} {value!r} is invalid; valid: an integer in [1, {MAX_SAMPLES}]")
         if not 0 < self.percentile <= 100:
             raise UsageError(f"percentile {self.percentile!r} is invalid; valid: 0 < p <= 100 (e.g. 99.999)")
         if self.max_fallback is not None and self.max_fallback < 0:

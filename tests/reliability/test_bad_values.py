@@ -245,3 +245,9 @@ def test_corrupt_onnx_with_updated_hash_is_one_line(tiny_masked):
     for cmd in (["build", "--target", "cpu"], ["quantize", "--calib-samples", "1", "--eval-samples", "1"]):
         r = invoke(cmd[0], tiny_masked, *cmd[1:])
         one_line(r, 1)
+
+
+def test_quantize_sample_counts_are_bounded(tiny_masked):
+    r = invoke("quantize", tiny_masked, "--calib-samples", "1000000000")
+    one_line(r, 2, "--calib-samples 1000000000 is invalid; valid: an integer in [1, 4096]")
+    assert "int8" not in Bundle.load(tiny_masked).manifest["artifacts"]
