@@ -23,19 +23,24 @@ from edgekit._deps import require
 from edgekit.errors import UsageError
 
 DEFAULT_TARGET = "cpu"
-RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino")
+RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino", "qnn")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "bf16")
 # The power probes a target may name (edgekit.probes.power implements each one).
 POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
-QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt")
+QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
 ORT_OPTIMIZATION_STYLES: tuple[str, ...] = ("runtime", "fixed")
-SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino")
+SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino", "qnn")
 # OpenVINO settings by edgekit name (same spellings as edgekit.runtimes.openvino.OvOptions).
 OPENVINO_DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 OPENVINO_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 OPENVINO_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16", "default")
+# htp_performance_mode values the QNN EP accepts (onnxruntime-qnn's QNN-ExecutionProvider.md).
+QNN_PERFORMANCE_MODES: tuple[str, ...] = (
+    "burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
+    "extreme_power_saver", "low_power_saver", "power_saver", "sustained_high_performance",
+)
 # ORT's graph optimization levels by edgekit name (same names as edgekit.runtimes.ort.OrtOptions).
 GRAPH_OPTIMIZATIONS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 
@@ -108,6 +113,19 @@ class OpenVinoSettings:
 
 
 @dataclass(frozen=True)
+class QnnSettings:
+    # Hexagon NPU generation (73 = v73: 8 Gen 2, X Elite; 75: 8 Gen 3; 79: 8 Elite); 0 = unset.
+    htp_arch: int = 0
+    # QNN SoC model id (QnnTypes.h QNN_SOC_MODEL_*): 43 SM8550, 57 SM8650, 69 SM8750, 60 SC8380XP.
+    # A context binary compiled for one SoC model is refused by another.
+    soc_model: int = 0
+    # htp_performance_mode: the clock/voltage vote while the NPU runs (burst for benchmarks).
+    performance_mode: str = "burst"
+    # VTCM megabytes to reserve (the NPU's on-chip scratch memory); 0 = the backend's default.
+    vtcm_mb: int = 0
+
+
+@dataclass(frozen=True)
 class LintRules:
     # Every graph input/output dim fixed, no op whose output shape depends on data.
     static_shapes: bool = True
@@ -120,7 +138,7 @@ class LintRules:
     opset_max: int = 21
     # Where op support comes from: "ort" (the CPU EP runs every standard op), "tensorrt"
     # (edgekit's copy of the ONNX-TensorRT support matrix), "nnapi"/"coreml" (onnxruntime's
-    # mobile usability checker).
+    # mobile usability checker), "qnn" (compiling for the HTP with CPU fallback off).
     supported_ops: str = "ort"
 
 
@@ -128,7 +146,7 @@ class LintRules:
 class Target:
     # Name used on the command line (`--target NAME`) and in engine keys (engines/<name>/).
     name: str
-    # Runtimes to try in order: the first this host can run is used (ort | trt).
+    # Runtimes to try in order: the first this host can run is used (ort | trt | qnn).
     runtimes: tuple[str, ...]
     # Precisions the target runs, preferred first (fp32 | fp16 | int8).
     precisions: tuple[str, ...]
@@ -136,7 +154,7 @@ class Target:
     description: str = ""
     # CPU architecture of the device; "host" = whatever runs edgekit (the default target).
     arch: str = "host"
-    # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt).
+    # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt | qnn).
     quantization_profile: str = "cpu"
     # Power probe name as `edgekit profile --power` takes it (auto, nvml, jetson, android, rpi, …).
     power_probe: str = "auto"
@@ -147,6 +165,7 @@ class Target:
     ort: OrtSettings = field(default_factory=OrtSettings)
     trt: TrtSettings = field(default_factory=TrtSettings)
     openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
+    qnn: QnnSettings = field(default_factory=QnnSettings)
     lint: LintRules = field(default_factory=LintRules)
     # Where it was loaded from ("builtin:cpu" or a file path): for messages, not from the file.
     source: str = ""
@@ -158,6 +177,10 @@ class Target:
     @property
     def uses_openvino(self) -> bool:
         return "openvino" in self.runtimes
+
+    @property
+    def uses_qnn(self) -> bool:
+        return "qnn" in self.runtimes
 
     def to_json(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -325,6 +348,12 @@ def _check_values(t: Target, source: str) -> None:
         raise UsageError(f"target file {source}: trt.workspace_mib = {t.trt.workspace_mib} must be positive")
     if not 1 <= t.lint.opset_min <= t.lint.opset_max:
         raise UsageError(f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range")
+    one_of("qnn.performance_mode", t.qnn.performance_mode, QNN_PERFORMANCE_MODES)
+    for key in ("htp_arch", "soc_model", "vtcm_mb"):
+        if getattr(t.qnn, key) < 0:
+            raise UsageError(f"target file {source}: qnn.{key} must be >= 0 (0 = unset)")
+    if t.uses_qnn and not (t.qnn.htp_arch and t.qnn.soc_model):
+        raise UsageError(f"target file {source}: a qnn target needs qnn.htp_arch and qnn.soc_model (e.g. 75 and 57 for SM8650)")
     for key in ("max_topk_k", "memory_budget_mb"):
         if getattr(t.lint, key) < 0:
             raise UsageError(f"target file {source}: lint.{key} must be >= 0 (0 = not checked)")
@@ -366,6 +395,7 @@ __all__ = [
     "LintRules",
     "OpenVinoSettings",
     "OrtSettings",
+    "QnnSettings",
     "Target",
     "TrtSettings",
     "L4T_JETPACK",
