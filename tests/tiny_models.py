@@ -76,3 +76,21 @@ def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("fast")
     return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in tiny_specs.items()}
+
+
+@pytest.fixture(scope="session")
+def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
+    """{kind: bundle dir} of the tiny models at batch 1 (the HTP backend's emulation costs
+    ~10x a CPU forward), their int8 model from ``quantize --profile qnn`` (budget measured on
+    the HTP backend). Tests that write into a bundle copy it first."""
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    root = tmp_path_factory.mktemp("qnn")
+    out = {}
+    for kind, spec in (("masked", tiny_masked_spec(batch=1)), ("flow", tiny_flow_spec(batch=1))):
+        bundle = export_bundle(spec, root / kind, source=spec.name).root
+        quantize_bundle(bundle, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={}))
+        out[kind] = bundle
+    return out

@@ -109,17 +109,19 @@ class EvalRun:
 
 
 def decode_eval_set(
-    bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None
+    bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None,
+    cond: Mapping[str, np.ndarray] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
-    ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions."""
+    ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
+    cond: the held-out conditions [n, ...] (None: the demo model's evaluation set)."""
 
-    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options))
+    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=cond)
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
         cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
-        evaluate(bundle, lock, n, seed, dict(decode_options))
+        evaluate(bundle, lock, n, seed, dict(decode_options), cond=cond)
         decisions = (lock.agreeing, lock.total)
     return EvalRun(sampled, decisions)
 

@@ -31,7 +31,7 @@ from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
 from edgekit.quantize.budget import check, compare, decode_eval_set
-from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
+from edgekit.quantize.calibrate import calibration_conditions, calibration_reader, range_drift, record_trajectories
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.ptq import quiet_ort_logging
@@ -53,12 +53,44 @@ def prepare_qnn(fp32_path: Path, out: Path) -> Path:
     return out
 
 
+def matmul_weights(model_path: Path) -> dict[str, str]:
+    """{constant weight of a MatMul: that node's activation input}: the weights the HTP takes at
+    16 bit (with a 16-bit activation: A16W16; it refused them on Gemm, LayerNorm and Conv)."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    return {n.input[1]: n.input[0] for n in model.graph.node
+            if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
+
+
+def weight_sqnr(model_path: Path, names: Sequence[str]) -> dict[str, float]:
+    """{weight: SQNR (dB) of its uint8 per-tensor quantization (the QNN profile's weights)}."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path))
+    wanted = set(names)
+    out = {}
+    for init in model.graph.initializer:
+        if init.name not in wanted:
+            continue
+        w = onnx.numpy_helper.to_array(init).astype(np.float64)
+        lo, hi = min(w.min(), 0.0), max(w.max(), 0.0)
+        scale = (hi - lo) / 255 or 1.0
+        q = np.clip(np.round((w - lo) / scale), 0, 255) * scale + lo
+        noise = np.sum((w - q) ** 2)
+        out[init.name] = float(10 * np.log10(np.sum(w**2) / noise)) if noise > 0 else float("inf")
+    return out
+
+
 def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax") -> Path:
     """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations and weights),
-    the activation tensors in ``promoted`` at uint16."""
+    the tensors in ``promoted`` at uint16: activations, and MatMul weights (whose
+    activation input then goes to uint16 too: the HTP has A16W16, not A8W16)."""
     quant = require("onnxruntime.quantization")
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
-    overrides = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in promoted}
+
+    weights = matmul_weights(prepared)
+    names = list(promoted) + [weights[w] for w in promoted if w in weights]
+    overrides = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
     reader.rewind()
     try:
         with quiet_ort_logging():
@@ -152,11 +184,14 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
         prepared = prepare_qnn(fp32_path, tmp / "prepared.onnx")
         labels = module_labels(fp32_path)
         plan = analyse_graph(prepared, None, labels)
+        # A model without a demo evaluation set (bring your own) is evaluated on conditions drawn
+        # within its inputs' declared ranges, as calibration draws them (other seeds).
+        held_out = None if bundle.ground_truth else calibration_conditions(bundle, cfg.eval_samples, cfg.eval_seed)
         say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as rt:
             traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
-            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode)
+            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, cond=held_out)
         clock["fp32_decode_s"] = time.perf_counter() - t0
         reader = calibration_reader(traj.feeds, bundle.inputs)
         builds = iter(range(10**6))
@@ -174,7 +209,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
             else:
                 runtime = OrtRuntime(model, options)
             with runtime as rt, OrtRuntime(fp32_path, options) as fp32_rt:
-                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt)
+                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt, cond=held_out)
             metrics = compare(kind, reference, run)
             passed, rows = check(metrics, budget)
             history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
@@ -184,13 +219,17 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
         say("quantize every op: 8-bit activations and weights (QNN rules)")
         model = build(())
         tensors = activation_tensors(model)
+        weights = list(matmul_weights(prepared))
         passed, metrics, rows = measure(model, ())
         promoted: list[str] = []
         ranking: dict[str, float] = {}
         if not passed and cfg.fallback:
             pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
             ranking = tensor_sqnr(prepared, model, [traj.feeds[i] for i in sorted(set(pick.tolist()))], tensors)
-            order = sorted(tensors, key=lambda t: ranking.get(t, np.inf))
+            ranking |= weight_sqnr(prepared, weights)
+            # Activations and MatMul weights in one ranking: on the tiny flow test model every
+            # activation at 16 bit still left 19.6 dB (< 30): its uint8 weights were the limit.
+            order = sorted([*tensors, *weights], key=lambda t: ranking.get(t, np.inf))
             limit = len(order) if cfg.max_fallback is None else min(cfg.max_fallback, len(order))
             # Emulating 16-bit tensors costs the HTP backend up to 10x per forward, so the
             # doubling search (1, 2, 4, ... tensors) first runs on the CPU EP's QDQ simulation;
@@ -204,7 +243,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
             k = min(k, limit)
             while not passed and len(promoted) < limit:
                 promoted = order[:k]
-                say(f"promote the {len(promoted)} least precise activation tensor(s) to 16 bit")
+                say(f"promote the {len(promoted)} least precise tensor(s) to 16 bit")
                 model = build(promoted)
                 passed, metrics, rows = measure(model, promoted)
                 k = min(2 * k, limit)
@@ -213,11 +252,16 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
         if floats:  # get_qnn_qdq_config quantizes every op it knows; anything else is named here
             say(f"warning: {len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16")
         producer = _consumers_label(prepared, labels)
+        weight_set = set(weights)
         promotions = [
-            {"step": i + 1, "tensor": t, "produced_by": producer.get(t, t), "sqnr_8bit_db": ranking.get(t)}
+            {"step": i + 1, "tensor": t, "kind": "weight" if t in weight_set else "activation",
+             "produced_by": "initializer" if t in weight_set else producer.get(t, t), "sqnr_8bit_db": ranking.get(t)}
             for i, t in enumerate(promoted)
         ]
-        share_8bit = 1.0 - len(promoted) / len(tensors) if tensors else None
+        # Activations at 16 bit: the promoted ones and the inputs of promoted MatMul weights.
+        act_of = matmul_weights(prepared)
+        wide = {t for t in promoted if t not in weight_set} | {act_of[t] for t in promoted if t in weight_set}
+        share_8bit = 1.0 - len(wide & set(tensors)) / len(tensors) if tensors else None
         t0 = time.perf_counter()
         shown = [t for t in tensors if t in producer][:64]
         drift = range_drift(prepared, shown, traj, cfg.threads, labels={t: producer[t] for t in shown})
@@ -255,9 +299,11 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
             "structure": {"ops": ops, "float_nodes": floats},
             "qnn": {
                 "htp_arch": htp.arch, "soc_model": htp.soc, **versions(),
-                "weights": "uint8 per tensor", "activations": "uint8, promoted tensors uint16",
+                "weights": "uint8 per tensor, promoted MatMul weights uint16", "activations": "uint8, promoted tensors uint16",
                 "activation_tensors": len(tensors),
                 "promoted_16bit": len(promoted),
+                "activations_16bit": len(wide & set(tensors)),
+                "weights_16bit": sum(1 for t in promoted if t in weight_set),
                 "share_8bit": share_8bit,
                 "promotions": promotions,
             },

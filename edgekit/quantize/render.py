@@ -50,13 +50,14 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
     o.pairs("Hexagon NPU (HTP) quantization", {
         "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
         "HTP": f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})",
-        "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q['promoted_16bit']} promoted to 16 bit)",
+        "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit)",
+        "MatMul weights at 16 bit": q.get("weights_16bit", 0),
         "weights": q["weights"],
     })
     if q["promotions"]:
         o.table("promoted to 16 bit, least precise first (SQNR of the tensor's own 8-bit quantization)",
-                ["#", "tensor", "produced by", "8-bit SQNR dB"],
-                [(p["step"], p["tensor"], p["produced_by"], p["sqnr_8bit_db"]) for p in q["promotions"]])
+                ["#", "tensor", "kind", "produced by", "8-bit SQNR dB"],
+                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"], p["sqnr_8bit_db"]) for p in q["promotions"]])
     limits = list(s["budget"]["limits"])
     o.table("budget search (the CPU EP only narrows it; the HTP backend decides)", ["backend", "16-bit tensors", *limits, "passed"],
             [(h["backend"], h["promoted"], *(h.get(k) for k in limits), h["passed"]) for h in s["budget"]["history"]])
