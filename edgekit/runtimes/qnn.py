@@ -165,10 +165,15 @@ def refused_nodes(log: str) -> list[dict[str, str]]:
     return out
 
 
+# Ops that move data without arithmetic: on a float graph input (``t`` unsqueezed before its
+# QuantizeLinear) they compute nothing in float, and the QNN quantizer leaves them so.
+DATA_MOVEMENT_OPS = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Identity"})
+
+
 def float_nodes(model_path: Path) -> list[dict[str, str]]:
-    """[{node, op}] of a graph's nodes that compute in float32: a float input that is neither a
-    DequantizeLinear output nor read by a QuantizeLinear. The HTP has no float32 arithmetic, so
-    without fp16 each of them stops the graph from compiling."""
+    """[{node, op}] of a graph's nodes that compute in float32: a float input that is not a
+    DequantizeLinear output (data movement, ``DATA_MOVEMENT_OPS``, aside). The HTP has no float32
+    arithmetic: it runs such a node in fp16 (v73+, the soc_model set) or not at all."""
     onnx = require("onnx")
     model = onnx.load(str(model_path), load_external_data=False)
     graph = model.graph
@@ -182,7 +187,7 @@ def float_nodes(model_path: Path) -> list[dict[str, str]]:
     producer = {o: n for n in graph.node for o in n.output}
     out = []
     for node in graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant") or node.op_type in DATA_MOVEMENT_OPS:
             continue
         float_inputs = [i for i in node.input if i and types.get(i) == onnx.TensorProto.FLOAT]
         if any(getattr(producer.get(i), "op_type", None) != "DequantizeLinear" for i in float_inputs):
