@@ -60,6 +60,8 @@ def test_each_target_declares_what_the_issue_asks():
         if t.uses_trt:
             # TensorRT's ITopKLayer requires K < 3840.
             assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3839 and t.lint.supported_ops == "tensorrt"
+        elif t.uses_qnn:
+            assert t.quantization_profile == "qnn" and t.lint.supported_ops == "qnn"
         else:
             assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi", "openvino")
         assert t.lint.static_shapes
