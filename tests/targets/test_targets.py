@@ -140,7 +140,7 @@ def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
 
 
 def test_unknown_names_list_the_shipped_targets(tmp_path):
-    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5 or a path to a .toml file"):
+    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite or a path to a .toml file"):
         load_target("jetson-nano")
     with pytest.raises(UsageError, match="does not exist"):
         load_target(tmp_path / "missing.toml")
