@@ -42,6 +42,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import conditions, graph_batch, score
 from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES, open_runtime
+from edgekit.targets import load_target
 
 SCHEMA = "edgekit.check/1"
 DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core CPU, enough to gate

@@ -98,3 +98,11 @@ def test_an_int8_model_of_another_profile_is_refused_before_compiling(masked):
     bundle.save()
     with pytest.raises(EdgekitError, match="--profile qnn"):
         build_bundle(masked, TARGET, "int8")
+
+
+def test_check_with_the_target_runs_the_candidate_from_the_precompiled_context(masked):
+    from edgekit.check import CheckConfig, check_bundle
+
+    build_bundle(masked, TARGET, "int8")
+    doc = check_bundle(masked, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1, cond={"class_id": "1"}, target=TARGET))
+    assert doc["candidate"] == "qnn:int8" and any("emulated" in w for w in doc["warnings"])
