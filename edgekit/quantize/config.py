@@ -114,6 +114,7 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
 # Accuracy budget keys: direction and meaning. ">=" keys are floors, "<=" keys ceilings.
 BUDGET_RULES: dict[str, tuple[str, str]] = {
     "token_agreement": (">=", "share of token decisions equal to FP32's, both fed FP32's decode state, identical noise"),
+    "top1_agreement": (">=", "share of top-1 (argmax) decisions equal to FP32's, both fed FP32's decode state (as `check` gates it)"),
     "final_token_agreement": (">=", "share of final output tokens equal to FP32's (free-running decodes, identical noise)"),
     "event_accuracy_drop": ("<=", "FP32 minus INT8 ground-truth event accuracy of the final output (identical noise)"),
     "snr_db": (">=", "SNR of the final INT8 frames vs FP32 frames, dB (identical noise)"),
@@ -121,9 +122,9 @@ BUDGET_RULES: dict[str, tuple[str, str]] = {
 }
 # Which keys a kind can measure (a --budget key outside them is a usage error).
 BUDGET_KEYS: dict[str, tuple[str, ...]] = {
-    "masked": ("token_agreement", "final_token_agreement", "event_accuracy_drop"),
+    "masked": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop"),
     "flow": ("snr_db", "gt_snr_drop_db"),
-    "ar": ("token_agreement", "final_token_agreement", "event_accuracy_drop"),
+    "ar": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop"),
 }
 # Per-kind defaults: 99 % of token decisions and 30 dB of frames, as the issue asks. Ground-truth
 # drops are measured on 16 held-out rows, where they are noisy: the INT8 demo models' event
@@ -146,9 +147,11 @@ DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
 # activations gave 0.957 on the HTP backend, every activation at 16 bit 0.984 (CPU EP
 # simulation), 16-bit activations *and* weights 0.997, which the HTP refuses for LayerNorm and
 # Conv weights; fp16 on the HTP gave 1.000. The ground-truth drop (what users see) keeps its
-# limit, as do the flow budgets.
+# limit, as do the flow budgets. It also budgets top-1 agreement at `check`'s default floors
+# (masked 0.90, ar 0.95: check/thresholds.py), so a model quantize passes does not fail check:
+# the 8-bit masked demo had 0.957 token agreement but 0.869 top-1 on the HTP backend.
 PROFILE_BUDGETS: dict[str, dict[str, dict[str, float]]] = {
-    "qnn": {"masked": {"token_agreement": 0.95}, "ar": {"token_agreement": 0.95}},
+    "qnn": {"masked": {"token_agreement": 0.95, "top1_agreement": 0.90}, "ar": {"token_agreement": 0.95, "top1_agreement": 0.95}},
 }
 
 

@@ -44,7 +44,7 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
 
 def test_the_qnn_profile_has_its_own_token_floor_and_keeps_the_rest():
     budget = QuantizeConfig(profile="qnn").budget_for("masked")
-    assert budget["token_agreement"] == 0.95
+    assert budget["token_agreement"] == 0.95 and budget["top1_agreement"] == 0.90  # check's default top-1 floor
     assert budget["event_accuracy_drop"] == DEFAULT_BUDGETS["masked"]["event_accuracy_drop"]
     assert QuantizeConfig(profile="qnn").budget_for("flow") == DEFAULT_BUDGETS["flow"]
 
