@@ -106,3 +106,9 @@ def test_check_with_the_target_runs_the_candidate_from_the_precompiled_context(m
     build_bundle(masked, TARGET, "int8")
     doc = check_bundle(masked, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1, cond={"class_id": "1"}, target=TARGET))
     assert doc["candidate"] == "qnn:int8" and any("emulated" in w for w in doc["warnings"])
+
+
+def test_a_relative_bundle_path_builds(masked, monkeypatch):
+    monkeypatch.chdir(masked.parent)
+    entry = build_bundle(masked.name, TARGET, "int8")["engine"]
+    assert entry["path"].startswith(f"engines/{TARGET}/") and (masked / entry["path"]).is_file()
