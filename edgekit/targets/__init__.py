@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit.errors import UsageError
+from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
 
 DEFAULT_TARGET = "cpu"
 RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino", "qnn")
@@ -36,11 +37,6 @@ SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", 
 OPENVINO_DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 OPENVINO_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 OPENVINO_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16", "default")
-# htp_performance_mode values the QNN EP accepts (onnxruntime-qnn's QNN-ExecutionProvider.md).
-QNN_PERFORMANCE_MODES: tuple[str, ...] = (
-    "burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
-    "extreme_power_saver", "low_power_saver", "power_saver", "sustained_high_performance",
-)
 # ORT's graph optimization levels by edgekit name (same names as edgekit.runtimes.ort.OrtOptions).
 GRAPH_OPTIMIZATIONS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 
@@ -110,19 +106,6 @@ class OpenVinoSettings:
     # f32, bf16, f16, or "default" = the device's choice (bf16 on AMX CPUs, f16 on GPU/NPU).
     # The fp32 precision always runs f32, bf16 bf16, fp16 f16.
     inference_precision: str = "f32"
-
-
-@dataclass(frozen=True)
-class QnnSettings:
-    # Hexagon NPU generation (73 = v73: 8 Gen 2, X Elite; 75: 8 Gen 3; 79: 8 Elite); 0 = unset.
-    htp_arch: int = 0
-    # QNN SoC model id (QnnTypes.h QNN_SOC_MODEL_*): 43 SM8550, 57 SM8650, 69 SM8750, 60 SC8380XP.
-    # A context binary compiled for one SoC model is refused by another.
-    soc_model: int = 0
-    # htp_performance_mode: the clock/voltage vote while the NPU runs (burst for benchmarks).
-    performance_mode: str = "burst"
-    # VTCM megabytes to reserve (the NPU's on-chip scratch memory); 0 = the backend's default.
-    vtcm_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -348,12 +331,7 @@ def _check_values(t: Target, source: str) -> None:
         raise UsageError(f"target file {source}: trt.workspace_mib = {t.trt.workspace_mib} must be positive")
     if not 1 <= t.lint.opset_min <= t.lint.opset_max:
         raise UsageError(f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range")
-    one_of("qnn.performance_mode", t.qnn.performance_mode, QNN_PERFORMANCE_MODES)
-    for key in ("htp_arch", "soc_model", "vtcm_mb"):
-        if getattr(t.qnn, key) < 0:
-            raise UsageError(f"target file {source}: qnn.{key} must be >= 0 (0 = unset)")
-    if t.uses_qnn and not (t.qnn.htp_arch and t.qnn.soc_model):
-        raise UsageError(f"target file {source}: a qnn target needs qnn.htp_arch and qnn.soc_model (e.g. 75 and 57 for SM8650)")
+    check_qnn(t.qnn, t.uses_qnn, source)
     for key in ("max_topk_k", "memory_budget_mb"):
         if getattr(t.lint, key) < 0:
             raise UsageError(f"target file {source}: lint.{key} must be >= 0 (0 = not checked)")
