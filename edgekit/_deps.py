@@ -16,6 +16,7 @@ _EXTRAS: dict[str, str] = {
     "pynvml": "nvml",
     "matplotlib": "report",
     "openvino": "openvino",
+    "onnxruntime_qnn": "qnn",
 }
 
 

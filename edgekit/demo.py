@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.build import demo_build_stage
+from edgekit.build import build_bundle, demo_build_stage, module_available
 from edgekit.bundle import Bundle
-from edgekit.check import demo_check
+from edgekit.check import CheckConfig, check_bundle, demo_check
 from edgekit.check.render import print_demo_check
 from edgekit.evaluate import evaluate
 from edgekit.export import ExportConfig, export_bundle
@@ -17,7 +17,7 @@ from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.output import Output
 from edgekit.profile import demo_profile
-from edgekit.quantize import demo_quantize
+from edgekit.quantize import QuantizeConfig, demo_quantize, quantize_bundle
 from edgekit.runtimes import open_runtime
 
 
@@ -27,6 +27,10 @@ class DemoConfig:
     batch: int = 8  # static graph batch: 8 rows per network call
     n: int = 32  # evaluation sequences per model (held-out conditions)
     seed: int = 0
+    # The NPU stage (needs edgekit[qnn]): masked-demo at batch 1 for this Snapdragon target,
+    # quantized with the qnn profile, compiled to a context binary, checked on the emulated HTP.
+    npu_target: str | None = "snapdragon-8-gen-3"
+    npu_n: int = 4  # held-out rows for the NPU budget and check: the HTP emulation is ~10x slower per forward
 
 
 def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
@@ -73,7 +77,38 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
 
     step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report")
     report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
+    if cfg.npu_target:
+        report["stages"]["npu"] = npu_stage(cfg, step)
     return report
+
+
+def npu_stage(cfg: DemoConfig, step: Any) -> dict[str, Any]:
+    """masked-demo on a Snapdragon NPU: full-integer quantization whose budget is measured on the
+    HTP backend, an EPContext build for the target, and the check qnn:int8 vs ort:fp32 loading
+    that precompiled context. Skipped, with the install line, without onnxruntime-qnn."""
+    if not module_available("onnxruntime_qnn"):
+        return {"skipped": "onnxruntime-qnn is not installed (pip install 'edgekit[qnn]')"}
+    target = cfg.npu_target
+    step(f"NPU: export masked-demo at batch 1 for {target} (the HTP backend emulates the NPU on this CPU)")
+    b = export_bundle(load_spec("masked-demo", batch=1), cfg.out / "npu" / "masked", ExportConfig(), source="masked-demo")
+    step("NPU: quantize every op (qnn profile), budget measured on the HTP backend")
+    q = quantize_bundle(b.root, QuantizeConfig(profile="qnn", calib_samples=cfg.npu_n, eval_samples=cfg.npu_n, eval_seed=cfg.seed))
+    step(f"NPU: compile the context binary for {target}")
+    built = build_bundle(b.root, target, "int8")
+    step("NPU: check qnn:int8 (precompiled context) vs ort:fp32")
+    doc = check_bundle(b.root, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=cfg.npu_n, seed=cfg.seed, target=target))
+    engine = built["engine"]
+    return {
+        "target": target,
+        "bundle": str(b.root),
+        "quantize": {"passed": q["passed"], "checks": q["budget"]["checks"], "share_8bit": q["qnn"]["share_8bit"],
+                     "promoted_16bit": q["qnn"]["promoted_16bit"], "measured_on": q["budget"]["measured_on"]},
+        "build": {"engine": engine["path"], "bytes": engine["bytes"], "device": engine["device"], "qnn": engine["qnn"],
+                  "session_seconds": engine["session_seconds"]},
+        "check": {"passed": doc["passed"], "failed": doc["failed"],
+                  "metrics": {k: v for k, v in doc["metrics"].items() if isinstance(v, (int, float))}},
+        "note": "latency on this host is x86 emulation of the NPU; accuracy is the NPU's arithmetic",
+    }
 
 
 def print_demo(o: Output, report: dict[str, Any]) -> None:
@@ -122,3 +157,23 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     for line in t.get("frontier_lines", []) + t["power"]:
         o.line(line)
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
+    npu = report["stages"].get("npu")
+    if npu:
+        _print_npu(o, npu)
+
+
+def _print_npu(o: Output, npu: dict[str, Any]) -> None:
+    if "skipped" in npu:
+        o.line(f"NPU stage skipped: {npu['skipped']}")
+        return
+    q, b, c = npu["quantize"], npu["build"], npu["check"]
+    rows = [("quantize (qnn profile)", c_["key"], c_["value"], f"{c_['op']} {c_['limit']:g}: " + ("pass" if c_["passed"] else "FAIL"))
+            for c_ in q["checks"]]
+    rows.append(("quantize (qnn profile)", "activations at 8 bit", q["share_8bit"], f"{q['promoted_16bit']} tensor(s) at 16 bit"))
+    rows += [("check qnn:int8 vs ort:fp32", k, v, "FAIL" if k in c["failed"] else "") for k, v in c["metrics"].items()
+             if k in ("token_agreement", "top1_agreement", "logits_kl") or k.startswith("quality_drop.event")]
+    rows.append(("check qnn:int8 vs ort:fp32", "verdict", "pass" if c["passed"] else "FAIL", ", ".join(c["failed"])))
+    s = b["session_seconds"]
+    rows.append((f"build {npu['target']}", f"context binary ({b['device']})", b["bytes"] / 1e6,
+                 f"MB; session {s['load_precompiled']:.2f} s loaded vs {s['compile']:.2f} s compiling"))
+    o.table(f"NPU: masked-demo on {npu['target']} ({q['measured_on']}; {npu['note']})", ["stage", "metric", "value", ""], rows)

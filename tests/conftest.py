@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_models import tiny_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/ and run/)
+from tests.tiny_models import tiny_bundles, tiny_qnn_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/, run/ and the qnn tests)
 
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/edgekit-hypothesis")
 

@@ -80,3 +80,24 @@ def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("fast")
     return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in tiny_specs.items()}
+
+
+@pytest.fixture(scope="session")
+def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
+    """{kind: bundle dir} of the tiny models at batch 1 (the HTP backend's emulation costs
+    ~10x a CPU forward), their int8 model from ``quantize --profile qnn`` (budget measured on
+    the HTP backend). Tests that write into a bundle copy it first."""
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    root = tmp_path_factory.mktemp("qnn")
+    out = {}
+    for kind, spec in (("masked", tiny_masked_spec(batch=1)), ("flow", tiny_flow_spec(batch=1))):
+        bundle = export_bundle(spec, root / kind, source=spec.name).root
+        # The tiny flow's random weights are far from trained ones (uint8 weights leave ~15 dB):
+        # its budget here is what 8 bits reach, so the fixture builds without a promotion search.
+        budget = {"snr_db": 10.0} if kind == "flow" else {}
+        quantize_bundle(bundle, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget=budget))
+        out[kind] = bundle
+    return out

@@ -21,7 +21,7 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     stem = f"{precision}-{digest[:8]}"
     folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
     folder.mkdir(parents=True, exist_ok=True)
-    rel = lambda p: p.relative_to(bundle.root).as_posix()  # noqa: E731
+    rel = lambda p: p.relative_to(bundle.root.resolve()).as_posix()  # noqa: E731  (inside() resolves: a relative bundle path too)
     final = folder / f"{stem}{model.suffix}"
     entry: dict[str, Any] = {"path": rel(final), "sha256": digest, "bytes": model.stat().st_size}
     for role, path in files.items():

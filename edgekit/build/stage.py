@@ -27,6 +27,7 @@ from edgekit._deps import require
 from edgekit.build.install import install, remove_superseded
 from edgekit.build.openvino import build_openvino
 from edgekit.build.ort import build_ort, fix_dynamic_shapes
+from edgekit.build.qnn import build_qnn
 from edgekit.build.trt import build_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
 from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
@@ -111,13 +112,15 @@ def build_bundle(
             raise _refuse_device(target, bundle, problems)
     elif target.uses_openvino:
         require("openvino")
+    elif target.uses_qnn:
+        require("onnxruntime_qnn")
     elif precision in ("fp16", "bf16"):
         raise UsageError(f"--precision {precision} needs TensorRT or OpenVINO; target {target.name} runs ONNX Runtime (fp32, int8)")
 
     key = engine_key(target.name, precision)
     old = (bundle.manifest.get("engines") or {}).get(key)
     if old is not None and not rebuild:
-        problems = engine_problems(bundle, old, host, trt_host)
+        problems = engine_problems(bundle, old, host, trt_host, target=target)
         if not problems:
             return _document(bundle, target, precision, old, "up-to-date", [])
         raise EdgekitError(
@@ -143,6 +146,8 @@ def build_bundle(
             files, facts = build_trt(model_path, source.sha256, target, precision, workdir)
         elif target.uses_openvino:
             files, facts = build_openvino(model_path, target, precision, host, workdir)
+        elif target.uses_qnn:
+            files, facts = build_qnn(model_path, target, precision, workdir)
         else:
             files, facts = build_ort(model_path, target, host, workdir)
         entry = install(bundle, target, precision, files)

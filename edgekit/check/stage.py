@@ -42,6 +42,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import conditions, graph_batch, score
 from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES, open_runtime
+from edgekit.targets import load_target
 
 SCHEMA = "edgekit.check/1"
 DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core CPU, enough to gate
@@ -96,13 +97,18 @@ class CheckConfig:
     junit: Path | None = None  # write JUnit XML, one test case per metric
     metric_hook: str | None = None  # module:function quality metric for non-demo models (RUNS USER CODE)
     threads: int = 0  # runtime intra-op threads; 0 = runtime default
+    # A variant on one of this target's runtimes loads its built engine (e.g. qnn:int8 with a
+    # Snapdragon target: the precompiled context, with the target's SoC options); None = plain.
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
             raise UsageError(f"--n {self.n!r} is invalid; valid: an integer >= 1")
 
 
-def _open(bundle: Bundle, variant: Variant, threads: int):
+def _open(bundle: Bundle, variant: Variant, threads: int, target: str | None = None):
+    if target is not None and variant.runtime in load_target(target).runtimes:
+        return open_runtime(bundle, variant.runtime, variant.precision, threads=threads, target=target)
     return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
 
 
@@ -160,7 +166,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     acc = accumulator_for(kind, meta)
     outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
     conds: list[dict[str, np.ndarray]] = []
-    with _open(bundle, ref_v, cfg.threads) as ref_rt, _open(bundle, cand_v, cfg.threads) as cand_rt:
+    with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
         # The candidate shadows every reference call (teacher-forced network metrics), then

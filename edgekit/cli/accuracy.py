@@ -24,16 +24,17 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
     "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json\n\n"
-    "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime"
+    "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime\n\n"
+    "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   (Hexagon NPU: full integer, budget on the HTP backend)"
 )
 def quantize(
     bundle: BundleArg,
-    profile: Annotated[str, typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias).")] = "cpu",
+    profile: Annotated[str, typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit[qnn]).")] = "cpu",
     method: Annotated[str, typer.Option(help="Calibration: minmax | entropy | percentile.")] = "minmax",
     calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
     eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
     exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
-    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
+    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
     decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
     fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
     seed: SeedOpt = 0,
@@ -86,13 +87,14 @@ def quantize(
     "  edgekit check bundles/masked --candidate openvino:int8 --reference ort:fp32\n\n"
     "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
     "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
-    "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5"
+    "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
+    "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3"
 )
 def check(
     bundle: BundleArg,
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
     candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino.")] = "ort",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino | qnn.")] = "ort",
     n: Annotated[int, typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i).")] = 16,
     seed: SeedOpt = 0,
     greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
@@ -103,6 +105,7 @@ def check(
     metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for models without a demo evaluation set; repeatable.")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
@@ -116,6 +119,7 @@ def check(
     cfg = CheckConfig(
         reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond,
         thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
+        target=target,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} on {n} conditions …")
     doc = check_bundle(bundle, cfg)

@@ -149,10 +149,10 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s")
 
 
-RuntimeOpt = Annotated[str, typer.Option("--runtime", help="ort | torch | trt | openvino.")]
+RuntimeOpt = Annotated[str, typer.Option("--runtime", help="ort | torch | trt | openvino | qnn (Qualcomm HTP; emulated on x86).")]
 
 
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 | int8 (after `edgekit quantize`) | fp16 (trt, OpenVINO GPU/NPU) | bf16 (openvino: the fp32 model in bf16).")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 | int8 (after `edgekit quantize`) | fp16 (trt, qnn, OpenVINO GPU/NPU) | bf16 (openvino: the fp32 model in bf16).")]
 
 
 def parse_csv(option: str, value: Optional[str], cast=str) -> tuple:

@@ -11,6 +11,7 @@ import numpy as np
 from edgekit.lint.findings import Finding, sort_findings
 from edgekit.lint.mobile import mobile_ep_findings
 from edgekit.lint.openvino import openvino_findings
+from edgekit.lint.qnn import qnn_findings
 from edgekit.lint.ops import (
     DATA_DEPENDENT_SHAPE_OPS,
     DEFAULT_DOMAINS,
@@ -61,6 +62,8 @@ def lint_onnx(
         findings += mobile_ep_findings(model_path, target, name)
     elif rules.supported_ops == "openvino":
         findings += openvino_findings(model_path, target, name)
+    elif rules.supported_ops == "qnn":
+        findings += qnn_findings(model_path, target, name)
     return sort_findings(findings)
 
 

@@ -193,6 +193,9 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
                 f"--runtime torch runs fp32 only, not {[p for p in precisions if p != 'fp32']}",
                 hint="add --runtime ort to profile int8, or use --precision fp32",
             )
+    if "qnn" in cfg.runtimes and set(cfg.runtimes) == {"qnn"} and precisions == ("fp32",):
+        raise UsageError("--runtime qnn has no fp32: the Hexagon NPU computes in integers or float16",
+                         hint="profile --precision int8 (after `edgekit quantize BUNDLE --profile qnn`) or --precision fp16")
     if "trt" in cfg.runtimes:
         engines = (bundle.manifest.get("engines") or {}).values()
         for p in precisions:

@@ -85,6 +85,8 @@ def measure_decodes(
         # OpenVINO: threads, streams, performance hint and inference precision as compiled.
         "runtime_settings": dict(getattr(runtime, "settings", None) or {}),
         "runtime_warnings": list(getattr(runtime, "warnings", [])),
+        # Where a latency is not the device's (the NPU emulated on x86): said with every figure.
+        "timing_note": getattr(runtime, "timing_note", None),
         "decode": {"steps": decoded.steps, "nfe": decoded.nfe, "runtime_calls": decoded.runtime_calls, "rows": rows},
         "latency": m.stats.to_json(),
         "measurement": {

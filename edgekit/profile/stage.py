@@ -75,6 +75,8 @@ def _warnings(doc: Mapping[str, Any]) -> Iterator[str]:
     if doc.get("compare_ar"):
         every += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
     for v in every:
+        if v.get("timing_note"):
+            yield f"{v['id']}: every latency of this variant is {v['timing_note']}"
         for w in v["latency"]["warnings"] + v["system"]["warnings"] + v["runtime_warnings"]:
             yield f"{v['id']}: {w}"
         if v["measurement"]["capped_at_max_iters"]:

@@ -45,6 +45,8 @@ def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
 # an 80-column terminal with up to four variants side by side.
 _ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any]]] = [
     ("device", lambda v: _short_device(v.get("device"))),
+    # The Hexagon NPU emulated on x86: its figures are the emulator's, never the device's.
+    ("latency is", lambda v: "x86 EMULATION, not device" if v.get("timing_note") else "measured on this host"),
     ("steps / run calls", lambda v: f"{_get(v, 'decode', 'steps')} / {_get(v, 'decode', 'runtime_calls')}"),
     ("decodes measured", lambda v: _get(v, "latency", "n")),
     ("median ms", lambda v: _get(v, "latency", "median_ms")),

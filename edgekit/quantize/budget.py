@@ -64,6 +64,7 @@ class LockstepRuntime:
         self.name = f"lockstep({getattr(reference, 'name', 'fp32')}, {getattr(candidate, 'name', 'int8')})"
         self.agreeing = 0
         self.total = 0
+        self.top1_agreeing = 0  # argmax of the logits alone (no noise): what `check` gates as top-1
 
     @property
     def inputs(self):
@@ -85,12 +86,16 @@ class LockstepRuntime:
             where = np.ones(a.shape, dtype=bool)
         self.agreeing += int(np.sum((a == b) & where))
         self.total += int(np.sum(where))
+        if self.temperature > 0:
+            self.top1_agreeing += int(np.sum((self._decide(logits, 0.0, noise_free=True) == self._decide(cand, 0.0, noise_free=True)) & where))
+        else:
+            self.top1_agreeing += int(np.sum((a == b) & where))
         return ref
 
-    def _decide(self, logits: np.ndarray, noise: np.ndarray | float) -> np.ndarray:
+    def _decide(self, logits: np.ndarray, noise: np.ndarray | float, noise_free: bool = False) -> np.ndarray:
         x = np.array(logits, dtype=np.float64)
         x[..., self.vocab :] = -np.inf  # never the mask / BOS id, as the loops do
-        if self.temperature > 0:
+        if self.temperature > 0 and not noise_free:
             x = x / self.temperature + noise
         return np.argmax(x, axis=-1)
 
@@ -106,21 +111,25 @@ class EvalRun:
 
     sampled: dict[str, Any]
     decisions: tuple[int, int] | None = None
+    top1: tuple[int, int] | None = None  # (agreeing, total) argmax decisions, same positions
 
 
 def decode_eval_set(
-    bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None
+    bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None,
+    cond: Mapping[str, np.ndarray] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
-    ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions."""
+    ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
+    cond: the held-out conditions [n, ...] (None: the demo model's evaluation set)."""
 
-    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options))
+    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=cond)
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
         cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
-        evaluate(bundle, lock, n, seed, dict(decode_options))
+        evaluate(bundle, lock, n, seed, dict(decode_options), cond=cond)
         decisions = (lock.agreeing, lock.total)
+        return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total))
     return EvalRun(sampled, decisions)
 
 
@@ -138,6 +147,8 @@ def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
         if int8.decisions is not None:
             agreeing, total = int8.decisions
             out["token_agreement"] = agreeing / total if total else None
+        if int8.top1 is not None and int8.top1[1]:
+            out["top1_agreement"] = int8.top1[0] / int8.top1[1]
         out["final_token_agreement"] = float(np.mean(fp32.sampled["output"] == int8.sampled["output"]))
         if "event_accuracy" in qf:
             out["event_accuracy_drop"] = qf["event_accuracy"] - qi["event_accuracy"]

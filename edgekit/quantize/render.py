@@ -37,7 +37,30 @@ def print_quantize(o: Output, s: dict) -> None:
             ["network calls", where, "mean share", "min share", "narrowest tensor"],
             [(span(r["calls"], "d"), span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
              for r in s["range_drift"]["steps"]])
-    o.line(f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8)")
+    q = s.get("qnn")
+    if q:
+        _print_qnn(o, s, q)
+    o.line(f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8"
+           + (" --runtime qnn)" if q else ")"))
+
+
+def _print_qnn(o: Output, s: dict, q: dict) -> None:
+    """The qnn profile's own tables: where the budget was measured, the 16-bit promotions, the search."""
+    share = "—" if q["share_8bit"] is None else f"{q['share_8bit']:.0%}"
+    o.pairs("Hexagon NPU (HTP) quantization", {
+        "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
+        "HTP": f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})",
+        "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit)",
+        "MatMul weights at 16 bit": q.get("weights_16bit", 0),
+        "weights": q["weights"],
+    })
+    if q["promotions"]:
+        o.table("promoted to 16 bit, least precise first (SQNR of the tensor's own 8-bit quantization)",
+                ["#", "tensor", "kind", "produced by", "8-bit SQNR dB"],
+                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"], p["sqnr_8bit_db"]) for p in q["promotions"]])
+    limits = list(s["budget"]["limits"])
+    o.table("budget search (the CPU EP only narrows it; the HTP backend decides)", ["backend", "16-bit tensors", *limits, "passed"],
+            [(h["backend"], h["promoted"], *(h.get(k) for k in limits), h["passed"]) for h in s["budget"]["history"]])
 
 
 def pct(value) -> str:

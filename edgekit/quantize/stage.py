@@ -42,6 +42,8 @@ from edgekit.quantize.graph import (
     weight_only_by_rule,
 )
 from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.qnn import quantize_bundle_qnn
+from edgekit.quantize.record import record_result
 from edgekit.quantize.structure import qdq_structure, trt_violations
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions  # lazy: openvino
@@ -61,6 +63,8 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
     the budget holds; the artifact is written either way so it can be inspected)."""
 
+    if cfg.profile == "qnn":  # full-integer for the Hexagon NPU, budget measured on the HTP backend
+        return quantize_bundle_qnn(path, cfg, progress=progress)
     say = progress or (lambda message: None)
     clock: dict[str, float] = {}
     start = time.perf_counter()
@@ -176,7 +180,7 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             "ratio": model.stat().st_size / fp32_path.stat().st_size,
         }
         summary["structure"]["trt_rules"] = "pass" if cfg.profile == "trt" else "not checked (cpu profile)"
-        _record(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
+        record_result(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
     return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
 
 
@@ -185,38 +189,6 @@ def _budget_runtime(model: Path, cfg: QuantizeConfig, options: Any) -> Any:
     if cfg.runtime == "openvino":
         return OpenVinoRuntime(model, OvOptions(threads=cfg.threads))
     return OrtRuntime(model, options)
-
-
-def _record(
-    bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
-    summary: dict[str, Any], clock: dict[str, float], start: float,
-) -> None:
-    """Stage the INT8 graph (and ORT's TensorRT calibration table) into the bundle, record the
-    summary as manifest["quantization"] and save: the previous int8 artifact goes only then."""
-    staged = bundle.staging_path("int8.onnx")
-    staged_table = None
-    try:
-        shutil.copyfile(model, staged)
-        staged_table = _calibration_table(bundle, cache, tensors, tmp)
-        art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
-        summary["artifact"] = {"int8": art.path}
-        if staged_table is not None:
-            table = bundle.add_artifact(
-                "int8-calibration", staged_table, made_by="quantize",
-                config={"format": "TensorRT calibration cache (text): tensor max |x|", "method": cfg.method},
-                suffix=".cache",
-            )
-            summary["artifact"]["int8-calibration"] = table.path
-        else:
-            bundle.remove_artifact("int8-calibration")
-        clock["total_s"] = time.perf_counter() - start
-        summary["timing_s"] = clock
-        bundle.manifest["quantization"] = _jsonable(summary)
-        bundle.save()
-    finally:
-        staged.unlink(missing_ok=True)
-        if staged_table is not None:
-            staged_table.unlink(missing_ok=True)
 
 
 def _summary(
@@ -298,36 +270,6 @@ def _summary(
 
 # Ops users ask about when they read "what stayed float" (the rest are reshapes and arithmetic).
 _NOTABLE_FLOAT_OPS = ("Softmax", "LayerNormalization", "Sin", "Cos", "Gelu", "Tanh", "Sigmoid")
-
-
-def _calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path) -> Path | None:
-    """ORT's ``write_calibration_table`` (TensorRT calibration cache text) for the INT8 nodes'
-    activation inputs, staged in the bundle; None where this ORT keeps no calibration cache."""
-    if not cache.is_file():
-        return None
-
-    calib = require("onnxruntime.quantization.calibrate")
-    write_calibration_table = require("onnxruntime.quantization.quant_utils").write_calibration_table
-    ranges = calib.load_tensors_data(cache)
-    chosen = {k: ranges[k] for k in tensors if k in ranges}
-    out_dir = tmp / "table"
-    out_dir.mkdir()
-    write_calibration_table(chosen, dir=str(out_dir))
-    staged = bundle.staging_path("int8-calibration.cache")
-    shutil.copyfile(out_dir / "calibration.cache", staged)
-    return staged
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
-    return obj
 
 
 def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -29,6 +29,14 @@ def print_run(o: Output, result: dict[str, Any], title: str) -> None:
         "runtime calls": result["runtime_calls"], "wall ms": result["wall_ms"],
     }
     summary |= {f"{result['runtime']}: {k}": v for k, v in result.get("runtime_settings", {}).items() if k != "runtime_requirements"}
+    if result.get("timing_note"):
+        summary["wall ms"] = f"{result['wall_ms']:.1f} ({result['timing_note']})"
+    sess = result.get("session")
+    if sess:
+        line = f"{sess['seconds'] * 1e3:.0f} ms ({'precompiled context loaded' if sess['precompiled'] else 'graph compiled at load'})"
+        if sess.get("saved_seconds") is not None:
+            line += f"; compiling took {sess['compile_seconds_at_build'] * 1e3:.0f} ms at build: {sess['saved_seconds'] * 1e3:.0f} ms saved"
+        summary["session creation"] = line
     summary |= {k: v for k, v in result["decode"].items() if k not in ("seed",)}
     for k, v in (result["quality"] or {}).items():
         summary[f"quality: {k}"] = v

@@ -61,6 +61,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
         settings = dict(getattr(rt, "settings", None) or {})  # OpenVINO: threads, streams, hint, inference precision
         warnings = list(getattr(rt, "warnings", []))
+        timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
+        session = getattr(rt, "session_info", None)
     return {
         "schema": "edgekit.run/1",
         "bundle": str(bundle.root),
@@ -78,6 +80,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "nfe": result.nfe,
         "runtime_calls": result.runtime_calls,
         "wall_ms": wall_ms,
+        "timing_note": timing_note,
+        "session": session,
         "quality": score(bundle, result.output, cond),
         "warnings": warnings,
         "output": result.output,

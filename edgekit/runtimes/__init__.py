@@ -15,15 +15,17 @@ from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
 from edgekit.runtimes.engines import find_engine
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, qnn_artifact  # lazy: onnxruntime-qnn
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import check_graph_kind
 
-RUNTIMES = ("ort", "torch", "trt", "openvino")
+RUNTIMES = ("ort", "torch", "trt", "openvino", "qnn")
 PRECISIONS = ("fp32", "int8", "fp16", "bf16")
 # Precisions each runtime runs (openvino: bf16 and fp16 = the fp32 ONNX at that inference
 # precision, where the device computes it).
 RUNTIME_PRECISIONS: dict[str, tuple[str, ...]] = {
     "ort": ("fp32", "int8"), "torch": ("fp32",), "trt": ("fp32", "fp16", "int8"), "openvino": ("fp32", "int8", "bf16", "fp16"),
+    "qnn": ("int8", "fp16"),  # the Hexagon NPU has no fp32
 }
 
 __all__ = ["RUNTIMES", "PRECISIONS", "RUNTIME_PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
@@ -44,6 +46,9 @@ def open_runtime(
     trt   — a TensorRT engine of the bundle built for this host;
     openvino — the bundle's ONNX compiled by OpenVINO on its CPU (fp32 and bf16: the fp32 ONNX
             at that inference precision; int8: the QDQ ONNX, float parts in f32).
+    qnn   — Qualcomm's HTP (Hexagon NPU) backend of onnxruntime-qnn, emulated on x86: ``int8``
+            is the bundle's int8 model from ``quantize --profile qnn``, ``fp16`` its fp32 model
+            computed in float16 (HTP v73+); no fp32 (the NPU has none). Default SoC: 8 Gen 3.
     """
     if target is not None:
         return find_engine(bundle, target, precision).open(threads=threads)
@@ -61,6 +66,9 @@ def open_runtime(
         return _openvino_runtime(bundle, precision, threads)
     if runtime == "torch":
         return _torch_runtime(bundle, precision, threads)
+    if runtime == "qnn":
+        options = QnnOptions(fp16=precision == "fp16")
+        return QnnRuntime(bundle.path_of(qnn_artifact(bundle, precision)), options, threads=threads)
     return _trt_runtime(bundle, precision)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import edgekit.runtimes.openvino as ov_backend  # imports openvino only when a function runs
 import edgekit.runtimes.openvino_engine as ov_engine
+import edgekit.runtimes.qnn as qnn_backend  # imports onnxruntime-qnn only when a function runs
 import edgekit.runtimes.trt as trt_backend  # imports tensorrt/cuda only when a function runs
 from edgekit._deps import require
 from edgekit.bundle import Bundle, sha256_file
@@ -62,9 +63,11 @@ def device_problems(target: Target, host: HostFacts) -> list[str]:
 
 
 
-def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, trt_host: Any = None) -> list[str]:
+def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, trt_host: Any = None,
+                    target: Target | None = None) -> list[str]:
     """Every reason ``entry`` (a manifest engine) should not be loaded on this host (empty: load
-    it). ``trt_host``: TensorRT host metadata (read when None and the engine is TensorRT's)."""
+    it). ``trt_host``: TensorRT host metadata (read when None and the engine is TensorRT's).
+    ``target``: the target as it is now (a QNN context binary is tied to its htp_arch/soc_model)."""
     problems = []
     path = bundle.root / str(entry.get("path", ""))
     root = bundle.root.resolve()
@@ -86,6 +89,8 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, t
         problems += _trt_problems(path, entry, trt_host)
     elif entry.get("runtime") == "openvino":
         problems += _openvino_problems(entry, host)
+    elif entry.get("runtime") == "qnn":
+        problems += _qnn_problems(entry, target)
     else:
         problems += _ort_problems(entry, host)
     return problems
@@ -106,6 +111,26 @@ def _ort_problems(entry: Mapping[str, Any], host: HostFacts) -> list[str]:
         problems.append(f"ONNX Runtime version: built with {built}, this host has older {ort.__version__}")
     if not entry.get("portable", True) and entry.get("device") != host.cpu_key:
         problems.append(f"device: optimized for {entry.get('device')}, this host is {host.cpu_key}")
+    return problems
+
+
+def _qnn_problems(entry: Mapping[str, Any], target: Target | None) -> list[str]:
+    """A QNN context binary loads only with the QNN SDK that compiled it (onnxruntime-qnn ships
+    one) and only on the SoC it was compiled for."""
+    if not module_available("onnxruntime_qnn"):
+        return ["onnxruntime-qnn is not installed (pip install 'edgekit[qnn]')"]
+    built = entry.get("qnn") or {}
+    now = qnn_backend.versions()
+    problems = [
+        f"{what} version: compiled with {built.get(key)}, this host has {now[key]}"
+        for key, what in (("qnn_sdk", "QNN SDK"), ("onnxruntime_qnn", "onnxruntime-qnn"))
+        if built.get(key) != now[key]
+    ]
+    if target is not None:
+        for key in ("htp_arch", "soc_model"):
+            want = getattr(target.qnn, key)
+            if want and built.get(key) != want:
+                problems.append(f"{key}: compiled for {built.get(key)}, target {target.name} now says {want}")
     return problems
 
 
@@ -134,13 +159,15 @@ class EngineChoice:
     """The model file ``run``/``profile``/``check`` load for a target, and how."""
 
     target: Target
-    runtime: str  # ort | trt | openvino
+    runtime: str  # ort | trt | openvino | qnn
     precision: str
     path: Path  # .onnx / .ort / .plan / .blob to load
     source: Path  # the bundle ONNX it comes from (TensorRT checks and rebuilds need it)
     built: bool  # False: the bundle's own ONNX (no `edgekit build` output for this target)
     key: str
     warnings: tuple[str, ...] = ()  # runtimes skipped on this host and why, arch mismatches
+    # QNN: seconds compiling the graph took at `edgekit build` (what loading the context saves).
+    compile_seconds: float | None = None
 
     def open(self, threads: int = 0) -> Any:
         """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``)."""
@@ -150,6 +177,14 @@ class EngineChoice:
             # A blob imports with the settings it was built with: the same target table.
             options = ov_backend.options_for(self.target.openvino, self.precision, threads)
             runtime = ov_backend.OpenVinoRuntime(self.path, options, source_onnx=self.source)
+        elif self.runtime == "qnn":
+            runtime = qnn_backend.QnnRuntime(self.path, qnn_backend.qnn_options_for(self.target, self.precision), threads=threads)
+            if self.compile_seconds is not None:
+                runtime.session_info["compile_seconds_at_build"] = self.compile_seconds
+                runtime.session_info["saved_seconds"] = self.compile_seconds - runtime.session_seconds
+            if not self.built:
+                runtime.warn(f"target {self.target.name}: no precompiled context; the graph was compiled at load "
+                             f"({runtime.session_seconds:.2f} s; `edgekit build BUNDLE --target {self.target.name}` saves that)")
         else:
             ort = self.target.ort
             options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
@@ -195,6 +230,10 @@ def find_engine(
             if not module_available("openvino"):
                 warnings.append(f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: pip install 'edgekit[openvino]')")
                 continue
+        elif runtime == "qnn":
+            require("onnxruntime_qnn")  # exit 3 with the install line
+            if target.arch != host.arch:
+                warnings.append(f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not")
         elif precision in ("fp16", "bf16"):
             warnings.append(f"ONNX Runtime runs fp32 and int8 models only, not {precision}")
             continue
@@ -206,12 +245,16 @@ def find_engine(
         if entry is None and runtime in ("ort", "openvino"):
             source = b.path_of("int8" if precision == "int8" else "fp32")
             return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
+        if entry is None and runtime == "qnn":
+            # No context binary yet: the bundle's model is compiled at load (what `build` saves).
+            source = b.path_of(qnn_backend.qnn_artifact(b, precision))
+            return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
         if entry is None:
             raise EngineNeedsBuild(
                 f"bundle {b.root} has no TensorRT {precision} engine for target {target.name}",
                 hint=f"build it here with `edgekit build {b.root} --target {target.name} --precision {precision}` (or pass --rebuild)",
             )
-        problems = engine_problems(b, entry, host)
+        problems = engine_problems(b, entry, host, target=target)
         if problems:
             raise EngineNeedsBuild(
                 f"engine {key} of bundle {b.root} cannot be used here: {'; '.join(problems)}",
@@ -219,7 +262,8 @@ def find_engine(
                 stale=True,
             )
         source = b.root / b.artifact(entry["source"]).path
-        return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings))
+        compiled = (entry.get("session_seconds") or {}).get("compile")
+        return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings), compiled)
     raise TargetUnavailable(
         f"this host can run none of target {target.name}'s runtimes ({', '.join(target.runtimes)}) in {precision}"
         + (f": {'; '.join(warnings)}" if warnings else ""),

@@ -143,7 +143,10 @@ class OrtRuntime(BaseRuntime):
                 f"the session runs with {self.providers_used} (check that provider's libraries)"
             )
         self.inputs, self.outputs = ort_session_specs(self.session, self.model_path)
+        self._prepare_binding(ort, options.io_binding)
 
+    def _prepare_binding(self, ort: Any, io_binding: bool) -> None:
+        """The two preallocated output sets and their OrtValues (``io_binding``), or plain runs."""
         self._binding: Any = None
         # Two output sets (ping-pong), their OrtValues, and id(array) -> (OrtValue, set) of all of them.
         self._output_sets: list[dict[str, np.ndarray]] = []
@@ -151,7 +154,7 @@ class OrtRuntime(BaseRuntime):
         # (ids stay unique: the arrays live as long as the runtime)
         self._own: dict[int, tuple[Any, int]] = {}
         self._parity = 0
-        if options.io_binding:
+        if io_binding:
             self._binding = self.session.io_binding()
             for which in range(2):
                 buffers, values = {}, {}

@@ -21,17 +21,18 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit.errors import UsageError
+from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
 
 DEFAULT_TARGET = "cpu"
-RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino")
+RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino", "qnn")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "bf16")
 # The power probes a target may name (edgekit.probes.power implements each one).
 POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
-QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt")
+QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
 ORT_OPTIMIZATION_STYLES: tuple[str, ...] = ("runtime", "fixed")
-SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino")
+SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino", "qnn")
 # OpenVINO settings by edgekit name (same spellings as edgekit.runtimes.openvino.OvOptions).
 OPENVINO_DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 OPENVINO_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
@@ -120,7 +121,7 @@ class LintRules:
     opset_max: int = 21
     # Where op support comes from: "ort" (the CPU EP runs every standard op), "tensorrt"
     # (edgekit's copy of the ONNX-TensorRT support matrix), "nnapi"/"coreml" (onnxruntime's
-    # mobile usability checker).
+    # mobile usability checker), "qnn" (compiling for the HTP with CPU fallback off).
     supported_ops: str = "ort"
 
 
@@ -128,7 +129,7 @@ class LintRules:
 class Target:
     # Name used on the command line (`--target NAME`) and in engine keys (engines/<name>/).
     name: str
-    # Runtimes to try in order: the first this host can run is used (ort | trt).
+    # Runtimes to try in order: the first this host can run is used (ort | trt | qnn).
     runtimes: tuple[str, ...]
     # Precisions the target runs, preferred first (fp32 | fp16 | int8).
     precisions: tuple[str, ...]
@@ -136,7 +137,7 @@ class Target:
     description: str = ""
     # CPU architecture of the device; "host" = whatever runs edgekit (the default target).
     arch: str = "host"
-    # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt).
+    # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt | qnn).
     quantization_profile: str = "cpu"
     # Power probe name as `edgekit profile --power` takes it (auto, nvml, jetson, android, rpi, …).
     power_probe: str = "auto"
@@ -147,6 +148,7 @@ class Target:
     ort: OrtSettings = field(default_factory=OrtSettings)
     trt: TrtSettings = field(default_factory=TrtSettings)
     openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
+    qnn: QnnSettings = field(default_factory=QnnSettings)
     lint: LintRules = field(default_factory=LintRules)
     # Where it was loaded from ("builtin:cpu" or a file path): for messages, not from the file.
     source: str = ""
@@ -158,6 +160,10 @@ class Target:
     @property
     def uses_openvino(self) -> bool:
         return "openvino" in self.runtimes
+
+    @property
+    def uses_qnn(self) -> bool:
+        return "qnn" in self.runtimes
 
     def to_json(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -325,6 +331,7 @@ def _check_values(t: Target, source: str) -> None:
         raise UsageError(f"target file {source}: trt.workspace_mib = {t.trt.workspace_mib} must be positive")
     if not 1 <= t.lint.opset_min <= t.lint.opset_max:
         raise UsageError(f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range")
+    check_qnn(t.qnn, t.uses_qnn, source)
     for key in ("max_topk_k", "memory_budget_mb"):
         if getattr(t.lint, key) < 0:
             raise UsageError(f"target file {source}: lint.{key} must be >= 0 (0 = not checked)")
@@ -366,6 +373,7 @@ __all__ = [
     "LintRules",
     "OpenVinoSettings",
     "OrtSettings",
+    "QnnSettings",
     "Target",
     "TrtSettings",
     "L4T_JETPACK",

@@ -13,7 +13,8 @@ from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_tar
 
 SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-orin-nano-jp60", "jetson-agx-orin",
            "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5",
-           "intel-cpu", "intel-gpu", "intel-npu"}
+           "intel-cpu", "intel-gpu", "intel-npu",
+           "snapdragon-8-gen-2", "snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-x-elite"}
 MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
 
 
@@ -59,6 +60,8 @@ def test_each_target_declares_what_the_issue_asks():
         if t.uses_trt:
             # TensorRT's ITopKLayer requires K < 3840.
             assert t.quantization_profile == "trt" and t.lint.max_topk_k == 3839 and t.lint.supported_ops == "tensorrt"
+        elif t.uses_qnn:
+            assert t.quantization_profile == "qnn" and t.lint.supported_ops == "qnn"
         else:
             assert t.quantization_profile == "cpu" and t.lint.supported_ops in ("ort", "nnapi", "openvino")
         assert t.lint.static_shapes
@@ -137,7 +140,7 @@ def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
 
 
 def test_unknown_names_list_the_shipped_targets(tmp_path):
-    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5 or a path to a .toml file"):
+    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite or a path to a .toml file"):
         load_target("jetson-nano")
     with pytest.raises(UsageError, match="does not exist"):
         load_target(tmp_path / "missing.toml")
@@ -146,3 +149,24 @@ def test_unknown_names_list_the_shipped_targets(tmp_path):
 def test_parse_target_names_its_source():
     t = parse_target(MINIMAL, "inline", default_name="x")
     assert t.name == "x" and t.source == "inline"
+
+
+def test_snapdragon_targets_name_their_htp_and_soc():
+    # QnnTypes.h QNN_SOC_MODEL_*: SM8550 43 (v73), SM8650 57 (v75), SM8750 69 (v79), SC8380XP 60 (v73).
+    expected = {"snapdragon-8-gen-2": (73, 43), "snapdragon-8-gen-3": (75, 57), "snapdragon-8-elite": (79, 69),
+                "snapdragon-x-elite": (73, 60)}
+    for name, (arch, soc) in expected.items():
+        t = load_target(name)
+        assert (t.qnn.htp_arch, t.qnn.soc_model) == (arch, soc)
+        assert t.runtimes == ("qnn",) and t.quantization_profile == "qnn" and t.lint.supported_ops == "qnn"
+        assert set(t.precisions) == {"int8", "fp16"}
+
+
+def test_a_qnn_target_without_its_soc_is_refused(tmp_path):
+    path = tmp_path / "sd.toml"
+    path.write_text('name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\nquantization_profile = "qnn"\n[qnn]\nhtp_arch = 75\n')
+    with pytest.raises(UsageError, match="qnn.htp_arch and qnn.soc_model"):
+        load_target(path)
+    path.write_text('name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\n[qnn]\nhtp_arch = 75\nsoc_model = 57\nperformance_mode = "turbo"\n')
+    with pytest.raises(UsageError, match="qnn.performance_mode = 'turbo' is invalid"):
+        load_target(path)
