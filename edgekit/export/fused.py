@@ -44,7 +44,7 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP
-from edgekit.decode.schedules import mask_ratio, time_grid
+from edgekit.decode.schedules import masked_floor, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import check_graph
@@ -71,7 +71,7 @@ def masked_mask_counts(steps: int, schedule: str, seq_len: int) -> np.ndarray:
     counts = np.zeros(steps, dtype=np.int64)
     unknown = seq_len
     for t in range(steps - 1):
-        floor = int(np.floor(seq_len * float(mask_ratio(schedule, (t + 1) / steps, seq_len))))
+        floor = int(masked_floor(schedule, t, steps, seq_len))  # float32, as the host loop
         counts[t] = unknown = max(1, min(unknown - 1, floor))
     return counts
 
