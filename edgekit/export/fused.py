@@ -76,6 +76,14 @@ def masked_mask_counts(steps: int, schedule: str, seq_len: int) -> np.ndarray:
     return counts
 
 
+def _uncond_tensor(torch: Any, c: Any, fill: Any) -> Any:
+    """The unconditional rows as the host loop builds them: "same" keeps the conditional value,
+    a number fills every element, an array of one row's shape is broadcast per element."""
+    if isinstance(fill, str) and fill == "same":
+        return c
+    return torch.as_tensor(fill, dtype=c.dtype).expand_as(c).clone()
+
+
 def _guided(module, cond_names: tuple[str, ...], uncond: Mapping[str, Any], guidance: float):
     """A function (state tensors, cond tensors) -> guided output of ``module``."""
     torch = require("torch")
@@ -84,7 +92,7 @@ def _guided(module, cond_names: tuple[str, ...], uncond: Mapping[str, Any], guid
         if guidance == 1.0:
             return module(*state, *cond)
         doubled_state = tuple(torch.cat([s, s]) for s in state)
-        doubled_cond = tuple(torch.cat([c, torch.full_like(c, uncond[n])]) for n, c in zip(cond_names, cond))
+        doubled_cond = tuple(torch.cat([c, _uncond_tensor(torch, c, uncond[n])]) for n, c in zip(cond_names, cond))
         out = module(*doubled_state, *doubled_cond)
         b = state[0].shape[0]
         c_out, u_out = out[:b], out[b:]

@@ -18,8 +18,10 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._lock import owned_tempdir, writes_bundle
 from edgekit.bundle import Bundle
+from edgekit.check import gate_runtimes
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
+from edgekit.quantize.conditions import CHECK_SHOWN, condition_sets
 from edgekit.quantize.budget import (
     compare,
     decode_eval_set,
@@ -55,13 +57,23 @@ MAX_FULL_FLOAT = 3
 
 
 @writes_bundle("quantize")
-def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def quantize_bundle(
+    path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph, check it against the accuracy budget (falling back the
     most sensitive nodes to weight-only INT8 (float activations) until it holds), write the ``int8`` artifact and record
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
     the budget holds; the artifact is written either way so it can be inspected)."""
 
     say = progress or (lambda message: None)
+    warnings: list[str] = []
+    sink = warn or say
+
+    def warn(message: str) -> None:  # kept in the summary too, so --json carries it
+        warnings.append(message)
+        sink(message)
+
     clock: dict[str, float] = {}
     start = time.perf_counter()
     bundle = Bundle.load(path)
@@ -71,10 +83,17 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     fp32_path = bundle.path_of("fp32")
     load_onnx(fp32_path, "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     options = OrtOptions(intra_op_threads=cfg.threads)
+    calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
+    n_calib = cfg.calib_samples if calib_rows is None else len(next(iter(calib_rows.values())))
+    n_eval = cfg.eval_samples if eval_rows is None else len(next(iter(eval_rows.values())))
 
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
-        say("prepare graph (quant_pre_process)")
-        prepared = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
+        prepared, skipped = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
+        if skipped is None:
+            say("prepared the graph with quant_pre_process")
+        elif cfg.preprocess:  # the one warning line: what was skipped and why
+            warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
+        preprocess_doc = {"applied": skipped is None, "skipped_because": skipped}
         time_input = KIND_IO["flow"][0][1] if kind == "flow" else None
         plan = analyse_graph(prepared, time_input, module_labels(fp32_path))
         selected, floated = select_nodes(plan, cfg)
@@ -85,11 +104,11 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             )
         clock["prepare_s"] = time.perf_counter() - start
 
-        say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
+        say(f"FP32 decode: {n_calib} calibration + {n_eval} held-out sequences ({cond_doc['source']})")
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as rt:
-            traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
-            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode)
+            traj = record_trajectories(bundle, rt, n_calib, cfg.calib_seed, cfg.decode, rows=calib_rows)
+            reference = decode_eval_set(bundle, rt, n_eval, cfg.eval_seed, cfg.decode, rows=eval_rows)
         clock["fp32_decode_s"] = time.perf_counter() - t0
         reader = calibration_reader(traj.feeds, bundle.inputs)
         cache = tmp / "calibration.json"
@@ -117,8 +136,14 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
 
         def measure(model: Path) -> dict[str, Any]:
             with _budget_runtime(model, cfg, options) as rt:
-                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt)
-            return compare(kind, reference, run)
+                run = decode_eval_set(bundle, rt, n_eval, cfg.eval_seed, cfg.decode, reference=fp32_rt, rows=eval_rows)
+                # `edgekit check`'s default gate on the same rows, seed and decode settings
+                gate = gate_runtimes(bundle, fp32_rt, rt, n_eval, cfg.eval_seed, cfg.decode, eval_rows)
+            metrics = compare(kind, reference, run)
+            metrics["check_margin"] = gate["margin"]
+            metrics["check_failed"] = gate["failed"]
+            metrics["check_metrics"] = {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}
+            return metrics
 
         def sensitivity(model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
             pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
@@ -170,13 +195,17 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         clock["range_drift_s"] = time.perf_counter() - t0
 
         summary = _summary(bundle, cfg, plan, floated, outcome, traj, drift, structure, budget, int8_nodes, weight_only_nodes)
+        summary["budget"]["eval"]["samples"] = n_eval
+        summary["conditions"] = cond_doc
         summary["sizes"] = {
             "fp32_bytes": fp32_path.stat().st_size,
             "int8_bytes": model.stat().st_size,
             "ratio": model.stat().st_size / fp32_path.stat().st_size,
         }
+        summary["preprocess"] = preprocess_doc
+        summary["warnings"] = warnings
         summary["structure"]["trt_rules"] = "pass" if cfg.profile == "trt" else "not checked (cpu profile)"
-        _record(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
+        _record(bundle, model, cache, tensors, tmp, cfg, summary, clock, start, eval_rows)
     return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
 
 
@@ -189,13 +218,25 @@ def _budget_runtime(model: Path, cfg: QuantizeConfig, options: Any) -> Any:
 
 def _record(
     bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
-    summary: dict[str, Any], clock: dict[str, float], start: float,
+    summary: dict[str, Any], clock: dict[str, float], start: float, eval_rows: Mapping[str, np.ndarray] | None = None,
 ) -> None:
-    """Stage the INT8 graph (and ORT's TensorRT calibration table) into the bundle, record the
-    summary as manifest["quantization"] and save: the previous int8 artifact goes only then."""
+    """Stage the INT8 graph (and ORT's TensorRT calibration table, and the held-out condition
+    rows the budget judged, which `edgekit check` then decodes by default) into the bundle,
+    record the summary as manifest["quantization"] and save: the previous int8 artifact goes
+    only then."""
     staged = bundle.staging_path("int8.onnx")
     staged_table = None
+    staged_cond = None
     try:
+        if eval_rows is not None:
+            staged_cond = bundle.staging_path("conditions.npz")
+            with open(staged_cond, "wb") as f:
+                np.savez(f, **eval_rows)
+            bundle.add_artifact("conditions", staged_cond, made_by="quantize",
+                                config={"format": "npz: held-out condition rows [N, ...] per input", "rows": len(next(iter(eval_rows.values())))},
+                                suffix=".npz")
+        else:
+            bundle.remove_artifact("conditions")
         shutil.copyfile(model, staged)
         staged_table = _calibration_table(bundle, cache, tensors, tmp)
         art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
@@ -215,6 +256,8 @@ def _record(
         bundle.save()
     finally:
         staged.unlink(missing_ok=True)
+        if staged_cond is not None:
+            staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
 
