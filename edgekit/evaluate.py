@@ -4,8 +4,8 @@ per-batch seeds.
 
 Where conditions come from, first match per input: ``--cond NAME=VALUE`` (every row); rows of real
 data (``--cond-data FILE.npz|DIR``, or the held-out rows ``edgekit quantize`` stored in the
-bundle); the demo model's held-out set; else (quantize, check, profile only: ``draw=True``)
-seeded uniform draws within the input's declared ``[low, high)``.
+bundle); the demo model's held-out set; else (quantize, check, profile only: ``draw=True``) the
+model's ``condition_sampler`` hook, else seeded uniform draws within the declared ``[low, high)``.
 
 quantize (calibration and budget), check, profile and run all decode through here, so "the same
 seed" means the same conditions and the same noise everywhere.
@@ -50,8 +50,8 @@ def conditions(
     """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``, first match
     per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a path loads a .npy),
     ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
-    model's held-out set (seed ``seed``), seeded draws within the declared ``[low, high)`` when
-    ``draw``; else an error naming what is needed."""
+    model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
+    (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
     names = list(bundle.meta.get("conditioning", {}))
     unknown = [n for n in raw if n not in names]
     if unknown:
@@ -59,7 +59,8 @@ def conditions(
     specs = bundle.inputs
     out: dict[str, np.ndarray] = {}
     task = bundle.ground_truth
-    demo = None
+    demo = sampled = None
+    sampler = bundle.manifest["model"].get("condition_sampler")
     rng = np.random.default_rng(seed)
     for name in names:
         spec = specs[name]
@@ -73,6 +74,10 @@ def conditions(
                 demo = demo_conditions(task, batch, seed)
             # A chunk-window graph (export --chunk-frames) sees the first window of each sequence.
             out[name] = np.ascontiguousarray(demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]).astype(spec.dtype)
+        elif draw and sampler:
+            if sampled is None:
+                sampled = _sample(bundle, sampler, batch, seed)
+            out[name] = sampled[name]
         elif draw:
             out[name] = _draw(rng, spec.low, spec.high, shape, spec.dtype)
         else:
@@ -80,6 +85,29 @@ def conditions(
                 f"{bundle.name} needs conditioning input {name!r} ({spec.dtype}{list(shape)})",
                 hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy or --cond-data FILE.npz",
             )
+    return out
+
+
+def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.ndarray]:
+    """Call the model's ``condition_sampler(rng, batch)`` (THIS RUNS USER CODE, named by the
+    model's own factory at export) and check what it returns against the inputs."""
+    fn = load_callable(ref, "condition sampler")
+    try:
+        got = fn(np.random.default_rng(seed), batch)
+    except Exception as exc:
+        raise EdgekitError(f"condition sampler {ref!r} raised {type(exc).__name__}: {exc}") from exc
+    names = list(bundle.meta.get("conditioning", {}))
+    if not isinstance(got, Mapping) or sorted(got) != sorted(names):
+        have = sorted(got) if isinstance(got, Mapping) else type(got).__name__
+        raise EdgekitError(f"condition sampler {ref!r} returned {have}; valid: a dict with exactly {names}")
+    out = {}
+    for name in names:
+        spec = bundle.inputs[name]
+        arr = np.asarray(got[name])
+        want = (batch, *spec.shape[1:])
+        if arr.shape != want or not np.can_cast(arr.dtype, spec.dtype, "same_kind"):
+            raise EdgekitError(f"condition sampler {ref!r}: {name!r} is {arr.dtype}{list(arr.shape)}; valid: {spec.dtype}{list(want)}")
+        out[name] = arr.astype(spec.dtype)
     return out
 
 

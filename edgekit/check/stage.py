@@ -245,7 +245,9 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
         return stored, f"the {have} held-out rows `edgekit quantize` gated on (artifact 'conditions')"
     if bundle.ground_truth:
         return None, "the demo model's held-out set (seed + batch index)"
-    return None, "seeded draws within the inputs' declared [low, high)" + (" and --cond" if cfg.cond else "")
+    sampler = bundle.manifest["model"].get("condition_sampler")
+    rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
+    return None, rule + (" and --cond" if cfg.cond else "")
 
 
 def decode_pair(

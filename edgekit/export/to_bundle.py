@@ -65,6 +65,8 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
             **resolve_source(source or spec.name),  # a file.py path absolute, with its sha256
             "meta": dict(spec.meta),
             "ground_truth": spec.ground_truth,
+            # recorded like the source: a file path absolute, so any directory can call it
+            "condition_sampler": resolve_source(spec.condition_sampler)["source"] if spec.condition_sampler else None,
         },
         inputs=spec.inputs,
         outputs=spec.outputs,

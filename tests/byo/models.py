@@ -19,6 +19,8 @@ check -> profile through the CLI takes seconds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -141,6 +143,8 @@ def masked_flow(batch: int = 2) -> ModelSpec:
         outputs={"v": TensorSpec((batch, T, C), "float32")},
         meta={"channels": C, "frames": T, "conditioning": {"enc": {"uncond": 0.0}, "frame_mask": {"uncond": "same"}}},
         decode_defaults={"steps": 3, "solver": "euler", "grid": "uniform"},
+        # realistic conditions where no --cond-data is given (numpy only: runs on a device too)
+        condition_sampler=f"{Path(__file__).with_name('samplers.py')}:flow_conditions",
     )
 
 

@@ -97,3 +97,21 @@ def test_preprocess_failure_falls_back_with_one_warning(byo_bundles, tmp_path):
     assert r.exit_code == 0, r.output
     assert "quant_pre_process" not in r.stderr
     assert json.loads(r.stdout)["preprocess"] == {"applied": False, "skipped_because": "--no-preprocess"}
+
+
+def test_condition_sampler_hook_feeds_quantize_and_check(byo_bundles, tmp_path):
+    """masked_flow's factory names a numpy sampler (prefix frame masks): without --cond-data,
+    quantize calibrates and judges on its rows and check decodes the same."""
+    from edgekit.bundle import Bundle
+    from edgekit.evaluate import conditions
+
+    bundle = tmp_path / "flow"
+    shutil.copytree(byo_bundles["masked_flow"], bundle)
+    b = Bundle.load(bundle)
+    assert b.manifest["model"]["condition_sampler"].endswith("tests/byo/samplers.py:flow_conditions")
+    mask = conditions(b, {}, 2, seed=3, draw=True)["frame_mask"]
+    assert all(np.all(np.diff(row.astype(int)) <= 0) and row[:3].all() for row in mask)  # prefixes, >= 3 frames
+    q = invoke_json("quantize", bundle, *FAST)
+    assert "condition sampler" in q["conditions"]["source"] and "conditions" not in invoke_json("inspect", bundle)["artifacts"]
+    c = invoke_json("check", bundle)
+    assert c["passed"] and "condition sampler" in c["conditions"]
