@@ -1,7 +1,11 @@
-"""The evaluation the stages share: conditioning inputs for a bundle (from ``--cond`` or the demo
-model's held-out set), ground-truth scores where a model has them, a user's quality metric hook
-(``--metric module:function``), and decoding an evaluation set in batches of the graph's static
-batch under per-batch seeds.
+"""The evaluation the stages share: conditioning inputs for a bundle, ground-truth scores where a
+model has them, a user's quality metric hook (``--metric module:function``), and decoding an evaluation set in batches of the graph's static batch under
+per-batch seeds.
+
+Where conditions come from, first match per input: ``--cond NAME=VALUE`` (every row); rows of real
+data (``--cond-data FILE.npz|DIR``, or the held-out rows ``edgekit quantize`` stored in the
+bundle); the demo model's held-out set; else (quantize, check, profile only: ``draw=True``) the
+model's ``condition_sampler`` hook, else seeded uniform draws within the declared ``[low, high)``.
 
 quantize (calibration and budget), check, profile and run all decode through here, so "the same
 seed" means the same conditions and the same noise everywhere.
@@ -9,12 +13,15 @@ seed" means the same conditions and the same noise everywhere.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from edgekit._userhooks import load_callable
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, sha256_file
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.models.corpus import demo_conditions
@@ -36,10 +43,15 @@ def graph_batch(bundle: Bundle) -> int:
     return next(iter(bundle.inputs.values())).shape[0]
 
 
-def conditions(bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int) -> dict[str, np.ndarray]:
-    """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``: from
-    ``--cond NAME=VALUE`` (a number fills the input; a path loads a .npy), else from the demo
-    model's held-out evaluation set, else an error naming what is needed."""
+def conditions(
+    bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int,
+    rows: Mapping[str, np.ndarray] | None = None, draw: bool = False,
+) -> dict[str, np.ndarray]:
+    """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``, first match
+    per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a path loads a .npy),
+    ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
+    model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
+    (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
     names = list(bundle.meta.get("conditioning", {}))
     unknown = [n for n in raw if n not in names]
     if unknown:
@@ -47,23 +59,169 @@ def conditions(bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int) ->
     specs = bundle.inputs
     out: dict[str, np.ndarray] = {}
     task = bundle.ground_truth
-    demo = None
+    demo = sampled = None
+    sampler = bundle.manifest["model"].get("condition_sampler")
+    rng = np.random.default_rng(seed)
     for name in names:
         spec = specs[name]
         shape = (batch, *spec.shape[1:])
         if name in raw:
             out[name] = check_cond_values(name, raw[name], _parse_cond(name, raw[name], shape, spec.dtype), spec)
-            continue
-        if task is None:
+        elif rows is not None and name in rows:
+            out[name] = pad_rows(np.asarray(rows[name])[:batch], batch).astype(spec.dtype)
+        elif task is not None:
+            if demo is None:
+                demo = demo_conditions(task, batch, seed)
+            # A chunk-window graph (export --chunk-frames) sees the first window of each sequence.
+            out[name] = np.ascontiguousarray(demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]).astype(spec.dtype)
+        elif draw and sampler:
+            if sampled is None:
+                sampled = _sample(bundle, sampler, batch, seed)
+            out[name] = sampled[name]
+        elif draw:
+            out[name] = _draw(rng, spec.low, spec.high, shape, spec.dtype)
+        else:
             raise UsageError(
                 f"{bundle.name} needs conditioning input {name!r} ({spec.dtype}{list(shape)})",
-                hint=f"pass --cond {name}=VALUE (a number) or --cond {name}=FILE.npy",
+                hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy or --cond-data FILE.npz",
             )
-        if demo is None:
-            demo = demo_conditions(task, batch, seed)
-        # A chunk-window graph (export --chunk-frames) sees the first window of each sequence.
-        out[name] = np.ascontiguousarray(demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]).astype(spec.dtype)
     return out
+
+
+def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.ndarray]:
+    """Call the model's ``condition_sampler(rng, batch)`` (THIS RUNS USER CODE, named by the
+    model's own factory at export) and check what it returns against the inputs."""
+    fn = load_callable(ref, "condition sampler")
+    try:
+        got = fn(np.random.default_rng(seed), batch)
+    except Exception as exc:
+        raise EdgekitError(f"condition sampler {ref!r} raised {type(exc).__name__}: {exc}") from exc
+    names = list(bundle.meta.get("conditioning", {}))
+    if not isinstance(got, Mapping) or sorted(got) != sorted(names):
+        have = sorted(got) if isinstance(got, Mapping) else type(got).__name__
+        raise EdgekitError(f"condition sampler {ref!r} returned {have}; valid: a dict with exactly {names}")
+    out = {}
+    for name in names:
+        spec = bundle.inputs[name]
+        arr = np.asarray(got[name])
+        want = (batch, *spec.shape[1:])
+        if arr.shape != want or not np.can_cast(arr.dtype, spec.dtype, "same_kind"):
+            raise EdgekitError(f"condition sampler {ref!r}: {name!r} is {arr.dtype}{list(arr.shape)}; valid: {spec.dtype}{list(want)}")
+        out[name] = arr.astype(spec.dtype)
+    return out
+
+
+def _draw(rng: np.random.Generator, low: float | None, high: float | None, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Uniform in [low, high) (integers: high exclusive; bool: 0/1): a stand-in where no real
+    conditions were given. A real model sees other values: give --cond-data for calibration."""
+    low = 0 if low is None else low
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        top = int(high) if high is not None else int(low) + 1
+        return rng.integers(int(low), max(top, int(low) + 1), size=shape).astype(dtype)
+    top = 1.0 if high is None else high
+    return rng.uniform(low, top, size=shape).astype(dtype)
+
+
+def condition_rows(
+    bundle: Bundle, raw: Mapping[str, str], n: int, seed: int, rows: Mapping[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """``n`` rows [n, ...] of every conditioning input, as ``evaluate`` would decode them in
+    batches of the graph's batch (batch ``i``: seed ``seed + i``, rows ``i·batch …``)."""
+    batch = graph_batch(bundle)
+    parts = []
+    for i in range(-(-n // batch)):
+        part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
+        parts.append(conditions(bundle, raw, batch, seed + i, rows=part, draw=True))
+    return {k: np.concatenate([p[k] for p in parts])[:n] for k in (parts[0] if parts else {})}
+
+
+@dataclass(frozen=True)
+class ConditionData:
+    """Real conditioning rows (``--cond-data``): ``arrays`` {input name: [N, ...]} cast to the
+    inputs' dtypes, ``source`` the path given, ``sha256`` of the file (a directory: of its
+    files' names and hashes)."""
+
+    arrays: Mapping[str, np.ndarray]
+    source: str
+    sha256: str
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def take(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        return {k: v[start:stop] for k, v in self.arrays.items()}
+
+    def split(self, calib: int, heldout: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(calibration rows, held-out rows) as [start, stop): the held-out rows are the last
+        min(heldout, N // 2) (at least 1), calibration the first min(calib, the rest); with one
+        row both use it."""
+        n = self.rows
+        if n == 1:
+            return (0, 1), (0, 1)
+        h = max(1, min(heldout, n // 2))
+        return (0, min(calib, n - h)), (n - h, n)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "sha256": self.sha256, "rows": self.rows,
+                "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in self.arrays.items()}}
+
+
+def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
+    """Read ``--cond-data``: an .npz whose arrays are named like the conditioning inputs, each
+    [N, ...per-row shape] with the same N; or a directory of such .npz files (rows concatenated
+    in file-name order) and/or ``NAME.npy`` files. Every conditioning input ``--cond`` does not
+    set must be there; unknown names, shapes or dtypes are one clear error."""
+    path = Path(path)
+    flag = f"--cond-data {path}"
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
+        if not files:
+            raise UsageError(f"{flag}: the directory has no .npz or .npy files")
+        digest = hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
+    elif path.is_file():
+        files, digest = [path], sha256_file(path)
+    else:
+        raise UsageError(f"{flag} does not exist", hint="give an .npz file or a directory of .npz/.npy files")
+    parts: dict[str, list[np.ndarray]] = {}
+    for f in files:
+        try:
+            loaded = np.load(f, allow_pickle=False)
+            items = dict(loaded.items()) if f.suffix == ".npz" else {f.stem: loaded}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{flag}: cannot read {f.name} ({exc})") from None
+        for k, v in items.items():
+            parts.setdefault(k, []).append(v)
+    names = list(bundle.meta.get("conditioning", {}))
+    extra = [k for k in parts if k not in names]
+    if extra:
+        raise UsageError(f"{flag}: {extra[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, chunks in parts.items():
+        spec = bundle.inputs[name]
+        want = tuple(spec.shape[1:])
+        for c in chunks:
+            if c.ndim != len(want) + 1 or tuple(c.shape[1:]) != want:
+                raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace("[N, ]", "[N]"))
+            if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
+                raise UsageError(f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)")
+        arrays[name] = np.concatenate(chunks).astype(spec.dtype)
+    counts = {k: len(v) for k, v in arrays.items()}
+    if len(set(counts.values())) > 1 or 0 in counts.values():
+        raise UsageError(f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input")
+    if not arrays:
+        raise UsageError(f"{flag}: no arrays named like a conditioning input ({', '.join(names) or 'none'})")
+    return ConditionData(arrays, str(path), digest)
+
+
+def stored_rows(bundle: Bundle) -> dict[str, np.ndarray] | None:
+    """The held-out condition rows ``edgekit quantize`` gated on (artifact ``conditions``), or None."""
+    if "conditions" not in (bundle.manifest.get("artifacts") or {}):
+        return None
+    with np.load(bundle.path_of("conditions"), allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
 
 
 def _parse_cond(name: str, value: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -162,7 +320,7 @@ def evaluate(
     outputs, conds = [], []
     for i in range(n_batches):
         if cond is None:
-            c = conditions(bundle, {}, batch, seed + i)
+            c = conditions(bundle, {}, batch, seed + i, draw=True)
         else:
             c = {k: pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
         cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options or {}, seed=seed + i)

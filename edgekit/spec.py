@@ -65,6 +65,10 @@ class ModelSpec:
     ``conditioning`` maps every input that is neither the loop state nor time to its
     classifier-free-guidance "unconditional" fill value (or ``None`` when it has none).
     ``ground_truth`` optionally names a numpy-only scorer ("module:function") for decode outputs.
+    ``condition_sampler`` optionally names a numpy-only ``fn(rng: numpy.random.Generator, batch:
+    int) -> {conditioning input: array [batch, ...]}`` ("module:function" or "file.py:function")
+    that draws realistic conditions; quantize, check and profile call it (seeded) where no
+    ``--cond`` / ``--cond-data`` is given, instead of uniform draws in the declared ranges.
     """
 
     name: str
@@ -75,6 +79,7 @@ class ModelSpec:
     meta: Mapping[str, Any] = field(default_factory=dict)
     decode_defaults: Mapping[str, Any] = field(default_factory=dict)
     ground_truth: str | None = None
+    condition_sampler: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -16,6 +16,7 @@ from edgekit.check.stage import (
     Variant,
     check_bundle,
     demo_check,
+    gate_runtimes,
     parse_variant,
 )
 from edgekit.check.thresholds import (
@@ -38,6 +39,7 @@ __all__ = [
     "Variant",
     "check_bundle",
     "demo_check",
+    "gate_runtimes",
     "parse_variant",
     "RecordingRuntime",
     "accumulator_for",

@@ -46,6 +46,8 @@ def print_check(o: Output, doc: dict) -> None:
         ["metric", "value", "threshold", "baseline", "result"],
         rows,
     )
+    if doc.get("conditions"):
+        o.info(f"conditions: {doc['conditions']}")
     q = doc["quality"]
     if q["reference"]:
         o.table(

@@ -13,6 +13,7 @@ temperature 0 (masked, ar; flow is deterministic given x0) for argmax trajectori
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -40,7 +41,13 @@ from edgekit.check.thresholds import (
 from edgekit.check.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.evaluate import conditions, graph_batch, score
+from edgekit.evaluate import (
+    conditions,
+    graph_batch,
+    load_condition_data,
+    score,
+    stored_rows,
+)
 from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES, open_runtime
 from edgekit.targets import load_target
 
@@ -84,13 +91,19 @@ class CheckConfig:
     reference: str = "fp32"  # the known-good variant; a bare precision runs on `runtime`, a bare runtime in fp32
     candidate: str = "int8"  # the variant under test: by default the model `edgekit quantize` made
     runtime: str = "ort"  # runtime of a variant given as a bare precision (--runtime)
-    n: int = DEFAULT_N  # evaluation conditions; the last graph batch may be partly unused
-    seed: int = 0  # batch i decodes with seed + i on both variants: identical noise, as `edgekit run`
+    # Evaluation conditions (the last graph batch may be partly unused) and the seed (batch i
+    # decodes with seed + i on both variants: identical noise, as `edgekit run`). None: what
+    # `edgekit quantize` gated the int8 model on (manifest quantization.budget.eval), else 16 / 0.
+    n: int | None = None
+    seed: int | None = None
     greedy: bool = False  # temperature 0 (masked, ar): argmax trajectories; default samples like the bundle
-    decode: Mapping[str, Any] = field(default_factory=dict)  # decode overrides for both variants
+    # Decode overrides for both variants; None: the settings quantize's budget decoded with, else {}.
+    decode: Mapping[str, Any] | None = None
     # Extra overrides for the candidate only (e.g. {"steps": 6}: is 6 steps as good as 8?).
     candidate_decode: Mapping[str, Any] = field(default_factory=dict)
     cond: Mapping[str, str] = field(default_factory=dict)  # --cond NAME=VALUE for models without a demo evaluation set
+    # --cond-data FILE.npz|DIR: real condition rows; check decodes its held-out rows (quantize's split).
+    cond_data: Path | None = None
     thresholds: Path | None = None  # TOML overrides of the per-kind defaults
     baseline: Path | None = None  # fail on regressions vs this known-good run, not only on thresholds
     save_baseline: Path | None = None  # write this run's metrics as a baseline (even if it fails)
@@ -102,8 +115,19 @@ class CheckConfig:
     target: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n, int) or self.n < 1:
+        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise UsageError(f"--n {self.n!r} is invalid; valid: an integer >= 1")
+
+    def resolved(self, bundle: Bundle) -> "CheckConfig":
+        """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
+        default check judges the very set quantize gated), else 16 rows, seed 0, no overrides."""
+        gated = ((bundle.manifest.get("quantization") or {}).get("budget") or {}).get("eval") or {}
+        return dataclasses.replace(
+            self,
+            n=self.n if self.n is not None else int(gated.get("samples", DEFAULT_N)),
+            seed=self.seed if self.seed is not None else int(gated.get("seed", 0)),
+            decode=self.decode if self.decode is not None else dict(gated.get("decode") or {}),
+        )
 
 
 def _open(bundle: Bundle, variant: Variant, threads: int, target: str | None = None):
@@ -146,6 +170,10 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
 
     start = time.perf_counter()
     bundle = Bundle.load(path)
+    cfg = cfg.resolved(bundle)
+    rows, cond_source = eval_rows(bundle, cfg)
+    if rows is not None:  # fewer real rows than asked: judge the rows there are
+        cfg = dataclasses.replace(cfg, n=min(cfg.n, len(next(iter(rows.values())))))
     ref_v = parse_variant(cfg.reference, cfg.runtime, "--reference")
     cand_v = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
     if ref_v == cand_v and not cfg.candidate_decode:
@@ -160,34 +188,12 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
         check_comparable(baseline, settings)  # before minutes of decoding, not after
     hook = load_metric_hook(cfg.metric_hook) if cfg.metric_hook else None
 
-    kind, meta = bundle.kind, bundle.meta
-    defaults = bundle.manifest.get("decode_defaults", {})
-    batch = graph_batch(bundle)
-    acc = accumulator_for(kind, meta)
-    outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
-    conds: list[dict[str, np.ndarray]] = []
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
-        # The candidate shadows every reference call (teacher-forced network metrics), then
-        # decodes on its own with the same seed (trajectory metrics).
-        rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
-        rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
-        for i in range(-(-cfg.n // batch)):
-            rows = min(batch, cfg.n - i * batch)
-            cond = conditions(bundle, cfg.cond, batch, cfg.seed + i)
-            rec_ref.reset()
-            rec_cand.reset()
-            r = decode(kind, rec_ref, meta, cond, decode_config(kind, defaults, overrides, seed=cfg.seed + i))
-            c = decode(kind, rec_cand, meta, cond, decode_config(kind, defaults, cand_overrides, seed=cfg.seed + i))
-            acc.add(rec_ref, rec_cand, r, c, rows)
-            outputs["reference"].append(r.output[:rows].copy())
-            outputs["candidate"].append(c.output[:rows].copy())
-            conds.append({k: v[:rows] for k, v in cond.items()})
-    scalars, curves = acc.result()
+        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows)
+    settings["conditions"] = cond_source
 
-    out = {k: np.concatenate(v) for k, v in outputs.items()}
-    cond_all = {k: np.concatenate([c[k] for c in conds]) for k in conds[0]} if conds and conds[0] else {}
     quality: dict[str, dict[str, float]] = {}
     for side in ("reference", "candidate"):
         q = dict(score(bundle, out[side], cond_all) or {})
@@ -198,7 +204,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     unused = [m for m in thresholds.explicit if m.startswith(QUALITY_PREFIX) and m[len(QUALITY_PREFIX) :] not in drops]
     if unused:
         valid = ", ".join(drops) or "none (this model has no ground truth; pass --metric module:function)"
-        raise EdgekitError(f"thresholds file {thresholds.source}: {kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}")
+        raise EdgekitError(f"thresholds file {thresholds.source}: {bundle.kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}")
     metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
     verdict = compare(metrics, thresholds, baseline)
 
@@ -224,6 +230,91 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     if cfg.junit is not None:
         doc["junit"] = str(write_junit(cfg.junit, doc))
     return doc
+
+
+def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] | None, str]:
+    """(condition rows [n, ...] or None for the seeded rule, where they come from): the held-out
+    rows of ``--cond-data`` (quantize's split), else the rows quantize stored in the bundle when
+    no ``--cond`` is given, else None (demo held-out set / seeded draws in the declared ranges)."""
+    if cfg.cond_data is not None:
+        data = load_condition_data(bundle, cfg.cond_data)
+        (_, _), (lo, hi) = data.split(calib=data.rows, heldout=cfg.n)
+        return data.take(lo, hi), f"--cond-data {data.source} rows {lo}..{hi - 1} (sha256 {data.sha256[:12]})"
+    stored = None if cfg.cond else stored_rows(bundle)
+    if stored is not None:
+        have = len(next(iter(stored.values())))
+        if cfg.n > have:
+            raise UsageError(
+                f"--n {cfg.n}: bundle {bundle.root} stores {have} held-out condition rows (from `edgekit quantize`)",
+                hint=f"use --n {have} or give the rows with --cond-data FILE.npz",
+            )
+        return stored, f"the {have} held-out rows `edgekit quantize` gated on (artifact 'conditions')"
+    if bundle.ground_truth:
+        return None, "the demo model's held-out set (seed + batch index)"
+    sampler = bundle.manifest["model"].get("condition_sampler")
+    rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
+    return None, rule + (" and --cond" if cfg.cond else "")
+
+
+def decode_pair(
+    bundle: Bundle, ref_rt: Any, cand_rt: Any, cfg: CheckConfig, overrides: Mapping[str, Any],
+    cand_overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None,
+) -> tuple[dict, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Decode ``cfg.n`` rows with both open runtimes (batch i: seed ``cfg.seed + i``), the
+    candidate shadowing every reference call; (scalar metrics, curves, outputs, conditions)."""
+    kind, meta = bundle.kind, bundle.meta
+    defaults = bundle.manifest.get("decode_defaults", {})
+    batch = graph_batch(bundle)
+    acc = accumulator_for(kind, meta)
+    outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
+    conds: list[dict[str, np.ndarray]] = []
+    # The candidate shadows every reference call (teacher-forced network metrics), then
+    # decodes on its own with the same seed (trajectory metrics).
+    rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
+    rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
+    for i in range(-(-cfg.n // batch)):
+        n_rows = min(batch, cfg.n - i * batch)
+        part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
+        cond = conditions(bundle, cfg.cond, batch, cfg.seed + i, rows=part, draw=True)
+        rec_ref.reset()
+        rec_cand.reset()
+        r = decode(kind, rec_ref, meta, cond, decode_config(kind, defaults, overrides, seed=cfg.seed + i))
+        c = decode(kind, rec_cand, meta, cond, decode_config(kind, defaults, cand_overrides, seed=cfg.seed + i))
+        acc.add(rec_ref, rec_cand, r, c, n_rows)
+        outputs["reference"].append(r.output[:n_rows].copy())
+        outputs["candidate"].append(c.output[:n_rows].copy())
+        conds.append({k: v[:n_rows] for k, v in cond.items()})
+    scalars, curves = acc.result()
+    out = {k: np.concatenate(v) for k, v in outputs.items()}
+    cond_all = {k: np.concatenate([c[k] for c in conds]) for k in conds[0]} if conds and conds[0] else {}
+    return scalars, curves, out, cond_all
+
+
+def gate_runtimes(
+    bundle: Bundle, ref_rt: Any, cand_rt: Any, n: int, seed: int, decode_options: Mapping[str, Any],
+    rows: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """What ``edgekit check`` with default arguments decides for two open runtimes (quantize
+    runs it on every candidate INT8 model, so "budget met" implies "check passes"): the default
+    thresholds, ``n`` rows from ``seed``, ``decode_options`` on both, conditions ``rows`` (None:
+    the seeded rule). Returns {"metrics", "passed", "failed", "margin"}; margin: the smallest
+    relative distance to a gated threshold (< 0: that metric fails)."""
+    cfg = CheckConfig(n=n, seed=seed, decode=dict(decode_options))
+    thresholds = load_thresholds(bundle.kind)
+    scalars, _, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, dict(decode_options), dict(decode_options), rows)
+    drops = quality_drops(dict(score(bundle, out["reference"], cond_all) or {}), dict(score(bundle, out["candidate"], cond_all) or {}))
+    metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
+    verdict = compare(metrics, thresholds, None)
+    margins = []
+    for row in verdict.rows:
+        if row.threshold is None:
+            continue
+        if row.value is None or math.isnan(row.value):
+            margins.append(-math.inf)
+            continue
+        gap = row.value - row.threshold if row.bound == "min" else row.threshold - row.value
+        margins.append(gap / max(abs(row.threshold), 1e-3))
+    return {"metrics": metrics, "passed": verdict.passed, "failed": verdict.failed, "margin": min(margins, default=math.inf)}
 
 
 def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, seed: int = 0) -> dict[str, Any]:

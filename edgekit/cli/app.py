@@ -41,6 +41,14 @@ WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stag
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
 
 
+CondOpt = Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")]
+
+
+CondDataOpt = Annotated[Optional[Path], typer.Option(
+    "--cond-data", help="Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning inputs, [N, ...] each.",
+)]
+
+
 def debug_enabled() -> bool:
     return os.environ.get("EDGEKIT_DEBUG", "") not in ("", "0")
 

@@ -9,6 +9,8 @@ import typer
 
 from edgekit.cli.app import (
     BundleArg,
+    CondDataOpt,
+    CondOpt,
     JsonOpt,
     SeedOpt,
     command,
@@ -49,7 +51,8 @@ def profile(
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
     sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="fp32 | int8: precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
-    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
+    cond: CondOpt = None,
+    cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     seed: SeedOpt = 0,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
@@ -84,7 +87,7 @@ def profile(
         steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
     cfg = ProfileConfig(
         runtimes=parse_csv("--runtime", runtime), precisions=parse_csv("--precision", precision), steps=parse_csv("--steps", steps, int),
-        batch=batch, cond=raw_cond, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
+        batch=batch, cond=raw_cond, cond_data=cond_data, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
         seed=seed, threads=threads, frontier_n=frontier_n, frontier_metric=frontier_metric,
         frontier_tolerance=frontier_tolerance, metric_hook=metric,
         frontier_steps=() if frontier_steps.strip().lower() in ("none", "off", "") else parse_csv("--frontier-steps", frontier_steps, int),

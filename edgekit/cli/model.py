@@ -12,6 +12,7 @@ from edgekit._lock import LOCK_WAIT
 from edgekit.cli.app import (
     BatchOpt,
     BundleArg,
+    CondDataOpt,
     JsonOpt,
     PrecisionOpt,
     RuntimeOpt,
@@ -153,7 +154,7 @@ def train_demo(
 )
 def run(
     bundle: BundleArg,
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the outputs (tokens or frames, and the conditions) to this .npz.")] = None,
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz.")] = None,
     runtime: RuntimeOpt = "ort",
     precision: PrecisionOpt = "fp32",
     steps: Annotated[Optional[int], typer.Option(help="masked: MaskGIT steps K; flow: solver steps.")] = None,
@@ -166,6 +167,7 @@ def run(
     sway: Annotated[Optional[float], typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
+    cond_data: CondDataOpt = None,
     seed: SeedOpt = 0,
     batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
@@ -199,14 +201,14 @@ def run(
         plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed)
         print_plan(o, latency_budget_ms, plan)
         options["solver"], options["steps"] = plan.solver, plan.steps
-    req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond,
+    req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond, cond_data=cond_data,
                      decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild, graph=graph)
     result = run_bundle(bundle, req)
     if plan is not None:
         result["budget"] = budget_doc(latency_budget_ms, plan)
-    output, conds = result.pop("output"), result.pop("cond")
+    output, conds, x0 = result.pop("output"), result.pop("cond"), result.pop("x0", None)
     if out is not None:
-        save_outputs(out, output_name(result["kind"]), output, conds)
+        save_outputs(out, output_name(result["kind"]), output, conds, {} if x0 is None else {"x0": x0})
         result["out"] = str(out)
     o.document(result)
     print_run(o, result, f"run {bundle}")

@@ -22,6 +22,11 @@ from edgekit.runtimes.base import Runtime, describe
 from edgekit.spec import KIND_IO
 
 
+# meta conditioning[name]["uncond"] == "same": the unconditional rows keep the conditional value
+# (a frame mask or a length that must not change when the text is dropped).
+SAME = "same"
+
+
 def conditioning_of(meta: Mapping[str, Any]) -> dict[str, Any]:
     """``meta["conditioning"]`` as {input name: uncond fill value or None}."""
     specs = meta.get("conditioning") or {}
@@ -141,14 +146,27 @@ class GuidedNetwork:
                 rows[name] = arr
                 continue
             second = arr
-            if self.guided:
-                second = np.broadcast_to(np.asarray(uncond[name], dtype=arr.dtype), arr.shape)
+            if self.guided and not (isinstance(uncond[name], str) and uncond[name] == SAME):
+                second = self._uncond_rows(name, uncond[name], arr)
             rows[name] = np.concatenate([arr, second])
         step = self._graph_batch
         return [
             {name: np.ascontiguousarray(arr[i * step : (i + 1) * step]) for name, arr in rows.items()}
             for i in range(self.calls_per_run)
         ]
+
+    @staticmethod
+    def _uncond_rows(name: str, fill: Any, arr: np.ndarray) -> np.ndarray:
+        """The unconditional rows of input ``name``: ``fill`` is a number (every element), or a
+        nested list / array of one row's shape (per element: e.g. a learned null embedding),
+        broadcast to ``arr``'s rows."""
+        try:
+            return np.broadcast_to(np.asarray(fill, dtype=arr.dtype), arr.shape)
+        except (ValueError, TypeError):
+            raise EdgekitError(
+                f"unconditional value of {name!r} has shape {list(np.shape(fill))}; valid: a number, {SAME!r}, "
+                f"or an array of one row's shape {list(arr.shape[1:])}"
+            ) from None
 
     # -- per step ------------------------------------------------------------------------------
     def _rows(self, arr: np.ndarray, name: str, call: int) -> np.ndarray:

@@ -58,6 +58,13 @@ class FlowResult:
     times: np.ndarray
 
 
+def initial_noise(cfg: "FlowDecodeConfig", shape: tuple[int, ...]) -> np.ndarray:
+    """x0, float32 ``shape`` ([B, T, C]): ``temperature · default_rng(seed).standard_normal(shape)``
+    (float64 draws, scaled, then cast), the one rule every flow loop (host and fused) starts from,
+    so another framework can reproduce a decode from the seed alone."""
+    return np.asarray(cfg.temperature * np.random.default_rng(cfg.seed).standard_normal(shape), dtype=np.float32)
+
+
 def integrate(
     velocity: Velocity,
     x0: np.ndarray,
@@ -123,7 +130,7 @@ def decode_flow(
             f"meta frames={frames}, channels={channels} but the graph's x is {list(runtime.inputs['x'].shape)}"
         )
     if x0 is None:
-        x0 = cfg.temperature * np.random.default_rng(cfg.seed).standard_normal((b, frames, channels))
+        x0 = initial_noise(cfg, (b, frames, channels))
     elif np.shape(x0) != (b, frames, channels):
         raise EdgekitError(f"x0 has shape {list(np.shape(x0))}; valid: {[b, frames, channels]}")
     x0 = np.asarray(x0, dtype=np.float32)

@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.decode._noise import gumbel
 from edgekit.decode.dispatch import Decoded
-from edgekit.decode.flow import NFE_PER_STEP, FlowDecodeConfig, FlowResult
+from edgekit.decode.flow import NFE_PER_STEP, FlowDecodeConfig, FlowResult, initial_noise
 from edgekit.decode.masked import MaskedDecodeConfig
 from edgekit.decode.schedules import time_grid
 from edgekit.errors import EdgekitError, UsageError
@@ -73,7 +73,7 @@ def decode_flow_fused(
     feeds = _cond_feeds(runtime, cond, state)
     shape = runtime.inputs["x"].shape
     if x0 is None:
-        x0 = cfg.temperature * np.random.default_rng(cfg.seed).standard_normal(shape)
+        x0 = initial_noise(cfg, shape)
     elif np.shape(x0) != shape:
         raise EdgekitError(f"x0 has shape {list(np.shape(x0))}; valid: {list(shape)}")
     x = np.array(x0, dtype=np.float32)  # loop-owned start; then ping-ponged (or copied into)

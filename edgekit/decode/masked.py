@@ -20,7 +20,7 @@ import numpy as np
 
 from edgekit.decode._guidance import GuidedNetwork, require_meta
 from edgekit.decode._noise import gumbel
-from edgekit.decode.schedules import check_mask_schedule, mask_ratio
+from edgekit.decode.schedules import check_mask_schedule, masked_floor
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
 
@@ -166,7 +166,7 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
         confidence = confidence + np.float32(cfg.choice_temperature * (1.0 - ratio)) * choice_noise
     confidence = np.where(unknown, confidence, np.inf)  # known tokens are never masked again
 
-    floor = np.floor(state.n_unknown0 * mask_ratio(cfg.schedule, ratio, state.n_unknown0)).astype(np.int64)
+    floor = masked_floor(cfg.schedule, t, cfg.steps, state.n_unknown0)  # (B,) float32 as the reference
     mask_len = np.maximum(1, np.minimum(unknown.sum(axis=1) - 1, floor))  # (B,)
     # Rows with nothing unknown have only +inf confidence, so the cut masks nothing there.
     index = np.minimum(mask_len, tokens.shape[1] - 1)[:, None]

@@ -44,25 +44,42 @@ def mask_ratio(schedule: str, r: np.ndarray | float, total_unknown: np.ndarray |
     """γ(r): the fraction of the initially unknown tokens still masked after progress ``r``.
 
     ``r`` in (0, 1] (float or array); ``total_unknown`` is N, the unknown count at the start
-    (int or int array [B]), used only by "log" and "exp". Returns float64, broadcast over ``r``
-    and ``total_unknown``, clipped to [1e-6, 1] as the reference does.
+    (int or int array [B]), used only by "log" and "exp". Returns **float32**, broadcast over
+    ``r`` and ``total_unknown``, clipped to [1e-6, 1] as the reference does.
+
+    float32 on purpose: MaskGIT's JAX code (x64 off) and the common PyTorch port compute γ in
+    float32, and the mask count is floor(N0·γ). At L = 64, K = 12, step 8: 64·cos(π/3) is 32.0 in
+    float64 but 31.999998 in float32, so the floor (and the tokens) differ from the reference.
     """
     check_mask_schedule(schedule)
-    r = np.asarray(r, dtype=np.float64)
+    f32 = np.float32
+    r = np.asarray(r, dtype=f32)
     # log2(N) is 0 for N <= 1; N = 2 keeps the formula finite, and with one unknown token the
     # step's mask length is decided by the max(1, min(unknown - 1, ·)) clamp anyway.
-    log2_n = np.log2(np.maximum(np.asarray(total_unknown, dtype=np.float64), 2.0))
+    log2_n = np.log2(np.maximum(np.asarray(total_unknown, dtype=f32), f32(2.0)))
     power = _power(schedule)
     if power is not None:
-        gamma = 1.0 - r**power
+        gamma = f32(1.0) - r ** f32(power)
     elif schedule == "cosine":
-        gamma = np.cos(math.pi / 2 * r)
+        gamma = np.cos(f32(math.pi / 2) * r)
     elif schedule == "log":
         with np.errstate(divide="ignore"):  # r = 0 gives +inf, clipped to 1 below
             gamma = -np.log2(r) / log2_n
     else:  # "exp"
-        gamma = 1.0 - np.exp2(-log2_n * (1.0 - r))
-    return np.clip(gamma * np.ones_like(log2_n), 1e-6, 1.0)
+        gamma = f32(1.0) - np.exp2(-log2_n * (f32(1.0) - r))
+    return np.clip(gamma * np.ones_like(log2_n), f32(1e-6), f32(1.0)).astype(f32)
+
+
+def step_ratio(step: int, steps: int) -> np.float32:
+    """The reference's progress after step ``step`` (0-based) of ``steps``: (step + 1) / K in float32."""
+    return np.float32(step + 1) / np.float32(steps)
+
+
+def masked_floor(schedule: str, step: int, steps: int, n_unknown0: np.ndarray | int) -> np.ndarray:
+    """floor(N0 · γ((step + 1) / K)) as int64, the product and floor in float32 as the reference
+    computes them (``unknown_number_in_the_beginning * mask_ratio``: int32 × float32)."""
+    n0 = np.asarray(n_unknown0, dtype=np.float32)
+    return np.floor(n0 * mask_ratio(schedule, step_ratio(step, steps), n_unknown0)).astype(np.int64)
 
 
 def time_grid(grid: str, steps: int, sway: float = -1.0) -> np.ndarray:

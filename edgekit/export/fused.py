@@ -44,7 +44,7 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP
-from edgekit.decode.schedules import mask_ratio, time_grid
+from edgekit.decode.schedules import masked_floor, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import check_graph
@@ -71,9 +71,17 @@ def masked_mask_counts(steps: int, schedule: str, seq_len: int) -> np.ndarray:
     counts = np.zeros(steps, dtype=np.int64)
     unknown = seq_len
     for t in range(steps - 1):
-        floor = int(np.floor(seq_len * float(mask_ratio(schedule, (t + 1) / steps, seq_len))))
+        floor = int(masked_floor(schedule, t, steps, seq_len))  # float32, as the host loop
         counts[t] = unknown = max(1, min(unknown - 1, floor))
     return counts
+
+
+def _uncond_tensor(torch: Any, c: Any, fill: Any) -> Any:
+    """The unconditional rows as the host loop builds them: "same" keeps the conditional value,
+    a number fills every element, an array of one row's shape is broadcast per element."""
+    if isinstance(fill, str) and fill == "same":
+        return c
+    return torch.as_tensor(fill, dtype=c.dtype).expand_as(c).clone()
 
 
 def _guided(module, cond_names: tuple[str, ...], uncond: Mapping[str, Any], guidance: float):
@@ -84,7 +92,7 @@ def _guided(module, cond_names: tuple[str, ...], uncond: Mapping[str, Any], guid
         if guidance == 1.0:
             return module(*state, *cond)
         doubled_state = tuple(torch.cat([s, s]) for s in state)
-        doubled_cond = tuple(torch.cat([c, torch.full_like(c, uncond[n])]) for n, c in zip(cond_names, cond))
+        doubled_cond = tuple(torch.cat([c, _uncond_tensor(torch, c, uncond[n])]) for n, c in zip(cond_names, cond))
         out = module(*doubled_state, *doubled_cond)
         b = state[0].shape[0]
         c_out, u_out = out[:b], out[b:]

@@ -16,6 +16,7 @@ from edgekit.errors import ExportError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import export_onnx
 from edgekit.export.verify import compare, verification_feeds
+from edgekit.models import resolve_source
 from edgekit.runtimes.ort import OrtRuntime
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import ModelSpec
@@ -61,9 +62,11 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
         model={
             "name": spec.name,
             "kind": spec.kind,
-            "source": source or spec.name,
+            **resolve_source(source or spec.name),  # a file.py path absolute, with its sha256
             "meta": dict(spec.meta),
             "ground_truth": spec.ground_truth,
+            # recorded like the source: a file path absolute, so any directory can call it
+            "condition_sampler": resolve_source(spec.condition_sampler)["source"] if spec.condition_sampler else None,
         },
         inputs=spec.inputs,
         outputs=spec.outputs,

@@ -5,7 +5,9 @@ Importing this package imports no torch; building a model does.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+from pathlib import Path
 from typing import Callable
 
 from edgekit._deps import require
@@ -27,6 +29,19 @@ def _load_factory(ref: str) -> Callable[..., ModelSpec]:
     if ":" not in ref:
         raise EdgekitError(f"model {ref!r} is not a known model", hint=f"use {_FORMS}")
     return load_callable(ref, "model factory", _FORMS, EdgekitError)
+
+
+def resolve_source(ref: str) -> dict[str, str | None]:
+    """Where ``ref`` comes from, as the manifest records it: {"source", "source_sha256"}.
+
+    ``path/to/file.py:function`` becomes an absolute path (and the file's sha256), so the torch
+    runtime can rebuild the module from any working directory; built-in names and
+    ``package.module:function`` stay as given (sha256 None: the import system finds them)."""
+    target, sep, func = ref.rpartition(":")
+    if sep and target.endswith(".py") and Path(target).is_file():
+        path = Path(target).resolve()
+        return {"source": f"{path}:{func}", "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {"source": ref, "source_sha256": None}
 
 
 def load_spec(ref: str, batch: int | None = None) -> ModelSpec:

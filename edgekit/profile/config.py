@@ -13,7 +13,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import BundleError, UsageError
-from edgekit.evaluate import conditions
+from edgekit.evaluate import conditions, load_condition_data, stored_rows
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
 from edgekit.profile.frontier import Tolerance
@@ -52,6 +52,9 @@ class ProfileConfig:
     # --cond NAME=VALUE for models without demo conditions (as `edgekit run`); the AR baseline
     # gets the names it has.
     cond: Mapping[str, str] = field(default_factory=dict)
+    # --cond-data FILE.npz|DIR: real condition rows; the first `batch` rows are decoded. Without
+    # it: the held-out rows `edgekit quantize` stored, else demo conditions / seeded draws.
+    cond_data: Path | None = None
     # Warm-up and measurement rule per variant (count and minimum time, see probes.latency).
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     # off | auto | a probe name (probes.power.CHOICES).
@@ -132,7 +135,7 @@ class ProfileConfig:
         doc = dataclasses.asdict(self)
         doc["cond"] = dict(self.cond)
         doc["decode"] = dict(self.decode)
-        for key in ("ar_bundle", "sweep_cache"):
+        for key in ("ar_bundle", "sweep_cache", "cond_data"):
             doc[key] = None if doc[key] is None else str(doc[key])
         return doc
 
@@ -221,9 +224,19 @@ def graph_batch(bundle: Bundle) -> int:
     return next(iter(bundle.inputs.values())).shape[0]
 
 
-def bundle_conditions(bundle: Bundle, rows: int, seed: int, raw: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+def bundle_conditions(
+    bundle: Bundle, rows: int, seed: int, raw: Mapping[str, str] | None = None, data: Path | None = None
+) -> dict[str, np.ndarray]:
+    """Conditions [rows, ...]: ``--cond`` values, the first rows of ``--cond-data`` (or of the
+    rows quantize stored), else the demo set / seeded draws in the declared ranges."""
     names = bundle.meta.get("conditioning") or {}
-    return conditions(bundle, {k: v for k, v in (raw or {}).items() if k in names}, rows, seed)
+    raw = {k: v for k, v in (raw or {}).items() if k in names}
+    real = None
+    if data is not None:
+        real = load_condition_data(bundle, data).arrays
+    elif not raw:
+        real = stored_rows(bundle)
+    return conditions(bundle, raw, rows, seed, rows=real, draw=True)
 
 
 def spec_conditions(spec: Any, known: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:

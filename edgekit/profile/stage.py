@@ -43,7 +43,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
             check_frontier_metric(bundle, cfg)
     show_steps = len(cfg.steps) > 1
     rows = cfg.batch or graph_batch(bundle)
-    cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond)
+    cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond, cfg.cond_data)
     power = open_power(cfg, progress)
     start_state = system_state()
     variants = [

@@ -116,18 +116,18 @@ class EvalRun:
 
 def decode_eval_set(
     bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None,
-    cond: Mapping[str, np.ndarray] | None = None,
+    rows: Mapping[str, np.ndarray] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
     ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
-    cond: the held-out conditions [n, ...] (None: the demo model's evaluation set)."""
+    ``rows``: the held-out conditions [n, ...]; None = the bundle's seeded rule."""
 
-    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=cond)
+    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=rows)
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
         cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
-        evaluate(bundle, lock, n, seed, dict(decode_options), cond=cond)
+        evaluate(bundle, lock, n, seed, dict(decode_options), cond=rows)
         decisions = (lock.agreeing, lock.total)
         return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total))
     return EvalRun(sampled, decisions)

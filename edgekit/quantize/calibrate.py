@@ -156,40 +156,21 @@ class Trajectories:
         }
 
 
-def calibration_conditions(bundle: Bundle, batch: int, seed: int) -> dict[str, np.ndarray] | None:
-    """Conditions for one calibration decode: the demo models' held-out sets where the bundle has
-    a ground truth (None: ``pipeline.evaluate`` draws them), else uniform draws within each
-    conditioning input's declared [low, high) (a user model declares them at export)."""
-    if bundle.ground_truth:
-        return None
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in bundle.meta.get("conditioning", {}):
-        spec = bundle.inputs[name]
-        shape = (batch, *spec.shape[1:])
-        low = 0 if spec.low is None else spec.low
-        if np.issubdtype(np.dtype(spec.dtype), np.integer):
-            high = int(spec.high) if spec.high is not None else int(low) + 1
-            out[name] = rng.integers(int(low), high, size=shape).astype(spec.dtype)
-        else:
-            high = 1.0 if spec.high is None else spec.high
-            out[name] = rng.uniform(low, high, size=shape).astype(spec.dtype)
-    return out
-
-
 def record_trajectories(
-    bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None
+    bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None,
+    rows: Mapping[str, np.ndarray] | None = None,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
-    evaluation (CFG rows included), every AR step."""
+    evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
+    data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges)."""
 
     batch = graph_batch(bundle)
     recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta)
     decodes = -(-samples // batch)
     for i in range(decodes):
         recorder.begin_decode()
-        cond = calibration_conditions(bundle, batch, seed + i)
+        cond = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
         evaluate(bundle, recorder, batch, seed + i, decode_options, cond=cond)
     return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}))
 

@@ -119,12 +119,16 @@ BUDGET_RULES: dict[str, tuple[str, str]] = {
     "event_accuracy_drop": ("<=", "FP32 minus INT8 ground-truth event accuracy of the final output (identical noise)"),
     "snr_db": (">=", "SNR of the final INT8 frames vs FP32 frames, dB (identical noise)"),
     "gt_snr_drop_db": ("<=", "FP32 minus INT8 SNR vs the clean ground-truth frames, dB"),
+    # `edgekit check`'s default gate on the same held-out set and decode settings: the smallest
+    # relative margin to any of its gated thresholds (flow: velocity SNR too). >= 0 means a
+    # default `edgekit check` on this bundle passes, so "budget met" implies "check passes".
+    "check_margin": (">=", "smallest relative margin of `edgekit check`'s default gates (< 0: check would fail)"),
 }
 # Which keys a kind can measure (a --budget key outside them is a usage error).
 BUDGET_KEYS: dict[str, tuple[str, ...]] = {
-    "masked": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop"),
-    "flow": ("snr_db", "gt_snr_drop_db"),
-    "ar": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop"),
+    "masked": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop", "check_margin"),
+    "flow": ("snr_db", "gt_snr_drop_db", "check_margin"),
+    "ar": ("token_agreement", "top1_agreement", "final_token_agreement", "event_accuracy_drop", "check_margin"),
 }
 # Per-kind defaults: 99 % of token decisions and 30 dB of frames, as the issue asks. Ground-truth
 # drops are measured on 16 held-out rows, where they are noisy: the INT8 demo models' event
@@ -137,9 +141,9 @@ BUDGET_KEYS: dict[str, tuple[str, ...]] = {
 # final_token_agreement is reported, not budgeted by default: one flipped near-tie changes every
 # later AR token (the rows then differ by chance, not by error): 77-93 % for that same ar model.
 DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
-    "masked": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
-    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 1.0},
-    "ar": {"token_agreement": 0.99, "event_accuracy_drop": 0.02},
+    "masked": {"token_agreement": 0.99, "event_accuracy_drop": 0.02, "check_margin": 0.0},
+    "flow": {"snr_db": 30.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0},
+    "ar": {"token_agreement": 0.99, "event_accuracy_drop": 0.02, "check_margin": 0.0},
 }
 
 # The qnn profile (full-integer, no float fallback) lowers only the token-agreement floor: on
@@ -187,7 +191,14 @@ class QuantizeConfig:
     fallback: bool = True  # move the most sensitive nodes to float activations (weight-only) until the budget holds
     max_fallback: int | None = None  # at most this many fallback nodes; None = as many as needed
     sensitivity_feeds: int = 4  # recorded feeds (spread over the loop) that qdq_loss_debug compares
-    preprocess: bool = True  # quant_pre_process first: ORT's QGemm fusions need its MatMul+Add -> Gemm
+    # quant_pre_process first: ORT's QGemm fusions need its MatMul+Add -> Gemm. When it fails (ORT's
+    # symbolic shape inference does not know every op) the graph is quantized without it.
+    preprocess: bool = True
+    # --cond NAME=VALUE for every calibration and held-out row (a number, or a .npy of one batch).
+    cond: Mapping[str, str] = field(default_factory=dict)
+    # --cond-data FILE.npz|DIR: real condition rows, split into calibration and held-out rows
+    # (evaluate.ConditionData.split); None = demo held-out set / seeded draws in declared ranges.
+    cond_data: str | None = None
     threads: int = 0  # ORT intra-op threads for calibration/evaluation sessions; 0 = ORT default
     # Where the INT8 candidates are decoded for the budget: the target's runtime (BUDGET_RUNTIMES).
     # OpenVINO's int8 kernels round differently from ORT's, so a budget met on one is re-measured on the other.
@@ -196,6 +207,9 @@ class QuantizeConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
         object.__setattr__(self, "decode", _frozen(self.decode))
+        object.__setattr__(self, "cond", _frozen(self.cond))
+        if self.cond_data is not None:
+            object.__setattr__(self, "cond_data", str(self.cond_data))
         object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "op_types", tuple(self.op_types))
         if self.profile not in PROFILES:

@@ -51,19 +51,34 @@ def quiet_ort_logging() -> Iterator[None]:
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
-def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> Path:
+def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None]:
     """``quant_pre_process`` (symbolic shape inference + ORT basic optimization, which turns
     MatMul+Add into Gemm: ORT CPU fuses only DQ->Gemm into QGemm) into ``out_path``; or a plain
-    copy with ONNX shape inference when ``preprocess`` is False."""
+    copy with ONNX shape inference when ``preprocess`` is False.
+
+    Returns (path, why it was skipped or None). Any failure of ``quant_pre_process`` (ORT's
+    symbolic shape inference stops on ops it does not know, e.g. ReduceL2 in a
+    GlobalResponseNorm) falls back to quantizing the graph without it: slower INT8 kernels where
+    MatMul+Add stays unfused, never a crash."""
     onnx = require("onnx")
+    skipped = "--no-preprocess" if not preprocess else None
     if preprocess:
         quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
-        with quiet_ort_logging():
-            quant_pre_process(str(fp32_path), str(out_path))
-    else:
-        model = onnx.shape_inference.infer_shapes(onnx.load(str(fp32_path)))
-        onnx.save(model, str(out_path))
-    return out_path
+        try:
+            with quiet_ort_logging():
+                quant_pre_process(str(fp32_path), str(out_path))
+            return out_path, None
+        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            skipped = f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
+            out_path.unlink(missing_ok=True)
+    model = onnx.load(str(fp32_path))
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shapes are only a help to the quantizer; ORT infers the rest itself
+        pass
+    onnx.save(model, str(out_path))
+    return out_path, skipped
 
 
 # ---- quantization ------------------------------------------------------------------------------
@@ -260,7 +275,7 @@ def quantize_unbudgeted(fp32_path: Path, out_path: Path, feeds: Sequence[Mapping
 
     cfg = cfg or QuantizeConfig()
     with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
-        prepared = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
+        prepared, _ = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
         plan = analyse_graph(prepared, None, module_labels(Path(fp32_path)))
         nodes, floated = select_nodes(plan, cfg)
         weight_only = weight_only_by_rule(floated, cfg)

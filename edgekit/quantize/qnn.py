@@ -198,7 +198,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as rt:
             traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
-            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, cond=held_out)
+            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, rows=held_out)
         clock["fp32_decode_s"] = time.perf_counter() - t0
         reader = calibration_reader(traj.feeds, bundle.inputs)
         builds = iter(range(10**6))
@@ -217,7 +217,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
             else:
                 runtime = OrtRuntime(model, options)
             with runtime as rt, OrtRuntime(fp32_path, options) as fp32_rt:
-                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt, cond=held_out)
+                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt, rows=held_out)
             metrics = compare(kind, reference, run)
             passed, rows = check(metrics, budget)
             history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),

@@ -19,13 +19,25 @@ from edgekit.quantize.config import QuantizeConfig
 
 def record_result(
     bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
-    summary: dict[str, Any], clock: dict[str, float], start: float,
+    summary: dict[str, Any], clock: dict[str, float], start: float, eval_rows: Mapping[str, np.ndarray] | None = None,
 ) -> None:
-    """Stage the INT8 graph (and ORT's TensorRT calibration table) into the bundle, record the
-    summary as manifest["quantization"] and save: the previous int8 artifact goes only then."""
+    """Stage the INT8 graph (and ORT's TensorRT calibration table, and the held-out condition
+    rows the budget judged, which `edgekit check` then decodes by default) into the bundle,
+    record the summary as manifest["quantization"] and save: the previous int8 artifact goes
+    only then."""
     staged = bundle.staging_path("int8.onnx")
     staged_table = None
+    staged_cond = None
     try:
+        if eval_rows is not None:
+            staged_cond = bundle.staging_path("conditions.npz")
+            with open(staged_cond, "wb") as f:
+                np.savez(f, **eval_rows)
+            bundle.add_artifact("conditions", staged_cond, made_by="quantize",
+                                config={"format": "npz: held-out condition rows [N, ...] per input", "rows": len(next(iter(eval_rows.values())))},
+                                suffix=".npz")
+        else:
+            bundle.remove_artifact("conditions")
         shutil.copyfile(model, staged)
         staged_table = calibration_table(bundle, cache, tensors, tmp)
         art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
@@ -45,6 +57,8 @@ def record_result(
         bundle.save()
     finally:
         staged.unlink(missing_ok=True)
+        if staged_cond is not None:
+            staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
 

@@ -17,12 +17,16 @@ def print_quantize(o: Output, s: dict) -> None:
         "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
         "size": f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)",
         "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
+        "conditions": (s.get("conditions") or {}).get("source", "—"),
+        "pre-processing": "quant_pre_process" if (s.get("preprocess") or {}).get("applied", True) else f"skipped: {s['preprocess']['skipped_because']}",
         "budget": "met" if s["passed"] else "NOT met",
     })
     o.table("kept in float (node, why)", ["module / node", "op", "source", "reason"],
             [(r["label"], r["op"], r["source"], r["reason"]) for r in sel["float"]])
     checks = s["budget"]["checks"]
-    reported = [(k, "—", v, "reported") for k, v in s["measured"].items() if not k.startswith("quality") and k not in {c["key"] for c in checks}]
+    reported = [(k, "—", v, "reported") for k, v in s["measured"].items()
+                if not k.startswith("quality") and k not in {c["key"] for c in checks} and isinstance(v, (int, float))]
+    reported += [(f"check: {k}", "—", v, "reported") for k, v in (s["measured"].get("check_metrics") or {}).items()]
     o.table("accuracy vs budget (held-out set, identical noise on FP32 and INT8)", ["metric", "limit", "INT8 vs FP32", ""],
             [(c["key"], f"{c['op']} {c['limit']:g}", c["value"], {True: "pass", False: "FAIL", None: "not measured"}[c["passed"]]) for c in checks] + reported)
     qf, qi = s["measured"].get("quality_fp32") or {}, s["measured"].get("quality_int8") or {}

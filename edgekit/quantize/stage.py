@@ -7,19 +7,18 @@
 
 from __future__ import annotations
 
-import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from edgekit._deps import require
 from edgekit._lock import owned_tempdir, writes_bundle
 from edgekit.bundle import Bundle
+from edgekit.check import gate_runtimes
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
+from edgekit.quantize.conditions import CHECK_SHOWN, condition_sets
 from edgekit.quantize.budget import (
     compare,
     decode_eval_set,
@@ -57,7 +56,10 @@ MAX_FULL_FLOAT = 3
 
 
 @writes_bundle("quantize")
-def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def quantize_bundle(
+    path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph, check it against the accuracy budget (falling back the
     most sensitive nodes to weight-only INT8 (float activations) until it holds), write the ``int8`` artifact and record
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
@@ -66,6 +68,13 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     if cfg.profile == "qnn":  # full-integer for the Hexagon NPU, budget measured on the HTP backend
         return quantize_bundle_qnn(path, cfg, progress=progress)
     say = progress or (lambda message: None)
+    warnings: list[str] = []
+    sink = warn or say
+
+    def warn(message: str) -> None:  # kept in the summary too, so --json carries it
+        warnings.append(message)
+        sink(message)
+
     clock: dict[str, float] = {}
     start = time.perf_counter()
     bundle = Bundle.load(path)
@@ -75,10 +84,17 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
     fp32_path = bundle.path_of("fp32")
     load_onnx(fp32_path, "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     options = OrtOptions(intra_op_threads=cfg.threads)
+    calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
+    n_calib = cfg.calib_samples if calib_rows is None else len(next(iter(calib_rows.values())))
+    n_eval = cfg.eval_samples if eval_rows is None else len(next(iter(eval_rows.values())))
 
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
-        say("prepare graph (quant_pre_process)")
-        prepared = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
+        prepared, skipped = prepare_model(fp32_path, tmp / "prepared.onnx", cfg.preprocess)
+        if skipped is None:
+            say("prepared the graph with quant_pre_process")
+        elif cfg.preprocess:  # the one warning line: what was skipped and why
+            warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
+        preprocess_doc = {"applied": skipped is None, "skipped_because": skipped}
         time_input = KIND_IO["flow"][0][1] if kind == "flow" else None
         plan = analyse_graph(prepared, time_input, module_labels(fp32_path))
         selected, floated = select_nodes(plan, cfg)
@@ -89,11 +105,11 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
             )
         clock["prepare_s"] = time.perf_counter() - start
 
-        say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
+        say(f"FP32 decode: {n_calib} calibration + {n_eval} held-out sequences ({cond_doc['source']})")
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as rt:
-            traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
-            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode)
+            traj = record_trajectories(bundle, rt, n_calib, cfg.calib_seed, cfg.decode, rows=calib_rows)
+            reference = decode_eval_set(bundle, rt, n_eval, cfg.eval_seed, cfg.decode, rows=eval_rows)
         clock["fp32_decode_s"] = time.perf_counter() - t0
         reader = calibration_reader(traj.feeds, bundle.inputs)
         cache = tmp / "calibration.json"
@@ -121,8 +137,14 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
 
         def measure(model: Path) -> dict[str, Any]:
             with _budget_runtime(model, cfg, options) as rt:
-                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt)
-            return compare(kind, reference, run)
+                run = decode_eval_set(bundle, rt, n_eval, cfg.eval_seed, cfg.decode, reference=fp32_rt, rows=eval_rows)
+                # `edgekit check`'s default gate on the same rows, seed and decode settings
+                gate = gate_runtimes(bundle, fp32_rt, rt, n_eval, cfg.eval_seed, cfg.decode, eval_rows)
+            metrics = compare(kind, reference, run)
+            metrics["check_margin"] = gate["margin"]
+            metrics["check_failed"] = gate["failed"]
+            metrics["check_metrics"] = {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}
+            return metrics
 
         def sensitivity(model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
             pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
@@ -174,13 +196,17 @@ def quantize_bundle(path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), pr
         clock["range_drift_s"] = time.perf_counter() - t0
 
         summary = _summary(bundle, cfg, plan, floated, outcome, traj, drift, structure, budget, int8_nodes, weight_only_nodes)
+        summary["budget"]["eval"]["samples"] = n_eval
+        summary["conditions"] = cond_doc
         summary["sizes"] = {
             "fp32_bytes": fp32_path.stat().st_size,
             "int8_bytes": model.stat().st_size,
             "ratio": model.stat().st_size / fp32_path.stat().st_size,
         }
+        summary["preprocess"] = preprocess_doc
+        summary["warnings"] = warnings
         summary["structure"]["trt_rules"] = "pass" if cfg.profile == "trt" else "not checked (cpu profile)"
-        record_result(bundle, model, cache, tensors, tmp, cfg, summary, clock, start)
+        record_result(bundle, model, cache, tensors, tmp, cfg, summary, clock, start, eval_rows)
     return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
 
 

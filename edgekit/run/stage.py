@@ -11,9 +11,10 @@ from typing import Any, Mapping
 from edgekit.build import select_engine
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
-from edgekit.evaluate import conditions, graph_batch, score
+from edgekit.evaluate import conditions, graph_batch, load_condition_data, score
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -24,6 +25,7 @@ class RunRequest:
     seed: int = 0  # all decode noise (and demo conditions) derive from it
     batch: int | None = None  # decode rows; None = the graph's static batch
     cond: Mapping[str, str] = field(default_factory=dict)  # --cond NAME=VALUE (a number, or a .npy path)
+    cond_data: Path | None = None  # --cond-data FILE.npz|DIR: real condition rows; the first `batch` rows decode
     decode: Mapping[str, Any] = field(default_factory=dict)  # decode options the user set (steps, solver, ...)
     threads: int = 0  # runtime intra-op threads; 0 = runtime default
     target: str | None = None  # a target name/TOML: its engine (edgekit build) instead of --runtime
@@ -39,7 +41,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     if not 1 <= batch <= graph_batch(bundle):  # before conditions of that many rows are built
         raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{graph_batch(bundle)} (the graph's static batch)")
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
-    cond = conditions(bundle, req.cond, batch, req.seed)
+    real = None if req.cond_data is None else load_condition_data(bundle, req.cond_data).arrays
+    cond = conditions(bundle, req.cond, batch, req.seed, rows=real)
     if req.graph == "host":
         if req.target is not None:
             rt = select_engine(bundle, req.target, req.precision, req.rebuild).open(threads=req.threads)
@@ -86,4 +89,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "warnings": warnings,
         "output": result.output,
         "cond": cond,
+        # flow: the loop's starting noise (x0 = temperature · default_rng(seed).standard_normal),
+        # so the decode can be reproduced in another framework from the .npz alone
+        "x0": initial_noise(cfg, result.output.shape) if bundle.kind == "flow" else None,
     }

@@ -75,7 +75,7 @@ def test_check_directions_and_unmeasured_keys():
 
 def test_budget_keys_per_kind_and_overrides():
     cfg = QuantizeConfig(budget={"snr_db": 25})
-    assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 1.0}
+    assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0}
     from edgekit.errors import UsageError
 
     with pytest.raises(UsageError, match="does not apply to a masked model"):
