@@ -31,7 +31,7 @@ from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
 from edgekit.quantize.budget import check, compare, decode_eval_set
-from edgekit.quantize.calibrate import calibration_conditions, calibration_reader, range_drift, record_trajectories
+from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.ptq import quiet_ort_logging
@@ -191,9 +191,9 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
         prepared = prepare_qnn(fp32_path, tmp / "prepared.onnx")
         labels = module_labels(fp32_path)
         plan = analyse_graph(prepared, None, labels)
-        # A model without a demo evaluation set (bring your own) is evaluated on conditions drawn
-        # within its inputs' declared ranges, as calibration draws them (other seeds).
-        held_out = None if bundle.ground_truth else calibration_conditions(bundle, cfg.eval_samples, cfg.eval_seed)
+        # None: evaluate.conditions decides per input (the demo set, the model's condition
+        # sampler, or draws within the declared ranges), as for the other profiles.
+        held_out = None
         say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
         t0 = time.perf_counter()
         with OrtRuntime(fp32_path, options) as rt:
