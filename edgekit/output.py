@@ -48,6 +48,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 class Output:
+    documents_written = 0  # --json documents this process printed (an error after one prints none)
+
     def __init__(self, json_mode: bool = False, quiet: bool = False):
         from rich.console import Console
 
@@ -91,6 +93,7 @@ class Output:
     def document(self, doc: dict[str, Any]) -> None:
         """In --json mode print ``doc`` as the one JSON document on stdout."""
         if self.json_mode:
+            Output.documents_written += 1
             sys.stdout.write(json.dumps(_jsonable(doc), indent=2) + "\n")
             sys.stdout.flush()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -36,7 +36,7 @@ def export(
     opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
-    graph: Annotated[str, typer.Option("--graph", help="host (per-step network, default) | step (decode update in the graph) | unrolled (the whole K-step decode in one call).")] = "host",
+    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.")] = "host",
     decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
     wait: WaitOpt = False,
     chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).")] = None,
@@ -161,17 +161,18 @@ def run(
     temperature: Annotated[Optional[float], typer.Option(help="masked/ar: logit temperature (0 = greedy); flow: noise scale.")] = None,
     choice_temperature: Annotated[Optional[float], typer.Option(help="masked: Gumbel temperature of the confidence (annealed to 0).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="CFG scale g: uncond + g·(cond − uncond); 1 = off.")] = None,
-    solver: Annotated[Optional[str], typer.Option(help="flow: euler | midpoint | heun | rk4.")] = None,
-    grid: Annotated[Optional[str], typer.Option(help="flow: uniform | cosine | sway.")] = None,
+    solver: Annotated[Optional[Literal["euler", "midpoint", "heun", "rk4"]], typer.Option(help="flow: ODE solver.")] = None,
+    grid: Annotated[Optional[Literal["uniform", "cosine", "sway"]], typer.Option(help="flow: time grid.")] = None,
     sway: Annotated[Optional[float], typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
+    length: Annotated[Optional[int], typer.Option(min=1, help="ar: tokens to generate (default: the KV cache's max length).")] = None,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy; repeatable.")] = None,
     seed: SeedOpt = 0,
     batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
-    graph: Annotated[str, typer.Option("--graph", help="host (per-step network, host loop) | step | unrolled (a fused graph added by `edgekit export --graph`).")] = "host",
+    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -191,7 +192,7 @@ def run(
     o = Output(json_out)
     options = {
         "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
-        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k,
+        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length,
     }
     raw_cond = parse_cond(cond)
     plan = None

@@ -31,7 +31,7 @@ def decode_config(kind: str, defaults: Mapping[str, Any], overrides: Mapping[str
     if bad:
         flags = ", ".join("--" + k.replace("_", "-") for k in bad)
         raise UsageError(
-            f"{flags} does not apply to a {kind} bundle; its decode options are "
+            f"{flags} does not apply to the {kind} model; its decode options are "
             + ", ".join("--" + k.replace("_", "-") for k in valid)
         )
     values = {k: v for k, v in defaults.items() if k in valid} | dict(overrides)

@@ -90,7 +90,7 @@ def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:
 def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
     if bundle.kind != "masked":
         raise UsageError(
-            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds a {bundle.kind} model",
+            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds the {bundle.kind} model {bundle.name}",
             hint="profile the masked bundle (e.g. edgekit-demo/masked) with --compare-ar",
         )
     path = Path(cfg.ar_bundle) if cfg.ar_bundle is not None else default_ar_bundle(bundle.root)
@@ -102,7 +102,7 @@ def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
             hint="pass --ar-bundle PATH, or export one with `edgekit export ar-demo -o " + str(path) + "`",
         ) from None
     if ar.kind != "ar":
-        raise UsageError(f"--ar-bundle {path} holds a {ar.kind} model; valid: a bundle of kind ar")
+        raise UsageError(f"--ar-bundle {path} holds the {ar.kind} model {ar.name}; valid: a bundle of kind ar")
     length = int(bundle.meta["seq_len"])
     if int(ar.meta["max_len"]) < length:
         raise UsageError(

@@ -228,7 +228,7 @@ class QuantizeConfig:
         foreign = [k for k in self.budget if k not in BUDGET_KEYS[kind]]
         if foreign:
             raise UsageError(
-                f"--budget {foreign[0]} does not apply to a {kind} model; valid keys: {', '.join(BUDGET_KEYS[kind])}"
+                f"--budget {foreign[0]} does not apply to the {kind} model; valid keys: {', '.join(BUDGET_KEYS[kind])}"
             )
         return base | {k: float(v) for k, v in self.budget.items()}
 

@@ -62,7 +62,7 @@ def test_compare_ar_refuses_a_short_or_missing_ar_bundle(tmp_path, tiny, kit):
 
 
 def test_compare_ar_needs_a_masked_bundle(tiny, kit):
-    with pytest.raises(UsageError, match="holds a ar model"):
+    with pytest.raises(UsageError, match="holds the ar model"):
         profile_bundle(tiny["ar"], ProfileConfig(compare_ar=True, measure=kit.FAST, power="off"))
 
 
