@@ -101,7 +101,7 @@ class _Group(TyperGroup):
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.ClickException as exc:
             where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
-            message = " ".join(exc.format_message().split())
+            message = " ".join(exc.format_message().replace("Value error, ", "").split())
             print_error(f"{message}{where}", exc.exit_code or EXIT_USAGE, json_mode="--json" in argv)
             sys.exit(exc.exit_code or EXIT_USAGE)
         except click.exceptions.Abort:

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit.bundle import Bundle
-from edgekit.errors import BundleError, UsageError
+from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.profile.config import (
     ProfileConfig,
     ProgressFn,
@@ -126,7 +126,7 @@ def compare_ar(
     ar_docs: dict[tuple[str, str], dict[str, Any]] = {}
     for v in variants:
         key = (v["runtime"], v["precision"])
-        if key in ar_docs:
+        if key in ar_docs or not v.get("available", True):
             continue
         label = f"AR {v['runtime']} {v['precision']}"
         if v["runtime"] in ("ort", "openvino") and not has_artifact(ar, "int8" if v["precision"] == "int8" else "fp32"):
@@ -135,13 +135,20 @@ def compare_ar(
                 "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",
             }
             continue
-        ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+        try:
+            ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+        except EdgekitError as exc:  # one variant that cannot run is a row saying why; the rest is reported
+            ar_docs[key] = {"id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
+                            "reason": f"AR bundle {ar.root}: {exc}"}
     note_batch = []
     if graph_batch(ar) != graph_batch(bundle):
+        calls = -(-rows // graph_batch(ar))
         note_batch.append(
             f"the AR graph batch ({graph_batch(ar)}) differs from the masked one ({graph_batch(bundle)}); both decode {rows} rows"
+            + (f" (AR: {calls} calls of {graph_batch(ar)} rows per decode)" if calls > 1 else "")
         )
     speedups = []
+    variants = [v for v in variants if v.get("available", True)]
     for v in variants:
         a = ar_docs[(v["runtime"], v["precision"])]
         if not a["available"]:

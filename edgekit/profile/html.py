@@ -21,6 +21,7 @@ from edgekit.profile.table import (
     crossover_lines,
     frontier_lines,
     frontier_table,
+    not_measured_lines,
     power_lines,
     profiled_columns,
     ratios_table,
@@ -263,6 +264,8 @@ def render_html(doc: Doc) -> str:
         '<table class="meta"><tbody>' + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in meta) + "</tbody></table>",
         "<h2>Variants side by side</h2>", _table(*variants_table(doc)),
     ]
+    if not_measured_lines(doc):
+        parts += [_lines(not_measured_lines(doc), "warn")]
     if doc.get("ratios"):
         parts += ["<h2>Ratios (measured in the same run)</h2>",
                   "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",

@@ -35,7 +35,7 @@ def _energy_cell(v: Mapping[str, Any], key: str) -> Any:
 
 def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
     """The measured variants, NAR first, then the AR baseline's that could run."""
-    cols = list(doc["variants"])
+    cols = [v for v in doc["variants"] if v.get("available", True)]
     if doc.get("compare_ar"):
         cols += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
     return cols
@@ -134,11 +134,15 @@ def ar_table(doc: Doc) -> Rows:
     columns = ["NAR", "AR", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
     rows = []
     for s in cmp.get("speedups", []):
-        if s.get("speedup") is None:
-            rows.append([s["nar"], s["ar"], None, None, f"unavailable: {s.get('reason')}", None])
-        else:
+        if s.get("speedup") is not None:  # one that could not be measured is a line (not_measured_lines)
             rows.append([s["nar"], s["ar"], s["nar_median_ms"], s["ar_median_ms"], s["speedup"], s["throughput_ratio"]])
     return columns, rows
+
+
+def not_measured_lines(doc: Doc) -> list[str]:
+    """One line per variant that could not run (NAR or AR baseline), saying why."""
+    every = list(doc.get("variants", [])) + list((doc.get("compare_ar") or {}).get("variants", []))
+    return [f"{v['id']}: not measured: {v.get('reason')}" for v in every if not v.get("available", True)]
 
 
 def sweep_table(doc: Doc) -> Rows:
@@ -269,6 +273,7 @@ def summary_rows(doc: Doc) -> dict[str, Any]:
         for name, build in (("ar", ar_table), ("sweep", sweep_table), ("frontier", frontier_table)):
             columns, rows = build(doc)
             out[name] = {"columns": columns, "rows": rows}
+    out["not_measured"] = not_measured_lines(doc)
     out["crossover"] = crossover_lines(doc)
     out["frontier_lines"] = frontier_lines(doc)
     out["power"] = power_lines(doc)

@@ -78,7 +78,7 @@ def test_budget_keys_per_kind_and_overrides():
     assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 1.0}
     from edgekit.errors import UsageError
 
-    with pytest.raises(UsageError, match="does not apply to a masked model"):
+    with pytest.raises(UsageError, match="does not apply to the masked model"):
         cfg.budget_for("masked")
     with pytest.raises(UsageError, match="valid keys"):
         QuantizeConfig(budget={"accuracy": 1})

@@ -56,7 +56,7 @@ def test_budget_miss_exits_4_with_one_line(masked):
         (["--profile", "gpu"], "valid: cpu, trt"),
         (["--method", "kl"], "valid: minmax, entropy, percentile"),
         (["--budget", "accuracy=1"], "valid keys"),
-        (["--budget", "snr_db=20"], "does not apply to a masked model"),
+        (["--budget", "snr_db=20"], "does not apply to the masked model"),
         (["--exclude", "blocks.9"], "matches no node"),
     ],
 )

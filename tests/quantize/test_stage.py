@@ -111,7 +111,7 @@ def test_trt_profile_on_demo_graph_all_zero_points_int8_zero(demo_bundles, tmp_p
 
 
 def test_wrong_budget_key_fails_before_any_work(quant_bundles):
-    with pytest.raises(UsageError, match="does not apply to a masked model"):
+    with pytest.raises(UsageError, match="does not apply to the masked model"):
         quantize_bundle(quant_bundles["masked"], QuantizeConfig(budget={"snr_db": 20}))
 
 
