@@ -21,17 +21,22 @@ def clean(text: str) -> str:
     return str(text).translate(_CONTROL)
 
 
+# "Not defined" (NLL/token when no sequence is valid, a ratio without a denominator) is one
+# thing everywhere: — in a table, null in JSON. NaN is how the numbers carry it.
+NOT_DEFINED = "—"
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
-            return "nan"
+            return NOT_DEFINED
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.3g}"
         return f"{value:.4g}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
-        return "—"
+        return NOT_DEFINED
     return str(value)
 
 

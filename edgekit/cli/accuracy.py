@@ -23,7 +23,7 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
-    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget lockstep_token_agreement=0.98 --json\n\n"
     "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime\n\n"
     "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   (Hexagon NPU: full integer, budget on the HTP backend)"
 )
@@ -34,7 +34,7 @@ def quantize(
     calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
     eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
     exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
-    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
+    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
     decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
     fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
     seed: SeedOpt = 0,

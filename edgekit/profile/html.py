@@ -51,8 +51,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if value != value:  # NaN
-            return "nan"
+        if value != value:  # NaN: not defined, shown as in every table
+            return "—"
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.3g}"
         return f"{value:.4g}"

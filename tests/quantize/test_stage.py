@@ -43,8 +43,8 @@ def test_manifest_records_config_calibration_budget_and_result(quantized, quant_
     assert q["profile"] == "cpu" and q["method"] == "minmax"
     assert q["config"]["calib_samples"] == 8 and q["config"]["settings"]["activation_type"] == "QUInt8"
     assert q["calibration"]["samples"] == 8 and q["calibration"]["feeds"] == 4 * 8  # batch 2: 4 decodes x 8 steps
-    assert q["budget"]["limits"] == {"token_agreement": 0.99, "event_accuracy_drop": 0.02}
-    assert set(q["measured"]) >= {"token_agreement", "event_accuracy_drop", "final_token_agreement"}
+    assert q["budget"]["limits"] == {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.02}
+    assert set(q["measured"]) >= {"lockstep_token_agreement", "event_accuracy_drop", "final_token_agreement"}
     assert q["sizes"]["int8_bytes"] == bundle.artifact("int8").bytes
     auto = q["selection"]["excluded_auto"]
     assert len(auto) >= 8 and q["selection"]["excluded_user"] == []  # 4 blocks x (QKᵀ, AV)
