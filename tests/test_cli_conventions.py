@@ -92,7 +92,8 @@ def _hinted_options(message: str) -> list[str]:
 )
 def test_every_hint_names_options_that_work(demo_bundles, tiny_bundles, kind, bad):
     bundle = demo_bundles["ar"] if kind == "ar" else tiny_bundles[kind]
-    r = invoke("run", bundle, *bad)
+    cond = {"ar": [], "masked": ["--cond", "class_id=1"], "flow": ["--cond", "tokens=1"]}[kind]  # tiny: no demo set
+    r = invoke("run", bundle, *bad, *cond)
     assert r.exit_code == 2, r.output
     assert " a ar " not in r.stderr
     hinted = _hinted_options(r.stderr)
@@ -103,7 +104,7 @@ def test_every_hint_names_options_that_work(demo_bundles, tiny_bundles, kind, ba
         else:
             assert option in VALUES, f"the hint names {option}, which `edgekit run` does not take"
             args = [option, VALUES[option]]
-        ok = invoke("run", bundle, *args, "--json")
+        ok = invoke("run", bundle, *args, *cond, "--json")
         assert ok.exit_code == 0, (option, ok.output)
 
 

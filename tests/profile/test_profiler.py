@@ -85,9 +85,11 @@ def test_breakdown_splits_every_decode_into_runtime_and_host(profile_doc):
         b = v["breakdown"]
         assert v["decode"]["steps"] == 4 and b["calls_per_decode"] == 4 and len(b["step_ms_median"]) == 4
         assert 0 < b["host_overhead_share"] < 1
-        # Runtime time + host time is the whole decode, per decode (medians of each part bound it).
-        assert b["median_runtime_ms"] + b["median_host_ms"] == pytest.approx(b["median_total_ms"], rel=0.5)
-        assert b["median_runtime_ms"] < b["median_total_ms"]
+        # Per decode, runtime time + host time is the whole decode, so each part's median is at
+        # most the total's (order statistics are monotone). No ratio between them is asserted:
+        # that is a timing, and timings break under load (issue #15).
+        assert 0 <= b["median_runtime_ms"] <= b["median_total_ms"]
+        assert 0 <= b["median_host_ms"] <= b["median_total_ms"]
         assert b["per_step_ms"] == pytest.approx(v["latency"]["median_ms"] / 4, rel=1e-12)
 
 
@@ -156,8 +158,8 @@ def test_energy_per_decode_is_power_times_window_over_decodes(power_doc, kit):
     assert e["available"] is True and e["n_decodes"] == n
     assert e["gross_mj"] == pytest.approx(kit.POWER_MW * trace["duration_s"] / n, rel=1e-9)
     assert e["above_idle_mj"] == pytest.approx(0.0, abs=1e-6)
-    # The window is the measured phase only: at least the decodes, not the warm-up.
-    assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"] < sum(v["samples_ms"]) / 1e3 + 0.5
+    # The window covers the measured decodes (started before the first, stopped after the last).
+    assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"]
     assert len(trace["samples"]) >= 2
 
 
