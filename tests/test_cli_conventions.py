@@ -111,7 +111,7 @@ def test_every_hint_names_options_that_work(demo_bundles, tiny_bundles, kind, ba
 def test_a_target_warning_is_printed_once(tiny_bundles, caplog):
     """`run --target android-arm64` on an x86 host warns once (it printed every warning twice:
     the runtime logged it and the report printed it)."""
-    r = invoke("run", tiny_bundles["masked"], "--target", "android-arm64")
+    r = invoke("run", tiny_bundles["masked"], "--cond", "class_id=1", "--target", "android-arm64")
     assert r.exit_code == 0, r.output
     assert r.stderr.count("speed and power are this host's") == 1
     assert not [rec for rec in caplog.records if rec.levelname == "WARNING" and "this host" in rec.getMessage()]
@@ -141,3 +141,24 @@ def test_masked_tokens_chain_into_the_flow_decoder(demo_bundles, tmp_path):
     assert np.array_equal(g["frames"][:2], frames["frames"])  # call 0 is the same decode as before
     r = invoke("run", demo_bundles["flow"], "--cond", f"tokens={five}")
     assert r.exit_code == 2 and "has no array 'tokens'; valid: seqs" in r.stderr
+
+
+# ---- long stretches say what they are doing on stderr -------------------------------------------
+def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, demo_bundles, tmp_path):
+    import shutil
+
+    flow = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")  # the quality table is written into it
+    r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000", "--json")
+    assert r.exit_code == 0, r.output
+    assert "measuring every solver and step count" in r.stderr and "per-NFE latency" in r.stderr
+    json.loads(r.stdout)  # progress stays off stdout
+    r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000")
+    assert "measuring every solver" not in r.stderr  # stored now: the second run does not measure it
+    r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "ort:fp32", "--n", "2")
+    assert "· opening torch:fp32 and ort:fp32 (torch rebuilds the model from its source)" in r.stderr
+    assert "· decoding batch 1/1 (2 rows) with both variants" in r.stderr
+
+
+def test_edgekit_alone_prints_the_help():
+    r = invoke()
+    assert r.exit_code == 2 and "Usage: edgekit" in r.output and "export" in r.output and "error" not in r.output

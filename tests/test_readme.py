@@ -103,3 +103,18 @@ def test_every_readme_command_runs_in_order_on_a_fresh_folder(tmp_path, monkeypa
             args += ["--sweep", "32"]  # one swept length instead of four: the same code path
         r = runner.invoke(app, args)
         assert r.exit_code == 0, f"{line}\n{r.output}"
+
+
+def test_the_readme_thresholds_file_loads_and_its_floor_is_what_the_baseline_allows(tmp_path):
+    """The TOML block of the README is a valid thresholds file; `tolerance` is relative and the
+    metric's `floor` the least regression allowed (a `tolerance = 0.5` printed `±0.001`, the
+    default floor of logits_kl, with no word about floors; issue #15)."""
+    from edgekit.check.thresholds import allowed_regression, default_thresholds, load_thresholds
+
+    (toml,) = re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    path = tmp_path / "thresholds.toml"
+    path.write_text(toml)
+    rule = load_thresholds("masked", path).rule("logits_kl")
+    assert (rule.threshold, rule.tolerance, rule.floor) == (0.01, 0.5, 0.0005)
+    assert allowed_regression(rule, 0.0004) == 0.0005 and allowed_regression(rule, 0.01) == 0.005
+    assert default_thresholds("masked").rule("logits_kl").floor == 0.001  # the README quotes it

@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -135,14 +135,16 @@ def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> 
     return settings, overrides, cand_overrides
 
 
-def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str, Any]:
+def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compare ``cfg.candidate`` with ``cfg.reference`` on ``path``'s model.
 
     Returns the ``edgekit.check/1`` document: settings, ``metrics`` {name: float}, per-step
     ``curves``, ground-truth ``quality`` of both, ``rows`` (one verdict per metric) and
     ``passed``. Writes the baseline / JUnit files ``cfg`` names. Raises EdgekitError on bad
-    input; a failed check is ``passed: False``, not an exception.
+    input; a failed check is ``passed: False``, not an exception. ``progress(message)`` is told
+    what it is doing (opening a torch reference and decoding take minutes on a small CPU).
     """
+    say = progress or (lambda message: None)
 
     start = time.perf_counter()
     bundle = Bundle.load(path)
@@ -166,6 +168,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
     acc = accumulator_for(kind, meta)
     outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
     conds: list[dict[str, np.ndarray]] = []
+    say(f"opening {ref_v} and {cand_v}" + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else ""))
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
@@ -173,7 +176,9 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
         # decodes on its own with the same seed (trajectory metrics).
         rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
         rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
-        for i in range(-(-cfg.n // batch)):
+        calls = -(-cfg.n // batch)
+        for i in range(calls):
+            say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")
             rows = min(batch, cfg.n - i * batch)
             cond = conditions(bundle, cfg.cond, batch, cfg.seed + i)
             rec_ref.reset()

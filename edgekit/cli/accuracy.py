@@ -122,7 +122,7 @@ def check(
         target=target,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} on {n} conditions …")
-    doc = check_bundle(bundle, cfg)
+    doc = check_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
     for w in doc["warnings"]:
         o.warn(w)
     o.document(doc)

@@ -97,14 +97,19 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
+        Output.documents_written = 0
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `edgekit` alone: the help (typer's rich help is printed already)
+            if exc.format_message().strip():
+                typer.echo(exc.format_message())
+            sys.exit(EXIT_USAGE)
         except click.exceptions.ClickException as exc:
             where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
             message = " ".join(exc.format_message().replace("Value error, ", "").split())
             print_error(f"{message}{where}", exc.exit_code or EXIT_USAGE, json_mode="--json" in argv)
             sys.exit(exc.exit_code or EXIT_USAGE)
-        except click.exceptions.Abort:
+        except typer.Abort:
             Output().err.print("interrupted: nothing was recorded for the unfinished stage")
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
