@@ -161,4 +161,4 @@ def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, 
 
 def test_edgekit_alone_prints_the_help():
     r = invoke()
-    assert r.exit_code == 2 and "Usage: edgekit" in r.output and "export" in r.output and "error" not in r.output
+    assert r.exit_code == 2 and "Usage: edgekit" in r.output and "export" in r.output and "error:" not in r.output

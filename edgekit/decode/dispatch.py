@@ -96,7 +96,8 @@ def decode_rows(kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapp
             if len(part) < graph_batch:
                 part = np.concatenate([part, np.repeat(part[-1:], graph_batch - len(part), axis=0)])
             chunk[name] = part
-        parts.append(decode(kind, runtime, meta, chunk, dataclasses.replace(config, seed=config.seed + i)))
+        part = decode(kind, runtime, meta, chunk, dataclasses.replace(config, seed=config.seed + i))
+        parts.append(dataclasses.replace(part, output=part.output.copy()))  # the next call may reuse the buffer
     output = np.concatenate([p.output for p in parts])[:b]
     return Decoded(output, sum(p.nfe for p in parts), sum(p.runtime_calls for p in parts), parts[0].steps)
 

@@ -61,12 +61,13 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     else:
         raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
     calls = -(-rows // batch)
-    parts = []
+    parts, outputs = [], []
     with rt:
         start = time.perf_counter_ns()
         for i in range(calls):
             chunk = {k: pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
             parts.append(run(chunk, dataclasses.replace(cfg, seed=req.seed + i) if i else cfg))
+            outputs.append(parts[-1].output.copy())  # the next call may reuse the runtime's buffer
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         device = getattr(rt, "device", req.runtime)
         ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
@@ -74,7 +75,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         warnings = list(getattr(rt, "warnings", []))
         timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
         session = getattr(rt, "session_info", None)
-    output = np.concatenate([p.output for p in parts])[:rows] if calls > 1 else parts[0].output
+    output = np.concatenate(outputs)[:rows]
     result = parts[0]
     return {
         "schema": "edgekit.run/1",

@@ -8,6 +8,7 @@ from edgekit.cli import app
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.slow  # trains twice: minutes on a loaded 2-core machine
 def test_train_demo_is_reproducible_and_loads(tmp_path):
     from safetensors.torch import load_file
 
@@ -28,6 +29,7 @@ def test_train_demo_is_reproducible_and_loads(tmp_path):
     assert spec.kind == "ar" and load_spec("ar-demo").kind == "ar"
 
 
+@pytest.mark.slow  # trains one step: over a minute on a loaded 2-core machine
 def test_train_demo_never_overwrites_the_shipped_weights_by_default(tmp_path, monkeypatch):
     """Issue #15: the default output is a new folder; the package's weights need --overwrite-shipped."""
     import hashlib
