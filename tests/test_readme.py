@@ -118,3 +118,17 @@ def test_the_readme_thresholds_file_loads_and_its_floor_is_what_the_baseline_all
     assert (rule.threshold, rule.tolerance, rule.floor) == (0.01, 0.5, 0.0005)
     assert allowed_regression(rule, 0.0004) == 0.0005 and allowed_regression(rule, 0.01) == 0.005
     assert default_thresholds("masked").rule("logits_kl").floor == 0.001  # the README quotes it
+
+
+def test_train_demo_steps_and_time_agree_between_help_and_readme():
+    """The README said 6,000 / 1,000 / 1,500 steps for masked / flow / ar (flow and ar swapped)."""
+    pytest.importorskip("torch")
+    from edgekit.models.train import DEFAULT_STEPS
+
+    readme = (ROOT / "README.md").read_text()
+    help_text = typer.main.get_command(app).commands["train-demo"]
+    steps = {p.name: p.help for p in help_text.params}["steps"]
+    for name, n in DEFAULT_STEPS.items():
+        short = name.removesuffix("-demo")
+        assert f"{short} {n:,}" in readme and f"{short} {n}" in steps, (name, n)
+    assert "about 16 minutes on 2 idle cores" in help_text.help and "about 16 minutes on 2\nidle cores" in readme
