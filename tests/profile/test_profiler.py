@@ -249,6 +249,7 @@ def test_length_variant_specs_rebuild_the_demo_architectures_at_other_lengths():
         length_variant_spec("flow-demo", 8, 1)
 
 
+@pytest.mark.slow  # exports (and quantizes) architecture-only models: about a minute under load
 def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
     pytest.importorskip("torch")
     masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
@@ -260,6 +261,7 @@ def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
     assert p["nar_latency"]["n"] >= kit.FAST.iters and "torch" in out["how"]
 
 
+@pytest.mark.slow  # exports (and quantizes) architecture-only models: about a minute under load
 def test_int8_length_sweep_times_quantized_architecture_only_models(tiny, kit, tmp_path):
     """--sweep-precision int8: each architecture-only export is quantized (QDQ, cpu profile) on
     feeds recorded from its own fp32 decode, cached beside the fp32 file, and decoded on ORT."""
