@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 from edgekit.cli import app
 
 runner = CliRunner()
-COMMANDS = ["export", "inspect", "train-demo", "run", "quantize", "check", "profile", "targets", "doctor",
-            "build", "lint", "pack", "unpack", "deploy", "demo"]
+COMMANDS = sorted(__import__("typer").main.get_command(app).commands)
 
 
 def invoke(*args):

@@ -29,10 +29,12 @@ def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        block = re.sub(r"\\\n\s*", " ", block)  # continuation lines
         for line in block.splitlines():
-            line = line.split("  #")[0].strip()
-            if line.startswith("edgekit "):
-                lines.append(line)
+            for part in line.split("  #")[0].split("&&"):  # `a && b` is two commands
+                part = part.strip()
+                if part.startswith("edgekit "):
+                    lines.append(part)
     return lines
 
 
