@@ -41,7 +41,7 @@ def test_choice_options_list_their_choices_in_help():
     r = runner.invoke(app, ["run", "--help"], env=wide)
     assert "[euler|midpoint|heun|rk4]" in r.stdout and "[host|step|unrolled]" in r.stdout
     r = runner.invoke(app, ["quantize", "--help"], env=wide)
-    assert "[cpu|trt]" in r.stdout
+    assert "[cpu|trt|qnn]" in r.stdout
 
 
 @pytest.mark.parametrize(

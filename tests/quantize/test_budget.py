@@ -167,7 +167,7 @@ def test_parse_budget_and_decode_options():
     from edgekit.errors import UsageError
     from edgekit.quantize.config import parse_budget, parse_decode
 
-    assert parse_budget(["lockstep-lockstep-token-agreement=0.98", "snr_db=25"]) == {"lockstep_token_agreement": 0.98, "snr_db": 25.0}
+    assert parse_budget(["lockstep-token-agreement=0.98", "snr_db=25"]) == {"lockstep_token_agreement": 0.98, "snr_db": 25.0}
     for bad in (["lockstep_token_agreement"], ["agreement=1"], ["snr_db=high"]):
         with pytest.raises(UsageError):
             parse_budget(bad)
@@ -188,8 +188,8 @@ def test_default_budgets_agree_with_edgekit_check():
 
 def test_the_lockstep_measure_has_its_own_name_and_the_old_key_still_parses():
     """Issue #15: quantize's lockstep agreement (0.99) and check's free-running token agreement
-    (0.93 on the same model) were both 'lockstep_token_agreement'."""
+    (0.93 on the same model) were both 'token_agreement'."""
     from edgekit.quantize.config import BUDGET_RULES, parse_budget
 
-    assert "lockstep_token_agreement" not in BUDGET_RULES and "lockstep_token_agreement" in BUDGET_RULES
-    assert parse_budget(["lockstep_token_agreement=0.97"]) == {"lockstep_token_agreement": 0.97}
+    assert "token_agreement" not in BUDGET_RULES and "lockstep_token_agreement" in BUDGET_RULES
+    assert parse_budget(["token_agreement=0.97"]) == {"lockstep_token_agreement": 0.97}

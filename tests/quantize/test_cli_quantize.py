@@ -53,7 +53,7 @@ def test_budget_miss_exits_4_with_one_line(masked):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--profile", "gpu"], "'gpu' is not one of 'cpu', 'trt'"),  # typer choices (issue #15)
+        (["--profile", "gpu"], "'gpu' is not one of 'cpu', 'trt', 'qnn'"),  # typer choices (issue #15)
         (["--method", "kl"], "'kl' is not one of 'minmax', 'entropy', 'percentile'"),
         (["--budget", "accuracy=1"], "valid keys"),
         (["--budget", "snr_db=20"], "does not apply to the masked model"),
