@@ -49,7 +49,7 @@ def conditions(
 ) -> dict[str, np.ndarray]:
     """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``, first match
     per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a path loads a .npy),
-    ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
+    (a .npy, .npz or .npz:KEY file gives its first ``batch`` rows), ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
     model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
     (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
     names = list(bundle.meta.get("conditioning", {}))
@@ -83,7 +83,7 @@ def conditions(
         else:
             raise UsageError(
                 f"{bundle.name} needs conditioning input {name!r} ({spec.dtype}{list(shape)})",
-                hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy or --cond-data FILE.npz",
+                hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy|FILE.npz[:KEY] or --cond-data FILE.npz",
             )
     return out
 
@@ -224,23 +224,42 @@ def stored_rows(bundle: Bundle) -> dict[str, np.ndarray] | None:
         return {k: f[k] for k in f.files}
 
 
-def _parse_cond(name: str, value: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """The raw array a --cond value names (``check_cond_values`` checks and casts it)."""
-    if value.endswith(".npy"):
-        arr = read_npy(name, value, shape)
-        if arr.shape != shape:
-            raise UsageError(f"--cond {name}={value} has shape {list(arr.shape)}, expected {list(shape)}")
-        return arr
+# A file's rows are all decoded by `run` (in graph batches); a header claiming more is a mistake
+# or an allocation bomb, refused before any data is read.
+MAX_COND_ROWS = 65536
+
+
+def _is_file(value: str) -> bool:
+    path = value.rpartition(":")[0] if ".npz:" in value else value
+    return path.endswith((".npy", ".npz"))
+
+
+def _open_cond_file(name: str, value: str):
+    """A binary handle on the .npy data ``value`` names: ``FILE.npy``, ``FILE.npz:KEY`` or
+    ``FILE.npz`` (its array named ``name``: `edgekit run -o tokens.npz` writes ``tokens``, so a
+    flow bundle's ``--cond tokens=tokens.npz`` chains)."""
+    path, key = (value.rsplit(":", 1) if ".npz:" in value else (value, None))
+    if not path.endswith(".npz"):
+        return open(path, "rb")
+    import zipfile
+
     try:
-        number = float(value)
-    except ValueError:
-        raise UsageError(f"--cond {name}={value!r} is neither a number nor a .npy file") from None
-    return np.full(shape, number)
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"--cond {name}={value}: cannot read {path} as .npz ({exc})") from None
+    key = key or name
+    arrays = [m.removesuffix(".npy") for m in archive.namelist() if m.endswith(".npy")]
+    if key not in arrays:
+        archive.close()
+        raise UsageError(f"--cond {name}={value}: {path} has no array {key!r}; valid: {', '.join(arrays)}",
+                         hint=f"pick one with --cond {name}={path}:KEY")
+    return archive.open(key + ".npy")
 
 
-def read_npy(name: str, path: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A numeric .npy of ``shape``, its header checked before any data is read: no pickles, no
-    structured or string dtypes, no header claiming more than ``shape`` (allocation bombs)."""
+def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None = None) -> np.ndarray:
+    """A numeric .npy (or .npz member) of ``shape`` — with ``max_rows``, of any row count up to
+    it — its header checked before any data is read: no pickles, no structured or string dtypes,
+    no header claiming more than allowed (allocation bombs)."""
     fmt = np.lib.format
 
     def bad(why: str) -> UsageError:
@@ -248,21 +267,60 @@ def read_npy(name: str, path: str, shape: tuple[int, ...]) -> np.ndarray:
                           hint=f"save a numeric array of shape {list(shape)} with numpy.save")
 
     try:
-        with open(path, "rb") as fh:
+        with _open_cond_file(name, path) as fh:
             version = fmt.read_magic(fh)
             header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
                 fmt.read_array_header_2_0(fh, max_header_size=10_000)
             file_shape, _, dtype = header
             if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
                 raise bad(f"dtype {dtype} is not a number type")
-            if tuple(file_shape) != tuple(shape):
-                raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}")
+            rows_ok = (0 < file_shape[0] <= max_rows) if max_rows and len(file_shape) else False
+            if tuple(file_shape) != tuple(shape) and not (rows_ok and tuple(file_shape[1:]) == tuple(shape[1:])):
+                raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}"
+                                 + (f" (any row count up to {max_rows})" if max_rows else ""))
             fh.seek(0)
             return np.load(fh, allow_pickle=False)
     except UsageError:
         raise
     except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
         raise bad(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def cond_file_rows(raw: Mapping[str, str]) -> int | None:
+    """Rows of the conditioning given as files (None when none is): ``run`` decodes them all."""
+    fmt = np.lib.format
+    rows = set()
+    for name, value in raw.items():
+        if _is_file(value):
+            try:
+                with _open_cond_file(name, value) as fh:
+                    version = fmt.read_magic(fh)
+                    header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
+                        fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            except UsageError:
+                raise
+            except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+                raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({exc})") from None
+            rows.add(int(header[0][0]) if header[0] else 0)
+    if len(rows) > 1:
+        raise UsageError(f"--cond files have different row counts {sorted(rows)}; valid: one row count for every file")
+    return min(rows.pop(), MAX_COND_ROWS) if rows else None
+
+
+def _parse_cond(name: str, value: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """The raw array a --cond value names (``check_cond_values`` checks and casts it). A file may
+    hold more rows than ``shape`` asks for: the first ones are taken."""
+    if _is_file(value):
+        arr = read_npy(name, value, shape, max_rows=MAX_COND_ROWS)
+        if len(arr) < shape[0]:
+            raise UsageError(f"--cond {name}={value} has {len(arr)} rows; {shape[0]} are needed",
+                             hint="give more rows, or decode fewer (--batch)")
+        return arr[: shape[0]]
+    try:
+        number = float(value)
+    except ValueError:
+        raise UsageError(f"--cond {name}={value!r} is neither a number nor a .npy/.npz file") from None
+    return np.full(shape, number)
 
 
 def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec) -> np.ndarray:

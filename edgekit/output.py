@@ -21,17 +21,22 @@ def clean(text: str) -> str:
     return str(text).translate(_CONTROL)
 
 
+# "Not defined" (NLL/token when no sequence is valid, a ratio without a denominator) is one
+# thing everywhere: — in a table, null in JSON. NaN is how the numbers carry it.
+NOT_DEFINED = "—"
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
-            return "nan"
+            return NOT_DEFINED
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.3g}"
         return f"{value:.4g}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
-        return "—"
+        return NOT_DEFINED
     return str(value)
 
 
@@ -48,6 +53,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 class Output:
+    documents_written = 0  # --json documents this process printed (an error after one prints none)
+
     def __init__(self, json_mode: bool = False, quiet: bool = False):
         from rich.console import Console
 
@@ -91,6 +98,7 @@ class Output:
     def document(self, doc: dict[str, Any]) -> None:
         """In --json mode print ``doc`` as the one JSON document on stdout."""
         if self.json_mode:
+            Output.documents_written += 1
             sys.stdout.write(json.dumps(_jsonable(doc), indent=2) + "\n")
             sys.stdout.flush()
 

@@ -141,5 +141,6 @@ FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "maske
 def check_graph_kind(kind: str, graph: str) -> None:
     """Raise when model ``kind`` has no fused ``graph`` (export and run share this one message)."""
     if graph not in FUSED_GRAPHS.get(kind, ()):
-        valid = ", ".join(FUSED_GRAPHS.get(kind, ())) or "none (its loop state is the KV cache: use --graph host)"
-        raise UsageError(f"--graph {graph!r} is not available for a {kind} model; valid: host, {valid}")
+        fused = FUSED_GRAPHS.get(kind, ())
+        why = "" if fused else " (its loop state is the KV cache, so it has no fused graphs)"
+        raise UsageError(f"--graph {graph!r} is not available for the {kind} model{why}; valid: {', '.join(('host', *fused))}")

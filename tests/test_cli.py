@@ -53,7 +53,7 @@ def test_export_plugin_example_and_run_it(tmp_path):
     [
         (["export", "no-such-model", "-o", "{tmp}/x"], 1, "not a known model"),
         (["inspect", "{tmp}/missing"], 1, "does not exist"),
-        (["run", "{masked}", "--solver", "rk4"], 2, "--solver does not apply to a masked bundle"),
+        (["run", "{masked}", "--solver", "rk4"], 2, "--solver does not apply to the masked model"),
         (["run", "{masked}", "--runtime", "tensorflow"], 2, "--runtime 'tensorflow' is unknown"),
         (["run", "{masked}", "--precision", "int8"], 1, "edgekit quantize"),
         (["run", "{masked}", "--schedule", "zigzag"], 2, "zigzag"),

@@ -63,6 +63,31 @@ def tiny_masked_spec(batch: int = 2):
     )
 
 
+def tiny_ar_spec(batch: int = 1):
+    """The AR baseline of tiny_masked_spec: same vocabulary, classes and length (12 tokens)."""
+    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
+    from edgekit.spec import ModelSpec, TensorSpec
+
+    cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
+    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    return ModelSpec(
+        name="tiny-ar",
+        kind="ar",
+        module=ARStep(_perturb(CausalTransformer(cfg), 2)).eval(),
+        inputs={
+            "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
+            "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
+            "k_cache": cache,
+            "v_cache": cache,
+            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
+        },
+        outputs={"logits": TensorSpec((batch, cfg.vocab_size), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        meta={"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id, "num_classes": cfg.num_classes,
+              "conditioning": {"class_id": {"uncond": cfg.num_classes}}},
+        decode_defaults={"temperature": 1.0, "top_k": 0},
+    )
+
+
 @pytest.fixture(scope="session")
 def tiny_specs():
     torch = pytest.importorskip("torch")

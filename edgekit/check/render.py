@@ -3,14 +3,16 @@ the verdict line; and the demo's one-row-per-model summary."""
 
 from __future__ import annotations
 
+import math
+
 from edgekit.output import Output
 
 
 def check_num(value, spec: str = ".4g") -> str:
     """A number for the table; also takes the strings a JSON round trip leaves ("inf", from
     `edgekit deploy --command check`) and None."""
-    if value is None:
-        return "—"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"  # not defined (edgekit.output.NOT_DEFINED)
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -159,14 +159,16 @@ def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> 
     return settings, overrides, cand_overrides
 
 
-def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str, Any]:
+def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compare ``cfg.candidate`` with ``cfg.reference`` on ``path``'s model.
 
     Returns the ``edgekit.check/1`` document: settings, ``metrics`` {name: float}, per-step
     ``curves``, ground-truth ``quality`` of both, ``rows`` (one verdict per metric) and
     ``passed``. Writes the baseline / JUnit files ``cfg`` names. Raises EdgekitError on bad
-    input; a failed check is ``passed: False``, not an exception.
+    input; a failed check is ``passed: False``, not an exception. ``progress(message)`` is told
+    what it is doing (opening a torch reference and decoding take minutes on a small CPU).
     """
+    say = progress or (lambda message: None)
 
     start = time.perf_counter()
     bundle = Bundle.load(path)
@@ -188,6 +190,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig()) -> dict[str
         check_comparable(baseline, settings)  # before minutes of decoding, not after
     hook = load_metric_hook(cfg.metric_hook) if cfg.metric_hook else None
 
+    say(f"opening {ref_v} and {cand_v}" + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else ""))
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -25,19 +25,19 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
-    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget token_agreement=0.98 --json\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget lockstep_token_agreement=0.98 --json\n\n"
     "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime\n\n"
     "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   (Hexagon NPU: full integer, budget on the HTP backend)\n\n"
     "  edgekit quantize bundles/mine --cond-data conditions.npz      (real conditions: first rows calibrate, last rows held out)"
 )
 def quantize(
     bundle: BundleArg,
-    profile: Annotated[str, typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit[qnn]).")] = "cpu",
-    method: Annotated[str, typer.Option(help="Calibration: minmax | entropy | percentile.")] = "minmax",
+    profile: Annotated[Literal["cpu", "trt", "qnn"], typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit[qnn]).")] = "cpu",
+    method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
     eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
     exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
-    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: token_agreement, top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
+    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
     decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
     fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
     preprocess: Annotated[bool, typer.Option("--preprocess/--no-preprocess", help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).")] = True,
@@ -134,7 +134,7 @@ def check(
         target=target,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} …")
-    doc = check_bundle(bundle, cfg)
+    doc = check_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
     for w in doc["warnings"]:
         o.warn(w)
     o.document(doc)

@@ -5,15 +5,127 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from edgekit.bundle import COMMITTED
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
 from edgekit.output import Output, clean
+
+try:  # typer >= 0.22 vendors click
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer on click
+    import click  # type: ignore[no-redef]
+
+
+# ---- help text a user can read: metavars are what to type, not Python types ---------------------
+_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "file": "PATH", "directory": "PATH",
+                "int range": "INTEGER", "float range": "FLOAT", "bool": ""}
+
+
+def _plain(label: str | None, is_flag: bool) -> str | None:
+    """typer's ``<list[str]>``/``<bool>``/``<a|b>`` -> ``TEXT`` / nothing / ``[a|b]``."""
+    if label is None or is_flag:
+        return ""
+    inner = label.strip("<>")
+    while inner.startswith("list[") and inner.endswith("]"):  # repeatable: the help text says so
+        inner = inner[5:-1]
+    if "|" in inner:
+        return f"[{inner}]"
+    return _PLAIN_TYPES.get(inner, inner.upper())
+
+
+class _PlainOption(TyperOption):
+    def display_type_rich(self, ctx):
+        if self.metavar is not None:
+            return self.metavar
+        return _plain(self.display_type(ctx), self.is_bool_flag)
+
+
+class _PlainArgument(TyperArgument):
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar or self.name.upper()
+
+    def display_type_rich(self, ctx):
+        return _plain(self.display_type(ctx), False)
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw + ("..." if self.nargs != 1 else "")
+        return name if self.required else f"[{name}]"
+
+
+def _plain_params(params) -> None:
+    for param in params:
+        if type(param) is TyperOption:
+            param.__class__ = _PlainOption
+        elif type(param) is TyperArgument:
+            param.__class__ = _PlainArgument
+
+
+class _Command(TyperCommand):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain_params(self.params)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        _plain_params([option] if option is not None else [])
+        return option
+
+
+class _Group(TyperGroup):
+    """Usage errors (unknown option, bad choice, missing argument) are one line on stderr and exit
+    2; with ``--json`` stdout also gets the one document ``{"error": ..., "exit_code": 2}``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain_params(self.params)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        _plain_params([option] if option is not None else [])
+        return option
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        Output.documents_written = 0
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `edgekit` alone: the help (typer's rich help is printed already)
+            if exc.format_message().strip():
+                typer.echo(exc.format_message())
+            sys.exit(EXIT_USAGE)
+        except click.exceptions.ClickException as exc:
+            where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
+            message = " ".join(exc.format_message().replace("Value error, ", "").split())
+            print_error(f"{message}{where}", exc.exit_code or EXIT_USAGE, json_mode="--json" in argv)
+            sys.exit(exc.exit_code or EXIT_USAGE)
+        except typer.Abort:
+            Output().err.print("interrupted: nothing was recorded for the unfinished stage")
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def print_error(message: str, exit_code: int, json_mode: bool) -> None:
+    """The one error line on stderr; with --json also the one document on stdout (unless the
+    command already printed its document, e.g. a check that ran and failed)."""
+    from rich.markup import escape
+
+    message = clean(message)  # terminal control characters shown escaped (as every console line)
+    Output().err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    if json_mode and not Output.documents_written:
+        sys.stdout.write(json.dumps({"error": message, "exit_code": exit_code}) + "\n")
+        sys.stdout.flush()
+
 
 app = typer.Typer(
     name="edgekit",
@@ -22,7 +134,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode="rich",
+    cls=_Group,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from edgekit import __version__
+
+        typer.echo(f"edgekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print edgekit's version and exit.")] = None,
+) -> None:
+    """Export, quantize, build, run and check non-autoregressive generative models on edge devices."""
 
 
 # ---- shared options ------------------------------------------------------------------------------
@@ -61,6 +189,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
         def wrapper(*args, **kw):
             interrupted, restore = _watch_sigint()
             committed = len(COMMITTED)
+            Output.documents_written = 0
             try:
                 return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
@@ -71,9 +200,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                     raise typer.Exit(130) from None
                 if debug_enabled():
                     raise
-                from rich.markup import escape
-
-                Output().err.print(f"[red]error:[/red] {escape(clean(str(exc)))}", highlight=False)
+                print_error(str(exc), exc.exit_code, json_mode=bool(kw.get("json_out")))
                 raise typer.Exit(exc.exit_code) from None
             except KeyboardInterrupt:
                 if debug_enabled():
@@ -83,7 +210,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
             finally:
                 restore()
 
-        return app.command(name, **kwargs)(wrapper)
+        return app.command(name, cls=_Command, **kwargs)(wrapper)
 
     return register
 

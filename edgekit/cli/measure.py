@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -40,7 +40,7 @@ def profile(
     iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,
     min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", min=0, help="Measure each variant for at least this long (default 1 s).")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
-    power: Annotated[str, typer.Option("--power", help="off | auto | nvml | jetson | tegrastats | rapl | android | odpm | rpi.")] = "auto",
+    power: Annotated[Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"], typer.Option("--power", help="Power probe (auto: the one this host has; off: none).")] = "auto",
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.")] = False,
     frontier_steps: Annotated[str, typer.Option("--frontier-steps", help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.")] = "1,2,4,8,16",
     frontier_n: Annotated[int, typer.Option("--frontier-n", min=1, help="Conditions in the frontier's evaluation set (the same for every K and for AR).")] = 64,
@@ -50,7 +50,7 @@ def profile(
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
-    sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="fp32 | int8: precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
+    sweep_precision: Annotated[Literal["fp32", "int8"], typer.Option("--sweep-precision", help="Precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
@@ -82,7 +82,7 @@ def profile(
     if latency_budget_ms is not None:
         if steps is not None:
             raise UsageError("--latency-budget-ms chooses the steps itself; drop --steps (or drop the budget)")
-        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed)
+        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=lambda msg: o.info(f"· {msg}"))
         print_plan(o, latency_budget_ms, plan)
         steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
     cfg = ProfileConfig(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -51,14 +51,14 @@ def deploy(
     bundle: BundleArg,
     host: Annotated[str, typer.Option("--host", help="user@host of the device (ssh checks its host key as always).", show_default=False)],
     target: TargetOpt = "cpu",
-    command_name: Annotated[str, typer.Option("--command", help="profile | run | check, run on the device with --json.")] = "profile",
+    command_name: Annotated[Literal["profile", "run", "check"], typer.Option("--command", help="The command run on the device (with --json).")] = "profile",
     port: Annotated[Optional[int], typer.Option("--port", help="ssh port (default: ssh's).")] = None,
     identity: Annotated[Optional[Path], typer.Option("--identity", "-i", help="Private key file for ssh.")] = None,
     known_hosts: Annotated[Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify the device against (default: ssh's).")] = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help="Precision to build/run there (default: the target's first).")] = None,
     remote_dir: Annotated[str, typer.Option("--remote-dir", help="Folder on the device for bundles and reports.")] = "~/edgekit-deploy",
     remote_edgekit: Annotated[Optional[str], typer.Option("--remote-edgekit", help="edgekit on the device (default: PATH, ~/.venvs/edgekit/bin).")] = None,
-    transfer: Annotated[str, typer.Option("--transfer", help="auto (rsync when both ends have it) | rsync | scp.")] = "auto",
+    transfer: Annotated[Literal["auto", "rsync", "scp"], typer.Option("--transfer", help="auto: rsync when both ends have it, else scp.")] = "auto",
     out: Annotated[Path, typer.Option("-o", "--out", help="Where the device's JSON and report files come back to.")] = Path("edgekit-reports"),
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine made here for the target.")] = False,
     args: Annotated[Optional[list[str]], typer.Argument(help="Extra options for the device's command (after --).", show_default=False)] = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -44,7 +44,7 @@ def doctor(
 def build(
     bundle: BundleArg,
     target: TargetOpt = "cpu",
-    precision: Annotated[str, typer.Option("--precision", help="fp32 | fp16 (TensorRT) | int8 (after `edgekit quantize`).")] = "fp32",
+    precision: Annotated[Literal["fp32", "fp16", "int8"], typer.Option("--precision", help="fp16: TensorRT only; int8: after `edgekit quantize`.")] = "fp32",
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,

@@ -47,7 +47,7 @@ from edgekit.decode.flow import NFE_PER_STEP
 from edgekit.decode.schedules import masked_floor, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
-from edgekit.export.onnx_export import check_graph
+from edgekit.export.onnx_export import check_graph, quiet_exporter
 from edgekit.export.opset import downgrade_split
 from edgekit.models import load_spec
 from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_graph_kind  # noqa: F401  (re-exported)
@@ -269,7 +269,7 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
     import onnx
 
     example = tuple(torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in inputs.values())
-    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), quiet_exporter():
         warnings.simplefilter("ignore")
         try:
             program = torch.onnx.export(

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from edgekit._deps import require
 from edgekit.bundle import sha256_file
@@ -26,6 +27,27 @@ log = logging.getLogger(__name__)
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
+
+
+# The exporter logs one warning per torchvision op it could register ("torchvision is not
+# installed. Skipping torchvision::nms", four of them) on every export; edgekit models use no
+# torchvision op, so these lines are noise. Only they are dropped: other exporter warnings stay.
+_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+def _not_torchvision_skip(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("torchvision is not installed")
+
+
+@contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's torchvision-not-installed warnings for the duration of an export."""
+    logger = logging.getLogger(_REGISTRATION_LOGGER)
+    logger.addFilter(_not_torchvision_skip)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_not_torchvision_skip)
 
 
 def example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
@@ -47,7 +69,7 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
         raise ExportError(f"--opset {cfg.opset} is newer than this onnx ({onnx.__version__}) knows; "
                           f"valid: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}")
     module = spec.module.eval()
-    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), quiet_exporter():
         warnings.simplefilter("ignore")
         try:
             program = torch.onnx.export(

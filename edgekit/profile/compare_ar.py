@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit.bundle import Bundle
-from edgekit.errors import BundleError, UsageError
+from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.profile.config import (
     ProfileConfig,
     ProgressFn,
@@ -90,7 +90,7 @@ def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:
 def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
     if bundle.kind != "masked":
         raise UsageError(
-            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds a {bundle.kind} model",
+            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds the {bundle.kind} model {bundle.name}",
             hint="profile the masked bundle (e.g. edgekit-demo/masked) with --compare-ar",
         )
     path = Path(cfg.ar_bundle) if cfg.ar_bundle is not None else default_ar_bundle(bundle.root)
@@ -102,7 +102,7 @@ def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
             hint="pass --ar-bundle PATH, or export one with `edgekit export ar-demo -o " + str(path) + "`",
         ) from None
     if ar.kind != "ar":
-        raise UsageError(f"--ar-bundle {path} holds a {ar.kind} model; valid: a bundle of kind ar")
+        raise UsageError(f"--ar-bundle {path} holds the {ar.kind} model {ar.name}; valid: a bundle of kind ar")
     length = int(bundle.meta["seq_len"])
     if int(ar.meta["max_len"]) < length:
         raise UsageError(
@@ -126,7 +126,7 @@ def compare_ar(
     ar_docs: dict[tuple[str, str], dict[str, Any]] = {}
     for v in variants:
         key = (v["runtime"], v["precision"])
-        if key in ar_docs:
+        if key in ar_docs or not v.get("available", True):
             continue
         label = f"AR {v['runtime']} {v['precision']}"
         if v["runtime"] in ("ort", "openvino") and not has_artifact(ar, "int8" if v["precision"] == "int8" else "fp32"):
@@ -135,13 +135,20 @@ def compare_ar(
                 "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",
             }
             continue
-        ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+        try:
+            ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+        except EdgekitError as exc:  # one variant that cannot run is a row saying why; the rest is reported
+            ar_docs[key] = {"id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
+                            "reason": f"AR bundle {ar.root}: {exc}"}
     note_batch = []
     if graph_batch(ar) != graph_batch(bundle):
+        calls = -(-rows // graph_batch(ar))
         note_batch.append(
             f"the AR graph batch ({graph_batch(ar)}) differs from the masked one ({graph_batch(bundle)}); both decode {rows} rows"
+            + (f" (AR: {calls} calls of {graph_batch(ar)} rows per decode)" if calls > 1 else "")
         )
     speedups = []
+    variants = [v for v in variants if v.get("available", True)]
     for v in variants:
         a = ar_docs[(v["runtime"], v["precision"])]
         if not a["available"]:

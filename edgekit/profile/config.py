@@ -209,7 +209,7 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
                 )
     steps: tuple[int | None, ...] = cfg.steps or (None,)
     if cfg.steps and bundle.kind == "ar":
-        raise UsageError("--steps does not apply to an ar bundle (one step per token)", hint="drop --steps")
+        raise UsageError("--steps does not apply to the ar model (one step per token)", hint="drop --steps")
     # torch runs fp32 only, ort fp32 and int8: each precision pairs with the runtimes that run it.
     return [
         Variant(r, p, s)

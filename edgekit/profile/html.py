@@ -21,6 +21,7 @@ from edgekit.profile.table import (
     crossover_lines,
     frontier_lines,
     frontier_table,
+    not_measured_lines,
     power_lines,
     profiled_columns,
     ratios_table,
@@ -50,8 +51,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if value != value:  # NaN
-            return "nan"
+        if value != value:  # NaN: not defined, shown as in every table
+            return "—"
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.3g}"
         return f"{value:.4g}"
@@ -263,6 +264,8 @@ def render_html(doc: Doc) -> str:
         '<table class="meta"><tbody>' + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in meta) + "</tbody></table>",
         "<h2>Variants side by side</h2>", _table(*variants_table(doc)),
     ]
+    if not_measured_lines(doc):
+        parts += [_lines(not_measured_lines(doc), "warn")]
     if doc.get("ratios"):
         parts += ["<h2>Ratios (measured in the same run)</h2>",
                   "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",

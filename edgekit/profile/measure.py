@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edgekit.bundle import Bundle
-from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.dispatch import decode_config, decode_rows
 from edgekit.probes.latency import MeasureConfig, TimedRuntime, measure
 from edgekit.probes.memory import RssTracker, file_sizes
 from edgekit.probes.power import (
@@ -53,7 +53,7 @@ def measure_decodes(
     last: dict[str, Any] = {}
 
     def one_decode() -> None:
-        last["decoded"] = decode(model.kind, timed, model.meta, cond, decode_cfg)
+        last["decoded"] = decode_rows(model.kind, timed, model.meta, cond, decode_cfg)
 
     fn = timed.timed_decodes(one_decode)
     # Warm-up as its own measure() call so the power window and RSS growth cover steady state

@@ -53,7 +53,7 @@ def print_profile(o: Output, doc: dict) -> None:
         o.table("NAR vs AR at the same length (speedup = AR ms / NAR ms)", s["ar"]["columns"], s["ar"]["rows"])
         if len(s["sweep"]["rows"]) > 1:
             o.table("decode time against length (crossover)", s["sweep"]["columns"], s["sweep"]["rows"])
-    for line in s["crossover"]:
+    for line in s["not_measured"] + s["crossover"]:
         o.line(line)
     if s.get("frontier", {}).get("rows"):
         o.table(f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)", s["frontier"]["columns"], s["frontier"]["rows"])

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.dispatch import decode_config
+from edgekit.errors import EdgekitError
 from edgekit.probes.system import compare_states, system_state
 from edgekit.profile.compare_ar import compare_ar, resolve_ar_bundle
 from edgekit.profile.config import (
@@ -46,9 +47,8 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond, cfg.cond_data)
     power = open_power(cfg, progress)
     start_state = system_state()
-    variants = [
-        profile_variant(bundle, v, v.label(show_steps), cond, cfg, power, progress, cfg.decode) for v in variants_plan
-    ]
+    variants = [_measured_or_why(bundle, v, v.label(show_steps), cond, cfg, power, progress) for v in variants_plan]
+    measured = [v for v in variants if v["available"]]
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created": now_iso(),
@@ -60,8 +60,8 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
         "config": cfg.to_json(),
         "power": power_doc(power),
         "variants": variants,
-        "ratios": variant_ratios(variants),
-        "compare_ar": compare_ar(bundle, variants, cfg, power, progress) if cfg.compare_ar else None,
+        "ratios": variant_ratios(measured),
+        "compare_ar": compare_ar(bundle, measured, cfg, power, progress) if cfg.compare_ar and measured else None,
     }
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
@@ -69,9 +69,18 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     return doc
 
 
+def _measured_or_why(bundle: Bundle, v: Any, label: str, cond: Any, cfg: ProfileConfig, power: Any, progress: Any) -> dict[str, Any]:
+    """One variant's figures, or (it could not run) a row saying why: the other variants are
+    still measured and reported."""
+    try:
+        return profile_variant(bundle, v, label, cond, cfg, power, progress, cfg.decode)
+    except EdgekitError as exc:
+        return {"id": label, "available": False, "runtime": v.runtime, "precision": v.precision, "reason": f"{bundle.root}: {exc}"}
+
+
 def _warnings(doc: Mapping[str, Any]) -> Iterator[str]:
     """Everything that makes a figure suspect, prefixed with the variant it concerns."""
-    every = list(doc["variants"])
+    every = [v for v in doc["variants"] if v["available"]]
     if doc.get("compare_ar"):
         every += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
     for v in every:

@@ -35,7 +35,7 @@ def _energy_cell(v: Mapping[str, Any], key: str) -> Any:
 
 def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
     """The measured variants, NAR first, then the AR baseline's that could run."""
-    cols = list(doc["variants"])
+    cols = [v for v in doc["variants"] if v.get("available", True)]
     if doc.get("compare_ar"):
         cols += [v for v in doc["compare_ar"]["variants"] if v.get("available")]
     return cols
@@ -134,11 +134,50 @@ def ar_table(doc: Doc) -> Rows:
     columns = ["NAR", "AR", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
     rows = []
     for s in cmp.get("speedups", []):
-        if s.get("speedup") is None:
-            rows.append([s["nar"], s["ar"], None, None, f"unavailable: {s.get('reason')}", None])
-        else:
+        if s.get("speedup") is not None:  # one that could not be measured is a line (not_measured_lines)
             rows.append([s["nar"], s["ar"], s["nar_median_ms"], s["ar_median_ms"], s["speedup"], s["throughput_ratio"]])
     return columns, rows
+
+
+def not_measured_lines(doc: Doc) -> list[str]:
+    """One line per variant that could not run (NAR or AR baseline), saying why."""
+    every = list(doc.get("variants", [])) + list((doc.get("compare_ar") or {}).get("variants", []))
+    return [f"{v['id']}: not measured: {v.get('reason')}" for v in every if not v.get("available", True)]
+
+
+# The demo's summary: the four figures the README quotes, per measured variant.
+SUMMARY_ROWS = ("median ms", "p99 / p50", "host overhead share", "mJ / decode")
+
+
+def summary_table(doc: Doc) -> Rows:
+    """``variants_table`` cut to SUMMARY_ROWS (the HTML report and `edgekit profile` keep all)."""
+    columns, rows = variants_table(doc)
+    return columns, [r for r in rows if r[0] in SUMMARY_ROWS]
+
+
+def crossover_statement(cross: Mapping[str, Any] | None) -> str:
+    """One statement about the crossover length: the measured one when the sweep brackets it or
+    bounds it, else the fitted model's, else why there is none (never two that disagree)."""
+    if not cross or not cross.get("available", True):
+        return "crossover: not measured" + (f" ({cross.get('reason')})" if cross and cross.get("reason") else "")
+    m, model = cross.get("measured") or {}, cross.get("model") or {}
+    if m.get("n") is not None:
+        return f"measured crossover N ~ {m['n']:.0f} tokens"
+    if m.get("bound"):
+        return f"measured crossover N {m['bound']}"
+    if model.get("n") is not None:
+        return f"fitted crossover N ~ {model['n']:.0f} tokens" + (" (extrapolated)" if model.get("extrapolated") else "")
+    return "crossover: one length measured, none estimated"
+
+
+def nar_vs_ar_line(doc: Doc) -> str | None:
+    """'NAR vs AR: 1.36x (ort fp32), 2.22x (ort int8) at L = 64; measured crossover N ~ 37 tokens'."""
+    cmp = doc.get("compare_ar")
+    if not cmp:
+        return None
+    parts = [f"{s['speedup']:.2f}x ({s['nar']})" for s in cmp.get("speedups", []) if s.get("speedup") is not None]
+    speed = ", ".join(parts) if parts else "no variant measured on both"
+    return f"NAR vs AR: {speed} at L = {cmp.get('length')}; {crossover_statement(cmp.get('crossover'))}"
 
 
 def sweep_table(doc: Doc) -> Rows:
@@ -269,6 +308,10 @@ def summary_rows(doc: Doc) -> dict[str, Any]:
         for name, build in (("ar", ar_table), ("sweep", sweep_table), ("frontier", frontier_table)):
             columns, rows = build(doc)
             out[name] = {"columns": columns, "rows": rows}
+    out["not_measured"] = not_measured_lines(doc)
+    columns, rows = summary_table(doc)
+    out["summary"] = {"columns": columns, "rows": rows}
+    out["nar_vs_ar"] = nar_vs_ar_line(doc)
     out["crossover"] = crossover_lines(doc)
     out["frontier_lines"] = frontier_lines(doc)
     out["power"] = power_lines(doc)

@@ -1,7 +1,7 @@
 """The accuracy budget: FP32 vs INT8 on held-out decodes, sensitivity, and fallback.
 
 Held-out conditions, identical seeds (so identical noise) on both runtimes, ``pipeline.evaluate``:
-- masked / ar: ``token_agreement`` — the share of token decisions INT8 makes like FP32 when
+- masked / ar: ``lockstep_token_agreement`` — the share of token decisions INT8 makes like FP32 when
   both see the same input: a ``LockstepRuntime`` runs the bundle's decode on FP32 and, at every
   network call, INT8 on the very same feed; each decides its tokens (argmax of logits/T plus
   the same Gumbel noise) where the loop is deciding (masked positions; the next AR token).
@@ -146,7 +146,7 @@ def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
     if kind in TOKEN_KINDS:
         if int8.decisions is not None:
             agreeing, total = int8.decisions
-            out["token_agreement"] = agreeing / total if total else None
+            out["lockstep_token_agreement"] = agreeing / total if total else None
         if int8.top1 is not None and int8.top1[1]:
             out["top1_agreement"] = int8.top1[0] / int8.top1[1]
         out["final_token_agreement"] = float(np.mean(fp32.sampled["output"] == int8.sampled["output"]))

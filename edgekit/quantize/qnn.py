@@ -297,7 +297,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
                 "limits": dict(budget), "checks": rows, "passed": passed,
                 "measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else ""),
                 "eval": {"samples": cfg.eval_samples, "seed": cfg.eval_seed, "decode": dict(cfg.decode),
-                         "token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
+                         "lockstep_token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
                 "history": history,
             },
             "passed": passed,

@@ -279,7 +279,7 @@ def _summary(
             "checks": outcome.checks,
             "passed": outcome.passed,
             "eval": {"samples": cfg.eval_samples, "seed": cfg.eval_seed, "decode": dict(cfg.decode),
-                     "token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
+                     "lockstep_token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
             "history": outcome.history,
         },
         "passed": outcome.passed,

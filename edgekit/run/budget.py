@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -165,7 +165,14 @@ def plan_for_budget(
     return choose(quality["table"], per_nfe, budget_ms)
 
 
-def plan_for_request(path: Path | str, budget_ms: float, raw_cond: Mapping[str, str], batch: int | None, seed: int) -> Plan:
-    """``plan_for_budget`` with the conditions a `run`/`profile` command line asks for."""
+def plan_for_request(path: Path | str, budget_ms: float, raw_cond: Mapping[str, str], batch: int | None, seed: int,
+                     progress: Callable[[str], None] | None = None) -> Plan:
+    """``plan_for_budget`` with the conditions a `run`/`profile` command line asks for;
+    ``progress(message)`` hears about the one-time quality table (seconds to minutes)."""
     bundle = Bundle.load(path)
+    if progress is not None:
+        if bundle.kind == "flow" and not bundle.manifest.get("flow_quality"):
+            progress("first budget run on this bundle: measuring every solver and step count against a 128-NFE "
+                     "RK4 reference once (stored in the bundle)")
+        progress("measuring the per-NFE latency on this device")
     return plan_for_budget(path, budget_ms, cond=conditions(bundle, raw_cond, batch or graph_batch(bundle), seed))

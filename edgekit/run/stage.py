@@ -3,10 +3,13 @@ graph (``export --graph``), or a target's built engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from edgekit.build import select_engine
 from edgekit.bundle import Bundle
@@ -14,7 +17,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
-from edgekit.evaluate import conditions, graph_batch, load_condition_data, score
+from edgekit.evaluate import cond_file_rows, conditions, graph_batch, load_condition_data, pad_rows, score
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -37,28 +40,39 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     """Decode ``path``'s model once on ``req.runtime``; returns a summary with ``output`` and
     ``cond`` arrays (not JSON) and the figures for the report."""
     bundle = Bundle.load(path)
-    batch = req.batch or graph_batch(bundle)
+    batch = req.batch or graph_batch(bundle)  # rows per decode call
     if not 1 <= batch <= graph_batch(bundle):  # before conditions of that many rows are built
         raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{graph_batch(bundle)} (the graph's static batch)")
+    # Conditioning from files (`--cond tokens=tokens.npz` of another bundle's run) brings its own
+    # row count: every row is decoded, in ceil(rows / batch) calls (call i with seed + i, as
+    # `evaluate` does), the last one padded with its final row.
+    rows = cond_file_rows(req.cond) or batch
     cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
     real = None if req.cond_data is None else load_condition_data(bundle, req.cond_data).arrays
-    cond = conditions(bundle, req.cond, batch, req.seed, rows=real)
+    if real is not None and cond_file_rows(req.cond) is None:
+        rows = len(next(iter(real.values())))  # every row of --cond-data, in graph batches too
+    cond = conditions(bundle, req.cond, rows, req.seed, rows=real)
     if req.graph == "host":
         if req.target is not None:
             rt = select_engine(bundle, req.target, req.precision, req.rebuild).open(threads=req.threads)
         else:
             rt = open_runtime(bundle, req.runtime, req.precision, threads=req.threads)
-        run = lambda: decode(bundle.kind, rt, bundle.meta, cond, cfg)  # noqa: E731
+        run = lambda c, cfg: decode(bundle.kind, rt, bundle.meta, c, cfg)  # noqa: E731
     elif req.graph in ("step", "unrolled"):
         if req.target is not None:
             raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on --runtime ort or openvino; drop --target")
         rt, entry = open_fused(bundle, req.graph, threads=req.threads, runtime=req.runtime, precision=req.precision)
-        run = lambda: decode_fused(bundle.kind, rt, entry, cond, cfg)  # noqa: E731
+        run = lambda c, cfg: decode_fused(bundle.kind, rt, entry, c, cfg)  # noqa: E731
     else:
         raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
+    calls = -(-rows // batch)
+    parts, outputs = [], []
     with rt:
         start = time.perf_counter_ns()
-        result = run()
+        for i in range(calls):
+            chunk = {k: pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
+            parts.append(run(chunk, dataclasses.replace(cfg, seed=req.seed + i) if i else cfg))
+            outputs.append(parts[-1].output.copy())  # the next call may reuse the runtime's buffer
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         device = getattr(rt, "device", req.runtime)
         ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
@@ -66,6 +80,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         warnings = list(getattr(rt, "warnings", []))
         timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
         session = getattr(rt, "session_info", None)
+    output = np.concatenate(outputs)[:rows]
+    result = parts[0]
     return {
         "schema": "edgekit.run/1",
         "bundle": str(bundle.root),
@@ -76,18 +92,19 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "device": device,
         "runtime_settings": settings,
         "precision": req.precision,
-        "batch": batch,
+        "batch": rows,
+        "decode_calls": calls,
         "seed": req.seed,
         "decode": {k: v for k, v in vars(cfg).items()},
         "steps": result.steps,
-        "nfe": result.nfe,
-        "runtime_calls": result.runtime_calls,
+        "nfe": sum(p.nfe for p in parts),
+        "runtime_calls": sum(p.runtime_calls for p in parts),
         "wall_ms": wall_ms,
         "timing_note": timing_note,
         "session": session,
-        "quality": score(bundle, result.output, cond),
+        "quality": score(bundle, output, cond),
         "warnings": warnings,
-        "output": result.output,
+        "output": output,
         "cond": cond,
         # flow: the loop's starting noise (x0 = temperature · default_rng(seed).standard_normal),
         # so the decode can be reproduced in another framework from the .npz alone

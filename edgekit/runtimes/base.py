@@ -109,9 +109,10 @@ class BaseRuntime:
         self.close()
 
     def warn(self, message: str) -> None:
-        """Record a warning for the report and log it once."""
+        """Record a warning for the report. The stage's render prints the report's warnings, so
+        the log gets it at debug level only (at warning level the user read every one twice)."""
         self.warnings.append(message)
-        log.warning(message)
+        log.debug(message)
 
 
 class RuntimeProxy:

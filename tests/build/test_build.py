@@ -338,3 +338,16 @@ def test_demo_build_stage_reports_lint_and_engine(masked):
     assert stage["engine"].startswith("engines/cpu/fp32-") and stage["format"] == "onnx"
     assert stage["bytes"] == (masked / stage["engine"]).stat().st_size and stage["runtime"] == f"ort {ort.__version__}"
     assert json.loads(json.dumps(stage)) == stage
+
+
+def test_build_a_bundle_opened_by_a_relative_path(tiny_bundles, tmp_path, monkeypatch):
+    """`edgekit demo` builds edgekit-demo/masked (relative): the engine entry's path is relative
+    to the bundle (it raised ValueError: not in the subpath)."""
+    import shutil
+
+    from edgekit.build import build_bundle
+
+    shutil.copytree(tiny_bundles["masked"], tmp_path / "b" / "masked")
+    monkeypatch.chdir(tmp_path)
+    doc = build_bundle("b/masked", "cpu", "fp32", False)
+    assert (tmp_path / "b" / "masked" / doc["engine"]["path"]).is_file()

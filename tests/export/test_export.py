@@ -116,3 +116,14 @@ def test_trajectory_inputs_look_like_decode_states(demo_bundles):
     pos = int(feeds[1]["pos"][0])
     assert pos > 0 and np.abs(feeds[1]["k_cache"][:, :, :, :pos]).sum() > 0  # filled by real steps
     assert np.abs(feeds[1]["k_cache"][:, :, :, pos:]).sum() == 0
+
+
+def test_export_logs_no_torchvision_skips(tmp_path, caplog):
+    """The exporter's 'torchvision is not installed. Skipping torchvision::nms' lines (four per
+    export, issue #15) are dropped; the filter is gone after the export."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        export_onnx(_flow_spec(Shifty()), tmp_path / "m.onnx", ExportConfig())
+    assert not [r for r in caplog.records if "torchvision" in r.getMessage()]
+    assert not logging.getLogger("torch.onnx._internal.exporter._registration").filters

@@ -62,7 +62,7 @@ def test_compare_ar_refuses_a_short_or_missing_ar_bundle(tmp_path, tiny, kit):
 
 
 def test_compare_ar_needs_a_masked_bundle(tiny, kit):
-    with pytest.raises(UsageError, match="holds a ar model"):
+    with pytest.raises(UsageError, match="holds the ar model"):
         profile_bundle(tiny["ar"], ProfileConfig(compare_ar=True, measure=kit.FAST, power="off"))
 
 
@@ -85,9 +85,11 @@ def test_breakdown_splits_every_decode_into_runtime_and_host(profile_doc):
         b = v["breakdown"]
         assert v["decode"]["steps"] == 4 and b["calls_per_decode"] == 4 and len(b["step_ms_median"]) == 4
         assert 0 < b["host_overhead_share"] < 1
-        # Runtime time + host time is the whole decode, per decode (medians of each part bound it).
-        assert b["median_runtime_ms"] + b["median_host_ms"] == pytest.approx(b["median_total_ms"], rel=0.5)
-        assert b["median_runtime_ms"] < b["median_total_ms"]
+        # Per decode, runtime time + host time is the whole decode, so each part's median is at
+        # most the total's (order statistics are monotone). No ratio between them is asserted:
+        # that is a timing, and timings break under load (issue #15).
+        assert 0 <= b["median_runtime_ms"] <= b["median_total_ms"]
+        assert 0 <= b["median_host_ms"] <= b["median_total_ms"]
         assert b["per_step_ms"] == pytest.approx(v["latency"]["median_ms"] / 4, rel=1e-12)
 
 
@@ -156,8 +158,8 @@ def test_energy_per_decode_is_power_times_window_over_decodes(power_doc, kit):
     assert e["available"] is True and e["n_decodes"] == n
     assert e["gross_mj"] == pytest.approx(kit.POWER_MW * trace["duration_s"] / n, rel=1e-9)
     assert e["above_idle_mj"] == pytest.approx(0.0, abs=1e-6)
-    # The window is the measured phase only: at least the decodes, not the warm-up.
-    assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"] < sum(v["samples_ms"]) / 1e3 + 0.5
+    # The window covers the measured decodes (started before the first, stopped after the last).
+    assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"]
     assert len(trace["samples"]) >= 2
 
 
@@ -247,6 +249,7 @@ def test_length_variant_specs_rebuild_the_demo_architectures_at_other_lengths():
         length_variant_spec("flow-demo", 8, 1)
 
 
+@pytest.mark.slow  # exports (and quantizes) architecture-only models: about a minute under load
 def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
     pytest.importorskip("torch")
     masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
@@ -258,6 +261,7 @@ def test_length_sweep_measures_both_models_at_each_length_on_torch(tiny, kit):
     assert p["nar_latency"]["n"] >= kit.FAST.iters and "torch" in out["how"]
 
 
+@pytest.mark.slow  # exports (and quantizes) architecture-only models: about a minute under load
 def test_int8_length_sweep_times_quantized_architecture_only_models(tiny, kit, tmp_path):
     """--sweep-precision int8: each architecture-only export is quantized (QDQ, cpu profile) on
     feeds recorded from its own fp32 decode, cached beside the fp32 file, and decoded on ORT."""

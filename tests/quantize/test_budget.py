@@ -19,7 +19,7 @@ def test_compare_tokens_lockstep_decisions_final_agreement_and_ground_truth_drop
     b = a.copy()
     b[0, :3] = 1  # 3 of 40 final tokens differ
     m = compare("masked", _run(a, {"event_accuracy": 0.9}), _run(b, {"event_accuracy": 0.85}, decisions=(297, 300)))
-    assert m["token_agreement"] == pytest.approx(0.99)
+    assert m["lockstep_token_agreement"] == pytest.approx(0.99)
     assert m["final_token_agreement"] == pytest.approx(37 / 40)
     assert m["event_accuracy_drop"] == pytest.approx(0.05)
 
@@ -67,7 +67,7 @@ def test_compare_frames_snr_vs_fp32_and_ground_truth_drop():
 
 
 def test_check_directions_and_unmeasured_keys():
-    ok, rows = check({"token_agreement": 0.995, "event_accuracy_drop": 0.02}, {"token_agreement": 0.99, "event_accuracy_drop": 0.01})
+    ok, rows = check({"lockstep_token_agreement": 0.995, "event_accuracy_drop": 0.02}, {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.01})
     assert not ok and [r["passed"] for r in rows] == [True, False]
     ok, rows = check({"snr_db": 31.0}, {"snr_db": 30.0, "gt_snr_drop_db": 0.5})  # no ground truth: not measured
     assert ok and rows[1]["passed"] is None
@@ -78,7 +78,7 @@ def test_budget_keys_per_kind_and_overrides():
     assert cfg.budget_for("flow") == {"snr_db": 25.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0}
     from edgekit.errors import UsageError
 
-    with pytest.raises(UsageError, match="does not apply to a masked model"):
+    with pytest.raises(UsageError, match="does not apply to the masked model"):
         cfg.budget_for("masked")
     with pytest.raises(UsageError, match="valid keys"):
         QuantizeConfig(budget={"accuracy": 1})
@@ -93,20 +93,20 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
 
     def measure(model):  # each of a, b costs 0.02 of agreement; c costs nothing
         nodes = built[-1]
-        return {"token_agreement": 1.0 - 0.02 * sum(n in nodes for n in ("a", "b"))}
+        return {"lockstep_token_agreement": 1.0 - 0.02 * sum(n in nodes for n in ("a", "b"))}
 
     def sensitivity(model, nodes):
         return {"a": {"added_sqnr_db": 20.0}, "b": {"added_sqnr_db": 25.0}, "c": {"added_sqnr_db": 50.0}}
 
-    model, out = fallback_until_within_budget(["c", "b", "a"], {"token_agreement": 0.99}, build, measure, sensitivity)
+    model, out = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity)
     assert out.passed and out.quantized == ["c"]
     assert [f["node"] for f in out.fallback] == ["a", "b"]
     assert out.fallback[0]["reason"].startswith("budget fallback #1") and "20.0 dB" in out.fallback[0]["reason"]
-    assert [h["token_agreement"] for h in out.history] == pytest.approx([0.96, 0.98, 1.0])
+    assert [h["lockstep_token_agreement"] for h in out.history] == pytest.approx([0.96, 0.98, 1.0])
     assert model == "model3"
-    _, capped = fallback_until_within_budget(["c", "b", "a"], {"token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1)
+    _, capped = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1)
     assert not capped.passed and len(capped.fallback) == 1
-    _, off = fallback_until_within_budget(["c", "b", "a"], {"token_agreement": 0.99}, build, measure, sensitivity, enabled=False)
+    _, off = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, enabled=False)
     assert not off.passed and off.fallback == [] and len(off.history) == 1
 
 
@@ -167,8 +167,8 @@ def test_parse_budget_and_decode_options():
     from edgekit.errors import UsageError
     from edgekit.quantize.config import parse_budget, parse_decode
 
-    assert parse_budget(["token-agreement=0.98", "snr_db=25"]) == {"token_agreement": 0.98, "snr_db": 25.0}
-    for bad in (["token_agreement"], ["agreement=1"], ["snr_db=high"]):
+    assert parse_budget(["lockstep-token-agreement=0.98", "snr_db=25"]) == {"lockstep_token_agreement": 0.98, "snr_db": 25.0}
+    for bad in (["lockstep_token_agreement"], ["agreement=1"], ["snr_db=high"]):
         with pytest.raises(UsageError):
             parse_budget(bad)
     assert parse_decode(["guidance=2", "solver=heun", "sway=-0.5"]) == {"guidance": 2, "solver": "heun", "sway": -0.5}
@@ -184,3 +184,12 @@ def test_default_budgets_agree_with_edgekit_check():
     assert DEFAULT_BUDGETS["flow"]["gt_snr_drop_db"] <= QUALITY_DROP_DEFAULTS["snr_db"].threshold
     assert DEFAULT_BUDGETS["masked"]["event_accuracy_drop"] <= QUALITY_DROP_DEFAULTS["event_accuracy"].threshold
     assert DEFAULT_BUDGETS["ar"]["event_accuracy_drop"] <= QUALITY_DROP_DEFAULTS["event_accuracy"].threshold
+
+
+def test_the_lockstep_measure_has_its_own_name_and_the_old_key_still_parses():
+    """Issue #15: quantize's lockstep agreement (0.99) and check's free-running token agreement
+    (0.93 on the same model) were both 'token_agreement'."""
+    from edgekit.quantize.config import BUDGET_RULES, parse_budget
+
+    assert "token_agreement" not in BUDGET_RULES and "lockstep_token_agreement" in BUDGET_RULES
+    assert parse_budget(["token_agreement=0.97"]) == {"lockstep_token_agreement": 0.97}

@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 runner = CliRunner()
 FAST = ["--calib-samples", "2", "--eval-samples", "2"]
 # Two held-out rows measure nothing reliably: these tests check the command, not the model.
-LOOSE = ["--budget", "token_agreement=0", "--budget", "event_accuracy_drop=1"]
+LOOSE = ["--budget", "lockstep_token_agreement=0", "--budget", "event_accuracy_drop=1"]
 
 
 def invoke(*args):
@@ -26,7 +26,7 @@ def test_quantize_json_is_one_document(masked):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "edgekit.quantize/1" and doc["passed"] is True
-    assert doc["calibration"]["samples"] == 2 and doc["budget"]["limits"]["token_agreement"] == 0.0
+    assert doc["calibration"]["samples"] == 2 and doc["budget"]["limits"]["lockstep_token_agreement"] == 0.0
     assert doc["artifact"]["int8"].startswith("int8-")
 
 
@@ -35,7 +35,7 @@ def test_quantize_prints_a_readable_summary(masked):
     assert r.exit_code == 0, r.output
     out = r.stdout
     for needle in ("trt / minmax", "kept in float", "attention core", "--exclude head", "accuracy vs budget",
-                   "token_agreement", "ground truth, FP32 vs INT8", "range drift", "mask share", "wrote"):
+                   "lockstep_token_agreement", "ground truth, FP32 vs INT8", "range drift", "mask share", "wrote"):
         assert needle in out, needle
     r = invoke("run", masked, "--precision", "int8", "--json")  # what was written runs
     assert r.exit_code == 0, r.output
@@ -43,20 +43,20 @@ def test_quantize_prints_a_readable_summary(masked):
 
 
 def test_budget_miss_exits_4_with_one_line(masked):
-    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "token_agreement=1.01", "--budget", "event_accuracy_drop=1")
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "lockstep_token_agreement=1.01", "--budget", "event_accuracy_drop=1")
     assert r.exit_code == 4
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and "misses the accuracy budget" in last and "token_agreement" in last
+    assert last.startswith("error:") and "misses the accuracy budget" in last and "lockstep_token_agreement" in last
     assert "Traceback" not in r.output
 
 
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--profile", "gpu"], "valid: cpu, trt"),
-        (["--method", "kl"], "valid: minmax, entropy, percentile"),
+        (["--profile", "gpu"], "'gpu' is not one of 'cpu', 'trt', 'qnn'"),  # typer choices (issue #15)
+        (["--method", "kl"], "'kl' is not one of 'minmax', 'entropy', 'percentile'"),
         (["--budget", "accuracy=1"], "valid keys"),
-        (["--budget", "snr_db=20"], "does not apply to a masked model"),
+        (["--budget", "snr_db=20"], "does not apply to the masked model"),
         (["--exclude", "blocks.9"], "matches no node"),
     ],
 )

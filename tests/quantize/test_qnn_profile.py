@@ -44,7 +44,7 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
 
 def test_the_qnn_profile_has_its_own_token_floor_and_keeps_the_rest():
     budget = QuantizeConfig(profile="qnn").budget_for("masked")
-    assert budget["token_agreement"] == 0.95 and budget["top1_agreement"] == 0.90  # check's default top-1 floor
+    assert budget["lockstep_token_agreement"] == 0.95 and budget["top1_agreement"] == 0.90  # check's default top-1 floor
     assert budget["event_accuracy_drop"] == DEFAULT_BUDGETS["masked"]["event_accuracy_drop"]
     assert QuantizeConfig(profile="qnn").budget_for("flow") == DEFAULT_BUDGETS["flow"]
 
@@ -53,7 +53,7 @@ def test_a_failing_budget_promotes_the_least_precise_tensors_to_16_bit(tiny_qnn_
     root = tmp_path / "masked"
     shutil.copytree(tiny_qnn_bundles["masked"], root)
     # An unreachable floor: the search promotes (at most 2 tensors here) and records each step.
-    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"token_agreement": 1.01}, max_fallback=2)
+    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"lockstep_token_agreement": 1.01}, max_fallback=2)
     s = quantize_bundle(root, cfg)
     assert not s["passed"]
     q = s["qnn"]

@@ -25,10 +25,11 @@ def test_calibration_set_of_the_wrong_shape_is_one_clear_error():
 
 
 def test_condition_file_of_the_wrong_shape(demo_bundles, tmp_path):
+    # A file brings its rows (decoded in graph batches, issue #15); each row must have the input's shape.
     wrong = tmp_path / "tokens.npy"
-    np.save(wrong, np.zeros((3, 64), np.int64))
+    np.save(wrong, np.zeros((3, 63), np.int64))
     r = runner.invoke(app, ["run", str(demo_bundles["flow"]), "--cond", f"tokens={wrong}"])
-    assert r.exit_code == 2 and "has shape [3, 64], expected [2, 64]" in r.stderr
+    assert r.exit_code == 2 and "has shape [3, 63], expected [3, 64]" in r.stderr
     assert "Traceback" not in r.output and r.stderr.count("\n") == 1
     pickled = tmp_path / "evil.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)

@@ -28,7 +28,7 @@ def test_export_graph_step_records_what_was_baked(tiny_flow):
 def test_bad_graph_and_decode_values(tmp_path):
     """Usage errors (exit 2), found before the export starts: no bundle is left behind."""
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "x"), "--graph", "sideways"])
-    assert r.exit_code == 2 and "--graph 'sideways' is unknown" in r.stderr
+    assert r.exit_code == 2 and "Invalid value for '--graph': 'sideways' is not one of 'host', 'step', 'unrolled'" in r.stderr
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "y"), "--graph", "step", "--decode", "steps=many"])
     assert r.exit_code == 2 and "steps needs a number" in r.stderr
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "z"), "--graph", "step", "--decode", "solver=leapfrog"])

@@ -1,0 +1,163 @@
+"""CLI conventions a new user relies on (issue #15): --version, help that shows what to type,
+usage errors on one line, one JSON document on stdout even for an error, and hints that name
+options which exist and work."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli import app
+
+runner = CliRunner()
+COMMANDS = sorted(__import__("typer").main.get_command(app).commands)
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_version():
+    from edgekit import __version__
+
+    r = invoke("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"edgekit {__version__}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_what_to_type_not_python_types(command):
+    r = invoke(command, "--help")
+    assert r.exit_code == 0, r.output
+    for python_type in ("<bool>", "<str>", "<int>", "<float>", "<path>", "<list[", "{bundle}", "{model}", "{archive}"):
+        assert python_type not in r.stdout, (command, python_type)
+    assert "Example" in r.stdout  # every command shows an example
+
+
+def test_choice_options_list_their_choices_in_help():
+    wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
+    r = runner.invoke(app, ["run", "--help"], env=wide)
+    assert "[euler|midpoint|heun|rk4]" in r.stdout and "[host|step|unrolled]" in r.stdout
+    r = runner.invoke(app, ["quantize", "--help"], env=wide)
+    assert "[cpu|trt|qnn]" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "nowhere", "--bogus"], "No such option: --bogus"),
+        (["run"], "Missing argument 'BUNDLE'"),
+        (["run", "nowhere", "--solver", "verlet"], "'verlet' is not one of 'euler', 'midpoint', 'heun', 'rk4'"),
+        (["profile", "nowhere", "--iters", "zero"], "Invalid value for '--iters'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2_and_one_json_document(args, needle):
+    r = invoke(*args)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and needle in r.stderr and "╭" not in r.stderr
+    r = invoke(*args, "--json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)  # exactly one document: json.loads fails on anything more
+    assert doc["exit_code"] == 2 and needle in doc["error"]
+
+
+def test_stage_errors_with_json_print_one_document(tmp_path):
+    r = invoke("inspect", tmp_path / "missing", "--json")
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc == {"error": doc["error"], "exit_code": 1} and "does not exist" in doc["error"]
+
+
+# ---- every hint names an option that exists, and running it works -------------------------------
+VALUES = {"--steps": "2", "--schedule": "linear", "--temperature": "0", "--choice-temperature": "1", "--guidance": "1",
+          "--solver": "euler", "--grid": "uniform", "--sway": "-1", "--top-k": "2", "--length": "4", "--graph": None}
+
+
+def _hinted_options(message: str) -> list[str]:
+    """The options a hint offers: 'its decode options are --a, --b' or 'valid: x, y' of --graph."""
+    m = re.search(r"decode options are ((?:--[a-z-]+(?:, )?)+)", message)
+    if m:
+        return [o.strip() for o in m.group(1).split(",")]
+    m = re.search(r"--graph '\w+' is not available .*; valid: ([a-z, ]+)", message)
+    return [f"--graph={g.strip()}" for g in m.group(1).split(",")] if m else []
+
+
+@pytest.mark.parametrize(
+    "kind,bad",
+    [("ar", ["--solver", "heun"]), ("ar", ["--graph", "step"]), ("ar", ["--steps", "4"]),
+     ("masked", ["--solver", "heun"]), ("masked", ["--top-k", "3"]), ("flow", ["--schedule", "linear"])],
+)
+def test_every_hint_names_options_that_work(demo_bundles, tiny_bundles, kind, bad):
+    bundle = demo_bundles["ar"] if kind == "ar" else tiny_bundles[kind]
+    cond = {"ar": [], "masked": ["--cond", "class_id=1"], "flow": ["--cond", "tokens=1"]}[kind]  # tiny: no demo set
+    r = invoke("run", bundle, *bad, *cond)
+    assert r.exit_code == 2, r.output
+    assert " a ar " not in r.stderr
+    hinted = _hinted_options(r.stderr)
+    assert hinted, r.stderr
+    for option in hinted:
+        if "=" in option:
+            args = option.split("=")
+        else:
+            assert option in VALUES, f"the hint names {option}, which `edgekit run` does not take"
+            args = [option, VALUES[option]]
+        ok = invoke("run", bundle, *args, *cond, "--json")
+        assert ok.exit_code == 0, (option, ok.output)
+
+
+def test_a_target_warning_is_printed_once(tiny_bundles, caplog):
+    """`run --target android-arm64` on an x86 host warns once (it printed every warning twice:
+    the runtime logged it and the report printed it)."""
+    r = invoke("run", tiny_bundles["masked"], "--cond", "class_id=1", "--target", "android-arm64")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("speed and power are this host's") == 1
+    assert not [rec for rec in caplog.records if rec.levelname == "WARNING" and "this host" in rec.getMessage()]
+
+
+# ---- chaining masked -> flow from the CLI ------------------------------------------------------
+def test_masked_tokens_chain_into_the_flow_decoder(demo_bundles, tmp_path):
+    """`run -o tokens.npz` then `--cond tokens=tokens.npz` (and `FILE.npz:KEY`), whatever the
+    row counts: a file's rows are all decoded, in calls of the graph's batch."""
+    import numpy as np
+
+    tokens = tmp_path / "tokens.npz"
+    r = invoke("run", demo_bundles["masked"], "-o", tokens, "--json")
+    assert r.exit_code == 0, r.output
+    r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={tokens}", "-o", tmp_path / "f.npz", "--json")
+    assert r.exit_code == 0, r.output
+    frames = np.load(tmp_path / "f.npz")
+    assert np.array_equal(frames["cond_tokens"], np.load(tokens)["tokens"])
+    five = tmp_path / "five.npz"  # 5 rows for a batch-2 graph: 3 calls, the last one padded
+    np.savez(five, seqs=np.concatenate([np.load(tokens)["tokens"]] * 3)[:5])
+    r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={five}:seqs", "-o", tmp_path / "g.npz", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["batch"] == 5 and doc["decode_calls"] == 3 and doc["nfe"] == 3 * 2
+    g = np.load(tmp_path / "g.npz")
+    assert g["frames"].shape[0] == 5
+    assert np.array_equal(g["frames"][:2], frames["frames"])  # call 0 is the same decode as before
+    r = invoke("run", demo_bundles["flow"], "--cond", f"tokens={five}")
+    assert r.exit_code == 2 and "has no array 'tokens'; valid: seqs" in r.stderr
+
+
+# ---- long stretches say what they are doing on stderr -------------------------------------------
+def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, demo_bundles, tmp_path):
+    import shutil
+
+    flow = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")  # the quality table is written into it
+    r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000", "--json")
+    assert r.exit_code == 0, r.output
+    assert "measuring every solver and step count" in r.stderr and "per-NFE latency" in r.stderr
+    json.loads(r.stdout)  # progress stays off stdout
+    r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000")
+    assert "measuring every solver" not in r.stderr  # stored now: the second run does not measure it
+    r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "ort:fp32", "--n", "2")
+    assert "· opening torch:fp32 and ort:fp32 (torch rebuilds the model from its source)" in r.stderr
+    assert "· decoding batch 1/1 (2 rows) with both variants" in r.stderr
+
+
+def test_edgekit_alone_prints_the_help():
+    r = invoke()
+    assert r.exit_code == 2 and "Usage: edgekit" in r.output and "export" in r.output and "error:" not in r.output
