@@ -27,6 +27,7 @@ def _hold(bundle) -> int:
     """Take the bundle's lock the way another process would (its own open file description)."""
     fd = os.open(bundle / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)  # as edgekit's holder does: the copied bundle's lock file names an older pid
     os.pwrite(fd, b'{"pid": 4242, "stage": "quantize"}', 0)
     return fd
 
