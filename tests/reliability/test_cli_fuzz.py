@@ -3,6 +3,7 @@ huge, negative, NaN/Inf, wrong types, control characters — for the commands th
 Every case ends under a time limit with exit 0/1/2/4, no traceback, at most one `error:` line,
 and the bundle still loads with every hash."""
 
+import json
 import math
 import shutil
 import signal
@@ -96,6 +97,13 @@ def test_build_options(bundle, target, precision):
 
 @pytest.mark.parametrize("args", [["run", "{b}", "--batch", "0"], ["quantize", "{b}", "--calib-samples", "0"]])
 def test_typer_usage_errors_exit_2_without_traceback(bundle, args):
-    """Issue #19 item 9 (the one-line form is #15's): a usage error is exit 2, never a traceback."""
-    r = runner.invoke(app, [a.format(b=bundle) for a in args])
+    """Issue #19 item 9: a usage error is one line on stderr, exit 2, never a traceback or a box;
+    with --json, stdout is exactly one JSON document naming the error."""
+    argv = [a.format(b=bundle) for a in args]
+    r = runner.invoke(app, argv)
     assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.strip().count("\n") == 0 and "╭" not in r.stderr, r.stderr
+    j = runner.invoke(app, [*argv, "--json"])
+    assert j.exit_code == 2
+    doc = json.loads(j.stdout)
+    assert doc["exit_code"] == 2 and doc["error"]
