@@ -194,7 +194,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
-        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows)
+        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows, say)
     settings["conditions"] = cond_source
 
     quality: dict[str, dict[str, float]] = {}
@@ -262,6 +262,7 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
 def decode_pair(
     bundle: Bundle, ref_rt: Any, cand_rt: Any, cfg: CheckConfig, overrides: Mapping[str, Any],
     cand_overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None,
+    say: Callable[[str], None] = lambda message: None,
 ) -> tuple[dict, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Decode ``cfg.n`` rows with both open runtimes (batch i: seed ``cfg.seed + i``), the
     candidate shadowing every reference call; (scalar metrics, curves, outputs, conditions)."""
@@ -275,7 +276,9 @@ def decode_pair(
     # decodes on its own with the same seed (trajectory metrics).
     rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
     rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
-    for i in range(-(-cfg.n // batch)):
+    calls = -(-cfg.n // batch)
+    for i in range(calls):
+        say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")
         n_rows = min(batch, cfg.n - i * batch)
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
         cond = conditions(bundle, cfg.cond, batch, cfg.seed + i, rows=part, draw=True)

@@ -62,7 +62,7 @@ def test_cond_data_directory_of_npy(byo_bundles, tmp_path):
     for k, v in rows.items():
         np.save(data / f"{k}.npy", v)
     r = invoke_json("run", byo_bundles["grid_masked"], "--cond-data", data)
-    assert r["batch"] == 2
+    assert r["batch"] == 4  # every row of the data, in graph batches of 2 (as --cond FILE does)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,138 @@
+"""``--cond NAME=VALUE`` values: a number, or a file (``.npy``, ``.npz`` (its array NAME) or
+``.npz:KEY``) whose header is checked before any data is read; and every value checked against
+the input's declared range."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from edgekit.errors import UsageError
+from edgekit.spec import TensorSpec
+
+# A file's rows are all decoded by `run` (in graph batches); a header claiming more is a mistake
+# or an allocation bomb, refused before any data is read.
+MAX_COND_ROWS = 65536
+
+
+def is_cond_file(value: str) -> bool:
+    path = value.rpartition(":")[0] if ".npz:" in value else value
+    return path.endswith((".npy", ".npz"))
+
+
+def _open_cond_file(name: str, value: str):
+    """A binary handle on the .npy data ``value`` names: ``FILE.npy``, ``FILE.npz:KEY`` or
+    ``FILE.npz`` (its array named ``name``: `edgekit run -o tokens.npz` writes ``tokens``, so a
+    flow bundle's ``--cond tokens=tokens.npz`` chains)."""
+    path, key = (value.rsplit(":", 1) if ".npz:" in value else (value, None))
+    if not path.endswith(".npz"):
+        return open(path, "rb")
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"--cond {name}={value}: cannot read {path} as .npz ({exc})") from None
+    key = key or name
+    arrays = [m.removesuffix(".npy") for m in archive.namelist() if m.endswith(".npy")]
+    if key not in arrays:
+        archive.close()
+        raise UsageError(f"--cond {name}={value}: {path} has no array {key!r}; valid: {', '.join(arrays)}",
+                         hint=f"pick one with --cond {name}={path}:KEY")
+    return archive.open(key + ".npy")
+
+
+def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None = None) -> np.ndarray:
+    """A numeric .npy (or .npz member) of ``shape`` — with ``max_rows``, of any row count up to
+    it — its header checked before any data is read: no pickles, no structured or string dtypes,
+    no header claiming more than allowed (allocation bombs)."""
+    fmt = np.lib.format
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"--cond {name}={path}: cannot read it as .npy ({why})",
+                          hint=f"save a numeric array of shape {list(shape)} with numpy.save")
+
+    try:
+        with _open_cond_file(name, path) as fh:
+            version = fmt.read_magic(fh)
+            header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
+                fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            file_shape, _, dtype = header
+            if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
+                raise bad(f"dtype {dtype} is not a number type")
+            rows_ok = (0 < file_shape[0] <= max_rows) if max_rows and len(file_shape) else False
+            if tuple(file_shape) != tuple(shape) and not (rows_ok and tuple(file_shape[1:]) == tuple(shape[1:])):
+                raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}"
+                                 + (f" (any row count up to {max_rows})" if max_rows else ""))
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except UsageError:
+        raise
+    except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise bad(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def cond_file_rows(raw: Mapping[str, str]) -> int | None:
+    """Rows of the conditioning given as files (None when none is): ``run`` decodes them all."""
+    fmt = np.lib.format
+    rows = set()
+    for name, value in raw.items():
+        if is_cond_file(value):
+            try:
+                with _open_cond_file(name, value) as fh:
+                    version = fmt.read_magic(fh)
+                    header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
+                        fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            except UsageError:
+                raise
+            except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+                raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({exc})") from None
+            rows.add(int(header[0][0]) if header[0] else 0)
+    if len(rows) > 1:
+        raise UsageError(f"--cond files have different row counts {sorted(rows)}; valid: one row count for every file")
+    return min(rows.pop(), MAX_COND_ROWS) if rows else None
+
+
+def parse_cond_value(name: str, value: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """The raw array a --cond value names (``check_cond_values`` checks and casts it). A file may
+    hold more rows than ``shape`` asks for: the first ones are taken."""
+    if is_cond_file(value):
+        arr = read_npy(name, value, shape, max_rows=MAX_COND_ROWS)
+        if len(arr) < shape[0]:
+            raise UsageError(f"--cond {name}={value} has {len(arr)} rows; {shape[0]} are needed",
+                             hint="give more rows, or decode fewer (--batch)")
+        return arr[: shape[0]]
+    try:
+        number = float(value)
+    except ValueError:
+        raise UsageError(f"--cond {name}={value!r} is neither a number nor a .npy/.npz file") from None
+    return np.full(shape, number)
+
+
+def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """``arr`` as the input's dtype, every value finite and inside the input's declared range
+    (integers: ``[low, high)``; floats: ``[low, high]``); else one line naming the first bad value."""
+    values = np.asarray(arr)
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        bad = values[~np.isfinite(values)].flat[0]
+        raise UsageError(f"--cond {name}={source}: value {bad} is not finite", hint=_valid_range(spec))
+    integer = np.dtype(spec.dtype).kind in "iub"
+    if integer and values.dtype.kind == "f" and np.any(values != np.round(values)):
+        raise UsageError(f"--cond {name}={source} must be an integer ({spec.dtype})", hint=_valid_range(spec))
+    low = -np.inf if spec.low is None else spec.low
+    high = np.inf if spec.high is None else spec.high
+    outside = (values < low) | ((values >= high) if integer else (values > high))
+    if np.any(outside):
+        first = values[outside].flat[0].item()
+        shown = int(first) if isinstance(first, float) and first.is_integer() else first
+        raise UsageError(f"--cond {name}={source}: value {shown} is outside the valid range",
+                         hint=_valid_range(spec))
+    return values.astype(spec.dtype)
+
+
+def _valid_range(spec: TensorSpec) -> str:
+    if spec.low is None and spec.high is None:
+        return f"valid: finite {spec.dtype} values"
+    closing = ")" if np.dtype(spec.dtype).kind in "iub" else "]"
+    return f"valid: {spec.dtype} in [{spec.low}, {spec.high}{closing}"

@@ -1,0 +1,101 @@
+"""Real conditioning rows: ``--cond-data FILE.npz|DIR`` and the held-out rows ``edgekit quantize``
+stores in a bundle."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from edgekit.bundle import Bundle, sha256_file
+from edgekit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ConditionData:
+    """Real conditioning rows (``--cond-data``): ``arrays`` {input name: [N, ...]} cast to the
+    inputs' dtypes, ``source`` the path given, ``sha256`` of the file (a directory: of its
+    files' names and hashes)."""
+
+    arrays: Mapping[str, np.ndarray]
+    source: str
+    sha256: str
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def take(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        return {k: v[start:stop] for k, v in self.arrays.items()}
+
+    def split(self, calib: int, heldout: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(calibration rows, held-out rows) as [start, stop): the held-out rows are the last
+        min(heldout, N // 2) (at least 1), calibration the first min(calib, the rest); with one
+        row both use it."""
+        n = self.rows
+        if n == 1:
+            return (0, 1), (0, 1)
+        h = max(1, min(heldout, n // 2))
+        return (0, min(calib, n - h)), (n - h, n)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "sha256": self.sha256, "rows": self.rows,
+                "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in self.arrays.items()}}
+
+
+def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
+    """Read ``--cond-data``: an .npz whose arrays are named like the conditioning inputs, each
+    [N, ...per-row shape] with the same N; or a directory of such .npz files (rows concatenated
+    in file-name order) and/or ``NAME.npy`` files. Every conditioning input ``--cond`` does not
+    set must be there; unknown names, shapes or dtypes are one clear error."""
+    path = Path(path)
+    flag = f"--cond-data {path}"
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
+        if not files:
+            raise UsageError(f"{flag}: the directory has no .npz or .npy files")
+        digest = hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
+    elif path.is_file():
+        files, digest = [path], sha256_file(path)
+    else:
+        raise UsageError(f"{flag} does not exist", hint="give an .npz file or a directory of .npz/.npy files")
+    parts: dict[str, list[np.ndarray]] = {}
+    for f in files:
+        try:
+            loaded = np.load(f, allow_pickle=False)
+            items = dict(loaded.items()) if f.suffix == ".npz" else {f.stem: loaded}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{flag}: cannot read {f.name} ({exc})") from None
+        for k, v in items.items():
+            parts.setdefault(k, []).append(v)
+    names = list(bundle.meta.get("conditioning", {}))
+    extra = [k for k in parts if k not in names]
+    if extra:
+        raise UsageError(f"{flag}: {extra[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, chunks in parts.items():
+        spec = bundle.inputs[name]
+        want = tuple(spec.shape[1:])
+        for c in chunks:
+            if c.ndim != len(want) + 1 or tuple(c.shape[1:]) != want:
+                raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace("[N, ]", "[N]"))
+            if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
+                raise UsageError(f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)")
+        arrays[name] = np.concatenate(chunks).astype(spec.dtype)
+    counts = {k: len(v) for k, v in arrays.items()}
+    if len(set(counts.values())) > 1 or 0 in counts.values():
+        raise UsageError(f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input")
+    if not arrays:
+        raise UsageError(f"{flag}: no arrays named like a conditioning input ({', '.join(names) or 'none'})")
+    return ConditionData(arrays, str(path), digest)
+
+
+def stored_rows(bundle: Bundle) -> dict[str, np.ndarray] | None:
+    """The held-out condition rows ``edgekit quantize`` gated on (artifact ``conditions``), or None."""
+    if "conditions" not in (bundle.manifest.get("artifacts") or {}):
+        return None
+    with np.load(bundle.path_of("conditions"), allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
