@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit.bundle import Bundle
-from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.dispatch import decode_config, decode_rows
 from edgekit.errors import UsageError
 from edgekit.evaluate import HIGHER_IS_BETTER, load_metric_hook, pad_rows, run_metric_hook, score
 from edgekit.profile.config import DecodeModel, ProfileConfig, ProgressFn, bundle_conditions
@@ -70,7 +70,8 @@ def measure_frontier(
         for i in range(-(-cfg.frontier_n // rows)):
             chunk = {k: pad_rows(v[i * rows : (i + 1) * rows], rows) for k, v in cond.items()}
             dcfg = decode_config(model.kind, model.decode_defaults, overrides, seed=cfg.seed + i)
-            outputs.append(decode(model.kind, rt, model.meta, chunk, dcfg).output[: cfg.frontier_n - i * rows])
+            # decode_rows: an AR baseline exported at a smaller batch decodes the rows in several calls
+            outputs.append(decode_rows(model.kind, rt, model.meta, chunk, dcfg).output[: cfg.frontier_n - i * rows].copy())
         output = np.concatenate(outputs)
         q = dict(score(b, output, cond) or {})
         if hook is not None:

@@ -46,3 +46,23 @@ def test_a_variant_that_cannot_run_is_a_row_saying_why(pair):
     columns, rows = ar_table(doc)
     assert [r[0] for r in rows] == ["ort fp32"]  # no error text inside a table cell
     assert summary_rows(doc)["variants"]["columns"] == ["metric", "ort fp32", "AR ort fp32"]
+
+
+def token_mean(output, cond):
+    """A user's --metric hook for models without ground truth (higher = better)."""
+    return {"token_mean": float(output.mean())}
+
+
+def test_the_frontier_decodes_the_ar_rows_in_several_calls_too(pair):
+    """The frontier scores AR on the same rows as the masked model: a batch-1 AR graph decodes
+    the masked bundle's 4 rows in 4 calls there too (it stopped with 'graph batch 1 does not fit')."""
+    from pathlib import Path
+
+    masked, _ = pair
+    hook = f"{Path(__file__).resolve()}:token_mean"
+    doc = profile_bundle(masked, ProfileConfig(compare_ar=True, sweep_lengths=(), measure=FAST, power="off", cond={"class_id": "1"},
+                                               frontier_steps=(1, 2), frontier_n=6, metric_hook=hook))
+    f = doc["compare_ar"]["frontier"]
+    assert f["available"] and f["rows"] == 4 and f["n"] == 6
+    assert sorted({p["model"] for p in f["points"]}) == ["ar", "masked"]
+    assert all("token_mean" in p["quality"] for p in f["points"])
