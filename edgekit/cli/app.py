@@ -69,7 +69,9 @@ def _plain_params(params) -> None:
             param.__class__ = _PlainArgument
 
 
-class _Command(TyperCommand):
+class _PlainParams:
+    """Plain metavars (TEXT, INTEGER, [a|b]) for a command's or group's options and its --help."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _plain_params(self.params)
@@ -80,18 +82,13 @@ class _Command(TyperCommand):
         return option
 
 
-class _Group(TyperGroup):
+class _Command(_PlainParams, TyperCommand):
+    pass
+
+
+class _Group(_PlainParams, TyperGroup):
     """Usage errors (unknown option, bad choice, missing argument) are one line on stderr and exit
     2; with ``--json`` stdout also gets the one document ``{"error": ..., "exit_code": 2}``."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _plain_params(self.params)
-
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        _plain_params([option] if option is not None else [])
-        return option
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
