@@ -63,27 +63,23 @@ def tiny_masked_spec(batch: int = 2):
     )
 
 
-def tiny_ar_spec(batch: int = 1):
-    """The AR baseline of tiny_masked_spec: same vocabulary, classes and length (12 tokens)."""
-    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
-    from edgekit.spec import ModelSpec, TensorSpec
+def tiny_ar_spec(batch: int = 1, cache: str = "graph"):
+    """The AR baseline of tiny_masked_spec: same vocabulary, classes and length (12 tokens), in
+    either cache form (``edgekit.spec.AR_CACHE_IO``: "graph" writes the cache, "loop" is the NPU form)."""
+    from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
+    from edgekit.spec import ModelSpec
 
     cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    inputs, outputs = ar_io(cfg, batch, cache)
+    meta = {"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id, "num_classes": cfg.num_classes,
+            "conditioning": {"class_id": {"uncond": cfg.num_classes}}}
     return ModelSpec(
         name="tiny-ar",
         kind="ar",
-        module=ARStep(_perturb(CausalTransformer(cfg), 2)).eval(),
-        inputs={
-            "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
-            "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
-            "k_cache": cache,
-            "v_cache": cache,
-            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
-        },
-        outputs={"logits": TensorSpec((batch, cfg.vocab_size), "float32"), "k_cache_out": cache, "v_cache_out": cache},
-        meta={"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id, "num_classes": cfg.num_classes,
-              "conditioning": {"class_id": {"uncond": cfg.num_classes}}},
+        module=ar_step(_perturb(CausalTransformer(cfg), 2), cache),
+        inputs=inputs,
+        outputs=outputs,
+        meta=meta,
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )
 
@@ -109,7 +105,8 @@ def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
-    """{kind: bundle dir} of the tiny models at batch 1 (the HTP backend's emulation costs
+    """{kind: bundle dir} of the tiny models at batch 1 (AR in its loop cache form, the one the
+    HTP compiles; the HTP backend's emulation costs
     ~10x a CPU forward), their int8 model from ``quantize --profile qnn`` (budget measured on
     the HTP backend). Tests that write into a bundle copy it first."""
     pytest.importorskip("torch")
@@ -118,10 +115,16 @@ def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("qnn")
     out = {}
-    for kind, spec in (("masked", tiny_masked_spec(batch=1)), ("flow", tiny_flow_spec(batch=1))):
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        specs = (("masked", tiny_masked_spec(batch=1)), ("flow", tiny_flow_spec(batch=1)), ("ar", tiny_ar_spec(batch=1, cache="loop")))
+    for kind, spec in specs:
         bundle = export_bundle(spec, root / kind, source=spec.name).root
         # The tiny flow's random weights are far from trained ones (uint8 weights leave ~15 dB):
         # its budget here is what 8 bits reach, so the fixture builds without a promotion search.
+        # The tiny AR gets the profile's budget: its search promotes 2 tensors (a few seconds).
         budget = {"snr_db": 10.0} if kind == "flow" else {}
         quantize_bundle(bundle, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget=budget))
         out[kind] = bundle

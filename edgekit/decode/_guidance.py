@@ -19,7 +19,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.runtimes.base import Runtime, describe
-from edgekit.spec import KIND_IO
+from edgekit.spec import kind_io
 
 
 # meta conditioning[name]["uncond"] == "same": the unconditional rows keep the conditional value
@@ -64,7 +64,7 @@ class GuidedNetwork:
         self.batch_axes = dict(batch_axes or {})
         self.nfe = 0
         self.runtime_calls = 0
-        state_in, state_out = KIND_IO[kind]
+        state_in, state_out = kind_io(kind, runtime.outputs)
         uncond = conditioning_of(meta)
         self._check_io(kind, state_in, state_out, uncond)
         cond = dict(cond or {})

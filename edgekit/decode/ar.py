@@ -1,7 +1,9 @@
 """The autoregressive baseline: one token per network call over a static-size KV cache.
 
 Step i feeds the previous token (bos_id at i = 0) at position i with the caches; the graph
-returns the logits of token i and the caches with slot i written. Noise contract: with
+returns the logits of token i and either the caches with slot i written (the "graph" cache form)
+or only token i's keys and values, which the loop writes at slot i (the "loop" form, with a
+keep-mask ``attn_mask`` input: ``edgekit.spec.AR_CACHE_IO``). Noise contract: with
 ``temperature > 0`` each step draws float32 Gumbel noise [B, W] (``decode._noise.gumbel``) from
 ``np.random.default_rng(seed)``; greedy decoding draws nothing.
 """
@@ -17,9 +19,12 @@ from edgekit.decode._guidance import GuidedNetwork, require_meta
 from edgekit.decode._noise import gumbel
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime, can_ping_pong
+from edgekit.spec import ar_cache_form
 
-# Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd]; pos is shared.
-_BATCH_AXES = {"pos": None, "k_cache": 1, "v_cache": 1, "k_cache_out": 1, "v_cache_out": 1}
+# Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd] (k_new/v_new
+# [n_layer, B, H, 1, hd]); pos and attn_mask are shared by every row.
+_BATCH_AXES = {"pos": None, "attn_mask": None, "k_cache": 1, "v_cache": 1, "k_cache_out": 1, "v_cache_out": 1,
+               "k_new": 1, "v_new": 1}
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,12 @@ def decode_ar(
     if cache_shape[3] != max_len:
         raise EdgekitError(f"meta max_len={max_len} but the graph's k_cache is {cache_shape} (axis 3 is Lmax)")
     cache_shape[1] = net.state_rows
-    # The caches start as loop-owned zeros. A double-buffered runtime (outputs_stay_valid >= 2)
-    # then ping-pongs them: step i's cache outputs are step i+1's inputs, no copy of the
-    # [n_layer, B, H, Lmax, hd] tensors per token. Otherwise each output is copied back in here
-    # (it may alias a buffer the next run reuses).
+    # The caches start as loop-owned zeros. In the loop form the loop writes each token's K/V
+    # into them and unmasks the slot. In the graph form a double-buffered runtime
+    # (outputs_stay_valid >= 2) ping-pongs them: step i's cache outputs are step i+1's inputs,
+    # no copy of the [n_layer, B, H, Lmax, hd] tensors per token. Otherwise each output is copied
+    # back in here (it may alias a buffer the next run reuses).
+    loop_form = ar_cache_form(runtime.outputs) == "loop"
     pingpong = can_ping_pong(runtime) and net.calls_per_run == 1
     k_cache = np.zeros(cache_shape, dtype=runtime.inputs["k_cache"].dtype)
     v_cache = np.zeros(cache_shape, dtype=runtime.inputs["v_cache"].dtype)
@@ -88,11 +95,18 @@ def decode_ar(
     pos = np.zeros(1, dtype=np.int64)
     rng = np.random.default_rng(cfg.seed)
     tokens = np.empty((b, length), dtype=np.int64)
+    if loop_form:
+        mask = np.zeros(runtime.inputs["attn_mask"].shape, dtype=runtime.inputs["attn_mask"].dtype)  # [1, Lmax]: all empty
 
     for i in range(length):
         pos[0] = i
         feeds = {"token": net.expand("token", token), "pos": pos, "k_cache": k_cache, "v_cache": v_cache}
-        if pingpong:
+        if loop_form:
+            outs = net.run({**feeds, "attn_mask": mask})
+            k_cache[:, :, :, i] = outs["k_new"][:, :, :, 0]
+            v_cache[:, :, :, i] = outs["v_new"][:, :, :, 0]
+            mask[..., i] = 1  # slot i is filled: step i+1 attends to it
+        elif pingpong:
             outs = net.run(feeds)
             k_cache, v_cache = outs["k_cache_out"], outs["v_cache_out"]
         else:

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgekit.export.config import VerifyConfig
 from edgekit.runtimes.base import Runtime
-from edgekit.spec import ModelSpec, TensorSpec
+from edgekit.spec import ModelSpec, TensorSpec, ar_cache_form
 
 
 def random_feed(specs: Mapping[str, TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -58,17 +58,26 @@ def trajectory_feeds(spec: ModelSpec, reference: Runtime, n: int, rng: np.random
 
 
 def _filled_cache(spec: ModelSpec, reference: Runtime, rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
-    """Run the AR step ``steps`` times from empty caches; return the next step's inputs."""
+    """Run the AR step ``steps`` times from empty caches (either cache form, as the decode loop
+    does); return the next step's inputs."""
     feed = random_feed(spec.inputs, rng)
     feed["k_cache"] = np.zeros(spec.inputs["k_cache"].shape, np.float32)
     feed["v_cache"] = np.zeros(spec.inputs["v_cache"].shape, np.float32)
     feed["token"] = np.full(spec.inputs["token"].shape, spec.meta["bos_id"], np.int64)
+    loop_form = ar_cache_form(spec.outputs) == "loop"
+    if loop_form:
+        feed["attn_mask"] = np.zeros(spec.inputs["attn_mask"].shape, np.float32)
     steps = min(steps, spec.meta["max_len"] - 1)
     for pos in range(steps):
         feed["pos"] = np.array([pos], np.int64)
         out = reference.run(feed)
-        feed["k_cache"] = out["k_cache_out"].copy()
-        feed["v_cache"] = out["v_cache_out"].copy()
+        if loop_form:
+            feed["k_cache"][:, :, :, pos] = out["k_new"][:, :, :, 0]
+            feed["v_cache"][:, :, :, pos] = out["v_new"][:, :, :, 0]
+            feed["attn_mask"][..., pos] = 1
+        else:
+            feed["k_cache"] = out["k_cache_out"].copy()
+            feed["v_cache"] = out["v_cache_out"].copy()
         feed["token"] = out["logits"].argmax(-1).astype(np.int64)[:, None]
     feed["pos"] = np.array([steps], np.int64)
     return feed

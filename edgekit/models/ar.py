@@ -1,21 +1,26 @@
 """Autoregressive baseline: a causal transformer of the masked generator's width, depth and
 vocabulary, decoded one token per step with a static-size KV cache.
 
-Step graph (what export sees): token int64[B, 1] (BOS = V at position 0), pos int64[1],
-k_cache / v_cache float32[n_layer, B, heads, max_len, head_dim], class_id int64[B]
--> logits float32[B, V] (for the token at ``pos``), k_cache_out, v_cache_out (slot ``pos``
-written). The cache write is a one-hot blend, not a scatter, so every shape is static and the
-graph needs no data-dependent ops.
+The step graph comes in the two cache forms of ``edgekit.spec.AR_CACHE_IO``:
+- ``ARLoopStep`` ("loop", what the demo exports; the NPU form): token int64[B, 1] (BOS = V at
+  position 0), pos int64[1], k_cache / v_cache float32[n_layer, B, heads, max_len, head_dim]
+  (slots 0..pos-1 filled by the loop), attn_mask float32[1, max_len] (1 on those slots, 0 on the
+  rest), class_id int64[B] -> logits float32[B, V], k_new / v_new float32[n_layer,
+  B, heads, 1, head_dim] (this token's keys and values: the loop writes them at slot ``pos``).
+- ``ARStep`` ("graph"): the same inputs but no attn_mask -> logits, k_cache_out, v_cache_out
+  (slot ``pos`` written by a one-hot blend, not a scatter, so every shape is static).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from edgekit.models._blocks import Block, init_gpt2
+from edgekit.spec import TensorSpec
 
 NEG = -1e4  # additive mask: large enough to zero a softmax weight, small enough for fp16
 
@@ -91,3 +96,80 @@ class ARStep(nn.Module):
             v_out.append(vc)
         logits = m.head(m.ln_f(x))[:, 0]  # (B, V)
         return logits, torch.stack(k_out), torch.stack(v_out)
+
+
+class ARLoopStep(nn.Module):
+    """The per-token step whose cache the decode loop owns (the "loop" form); wraps a trained
+    ``CausalTransformer``. Attention runs over the Lmax cache slots plus this token's own key,
+    so the graph never writes the cache and computes nothing from ``pos`` but the position
+    embedding's row (the usual NPU form of a KV-cache step).
+
+    ``attn_mask`` float32[1, Lmax] is a keep mask (1 = filled slot, 0 = empty), applied after the
+    exponential rather than as an additive -1e4: masked weights are exactly 0 whatever the
+    scores' scale, and no tensor has to span a 1e4 range (8-bit attention scores would keep a
+    step of ~40: with an additive -1e4 mask input the demo AR's 8-bit QDQ gave the FP32 greedy
+    tokens on 12 % of positions on the HTP)."""
+
+    def __init__(self, model: CausalTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, token, pos, k_cache, v_cache, attn_mask, class_id):
+        m = self.model
+        x = m.tok_emb(token) + m.pos_emb[0].index_select(0, pos)[None] + m.cls_emb(class_id)[:, None, :]  # (B, 1, D)
+        keep = torch.cat([attn_mask, torch.ones_like(attn_mask[:, :1])], dim=-1)  # (1, Lmax + 1): self always kept
+        k_new, v_new = [], []
+        for layer, block in enumerate(m.blocks):
+            q, k, v = block.attn.split(block.ln1(x))  # (B, nh, 1, hs)
+            keys = torch.cat([k_cache[layer], k], dim=2)  # (B, nh, Lmax + 1, hs)
+            values = torch.cat([v_cache[layer], v], dim=2)
+            x = x + _attend_kept(block.attn, q, keys, values, keep)
+            x = x + block.mlp(block.ln2(x))
+            k_new.append(k)
+            v_new.append(v)
+        return m.head(m.ln_f(x))[:, 0], torch.stack(k_new), torch.stack(v_new)
+
+
+def _attend_kept(attn, q, keys, values, keep):
+    """Softmax attention over the kept slots only. q (B, nh, 1, hs), keys/values (B, nh, S, hs),
+    keep (1, S) in {0, 1} with the last slot (the token itself) kept -> (B, 1, D)."""
+    scores = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))  # (B, nh, 1, S)
+    own = scores[..., -1:]
+    # The shift for a stable exp: the largest kept score (an empty slot stands in as the token's
+    # own score), so the largest weight is exp(0) = 1 and the sum never underflows to 0.
+    shift = ((scores - own) * keep + own).amax(dim=-1, keepdim=True)
+    weights = torch.exp(scores - shift) * keep
+    y = (weights / weights.sum(dim=-1, keepdim=True)) @ values  # (B, nh, 1, hs)
+    B = y.shape[0]
+    return attn.proj(y.transpose(1, 2).reshape(B, 1, attn.heads * attn.head_dim))
+
+
+CACHE_FORMS = ("loop", "graph")
+
+
+def ar_step(model: CausalTransformer, form: str = "loop") -> nn.Module:
+    """The step module of ``model`` in cache ``form`` ("loop" or "graph"), in eval mode."""
+    if form not in CACHE_FORMS:
+        raise ValueError(f"AR cache form {form!r} is unknown; valid: {', '.join(CACHE_FORMS)}")
+    return (ARLoopStep if form == "loop" else ARStep)(model).eval()
+
+
+def ar_io(cfg: ARConfig, batch: int, form: str = "loop") -> tuple[dict, dict]:
+    """(inputs, outputs) TensorSpecs of the step graph in cache ``form``, class-conditioned."""
+    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    inputs = {
+        "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
+        "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
+        "k_cache": cache,
+        "v_cache": cache,
+    }
+    outputs = {"logits": TensorSpec((batch, cfg.vocab_size), "float32")}
+    if form == "loop":
+        new = TensorSpec((cfg.depth, batch, cfg.heads, 1, cfg.head_dim), "float32")
+        # A keep mask; verification feeds real ones (export/verify.py fills the cache step by step).
+        inputs["attn_mask"] = TensorSpec((1, cfg.max_len), "float32", 0.0, 1.0)
+        outputs.update(k_new=new, v_new=new)
+    else:
+        outputs.update(k_cache_out=cache, v_cache_out=cache)
+    inputs["class_id"] = TensorSpec((batch,), "int64", 0, cfg.num_classes + 1)
+    return inputs, outputs

@@ -97,27 +97,19 @@ def flow_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
     )
 
 
-def ar_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
-    from edgekit.models.ar import ARStep  # lazy: torch
+def ar_demo(batch: int = 1, weights: Path | None = None, cache: str = "loop") -> ModelSpec:
+    """The AR baseline; ``cache``: the step graph's cache form ("loop": the NPU form, the
+    default; "graph": the graph writes the cache), see ``edgekit.spec.AR_CACHE_IO``."""
+    from edgekit.models.ar import ar_io, ar_step  # lazy: torch
 
     cfg = configs()["ar-demo"]
-    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    inputs, outputs = ar_io(cfg, batch, cache)
     return ModelSpec(
         name="ar-demo",
         kind="ar",
-        module=ARStep(load_trained("ar-demo", weights)).eval(),
-        inputs={
-            "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
-            "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
-            "k_cache": cache,
-            "v_cache": cache,
-            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
-        },
-        outputs={
-            "logits": TensorSpec((batch, cfg.vocab_size), "float32"),
-            "k_cache_out": cache,
-            "v_cache_out": cache,
-        },
+        module=ar_step(load_trained("ar-demo", weights), cache),
+        inputs=inputs,
+        outputs=outputs,
         meta={
             "vocab_size": cfg.vocab_size,
             "max_len": cfg.max_len,

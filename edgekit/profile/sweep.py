@@ -33,7 +33,7 @@ from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.torch_ref import TorchRuntime
-from edgekit.spec import TensorSpec
+from edgekit.spec import TensorSpec, ar_cache_form
 
 
 # ---- the length sweep ---------------------------------------------------------------------------
@@ -59,16 +59,17 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
             meta=dict(spec.meta, seq_len=length),
             ground_truth=None,
         )
-    from edgekit.models.ar import ARStep, CausalTransformer  # lazy: torch
+    from edgekit.models.ar import CausalTransformer, ar_io, ar_step  # lazy: torch
 
     acfg = dataclasses.replace(spec.module.model.cfg, max_len=length)
-    cache = TensorSpec((acfg.depth, batch, acfg.heads, length, acfg.head_dim), "float32", -1.0, 1.0)
+    form = ar_cache_form(spec.outputs)  # the same cache form as the bundle's graph
+    inputs, outputs = ar_io(acfg, batch, form)
     return dataclasses.replace(
         spec,
         name=f"{spec.name}@L{length}",
-        module=ARStep(CausalTransformer(acfg)).eval(),
-        inputs={**spec.inputs, "pos": TensorSpec((1,), "int64", 0, length), "k_cache": cache, "v_cache": cache},
-        outputs={**spec.outputs, "k_cache_out": cache, "v_cache_out": cache},
+        module=ar_step(CausalTransformer(acfg), form),
+        inputs={**spec.inputs, **inputs},
+        outputs={**spec.outputs, **outputs},
         meta=dict(spec.meta, max_len=length),
         ground_truth=None,
     )

@@ -5,7 +5,7 @@ torch = pytest.importorskip("torch")
 
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.models import load_spec  # noqa: E402
-from edgekit.models.ar import ARConfig, ARStep, CausalTransformer  # noqa: E402
+from edgekit.models.ar import ARConfig, ARLoopStep, ARStep, CausalTransformer, ar_io, ar_step  # noqa: E402
 from edgekit.models.flow import FlowConfig, FlowDecoder  # noqa: E402
 from edgekit.models.masked import MaskedConfig, MaskedTransformer  # noqa: E402
 from edgekit.spec import ModelSpec  # noqa: E402
@@ -61,6 +61,44 @@ def test_ar_cache_slots_after_pos_are_ignored():
         a = step(*args, k, k, torch.tensor([0]))[0]
         b = step(*args, junk, junk, torch.tensor([0]))[0]
     torch.testing.assert_close(a, b)
+
+
+def test_ar_loop_form_step_equals_full_causal_forward():
+    """The NPU form: the loop writes k_new/v_new at slot pos and unmasks it; same logits as the
+    full causal forward (the still-empty slots get weight 0)."""
+    torch.manual_seed(0)
+    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
+    model = CausalTransformer(cfg).eval()
+    step = ARLoopStep(model).eval()
+    B = 2
+    tokens = torch.randint(0, 10, (B, 8))
+    cls = torch.tensor([1, 2])
+    inputs = torch.cat([torch.full((B, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        full = model(inputs, cls)
+        k = torch.zeros(cfg.depth, B, cfg.heads, cfg.max_len, cfg.head_dim)
+        v = torch.zeros_like(k)
+        mask = torch.zeros(1, cfg.max_len)
+        for pos in range(8):
+            logits, k_new, v_new = step(inputs[:, pos : pos + 1], torch.tensor([pos]), k, v, mask, cls)
+            assert k_new.shape == (cfg.depth, B, cfg.heads, 1, cfg.head_dim)
+            torch.testing.assert_close(logits, full[:, pos], atol=1e-5, rtol=1e-5)
+            k[:, :, :, pos], v[:, :, :, pos] = k_new[:, :, :, 0], v_new[:, :, :, 0]
+            mask[0, pos] = 1
+
+
+def test_ar_io_names_each_cache_form_and_the_step_module_matches():
+    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
+    model = CausalTransformer(cfg)
+    for form, extra_in, outs in (("loop", ["attn_mask"], ["logits", "k_new", "v_new"]),
+                                 ("graph", [], ["logits", "k_cache_out", "v_cache_out"])):
+        inputs, outputs = ar_io(cfg, 2, form)
+        assert list(inputs) == ["token", "pos", "k_cache", "v_cache", *extra_in, "class_id"]
+        assert list(outputs) == outs
+        assert isinstance(ar_step(model, form), ARLoopStep if form == "loop" else ARStep)
+    assert outputs["k_cache_out"].shape == (cfg.depth, 2, cfg.heads, cfg.max_len, cfg.head_dim)
+    with pytest.raises(ValueError, match="valid: loop, graph"):
+        ar_step(model, "ring")
 
 
 def test_flow_shapes_and_time_dependence():
