@@ -92,7 +92,8 @@ def npu_stage(cfg: DemoConfig, step: Any) -> dict[str, Any]:
     step(f"NPU: export masked-demo at batch 1 for {target} (the HTP backend emulates the NPU on this CPU)")
     b = export_bundle(load_spec("masked-demo", batch=1), cfg.out / "npu" / "masked", ExportConfig(), source="masked-demo")
     step("NPU: quantize every op (qnn profile), budget measured on the HTP backend")
-    q = quantize_bundle(b.root, QuantizeConfig(profile="qnn", calib_samples=cfg.npu_n, eval_samples=cfg.npu_n, eval_seed=cfg.seed))
+    q = quantize_bundle(b.root, QuantizeConfig(profile="qnn", calib_samples=cfg.npu_n, eval_samples=cfg.npu_n, eval_seed=cfg.seed,
+                                               target=target))
     step(f"NPU: compile the context binary for {target}")
     built = build_bundle(b.root, target, "int8")
     step("NPU: check qnn:int8 (precompiled context) vs ort:fp32")

@@ -73,7 +73,7 @@ def quantize(
     cfg = QuantizeConfig(
         runtime=runtime or "ort", profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
-        preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data),
+        preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )
     LOCK_WAIT.set(wait)
     s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"), warn=o.warn)

@@ -204,6 +204,9 @@ class QuantizeConfig:
     # Where the INT8 candidates are decoded for the budget: the target's runtime (BUDGET_RUNTIMES).
     # OpenVINO's int8 kernels round differently from ORT's, so a budget met on one is re-measured on the other.
     runtime: str = "ort"
+    # --target: profile qnn measures its budget on this target's HTP (htp_arch, soc_model) instead
+    # of the default SoC's; other profiles take only the target's runtime and profile (the CLI).
+    target: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))

@@ -47,7 +47,9 @@ from edgekit.quantize.structure import qdq_structure, trt_violations
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.qnn import qnn_options_for
 from edgekit.spec import KIND_IO
+from edgekit.targets import load_target
 
 SCHEMA = "edgekit.quantize/1"
 # At most this many budget fallbacks escalate from weight-only to fully float (each re-runs the
@@ -65,8 +67,9 @@ def quantize_bundle(
     everything in ``manifest["quantization"]``. Returns that summary (``passed`` says whether
     the budget holds; the artifact is written either way so it can be inspected)."""
 
-    if cfg.profile == "qnn":  # full-integer for the Hexagon NPU, budget measured on the HTP backend
-        return quantize_bundle_qnn(path, cfg, progress=progress)
+    if cfg.profile == "qnn":  # full-integer for the Hexagon NPU, budget measured on the (target's) HTP backend
+        htp = qnn_options_for(load_target(cfg.target), "int8") if cfg.target else None
+        return quantize_bundle_qnn(path, cfg, progress=progress, htp=htp)
     say = progress or (lambda message: None)
     warnings: list[str] = []
     sink = warn or say

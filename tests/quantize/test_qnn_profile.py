@@ -131,3 +131,15 @@ def test_the_ar_baseline_runs_on_the_htp_in_its_loop_cache_form(tiny_qnn_bundles
             k[:, :, :, pos], v[:, :, :, pos] = ref["k_new"][:, :, :, 0], ref["v_new"][:, :, :, 0]
             mask[0, pos] = 1
             token = ref["logits"].argmax(-1)[:, None].astype(np.int64)
+
+
+def test_a_target_measures_the_budget_on_its_own_htp(tiny_qnn_bundles, tmp_path):
+    """`quantize --target snapdragon-8-gen-2`: the budget is decoded on that SoC's HTP (v73,
+    soc_model 43), not the default 8 Gen 3's, and the manifest says which."""
+    root = tmp_path / "masked"
+    shutil.copytree(tiny_qnn_bundles["masked"], root)
+    s = quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, target="snapdragon-8-gen-2"))
+    assert (s["qnn"]["htp_arch"], s["qnn"]["soc_model"]) == (73, 43)
+    assert s["config"]["target"] == "snapdragon-8-gen-2"
+    default = Bundle.load(tiny_qnn_bundles["masked"]).manifest["quantization"]["qnn"]
+    assert (default["htp_arch"], default["soc_model"]) == (75, 57)
