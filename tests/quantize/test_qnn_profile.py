@@ -143,3 +143,26 @@ def test_a_target_measures_the_budget_on_its_own_htp(tiny_qnn_bundles, tmp_path)
     assert s["config"]["target"] == "snapdragon-8-gen-2"
     default = Bundle.load(tiny_qnn_bundles["masked"]).manifest["quantization"]["qnn"]
     assert (default["htp_arch"], default["soc_model"]) == (75, 57)
+
+
+def test_budget_met_means_check_passes_on_the_htp(tiny_qnn_bundles, tmp_path):
+    """One accuracy contract on the NPU too: quantize --profile qnn runs check's default gate on
+    the HTP backend; check (default arguments, the budget's rows and seed) gets the same metrics."""
+    from edgekit.check import CheckConfig, check_bundle
+
+    root = tmp_path / "ar"
+    shutil.copytree(tiny_qnn_bundles["ar"], root)
+    q = quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2))
+    assert q["passed"] and q["measured"]["check_margin"] >= 0
+    doc = check_bundle(root, CheckConfig(reference="ort:fp32", candidate="qnn:int8"))
+    assert doc["passed"] and doc["n"] == 2
+    for metric, value in q["measured"]["check_metrics"].items():
+        assert doc["metrics"][metric] == pytest.approx(value, rel=1e-9, abs=1e-12), metric
+
+
+def test_a_budget_whose_own_keys_pass_fails_when_check_would_fail(tiny_qnn_bundles, tmp_path):
+    root = tmp_path / "flow"
+    shutil.copytree(tiny_qnn_bundles["flow"], root)
+    s = quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 10.0}, fallback=False))
+    assert not s["passed"] and s["measured"]["check_margin"] < 0 and s["measured"]["check_failed"]
+    assert next(c for c in s["budget"]["checks"] if c["key"] == "snr_db")["passed"]  # its own key held
