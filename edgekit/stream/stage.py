@@ -26,7 +26,8 @@ from edgekit.probes.latency import summarize
 from edgekit.probes.memory import RssTracker
 from edgekit.run import measure_flow_quality, per_nfe_latency_ms
 from edgekit.runtimes import open_runtime
-from edgekit.stream.pipeline import Device, DeviceRuntime, StreamContext, TokenSource, run_streams, run_utterance
+from edgekit.stream.device import Device, DeviceRuntime
+from edgekit.stream.pipeline import StreamContext, TokenSource, run_streams, run_utterance
 from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
 
 ARRIVALS = ("all", "staggered", "poisson")
@@ -111,6 +112,8 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
     lat = summarize([c.done_ns - c.ready_ns for c in chunks])
     due = [c for c in chunks if c.due_ns is not None]
     ttfc = summarize([u.first_chunk_ns - u.request_ns for u in utts])
+    firsts = [c for c in chunks if c.due_ns is None]
+    requests = {(u.stream, u.utterance): u.request_ns for u in utts}
     rtf = [(u.done_ns - u.request_ns) / 1e6 / (u.chunks * ctx.deadline_ms) for u in utts]
     gaps = [b.done_ns - a.done_ns for a, b in zip(chunks, chunks[1:]) if a.stream == b.stream and a.utterance == b.utterance]
     snrs = [u.quality for u in utts if u.quality is not None]
@@ -123,6 +126,9 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
         "deadline_miss_rate": (sum(c.missed for c in due) / len(due)) if due else 0.0,
         "deadline_misses": sum(c.missed for c in due),
         "time_to_first_chunk_ms": ttfc.to_json(),
+        # where the first chunk's time goes: waiting for its window's tokens, then decoding it
+        "first_chunk_ms": {"tokens_wait": summarize([c.ready_ns - requests[c.stream, c.utterance] for c in firsts]).to_json(),
+                           "decode": summarize([c.done_ns - c.ready_ns for c in firsts]).to_json()},
         "chunk_latency_ms": lat.to_json(),
         "jitter_ms": {"p99_minus_p50": lat.p99_ms - lat.median_ms,
                       "inter_chunk_std": float(np.std(gaps) / 1e6) if gaps else 0.0},
@@ -173,7 +179,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0
             tracker.mark(f"{name}_start")
-            wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed)
+            wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed, on_warm=lambda n=name: tracker.mark(f"{n}_warm"))
             tracker.mark(f"{name}_end")
             results[name] = _summary(ctx, device, wall) | {
                 "policy": name if name == "adaptive" else f"fixed {top.label}",
@@ -181,9 +187,15 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             }
             switches[name] = [s.__dict__ for s in policy.switches[:200]]
         rss = tracker.stop()
-        for name in results:  # after the warm-up: arenas are allocated, so growth here is a leak signal
+        marks = {label for label, _ in rss.points}
+        for name in results:
+            # start -> end includes each stream's buffers and token thread, made as it starts;
+            # warm -> end (every stream past its first utterance) is the leak signal: a stream
+            # reuses its buffers, so nothing it does per utterance should stay resident.
             start, end = rss.rss(f"{name}_start"), rss.rss(f"{name}_end")
+            warm = rss.rss(f"{name}_warm") if f"{name}_warm" in marks else None
             results[name]["rss_growth_bytes"] = None if start is None or end is None else end - start
+            results[name]["rss_growth_after_warmup_bytes"] = None if warm is None or end is None else end - warm
     finally:
         token_rt.close()
         flow_rt.close()
