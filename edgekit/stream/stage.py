@@ -25,7 +25,7 @@ from edgekit.evaluate import conditions, score
 from edgekit.probes.latency import summarize
 from edgekit.probes.memory import RssTracker
 from edgekit.run import measure_flow_quality, per_nfe_latency_ms
-from edgekit.runtimes import open_runtime
+from edgekit.runtimes import RUNTIME_PRECISIONS, open_runtime
 from edgekit.stream.device import Device, DeviceRuntime
 from edgekit.stream.pipeline import StreamContext, TokenSource, run_streams, run_utterance
 from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
@@ -74,6 +74,13 @@ def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> lis
     return [0.0] + list(np.cumsum(gaps)[:-1])
 
 
+def tokens_precision(runtime: str) -> str:
+    """The token stage's precision on ``runtime``: fp32 where it runs fp32, else its float
+    precision (QNN's HTP has no fp32: the token graph runs in fp16 there)."""
+    have = RUNTIME_PRECISIONS.get(runtime, ("fp32",))
+    return "fp32" if "fp32" in have else next((p for p in have if p != "int8"), have[0])
+
+
 def _token_source(bundle: Bundle, runtime, seed: int, raw_cond: dict[str, str]) -> TokenSource:
     if bundle.kind not in ("masked", "ar"):
         raise UsageError(f"TOKENS_BUNDLE must be a masked or ar bundle; {bundle.root} is {bundle.kind!r}")
@@ -99,7 +106,9 @@ def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: Loa
     if flow_b.ground_truth:
         return measure_flow_quality(flow_b.root)
     batch = flow_b.inputs["x"].shape[0]
-    with open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads) as rt:
+    # ORT fp32 whatever --runtime is: these tokens only feed the table of the flow model's
+    # quality per NFE (a property of the model and solver, not of the backend).
+    with open_runtime(tokens_b, "ort", "fp32", threads=cfg.threads) as rt:
         out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
                      decode_config(tokens_b.kind, tokens_b.manifest.get("decode_defaults", {}), {}, seed=cfg.seed)).output
     window_tokens = spec.window // spec.frames_per_token
@@ -157,8 +166,13 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
     defaults = flow_b.manifest.get("decode_defaults", {})
     flow_cfg = FlowDecodeConfig(grid=defaults.get("grid", "cosine"), sway=float(defaults.get("sway", -1.0)),
                                 temperature=float(defaults.get("temperature", 1.0)), seed=cfg.seed)
-    token_rt = open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads)  # --precision is the flow graph's
-    flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
+    token_precision = tokens_precision(cfg.runtime)
+    token_rt = open_runtime(tokens_b, cfg.runtime, token_precision, threads=cfg.threads)  # --precision is the flow graph's
+    try:
+        flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
+    except BaseException:
+        token_rt.close()
+        raise
     tracker = RssTracker()
     tracker.start()
     try:
@@ -206,7 +220,8 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         "config": cfg.__dict__ | {"policies": list(cfg.policies)},
         "chunk": {"frames": spec.frames, "context": spec.context, "lookahead": spec.lookahead, "window": spec.window,
                   "utterance_frames": total, "chunks_per_utterance": chunks_per_utt},
-        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "device": getattr(flow_rt, "device", cfg.runtime)},
+        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "tokens_precision": token_precision,
+                    "device": getattr(flow_rt, "device", cfg.runtime)},
         "per_nfe_ms_idle": prior,
         "ladder": [r.__dict__ | {"label": r.label} for r in rungs],
         "arrival_offsets_s": offsets,
