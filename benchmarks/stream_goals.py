@@ -182,11 +182,13 @@ def main() -> None:
         "ttfc_share_of_whole_ar": n1_ar["policies"]["fixed"]["time_to_first_chunk_ms"]["median_ms"] / whole_ar_ms,
         "jitter_p99_minus_p50_ms_n1_ar": n1_ar["policies"]["fixed"]["jitter_ms"]["p99_minus_p50"],
         "n_loaded": found,
+        "rss_growth_after_warmup_bytes_n1": {p: r["rss_growth_after_warmup_bytes"] for p, r in n1["policies"].items()},
     }
     if loaded:
         fl, ad = loaded["policies"]["fixed"], loaded["policies"]["adaptive"]
         goals |= {"fixed_miss_rate_loaded": fl["deadline_miss_rate"], "adaptive_miss_rate_loaded": ad["deadline_miss_rate"],
-                  "adaptive_snr_loss_db_vs_fixed_n1": f1["quality"]["snr_db_vs_clean"] - ad["quality"]["snr_db_vs_clean"]}
+                  "adaptive_snr_loss_db_vs_fixed_n1": f1["quality"]["snr_db_vs_clean"] - ad["quality"]["snr_db_vs_clean"],
+                  "rss_growth_after_warmup_bytes_loaded": {p: r["rss_growth_after_warmup_bytes"] for p, r in loaded["policies"].items()}}
     doc = {"schema": "edgekit.bench.stream/1", "system": system_state(),
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "threads": args.threads, "deadline_ms": deadline,
            "chunk_quality": quality, "ttfc": ttfc, "goals": goals, "n1": n1, "n1_ar": n1_ar, "loaded": loaded}
