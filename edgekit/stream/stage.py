@@ -146,6 +146,10 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
         "device_utilisation": device.busy_ns / 1e9 / wall_s if wall_s > 0 else 0.0,
         "device_calls": device.calls,
         "rungs_used": dict(sorted(used.items())),
+        # per chunk index (0 = first): where latency and misses concentrate in an utterance
+        "by_chunk": {str(k): {"latency_p50_ms": float(np.median([(c.done_ns - c.ready_ns) / 1e6 for c in chunks if c.chunk == k])),
+                              "misses": sum(c.missed for c in chunks if c.chunk == k)}
+                     for k in sorted({c.chunk for c in chunks})},
         "wall_s": wall_s,
     }
 

@@ -59,6 +59,9 @@ def test_loadtest_json_reports_every_policy(bundles, tokens, arrivals):
         assert r["time_to_first_chunk_ms"]["n"] == r["utterances"]
         assert sum(r["rungs_used"].values()) == r["chunks"]
         assert r["switches"] == len(doc["switch_log"][name])
+        assert list(r["by_chunk"]) == ["0", "1", "2", "3"] and r["by_chunk"]["0"]["misses"] == 0  # the first has no deadline
+        assert sum(c["misses"] for c in r["by_chunk"].values()) == r["deadline_misses"]
+        assert r["first_chunk_ms"]["tokens_wait"]["n"] == r["first_chunk_ms"]["decode"]["n"] == r["utterances"]
     assert doc["policies"]["fixed"]["rungs_used"] == {"rk4x2": doc["policies"]["fixed"]["chunks"]}
     assert doc["policies"]["fixed"]["switches"] == 0
     assert {r["label"] for r in doc["ladder"]} >= {"rk4x2"} and doc["ladder"][-1]["label"] == "rk4x2"
