@@ -14,7 +14,8 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16\n\n"
     "  edgekit loadtest bundles/masked bundles/flow-chunk --streams 4 --deadline-ms 400 --policy fixed,adaptive\n\n"
-    "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json"
+    "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json\n\n"
+    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 --policy fixed --steps 1 --duration-s 1"
 )
 def loadtest(
     tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
@@ -27,8 +28,8 @@ def loadtest(
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps of --solver.")] = 4,
     duration_s: Annotated[float, typer.Option("--duration-s", help="Streams start utterances for this long; the last one finishes.")] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of both graphs (ort, ...).")] = "ort",
-    precision: Annotated[str, typer.Option("--precision", help="The flow graph's precision: fp32 | int8 (after `edgekit quantize`).")] = "fp32",
+    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of both graphs: ort | openvino | torch | qnn (HTP; the token graph in fp16 there) | trt.")] = "ort",
+    precision: Annotated[str, typer.Option("--precision", help="The flow graph's precision: fp32 | int8 (after `edgekit quantize`; qnn: --profile qnn) | fp16 (qnn, trt) | bf16 (openvino).")] = "fp32",
     threads: Annotated[int, typer.Option("--threads", min=0, help="Runtime intra-op threads (0 = its default).")] = 0,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
     seed: SeedOpt = 0,

@@ -108,13 +108,16 @@ def decode_chunk(
     noise: np.ndarray,
     emitted: np.ndarray,
     cfg: FlowDecodeConfig,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Decode one chunk; returns (its frames float32 [B, stop − start, C], NFE).
 
     cond: the utterance's conditioning; ``spec.tokens_input`` int64 [B, T/r] is sliced to the
     window, the other inputs pass unchanged. noise: float32 [B, T, C], the utterance's draw
     (temperature applied). emitted: float32 [B, T, C]; frames [0, chunk.start) are the ones
-    already emitted (the rest is not read).
+    already emitted (the rest is not read). out: float32 [B, stop − start, C] the frames are
+    written into and returned (a stream's reused buffer, e.g. ``emitted[:, start:stop]``, which
+    no chunk reads before it is emitted); a new array when None.
     """
     require_meta(meta, "flow", ("channels", "frames"))
     W, r = spec.window, spec.frames_per_token
@@ -141,12 +144,29 @@ def decode_chunk(
 
     times = time_grid(cfg.grid, cfg.steps, cfg.sway)
     x, nfe = integrate(velocity, np.asarray(z, dtype=np.float32), times, cfg.solver)
-    return np.asarray(x[:, ctx : ctx + chunk.stop - chunk.start], dtype=np.float32), nfe
+    frames = x[:, ctx : ctx + chunk.stop - chunk.start]
+    if out is None:
+        return np.asarray(frames, dtype=np.float32), nfe
+    np.copyto(out, frames)
+    return out, nfe
 
 
-def utterance_noise(shape: tuple[int, int, int], cfg: FlowDecodeConfig) -> np.ndarray:
-    """float32 [B, T, C]: the noise ``decode_flow`` would draw for the whole utterance."""
-    return (cfg.temperature * np.random.default_rng(cfg.seed).standard_normal(shape)).astype(np.float32)
+def utterance_noise(
+    shape: tuple[int, int, int], cfg: FlowDecodeConfig, out: np.ndarray | None = None, scratch: np.ndarray | None = None
+) -> np.ndarray:
+    """float32 [B, T, C]: the noise ``decode_flow`` would draw for the whole utterance.
+
+    With ``out`` (float32 ``shape``) and ``scratch`` (float64 ``shape``) the draw is made in
+    place: the same numbers, no allocation (a stream reuses both for every utterance)."""
+    rng = np.random.default_rng(cfg.seed)
+    if out is None:
+        return (cfg.temperature * rng.standard_normal(shape)).astype(np.float32)
+    if scratch is None or scratch.shape != tuple(shape) or scratch.dtype != np.float64 or out.shape != tuple(shape):
+        raise EdgekitError(f"in-place noise needs out float32{list(shape)} and scratch float64{list(shape)}")
+    rng.standard_normal(out=scratch)
+    np.multiply(scratch, cfg.temperature, out=scratch)
+    np.copyto(out, scratch, casting="same_kind")
+    return out
 
 
 def decode_chunked(
@@ -167,8 +187,7 @@ def decode_chunked(
     out = np.zeros((b, total_frames, channels), dtype=np.float32)
     nfe = 0
     for chunk in plan_chunks(total_frames, spec):
-        frames, n = decode_chunk(runtime, meta, spec, chunk, cond, noise, out, cfg)
-        out[:, chunk.start : chunk.stop] = frames
+        _, n = decode_chunk(runtime, meta, spec, chunk, cond, noise, out, cfg, out=out[:, chunk.start : chunk.stop])
         nfe += n
     return out, nfe
 

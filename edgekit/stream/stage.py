@@ -25,8 +25,9 @@ from edgekit.evaluate import conditions, score
 from edgekit.probes.latency import summarize
 from edgekit.probes.memory import RssTracker
 from edgekit.run import measure_flow_quality, per_nfe_latency_ms
-from edgekit.runtimes import open_runtime
-from edgekit.stream.pipeline import Device, DeviceRuntime, StreamContext, TokenSource, run_streams, run_utterance
+from edgekit.runtimes import RUNTIME_PRECISIONS, open_runtime
+from edgekit.stream.device import Device, DeviceRuntime
+from edgekit.stream.pipeline import StreamContext, TokenSource, run_streams, run_utterance
 from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
 
 ARRIVALS = ("all", "staggered", "poisson")
@@ -73,6 +74,13 @@ def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> lis
     return [0.0] + list(np.cumsum(gaps)[:-1])
 
 
+def tokens_precision(runtime: str) -> str:
+    """The token stage's precision on ``runtime``: fp32 where it runs fp32, else its float
+    precision (QNN's HTP has no fp32: the token graph runs in fp16 there)."""
+    have = RUNTIME_PRECISIONS.get(runtime, ("fp32",))
+    return "fp32" if "fp32" in have else next((p for p in have if p != "int8"), have[0])
+
+
 def _token_source(bundle: Bundle, runtime, seed: int, raw_cond: dict[str, str]) -> TokenSource:
     if bundle.kind not in ("masked", "ar"):
         raise UsageError(f"TOKENS_BUNDLE must be a masked or ar bundle; {bundle.root} is {bundle.kind!r}")
@@ -98,7 +106,9 @@ def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: Loa
     if flow_b.ground_truth:
         return measure_flow_quality(flow_b.root)
     batch = flow_b.inputs["x"].shape[0]
-    with open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads) as rt:
+    # ORT fp32 whatever --runtime is: these tokens only feed the table of the flow model's
+    # quality per NFE (a property of the model and solver, not of the backend).
+    with open_runtime(tokens_b, "ort", "fp32", threads=cfg.threads) as rt:
         out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
                      decode_config(tokens_b.kind, tokens_b.manifest.get("decode_defaults", {}), {}, seed=cfg.seed)).output
     window_tokens = spec.window // spec.frames_per_token
@@ -111,6 +121,8 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
     lat = summarize([c.done_ns - c.ready_ns for c in chunks])
     due = [c for c in chunks if c.due_ns is not None]
     ttfc = summarize([u.first_chunk_ns - u.request_ns for u in utts])
+    firsts = [c for c in chunks if c.due_ns is None]
+    requests = {(u.stream, u.utterance): u.request_ns for u in utts}
     rtf = [(u.done_ns - u.request_ns) / 1e6 / (u.chunks * ctx.deadline_ms) for u in utts]
     gaps = [b.done_ns - a.done_ns for a, b in zip(chunks, chunks[1:]) if a.stream == b.stream and a.utterance == b.utterance]
     snrs = [u.quality for u in utts if u.quality is not None]
@@ -123,6 +135,9 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
         "deadline_miss_rate": (sum(c.missed for c in due) / len(due)) if due else 0.0,
         "deadline_misses": sum(c.missed for c in due),
         "time_to_first_chunk_ms": ttfc.to_json(),
+        # where the first chunk's time goes: waiting for its window's tokens, then decoding it
+        "first_chunk_ms": {"tokens_wait": summarize([c.ready_ns - requests[c.stream, c.utterance] for c in firsts]).to_json(),
+                           "decode": summarize([c.done_ns - c.ready_ns for c in firsts]).to_json()},
         "chunk_latency_ms": lat.to_json(),
         "jitter_ms": {"p99_minus_p50": lat.p99_ms - lat.median_ms,
                       "inter_chunk_std": float(np.std(gaps) / 1e6) if gaps else 0.0},
@@ -131,6 +146,10 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
         "device_utilisation": device.busy_ns / 1e9 / wall_s if wall_s > 0 else 0.0,
         "device_calls": device.calls,
         "rungs_used": dict(sorted(used.items())),
+        # per chunk index (0 = first): where latency and misses concentrate in an utterance
+        "by_chunk": {str(k): {"latency_p50_ms": float(np.median([(c.done_ns - c.ready_ns) / 1e6 for c in chunks if c.chunk == k])),
+                              "misses": sum(c.missed for c in chunks if c.chunk == k)}
+                     for k in sorted({c.chunk for c in chunks})},
         "wall_s": wall_s,
     }
 
@@ -151,8 +170,13 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
     defaults = flow_b.manifest.get("decode_defaults", {})
     flow_cfg = FlowDecodeConfig(grid=defaults.get("grid", "cosine"), sway=float(defaults.get("sway", -1.0)),
                                 temperature=float(defaults.get("temperature", 1.0)), seed=cfg.seed)
-    token_rt = open_runtime(tokens_b, cfg.runtime, "fp32", threads=cfg.threads)  # --precision is the flow graph's
-    flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
+    token_precision = tokens_precision(cfg.runtime)
+    token_rt = open_runtime(tokens_b, cfg.runtime, token_precision, threads=cfg.threads)  # --precision is the flow graph's
+    try:
+        flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
+    except BaseException:
+        token_rt.close()
+        raise
     tracker = RssTracker()
     tracker.start()
     try:
@@ -173,7 +197,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0
             tracker.mark(f"{name}_start")
-            wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed)
+            wall = run_streams(ctx, offsets, cfg.duration_s, cfg.seed, on_warm=lambda n=name: tracker.mark(f"{n}_warm"))
             tracker.mark(f"{name}_end")
             results[name] = _summary(ctx, device, wall) | {
                 "policy": name if name == "adaptive" else f"fixed {top.label}",
@@ -181,9 +205,15 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
             }
             switches[name] = [s.__dict__ for s in policy.switches[:200]]
         rss = tracker.stop()
-        for name in results:  # after the warm-up: arenas are allocated, so growth here is a leak signal
+        marks = {label for label, _ in rss.points}
+        for name in results:
+            # start -> end includes each stream's buffers and token thread, made as it starts;
+            # warm -> end (every stream past its first utterance) is the leak signal: a stream
+            # reuses its buffers, so nothing it does per utterance should stay resident.
             start, end = rss.rss(f"{name}_start"), rss.rss(f"{name}_end")
+            warm = rss.rss(f"{name}_warm") if f"{name}_warm" in marks else None
             results[name]["rss_growth_bytes"] = None if start is None or end is None else end - start
+            results[name]["rss_growth_after_warmup_bytes"] = None if warm is None or end is None else end - warm
     finally:
         token_rt.close()
         flow_rt.close()
@@ -194,7 +224,8 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         "config": cfg.__dict__ | {"policies": list(cfg.policies)},
         "chunk": {"frames": spec.frames, "context": spec.context, "lookahead": spec.lookahead, "window": spec.window,
                   "utterance_frames": total, "chunks_per_utterance": chunks_per_utt},
-        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "device": getattr(flow_rt, "device", cfg.runtime)},
+        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "tokens_precision": token_precision,
+                    "device": getattr(flow_rt, "device", cfg.runtime)},
         "per_nfe_ms_idle": prior,
         "ladder": [r.__dict__ | {"label": r.label} for r in rungs],
         "arrival_offsets_s": offsets,

@@ -3,6 +3,8 @@ frame-local network (a network that sees no neighbours loses nothing to windows)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -19,15 +21,15 @@ class FrameLocalFlow(BaseRuntime):
 
     name = "frame-local"
 
-    def __init__(self, frames: int, channels: int = 3, r: int = 2, vocab: int = 5, seed: int = 0):
+    def __init__(self, frames: int, channels: int = 3, r: int = 2, vocab: int = 5, seed: int = 0, batch: int = 1):
         self.r = r
         self.table = np.random.default_rng(seed).normal(size=(vocab + 1, channels)).astype(np.float32)
         super().__init__(
-            {"x": TensorSpec((1, frames, channels), "float32"), "t": TensorSpec((1,), "float32"),
-             "tokens": TensorSpec((1, frames // r), "int64")},
-            {"v": TensorSpec((1, frames, channels), "float32")},
+            {"x": TensorSpec((batch, frames, channels), "float32"), "t": TensorSpec((batch,), "float32"),
+             "tokens": TensorSpec((batch, frames // r), "int64")},
+            {"v": TensorSpec((batch, frames, channels), "float32")},
         )
-        self._out = np.empty((1, frames, channels), dtype=np.float32)
+        self._out = np.empty((batch, frames, channels), dtype=np.float32)
 
     def _run_impl(self, feeds):
         tok = np.repeat(feeds["tokens"], self.r, axis=1)
@@ -75,6 +77,21 @@ def test_chunked_equals_whole_for_a_frame_local_network(solver, steps, lookahead
     np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
     n_chunks = len(plan_chunks(total, ChunkSpec.from_meta(m)))
     assert nfe == n_chunks * cfg.steps * {"euler": 1, "rk4": 4, "heun": 2, "midpoint": 2}[solver]
+
+
+@pytest.mark.parametrize("graph_batch", [1, 2])  # cond and uncond rows in two calls, or in one
+def test_chunked_with_guidance_equals_whole(graph_batch):
+    """Classifier-free guidance (g != 1) in the window graph: each chunk's unconditional rows get
+    the uncond token over its window, so a frame-local network decodes exactly as whole."""
+    total, window = 24, 12
+    tokens = np.random.default_rng(4).integers(0, 5, size=(1, total // 2))
+    cfg = FlowDecodeConfig(steps=2, solver="midpoint", guidance=2.5, seed=5)
+    whole_meta = {"channels": 3, "frames": total, "conditioning": {"tokens": {"uncond": 5}}}
+    whole = decode_flow(FrameLocalFlow(total, batch=graph_batch), whole_meta, {"tokens": tokens}, cfg).x
+    plain = decode_flow(FrameLocalFlow(total), whole_meta, {"tokens": tokens}, replace(cfg, guidance=1.0)).x
+    assert not np.allclose(whole, plain)  # guidance changes the result: the test would see it dropped
+    chunked, _ = decode_chunked(FrameLocalFlow(window, batch=graph_batch), meta(total, window, 4), {"tokens": tokens}, total, cfg)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
 
 
 def test_context_frames_stay_on_their_path():

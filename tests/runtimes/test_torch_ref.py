@@ -104,3 +104,23 @@ def test_threads_apply_during_run_and_are_restored():
     rt = TorchRuntime(Probe(), spec, {"y": TensorSpec((2,), "float32")}, threads=want)
     rt.run({"x": np.zeros(2, np.float32)})
     assert seen == [want] and torch.get_num_threads() == before
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_chunk_window_bundle_runs_on_torch_as_on_ort(tmp_path):
+    """`export --chunk-frames` cuts the frame axis to the window: the torch runtime rebuilds the
+    module from its source and runs it at the window's length, as the exported graph does."""
+    from edgekit.bundle import Bundle
+    from edgekit.export import export_bundle, window_spec
+    from edgekit.runtimes import open_runtime
+    from tests.stream import tiny_stream
+
+    root = export_bundle(window_spec(tiny_stream.flow(), 4, context=4), tmp_path / "flow-chunk",
+                         source="tests.stream.tiny_stream:flow").root
+    bundle = Bundle.load(root)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(size=(1, 8, 4)).astype(np.float32), "t": np.array([0.3], np.float32),
+             "tokens": rng.integers(0, 8, size=(1, 4))}
+    with open_runtime(bundle, "torch") as rt, open_runtime(bundle, "ort") as ort_rt:
+        assert rt.inputs["x"].shape == (1, 8, 4)
+        np.testing.assert_allclose(rt.run(feeds)["v"], ort_rt.run(feeds)["v"], rtol=1e-4, atol=1e-5)

@@ -1,6 +1,7 @@
-"""`edgekit loadtest` end to end on tiny models (random weights, vocab 8): the masked and the AR
-token stage feed the chunk window graph; the document's structure, policies and errors. No
-figure is asserted beyond counts: timing belongs in benchmarks/."""
+"""`edgekit loadtest` end to end on tiny models (random weights, vocab 8, ``tiny_stream``): the
+masked and the AR token stage feed the chunk window graph on ORT, torch, OpenVINO and QNN; the
+document's structure, policies and errors. No figure is asserted beyond counts: timing belongs
+in benchmarks/."""
 
 from __future__ import annotations
 
@@ -13,59 +14,20 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # three tiny exports and seven short load runs: about a minute on 2 cores
 
-V, L, R = 8, 8, 2  # vocab, tokens per utterance, frames per token: 16 frames per utterance
-
-
-def _specs():
-    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
-    from edgekit.models.flow import FlowConfig, FlowDecoder
-    from edgekit.models.masked import MaskedConfig, MaskedTransformer
-    from edgekit.spec import ModelSpec, TensorSpec
-    from tests.tiny_models import _perturb
-
-    fc = FlowConfig(channels=4, seq_len=L, frames_per_token=R, vocab_size=V, dim=16, depth=1, heads=2, time_freqs=8)
-    flow = ModelSpec(
-        name="tiny-flow", kind="flow", module=_perturb(FlowDecoder(fc), 0),
-        inputs={"x": TensorSpec((1, fc.frames, 4), "float32", -3.0, 3.0), "t": TensorSpec((1,), "float32", 0.0, 1.0),
-                "tokens": TensorSpec((1, L), "int64", 0, V + 1)},
-        outputs={"v": TensorSpec((1, fc.frames, 4), "float32")},
-        meta={"channels": 4, "frames": fc.frames, "frames_per_token": R, "conditioning": {"tokens": {"uncond": V}}},
-        decode_defaults={"steps": 2, "solver": "midpoint", "grid": "cosine", "temperature": 1.0},
-    )
-    mc = MaskedConfig(vocab_size=V, seq_len=L, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    masked = ModelSpec(
-        name="tiny-masked", kind="masked", module=_perturb(MaskedTransformer(mc), 1),
-        inputs={"tokens": TensorSpec((1, L), "int64", 0, V + 1), "class_id": TensorSpec((1,), "int64", 0, 4)},
-        outputs={"logits": TensorSpec((1, L, V), "float32")},
-        meta={"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 3}}},
-        decode_defaults={"steps": 3, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 1.0},
-    )
-    ac = ARConfig(vocab_size=V, max_len=L, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    cache = TensorSpec((ac.depth, 1, ac.heads, ac.max_len, ac.dim // ac.heads), "float32", -1.0, 1.0)
-    ar = ModelSpec(
-        name="tiny-ar", kind="ar", module=ARStep(_perturb(CausalTransformer(ac), 2)).eval(),
-        inputs={"token": TensorSpec((1, 1), "int64", 0, V + 1), "pos": TensorSpec((1,), "int64", 0, L),
-                "k_cache": cache, "v_cache": cache, "class_id": TensorSpec((1,), "int64", 0, 4)},
-        outputs={"logits": TensorSpec((1, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
-        meta={"vocab_size": V, "max_len": L, "bos_id": V, "num_classes": 3, "conditioning": {"class_id": {"uncond": 3}}},
-        decode_defaults={"temperature": 1.0, "top_k": 0},
-    )
-    return flow, masked, ar
+SOURCE = "tests.stream.tiny_stream"  # the factories, so the torch runtime can rebuild the modules
 
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
     from edgekit.export import export_bundle, window_spec
+    from tests.stream import tiny_stream
 
-    flow, masked, ar = _specs()
     root = tmp_path_factory.mktemp("stream")
-    out = {
-        "flow": export_bundle(window_spec(flow, 4, context=4), root / "flow-chunk").root,
-        "masked": export_bundle(masked, root / "masked").root,
-        "ar": export_bundle(ar, root / "ar").root,
+    return {
+        "flow": export_bundle(window_spec(tiny_stream.flow(), 4, context=4), root / "flow-chunk", source=f"{SOURCE}:flow").root,
+        "masked": export_bundle(tiny_stream.masked(), root / "masked", source=f"{SOURCE}:masked").root,
+        "ar": export_bundle(tiny_stream.ar(), root / "ar", source=f"{SOURCE}:ar").root,
     }
-    # Class ids for the token stages (no demo evaluation set): a fixed class in every run.
-    return out
 
 
 def _cli(*args):
@@ -97,6 +59,9 @@ def test_loadtest_json_reports_every_policy(bundles, tokens, arrivals):
         assert r["time_to_first_chunk_ms"]["n"] == r["utterances"]
         assert sum(r["rungs_used"].values()) == r["chunks"]
         assert r["switches"] == len(doc["switch_log"][name])
+        assert list(r["by_chunk"]) == ["0", "1", "2", "3"] and r["by_chunk"]["0"]["misses"] == 0  # the first has no deadline
+        assert sum(c["misses"] for c in r["by_chunk"].values()) == r["deadline_misses"]
+        assert r["first_chunk_ms"]["tokens_wait"]["n"] == r["first_chunk_ms"]["decode"]["n"] == r["utterances"]
     assert doc["policies"]["fixed"]["rungs_used"] == {"rk4x2": doc["policies"]["fixed"]["chunks"]}
     assert doc["policies"]["fixed"]["switches"] == 0
     assert {r["label"] for r in doc["ladder"]} >= {"rk4x2"} and doc["ladder"][-1]["label"] == "rk4x2"
@@ -127,3 +92,42 @@ def test_bad_options_are_one_line_usage_errors(bundles, args, code, needle):
 def test_flow_bundle_without_a_window_graph_is_refused(bundles):
     res = _cli("loadtest", bundles["masked"], bundles["masked"], "--duration-s", 0.1, "--cond", "class_id=0")
     assert res.exit_code == 2 and "flow bundle" in res.output
+
+
+@pytest.mark.parametrize("runtime,precision,dep", [
+    ("torch", "fp32", "torch"),  # the module rebuilt from its source at the window's frame count
+    ("openvino", "fp32", "openvino"),
+    ("qnn", "fp16", "onnxruntime_qnn"),  # HTP emulation: both graphs in float16 (the NPU has no fp32)
+])
+def test_loadtest_runs_on_every_runtime_of_a_flow_bundle(bundles, runtime, precision, dep):
+    pytest.importorskip(dep)
+    res = _cli("loadtest", bundles["masked"], bundles["flow"], "--runtime", runtime, "--precision", precision,
+               "--policy", "fixed", "--steps", 1, "--duration-s", 0.05, "--threads", 1, "--cond", "class_id=1", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["runtime"]["name"] == runtime and doc["runtime"]["precision"] == precision
+    assert doc["runtime"]["tokens_precision"] == ("fp16" if runtime == "qnn" else "fp32")
+    r = doc["policies"]["fixed"]
+    assert r["utterances"] >= 1 and r["chunks"] == 4 * r["utterances"] and r["rungs_used"] == {"rk4x1": r["chunks"]}
+
+
+def test_qnn_int8_loadtest_runs_the_qnn_profile_window_graph(bundles, tmp_path):
+    """The window bundle quantized with `quantize --profile qnn` runs int8 on the HTP (tokens fp16);
+    before that, --precision int8 is one error naming the quantize command."""
+    pytest.importorskip("onnxruntime_qnn")
+    import shutil
+
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    flow = shutil.copytree(bundles["flow"], tmp_path / "flow-chunk")
+    args = ("--runtime", "qnn", "--precision", "int8", "--policy", "fixed", "--steps", 1, "--duration-s", 0.05,
+            "--threads", 1, "--cond", "class_id=1")
+    res = _cli("loadtest", bundles["masked"], flow, *args)
+    assert res.exit_code == 1 and "quantize" in res.output and "Traceback" not in res.output
+    # random weights: the budget is what 8 bits reach here (as tests/conftest.py's qnn fixture)
+    quantize_bundle(flow, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 10.0}))
+    res = _cli("loadtest", bundles["masked"], flow, *args, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["runtime"]["precision"] == "int8" and "HTP" in doc["runtime"]["device"]
+    assert doc["policies"]["fixed"]["chunks"] == 4 * doc["policies"]["fixed"]["utterances"] >= 4

@@ -10,7 +10,8 @@ import numpy as np
 
 from edgekit.runtimes.base import BaseRuntime
 from edgekit.spec import TensorSpec
-from edgekit.stream.pipeline import Device, DeviceRuntime, TokenFeed
+from edgekit.stream.device import Device, DeviceRuntime
+from edgekit.stream.pipeline import TokenFeed
 
 
 class Counter(BaseRuntime):
@@ -45,23 +46,54 @@ def _wait_until(cond, timeout=5.0):
 
 
 def test_one_call_at_a_time_and_outputs_are_owned():
+    """Each thread's outputs live in its own two buffers: another stream's calls never overwrite
+    them, and an output survives the thread's next call (outputs_stay_valid = 2)."""
     inner, device = Counter(), Device()
     rts = [DeviceRuntime(inner, device) for _ in range(4)]
-    outs: list[np.ndarray] = []
+    values: list[int] = []
+    kept: list[tuple[np.ndarray, int]] = []  # each thread's last two outputs and their values
     lock = threading.Lock()
 
     def work(rt, i):
         device.set_deadline(i % 2)  # equal keys too
+        prev = None
         for _ in range(10):
             y = rt.run({"x": np.zeros((1, 2), np.float32)})["y"]
+            if prev is not None:
+                assert int(prev[0][0, 0]) == prev[1]  # the previous output survived this call
+            prev = (y, int(y[0, 0]))
             with lock:
-                outs.append(y)
+                values.append(prev[1])
+        with lock:
+            kept.append(prev)
 
     threads = [threading.Thread(target=work, args=(rt, i)) for i, rt in enumerate(rts)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert inner.max_active == 1 and device.calls == 40
-    assert sorted(int(o[0, 0]) for o in outs) == list(range(1, 41))  # no output overwritten by a later call
+    assert sorted(values) == list(range(1, 41))  # every call's own output
+    assert all(int(y[0, 0]) == v for y, v in kept)  # no thread's output overwritten by another's calls
+    assert rts[0].outputs_stay_valid == 2
+
+
+def test_first_chunk_holds_token_calls_back():
+    """While a first chunk decodes, token calls (no deadline) wait even when the device is free."""
+    inner, device = Counter(), Device()
+    done = threading.Event()
+
+    def tokens():
+        DeviceRuntime(inner, device).run({"x": np.zeros((1, 2), np.float32)})
+        done.set()
+
+    with device.first_chunk():
+        t = threading.Thread(target=tokens, name="tokens")
+        t.start()
+        _wait_until(lambda: len(device.waiting) == 1)
+        device.set_deadline(5.0)
+        DeviceRuntime(inner, device).run({"x": np.zeros((1, 2), np.float32)})  # a chunk call goes through
+        assert not done.is_set() and inner.calls == 1
+    t.join(5.0)
+    assert done.is_set() and inner.order[-1] == "tokens"
 
 
 def test_earliest_deadline_goes_first_and_token_calls_last():
