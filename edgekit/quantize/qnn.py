@@ -46,13 +46,49 @@ SCHEMA = "edgekit.quantize/1"
 
 def prepare_qnn(fp32_path: Path, out: Path) -> Path:
     """``qnn_preprocess_model`` (fuses LayerNorm/GELU patterns into the single ops the HTP has)
-    into ``out``, or a copy when it changed nothing."""
+    into ``out``, or a copy when it changed nothing; then every Gemm with a constant weight as
+    MatMul + Add (``gemm_as_matmul``)."""
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
     with quiet_ort_logging():
         changed = qnn.qnn_preprocess_model(str(fp32_path), str(out))
     if not changed:
         shutil.copyfile(fp32_path, out)
+    gemm_as_matmul(out)
     return out
+
+
+def gemm_as_matmul(path: Path) -> int:
+    """Rewrite, in place, each Gemm (alpha = beta = 1, no transA) whose B is a constant as MatMul
+    with the (transposed) weight plus Add of its bias: the HTP takes a MatMul weight at 16 bit
+    (A16W16) and refuses a 16-bit Gemm weight, so only this way can the budget search promote
+    a Linear layer's weight (torch exports Linear on a 2-D input as Gemm). Returns the count."""
+    onnx = require("onnx")
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes, rewritten = [], 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(inits[node.input[1]])
+        weight = f"{node.input[1]}_matmul"
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight))
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [node.input[0], weight], [product], name=f"{node.name}_matmul"))
+        if has_bias:
+            nodes.append(helper.make_node("Add", [product, node.input[2]], [node.output[0]], name=f"{node.name}_bias"))
+        rewritten += 1
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        onnx.save(model, str(path))
+    return rewritten
 
 
 def matmul_weights(model_path: Path) -> dict[str, str]:
