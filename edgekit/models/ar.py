@@ -104,11 +104,12 @@ class ARLoopStep(nn.Module):
     so the graph never writes the cache and computes nothing from ``pos`` but the position
     embedding's row (the usual NPU form of a KV-cache step).
 
-    ``attn_mask`` float32[1, Lmax] is a keep mask (1 = filled slot, 0 = empty), applied after the
-    exponential rather than as an additive -1e4: masked weights are exactly 0 whatever the
-    scores' scale, and no tensor has to span a 1e4 range (8-bit attention scores would keep a
-    step of ~40: with an additive -1e4 mask input the demo AR's 8-bit QDQ gave the FP32 greedy
-    tokens on 12 % of positions on the HTP)."""
+    ``attn_mask`` float32[1, Lmax] is a keep mask (1 = filled slot, 0 = empty), applied to the
+    softmax's weights (then renormalised) rather than as an additive -1e4: masked weights are
+    exactly 0 whatever the scores' scale, and no tensor has to span a 1e4 range (8-bit attention
+    scores would keep a step of ~40: with an additive -1e4 mask input the demo AR's 8-bit QDQ
+    gave the FP32 greedy tokens on 12 % of positions on the HTP). No ReduceMax: onnxruntime's
+    symbolic shape inference (quant_pre_process) cannot type its opset-18 form."""
 
     def __init__(self, model: CausalTransformer):
         super().__init__()
@@ -135,11 +136,11 @@ def _attend_kept(attn, q, keys, values, keep):
     keep (1, S) in {0, 1} with the last slot (the token itself) kept -> (B, 1, D)."""
     scores = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))  # (B, nh, 1, S)
     own = scores[..., -1:]
-    # The shift for a stable exp: the largest kept score (an empty slot stands in as the token's
-    # own score), so the largest weight is exp(0) = 1 and the sum never underflows to 0.
-    shift = ((scores - own) * keep + own).amax(dim=-1, keepdim=True)
-    weights = torch.exp(scores - shift) * keep
-    y = (weights / weights.sum(dim=-1, keepdim=True)) @ values  # (B, nh, 1, hs)
+    # Empty slots take the token's own score before the softmax (no outlier constant in any
+    # tensor's range; Softmax shifts by its own max, so it stays stable), then drop out of the
+    # renormalised weights. The kept weights sum to >= 1/S: the division is safe.
+    probs = torch.softmax((scores - own) * keep + own, dim=-1) * keep
+    y = (probs / probs.sum(dim=-1, keepdim=True)) @ values  # (B, nh, 1, hs)
     B = y.shape[0]
     return attn.proj(y.transpose(1, 2).reshape(B, 1, attn.heads * attn.head_dim))
 

@@ -59,3 +59,13 @@ def test_a_loop_form_spec_without_its_mask_input_is_refused():
     with pytest.raises(EdgekitError, match="attn_mask"):
         ModelSpec(name="x", kind="ar", module=spec.module, inputs=inputs, outputs=spec.outputs, meta=spec.meta)
     assert isinstance(spec.inputs["attn_mask"], TensorSpec)
+
+
+def test_the_loop_form_graph_takes_quantizations_pre_processing(forms, tmp_path):
+    """quant_pre_process (symbolic shape inference) must type every tensor of the loop form:
+    a ReduceMax in its attention once made it fail, and INT8 then ran without fused MatMul+Add."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    b, _ = forms["loop"]
+    quant_pre_process(str(b.path_of("fp32")), str(tmp_path / "pre.onnx"))
+    assert (tmp_path / "pre.onnx").stat().st_size > 0
