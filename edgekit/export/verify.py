@@ -13,8 +13,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit.export.config import VerifyConfig
-from edgekit.runtimes.base import Runtime
-from edgekit.spec import ModelSpec, TensorSpec, ar_cache_form
+from edgekit.decode.ar import ARDecodeConfig, decode_ar
+from edgekit.runtimes.base import Runtime, RuntimeProxy
+from edgekit.spec import ModelSpec, TensorSpec
 
 
 def random_feed(specs: Mapping[str, TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -57,30 +58,29 @@ def trajectory_feeds(spec: ModelSpec, reference: Runtime, n: int, rng: np.random
     return feeds
 
 
+class _FeedAt(RuntimeProxy):
+    """Forwards every run; keeps a copy of the feeds of call number ``at`` (0-based)."""
+
+    def __init__(self, inner: Runtime, at: int):
+        super().__init__(inner, owns_inner=False)
+        self.at, self.calls, self.feed = at, 0, None
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.calls == self.at:
+            self.feed = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
+        self.calls += 1
+        return self.inner.run(feeds)
+
+
 def _filled_cache(spec: ModelSpec, reference: Runtime, rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
-    """Run the AR step ``steps`` times from empty caches (either cache form, as the decode loop
-    does); return the next step's inputs."""
-    feed = random_feed(spec.inputs, rng)
-    feed["k_cache"] = np.zeros(spec.inputs["k_cache"].shape, np.float32)
-    feed["v_cache"] = np.zeros(spec.inputs["v_cache"].shape, np.float32)
-    feed["token"] = np.full(spec.inputs["token"].shape, spec.meta["bos_id"], np.int64)
-    loop_form = ar_cache_form(spec.outputs) == "loop"
-    if loop_form:
-        feed["attn_mask"] = np.zeros(spec.inputs["attn_mask"].shape, np.float32)
+    """The inputs of AR step ``steps`` of a greedy decode from empty caches: ``decode_ar`` itself
+    fills them (either cache form), with conditioning drawn in the declared ranges."""
+    drawn = random_feed(spec.inputs, rng)
+    cond = {name: drawn[name] for name in spec.meta.get("conditioning") or {}}
     steps = min(steps, spec.meta["max_len"] - 1)
-    for pos in range(steps):
-        feed["pos"] = np.array([pos], np.int64)
-        out = reference.run(feed)
-        if loop_form:
-            feed["k_cache"][:, :, :, pos] = out["k_new"][:, :, :, 0]
-            feed["v_cache"][:, :, :, pos] = out["v_new"][:, :, :, 0]
-            feed["attn_mask"][..., pos] = 1
-        else:
-            feed["k_cache"] = out["k_cache_out"].copy()
-            feed["v_cache"] = out["v_cache_out"].copy()
-        feed["token"] = out["logits"].argmax(-1).astype(np.int64)[:, None]
-    feed["pos"] = np.array([steps], np.int64)
-    return feed
+    probe = _FeedAt(reference, steps)
+    decode_ar(probe, spec.meta, cond, ARDecodeConfig(length=steps + 1, temperature=0.0))
+    return probe.feed
 
 
 @dataclass(frozen=True)

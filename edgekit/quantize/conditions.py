@@ -3,7 +3,7 @@ calibration and held-out rows, ``--cond`` values, or the bundle's seeded rule.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from edgekit.bundle import Bundle
 from edgekit.evaluate import condition_rows, load_condition_data
@@ -36,3 +36,10 @@ def condition_sets(bundle: Bundle, cfg: QuantizeConfig) -> tuple[dict | None, di
 # check metrics shown beside the budget (the gated ones of each kind)
 CHECK_SHOWN = ("token_agreement", "logits_kl", "top1_agreement", "snr_db", "cosine_similarity", "velocity_snr_db",
                 "quality_drop.event_accuracy", "quality_drop.validity", "quality_drop.snr_db")
+
+
+def gate_metrics(gate: Mapping[str, Any]) -> dict[str, Any]:
+    """The budget's view of ``check.gate_runtimes``' verdict: the margin (budget key
+    ``check_margin``), the failed gates and the check metrics shown beside the budget."""
+    return {"check_margin": gate["margin"], "check_failed": gate["failed"],
+            "check_metrics": {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}}

@@ -32,7 +32,7 @@ from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
 from edgekit.check import gate_runtimes
 from edgekit.quantize.budget import check, compare, decode_eval_set
-from edgekit.quantize.conditions import CHECK_SHOWN
+from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import analyse_graph, module_labels
@@ -261,11 +261,7 @@ def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callabl
                 # check's teacher-forced velocity SNR was 23 dB < 30). Only on the HTP backend:
                 # the CPU simulation merely narrows the search.
                 gate = gate_runtimes(bundle, fp32_rt, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, held_out) if backend == "htp" else None
-            metrics = compare(kind, reference, run)
-            if gate is not None:
-                metrics["check_margin"] = gate["margin"]
-                metrics["check_failed"] = gate["failed"]
-                metrics["check_metrics"] = {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}
+            metrics = compare(kind, reference, run) | (gate_metrics(gate) if gate is not None else {})
             passed, rows = check(metrics, budget)
             history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
                             **{k: metrics.get(k) for k in budget}, "passed": passed})

@@ -18,7 +18,7 @@ from edgekit.bundle import Bundle
 from edgekit.check import gate_runtimes
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
-from edgekit.quantize.conditions import CHECK_SHOWN, condition_sets
+from edgekit.quantize.conditions import condition_sets, gate_metrics
 from edgekit.quantize.budget import (
     compare,
     decode_eval_set,
@@ -143,11 +143,7 @@ def quantize_bundle(
                 run = decode_eval_set(bundle, rt, n_eval, cfg.eval_seed, cfg.decode, reference=fp32_rt, rows=eval_rows)
                 # `edgekit check`'s default gate on the same rows, seed and decode settings
                 gate = gate_runtimes(bundle, fp32_rt, rt, n_eval, cfg.eval_seed, cfg.decode, eval_rows)
-            metrics = compare(kind, reference, run)
-            metrics["check_margin"] = gate["margin"]
-            metrics["check_failed"] = gate["failed"]
-            metrics["check_metrics"] = {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}
-            return metrics
+            return compare(kind, reference, run) | gate_metrics(gate)
 
         def sensitivity(model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
             pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)

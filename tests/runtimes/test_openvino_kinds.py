@@ -28,24 +28,18 @@ CLASSES = np.array([0, 2], dtype=np.int64)
 def tiny_ar_spec(batch: int = 2):
     import torch
 
-    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
-    from edgekit.spec import ModelSpec, TensorSpec
+    from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
+    from edgekit.spec import ModelSpec
 
     torch.manual_seed(3)
     cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+    inputs, outputs = ar_io(cfg, batch, "graph")
     return ModelSpec(
         name="tiny-ar",
         kind="ar",
-        module=ARStep(CausalTransformer(cfg)).eval(),
-        inputs={
-            "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
-            "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
-            "k_cache": cache,
-            "v_cache": cache,
-            "class_id": TensorSpec((batch,), "int64", 0, cfg.num_classes + 1),
-        },
-        outputs={"logits": TensorSpec((batch, cfg.vocab_size), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        module=ar_step(CausalTransformer(cfg), "graph"),
+        inputs=inputs,
+        outputs=outputs,
         meta={"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id,
               "conditioning": {"class_id": {"uncond": cfg.num_classes}}},
         decode_defaults={"temperature": 1.0, "top_k": 0},

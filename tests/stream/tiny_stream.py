@@ -49,17 +49,15 @@ def masked(batch: int = 1):
 
 
 def ar(batch: int = 1):
-    from edgekit.models.ar import ARConfig, ARStep, CausalTransformer
-    from edgekit.spec import ModelSpec, TensorSpec
+    from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
+    from edgekit.spec import ModelSpec
     from tests.tiny_models import _perturb
 
     ac = ARConfig(vocab_size=V, max_len=L, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    cache = TensorSpec((ac.depth, batch, ac.heads, ac.max_len, ac.dim // ac.heads), "float32", -1.0, 1.0)
+    inputs, outputs = ar_io(ac, batch, "graph")
     return ModelSpec(
-        name="tiny-ar", kind="ar", module=ARStep(_perturb(_seeded(lambda: CausalTransformer(ac), 2), 2)).eval(),
-        inputs={"token": TensorSpec((batch, 1), "int64", 0, V + 1), "pos": TensorSpec((1,), "int64", 0, L),
-                "k_cache": cache, "v_cache": cache, "class_id": TensorSpec((batch,), "int64", 0, 4)},
-        outputs={"logits": TensorSpec((batch, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        name="tiny-ar", kind="ar", module=ar_step(_perturb(_seeded(lambda: CausalTransformer(ac), 2), 2), "graph"),
+        inputs=inputs, outputs=outputs,
         meta={"vocab_size": V, "max_len": L, "bos_id": V, "num_classes": 3, "conditioning": {"class_id": {"uncond": 3}}},
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )
