@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.build import build_bundle, demo_build_stage, module_available
+from edgekit.builder import build_bundle, demo_build_stage, module_available
 from edgekit.bundle import Bundle
 from edgekit.check import CheckConfig, check_bundle, demo_check
 from edgekit.check.render import print_demo_check

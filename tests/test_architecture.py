@@ -19,8 +19,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     2: ("edgekit.models", "edgekit.runtimes"),
     3: ("edgekit.decode",),
     4: ("edgekit.probes", "edgekit.evaluate"),
-    5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.profile", "edgekit.build", "edgekit.lint",
-        "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream"),
+    5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.profile", "edgekit.builder", "edgekit.lint",
+        "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream", "edgekit.train"),
     6: ("edgekit.demo",),
     7: ("edgekit.cli",),
 }
@@ -161,7 +161,7 @@ def test_layers_import_only_downwards():
 
 
 def test_stages_meet_only_at_the_front_door():
-    """A stage uses another stage's package (``edgekit.build``) or its console ``render`` module,
+    """A stage uses another stage's package (``edgekit.builder``) or its console ``render`` module,
     never the modules behind them."""
     broken = []
     for module, edges in EDGES.items():

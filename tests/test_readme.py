@@ -111,7 +111,7 @@ def test_every_readme_command_runs_in_order_on_a_fresh_folder(tmp_path, monkeypa
         if args[0] == "demo" or args[0] == "train-demo" or _extra_missing(line):
             continue  # minutes each (the demo has its own test), or an extra this host lacks
         if "qnn" in line or "snapdragon" in line or "npu-" in line:
-            continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/test_qnn_profile.py and tests/build/test_build_qnn.py run these steps
+            continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/test_qnn_profile.py and tests/builder/test_build_qnn.py run these steps
         if args[0] == "profile":
             args += ["--sweep", "32"]  # one swept length instead of four: the same code path
         if "edgekit-demo/" in line and not Path("edgekit-demo").exists():

@@ -1,4 +1,4 @@
-"""`demo`: the whole pipeline on the built-in models."""
+"""`edgekit demo`: the whole pipeline on the built-in models."""
 
 from __future__ import annotations
 

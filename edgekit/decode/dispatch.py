@@ -68,6 +68,31 @@ def check_bounds(values: Mapping[str, Any], seed: int = 0) -> None:
         raise UsageError(f"seed={seed!r} is invalid; valid: an integer in [0, 2^63)")
 
 
+def parse_decode_options(items: "list[str] | tuple[str, ...] | None") -> dict[str, Any]:
+    """``--decode KEY=VALUE`` items -> {key: value}: ``["guidance=2", "solver=heun"]`` ->
+    {"guidance": 2.0, "solver": "heun"}. Known integer options become int and known float options
+    float (a bad number is one line naming it); other values int, float or str as they parse. The
+    kind's config (``decode_config``) then validates names and bounds."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--decode {item!r} is not KEY=VALUE", hint="e.g. --decode guidance=2 --decode steps=16")
+        casts: tuple[type, ...] = (int,) if key in _INTS else (float,) if key in _FLOATS else (int, float)
+        for cast in casts:
+            try:
+                out[key] = cast(value)
+                break
+            except ValueError:
+                continue
+        else:
+            if key in _INTS or key in _FLOATS:
+                raise UsageError(f"--decode {item!r}: {key} needs {'an integer' if key in _INTS else 'a number'}")
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Decoded:
     """A finished decode. output: tokens int64[B, L] (masked, ar) or frames float32[B, T, C] (flow)."""

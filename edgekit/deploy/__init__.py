@@ -7,8 +7,8 @@ from edgekit.deploy.pack import (
     bundle_contents,
     pack_bundle,
     safe_extract,
-    unpack_bundle,
     stage_bundle,
+    unpack_bundle,
 )
 from edgekit.deploy.ssh import RemoteCommandFailed, SshOptions, check_host
 from edgekit.deploy.stage import DEPLOY_SCHEMA, deploy

@@ -3,7 +3,7 @@ with the same tables the command prints locally."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from edgekit.check.render import print_check
 from edgekit.output import Output
@@ -31,3 +31,7 @@ def print_deploy(o: Output, doc: dict[str, Any], host: str, command: str) -> Non
                 o.pairs(key, value)
     o.line(f"copied {len(doc['copied']['files'])} files ({doc['copied']['bytes'] / 1e6:.1f} MB) by {doc['remote']['transfer']}; "
            f"reports in {doc['fetched'][0] if doc['fetched'] else '—'}")
+
+
+def print_unpack(o: Output, doc: Mapping[str, Any]) -> None:
+    o.line(f"unpacked bundle {doc['bundle']} ({len(doc['files'])} files, every hash verified)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from edgekit.build import build_bundle, builds_on_device
+from edgekit.builder import build_bundle, builds_on_device
 from edgekit.bundle import Bundle
 from edgekit.deploy.pack import stage_bundle
 from edgekit.deploy.ssh import (
@@ -268,13 +268,9 @@ def _fetch_reports(host: str, ssh: SshOptions, remote: str, local: Path, used: s
 __all__ = [
     "COMMANDS",
     "DEPLOY_SCHEMA",
-    "PACK_SCHEMA",
     "RemoteCommandFailed",
     "SshOptions",
-    "bundle_contents",
     "check_host",
     "deploy",
-    "pack_bundle",
-    "safe_extract",
     "stage_bundle",
 ]

@@ -1,16 +1,10 @@
-"""`edgekit doctor` and `edgekit targets` console output."""
+"""`edgekit doctor` console output."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from edgekit.output import Output
-
-
-def print_targets(o: Output, found: Sequence[Any]) -> None:
-    o.table("targets (pass one with --target NAME, or --target your.toml)",
-            ["target", "runtimes", "precisions", "power", "description"],
-            [(t.name, " → ".join(t.runtimes), ",".join(t.precisions), t.power_probe, t.description) for t in found])
 
 
 def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:

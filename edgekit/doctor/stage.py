@@ -20,7 +20,11 @@ from typing import Any
 from edgekit.host import HostFacts, module_available
 from edgekit.probes.power import Unavailable, detect
 from edgekit.runtimes.engines import device_problems
-from edgekit.runtimes.openvino import available_devices, device_capabilities, openvino_version  # lazy: openvino
+from edgekit.runtimes.openvino import (  # lazy: openvino
+    available_devices,
+    device_capabilities,
+    openvino_version,
+)
 from edgekit.runtimes.trt import host_metadata
 from edgekit.targets import Target, list_targets, load_target
 

@@ -39,8 +39,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from edgekit._lock import writes_bundle
 from edgekit._deps import require
+from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP

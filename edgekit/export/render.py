@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from edgekit.output import Output
 
@@ -14,3 +14,10 @@ def print_verification(o: Output, bundle: Any) -> None:
     o.table(f"{bundle.name}: ONNX vs torch on {ver['samples']} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows)
     art = bundle.artifact("fp32")
     o.line(f"wrote {bundle.root / art.path} ({art.bytes / 1e6:.1f} MB), manifest {bundle.root / 'edgekit.json'}")
+
+
+def print_export(o: Output, bundle: Any, fused: Mapping[str, Any] | None = None) -> None:
+    """The verification table, and what a fused graph baked in."""
+    print_verification(o, bundle)
+    if fused is not None:
+        o.pairs(f"fused {fused['graph']} graph (baked)", fused["baked"])

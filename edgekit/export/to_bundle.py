@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgekit._lock import writes_bundle
 from edgekit._deps import require
+from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import ExportError

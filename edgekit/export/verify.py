@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from edgekit.export.config import VerifyConfig
 from edgekit.decode.ar import ARDecodeConfig, decode_ar
+from edgekit.export.config import VerifyConfig
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 from edgekit.spec import ModelSpec, TensorSpec
 

@@ -20,7 +20,6 @@ from edgekit.quantize.config import (
     ProfileSettings,
     QuantizeConfig,
     parse_budget,
-    parse_decode,
 )
 from edgekit.quantize.ptq import quantize_unbudgeted
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
@@ -36,7 +35,6 @@ __all__ = [
     "QuantizeConfig",
     "demo_quantize",
     "parse_budget",
-    "parse_decode",
     "quantize_bundle",
     "quantize_unbudgeted",
 ]

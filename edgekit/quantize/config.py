@@ -280,23 +280,3 @@ def parse_budget(items: list[str] | tuple[str, ...] | None) -> dict[str, float]:
         if not math.isfinite(out[key]):  # nan compares false to everything: the budget would never decide
             raise UsageError(f"--budget {item!r}: the limit must be a finite number")
     return out
-
-
-def parse_decode(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
-    """``["guidance=2", "solver=heun"]`` -> {"guidance": 2, "solver": "heun"}: decode options for
-    calibration and evaluation (numbers become int/float; the kind's config validates names)."""
-    out: dict[str, Any] = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--decode {item!r} is not KEY=VALUE", hint="e.g. --decode guidance=2 --decode steps=16")
-        for cast in (int, float):
-            try:
-                out[key] = cast(value)
-                break
-            except ValueError:
-                continue
-        else:
-            out[key] = value
-    return out

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from edgekit.build import select_engine
+from edgekit.builder import select_engine
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import initial_noise

@@ -37,7 +37,7 @@ def open_runtime(
     """A ready ``Runtime`` for ``bundle``'s per-step network in ``precision``.
 
     With ``target`` the engine comes from the target's runtimes in order (``edgekit build``
-    output for that target when present; a stale engine is refused: ``edgekit.build.select_engine``
+    output for that target when present; a stale engine is refused: ``edgekit.builder.select_engine``
     rebuilds it), and ``runtime`` is ignored. Without it:
 
     ort   — the bundle's ONNX artifact of that precision (``fp32``, or ``int8`` after quantize);

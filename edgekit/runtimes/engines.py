@@ -4,7 +4,7 @@ keys, and why an entry cannot be loaded on this host.
 ``edgekit build`` writes entries into ``manifest["engines"]["<target>/<precision>"]``; this module
 only reads them: ``find_engine`` picks the model file ``run``/``profile``/``check`` load for a
 target and refuses a stale one (source ONNX changed, other runtime version, other device) with
-every reason. Rebuilding a stale engine is the build stage's job (``edgekit.build.select_engine``).
+every reason. Rebuilding a stale engine is the build stage's job (``edgekit.builder.select_engine``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from edgekit.build import build_bundle
+from edgekit.builder import build_bundle
 from edgekit.bundle import Bundle
 from edgekit.deploy import PACK_SCHEMA, pack_bundle, safe_extract
 from edgekit.errors import BundleError, UsageError

@@ -9,7 +9,7 @@ import sys
 import onnxruntime as ort
 import pytest
 
-from edgekit.build import HostFacts
+from edgekit.builder import HostFacts
 from edgekit.doctor import DOCTOR_SCHEMA, PROVIDER_INSTALL, doctor, environment, target_report, trt_limits
 from edgekit.probes.power import PowerSampler
 from edgekit.targets import list_targets, load_target

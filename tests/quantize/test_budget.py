@@ -165,15 +165,20 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
 
 def test_parse_budget_and_decode_options():
     from edgekit.errors import UsageError
-    from edgekit.quantize.config import parse_budget, parse_decode
+    from edgekit.decode.dispatch import parse_decode_options
+    from edgekit.quantize.config import parse_budget
 
     assert parse_budget(["lockstep-token-agreement=0.98", "snr_db=25"]) == {"lockstep_token_agreement": 0.98, "snr_db": 25.0}
     for bad in (["lockstep_token_agreement"], ["agreement=1"], ["snr_db=high"]):
         with pytest.raises(UsageError):
             parse_budget(bad)
-    assert parse_decode(["guidance=2", "solver=heun", "sway=-0.5"]) == {"guidance": 2, "solver": "heun", "sway": -0.5}
+    got = parse_decode_options(["guidance=2", "solver=heun", "sway=-0.5", "steps=4"])
+    assert got == {"guidance": 2.0, "solver": "heun", "sway": -0.5, "steps": 4}
+    assert isinstance(got["guidance"], float) and isinstance(got["steps"], int)  # export bakes these as written
     with pytest.raises(UsageError, match="KEY=VALUE"):
-        parse_decode(["guidance"])
+        parse_decode_options(["guidance"])
+    with pytest.raises(UsageError, match="steps needs an integer"):
+        parse_decode_options(["steps=4.5"])
 
 
 def test_default_budgets_agree_with_edgekit_check():

@@ -133,7 +133,7 @@ def test_lock_file_is_inside_the_bundle_and_locks_only_it(tiny_bundles, tmp_path
 
 
 def test_reexport_removes_the_old_engines(tiny_specs, tmp_path):
-    from edgekit.build import build_bundle
+    from edgekit.builder import build_bundle
     from edgekit.export.to_bundle import export_bundle
 
     root = export_bundle(tiny_specs["masked"], tmp_path / "b", source="tiny").root

@@ -37,7 +37,7 @@ def test_unsafe_target_names_are_refused_before_building(tiny_bundles, tmp_path,
 
 
 def test_engine_folder_is_checked_even_for_a_target_built_in_code(tiny_bundles, tmp_path):
-    from edgekit.build import build_bundle
+    from edgekit.builder import build_bundle
 
     bundle = shutil.copytree(tiny_bundles["masked"], tmp_path / "box" / "masked")
     evil = dataclasses.replace(load_target("cpu"), name="../../escaped")

@@ -1,4 +1,4 @@
-"""`loadtest`: N token -> frame streams on one device, per (solver, steps) policy."""
+"""`edgekit loadtest`: N token -> frame streams on one device, per (solver, steps) policy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging, parse_cond, parse_csv
+from edgekit.cli.app import (
+    JsonOpt,
+    SeedOpt,
+    command,
+    configure_logging,
+    parse_cond,
+    parse_csv,
+)
 from edgekit.output import Output
 
 

@@ -1,4 +1,4 @@
-"""Getting a bundle onto a device: `pack`, `unpack`, `deploy`."""
+"""`edgekit deploy`: copy a bundle to a device over SSH, run a command there, bring the report back."""
 
 from __future__ import annotations
 
@@ -9,39 +9,6 @@ import typer
 
 from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging
 from edgekit.output import Output
-
-
-@command(epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5")
-def pack(
-    bundle: BundleArg,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Tarball to write (.tar.gz).", show_default=False)],
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine).")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Pack a bundle into a tarball to copy to a device (unpack there with `edgekit unpack`)."""
-    from edgekit.deploy import pack_bundle
-    from edgekit.deploy.render import print_pack
-
-    o = Output(json_out)
-    doc = pack_bundle(bundle, out, target)
-    o.document(doc)
-    print_pack(o, doc)
-
-
-@command(epilog="Example:\n\n  edgekit unpack masked.tar.gz -o bundles/")
-def unpack(
-    archive: Annotated[Path, typer.Argument(help="Tarball made by `edgekit pack`.", show_default=False)],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to unpack into.")] = Path("."),
-    json_out: JsonOpt = False,
-) -> None:
-    """Unpack a bundle tarball into OUT/<bundle>: checked member by member (no links, no paths
-    outside), every hash verified in a staging folder, then swapped in whole."""
-    from edgekit.deploy import unpack_bundle
-
-    o = Output(json_out)
-    doc = unpack_bundle(archive, out)
-    o.document(doc)
-    o.line(f"unpacked bundle {doc['bundle']} ({len(doc['files'])} files, every hash verified)")
 
 
 @command(epilog="Examples:\n\n  edgekit deploy bundles/masked --host pi@raspberrypi.local --target rpi5\n\n"

@@ -1,4 +1,4 @@
-"""`profile`: latency, host time, energy and memory side by side."""
+"""`edgekit profile`: latency, host time, energy and memory side by side."""
 
 from __future__ import annotations
 

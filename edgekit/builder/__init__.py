@@ -2,9 +2,9 @@
 (``stage``: the build; ``ort``/``trt``: per-runtime builders; ``install``: files into the bundle;
 ``demo``: the demo's build stage; ``render``: the console tables)."""
 
-from edgekit.build.demo import demo_build_stage
-from edgekit.build.ort import fix_dynamic_shapes
-from edgekit.build.stage import (
+from edgekit.builder.demo import demo_build_stage
+from edgekit.builder.ort import fix_dynamic_shapes
+from edgekit.builder.stage import (
     BUILD_SCHEMA,
     build_bundle,
     builds_on_device,

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from edgekit.build import build_bundle, select_engine
+from edgekit.builder import build_bundle, select_engine
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.runtimes.engines import EngineNeedsBuild, find_engine

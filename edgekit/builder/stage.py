@@ -24,11 +24,11 @@ from typing import Any, Iterable, Mapping
 from edgekit._lock import writes_bundle
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit._deps import require
-from edgekit.build.install import install, remove_superseded
-from edgekit.build.openvino import build_openvino
-from edgekit.build.ort import build_ort, fix_dynamic_shapes
-from edgekit.build.qnn import build_qnn
-from edgekit.build.trt import build_trt
+from edgekit.builder.install import install, remove_superseded
+from edgekit.builder.openvino import build_openvino
+from edgekit.builder.ort import build_ort, fix_dynamic_shapes
+from edgekit.builder.qnn import build_qnn
+from edgekit.builder.trt import build_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
 from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgekit.build import HostFacts
+from edgekit.builder import HostFacts
 from edgekit.bundle import Bundle
 from edgekit.runtimes import trt as trt_backend
 from edgekit.runtimes.trt import metadata as trt_metadata

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.build.stage import build_bundle
+from edgekit.builder.stage import build_bundle
 from edgekit.bundle import Bundle
 from edgekit.lint import lint_report
 

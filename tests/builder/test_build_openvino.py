@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from edgekit.build import build_bundle, engine_problems, select_engine
+from edgekit.builder import build_bundle, engine_problems, select_engine
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError, MissingDependency, TargetUnavailable, UsageError
 from edgekit.targets import load_target, parse_target
 
-from build_helpers import X86, tiny_model  # tests/build/build_helpers.py
+from build_helpers import X86, tiny_model  # tests/builder/build_helpers.py
 
 pytest.importorskip("openvino")
 from edgekit.runtimes.openvino import available_devices, device_capabilities, openvino_version  # noqa: E402

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from edgekit.build import (
+from edgekit.builder import (
     BUILD_SCHEMA,
     HostFacts,
     build_bundle,
@@ -25,7 +25,7 @@ from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageEr
 from edgekit.runtimes import trt as trt_backend
 from edgekit.targets import load_target
 
-from build_helpers import (  # tests/build/build_helpers.py
+from build_helpers import (  # tests/builder/build_helpers.py
     ORIN_NANO,
     ORIN_NANO_JP60,
     ORIN_TRT_JP60,
@@ -316,7 +316,7 @@ def test_real_tensorrt_engine_build_and_select(tiny_bundle):
     host = HostFacts.detect()
     if not host.nvidia_gpu:
         pytest.skip("no NVIDIA GPU visible")
-    from edgekit.build import device_problems
+    from edgekit.builder import device_problems
     from edgekit.targets import list_targets
 
     # The Jetson target of this board and JetPack (its L4T picks the TensorRT), else nvidia-gpu.
@@ -331,7 +331,7 @@ def test_real_tensorrt_engine_build_and_select(tiny_bundle):
 
 
 def test_demo_build_stage_reports_lint_and_engine(masked):
-    from edgekit.build import demo_build_stage
+    from edgekit.builder import demo_build_stage
 
     stage = demo_build_stage(masked, "cpu", "fp32")
     assert stage["lint_passed"] and stage["lint"]["error"] == 0 and stage["status"] == "built"
@@ -345,7 +345,7 @@ def test_build_a_bundle_opened_by_a_relative_path(tiny_bundles, tmp_path, monkey
     to the bundle (it raised ValueError: not in the subpath)."""
     import shutil
 
-    from edgekit.build import build_bundle
+    from edgekit.builder import build_bundle
 
     shutil.copytree(tiny_bundles["masked"], tmp_path / "b" / "masked")
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,4 @@
-"""`edgekit inspect`: a bundle's manifest for people (model, IO, artifacts, verification)."""
+"""`edgekit inspect`'s console output: a bundle's manifest for people (model, IO, artifacts, verification)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The INT8 commands: `quantize` and the CI accuracy gate `check`."""
+"""`edgekit quantize`: INT8 within an accuracy budget."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
@@ -14,10 +13,10 @@ from edgekit.cli.app import (
     CondOpt,
     JsonOpt,
     SeedOpt,
+    WaitOpt,
     command,
     configure_logging,
     parse_cond,
-    WaitOpt,
 )
 from edgekit.output import Output
 
@@ -52,11 +51,11 @@ def quantize(
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
     configure_logging()
+    from edgekit.decode.dispatch import parse_decode_options
     from edgekit.errors import CheckFailed
     from edgekit.quantize import (
         QuantizeConfig,
         parse_budget,
-        parse_decode,
         quantize_bundle,
     )
     from edgekit.quantize.render import print_quantize
@@ -72,7 +71,7 @@ def quantize(
             runtime = "openvino" if t.uses_openvino and module_available("openvino") else "ort"
     cfg = QuantizeConfig(
         runtime=runtime or "ort", profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
-        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode(decode), fallback=fallback, threads=threads,
+        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, threads=threads,
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )
     LOCK_WAIT.set(wait)
@@ -87,61 +86,4 @@ def quantize(
         raise CheckFailed(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
             hint=f"relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / --calib-samples {2 * calib_samples}",
-        )
-
-
-@command(
-    epilog="Exit codes: 0 pass · 4 a metric failed · 1 error.\n\n"
-    "Examples:\n\n  edgekit check bundles/masked                     (ort:int8 vs ort:fp32, default thresholds)\n\n"
-    "  edgekit check bundles/flow --reference torch --candidate ort:fp32 --n 32\n\n"
-    "  edgekit check bundles/masked --candidate openvino:int8 --reference ort:fp32\n\n"
-    "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
-    "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
-    "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
-    "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
-    "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)"
-)
-def check(
-    bundle: BundleArg,
-    reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
-    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino | qnn.")] = "ort",
-    n: Annotated[Optional[int], typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.")] = None,
-    greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
-    thresholds: Annotated[Optional[Path], typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")] = None,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file.")] = None,
-    save_baseline: Annotated[Optional[Path], typer.Option("--save-baseline", help="Write this run's metrics as a baseline file (JSON).")] = None,
-    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
-    configure_logging()
-    from edgekit.check import CheckConfig, check_bundle
-    from edgekit.check.render import print_check
-    from edgekit.errors import CheckFailed
-
-    o = Output(json_out)
-    raw_cond = parse_cond(cond)
-    cfg = CheckConfig(
-        reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond, cond_data=cond_data,
-        thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
-        target=target,
-    )
-    o.info(f"checking {bundle}: {candidate} vs {reference} …")
-    doc = check_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
-    for w in doc["warnings"]:
-        o.warn(w)
-    o.document(doc)
-    print_check(o, doc)
-    if not doc["passed"]:
-        failed = ", ".join(doc["failed"])
-        raise CheckFailed(
-            f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
-            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
         )

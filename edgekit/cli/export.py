@@ -1,0 +1,50 @@
+"""`edgekit export`: a PyTorch model to a verified static-shape ONNX bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from edgekit._lock import LOCK_WAIT
+from edgekit.cli.app import (
+    BatchOpt,
+    JsonOpt,
+    WaitOpt,
+    command,
+    configure_logging,
+)
+from edgekit.output import Output
+
+
+@command(
+    epilog="Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16"
+)
+def export(
+    model: Annotated[str, typer.Argument(help="Built-in name (masked-demo, flow-demo, ar-demo) or module:factory / file.py:factory.", show_default=False)],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.", show_default=False)],
+    batch: BatchOpt = None,
+    opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
+    atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
+    rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
+    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.")] = "host",
+    decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
+    wait: WaitOpt = False,
+    chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).")] = None,
+    context: Annotated[int, typer.Option("--context", min=0, help="With --chunk-frames: already-decoded frames each window sees on its left.")] = 0,
+    lookahead: Annotated[int, typer.Option("--lookahead", min=0, help="With --chunk-frames: frames past the chunk decoded with it and discarded.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
+    configure_logging()
+    from edgekit.export import ExportConfig, ExportRequest, VerifyConfig, export_model
+    from edgekit.export.render import print_export
+
+    o = Output(json_out)
+    req = ExportRequest(model=model, out=out, batch=batch, graph=graph, decode=tuple(decode_opt or ()), chunk_frames=chunk_frames,
+                        context=context, lookahead=lookahead, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
+    LOCK_WAIT.set(wait)
+    bundle, fused = export_model(req, progress=o.info)
+    o.document(bundle.manifest)
+    print_export(o, bundle, fused)

@@ -1,0 +1,27 @@
+"""`edgekit lint`: will a bundle's graphs deploy to a target?"""
+
+from __future__ import annotations
+
+import typer
+
+from edgekit.cli.app import (
+    BundleArg,
+    JsonOpt,
+    TargetOpt,
+    command,
+)
+from edgekit.output import Output
+
+
+@command(epilog="Examples:\n\n  edgekit lint bundles/masked --target jetson-orin-nano\n\n  edgekit lint bundles/masked --target android-arm64 --json")
+def lint(bundle: BundleArg, target: TargetOpt = "cpu", json_out: JsonOpt = False) -> None:
+    """Check that a bundle's graphs will deploy to a target (exit 4 on an error-level finding)."""
+    from edgekit.lint import lint_report
+    from edgekit.lint.render import print_lint
+
+    o = Output(json_out)
+    doc = lint_report(bundle, target)
+    o.document(doc)
+    print_lint(o, doc)
+    if not doc["passed"]:
+        raise typer.Exit(4)

@@ -1,0 +1,91 @@
+"""`edgekit run`: decode a bundle's model on a runtime and write the outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from edgekit.cli.app import (
+    BundleArg,
+    CondDataOpt,
+    JsonOpt,
+    PrecisionOpt,
+    RuntimeOpt,
+    SeedOpt,
+    command,
+    configure_logging,
+    parse_cond,
+)
+from edgekit.output import Output
+
+
+@command(
+    epilog="Examples:\n\n  edgekit run bundles/masked --steps 8 --schedule cosine -o tokens.npz\n\n"
+    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   (every row of tokens.npz)\n\n"
+    "  edgekit run bundles/masked --runtime torch --temperature 0 --json\n\n"
+    "  edgekit run bundles/masked --runtime openvino --precision int8 -o tokens.npz\n\n"
+    "  edgekit run bundles/masked --target intel-cpu --precision int8 -o tokens.npz   # the blob `edgekit build` wrote"
+)
+def run(
+    bundle: BundleArg,
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz.")] = None,
+    runtime: RuntimeOpt = "ort",
+    precision: PrecisionOpt = "fp32",
+    steps: Annotated[Optional[int], typer.Option(help="masked: MaskGIT steps K; flow: solver steps.")] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="masked: cosine | linear | square | cubic | powK | log | exp.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="masked/ar: logit temperature (0 = greedy); flow: noise scale.")] = None,
+    choice_temperature: Annotated[Optional[float], typer.Option(help="masked: Gumbel temperature of the confidence (annealed to 0).")] = None,
+    guidance: Annotated[Optional[float], typer.Option(help="CFG scale g: uncond + g·(cond − uncond); 1 = off.")] = None,
+    solver: Annotated[Optional[Literal["euler", "midpoint", "heun", "rk4"]], typer.Option(help="flow: ODE solver.")] = None,
+    grid: Annotated[Optional[Literal["uniform", "cosine", "sway"]], typer.Option(help="flow: time grid.")] = None,
+    sway: Annotated[Optional[float], typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
+    length: Annotated[Optional[int], typer.Option(min=1, help="ar: tokens to generate (default: the KV cache's max length).")] = None,
+    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.")] = None,
+    cond_data: CondDataOpt = None,
+    seed: SeedOpt = 0,
+    batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
+    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Decode a bundle's model on a runtime and write the tokens or frames."""
+    configure_logging()
+    from edgekit.evaluate import output_name
+    from edgekit.run import (
+        RunRequest,
+        budget_doc,
+        plan_for_request,
+        print_plan,
+        print_run,
+        run_bundle,
+        save_outputs,
+    )
+
+    o = Output(json_out)
+    options = {
+        "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
+        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length,
+    }
+    raw_cond = parse_cond(cond)
+    plan = None
+    if latency_budget_ms is not None:
+        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=lambda msg: o.info(f"· {msg}"))
+        print_plan(o, latency_budget_ms, plan)
+        options["solver"], options["steps"] = plan.solver, plan.steps
+    req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond, cond_data=cond_data,
+                     decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild, graph=graph)
+    result = run_bundle(bundle, req)
+    if plan is not None:
+        result["budget"] = budget_doc(latency_budget_ms, plan)
+    output, conds, x0 = result.pop("output"), result.pop("cond"), result.pop("x0", None)
+    if out is not None:
+        save_outputs(out, output_name(result["kind"]), output, conds, {} if x0 is None else {"x0": x0})
+        result["out"] = str(out)
+    o.document(result)
+    print_run(o, result, f"run {bundle}")

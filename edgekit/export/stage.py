@@ -1,0 +1,64 @@
+"""The export stage as the command runs it: a model name or factory -> a verified bundle, plus the
+fused graph (``--graph step|unrolled``) or the chunk window (``--chunk-frames``) when asked.
+
+Everything about the request is checked before minutes of export: the graph kind, the options to
+bake, the window sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from edgekit.bundle import Bundle
+from edgekit.decode.dispatch import parse_decode_options
+from edgekit.errors import UsageError
+from edgekit.export.chunk import window_spec
+from edgekit.export.config import ExportConfig
+from edgekit.export.fused import baked_options, fused_bundle
+from edgekit.export.to_bundle import export_bundle
+from edgekit.models import load_spec
+from edgekit.spec import check_graph_kind
+
+GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    model: str  # built-in name or module:factory / file.py:factory
+    out: Path  # the bundle directory
+    batch: int | None = None  # static batch; None = the factory's default
+    graph: str = "host"  # host | step | unrolled (a fused graph added after the per-step one)
+    decode: tuple[str, ...] = ()  # --decode KEY=VALUE to bake into a fused graph
+    chunk_frames: int | None = None  # flow: export the chunk window graph instead
+    context: int = 0
+    lookahead: int = 0
+    cfg: ExportConfig = field(default_factory=ExportConfig)
+
+
+def export_model(req: ExportRequest, progress: Callable[[str], None] | None = None) -> tuple[Bundle, Mapping[str, Any] | None]:
+    """(the exported bundle, the fused graph's manifest entry or None)."""
+    say = progress or (lambda message: None)
+    if req.graph not in GRAPHS:
+        raise UsageError(f"--graph {req.graph!r} is unknown; valid: {', '.join(GRAPHS)}")
+    spec = load_spec(req.model, req.batch)
+    if req.chunk_frames is not None:
+        if req.graph != "host":
+            raise UsageError("--chunk-frames exports the per-step window network; drop --graph")
+        spec = window_spec(spec, req.chunk_frames, req.context, req.lookahead)
+    elif req.context or req.lookahead:
+        raise UsageError("--context and --lookahead need --chunk-frames", hint="e.g. --chunk-frames 16 --context 16")
+    baked: dict[str, Any] = {}
+    if req.graph != "host":
+        check_graph_kind(spec.kind, req.graph)
+        baked = parse_decode_options(req.decode)
+        baked_options(spec.kind, req.graph, spec.decode_defaults or {}, baked)  # an invalid value fails here
+    elif req.decode:
+        raise UsageError("--decode bakes options into a fused graph; add --graph step|unrolled, or drop --decode")
+    say(f"exporting {spec.name} ({spec.kind}) to {req.out} …")
+    bundle = export_bundle(spec, req.out, req.cfg, source=req.model)
+    if req.graph == "host":
+        return bundle, None
+    say(f"adding the fused {req.graph} graph …")
+    entry = fused_bundle(req.out, req.graph, baked, spec=spec, cfg=req.cfg)
+    return Bundle.load(req.out), entry
