@@ -63,8 +63,8 @@ def crossover(points: Sequence[Mapping[str, float]], nar_steps: int) -> dict[str
         n = np.asarray([p["length"] for p in pts], dtype=np.float64)
         c = np.asarray([p["nar_decode_ms"] for p in pts]) / nar_steps
         tau = np.asarray([p["ar_decode_ms"] for p in pts]) / n
-        c1, c0 = np.polyfit(n, c, 1)
-        t1, t0 = np.polyfit(n, tau, 1)
+        c1, c0 = _line_fit(n, c)
+        t1, t0 = _line_fit(n, tau)
         model["c_fit_ms"], model["tau_fit_ms"] = [float(c0), float(c1)], [float(t0), float(t1)]
         # gain(N) = N·τ(N) − K·c(N) = t1·N² + (t0 − K·c1)·N − K·c0: the crossover is the smallest
         # positive root where the gain turns positive (NAR starts to win), not one where it ends.
@@ -80,6 +80,21 @@ def crossover(points: Sequence[Mapping[str, float]], nar_steps: int) -> dict[str
         elif not lengths[0] <= model["n"] <= lengths[-1]:
             model["extrapolated"] = True  # outside the measured lengths: a linear cost model's guess
     return {"measured": measured, "model": model}
+
+
+def _line_fit(n: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (n, y), with a slope that changes the
+    fitted values by less than 1e-9 of their size over the measured lengths set to exactly 0.
+
+    Why: a cost that does not depend on N (an AR token's τ at every length) fits a slope of
+    ~1e-18 in floating point, with a sign that depends on the BLAS kernel (it differed between
+    AVX2 and AVX-512 hosts); as the leading coefficient of the gain quadratic that rounding noise
+    put a "crossover" at N ~ 1e19 on one machine and none on another."""
+    slope, intercept = np.polyfit(n, y, 1)
+    scale = max(float(np.max(np.abs(y))), abs(float(intercept)), np.finfo(float).tiny)
+    if abs(slope) * float(np.max(n) - np.min(n)) < 1e-9 * scale:
+        slope = 0.0
+    return float(slope), float(intercept)
 
 
 def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:

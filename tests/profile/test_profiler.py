@@ -231,6 +231,21 @@ def test_crossover_ignores_a_root_where_nar_stops_winning():
     assert never["model"]["n"] is None and "never" in never["model"]["reason"]
 
 
+
+def test_crossover_does_not_turn_rounding_noise_into_a_root():
+    """An AR token cost that is flat in N up to the last bits (a BLAS kernel's rounding: +1e-18 ms
+    per token on one ISA, -1e-18 on another) is flat: NAR that loses at every length never
+    overtakes, on every host. Before: the noise was the gain quadratic's leading coefficient and
+    put the crossover at N ~ 2e19 on an AVX2 host, None on an AVX-512 one."""
+    for eps in (1e-16, -1e-16, 4e-17, 0.0):
+        pts = [{"length": n, "nar_decode_ms": 4 * 10.0 * n, "ar_decode_ms": n * 0.1 * (1 + eps * i)} for i, n in enumerate((16, 32))]
+        out = crossover(pts, 4)
+        assert out["model"]["n"] is None and "never" in out["model"]["reason"], (eps, out)
+        assert out["model"]["tau_fit_ms"][1] == 0.0
+    # A real slope (a millionth of the cost per token) is kept: the fit is not flattened by taste.
+    pts = _points([100, 200, 800], 8, lambda n: 1 + 0.01 * n, lambda n: 0.1 + 1e-6 * n)
+    assert crossover(pts, 8)["model"]["tau_fit_ms"][1] == pytest.approx(1e-6, rel=1e-6)
+
 def test_length_sweep_without_a_buildable_architecture_says_why(tmp_path, kit):
     masked = kit.masked(tmp_path / "m", source="mypkg.models:make")
     ar = kit.ar(tmp_path / "ar")
