@@ -47,6 +47,34 @@ def cpu_isa(cpuinfo_text: str) -> list[str]:
     return [f for f in ISA_FEATURES if f in have]
 
 
+# The int8 arithmetic classes of CPUs (``isa_class``): what an INT8 GEMM computes with differs by
+# class, so a quantization scheme is chosen per class (``edgekit.quantize.arithmetic``).
+#   avx2         x86 with AVX2, no VNNI (AMD Zen 1-3, Intel before Ice Lake/Cascade Lake, Atom/Celeron
+#                N-series): u8·s8 products summed in pairs into int16 that SATURATE (vpmaddubsw)
+#   avx512       AVX-512 without VNNI (Skylake-SP): the same saturating pair sums, 512 bits wide
+#   avx-vnni     VNNI on 256-bit registers (Alder Lake and later client cores): exact int32 dot products
+#   avx512-vnni  AVX-512 VNNI (Cascade Lake, Ice Lake, AMD Zen 4/5): exact (vpdpbusd)
+#   amx          AMX int8 tiles (Sapphire Rapids and later): exact
+#   arm64 / arm64-dotprod / arm64-i8mm: NEON widening multiplies / sdot, udot / smmla: exact
+#   x86-64       no AVX2 (SSE4 kernels: 16-bit widening, exact but slow)
+ISA_CLASSES: tuple[str, ...] = ("avx2", "avx512", "avx-vnni", "avx512-vnni", "amx", "arm64", "arm64-dotprod", "arm64-i8mm", "x86-64")
+
+
+def isa_class(arch: str, isa: "tuple[str, ...] | list[str]") -> str:
+    """The int8 arithmetic class (``ISA_CLASSES``) of a CPU with architecture ``arch`` and the
+    ``ISA_FEATURES`` ``isa`` (as ``cpu_isa`` reads them); "unknown" for anything else."""
+    have = set(isa)
+    if arch == "x86_64":
+        for flag, name in (("amx_int8", "amx"), ("avx512_vnni", "avx512-vnni"), ("avx_vnni", "avx-vnni"),
+                           ("avx512f", "avx512"), ("avx2", "avx2")):
+            if flag in have:
+                return name
+        return "x86-64"
+    if arch == "aarch64":
+        return "arm64-i8mm" if "i8mm" in have else "arm64-dotprod" if "asimddp" in have else "arm64"
+    return "unknown"
+
+
 def cpu_identity(root: str | Path = "/") -> dict[str, Any]:
     """``{"model", "cores", "board", "isa"}`` from /proc/cpuinfo and /proc/device-tree/model
     (None where absent; ``isa``: ``cpu_isa``, [] where unknown)."""
@@ -111,6 +139,11 @@ class HostFacts:
     l4t: str | None  # Jetson L4T release ("36.3.0"), None elsewhere
     nvidia_gpu: bool  # an NVIDIA driver (or Jetson's integrated GPU) is visible
     isa: tuple[str, ...] = ()  # int8/bf16 CPU features (ISA_FEATURES): OpenVINO CPU blobs are tied to them
+
+    @property
+    def isa_class(self) -> str:
+        """This CPU's int8 arithmetic class (``ISA_CLASSES``; "unknown" when not read)."""
+        return isa_class(self.arch, self.isa)
 
     @property
     def cpu_key(self) -> str:

@@ -46,7 +46,9 @@ def quantize(
     threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
     wait: WaitOpt = False,
     runtime: Annotated[Optional[str], typer.Option("--runtime", help="Runtime the INT8 model is decoded on for the budget: ort | openvino (default: the --target's, else ort).")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile, and its runtime measures the budget (intel-cpu: openvino).")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,
+    isa: Annotated[str, typer.Option("--isa", help="cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | arm64-dotprod | arm64-i8mm | x86-64); default: the --target's.")] = "host",
+    scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
@@ -61,16 +63,8 @@ def quantize(
     from edgekit.quantize.render import print_quantize
 
     o = Output(json_out)
-    if target is not None:
-        from edgekit.host import module_available
-        from edgekit.targets import load_target
-
-        t = load_target(target)
-        profile = t.quantization_profile
-        if runtime is None:
-            runtime = "openvino" if t.uses_openvino and module_available("openvino") else "ort"
     cfg = QuantizeConfig(
-        runtime=runtime or "ort", profile=profile, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
+        runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, threads=threads,
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )

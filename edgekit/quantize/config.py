@@ -6,17 +6,22 @@ Defaults live here and nowhere else. ``QuantizeConfig.to_json()`` is what the ma
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from edgekit.errors import UsageError
+from edgekit.host import ISA_CLASSES, HostFacts, module_available
+from edgekit.quantize.arithmetic import SCHEMES, scheme_for
+from edgekit.targets import load_target
 
 PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 # Runtimes the INT8 side of the budget can be measured on: the one the target deploys with
 # (ort for `cpu`, openvino for `intel-cpu`). The FP32 reference is ONNX Runtime's either way.
 BUDGET_RUNTIMES: tuple[str, ...] = ("ort", "openvino")
+# "auto": the --target's runtime where it is installed (openvino for OpenVINO targets), else ort.
 # CLI name -> onnxruntime.quantization.CalibrationMethod member.
 METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # The ops whose weights carry the FLOPs; only these are INT8 by default.
@@ -46,11 +51,18 @@ class ProfileSettings:
     # the error the budget catches is activation quantization; with FP32 fallback weights the
     # final demo INT8 files were 0.34x (masked) and 0.39x (flow) of FP32, over the 0.3x target.
     weight_only_fallback: bool
+    # "full": |q| <= 127 | "pair": no two weights the int8 kernel sums in int16 exceed 128 together
+    # (quantize/arithmetic.py: exact on x86 without VNNI, where full-range u8s8 saturates).
+    weight_bound: str = "full"
+    # The cpu profile's scheme (arithmetic.SCHEMES) these settings came from; "" for trt/qnn.
+    scheme: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+# The cpu entry is the avx512-vnni/amx/arm form; QuantizeConfig.settings swaps in the scheme of the
+# arithmetic quantized for (quantize/arithmetic.py: bounded weights on x86 without VNNI).
 # Measured on this repo's demo graphs (AMD EPYC, AVX512-VNNI, ORT 1.32, 1 thread, one process,
 # interleaved): u8 activations + s8 per-channel weights + int32 bias, no output Q except Conv,
 # ran masked 1.8x, flow 1.9x, ar 1.1-1.3x faster than fp32 at 33-36 dB output SNR. s8 activations
@@ -75,7 +87,10 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         quantized_outputs=("Conv",),
         skip_gemv=False,
         weight_only_float=True,
-        weight_only_fallback=True,
+        # Budget fallbacks are plain FP32 here: a weight-only layer dequantizes its weight at every
+        # call, which measured slower than FP32 on the CPUs tried (fallback.choose_fallback_form
+        # times both forms on the host and keeps weight-only only where it is faster).
+        weight_only_fallback=False,
     ),
     # TensorRT explicit quantization (shared/reference/quantization.md): int8 only, zero points 0,
     # per-channel weights, activations per-tensor, Q/DQ on weighted-op inputs, bias in float.
@@ -203,10 +218,15 @@ class QuantizeConfig:
     threads: int = 0  # ORT intra-op threads for calibration/evaluation sessions; 0 = ORT default
     # Where the INT8 candidates are decoded for the budget: the target's runtime (BUDGET_RUNTIMES).
     # OpenVINO's int8 kernels round differently from ORT's, so a budget met on one is re-measured on the other.
-    runtime: str = "ort"
+    runtime: str = "auto"
     # --target: profile qnn measures its budget on this target's HTP (htp_arch, soc_model) instead
     # of the default SoC's; other profiles take only the target's runtime and profile (the CLI).
     target: str | None = None
+    # The CPU arithmetic class the cpu profile quantizes for (edgekit.host.ISA_CLASSES), which picks
+    # its scheme (quantize/arithmetic.py); "host" = this machine's class. Ignored by trt and qnn.
+    isa: str = "host"
+    # The cpu profile's scheme by name (arithmetic.SCHEMES), or "auto": the one chosen for ``isa``.
+    scheme: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
@@ -218,7 +238,11 @@ class QuantizeConfig:
         object.__setattr__(self, "op_types", tuple(self.op_types))
         if self.profile not in PROFILES:
             raise UsageError(f"--profile {self.profile!r} is unknown; valid: {', '.join(PROFILES)}")
-        if self.runtime not in BUDGET_RUNTIMES:
+        if self.isa != "host" and self.isa not in ISA_CLASSES:
+            raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
+        if self.scheme != "auto" and self.scheme not in SCHEMES:
+            raise UsageError(f"--scheme {self.scheme!r} is unknown; valid: auto, {', '.join(SCHEMES)}")
+        if self.runtime != "auto" and self.runtime not in BUDGET_RUNTIMES:
             raise UsageError(f"--runtime {self.runtime!r} cannot measure the budget; valid: {', '.join(BUDGET_RUNTIMES)}")
         if self.method not in METHODS:
             raise UsageError(f"--method {self.method!r} is unknown; valid: {', '.join(METHODS)}")
@@ -235,9 +259,32 @@ class QuantizeConfig:
         if unknown:
             raise UsageError(f"--budget {unknown[0]!r} is unknown; valid keys: {', '.join(BUDGET_RULES)}")
 
+    def resolved(self) -> "QuantizeConfig":
+        """This config with what ``target`` decides filled in: the target's quantization profile,
+        its CPU class (an explicit ``isa`` wins) and the runtime that measures the budget (``auto``:
+        openvino for an OpenVINO target where it is installed, else ort)."""
+        if self.target is None:
+            return dataclasses.replace(self, runtime="ort" if self.runtime == "auto" else self.runtime)
+        target = load_target(self.target)
+        runtime = self.runtime
+        if runtime == "auto":
+            runtime = "openvino" if target.uses_openvino and module_available("openvino") else "ort"
+        isa = target.isa if self.isa == "host" else self.isa
+        return dataclasses.replace(self, profile=target.quantization_profile, runtime=runtime, isa=isa)
+
+    @property
+    def arithmetic(self) -> str:
+        """The ISA class quantized for: ``isa``, or this host's class for "host"."""
+        return HostFacts.detect().isa_class if self.isa == "host" else self.isa
+
     @property
     def settings(self) -> ProfileSettings:
-        return PROFILE_SETTINGS[self.profile]
+        base = PROFILE_SETTINGS[self.profile]
+        if self.profile != "cpu":
+            return base
+        s = scheme_for(self.arithmetic) if self.scheme == "auto" else SCHEMES[self.scheme]
+        return dataclasses.replace(base, activation_type=s.activation_type, weight_type=s.weight_type,
+                                   reduce_range=s.reduce_range, weight_bound=s.weight_bound, scheme=s.name)
 
     def budget_for(self, kind: str) -> dict[str, float]:
         """The kind's default budget (the profile's own where it has one, PROFILE_BUDGETS) with
@@ -256,6 +303,8 @@ class QuantizeConfig:
             value = getattr(self, f.name)
             doc[f.name] = dict(value) if isinstance(value, Mapping) else (list(value) if isinstance(value, tuple) else value)
         doc["settings"] = self.settings.to_json()
+        if self.profile == "cpu":
+            doc["arithmetic"] = self.arithmetic
         return doc
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
+from edgekit.quantize.arithmetic import k_axis, pair_range
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import (
@@ -157,6 +158,8 @@ def quantize_model(
     }
     if cfg.method == "percentile":
         extra["CalibPercentile"] = cfg.percentile
+    if s.weight_bound == "pair":
+        extra["TensorQuantOverrides"] = pair_bound_overrides(prepared, nodes)
     kwargs: dict[str, Any] = {}
     if calibration_cache is not None and supports_calibration_cache():
         kwargs["calibration_cache_path"] = str(calibration_cache)
@@ -185,6 +188,31 @@ def quantize_model(
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
     _weight_only(out, float_weighted)
+
+
+def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """ORT ``TensorQuantOverrides`` that give the constant weight of each MatMul/Gemm/Conv in
+    ``nodes`` per-channel ranges ``±arithmetic.pair_range``: symmetric int8 weights whose pairs
+    the AVX2 u8s8 kernel sums never pass 128, so its int16 pair sums never saturate."""
+    onnx = require("onnx")
+    model = onnx.load(str(prepared))
+    inits = {i.name: i for i in model.graph.initializer}
+    wanted = set(nodes)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in model.graph.node:
+        if node.name not in wanted or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
+            continue
+        init = inits.get(node.input[1])
+        if init is None or init.data_type != FLOAT:
+            continue
+        w = onnx.numpy_helper.to_array(init)
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        # ORT's per-channel axes: MatMul the last, Gemm the output channel, Conv 0.
+        axis = (0 if trans_b else 1) if node.op_type == "Gemm" else (w.ndim - 1 if node.op_type == "MatMul" else 0)
+        r = pair_range(w, axis, k_axis(node.op_type, w, axis, trans_b))
+        r = np.where(r > 0, r, 1.0)  # an all-zero channel: any scale (ORT would pick 1 too)
+        out[node.input[1]] = [{"axis": axis, "rmin": float(-v), "rmax": float(v)} for v in r]
+    return out
 
 
 def _weight_only(path: Path, names: Sequence[str]) -> None:

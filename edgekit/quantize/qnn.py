@@ -11,37 +11,41 @@ promoted in doubling groups (1, 2, 4, ... tensors) until the budget holds **meas
 backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
 the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
 
-    prepare (qnn_preprocess_model) -> FP32 decode: record calibration trajectories, decode the
-    held-out set -> all-8-bit model -> rank activation tensors -> promote until the budget holds
-    (each candidate decoded on the HTP backend) -> artifact + manifest (promotions, 8-bit share)
+    prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
+    all-8-bit model -> rank activation tensors -> promote until the budget holds (each candidate
+    decoded on the HTP backend) -> promotions and 8-bit share in the summary
+
+``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
+cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.bundle import Bundle
-from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
-from edgekit.check import gate_runtimes
-from edgekit.quantize.budget import check, compare, decode_eval_set
-from edgekit.quantize.conditions import gate_metrics
-from edgekit.quantize.calibrate import calibration_reader, range_drift, record_trajectories
-from edgekit.quantize.config import METHODS, QuantizeConfig
+from edgekit.quantize.calibrate import calibration_reader, range_drift
+from edgekit.quantize.config import METHODS
+from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.ptq import quiet_ort_logging
-from edgekit.quantize.record import record_result
+from edgekit.quantize.result import SearchResult
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, emulated, float_nodes, versions
-
-SCHEMA = "edgekit.quantize/1"
+from edgekit.runtimes.qnn import (
+    QnnOptions,
+    QnnRuntime,
+    emulated,
+    float_nodes,
+    qnn_options_for,
+    versions,
+)
+from edgekit.targets import load_target
 
 
 def prepare_qnn(fp32_path: Path, out: Path) -> Path:
@@ -205,166 +209,144 @@ def _consumers_label(prepared: Path, labels: Mapping[str, str]) -> dict[str, str
     return out
 
 
-def quantize_bundle_qnn(path: Path | str, cfg: QuantizeConfig, progress: Callable[[str], None] | None = None,
-                        htp: Any = None) -> dict[str, Any]:
-    """The ``qnn`` profile of ``quantize_bundle``: write the full-integer ``int8`` artifact whose
-    budget holds on the HTP backend (``htp``: ``runtimes.qnn.QnnOptions``; default SoC when None),
-    record the promotions in ``manifest["quantization"]``; that summary is returned."""
-    say = progress or (lambda message: None)
-    htp = htp or QnnOptions()
-    clock: dict[str, float] = {}
-    start = time.perf_counter()
-    bundle = Bundle.load(path)
-    kind = bundle.kind
-    budget = cfg.budget_for(kind)
-    decode_config(kind, bundle.manifest.get("decode_defaults", {}), cfg.decode)
-    if cfg.exclude:
-        raise EdgekitError("--exclude does not apply to --profile qnn: the NPU has no float fallback",
-                           hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude")
-    fp32_path = bundle.path_of("fp32")
-    options = OrtOptions(intra_op_threads=cfg.threads)
-    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-qnn-") as tmp_dir:
-        tmp = Path(tmp_dir)
-        say("prepare graph (qnn_preprocess_model)")
-        prepared = prepare_qnn(fp32_path, tmp / "prepared.onnx")
-        labels = module_labels(fp32_path)
-        plan = analyse_graph(prepared, None, labels)
-        # None: evaluate.conditions decides per input (the demo set, the model's condition
-        # sampler, or draws within the declared ranges), as for the other profiles.
-        held_out = None
-        say(f"FP32 decode: {cfg.calib_samples} calibration + {cfg.eval_samples} held-out sequences")
-        t0 = time.perf_counter()
-        with OrtRuntime(fp32_path, options) as rt:
-            traj = record_trajectories(bundle, rt, cfg.calib_samples, cfg.calib_seed, cfg.decode)
-            reference = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, rows=held_out)
-        clock["fp32_decode_s"] = time.perf_counter() - t0
-        reader = calibration_reader(traj.feeds, bundle.inputs)
-        builds = iter(range(10**6))
+class QnnProfile:
+    """Hooks of the qnn profile for one quantize run: full-integer QDQ by the QNN rules, the most
+    sensitive tensors promoted to 16 bit until the budget holds on the HTP backend."""
 
-        def build(promoted: Sequence[str]) -> Path:
-            every_activation = bool(tensors) and set(tensors) <= set(promoted)
-            return quantize_qnn_model(prepared, tmp / f"qnn-{next(builds)}.onnx", reader, promoted, cfg.method, every_activation)
+    def __init__(self, run: QuantizeRun):
+        self.run = run
+        # The HTP the budget is measured on: the --target's SoC (htp_arch, soc_model), else the default.
+        self.htp = qnn_options_for(load_target(run.cfg.target), "int8") if run.cfg.target else QnnOptions()
+        self.builds = iter(range(10**6))
+        self.tensors: list[str] = []  # activation tensors of the all-8-bit model
+        self.weights: list[str] = []  # MatMul weights (promotable to 16 bit)
+        self.labels: dict[str, str] = {}
 
-        history: list[dict[str, Any]] = []
-        t0 = time.perf_counter()
+    def check(self) -> None:
+        if self.run.cfg.exclude:
+            raise EdgekitError("--exclude does not apply to --profile qnn: the NPU has no float fallback",
+                               hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude")
 
-        def measure(model: Path, promoted: Sequence[str], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
-            if backend == "htp":
-                say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
-                runtime = QnnRuntime(model, htp, threads=cfg.threads)
-            else:
-                runtime = OrtRuntime(model, options)
-            with runtime as rt, OrtRuntime(fp32_path, options) as fp32_rt:
-                run = decode_eval_set(bundle, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, reference=fp32_rt, rows=held_out)
-                # `edgekit check`'s default gate on the same rows, seed and decode settings, so
-                # "budget met" means check passes (a flow model met snr_db 33 dB at 8 bit while
-                # check's teacher-forced velocity SNR was 23 dB < 30). Only on the HTP backend:
-                # the CPU simulation merely narrows the search.
-                gate = gate_runtimes(bundle, fp32_rt, rt, cfg.eval_samples, cfg.eval_seed, cfg.decode, held_out) if backend == "htp" else None
-            metrics = compare(kind, reference, run) | (gate_metrics(gate) if gate is not None else {})
-            passed, rows = check(metrics, budget)
-            history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
-                            **{k: metrics.get(k) for k in budget}, "passed": passed})
-            return passed, metrics, rows
+    def prepare(self) -> None:
+        run = self.run
+        run.say("prepare graph (qnn_preprocess_model)")
+        run.prepared = prepare_qnn(run.fp32_path, run.tmp / "prepared.onnx")
+        run.preprocess = {"applied": True, "skipped_because": None, "tool": "qnn_preprocess_model + Gemm as MatMul"}
+        self.labels = module_labels(run.fp32_path)
+        run.plan = analyse_graph(run.prepared, None, self.labels)
 
-        say("quantize every op: 8-bit activations and weights (QNN rules)")
-        tensors: list[str] = []
-        model = build(())
-        tensors = activation_tensors(model)
-        weights = list(matmul_weights(prepared))
-        passed, metrics, rows = measure(model, ())
+    def calibrate(self) -> None:
+        pass  # get_qnn_qdq_config calibrates every build from the reader
+
+    def budget_runtime(self, model: Path) -> Any:
+        return QnnRuntime(model, self.htp, threads=self.run.cfg.threads)
+
+    def build(self, promoted: Sequence[str]) -> Path:
+        every_activation = bool(self.tensors) and set(self.tensors) <= set(promoted)
+        out = self.run.tmp / f"qnn-{next(self.builds)}.onnx"
+        return quantize_qnn_model(self.run.prepared, out, self.run.reader, promoted, self.run.cfg.method, every_activation)
+
+    def measure(self, model: Path, promoted: Sequence[str], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
+        """Decode the held-out set with ``model`` on the HTP backend, with check's gate (budget met
+        means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
+        velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
+        run = self.run
+        if backend == "htp":
+            run.say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
+            runtime = self.budget_runtime(model)
+        else:
+            runtime = OrtRuntime(model, OrtOptions(intra_op_threads=run.cfg.threads))
+        with runtime as rt:
+            metrics = run.measure(rt, gate=backend == "htp")
+        passed, rows = run.judge(metrics)
+        run.history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
+                            **{k: metrics.get(k) for k in run.budget}, "passed": passed})
+        return passed, metrics, rows
+
+    def search(self) -> SearchResult:
+        run = self.run
+        run.say("quantize every op: 8-bit activations and weights (QNN rules)")
+        model = self.build(())
+        self.tensors = activation_tensors(model)
+        self.weights = list(matmul_weights(run.prepared))
+        passed, metrics, rows = self.measure(model, ())
         promoted: list[str] = []
         ranking: dict[str, float] = {}
-        if not passed and cfg.fallback:
-            pick = np.linspace(0, len(traj.feeds) - 1, min(cfg.sensitivity_feeds, len(traj.feeds))).round().astype(int)
-            ranking = tensor_sqnr(prepared, model, [traj.feeds[i] for i in sorted(set(pick.tolist()))], tensors)
-            ranking |= weight_sqnr(prepared, weights)
-            # Activations and MatMul weights in one ranking: on the tiny flow test model every
-            # activation at 16 bit still left 19.6 dB (< 30): its uint8 weights were the limit.
-            order = sorted([*tensors, *weights], key=lambda t: ranking.get(t, np.inf))
-            limit = len(order) if cfg.max_fallback is None else min(cfg.max_fallback, len(order))
-            # Emulating 16-bit tensors costs the HTP backend up to 10x per forward, so the
-            # doubling search (1, 2, 4, ... tensors) first runs on the CPU EP's QDQ simulation;
-            # the HTP backend then decides, doubling further while its budget still fails.
-            k = 1
-            while k < limit:
-                cpu_ok = measure(build(order[:k]), order[:k], backend="cpu")[0]
-                if cpu_ok:
-                    break
-                k *= 2
-            k = min(k, limit)
-            while not passed and len(promoted) < limit:
-                promoted = order[:k]
-                say(f"promote the {len(promoted)} least precise tensor(s) to 16 bit")
-                model = build(promoted)
-                passed, metrics, rows = measure(model, promoted)
-                k = min(2 * k, limit)
-        clock["quantize_and_budget_s"] = time.perf_counter() - t0
+        if not passed and run.cfg.fallback:
+            ranking = self.rank(model)
+            model, promoted, passed, metrics, rows = self.promote(ranking, model, passed, metrics, rows)
+        return self.result(model, promoted, ranking, passed, metrics, rows)
+
+    def rank(self, model: Path) -> dict[str, float]:
+        """SQNR (dB) of every activation's and MatMul weight's own 8-bit quantization: in one
+        ranking, since on the tiny flow test model every activation at 16 bit still left 19.6 dB
+        (< 30): its uint8 weights were the limit."""
+        feeds = self.run.traj.feeds
+        pick = np.linspace(0, len(feeds) - 1, min(self.run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
+        ranking = tensor_sqnr(self.run.prepared, model, [feeds[i] for i in sorted(set(pick.tolist()))], self.tensors)
+        return ranking | weight_sqnr(self.run.prepared, self.weights)
+
+    def promote(self, ranking: Mapping[str, float], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
+        """Promote the least precise tensors in doubling groups (1, 2, 4, ...) until the budget
+        holds. Emulating 16-bit tensors costs the HTP backend up to 10x per forward, so the doubling
+        first runs on the CPU EP's QDQ simulation; the HTP backend then decides, doubling further
+        while its budget still fails."""
+        run = self.run
+        order = sorted([*self.tensors, *self.weights], key=lambda t: ranking.get(t, np.inf))
+        limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
+        k = 1
+        while k < limit and not self.measure(self.build(order[:k]), order[:k], backend="cpu")[0]:
+            k *= 2
+        k = min(k, limit)
+        promoted: list[str] = []
+        while not passed and len(promoted) < limit:
+            promoted = order[:k]
+            run.say(f"promote the {len(promoted)} least precise tensor(s) to 16 bit")
+            model = self.build(promoted)
+            passed, metrics, rows = self.measure(model, promoted)
+            k = min(2 * k, limit)
+        return model, promoted, passed, metrics, rows
+
+    def result(self, model: Path, promoted: list[str], ranking: dict[str, float], passed: bool,
+               metrics: dict[str, Any], rows: list[dict[str, Any]]) -> SearchResult:
+        run = self.run
         floats = float_nodes(model)
         if floats:  # get_qnn_qdq_config quantizes every op it knows; anything else is named here
-            say(f"warning: {len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16")
-        producer = _consumers_label(prepared, labels)
-        weight_set = set(weights)
-        promotions = [
-            {"step": i + 1, "tensor": t, "kind": "weight" if t in weight_set else "activation",
-             "produced_by": "initializer" if t in weight_set else producer.get(t, t), "sqnr_8bit_db": ranking.get(t)}
-            for i, t in enumerate(promoted)
-        ]
-        # Activations at 16 bit: the promoted ones and the inputs of promoted MatMul weights.
-        act_of = matmul_weights(prepared)
-        wide = {t for t in promoted if t not in weight_set} | {act_of[t] for t in promoted if t in weight_set}
-        share_8bit = 1.0 - len(wide & set(tensors)) / len(tensors) if tensors else None
-        t0 = time.perf_counter()
-        shown = [t for t in tensors if t in producer][:64]
-        drift = range_drift(prepared, shown, traj, cfg.threads, labels={t: producer[t] for t in shown})
-        clock["range_drift_s"] = time.perf_counter() - t0
-        ops = {}
-        for n in plan.nodes:
+            run.warn(f"{len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16")
+        producer = _consumers_label(run.prepared, self.labels)
+        shown = [t for t in self.tensors if t in producer][:64]
+        with run.timed("range_drift_s"):
+            drift = range_drift(run.prepared, shown, run.traj, run.cfg.threads, labels={t: producer[t] for t in shown})
+        ops: dict[str, int] = {}
+        for n in run.plan.nodes:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        summary = {
-            "schema": SCHEMA,
-            "model": bundle.name,
-            "kind": kind,
-            "profile": "qnn",
-            "method": cfg.method,
-            "config": cfg.to_json(),
-            "calibration": traj.summary() | {"method": cfg.method, "tensors_int8_inputs": len(tensors)},
-            "range_drift": drift.to_json(),
-            "selection": {
-                "int8": [{"node": n.name, "label": n.label, "op": n.op_type, "precision": "int8"} for n in plan.nodes],
-                "weight_only": [], "fully_float": [], "float": [],
-                "float_by_op_type": {f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
-                "excluded_user": [], "excluded_auto": [],
-            },
-            "budget": {
-                "limits": dict(budget), "checks": rows, "passed": passed,
-                "measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else ""),
-                "eval": {"samples": cfg.eval_samples, "seed": cfg.eval_seed, "decode": dict(cfg.decode),
-                         "lockstep_token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
-                "history": history,
-            },
-            "passed": passed,
-            "measured": metrics,
-            "fallback": [],
-            "sensitivity": {t: {"sqnr_8bit_db": ranking[t]} for t in sorted(ranking, key=ranking.get)[:10]},
-            "int8_flop_share": {"matmul": 1.0 if plan.matmul_flops() else None, "weighted": 1.0},
-            "structure": {"ops": ops, "float_nodes": floats},
-            "qnn": {
-                "htp_arch": htp.arch, "soc_model": htp.soc, **versions(),
-                "weights": "uint8 per tensor, promoted MatMul weights uint16", "activations": "uint8, promoted tensors uint16",
-                "activation_tensors": len(tensors),
-                "promoted_16bit": len(promoted),
-                "activations_16bit": len(wide & set(tensors)),
-                "weights_16bit": sum(1 for t in promoted if t in weight_set),
-                "share_8bit": share_8bit,
-                "promotions": promotions,
-            },
-        }
-        summary["sizes"] = {
-            "fp32_bytes": fp32_path.stat().st_size,
-            "int8_bytes": model.stat().st_size,
-            "ratio": model.stat().st_size / fp32_path.stat().st_size,
-        }
-        record_result(bundle, model, tmp / "no-calibration-cache.json", [], tmp, cfg, summary, clock, start)
-    return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
+        return SearchResult(
+            model=model, passed=passed, metrics=metrics, checks=rows, int8_nodes=[n.name for n in run.plan.nodes],
+            sensitivity={t: {"sqnr_8bit_db": ranking[t]} for t in sorted(ranking, key=ranking.get)[:10]},
+            history=run.history, float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
+            int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
+            structure={"ops": ops, "float_nodes": floats}, drift=drift, tensors=self.tensors,
+            budget_extra={"measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else "")},
+            extras={"qnn": self.promotions(promoted, ranking, producer)},
+        )
 
+    def promotions(self, promoted: list[str], ranking: Mapping[str, float], producer: Mapping[str, str]) -> dict[str, Any]:
+        weight_set = set(self.weights)
+        # Activations at 16 bit: the promoted ones and the inputs of promoted MatMul weights.
+        act_of = matmul_weights(self.run.prepared)
+        wide = {t for t in promoted if t not in weight_set} | {act_of[t] for t in promoted if t in weight_set}
+        tensors = set(self.tensors)
+        return {
+            "htp_arch": self.htp.arch, "soc_model": self.htp.soc, **versions(),
+            "weights": "uint8 per tensor, promoted MatMul weights uint16", "activations": "uint8, promoted tensors uint16",
+            "activation_tensors": len(self.tensors),
+            "promoted_16bit": len(promoted),
+            "activations_16bit": len(wide & tensors),
+            "weights_16bit": sum(1 for t in promoted if t in weight_set),
+            "share_8bit": 1.0 - len(wide & tensors) / len(tensors) if tensors else None,
+            "promotions": [
+                {"step": i + 1, "tensor": t, "kind": "weight" if t in weight_set else "activation",
+                 "produced_by": "initializer" if t in weight_set else producer.get(t, t), "sqnr_8bit_db": ranking.get(t)}
+                for i, t in enumerate(promoted)
+            ],
+        }

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit.errors import UsageError
+from edgekit.host import ISA_CLASSES
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
 
 DEFAULT_TARGET = "cpu"
@@ -139,6 +140,10 @@ class Target:
     arch: str = "host"
     # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt | qnn).
     quantization_profile: str = "cpu"
+    # The CPU's int8 arithmetic class (edgekit.host.ISA_CLASSES: avx2, avx512-vnni, amx, arm64-dotprod,
+    # ...): the cpu profile picks its scheme by it (quantize/arithmetic.py), lint checks an int8
+    # model against it. "host" = the machine edgekit runs on (the local targets).
+    isa: str = "host"
     # Power probe name as `edgekit profile --power` takes it (auto, nvml, jetson, android, rpi, …).
     power_probe: str = "auto"
     # Jetson power modes: log `nvpmodel -q` with every measurement.
@@ -307,6 +312,7 @@ def _check_values(t: Target, source: str) -> None:
             one_of(key, v, valid)
     one_of("arch", t.arch, ARCHES)
     one_of("quantization_profile", t.quantization_profile, QUANTIZATION_PROFILES)
+    one_of("isa", t.isa, ("host", *ISA_CLASSES))
     one_of("power_probe", t.power_probe, POWER_PROBES)
     one_of("ort.graph_optimization", t.ort.graph_optimization, GRAPH_OPTIMIZATIONS)
     one_of("ort.format", t.ort.format, ORT_FORMATS)

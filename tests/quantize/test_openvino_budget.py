@@ -18,12 +18,12 @@ def test_budget_runtime_must_be_one_that_can_measure_it():
 @pytest.mark.slow
 def test_openvino_decodes_the_int8_candidates(masked, monkeypatch):
     pytest.importorskip("openvino")
-    from edgekit.quantize import stage
+    from edgekit.quantize.fallback import FallbackProfile
     from edgekit.runtimes.openvino import OpenVinoRuntime
 
     opened = []
-    real = stage._budget_runtime
-    monkeypatch.setattr(stage, "_budget_runtime", lambda *a: (opened.append(rt := real(*a)), rt)[1])
+    real = FallbackProfile.budget_runtime
+    monkeypatch.setattr(FallbackProfile, "budget_runtime", lambda self, model: (opened.append(rt := real(self, model)), rt)[1])
     s = quantize_bundle(masked, QuantizeConfig(runtime="openvino", calib_samples=4, eval_samples=4, threads=1))
     assert opened and all(isinstance(rt, OpenVinoRuntime) for rt in opened)
     assert s["config"]["runtime"] == "openvino" and s["passed"], s["budget"]["checks"]

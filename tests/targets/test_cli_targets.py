@@ -22,5 +22,5 @@ def test_targets_table_and_json():
         assert name in r.stdout
     r = invoke("targets", "--json")
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "edgekit.targets/1" and doc["targets"][0]["name"] == "cpu" and len(doc["targets"]) == 17
+    assert doc["schema"] == "edgekit.targets/1" and doc["targets"][0]["name"] == "cpu" and len(doc["targets"]) == 20
     assert doc["targets"][0]["ort"]["providers"] == ["CPUExecutionProvider"]

@@ -14,7 +14,8 @@ from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_tar
 SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-orin-nano-jp60", "jetson-agx-orin",
            "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5",
            "intel-cpu", "intel-gpu", "intel-npu",
-           "snapdragon-8-gen-2", "snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-x-elite"}
+           "snapdragon-8-gen-2", "snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-x-elite",
+           "x86-avx2", "x86-avx512-vnni", "x86-amx"}
 MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
 
 
@@ -34,6 +35,20 @@ def test_shipped_targets_load_with_the_default_first():
         assert t.power_probe in POWER_PROBES
         assert t.install and t.description
         json.dumps(t.to_json())  # JSON-ready for `edgekit targets --json`
+
+
+def test_cpu_targets_name_the_int8_arithmetic_they_run():
+    """The class decides the cpu profile's scheme: bounded weights for x86 without VNNI, full range
+    where the int8 dot products are exact; the local cpu target means this host's class."""
+    from edgekit.quantize import QuantizeConfig
+
+    assert load_target("cpu").isa == "host"
+    for name, isa, scheme in (("x86-avx2", "avx2", "u8s8-pair"), ("x86-avx512-vnni", "avx512-vnni", "u8s8"),
+                              ("x86-amx", "amx", "u8s8"), ("rpi5", "arm64-dotprod", "u8s8"), ("arm64-cpu", "arm64", "u8s8")):
+        t = load_target(name)
+        assert t.isa == isa and t.quantization_profile == "cpu" and t.ort.graph_optimization != "all", name
+        cfg = QuantizeConfig(target=name).resolved()
+        assert (cfg.isa, cfg.settings.scheme) == (isa, scheme), name
 
 
 def test_each_target_declares_what_the_issue_asks():
@@ -140,7 +155,7 @@ def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
 
 
 def test_unknown_names_list_the_shipped_targets(tmp_path):
-    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite or a path to a .toml file"):
+    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite, .*x86-avx2.* or a path to a .toml file"):
         load_target("jetson-nano")
     with pytest.raises(UsageError, match="does not exist"):
         load_target(tmp_path / "missing.toml")

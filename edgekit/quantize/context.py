@@ -1,0 +1,91 @@
+"""What every step of one quantize run shares, whatever the profile: the bundle and config, the
+budget, the conditions, the FP32 trajectories and held-out reference, the scratch folder, the
+clock, the warnings (which reach ``--json``), and ``measure``: one INT8 candidate decoded on the
+held-out set and judged by the budget metrics and ``edgekit check``'s default gate."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.check import gate_runtimes
+from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set
+from edgekit.quantize.calibrate import Trajectories
+from edgekit.quantize.conditions import gate_metrics
+from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.graph import GraphPlan
+from edgekit.runtimes.base import Runtime
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class QuantizeRun:
+    bundle: Bundle
+    cfg: QuantizeConfig
+    tmp: Path  # scratch folder of this run (owned_tempdir: swept if the process dies)
+    budget: dict[str, float]
+    say: Say
+    sink: Say  # where warnings are shown (the CLI's warning line)
+    calib_rows: dict[str, np.ndarray] | None  # real condition rows, or None: the bundle's seeded rule
+    eval_rows: dict[str, np.ndarray] | None
+    cond_doc: dict[str, Any]
+    start: float = field(default_factory=time.perf_counter)
+    warnings: list[str] = field(default_factory=list)
+    clock: dict[str, float] = field(default_factory=dict)
+    prepared: Path | None = None  # the graph the profile quantizes (pre-processed fp32)
+    preprocess: dict[str, Any] = field(default_factory=dict)
+    plan: GraphPlan | None = None
+    traj: Trajectories | None = None  # every network call of the FP32 calibration decodes
+    reference: EvalRun | None = None  # FP32 decodes of the held-out set
+    reader: Any = None  # rewindable calibration reader over ``traj``
+    fp32_rt: Runtime | None = None  # FP32 ORT session: drives the lockstep decodes
+    history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
+
+    @property
+    def kind(self) -> str:
+        return self.bundle.kind
+
+    @property
+    def fp32_path(self) -> Path:
+        return self.bundle.path_of("fp32")
+
+    @property
+    def n_calib(self) -> int:
+        return self.cfg.calib_samples if self.calib_rows is None else len(next(iter(self.calib_rows.values())))
+
+    @property
+    def n_eval(self) -> int:
+        return self.cfg.eval_samples if self.eval_rows is None else len(next(iter(self.eval_rows.values())))
+
+    def warn(self, message: str) -> None:
+        """A warning kept in the summary (so ``--json`` carries it) and shown once."""
+        self.warnings.append(message)
+        self.sink(message)
+
+    @contextlib.contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.clock[key] = self.clock.get(key, 0.0) + time.perf_counter() - t0
+
+    def measure(self, runtime: Runtime, gate: bool = True) -> dict[str, Any]:
+        """The budget metrics (and, with ``gate``, ``check``'s default gate on the same rows, seed
+        and decode settings: budget met means check passes) of ``runtime`` against FP32."""
+        cfg = self.cfg
+        run = decode_eval_set(self.bundle, runtime, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt, rows=self.eval_rows)
+        metrics = compare(self.kind, self.reference, run)
+        if gate:
+            metrics |= gate_metrics(gate_runtimes(self.bundle, self.fp32_rt, runtime, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows))
+        return metrics
+
+    def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:
+        return check(metrics, self.budget)
