@@ -1,5 +1,5 @@
 """Which INT8 scheme is right and fast on THIS CPU: every cpu-profile scheme of
-``edgekit.quantize.arithmetic.SCHEMES`` plus plain onnxruntime ``quantize_static``/``quantize_dynamic``,
+``edgekit.arithmetic.SCHEMES`` plus plain onnxruntime ``quantize_static``/``quantize_dynamic``,
 measured side by side on the demo models, in one process:
 
     python benchmarks/isa_schemes.py [--out benchmarks/results/isa_schemes.json] [--models masked,flow]
@@ -26,7 +26,7 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts, cpu_identity
-from edgekit.quantize.arithmetic import SCHEMES, k_axis, max_pair_sum
+from edgekit.arithmetic import SCHEMES, k_axis, max_pair_sum
 from edgekit.quantize.budget import compare, decode_eval_set, snr_db
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.config import QuantizeConfig

@@ -73,7 +73,7 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     report["stages"]["check"] = demo_check(bundles, n=min(cfg.n, 16), seed=cfg.seed)
 
     step("lint and build each bundle for the cpu target (optimized ONNX)")
-    report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "fp32") for kind, b in bundles.items()}
+    report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "auto") for kind, b in bundles.items()}
 
     step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report")
     report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
@@ -136,11 +136,22 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
             rows.append((kind, c["key"], c["value"], f"{c['op']} {c['limit']:g}: " + ("pass" if c["passed"] else "FAIL")))
         rows.append((kind, "size MB (FP32 -> INT8)", f"{r['sizes']['fp32_bytes'] / 1e6:.2f} -> {r['sizes']['int8_bytes'] / 1e6:.2f}",
                      f"{r['sizes']['ratio']:.2f}x"))
-    o.table("quantize: INT8 vs FP32 (held-out set, identical noise)", ["model", "budget metric", "INT8", "limit"], rows)
+        speed = r.get("speed") or {}
+        if speed.get("measured"):
+            rows.append((kind, f"ms per decode (FP32 -> INT8, {speed['isa']})",
+                         f"{speed['fp32_ms_per_decode']:.1f} -> {speed['int8_ms_per_decode']:.1f}", f"{speed['int8_speedup']:.2f}x"))
+    arith = next((r.get("arithmetic") for r in qz.values() if r.get("arithmetic")), None)
+    title = "quantize: INT8 vs FP32 (held-out set, identical noise)"
+    if arith:
+        title += f"; scheme {arith['scheme']['name']} for this {arith['isa']} CPU"
+    o.table(title, ["model", "budget metric", "INT8", "limit"], rows)
     print_demo_check(o, report["stages"]["check"])
     b = report["stages"]["build"]
-    o.table("build: lint + engine for the cpu target", ["model", "lint", "engine", "MB", "runtime"],
-            [(k, "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)", s["engine"], s["bytes"] / 1e6, s["runtime"]) for k, s in b.items()])
+    o.table("build: lint + engine for the cpu target (--precision auto)", ["model", "lint", "precision", "engine", "MB", "runtime"],
+            [(k, "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)", s["precision"], s["engine"], s["bytes"] / 1e6, s["runtime"])
+             for k, s in b.items()])
+    for k, s in b.items():
+        o.line(f"{k}: {s['precision']} because {s['precision_choice']}")
     prof = report["stages"]["profile"]
     t = prof["table"]  # the full side-by-side table, ratios and sweep are in the HTML report
     eng = prof["engine"]

@@ -48,7 +48,7 @@ def cpu_isa(cpuinfo_text: str) -> list[str]:
 
 
 # The int8 arithmetic classes of CPUs (``isa_class``): what an INT8 GEMM computes with differs by
-# class, so a quantization scheme is chosen per class (``edgekit.quantize.arithmetic``).
+# class, so a quantization scheme is chosen per class (``edgekit.arithmetic``).
 #   avx2         x86 with AVX2, no VNNI (AMD Zen 1-3, Intel before Ice Lake/Cascade Lake, Atom/Celeron
 #                N-series): u8·s8 products summed in pairs into int16 that SATURATE (vpmaddubsw)
 #   avx512       AVX-512 without VNNI (Skylake-SP): the same saturating pair sums, 512 bits wide

@@ -10,7 +10,7 @@ from edgekit.bundle import Bundle
 from edgekit.lint import lint_report
 
 
-def demo_build_stage(bundle: str | Path | Bundle, target: str = "cpu", precision: str = "fp32") -> dict[str, Any]:
+def demo_build_stage(bundle: str | Path | Bundle, target: str = "cpu", precision: str = "auto") -> dict[str, Any]:
     """`edgekit demo`'s build stage for one bundle: its lint findings and the built engine,
     as a small JSON-ready dict for the demo report and table."""
     root = bundle.root if isinstance(bundle, Bundle) else Path(bundle)
@@ -19,7 +19,8 @@ def demo_build_stage(bundle: str | Path | Bundle, target: str = "cpu", precision
     engine = built["engine"]
     return {
         "target": built["target"],
-        "precision": precision,
+        "precision": built["precision"],
+        "precision_choice": built["precision_choice"],
         "status": built["status"],
         "engine": engine["path"],
         "format": engine["format"],

@@ -10,6 +10,8 @@ from edgekit.output import Output
 
 def print_build(o: Output, doc: dict[str, Any]) -> None:
     e = doc["engine"]
+    if doc.get("precision_choice"):
+        o.line(f"precision {doc['precision']} (auto): {doc['precision_choice']}")
     for f in doc["lint"]:
         if f["severity"] == "warning":
             o.warn(f"{f['artifact']}: {f['message']}")

@@ -26,6 +26,7 @@ from edgekit.runtimes.onnx_file import load_onnx
 from edgekit._deps import require
 from edgekit.builder.install import install, remove_superseded
 from edgekit.builder.openvino import build_openvino
+from edgekit.builder.precision import choose_precision
 from edgekit.builder.ort import build_ort, fix_dynamic_shapes
 from edgekit.builder.qnn import build_qnn
 from edgekit.builder.trt import build_trt
@@ -95,6 +96,9 @@ def build_bundle(
     ``rebuild``, which always builds anew. ``host`` replaces this host's facts (tests)."""
     bundle = path if isinstance(path, Bundle) else Bundle.load(path)
     target = load_target(target)
+    choice = None
+    if precision == "auto":
+        precision, choice = choose_precision(bundle, target, host)
     if precision not in target.precisions:
         raise UsageError(
             f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}"
@@ -122,7 +126,7 @@ def build_bundle(
     if old is not None and not rebuild:
         problems = engine_problems(bundle, old, host, trt_host, target=target)
         if not problems:
-            return _document(bundle, target, precision, old, "up-to-date", [])
+            return _document(bundle, target, precision, old, "up-to-date", [], choice)
         raise EdgekitError(
             f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
             hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision} --rebuild`",
@@ -166,11 +170,11 @@ def build_bundle(
     bundle.manifest.setdefault("engines", {})[key] = entry
     bundle.save()
     remove_superseded(bundle, old)
-    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings)
+    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice)
 
 
 def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str, Any], status: str,
-              findings: Iterable[Finding]) -> dict[str, Any]:
+              findings: Iterable[Finding], choice: str | None = None) -> dict[str, Any]:
     return {
         "schema": BUILD_SCHEMA,
         "bundle": str(bundle.root),
@@ -180,6 +184,8 @@ def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str
         "status": status,
         "engine": dict(entry),
         "lint": [f.to_json() for f in findings],
+        # --precision auto: why this precision (None when the user named one).
+        "precision_choice": choice,
     }
 
 

@@ -24,7 +24,7 @@ from edgekit.output import Output
 def build(
     bundle: BundleArg,
     target: TargetOpt = "cpu",
-    precision: Annotated[Literal["fp32", "fp16", "int8"], typer.Option("--precision", help="fp16: TensorRT only; int8: after `edgekit quantize`.")] = "fp32",
+    precision: Annotated[Literal["fp32", "fp16", "int8", "auto"], typer.Option("--precision", help="fp16: TensorRT only; int8: after `edgekit quantize`; auto: the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on the target's CPU class and it was not slower than FP32 there), and why.")] = "fp32",
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,

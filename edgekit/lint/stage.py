@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgekit.arithmetic import PAIR_LIMIT, arithmetic_for
 from edgekit.bundle import Bundle
+from edgekit.host import HostFacts
 from edgekit.lint.findings import SEVERITIES, Finding, sort_findings
 from edgekit.lint.graph import lint_onnx
+from edgekit.quantize import int8_weight_pairs
 from edgekit.targets import Target, load_target
 
 LINT_SCHEMA = "edgekit.lint/1"
@@ -34,6 +37,7 @@ def lint_bundle(path: str | Path | Bundle, target: str | Path | Target = "cpu") 
         findings += lint_onnx(bundle.path_of(name), target, artifact=name, io_shapes=io_shapes)
         if name == "int8":
             findings += _quantization_profile_findings(bundle, target)
+            findings += _arithmetic_findings(bundle, target)
     return sort_findings(findings)
 
 
@@ -61,6 +65,29 @@ def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Findi
         "error", "qdq", "int8",
         f"the int8 model was quantized with profile {profile!r}; target {target.name} needs {target.quantization_profile!r}",
         hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+    )]
+
+
+def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
+    """An int8 model whose u8s8 GEMMs can saturate the target CPU's kernels (x86 without VNNI:
+    int16 pair sums), with the command that re-quantizes it for the target."""
+    if target.quantization_profile != "cpu" or quantization_profile_of(bundle) not in (None, "cpu"):
+        return []
+    isa = HostFacts.detect().isa_class if target.isa == "host" else target.isa
+    if not arithmetic_for(isa).saturating_pairs:
+        return []
+    bad = {n: p for n, p in int8_weight_pairs(bundle.path_of("int8")).items() if p > PAIR_LIMIT}
+    if not bad:
+        return []
+    worst = max(bad.values())
+    made_for = ((bundle.manifest.get("quantization") or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
+    return [Finding(
+        "error", "int8-arithmetic", "int8",
+        f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
+        f"sum to {worst} > {PAIR_LIMIT}, so u8 activations above {32767 // worst} overflow its int16 pair sums "
+        f"(the model was quantized for {made_for})",
+        hint=f"re-quantize for this target: `edgekit quantize {bundle.root} --target {target.name}`",
+        nodes=tuple(sorted(bad)),
     )]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
@@ -65,7 +66,8 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     }
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
-    doc["warnings"] = list(_warnings(doc))
+    arithmetic = int8_host_warnings(bundle.manifest.get("quantization"), [v["precision"] for v in measured], str(bundle.root))
+    doc["warnings"] = arithmetic + list(_warnings(doc))
     return doc
 
 

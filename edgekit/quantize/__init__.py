@@ -10,6 +10,7 @@ onnx nor onnxruntime.
 
 from __future__ import annotations
 
+from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
 from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
@@ -23,8 +24,14 @@ from edgekit.quantize.config import (
 )
 from edgekit.quantize.ptq import quantize_unbudgeted
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
+from edgekit.quantize.structure import int8_weight_pairs
 
 __all__ = [
+    "PAIR_LIMIT",
+    "SCHEMES",
+    "arithmetic_for",
+    "host_warning",
+    "int8_weight_pairs",
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
     "METHODS",

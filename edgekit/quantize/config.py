@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
-from edgekit.quantize.arithmetic import SCHEMES, scheme_for
+from edgekit.arithmetic import SCHEMES, scheme_for
 from edgekit.targets import load_target
 
 PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
@@ -52,7 +52,7 @@ class ProfileSettings:
     # final demo INT8 files were 0.34x (masked) and 0.39x (flow) of FP32, over the 0.3x target.
     weight_only_fallback: bool
     # "full": |q| <= 127 | "pair": no two weights the int8 kernel sums in int16 exceed 128 together
-    # (quantize/arithmetic.py: exact on x86 without VNNI, where full-range u8s8 saturates).
+    # (arithmetic.py: exact on x86 without VNNI, where full-range u8s8 saturates).
     weight_bound: str = "full"
     # The cpu profile's scheme (arithmetic.SCHEMES) these settings came from; "" for trt/qnn.
     scheme: str = ""
@@ -62,7 +62,7 @@ class ProfileSettings:
 
 
 # The cpu entry is the avx512-vnni/amx/arm form; QuantizeConfig.settings swaps in the scheme of the
-# arithmetic quantized for (quantize/arithmetic.py: bounded weights on x86 without VNNI).
+# arithmetic quantized for (arithmetic.py: bounded weights on x86 without VNNI).
 # Measured on this repo's demo graphs (AMD EPYC, AVX512-VNNI, ORT 1.32, 1 thread, one process,
 # interleaved): u8 activations + s8 per-channel weights + int32 bias, no output Q except Conv,
 # ran masked 1.8x, flow 1.9x, ar 1.1-1.3x faster than fp32 at 33-36 dB output SNR. s8 activations
@@ -223,7 +223,7 @@ class QuantizeConfig:
     # of the default SoC's; other profiles take only the target's runtime and profile (the CLI).
     target: str | None = None
     # The CPU arithmetic class the cpu profile quantizes for (edgekit.host.ISA_CLASSES), which picks
-    # its scheme (quantize/arithmetic.py); "host" = this machine's class. Ignored by trt and qnn.
+    # its scheme (arithmetic.py); "host" = this machine's class. Ignored by trt and qnn.
     isa: str = "host"
     # The cpu profile's scheme by name (arithmetic.SCHEMES), or "auto": the one chosen for ``isa``.
     scheme: str = "auto"

@@ -20,7 +20,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
-from edgekit.quantize.arithmetic import k_axis, pair_range
+from edgekit.arithmetic import k_axis, pair_range
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import (

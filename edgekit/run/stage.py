@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgekit.arithmetic import int8_host_warnings
 from edgekit.builder import select_engine
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
@@ -77,7 +78,8 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         device = getattr(rt, "device", req.runtime)
         ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
         settings = dict(getattr(rt, "settings", None) or {})  # OpenVINO: threads, streams, hint, inference precision
-        warnings = list(getattr(rt, "warnings", []))
+        warnings = int8_host_warnings(bundle.manifest.get("quantization"), [req.precision], str(bundle.root))
+        warnings += list(getattr(rt, "warnings", []))
         timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
         session = getattr(rt, "session_info", None)
     output = np.concatenate(outputs)[:rows]

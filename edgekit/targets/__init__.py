@@ -141,7 +141,7 @@ class Target:
     # The `edgekit quantize --profile` its INT8 model must come from (cpu | trt | qnn).
     quantization_profile: str = "cpu"
     # The CPU's int8 arithmetic class (edgekit.host.ISA_CLASSES: avx2, avx512-vnni, amx, arm64-dotprod,
-    # ...): the cpu profile picks its scheme by it (quantize/arithmetic.py), lint checks an int8
+    # ...): the cpu profile picks its scheme by it (arithmetic.py), lint checks an int8
     # model against it. "host" = the machine edgekit runs on (the local targets).
     isa: str = "host"
     # Power probe name as `edgekit profile --power` takes it (auto, nvml, jetson, android, rpi, …).

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.host import HostFacts, isa_class
-from edgekit.quantize.arithmetic import (
+from edgekit.arithmetic import (
     ISA,
     PAIR_LIMIT,
     SCHEMES,
@@ -20,10 +19,8 @@ from edgekit.quantize.arithmetic import (
     max_pair_sum,
     pair_range,
     saturation,
-    scheme_for,
 )
-from edgekit.quantize.config import QuantizeConfig
-from tests.quantize.conftest import tiny_feeds
+from edgekit.host import HostFacts, isa_class
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -102,74 +99,6 @@ def test_conv_weights_are_bounded_over_any_pair():
     assert (np.sort(flat, 1)[:, -2:].sum(1) <= PAIR_LIMIT).all()
 
 
-def _quantized(tmp_path, tiny_model, scheme):
-    from edgekit.quantize import graph as qgraph
-    from edgekit.quantize import ptq
-    from edgekit.quantize.calibrate import calibration_reader
-
-    cfg = QuantizeConfig(scheme=scheme)
-    plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen = qgraph.select_nodes(plan, cfg)[0]
-    out = tmp_path / f"{scheme}.onnx"
-    ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan)
-    return out
-
-
-def _int8_weights(path):
-    model = onnx.load(str(path))
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    for node in model.graph.node:
-        if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in producer:
-            dq = producer[node.input[1]]
-            if dq.op_type == "DequantizeLinear" and inits.get(dq.input[0]) is not None and inits[dq.input[0]].dtype == np.int8:
-                trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-                yield node.name, inits[dq.input[0]], k_axis(node.op_type, inits[dq.input[0]], 1, trans_b)
-
-
-def test_the_pair_scheme_writes_weights_the_avx2_kernel_cannot_saturate(tmp_path, tiny_model):
-    """Through ORT's quantizer (TensorQuantOverrides): every int8 weight of the u8s8-pair model
-    keeps its pairs <= 128; the full-range u8s8 model of the same graph does not."""
-    bounded = dict((n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k)) for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8-pair")))
-    full = dict((n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k)) for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8")))
-    assert bounded and set(bounded) == set(full)
-    assert max(bounded.values()) <= PAIR_LIMIT, bounded
-    assert max(full.values()) > PAIR_LIMIT, full  # full range: 127-magnitude neighbours exist
-
-
-def test_the_pair_scheme_is_as_accurate_on_this_host_as_the_numpy_exact_model(tmp_path, tiny_model):
-    """The same u8s8-pair model computed by ORT here and by an exact-integer simulation agree to
-    float rounding: nothing saturated, on whatever class this host is."""
-    out = _quantized(tmp_path, tiny_model, "u8s8-pair")
-    ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])
-    q = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    noopt = ort.SessionOptions()
-    noopt.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # DQ -> float MatMul: exact arithmetic
-    sim = ort.InferenceSession(str(out), noopt, providers=["CPUExecutionProvider"])
-    for feed in tiny_feeds(3, seed=7):
-        a, b, c = ref.run(None, feed)[0], q.run(None, feed)[0], sim.run(None, feed)[0]
-        np.testing.assert_allclose(b, c, atol=1e-4 * np.abs(c).max())
-        snr = 10 * np.log10(np.sum(a**2) / np.sum((a - b) ** 2))
-        assert 25 < snr < 80, snr
-
-
-def test_the_scheme_follows_the_class_it_is_quantized_for(monkeypatch):
-    assert QuantizeConfig(isa="avx2").settings.weight_bound == "pair"
-    assert QuantizeConfig(isa="avx512").settings.scheme == "u8s8-pair"
-    for exact in ("avx512-vnni", "avx-vnni", "amx", "arm64-dotprod"):
-        s = QuantizeConfig(isa=exact).settings
-        assert (s.scheme, s.weight_bound) == ("u8s8", "full")
-        assert not SCHEMES["u8s8"].saturates_on(exact)
-    assert SCHEMES["u8s8"].saturates_on("avx2") and not SCHEMES["u8s8-pair"].saturates_on("avx2")
-    assert not SCHEMES["u8s8-rr"].saturates_on("avx2") and not SCHEMES["u8u8"].saturates_on("avx2")
-    # "host" means this machine's class, read from /proc/cpuinfo.
-    monkeypatch.setattr(HostFacts, "detect", classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))))
-    assert QuantizeConfig().arithmetic == "avx2" and QuantizeConfig().settings.scheme == "u8s8-pair"
-    assert QuantizeConfig(profile="trt").settings.scheme == ""  # TensorRT's own rules, not a CPU's
-    assert QuantizeConfig(scheme="u8u8").settings.weight_type == "QUInt8"
-    assert scheme_for("amx").name == "u8s8"
-
-
 CPUINFO = {
     "AMD EPYC 7B12 (Zen 2)": ("flags : fpu sse sse2 avx avx2 fma bmi2", "avx2"),
     "Xeon Skylake-SP": ("flags : avx avx2 avx512f avx512bw avx512dq", "avx512"),
@@ -195,3 +124,85 @@ def test_isa_class_from_arm_features():
     assert isa_class("aarch64", cpu_isa("Features : fp asimd asimddp sve i8mm bf16")) == "arm64-i8mm"
     assert isa_class("aarch64", cpu_isa("Features : fp asimd")) == "arm64"
     assert isa_class("riscv64", ()) == "unknown"
+
+
+def _quant(validated_on: str, scheme: str = "u8s8") -> dict:
+    return {"profile": "cpu", "arithmetic": {"isa": validated_on, "scheme": SCHEMES[scheme].to_json(), "validated_on": validated_on}}
+
+
+def test_a_model_validated_on_another_class_says_whether_its_accuracy_holds():
+    from edgekit.arithmetic import host_warning
+
+    assert host_warning(_quant("avx2", "u8s8-pair"), "avx2") is None  # same class: nothing to say
+    # Full-range weights validated on VNNI, run on AVX2: the GEMMs saturate here.
+    line = host_warning(_quant("avx512-vnni"), "avx2", "bundles/m")
+    assert "saturate on this avx2 CPU" in line and "`edgekit quantize bundles/m --isa avx2`" in line and "\n" not in line
+    # Bounded weights are exact everywhere: the accuracy holds, the speed is another CPU's.
+    line = host_warning(_quant("avx2", "u8s8-pair"), "amx")
+    assert "accuracy holds" in line and "edgekit profile" in line
+    # A model from before the record: assume full range, say it may saturate on AVX2.
+    assert "saturate" in host_warning({"profile": "cpu", "config": {}}, "avx2")
+    assert host_warning({"profile": "cpu"}, "amx").startswith("the int8 model was validated on a CPU edgekit did not record")
+    assert host_warning({"profile": "qnn"}, "avx2") is None and host_warning(None, "avx2") is None
+
+
+def test_run_warns_once_when_the_int8_model_meets_another_class(tmp_path, monkeypatch, demo_bundles):
+    """Through the CLI: the warning is in --json and on stderr, for int8 only."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from edgekit.bundle import Bundle
+    from edgekit.cli import app
+    from edgekit.quantize import QuantizeConfig
+    from edgekit.quantize.ptq import quantize_unbudgeted
+
+    src = Bundle.load(demo_bundles["masked"])
+    root = tmp_path / "m"
+    shutil.copytree(src.root, root)
+    b = Bundle.load(root)
+    staged = b.staging_path("int8.onnx")
+    feeds = [{"tokens": np.full(b.inputs["tokens"].shape, 3), "class_id": np.zeros(b.inputs["class_id"].shape, np.int64)}]
+    quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme="u8s8"))
+    b.add_artifact("int8", staged, made_by="quantize", config={}, suffix=".onnx")
+    b.manifest["quantization"] = _quant("avx512-vnni")
+    b.save()
+    monkeypatch.setattr(HostFacts, "detect", classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))))
+    runner = CliRunner()
+    r = runner.invoke(app, ["run", str(root), "--precision", "int8", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert sum("saturate on this avx2 CPU" in w for w in doc["warnings"]) == 1
+    r = runner.invoke(app, ["run", str(root), "--precision", "fp32", "--json"])
+    assert not any("avx2" in w for w in json.loads(r.stdout)["warnings"])
+
+
+def test_lint_reports_an_int8_model_that_saturates_the_targets_class(tmp_path, demo_bundles):
+    import shutil
+
+    from edgekit.bundle import Bundle
+    from edgekit.lint import lint_report
+    from edgekit.quantize import QuantizeConfig
+    from edgekit.quantize.ptq import quantize_unbudgeted
+
+    def bundle_with(scheme: str, name: str):
+        root = tmp_path / name
+        shutil.copytree(Bundle.load(demo_bundles["masked"]).root, root)
+        b = Bundle.load(root)
+        rng = np.random.default_rng(0)
+        feeds = [{"tokens": rng.integers(0, 64, b.inputs["tokens"].shape), "class_id": rng.integers(0, 8, b.inputs["class_id"].shape)}]
+        staged = b.staging_path("int8.onnx")
+        quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme=scheme))
+        b.add_artifact("int8", staged, made_by="quantize", config={"profile": "cpu"}, suffix=".onnx")
+        b.manifest["quantization"] = _quant("avx512-vnni", scheme)
+        b.save()
+        return root
+
+    full, bounded = bundle_with("u8s8", "full"), bundle_with("u8s8-pair", "pair")
+    doc = lint_report(full, "x86-avx2")
+    hits = [f for f in doc["findings"] if f["rule"] == "int8-arithmetic"]
+    assert not doc["passed"] and len(hits) == 1 and hits[0]["severity"] == "error"
+    assert f"edgekit quantize {full} --target x86-avx2" in hits[0]["hint"] and hits[0]["nodes"]
+    assert not [f for f in lint_report(full, "x86-avx512-vnni")["findings"] if f["rule"] == "int8-arithmetic"]
+    assert not [f for f in lint_report(bounded, "x86-avx2")["findings"] if f["rule"] == "int8-arithmetic"]

@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.host import ISA_CLASSES
+from edgekit.host import ISA_CLASSES, HostFacts
 
 INT16_MAX = 32767
 # The largest |w_2i| + |w_2i+1| that keeps a u8 activation's pair sum inside int16: 255 · 128 = 32640.
@@ -177,3 +177,39 @@ def saturation(a: np.ndarray, w: np.ndarray) -> Mapping[str, float]:
     noise = float(np.sum((exact - got) ** 2))
     sqnr = float("inf") if noise == 0 else float(10 * np.log10(np.sum(exact**2) / noise))
     return {"pairs": share, "sqnr_db": sqnr}
+
+
+# ---- where an int8 model meets another CPU --------------------------------------------------------
+def host_warning(quantization: Mapping[str, object] | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
+    """One line when a cpu-profile int8 model runs on a CPU class other than the one its budget
+    was measured on (``manifest["quantization"]``): whether its accuracy carries over (the scheme
+    computes the same integers on both) or not (its u8s8 GEMMs saturate here). None when the
+    classes match or the model is not a cpu-profile one."""
+    q = quantization if isinstance(quantization, Mapping) else {}
+    if q.get("profile") != "cpu":
+        return None
+    arith = q.get("arithmetic")
+    if isinstance(arith, Mapping):
+        scheme = SCHEMES.get(str((arith.get("scheme") or {}).get("name") if isinstance(arith.get("scheme"), Mapping) else ""))
+        validated = str(arith.get("validated_on") or "unknown")
+    else:  # quantized before edgekit recorded the arithmetic: full-range u8s8, class unknown
+        scheme, validated = SCHEMES["u8s8"], "unknown"
+    if scheme is None or validated == host_isa:
+        return None
+    where = f"a {validated} CPU" if validated != "unknown" else "a CPU edgekit did not record"
+    if scheme.saturates_on(host_isa):
+        return (f"the int8 model was validated on {where} with scheme {scheme.name}, whose u8s8 GEMMs saturate on this "
+                f"{host_isa} CPU: its accuracy here is not the one quantize measured; re-quantize for this CPU "
+                f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU (`edgekit quantize {bundle} --target x86-avx2`)")
+    return (f"the int8 model was validated on {where}; this CPU is {host_isa}: scheme {scheme.name} computes the same "
+            f"integers on both, so its measured accuracy holds here (its speed does not: `edgekit profile {bundle}`)")
+
+
+def int8_host_warnings(quantization: Mapping[str, object] | None, precisions: "tuple[str, ...] | list[str] | set[str]",
+                       bundle: str = "BUNDLE") -> list[str]:
+    """``host_warning`` for this host, when one of ``precisions`` is int8: what run, check and
+    profile add to their warnings (once, and in ``--json``)."""
+    if "int8" not in set(precisions):
+        return []
+    line = host_warning(quantization, HostFacts.detect().isa_class, bundle)
+    return [line] if line else []

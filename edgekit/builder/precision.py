@@ -1,0 +1,44 @@
+"""``edgekit build --precision auto``: the fastest precision that meets the accuracy budget on the
+target, and why, from what ``quantize`` recorded (its budget verdict, the CPU class its scheme is
+exact on, INT8 vs FP32 per decode on the class it was timed on)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from edgekit.arithmetic import SCHEMES
+from edgekit.bundle import Bundle
+from edgekit.host import HostFacts
+from edgekit.targets import Target
+
+
+def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = None) -> tuple[str, str]:
+    """(precision, the one-line reason). INT8 when the bundle's int8 model met its budget, came
+    from the target's quantization profile, cannot saturate the target CPU's kernels and was not
+    measured slower than FP32 on the target's CPU class; else the target's best float precision."""
+    fallback = next((p for p in target.precisions if p not in ("int8",)), "fp32")
+    if "int8" not in target.precisions:
+        return fallback, f"target {target.name} runs no int8"
+    q: Mapping[str, Any] = bundle.manifest.get("quantization") or {}
+    if "int8" not in bundle.manifest["artifacts"] or not q:
+        return fallback, f"no int8 model (make one with `edgekit quantize {bundle.root} --target {target.name}`)"
+    if q.get("profile") != target.quantization_profile:
+        return fallback, f"the int8 model is profile {q.get('profile')!r}; target {target.name} needs {target.quantization_profile!r}"
+    if not q.get("passed"):
+        return fallback, "the int8 model missed its accuracy budget"
+    if target.quantization_profile != "cpu":
+        return "int8", f"the int8 model met its budget ({target.quantization_profile} profile); INT8 is not timed before the device runs it"
+    isa = (host or HostFacts.detect()).isa_class if target.isa == "host" else target.isa
+    arith = q.get("arithmetic") if isinstance(q.get("arithmetic"), Mapping) else {}
+    scheme = SCHEMES.get(((arith.get("scheme") or {}) if isinstance(arith.get("scheme"), Mapping) else {}).get("name", "u8s8"))
+    if scheme is None or scheme.saturates_on(isa):
+        return fallback, f"the int8 model's scheme saturates on {isa} CPUs (re-quantize with `edgekit quantize {bundle.root} --target {target.name}`)"
+    speed = q.get("speed") if isinstance(q.get("speed"), Mapping) else {}
+    ratio = speed.get("int8_speedup")
+    if speed.get("measured") and speed.get("isa") == isa and isinstance(ratio, (int, float)):
+        if ratio > 1.0:
+            return "int8", f"INT8 met its budget and ran {ratio:.2f}x FP32 per decode on {isa} ({speed.get('runtime')}, measured by quantize)"
+        return fallback, f"INT8 met its budget but ran {ratio:.2f}x FP32 per decode on {isa} ({speed.get('runtime')}): FP32 is faster there"
+    timed = f"timed on {speed.get('isa')}" if speed.get("isa") else "not timed"
+    return "int8", (f"INT8 met its budget and is exact on {isa} ({scheme.name}); its speed was {timed}, not on {isa}: "
+                    f"confirm with `edgekit profile {bundle.root} --precision fp32,int8` there")
