@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
@@ -49,6 +50,7 @@ def quantize(
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,
     isa: Annotated[str, typer.Option("--isa", help="cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | arm64-dotprod | arm64-i8mm | x86-64); default: the --target's.")] = "host",
     scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",
+    overrides: Annotated[Optional[Path], typer.Option("--overrides", help="JSON file of per-layer decisions to honour ({\"schema\": \"edgekit.quantize-overrides/1\", \"overrides\": [{\"node\": NAME, \"action\": float | weight-only} | {\"tensor\": NAME, \"action\": int16}]}), as `edgekit debug --fix` writes them.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
@@ -63,7 +65,9 @@ def quantize(
     from edgekit.quantize.render import print_quantize
 
     o = Output(json_out)
-    cfg = QuantizeConfig(
+    from edgekit.quantize.overrides import load_overrides
+
+    cfg = QuantizeConfig(overrides=load_overrides(overrides) if overrides is not None else (),
         runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, threads=threads,
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
 from edgekit.arithmetic import SCHEMES, scheme_for
+from edgekit.quantize.overrides import check_overrides
 from edgekit.targets import load_target
 
 PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
@@ -227,6 +228,9 @@ class QuantizeConfig:
     isa: str = "host"
     # The cpu profile's scheme by name (arithmetic.SCHEMES), or "auto": the one chosen for ``isa``.
     scheme: str = "auto"
+    # Per-layer decisions to honour (quantize/overrides.py: --overrides FILE, `edgekit debug --fix`):
+    # nodes kept float or weight-only, qnn tensors at 16 bit from the start.
+    overrides: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
@@ -236,6 +240,7 @@ class QuantizeConfig:
             object.__setattr__(self, "cond_data", str(self.cond_data))
         object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "op_types", tuple(self.op_types))
+        object.__setattr__(self, "overrides", tuple(MappingProxyType(dict(o)) for o in check_overrides(self.overrides, "overrides")))
         if self.profile not in PROFILES:
             raise UsageError(f"--profile {self.profile!r} is unknown; valid: {', '.join(PROFILES)}")
         if self.isa != "host" and self.isa not in ISA_CLASSES:
@@ -301,6 +306,8 @@ class QuantizeConfig:
         doc: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "overrides":
+                value = [dict(o) for o in value]
             doc[f.name] = dict(value) if isinstance(value, Mapping) else (list(value) if isinstance(value, tuple) else value)
         doc["settings"] = self.settings.to_json()
         if self.profile == "cpu":

@@ -232,7 +232,10 @@ class FallbackProfile:
                     "precision": "weight-only" if wo else "float",
                     "reason": reason + ("; weights stored INT8, computed in float" if wo else "")}
 
-        return [row(n, r, "user" if r.startswith("excluded") else "rule") for n, r in self.floated.items()] + [
+        def source(reason: str) -> str:
+            return "user" if reason.startswith("excluded") else "override" if reason.startswith("override ") else "rule"
+
+        return [row(n, r, source(r)) for n, r in self.floated.items()] + [
             row(f["node"], f["reason"], "budget") for f in outcome.fallback
         ]
 

@@ -197,6 +197,16 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
             )
         for name in hits:
             floated.setdefault(name, f"excluded by --exclude {pattern}")
+    for o in cfg.overrides:
+        if not o.get("node"):
+            continue
+        hits = match_exclude(plan, o["node"])
+        if not hits:
+            raise UsageError(f"override {dict(o)!r} names no node of this graph; valid: a node name, op type or module path",
+                             hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
+        why = f"override {o['action']}" + (f" ({o['reason']})" if o.get("reason") else "")
+        for name in hits:
+            floated.setdefault(name, why)
     settings = cfg.settings
     candidates = plan.candidates(cfg.op_types)
     # A module path also names its LayerNorms and Adds: only nodes that could be INT8 are listed.
@@ -218,5 +228,11 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
 
 def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list[str]:
     """The float-kept nodes (``select_nodes``' second result) that store INT8 weights: those kept
-    float by rule where the profile allows it; ``--exclude`` means fully float."""
-    return [n for n, why in floated.items() if cfg.settings.weight_only_float and not why.startswith("excluded")]
+    float by rule where the profile allows it, and weight-only overrides; ``--exclude`` and float
+    overrides mean fully float."""
+    def weight_only(why: str) -> bool:
+        if why.startswith("override "):
+            return why.startswith("override weight-only")
+        return cfg.settings.weight_only_float and not why.startswith("excluded")
+
+    return [n for n, why in floated.items() if weight_only(why)]

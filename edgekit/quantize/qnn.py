@@ -34,6 +34,7 @@ from edgekit.quantize.calibrate import calibration_reader, range_drift
 from edgekit.quantize.config import METHODS
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.ptq import quiet_ort_logging
 from edgekit.quantize.result import SearchResult
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -221,8 +222,12 @@ class QnnProfile:
         self.tensors: list[str] = []  # activation tensors of the all-8-bit model
         self.weights: list[str] = []  # MatMul weights (promotable to 16 bit)
         self.labels: dict[str, str] = {}
+        self.forced: list[str] = []
 
     def check(self) -> None:
+        if any(o.get("node") for o in self.run.cfg.overrides):
+            raise EdgekitError("node overrides (float, weight-only) do not apply to --profile qnn: the NPU has no float fallback",
+                               hint="the qnn profile takes tensor overrides: {\"tensor\": NAME, \"action\": \"int16\"}")
         if self.run.cfg.exclude:
             raise EdgekitError("--exclude does not apply to --profile qnn: the NPU has no float fallback",
                                hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude")
@@ -266,16 +271,27 @@ class QnnProfile:
     def search(self) -> SearchResult:
         run = self.run
         run.say("quantize every op: 8-bit activations and weights (QNN rules)")
-        model = self.build(())
-        self.tensors = activation_tensors(model)
+        self.tensors = activation_tensors(self.build(()))
         self.weights = list(matmul_weights(run.prepared))
-        passed, metrics, rows = self.measure(model, ())
-        promoted: list[str] = []
+        self.forced = self._forced()
+        model = self.build(self.forced)
+        passed, metrics, rows = self.measure(model, self.forced)
+        promoted: list[str] = list(self.forced)
         ranking: dict[str, float] = {}
         if not passed and run.cfg.fallback:
             ranking = self.rank(model)
             model, promoted, passed, metrics, rows = self.promote(ranking, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
+
+    def _forced(self) -> list[str]:
+        """Tensors an override puts at 16 bit from the start (``--overrides``, ``debug --fix``)."""
+        known = set(self.tensors) | set(self.weights)
+        forced = tensor_overrides(self.run.cfg.overrides)
+        unknown = [t for t in forced if t not in known]
+        if unknown:
+            raise EdgekitError(f"override tensor {unknown[0]!r} is not an activation or MatMul weight of this graph",
+                               hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
+        return forced
 
     def rank(self, model: Path) -> dict[str, float]:
         """SQNR (dB) of every activation's and MatMul weight's own 8-bit quantization: in one
@@ -292,15 +308,16 @@ class QnnProfile:
         first runs on the CPU EP's QDQ simulation; the HTP backend then decides, doubling further
         while its budget still fails."""
         run = self.run
-        order = sorted([*self.tensors, *self.weights], key=lambda t: ranking.get(t, np.inf))
+        forced = list(self.forced)
+        order = sorted([t for t in [*self.tensors, *self.weights] if t not in forced], key=lambda t: ranking.get(t, np.inf))
         limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
         k = 1
-        while k < limit and not self.measure(self.build(order[:k]), order[:k], backend="cpu")[0]:
+        while k < limit and not self.measure(self.build(forced + order[:k]), forced + order[:k], backend="cpu")[0]:
             k *= 2
         k = min(k, limit)
-        promoted: list[str] = []
-        while not passed and len(promoted) < limit:
-            promoted = order[:k]
+        promoted: list[str] = forced
+        while not passed and len(promoted) - len(forced) < limit:
+            promoted = forced + order[:k]
             run.say(f"promote the {len(promoted)} least precise tensor(s) to 16 bit")
             model = self.build(promoted)
             passed, metrics, rows = self.measure(model, promoted)

@@ -23,7 +23,7 @@ class SearchResult:
     metrics: dict[str, Any]
     checks: list[dict[str, Any]]
     int8_nodes: list[str]  # nodes computed in INT8 (activation and weight Q/DQ)
-    # One row per node left out of INT8: {node, label, op, source (user|rule|budget), precision
+    # One row per node left out of INT8: {node, label, op, source (user|override|rule|budget), precision
     # ("weight-only" | "float"), reason}.
     float_rows: list[dict[str, Any]] = field(default_factory=list)
     fallback: list[dict[str, Any]] = field(default_factory=list)  # budget fallbacks in order, with why
@@ -65,8 +65,8 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
             "fully_float": [brief(x) for x in rows if x["precision"] == "float"],
             "float": rows,
             "float_by_op_type": r.float_by_op_type,
-            "excluded_user": sorted(x["node"] for x in rows if x["source"] == "user"),
-            "excluded_auto": sorted(x["node"] for x in rows if x["source"] != "user"),
+            "excluded_user": sorted(x["node"] for x in rows if x["source"] in ("user", "override")),
+            "excluded_auto": sorted(x["node"] for x in rows if x["source"] not in ("user", "override")),
         },
         "budget": {
             "limits": dict(run.budget),

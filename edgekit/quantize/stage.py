@@ -70,6 +70,10 @@ def quantize_bundle(
             with run.timed("quantize_and_budget_s"):
                 result = profile.search()
             result.extras["speed"] = decode_speed(run, profile, result)
+        if not result.int8_nodes:
+            run.warn(f"no layer of {bundle.name} stayed INT8 within the budget: the int8 artifact computes in float and gains "
+                     f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
+                     "or a looser --budget")
         doc = summary(run, result)
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows)
