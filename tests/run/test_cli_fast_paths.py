@@ -30,7 +30,7 @@ def test_bad_graph_and_decode_values(tmp_path):
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "x"), "--graph", "sideways"])
     assert r.exit_code == 2 and "Invalid value for '--graph': 'sideways' is not one of 'host', 'step', 'unrolled'" in r.stderr
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "y"), "--graph", "step", "--decode", "steps=many"])
-    assert r.exit_code == 2 and "steps needs a number" in r.stderr
+    assert r.exit_code == 2 and "steps needs an integer" in r.stderr
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "z"), "--graph", "step", "--decode", "solver=leapfrog"])
     assert r.exit_code == 2 and "leapfrog" in r.stderr
     assert not any((tmp_path / d).exists() for d in ("x", "y", "z"))
