@@ -152,6 +152,25 @@ def kind_io(kind: str, outputs: Mapping[str, Any] | Any = ()) -> tuple[tuple[str
     return KIND_IO[kind]
 
 
+# Where in the decode loop one network call sits, read from its feeds alone (so a runtime can
+# pick a step bucket without the loop telling it): masked — the share of [MASK] tokens in the
+# first row (1.0 at the first step, falling); flow — the ODE time t (0 -> 1); ar — the cache
+# position of the token (0 -> L-1).
+STEP_AXIS: dict[str, str] = {"masked": "mask share", "flow": "t", "ar": "position"}
+
+
+def step_position(kind: str, feeds: Mapping[str, Any], meta: Mapping[str, Any]) -> float:
+    """The decode-loop position of one call's ``feeds`` (``STEP_AXIS``); nan when the feeds do
+    not say (a graph without that input)."""
+    if kind == "masked" and "tokens" in feeds and meta.get("mask_id") is not None:
+        return float(np.mean(np.asarray(feeds["tokens"])[0] == int(meta["mask_id"])))
+    if kind == "flow" and "t" in feeds:
+        return float(np.asarray(feeds["t"]).reshape(-1)[0])
+    if kind == "ar" and "pos" in feeds:
+        return float(np.asarray(feeds["pos"]).reshape(-1)[0])
+    return float("nan")
+
+
 def tensor_specs_to_json(specs: Mapping[str, TensorSpec]) -> dict[str, Any]:
     return {name: spec.to_json() for name, spec in specs.items()}
 

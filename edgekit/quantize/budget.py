@@ -312,7 +312,7 @@ def fallback_until_within_budget(
     scores = sensitivity(model, nodes)
     outcome.ranking = dict(scores)
     order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
-    best = _worst_margin(metrics, budget)
+    best = worst_margin(metrics, budget)
     limit = len(nodes) if max_fallback is None else min(max_fallback, len(nodes))
     for rank in range(1, limit + 1):
         name = order.pop(0)
@@ -327,7 +327,7 @@ def fallback_until_within_budget(
         history.append({"fallback": rank, "node": name, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed})
         if passed or not nodes:
             break
-        margin = _worst_margin(metrics, budget)
+        margin = worst_margin(metrics, budget)
         if margin <= best and s.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
             # No progress, and that node's input was already ruined upstream: its score said
             # little. Rank again on the current model, where the earlier culprit is gone.
@@ -352,7 +352,7 @@ def _why(score: Mapping[str, float]) -> str:
 _BROKEN_INPUT_DB = 20.0
 
 
-def _worst_margin(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> float:
+def worst_margin(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> float:
     """The smallest budget margin, relative to its limit (< 0: that key fails)."""
     margins = []
     for key, limit in budget.items():

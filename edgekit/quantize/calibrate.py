@@ -21,7 +21,7 @@ from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate, graph_batch
 from edgekit.runtimes.base import Runtime, RuntimeProxy, validate_feeds
-from edgekit.spec import TensorSpec
+from edgekit.spec import TensorSpec, step_position
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class RecordingRuntime(RuntimeProxy):
     def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any]):
         super().__init__(runtime, name=f"recording({getattr(runtime, 'name', 'runtime')})")
         self.kind = kind
-        self.mask_id = meta.get("mask_id")
+        self.meta = meta
         self.feeds: list[dict[str, np.ndarray]] = []
         self.calls: list[RecordedCall] = []
         self._decode = -1
@@ -57,19 +57,9 @@ class RecordingRuntime(RuntimeProxy):
             self.begin_decode()
         kept = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
         self.feeds.append(kept)
-        self.calls.append(RecordedCall(self._decode, self._call, _position(self.kind, kept, self.mask_id)))
+        self.calls.append(RecordedCall(self._decode, self._call, step_position(self.kind, kept, self.meta)))
         self._call += 1
         return self.inner.run(feeds)
-
-
-def _position(kind: str, feeds: Mapping[str, np.ndarray], mask_id: Any) -> float:
-    if kind == "masked" and "tokens" in feeds and mask_id is not None:
-        return float(np.mean(feeds["tokens"][0] == int(mask_id)))
-    if kind == "flow" and "t" in feeds:
-        return float(feeds["t"].reshape(-1)[0])
-    if kind == "ar" and "pos" in feeds:
-        return float(feeds["pos"].reshape(-1)[0])
-    return float("nan")
 
 
 class TrajectoryReader:

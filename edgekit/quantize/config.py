@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from edgekit.arithmetic import SCHEMES, scheme_for
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
-from edgekit.arithmetic import SCHEMES, scheme_for
+from edgekit.quantize.buckets import parse_step_buckets
 from edgekit.quantize.overrides import check_overrides
 from edgekit.targets import load_target
 
@@ -231,6 +232,9 @@ class QuantizeConfig:
     # Per-layer decisions to honour (quantize/overrides.py: --overrides FILE, `edgekit debug --fix`):
     # nodes kept float or weight-only, qnn tensors at 16 bit from the start.
     overrides: tuple[Mapping[str, Any], ...] = ()
+    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets.py):
+    # None or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
+    step_buckets: int | str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
@@ -245,6 +249,7 @@ class QuantizeConfig:
             raise UsageError(f"--profile {self.profile!r} is unknown; valid: {', '.join(PROFILES)}")
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
+        object.__setattr__(self, "step_buckets", parse_step_buckets(self.step_buckets))
         if self.scheme != "auto" and self.scheme not in SCHEMES:
             raise UsageError(f"--scheme {self.scheme!r} is unknown; valid: auto, {', '.join(SCHEMES)}")
         if self.runtime != "auto" and self.runtime not in BUDGET_RUNTIMES:

@@ -19,16 +19,18 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.probes.latency import interleaved
-from edgekit.arithmetic import SCHEMES
+from edgekit.quantize.bucketing import BucketState
 from edgekit.quantize.budget import (
     BudgetOutcome,
     fallback_until_within_budget,
     isolated_output_sqnr,
     node_sensitivity,
     rank_by_sensitivity,
+    worst_margin,
 )
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
@@ -66,6 +68,7 @@ class FallbackProfile:
         self.cache: Path | None = None
         self.builds = iter(range(10**6))
         self.full_float: list[str] = []  # fallbacks whose weight-only form was not enough
+        self.buckets = BucketState(run)
 
     def check(self) -> None:
         pass
@@ -92,6 +95,8 @@ class FallbackProfile:
         run.say(f"calibrate ({run.cfg.method}) on {len(run.traj.feeds)} recorded network calls")
         self.cache = run.tmp / "calibration.json"
         calibrate(run.prepared, run.reader, run.cfg, self.cache)
+        by_name = run.plan.by_name()
+        self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
     def budget_runtime(self, model: Path) -> Any:
         """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``)."""
@@ -102,16 +107,29 @@ class FallbackProfile:
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
         """The QDQ model with exactly ``nodes`` in INT8; the other selected nodes are budget
-        fallbacks, weight-only or fully float as the profile (or ``weight_only_fallback``) says."""
+        fallbacks, weight-only or fully float as the profile (or ``weight_only_fallback``) says.
+        With step buckets: one graph per bucket (the first is returned; ``buckets.paths`` has all)."""
         run, s = self.run, self.run.cfg.settings
         wo_fallback = s.weight_only_fallback if weight_only_fallback is None else weight_only_fallback
-        out = run.tmp / f"int8-{next(self.builds)}.onnx"
         wo = weight_only_by_rule(self.floated, run.cfg) + ([n for n in self.selected if n not in self.full_float] if wo_fallback else [])
-        quantize_model(run.prepared, out, run.reader, nodes, run.cfg, run.plan, calibration_cache=self.cache, weight_only=wo)
-        return out
+        current = self.buckets.current
+        tag = "" if current is None else "-".join(f"{b:.6g}" for b in current.boundaries)
+
+        def one(bucket: int, reader: Any) -> Path:
+            out = run.tmp / f"int8-{next(self.builds)}.onnx"
+            # Each bucket's ranges are computed once (ORT saves them where the cache is missing).
+            cache = self.cache if current is None else run.tmp / f"calibration-{abs(hash(tag))}-{bucket}.json"
+            quantize_model(run.prepared, out, reader, nodes, run.cfg, run.plan, calibration_cache=cache, weight_only=wo)
+            return out
+
+        return self.buckets.graphs(one)
+
+    def open_candidate(self, model: Path) -> Any:
+        """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one)."""
+        return self.buckets.open(model, self.budget_runtime)
 
     def measure(self, model: Path) -> dict[str, Any]:
-        with self.budget_runtime(model) as rt:
+        with self.open_candidate(model) as rt:
             return self.run.measure(rt)
 
     def sensitivity(self, model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
@@ -120,8 +138,13 @@ class FallbackProfile:
         pick = np.linspace(0, len(feeds) - 1, min(run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
         chosen = [feeds[i] for i in sorted(set(pick.tolist()))]
         by_name = run.plan.by_name()
-        scores = node_sensitivity(run.prepared, model, chosen, {n: by_name[n] for n in nodes})
-        alone = isolated_output_sqnr(run.prepared, self.build, nodes, chosen, KIND_IO[run.kind][1][0])
+        current, self.buckets.current = self.buckets.current, None  # rank on one scale: a heuristic, cheaper N times over
+        try:
+            single = self.build(nodes) if current is not None else model
+            scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
+            alone = isolated_output_sqnr(run.prepared, self.build, nodes, chosen, KIND_IO[run.kind][1][0])
+        finally:
+            self.buckets.current = current
         return {n: scores.get(n, {}) | {"isolated_output_sqnr_db": alone[n]} for n in nodes}
 
     # ---- the search ----------------------------------------------------------------------------
@@ -134,10 +157,38 @@ class FallbackProfile:
             fallback_to="weight-only" if s.weight_only_fallback else "float",
         )
 
+    def choose_buckets(self) -> None:
+        """``--step-buckets``: the bucket count to search with (a knob before any fallback: a
+        bucket costs memory, a fallback costs speed). ``auto``: the smallest count whose all-INT8
+        model meets the budget, else the one with the best margin."""
+        run = self.run
+        counts = self.buckets.counts()
+        if counts == (1,):
+            return
+        best: tuple[int, float] | None = None
+        for n in counts:
+            buckets = self.buckets.use(n)
+            if n > 1 and buckets is None:
+                continue  # fewer distinct positions than buckets
+            run.say(f"step buckets: {n} ({'one scale' if buckets is None else f'{buckets.by} edges ' + ', '.join(f'{b:.3g}' for b in buckets.boundaries)})")
+            metrics = self.measure(self.build(self.selected))
+            passed, _ = run.judge(metrics)
+            margin = worst_margin(metrics, run.budget)
+            self.buckets.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed,
+                                       "margin": margin, **{k: metrics.get(k) for k in run.budget}})
+            if best is None or margin > best[1]:
+                best = (n, margin)
+            if passed:
+                best = (n, margin)
+                break
+        self.buckets.use(best[0] if best else 1)
+
     def search(self) -> SearchResult:
         run, s = self.run, self.run.cfg.settings
+        self.choose_buckets()
+        n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
-                f"{run.cfg.method}) and decode the held-out set in INT8")
+                f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8")
         model, outcome = self._loop()
         escalated: dict[str, str] = {}
         # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
@@ -162,7 +213,7 @@ class FallbackProfile:
         """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only; keep
         weight-only (smaller file) only where it is faster and still within the budget."""
         run = self.run
-        wo_model = self.build(outcome.quantized, weight_only_fallback=True)
+        wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
         opts = OrtOptions(intra_op_threads=run.cfg.threads)
         with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
@@ -208,6 +259,7 @@ class FallbackProfile:
             extras["arithmetic"] = {"isa": cfg.arithmetic, "scheme": scheme.to_json(), "validated_on": HostFacts.detect().isa_class,
                                     "saturates_on": [c for c in ISA_CLASSES if scheme.saturates_on(c)]}
             extras["fallback_form"] = form or {"chosen": "none", "why": "no budget fallback"}
+        extras["step_buckets"] = self.buckets.to_json(model)
         return SearchResult(
             model=model, passed=outcome.passed, metrics=outcome.metrics, checks=outcome.checks, int8_nodes=int8,
             float_rows=rows, fallback=outcome.fallback,
@@ -219,7 +271,7 @@ class FallbackProfile:
             },
             structure={"ops": structure["ops"], "qdq_nodes": len(structure["qdq"]),
                        "trt_rules": "pass" if cfg.profile == "trt" else "not checked (cpu profile)"},
-            drift=drift, tensors=tensors, cache=self.cache, extras=extras,
+            drift=drift, tensors=tensors, cache=self.cache, extras=extras, bucket_models=self.buckets.paths(model),
         )
 
     def _float_rows(self, outcome: BudgetOutcome, weight_only: set[str]) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import EdgekitError
 from edgekit.arithmetic import k_axis, pair_range
+from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.graph import (

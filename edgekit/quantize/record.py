@@ -4,11 +4,12 @@ quantization profile)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from edgekit.quantize.config import QuantizeConfig
 def record_result(
     bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
     summary: dict[str, Any], clock: dict[str, float], start: float, eval_rows: Mapping[str, np.ndarray] | None = None,
+    bucket_models: Sequence[Path] = (),
 ) -> None:
     """Stage the INT8 graph (and ORT's TensorRT calibration table, and the held-out condition
     rows the budget judged, which `edgekit check` then decodes by default) into the bundle,
@@ -38,10 +40,15 @@ def record_result(
                                 suffix=".npz")
         else:
             bundle.remove_artifact("conditions")
-        shutil.copyfile(model, staged)
         staged_table = calibration_table(bundle, cache, tensors, tmp)
-        art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
-        summary["artifact"] = {"int8": art.path}
+        if len(bucket_models) > 1:
+            summary["artifact"] = stage_buckets(bundle, bucket_models, cfg, tmp, summary)
+        else:
+            for stale in [n for n in bundle.manifest["artifacts"] if n.startswith(BUCKET_ARTIFACT)]:
+                bundle.remove_artifact(stale)
+            shutil.copyfile(model, staged)
+            art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
+            summary["artifact"] = {"int8": art.path}
         if staged_table is not None:
             table = bundle.add_artifact(
                 "int8-calibration", staged_table, made_by="quantize",
@@ -61,6 +68,67 @@ def record_result(
             staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
+
+
+# Artifact names of step bucket 1.. (bucket 0 is "int8" itself, so every reader of "int8" that
+# knows nothing of buckets still finds a complete model).
+BUCKET_ARTIFACT = "int8-bucket-"
+# Initializers smaller than this stay inside each bucket graph (scales, zero points, biases).
+SHARED_MIN_BYTES = 1024
+
+
+def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tmp: Path, summary: dict[str, Any]) -> dict[str, str]:
+    """Each step bucket's graph as an artifact ("int8", "int8-bucket-1", ...) over ONE weights file:
+    the initializers every bucket holds byte for byte (the INT8 weights) are written once and
+    each graph names them as ONNX external data; scales, zero points and biases stay inside
+    each graph. Records the files in ``summary["step_buckets"]``; returns {artifact: path}."""
+    onnx = require("onnx")
+    models = [onnx.load(str(p)) for p in paths]
+    shared = _shared_initializers(models, onnx)
+    blob, places = bytearray(), {}
+    for name, data in shared.items():
+        blob += b"\0" * (-len(blob) % 64)  # aligned: runtimes may map the file
+        places[name] = (len(blob), len(data))
+        blob += data
+    weights_name = f"int8-weights-{hashlib.sha256(bytes(blob)).hexdigest()[:8]}.bin"
+    weights = tmp / weights_name
+    weights.write_bytes(bytes(blob))
+    out: dict[str, str] = {}
+    names = ["int8"] + [f"{BUCKET_ARTIFACT}{i}" for i in range(1, len(models))]
+    for stale in [n for n in bundle.manifest["artifacts"] if n.startswith(BUCKET_ARTIFACT) and n not in names]:
+        bundle.remove_artifact(stale)
+    for i, (name, model) in enumerate(zip(names, models)):
+        for init in model.graph.initializer:
+            if init.name in places:
+                offset, length = places[init.name]
+                onnx.external_data_helper.set_external_data(init, weights_name, offset, length)
+                init.data_location = onnx.TensorProto.EXTERNAL
+                init.ClearField("raw_data")
+        staged = bundle.staging_path(f"{name}.onnx")
+        onnx.save(model, str(staged))
+        side = weights if i == 0 else bundle.root / weights_name  # moved in with bucket 0, named by the rest
+        art = bundle.add_artifact(name, staged, made_by="quantize", config=cfg.to_json() | {"step_bucket": i},
+                                  suffix=".onnx", side_files=[side])
+        out[name] = art.path
+    doc = summary.setdefault("step_buckets", {}) or {}
+    summary["step_buckets"] = doc | {"artifacts": names, "weights_file": weights_name, "shared_bytes": len(blob),
+                                     "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names]}
+    return out
+
+
+def _shared_initializers(models: Sequence[Any], onnx: Any) -> dict[str, bytes]:
+    """{name: raw bytes} of the initializers every model holds with identical bytes (>= SHARED_MIN_BYTES)."""
+    first = {i.name: i for i in models[0].graph.initializer}
+    others = [{i.name: i for i in m.graph.initializer} for m in models[1:]]
+    out = {}
+    for name, init in first.items():
+        data = onnx.numpy_helper.to_array(init).tobytes()
+        if len(data) < SHARED_MIN_BYTES or not init.HasField("raw_data"):
+            continue
+        if all(name in o and o[name].data_type == init.data_type and list(o[name].dims) == list(init.dims)
+               and onnx.numpy_helper.to_array(o[name]).tobytes() == data for o in others):
+            out[name] = data
+    return out
 
 
 def calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path) -> Path | None:

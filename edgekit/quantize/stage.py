@@ -76,7 +76,7 @@ def quantize_bundle(
                      "or a looser --budget")
         doc = summary(run, result)
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
-                      doc, run.clock, run.start, eval_rows)
+                      doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
     return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
 
 
@@ -101,7 +101,7 @@ def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[s
     run.say("time INT8 against FP32 per decode on this host")
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
-    with run.timed("speed_s"), profile.budget_runtime(result.model) as int8_rt:
+    with run.timed("speed_s"), profile.open_candidate(result.model) as int8_rt:
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
 

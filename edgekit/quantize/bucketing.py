@@ -1,0 +1,105 @@
+"""Step buckets inside one quantize run (``--step-buckets N|auto``): the measured range drift that
+places the boundaries, the recorded feeds that calibrate each bucket, the candidates' bucket
+graphs, and the runtime that decodes a candidate (``runtimes.bucketed.BucketedRuntime``).
+
+Profiles call ``graphs(build_one)`` where they built one graph: with buckets it builds one per
+bucket from that bucket's calibration reader and returns the first; ``open`` then opens them all
+behind one runtime. Without buckets both are the single-graph path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from edgekit.quantize.buckets import (
+    AUTO_COUNTS,
+    StepBuckets,
+    choose_buckets,
+    split_feeds,
+)
+from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
+from edgekit.quantize.context import QuantizeRun
+from edgekit.runtimes.bucketed import BucketedRuntime
+
+
+class BucketState:
+    def __init__(self, run: QuantizeRun):
+        self.run = run
+        self.drift: RangeDrift | None = None
+        self.current: StepBuckets | None = None  # None: one scale (the default)
+        self.siblings: dict[Path, list[Path]] = {}  # a candidate's first graph -> every bucket's graph
+        self.made_with: dict[Path, StepBuckets] = {}  # a candidate's first graph -> its buckets
+        self.tried: list[dict[str, Any]] = []
+
+    @property
+    def requested(self) -> int | str | None:
+        return self.run.cfg.step_buckets
+
+    def measure_drift(self, tensors: Sequence[str]) -> None:
+        """Per-call ranges of ``tensors`` over the FP32 trajectories: where the boundaries go."""
+        if self.requested in (None, 1) or self.drift is not None:
+            return
+        with self.run.timed("range_drift_s"):
+            self.drift = range_drift(self.run.prepared, list(tensors), self.run.traj, self.run.cfg.threads)
+
+    def counts(self) -> tuple[int, ...]:
+        """The bucket counts the search tries: the one asked for, or ``auto``'s, cheapest first."""
+        req = self.requested
+        if req in (None, 1):
+            return (1,)
+        return AUTO_COUNTS if req == "auto" else (int(req),)
+
+    def use(self, n: int) -> StepBuckets | None:
+        """Quantize the next candidates with ``n`` buckets (1: one scale)."""
+        if n <= 1 or self.drift is None:
+            self.current = None
+        else:
+            self.current = choose_buckets(self.run.kind, self.drift.positions, self.drift.amax, n)
+            if self.current.n == 1:
+                self.current = None
+        return self.current
+
+    def readers(self) -> list[Any]:
+        """One rewindable calibration reader per bucket of ``current`` (its calls' feeds)."""
+        traj = self.run.traj
+        parts = split_feeds(traj.feeds, [c.position for c in traj.calls], self.current)
+        return [calibration_reader(p or traj.feeds, self.run.bundle.inputs) for p in parts]
+
+    def graphs(self, build_one: Callable[[int, Any], Path]) -> Path:
+        """Build the candidate: ``build_one(bucket, reader)`` per bucket (one scale: bucket 0 with
+        the run's reader). Returns the first graph; ``paths`` gives them all."""
+        if self.current is None:
+            return build_one(0, self.run.reader)
+        paths = [build_one(i, reader) for i, reader in enumerate(self.readers())]
+        self.siblings[paths[0]] = paths
+        self.made_with[paths[0]] = self.current
+        return paths[0]
+
+    def paths(self, model: Path) -> list[Path]:
+        return self.siblings.get(model, [model])
+
+    def open(self, model: Path, open_one: Callable[[Path], Any]) -> Any:
+        """The runtime that decodes candidate ``model`` (every bucket's graph behind one)."""
+        paths = self.paths(model)
+        if len(paths) == 1:
+            return open_one(model)
+        buckets = self.for_model(model)
+        return BucketedRuntime([open_one(p) for p in paths], buckets.boundaries, self.run.kind, self.run.bundle.meta)
+
+    def for_model(self, model: Path) -> StepBuckets | None:
+        """The buckets ``model`` was built with (None: one scale)."""
+        return self.made_with.get(model)
+
+    def to_json(self, model: Path) -> dict[str, Any] | None:
+        """What the summary and manifest record of ``model``'s buckets (None: one scale)."""
+        buckets = self.for_model(model)
+        if buckets is None:
+            return None if not self.tried else {"n": 1, "tried": self.tried}
+        drift = self.drift
+        calls = np.bincount([buckets.index(c.position) for c in self.run.traj.calls], minlength=buckets.n)
+        doc = buckets.to_json() | {"calls_per_bucket": [int(c) for c in calls], "tried": self.tried}
+        if drift is not None:  # the waste the split removed, for the report
+            doc["range_drift_positions"] = [float(p) for p in drift.positions]
+        return doc

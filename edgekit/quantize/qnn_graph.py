@@ -1,0 +1,179 @@
+"""The QNN graph tools of the qnn profile: the HTP's preprocessing (LayerNorm/GELU fusions, Gemm as
+MatMul + Add so a Linear's weight can go to 16 bit), onnxruntime's QNN QDQ quantizer with 16-bit
+promotions, and the 8-bit precision of every activation and weight tensor (the promotion ranking)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.errors import EdgekitError
+from edgekit.quantize.calibrate import calibration_reader
+from edgekit.quantize.config import METHODS
+from edgekit.quantize.ptq import quiet_ort_logging
+
+
+def prepare_qnn(fp32_path: Path, out: Path) -> Path:
+    """``qnn_preprocess_model`` (fuses LayerNorm/GELU patterns into the single ops the HTP has)
+    into ``out``, or a copy when it changed nothing; then every Gemm with a constant weight as
+    MatMul + Add (``gemm_as_matmul``)."""
+    qnn = require("onnxruntime.quantization.execution_providers.qnn")
+    with quiet_ort_logging():
+        changed = qnn.qnn_preprocess_model(str(fp32_path), str(out))
+    if not changed:
+        shutil.copyfile(fp32_path, out)
+    gemm_as_matmul(out)
+    return out
+
+
+def gemm_as_matmul(path: Path) -> int:
+    """Rewrite, in place, each Gemm (alpha = beta = 1, no transA) whose B is a constant as MatMul
+    with the (transposed) weight plus Add of its bias: the HTP takes a MatMul weight at 16 bit
+    (A16W16) and refuses a 16-bit Gemm weight, so only this way can the budget search promote
+    a Linear layer's weight (torch exports Linear on a 2-D input as Gemm). Returns the count."""
+    onnx = require("onnx")
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes, rewritten = [], 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(inits[node.input[1]])
+        weight = f"{node.input[1]}_matmul"
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight))
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [node.input[0], weight], [product], name=f"{node.name}_matmul"))
+        if has_bias:
+            nodes.append(helper.make_node("Add", [product, node.input[2]], [node.output[0]], name=f"{node.name}_bias"))
+        rewritten += 1
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        onnx.save(model, str(path))
+    return rewritten
+
+
+def matmul_weights(model_path: Path) -> dict[str, str]:
+    """{constant weight of a MatMul: that node's activation input}: the weights the HTP takes at
+    16 bit (with a 16-bit activation: A16W16; it refused them on Gemm, LayerNorm and Conv)."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    return {n.input[1]: n.input[0] for n in model.graph.node
+            if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
+
+
+def weight_sqnr(model_path: Path, names: Sequence[str]) -> dict[str, float]:
+    """{weight: SQNR (dB) of its uint8 per-tensor quantization (the QNN profile's weights)}."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path))
+    wanted = set(names)
+    out = {}
+    for init in model.graph.initializer:
+        if init.name not in wanted:
+            continue
+        w = onnx.numpy_helper.to_array(init).astype(np.float64)
+        lo, hi = min(w.min(), 0.0), max(w.max(), 0.0)
+        scale = (hi - lo) / 255 or 1.0
+        q = np.clip(np.round((w - lo) / scale), 0, 255) * scale + lo
+        noise = np.sum((w - q) ** 2)
+        out[init.name] = float(10 * np.log10(np.sum(w**2) / noise)) if noise > 0 else float("inf")
+    return out
+
+
+def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax",
+                       all_activations_16bit: bool = False) -> Path:
+    """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations and weights),
+    the tensors in ``promoted`` at uint16: activations, and MatMul weights (whose
+    activation input then goes to uint16 too: the HTP has A16W16, not A8W16).
+    ``all_activations_16bit``: uint16 as the default activation type rather than one override per
+    tensor (on the demo flow, overriding all 256 tensors left 17.4 dB where the default type
+    reached 36.5 dB: tensors ORT ties to their producer's type kept 8 bits)."""
+    quant = require("onnxruntime.quantization")
+    qnn = require("onnxruntime.quantization.execution_providers.qnn")
+
+    weights = matmul_weights(prepared)
+    if all_activations_16bit:
+        promoted = [w for w in promoted if w in weights]
+    names = list(promoted) + [weights[w] for w in promoted if w in weights]
+    overrides = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
+    reader.rewind()
+    try:
+        with quiet_ort_logging():
+            config = qnn.get_qnn_qdq_config(
+                str(prepared), reader,
+                calibrate_method=getattr(quant.CalibrationMethod, METHODS[method]),
+                activation_type=quant.QuantType.QUInt16 if all_activations_16bit else quant.QuantType.QUInt8,
+                weight_type=quant.QuantType.QUInt8,
+                init_overrides=overrides or None,
+            )
+            reader.rewind()
+            quant.quantize(str(prepared), str(out), config)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise EdgekitError(
+            f"onnxruntime's QNN quantizer failed on {prepared.name}: {str(exc).splitlines()[0][:300]}",
+            hint="try --method minmax; `edgekit lint BUNDLE --target snapdragon-8-gen-3` shows what the HTP refuses",
+        ) from None
+    return out
+
+
+def activation_tensors(qdq_model: Path) -> list[str]:
+    """The activation tensors a QDQ model quantizes (inputs of its QuantizeLinear nodes that are
+    not constants), in graph order: the candidates for 16-bit promotion."""
+    onnx = require("onnx")
+    model = onnx.load(str(qdq_model), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    seen, out = set(), []
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear":
+            continue
+        name = node.input[0]
+        src = producers.get(name)
+        # A Q reading a DQ output is a 8<->16-bit convert ORT added, not a tensor of the model.
+        if name in inits or name in seen or (src is not None and src.op_type in ("DequantizeLinear", "Constant")):
+            continue
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+def tensor_sqnr(float_model: Path, qdq_model: Path, feeds: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[str]) -> dict[str, float]:
+    """{tensor: SQNR (dB) of its own 8-bit quantization} (the QDQ graph's value before vs after
+    its Q/DQ round trip, on the CPU EP), over ``feeds``. ``float_model`` is unused: kept so the
+    ranking can move to float-vs-QDQ comparisons without changing callers."""
+    dbg = require("onnxruntime.quantization.qdq_loss_debug")
+    with tempfile.TemporaryDirectory(prefix="edgekit-qnn-sens-") as tmp, quiet_ort_logging():
+        aug = Path(tmp) / "qdq.onnx"
+        dbg.modify_model_output_intermediate_tensors(str(qdq_model), str(aug), op_types_for_saving=["QuantizeLinear", "DequantizeLinear"])
+        acts = dbg.collect_activations(str(aug), calibration_reader(feeds))
+    matched = dbg.create_activation_matching(acts)
+    out = {}
+    for name in tensors:
+        pair = matched.get(name)
+        if pair and "pre_qdq" in pair and "post_qdq" in pair:
+            out[name] = float(dbg.compute_signal_to_quantization_noice_ratio(pair["pre_qdq"], pair["post_qdq"]))
+    return out
+
+
+def producer_labels(prepared: Path, labels: Mapping[str, str]) -> dict[str, str]:
+    """tensor -> 'module (op)' of the node producing it (graph inputs: 'input')."""
+    onnx = require("onnx")
+    model = onnx.load(str(prepared), load_external_data=False)
+    out = {i.name: f"graph input {i.name}" for i in model.graph.input}
+    for node in model.graph.node:
+        for o in node.output:
+            out[o] = f"{labels.get(node.name, node.name)} ({node.op_type})"
+    return out

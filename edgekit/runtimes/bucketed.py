@@ -1,0 +1,62 @@
+"""A step-bucketed INT8 model behind the one ``Runtime`` protocol: one inner runtime per step
+range (each graph with its own activation scales over shared weights), picked per call from the
+position the call's own feeds show (``spec.step_position``: the mask share, t, or the cache
+position). The decode loops stay as they are: they never say which step they are at."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit.errors import BundleError
+from edgekit.runtimes.base import Runtime
+from edgekit.spec import step_position
+
+
+class BucketedRuntime:
+    """``runtimes[i]`` runs the calls whose position falls in bucket i: ``boundaries[i-1] <=
+    position < boundaries[i]`` (ascending edges, len(runtimes) - 1 of them)."""
+
+    def __init__(self, runtimes: Sequence[Runtime], boundaries: Sequence[float], kind: str, meta: Mapping[str, Any]):
+        if len(runtimes) != len(boundaries) + 1 or not runtimes:
+            raise BundleError(f"step buckets: {len(runtimes)} graphs for {len(boundaries)} boundaries; expected one more graph than boundaries")
+        self.runtimes = list(runtimes)
+        self.edges = np.asarray(boundaries, dtype=np.float64)
+        self.kind, self.meta = kind, meta
+        first = self.runtimes[0]
+        self.name = first.name
+        self.device = first.device
+        self.inputs = first.inputs
+        self.outputs = first.outputs
+        self.calls = [0] * len(self.runtimes)  # per bucket: what the loop actually used
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for rt in self.runtimes for w in rt.warnings]
+
+    def __getattr__(self, attr: str) -> Any:  # settings, timing_note, session_info, ...: the first graph's
+        if attr in ("runtimes", "edges"):
+            raise AttributeError(attr)
+        return getattr(self.runtimes[0], attr)
+
+    def bucket(self, feeds: Mapping[str, np.ndarray]) -> int:
+        position = step_position(self.kind, feeds, self.meta)
+        if not np.isfinite(position):
+            return 0
+        return int(np.searchsorted(self.edges, position, side="right"))
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        i = self.bucket(feeds)
+        self.calls[i] += 1
+        return self.runtimes[i].run(feeds)
+
+    def close(self) -> None:
+        for rt in self.runtimes:
+            rt.close()
+
+    def __enter__(self) -> "BucketedRuntime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
