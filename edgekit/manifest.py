@@ -7,7 +7,9 @@ import contextlib
 import copy
 import json
 import os
+import platform
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +23,26 @@ MANIFEST = "edgekit.json"
 # not drop entries another stage committed meanwhile); every other top-level key is replaced whole.
 _MERGED_SECTIONS = ("artifacts", "engines", "fused", "verification", "graph")
 _MISSING = object()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """Versions that made an artifact (read from package metadata: imports nothing heavy)."""
+    return {
+        "edgekit": _version("edgekit"),
+        "torch": _version("torch"),
+        "onnx": _version("onnx"),
+        "onnxruntime": _version("onnxruntime"),
+        "numpy": _version("numpy"),
+        "python": platform.python_version(),
+        "platform": f"{platform.system()}-{platform.machine()}",
+    }
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
