@@ -44,7 +44,6 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import (
     conditions,
-    graph_batch,
     load_condition_data,
     score,
     stored_rows,
@@ -122,7 +121,7 @@ class CheckConfig:
     def resolved(self, bundle: Bundle) -> "CheckConfig":
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
         default check judges the very set quantize gated), else 16 rows, seed 0, no overrides."""
-        gated = ((bundle.manifest.get("quantization") or {}).get("budget") or {}).get("eval") or {}
+        gated = ((bundle.quantization or {}).get("budget") or {}).get("eval") or {}
         return dataclasses.replace(
             self,
             n=self.n if self.n is not None else int(gated.get("samples", DEFAULT_N)),
@@ -143,7 +142,7 @@ def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> 
     if cfg.greedy and bundle.kind != "flow":
         overrides["temperature"] = 0.0
     cand_overrides = overrides | dict(cfg.candidate_decode)
-    defaults = bundle.manifest.get("decode_defaults", {})
+    defaults = bundle.decode_defaults
     decode_ref = {k: v for k, v in vars(decode_config(bundle.kind, defaults, overrides)).items() if k != "seed"}
     decode_cand = {k: v for k, v in vars(decode_config(bundle.kind, defaults, cand_overrides)).items() if k != "seed"}
     settings = {
@@ -256,7 +255,7 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
         return stored, f"the {have} held-out rows `edgekit quantize` gated on (artifact 'conditions')"
     if bundle.ground_truth:
         return None, "the demo model's held-out set (seed + batch index)"
-    sampler = bundle.manifest["model"].get("condition_sampler")
+    sampler = bundle.condition_sampler
     rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
     return None, rule + (" and --cond" if cfg.cond else "")
 
@@ -269,8 +268,8 @@ def decode_pair(
     """Decode ``cfg.n`` rows with both open runtimes (batch i: seed ``cfg.seed + i``), the
     candidate shadowing every reference call; (scalar metrics, curves, outputs, conditions)."""
     kind, meta = bundle.kind, bundle.meta
-    defaults = bundle.manifest.get("decode_defaults", {})
-    batch = graph_batch(bundle)
+    defaults = bundle.decode_defaults
+    batch = bundle.batch
     acc = accumulator_for(kind, meta)
     outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
     conds: list[dict[str, np.ndarray]] = []
@@ -337,7 +336,7 @@ def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, s
         root = item.root if isinstance(item, Bundle) else Path(item)
         b = Bundle.load(root)  # from disk: an earlier stage may have added the int8 model since
         rows = n
-        if "int8" in b.manifest["artifacts"]:
+        if b.has("int8"):
             ref, cand = "ort:fp32", "ort:int8"
         else:
             # The export check again, on whole decodes: one graph batch is enough (torch is slow).

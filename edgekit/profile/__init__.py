@@ -15,7 +15,6 @@ from edgekit.profile.config import (
     ProfileConfig,
     ProgressFn,
     Variant,
-    graph_batch,
     plan_variants,
 )
 from edgekit.profile.demo import demo_profile
@@ -38,7 +37,7 @@ from edgekit.profile.table import (
 
 __all__ = [
     "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "available_engines", "crossover",
-    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table", "graph_batch",
+    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table",
     "jsonable", "length_sweep", "length_variant_spec",
     "plan_variants", "power_lines", "profile_bundle", "ratios_table", "render_html", "seed_crossover", "summary_rows",
     "sweep_table", "variants_table", "write_html", "write_json", "write_report",
