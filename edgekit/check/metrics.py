@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
+from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, power_ratio_db, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
 
@@ -103,15 +103,6 @@ def velocity_pair_sums(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """[Σ (cand − ref)², Σ ref²] of two velocity fields [S, T, C] (for an SNR in dB)."""
     r = np.asarray(ref, dtype=np.float64)
     return np.array([np.sum((np.asarray(cand, dtype=np.float64) - r) ** 2), np.sum(r**2)])
-
-
-def snr_db(signal_power: float, noise_power: float) -> float:
-    """10·log10(signal / noise); +inf for an exact match, -inf for no signal."""
-    if noise_power <= 0:
-        return float("inf")
-    if signal_power <= 0:
-        return float("-inf")
-    return float(10 * np.log10(signal_power / noise_power))
 
 
 def _per_step(paired: list[np.ndarray], calls_per_step: int, steps: int) -> np.ndarray:
@@ -290,15 +281,15 @@ class FlowAccumulator(_Accumulator):
         e = self.step_err if self.step_err is not None else np.zeros((0, 2))
         return (
             {
-                "snr_db": snr_db(self.signal, self.noise),
+                "snr_db": power_ratio_db(self.signal, self.noise),
                 "cosine_similarity": float(np.mean(self.cosines)) if self.cosines else float("nan"),
                 "max_abs_error": self.max_abs,
-                "velocity_snr_db": snr_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
+                "velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
             },
             {
                 # Relative RMS error of the state after each solver step: where the trajectories drift apart.
                 "divergence_per_step": np.sqrt(e[:, 0] / np.maximum(e[:, 1], 1e-30)).tolist(),
-                "velocity_snr_db_per_step": [snr_db(sig, noise) for noise, sig in s],
+                "velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s],
             },
         )
 

@@ -20,7 +20,7 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS, FlowDecodeConfig, decode_flow
 from edgekit.errors import CheckFailed, UsageError
-from edgekit.evaluate import conditions
+from edgekit.evaluate import conditions, snr_db
 from edgekit.probes.latency import MeasureConfig, measure
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.base import Runtime
@@ -53,13 +53,6 @@ class Plan:
 
     def __iter__(self):  # (solver, steps, expected_ms, expected_snr), as the issue's API reads
         return iter((self.solver, self.steps, self.expected_ms, self.expected_snr))
-
-
-def snr_db(x: np.ndarray, ref: np.ndarray) -> float:
-    """10·log10(‖ref‖² / ‖x − ref‖²) over all elements (inf when identical)."""
-    err = float(np.sum((np.asarray(x, np.float64) - ref) ** 2))
-    power = float(np.sum(np.asarray(ref, np.float64) ** 2))
-    return float("inf") if err == 0 else 10.0 * np.log10(power / err)
 
 
 def _flow_bundle(path: Path | str) -> Bundle:
@@ -97,7 +90,7 @@ def measure_flow_quality(
             for solver in cfg.solvers:
                 for steps in cfg.steps:
                     x = decode_flow(rt, bundle.meta, seed_cond, FlowDecodeConfig(steps=steps, solver=solver, grid=grid, sway=sway, seed=seed)).x
-                    snrs.setdefault((solver, steps), []).append(snr_db(x, ref))
+                    snrs.setdefault((solver, steps), []).append(snr_db(ref, x))
     finally:
         if own:
             rt.close()
