@@ -26,7 +26,7 @@ from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.junit import write_junit
 from edgekit.check.metrics import (
-    RecordingRuntime,
+    ShadowRecorder,
     accumulator_for,
     load_metric_hook,
     quality_drops,
@@ -56,7 +56,7 @@ DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core C
 
 
 @dataclass(frozen=True)
-class Variant:
+class RuntimePrecision:
     """One way to run a bundle: a runtime and a precision (``ort:int8``, ``torch:fp32``)."""
 
     runtime: str
@@ -66,7 +66,7 @@ class Variant:
         return f"{self.runtime}:{self.precision}"
 
 
-def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> Variant:
+def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> RuntimePrecision:
     """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
 
     valid = f"runtime:precision (runtimes {', '.join(RUNTIMES)}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
@@ -83,7 +83,7 @@ def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") ->
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
     if prec not in RUNTIME_PRECISIONS[rt]:
         raise UsageError(f"{flag} {text!r} is not a variant: {rt} runs {', '.join(RUNTIME_PRECISIONS[rt])}; valid: {valid}")
-    return Variant(rt, prec)
+    return RuntimePrecision(rt, prec)
 
 
 @dataclass(frozen=True)
@@ -130,13 +130,13 @@ class CheckConfig:
         )
 
 
-def _open(bundle: Bundle, variant: Variant, threads: int, target: str | None = None):
+def _open(bundle: Bundle, variant: RuntimePrecision, threads: int, target: str | None = None):
     if target is not None and variant.runtime in load_target(target).runtimes:
         return open_runtime(bundle, variant.runtime, variant.precision, threads=threads, target=target)
     return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
 
 
-def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> tuple[dict, dict, dict]:
+def _settings(bundle: Bundle, cfg: CheckConfig, ref: RuntimePrecision, cand: RuntimePrecision) -> tuple[dict, dict, dict]:
     """(document settings, reference overrides, candidate overrides)."""
     overrides = dict(cfg.decode)
     if cfg.greedy and bundle.kind != "flow":
@@ -275,8 +275,8 @@ def decode_pair(
     conds: list[dict[str, np.ndarray]] = []
     # The candidate shadows every reference call (teacher-forced network metrics), then
     # decodes on its own with the same seed (trajectory metrics).
-    rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
-    rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
+    rec_ref = ShadowRecorder(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
+    rec_cand = ShadowRecorder(cand_rt, record=acc.state_input)
     calls = -(-cfg.n // batch)
     for i in range(calls):
         say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")

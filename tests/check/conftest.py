@@ -102,14 +102,14 @@ def weighted_matmuls(model) -> list[str]:
 
 def calibration_feeds(bundle, batches: int = 2) -> list[dict[str, np.ndarray]]:
     """The fp32 network's inputs at every step of real decodes (the issue-4 recipe, in small)."""
-    from edgekit.check.metrics import RecordingRuntime
+    from edgekit.check.metrics import ShadowRecorder
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.evaluate import conditions
     from edgekit.runtimes import open_runtime
 
     feeds: list[dict[str, np.ndarray]] = []
 
-    class Keep(RecordingRuntime):
+    class Keep(ShadowRecorder):
         def run(self, f):
             feeds.append({k: np.array(v) for k, v in f.items()})
             return self.inner.run(f)
