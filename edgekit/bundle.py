@@ -14,14 +14,14 @@ import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit.errors import BundleError
-from edgekit.manifest import (MANIFEST, SCHEMA, inside, live_paths, merge_manifest, provenance, read_json, validate_manifest,
-                              write_json_atomic)
+from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, provenance, read_json, write_json_atomic
+from edgekit.manifest_schema import validate_manifest
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
@@ -70,6 +70,9 @@ class Artifact:
         if self.side_files:
             doc["side_files"] = [dict(f) for f in self.side_files]
         return doc
+
+
+_ARTIFACT_FIELDS = tuple(f.name for f in fields(Artifact) if f.name != "name")
 
 
 class Bundle:
@@ -263,7 +266,8 @@ class Bundle:
                 "fp32": f"re-export with `edgekit export MODEL -o {self.root}`",
             }.get(name, "run the stage that makes it")
             raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=hint)
-        return Artifact(name=name, **doc)
+        # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
+        return Artifact(name=name, **{k: doc[k] for k in _ARTIFACT_FIELDS if k in doc})
 
     def path_of(self, name: str) -> Path:
         return self.root / self.artifact(name).path
