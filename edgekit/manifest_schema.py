@@ -188,6 +188,7 @@ MANIFEST_SCHEMA = Table({
     }))),
     "quantization": Nullable(Table({
         "profile": Nullable(Str()), "passed": Bool(),
+        "arithmetic": Nullable(Table({"isa": Nullable(Str()), "validated_on": Nullable(Str()), "scheme": Nullable(Table({"name": Str()}))})),
         "budget": Table({"eval": Table({"samples": Int(1), "seed": Int(0), "decode": Nullable(DECODE)})}),
     })),
     "engines": Nullable(MapOf(Table({

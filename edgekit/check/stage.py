@@ -193,7 +193,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     say(f"opening {ref_v} and {cand_v}" + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else ""))
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
-        warnings = int8_host_warnings(bundle.manifest.get("quantization"), [ref_v.precision, cand_v.precision], str(bundle.root))
+        warnings = int8_host_warnings(bundle.quantization, [ref_v.precision, cand_v.precision], str(bundle.root))
         warnings += [*ref_rt.warnings, *cand_rt.warnings]
         scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows, say)
     settings["conditions"] = cond_source

@@ -80,7 +80,7 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     if not bad:
         return []
     worst = max(bad.values())
-    made_for = ((bundle.manifest.get("quantization") or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
+    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
     return [Finding(
         "error", "int8-arithmetic", "int8",
         f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "

@@ -65,7 +65,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     }
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
-    arithmetic = int8_host_warnings(bundle.manifest.get("quantization"), [v["precision"] for v in measured], str(bundle.root))
+    arithmetic = int8_host_warnings(bundle.quantization, [v["precision"] for v in measured], str(bundle.root))
     doc["warnings"] = arithmetic + list(_warnings(doc))
     return doc
 
