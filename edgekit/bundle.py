@@ -12,17 +12,16 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import platform
 import shutil
 import uuid
-from dataclasses import dataclass, field
-from importlib import metadata
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit.errors import BundleError
-from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, read_json, validate_manifest, write_json_atomic
+from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, provenance, read_json, write_json_atomic
+from edgekit.manifest_schema import validate_manifest
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
@@ -32,7 +31,8 @@ __all__ = ["Artifact", "Bundle", "MANIFEST", "SCHEMA", "STAGING_PREFIX", "inside
 _CHUNK = 1 << 20
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
@@ -42,26 +42,6 @@ def sha256_file(path: Path) -> str:
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def provenance() -> dict[str, Any]:
-    """Versions that made an artifact (read from package metadata: imports nothing heavy)."""
-    return {
-        "edgekit": _version("edgekit"),
-        "torch": _version("torch"),
-        "onnx": _version("onnx"),
-        "onnxruntime": _version("onnxruntime"),
-        "numpy": _version("numpy"),
-        "python": platform.python_version(),
-        "platform": f"{platform.system()}-{platform.machine()}",
-    }
 
 
 @dataclass(frozen=True)
@@ -90,6 +70,9 @@ class Artifact:
         if self.side_files:
             doc["side_files"] = [dict(f) for f in self.side_files]
         return doc
+
+
+_ARTIFACT_FIELDS = tuple(f.name for f in fields(Artifact) if f.name != "name")
 
 
 class Bundle:
@@ -204,6 +187,76 @@ class Bundle:
     def ground_truth(self) -> str | None:
         return self.manifest["model"].get("ground_truth")
 
+    # What the stages read, said once. Sections come back as copies: a stage that changes one
+    # says so through ``record``/``record_entry``, never by mutating what it read.
+    @property
+    def source(self) -> str | None:
+        """The model source the bundle was exported from (a built-in name or ``module:function``)."""
+        return self.manifest["model"].get("source")
+
+    @property
+    def condition_sampler(self) -> str | None:
+        """The spec's condition sampler (``module:function``) that draws conditioning rows, if any."""
+        return self.manifest["model"].get("condition_sampler")
+
+    @property
+    def conditioning(self) -> dict[str, dict[str, Any]]:
+        """{conditioning input name: {"uncond": fill value or None, ...}}, in graph input order."""
+        return copy.deepcopy(self.meta.get("conditioning") or {})
+
+    @property
+    def batch(self) -> int:
+        """The exported graph's static batch (dim 0 of its first input): rows per network call."""
+        return next(iter(self.inputs.values())).shape[0]
+
+    @property
+    def decode_defaults(self) -> dict[str, Any]:
+        """The decode settings recorded at export (``edgekit.decode.dispatch.decode_config`` input)."""
+        return copy.deepcopy(self.manifest.get("decode_defaults") or {})
+
+    @property
+    def engines(self) -> dict[str, dict[str, Any]]:
+        """{"<target>/<precision>": engine entry (path, runtime, compatibility keys, ...)}."""
+        return copy.deepcopy(self.manifest.get("engines") or {})
+
+    @property
+    def fused(self) -> dict[str, dict[str, Any]]:
+        """{graph ("step", "unrolled", ...): fused-graph entry with the parameters it baked in}."""
+        return copy.deepcopy(self.manifest.get("fused") or {})
+
+    @property
+    def quantization(self) -> dict[str, Any] | None:
+        """The summary ``edgekit quantize`` recorded (profile, budget, promotions, ...), or None."""
+        return copy.deepcopy(self.manifest.get("quantization")) or None
+
+    @property
+    def verification(self) -> dict[str, Any]:
+        """{artifact name: the export-time check of that graph against its reference}."""
+        return copy.deepcopy(self.manifest.get("verification") or {})
+
+    @property
+    def flow_quality(self) -> dict[str, Any] | None:
+        """The (solver, steps) quality table ``run --budget-ms`` measured and stored, or None."""
+        return copy.deepcopy(self.manifest.get("flow_quality")) or None
+
+    @property
+    def artifact_names(self) -> tuple[str, ...]:
+        return tuple(self.manifest["artifacts"])
+
+    def has(self, artifact: str) -> bool:
+        """Whether the manifest lists ``artifact`` ("fp32", "int8", "conditions", ...)."""
+        return artifact in self.manifest["artifacts"]
+
+    def record(self, section: str, doc: Any) -> None:
+        """Set a whole top-level section (in memory; ``save`` commits it)."""
+        self.manifest[section] = doc
+
+    def record_entry(self, section: str, key: str, doc: Any) -> None:
+        """Set one entry of a section merged entry by entry at save (engines, fused, verification)."""
+        if not isinstance(self.manifest.get(section), dict):
+            self.manifest[section] = {}
+        self.manifest[section][key] = doc
+
     def artifact(self, name: str) -> Artifact:
         doc = self.manifest["artifacts"].get(name)
         if doc is None:
@@ -213,7 +266,8 @@ class Bundle:
                 "fp32": f"re-export with `edgekit export MODEL -o {self.root}`",
             }.get(name, "run the stage that makes it")
             raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=hint)
-        return Artifact(name=name, **doc)
+        # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
+        return Artifact(name=name, **{k: doc[k] for k in _ARTIFACT_FIELDS if k in doc})
 
     def path_of(self, name: str) -> Path:
         return self.root / self.artifact(name).path

@@ -44,7 +44,7 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
         step(f"export {name}")
         b = export_bundle(load_spec(name, batch=cfg.batch), cfg.out / name.removesuffix("-demo"), ExportConfig(), source=name)
         bundles[b.kind] = b
-        ver = b.manifest["verification"]["fp32"]
+        ver = b.verification["fp32"]
         report["stages"].setdefault("export", {})[name] = {
             "bundle": str(b.root),
             "bytes": b.artifact("fp32").bytes,

@@ -1,4 +1,4 @@
-"""The manifest file as data: reading and writing it safely, validating what every command reads,
+"""The manifest file as data: reading and writing it safely (its schema: ``manifest_schema``),
 the files it names, and merging one stage's changes into the manifest as it is on disk."""
 
 from __future__ import annotations
@@ -7,13 +7,14 @@ import contextlib
 import copy
 import json
 import os
+import platform
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit._lock import STAGING_PREFIX
 from edgekit.errors import BundleError
-from edgekit.spec import KINDS, tensor_specs_from_json
 
 SCHEMA = "edgekit.bundle/1"
 MANIFEST = "edgekit.json"
@@ -21,6 +22,26 @@ MANIFEST = "edgekit.json"
 # not drop entries another stage committed meanwhile); every other top-level key is replaced whole.
 _MERGED_SECTIONS = ("artifacts", "engines", "fused", "verification", "graph")
 _MISSING = object()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """Versions that made an artifact (read from package metadata: imports nothing heavy)."""
+    return {
+        "edgekit": _version("edgekit"),
+        "torch": _version("torch"),
+        "onnx": _version("onnx"),
+        "onnxruntime": _version("onnxruntime"),
+        "numpy": _version("numpy"),
+        "python": platform.python_version(),
+        "platform": f"{platform.system()}-{platform.machine()}",
+    }
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
@@ -103,40 +124,3 @@ def merge_manifest(base: Mapping[str, Any], mine: Mapping[str, Any], disk: Mappi
         else:
             out.pop(key, None)
     return out
-
-
-
-def validate_manifest(manifest: dict[str, Any], path: Path) -> None:
-    """The parts every command reads: a clean error instead of a KeyError deep inside a stage."""
-
-    def bad(what: str) -> BundleError:
-        return BundleError(f"manifest {path}: {what}", hint="re-export the bundle with `edgekit export`")
-
-    model = manifest["model"]
-    if not isinstance(model.get("name"), str) or model.get("kind") not in KINDS:
-        raise bad(f"model.name must be a string and model.kind one of {', '.join(KINDS)}")
-    if not model["name"].isprintable():
-        raise bad(f"model.name {model['name']!r} contains control characters")
-    if not isinstance(model.get("meta"), dict):
-        raise bad("model.meta must be an object")
-    for key in ("decode_defaults", "engines", "fused", "verification"):
-        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
-            raise bad(f"{key} must be an object, not {type(manifest[key]).__name__}")
-    for role in ("inputs", "outputs"):
-        specs = manifest["io"].get(role)
-        if not isinstance(specs, dict) or not specs:
-            raise bad(f"io.{role} must be a non-empty object")
-        try:
-            tensor_specs_from_json(specs)
-        except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
-            raise bad(f"io.{role} is malformed ({exc})") from None
-    for name, doc in manifest["artifacts"].items():
-        if not isinstance(doc, dict) or not isinstance(doc.get("path"), str):
-            raise bad(f"artifact {name!r} must be an object with a string path")
-        if not isinstance(doc.get("sha256"), str) or type(doc.get("bytes")) is not int or not isinstance(doc.get("made_by"), str):
-            raise bad(f"artifact {name!r} needs a string sha256, an integer bytes and a string made_by")
-        if not isinstance(doc.get("config", {}), dict) or not isinstance(doc.get("side_files", []), list):
-            raise bad(f"artifact {name!r}: config must be an object and side_files a list")
-    for key, entry in (manifest.get("engines") or {}).items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            raise bad(f"engine {key!r} must be an object with a string path")

@@ -9,7 +9,8 @@ import json
 import math
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from pathlib import PurePath
+from typing import Any, Iterator, Mapping, Sequence
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
@@ -40,15 +41,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as strict JSON holds it (every document and manifest section goes through here):
+    mappings as dicts with string keys, tuples as lists, numpy scalars/arrays as numbers/lists,
+    paths as strings, NaN as null ("not defined") and ±inf as the strings "inf"/"-inf"."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if hasattr(obj, "tolist"):  # numpy scalars and arrays
-        return _jsonable(obj.tolist())
+        return jsonable(obj.tolist())
+    if isinstance(obj, PurePath):
+        return str(obj)
     return obj
 
 
@@ -99,7 +105,7 @@ class Output:
         """In --json mode print ``doc`` as the one JSON document on stdout."""
         if self.json_mode:
             Output.documents_written += 1
-            sys.stdout.write(json.dumps(_jsonable(doc), indent=2) + "\n")
+            sys.stdout.write(json.dumps(jsonable(doc), indent=2) + "\n")
             sys.stdout.flush()
 
     @contextmanager

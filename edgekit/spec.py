@@ -180,6 +180,9 @@ def tensor_specs_from_json(doc: Mapping[str, Any]) -> dict[str, TensorSpec]:
 
 
 GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
+# The demo models' evaluation tasks a manifest may name as "ground_truth" (edgekit.models.corpus
+# scores them): a manifest names one of these, never a code path.
+GROUND_TRUTH_TASKS: tuple[str, ...] = ("corpus-tokens", "corpus-frames")
 # Which fused graph kinds each model kind has (ar has none: its loop state is the KV cache).
 FUSED_GRAPHS: dict[str, tuple[str, ...]] = {"flow": ("step", "unrolled"), "masked": ("step", "unrolled")}
 

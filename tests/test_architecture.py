@@ -218,3 +218,39 @@ def test_the_rules_see_a_broken_house():
             test_no_import_cycles()
     finally:
         globals()["EDGES"] = globals_backup
+
+
+# Raw reads of the manifest dict (``bundle.manifest["engines"]``, ``.get``/``.setdefault``/``.pop``)
+# outside the two modules that own it: stages ask the Bundle (batch, decode_defaults, engines,
+# has(), ...), so a section's shape is said once. The ceiling only goes down.
+MANIFEST_OWNERS = ("bundle.py", "manifest.py")
+MAX_RAW_MANIFEST_READS = 24
+
+
+def _raw_manifest_reads(source: str) -> list[int]:
+    """Lines of ``source`` that subscript (or .get/.setdefault/.pop) an attribute named ``manifest``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript):
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+            target = node.func.value
+        else:
+            continue
+        if isinstance(target, ast.Attribute) and target.attr == "manifest":
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_stages_read_the_manifest_through_the_bundle():
+    reads = [f"{path.relative_to(PACKAGE).as_posix()}:{line}"
+             for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).as_posix() not in MANIFEST_OWNERS
+             for line in _raw_manifest_reads(path.read_text())]
+    assert len(reads) <= MAX_RAW_MANIFEST_READS, (
+        f"{len(reads)} raw manifest reads (ceiling {MAX_RAW_MANIFEST_READS}); read through Bundle's accessors instead: "
+        + ", ".join(reads))
+
+
+def test_the_manifest_count_sees_a_raw_read():
+    source = 'a = b.manifest["engines"]\nc = b.manifest.get("fused") or {}\nb.manifest.setdefault("x", {})[k] = 1\nd = b.decode_defaults\n'
+    assert _raw_manifest_reads(source) == [1, 2, 3]

@@ -118,3 +118,21 @@ def test_missing_artifact_names_next_command(tmp_path):
     b = make_bundle(tmp_path / "b")
     with pytest.raises(BundleError, match="edgekit quantize"):
         b.artifact("int8")
+
+
+def test_bundle_says_what_it_holds(tmp_path):
+    b = Bundle.new(tmp_path / "b", model={"name": "m", "kind": "masked", "source": "demo-masked",
+                                          "meta": {"conditioning": {"class_id": {"uncond": 8}}}},
+                   inputs={"tokens": TensorSpec((3, 4), "int64", 0, 5), "class_id": TensorSpec((3,), "int64", 0, 8)},
+                   outputs=OUT, decode_defaults={"steps": 8})
+    assert b.batch == 3 and b.source == "demo-masked" and b.condition_sampler is None
+    assert b.conditioning == {"class_id": {"uncond": 8}} and b.decode_defaults == {"steps": 8}
+    assert b.engines == {} and b.fused == {} and b.verification == {} and b.quantization is None and b.flow_quality is None
+    assert not b.has("fp32") and b.artifact_names == ()
+    # What a stage reads is a copy: changing it never changes the manifest behind the stage's back.
+    b.decode_defaults["steps"] = 1
+    b.conditioning["class_id"]["uncond"] = 0
+    assert b.decode_defaults == {"steps": 8} and b.conditioning == {"class_id": {"uncond": 8}}
+    b.record_entry("engines", "cpu/int8", {"path": "engines/cpu/x.ort"})
+    b.record("quantization", {"profile": "cpu"})
+    assert b.engines == {"cpu/int8": {"path": "engines/cpu/x.ort"}} and b.quantization == {"profile": "cpu"}

@@ -4,7 +4,7 @@ thresholds and baselines, verdicts, JUnit XML. numpy only; ``edgekit check`` is 
 
 from edgekit.check.junit import junit_xml, write_junit
 from edgekit.check.metrics import (
-    RecordingRuntime,
+    ShadowRecorder,
     accumulator_for,
     load_metric_hook,
     quality_drops,
@@ -13,7 +13,7 @@ from edgekit.check.stage import (
     DEFAULT_N,
     SCHEMA,
     CheckConfig,
-    Variant,
+    RuntimePrecision,
     check_bundle,
     demo_check,
     gate_runtimes,
@@ -36,12 +36,12 @@ __all__ = [
     "DEFAULT_N",
     "SCHEMA",
     "CheckConfig",
-    "Variant",
+    "RuntimePrecision",
     "check_bundle",
     "demo_check",
     "gate_runtimes",
     "parse_variant",
-    "RecordingRuntime",
+    "ShadowRecorder",
     "accumulator_for",
     "load_metric_hook",
     "quality_drops",

@@ -2,12 +2,12 @@
 
 How a comparison is recorded, with the decode loops untouched (they only ever see a ``Runtime``):
 
-- ``RecordingRuntime`` wraps the *reference* runtime. At every call it keeps a copy of the loop
+- ``ShadowRecorder`` wraps the *reference* runtime. At every call it keeps a copy of the loop
   state it was fed (tokens / x / token) and runs the *candidate* network on the identical feeds
   ("shadow", i.e. teacher forcing). Per-step logits KL / top-1 agreement (masked, ar) and velocity
   SNR (flow) therefore measure the candidate network alone, at every mask ratio or ODE time the
   reference trajectory visits, free of the chaos that one flipped sample causes downstream.
-- A second ``RecordingRuntime`` wraps the candidate in its own free-running decode with the same
+- A second ``ShadowRecorder`` wraps the candidate in its own free-running decode with the same
   seed, hence the same Gumbel noise / the same x0. Trajectory metrics (token agreement, first
   divergence, SNR of the final frames, the per-step divergence curve) measure what a user gets,
   error accumulation included.
@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
+from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, power_ratio_db, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
 
@@ -35,8 +35,9 @@ OVER_VALID_ONLY: frozenset[str] = frozenset({"nll_per_token"})
 PairFn = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, np.ndarray]], np.ndarray]
 
 
-class RecordingRuntime(RuntimeProxy):
-    """A ``Runtime`` that forwards every call to ``inner`` and records it.
+class ShadowRecorder(RuntimeProxy):
+    """A ``Runtime`` that forwards every call to ``inner``, keeps the loop state it was fed and
+    runs a shadow runtime on the same feeds.
 
     record: name of the feed to keep a copy of per call (the loop state; None = keep none).
     shadow: a second runtime run on the very same feeds after ``inner``; ``on_pair(feeds,
@@ -105,15 +106,6 @@ def velocity_pair_sums(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return np.array([np.sum((np.asarray(cand, dtype=np.float64) - r) ** 2), np.sum(r**2)])
 
 
-def snr_db(signal_power: float, noise_power: float) -> float:
-    """10·log10(signal / noise); +inf for an exact match, -inf for no signal."""
-    if noise_power <= 0:
-        return float("inf")
-    if signal_power <= 0:
-        return float("-inf")
-    return float(10 * np.log10(signal_power / noise_power))
-
-
 def _per_step(paired: list[np.ndarray], calls_per_step: int, steps: int) -> np.ndarray:
     """Per-call sum vectors -> per-step sums [steps, k] (CFG may take two calls per step)."""
     out = np.zeros((steps, len(paired[0]) if paired else 1))
@@ -126,7 +118,7 @@ def _calls_per_step(runtime_calls: int, steps: int) -> int:
     return max(1, runtime_calls // max(1, steps))
 
 
-def _states(rec: RecordingRuntime, output: np.ndarray, runtime_calls: int, steps: int) -> list[np.ndarray]:
+def _states(rec: ShadowRecorder, output: np.ndarray, runtime_calls: int, steps: int) -> list[np.ndarray]:
     """Loop state after each step 1..steps: the state fed to the first call of the next step
     (its first B rows: the conditional ones), and the final output."""
     cps = _calls_per_step(runtime_calls, steps)
@@ -148,7 +140,7 @@ class _Accumulator:
         self.state_input = KIND_IO[kind][0][0]  # tokens | x | token: the feed to record
         self.step_sums: np.ndarray | None = None  # teacher-forced sums per step
 
-    def _add_steps(self, rec: RecordingRuntime, runtime_calls: int, steps: int) -> None:
+    def _add_steps(self, rec: ShadowRecorder, runtime_calls: int, steps: int) -> None:
         # Every batch decodes with the same config, so the per-step arrays line up.
         self.step_sums = _add(self.step_sums, _per_step(rec.paired, _calls_per_step(runtime_calls, steps), steps))
 
@@ -193,7 +185,7 @@ class MaskedAccumulator(_TokenAccumulator):
         where = np.asarray(feeds["tokens"]) == self.mask_id  # (S, L)
         return logits_pair_sums(ref_out["logits"], cand_out["logits"], where, self.vocab, self.mask_id)
 
-    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+    def add(self, ref: ShadowRecorder, cand: ShadowRecorder, ref_dec, cand_dec, rows: int) -> None:
         """One batch: both recorders after their decodes; the first ``rows`` rows count."""
         self._add_final(ref_dec.output[:rows], cand_dec.output[:rows])
         self._add_steps(ref, ref_dec.runtime_calls, ref_dec.steps)
@@ -230,7 +222,7 @@ class ARAccumulator(_TokenAccumulator):
         logits = ref_out["logits"]  # (S, W): every row's next token
         return logits_pair_sums(logits, cand_out["logits"], np.ones(len(logits), bool), self.vocab, self.mask_id)
 
-    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+    def add(self, ref: ShadowRecorder, cand: ShadowRecorder, ref_dec, cand_dec, rows: int) -> None:
         r, c = ref_dec.output[:rows], cand_dec.output[:rows]
         length = min(r.shape[1], c.shape[1])
         r, c = r[:, :length], c[:, :length]
@@ -265,7 +257,7 @@ class FlowAccumulator(_Accumulator):
     def on_pair(self, feeds, ref_out, cand_out) -> np.ndarray:
         return velocity_pair_sums(ref_out["v"], cand_out["v"])
 
-    def add(self, ref: RecordingRuntime, cand: RecordingRuntime, ref_dec, cand_dec, rows: int) -> None:
+    def add(self, ref: ShadowRecorder, cand: ShadowRecorder, ref_dec, cand_dec, rows: int) -> None:
         r = np.asarray(ref_dec.output[:rows], dtype=np.float64)  # (rows, T, C)
         c = np.asarray(cand_dec.output[:rows], dtype=np.float64)
         err = c - r
@@ -290,15 +282,15 @@ class FlowAccumulator(_Accumulator):
         e = self.step_err if self.step_err is not None else np.zeros((0, 2))
         return (
             {
-                "snr_db": snr_db(self.signal, self.noise),
+                "snr_db": power_ratio_db(self.signal, self.noise),
                 "cosine_similarity": float(np.mean(self.cosines)) if self.cosines else float("nan"),
                 "max_abs_error": self.max_abs,
-                "velocity_snr_db": snr_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
+                "velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
             },
             {
                 # Relative RMS error of the state after each solver step: where the trajectories drift apart.
                 "divergence_per_step": np.sqrt(e[:, 0] / np.maximum(e[:, 1], 1e-30)).tolist(),
-                "velocity_snr_db_per_step": [snr_db(sig, noise) for noise, sig in s],
+                "velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s],
             },
         )
 

@@ -26,7 +26,7 @@ from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.junit import write_junit
 from edgekit.check.metrics import (
-    RecordingRuntime,
+    ShadowRecorder,
     accumulator_for,
     load_metric_hook,
     quality_drops,
@@ -44,7 +44,6 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import (
     conditions,
-    graph_batch,
     load_condition_data,
     score,
     stored_rows,
@@ -57,7 +56,7 @@ DEFAULT_N = 16  # two batches of the demo's graph batch 8: seconds on a 2-core C
 
 
 @dataclass(frozen=True)
-class Variant:
+class RuntimePrecision:
     """One way to run a bundle: a runtime and a precision (``ort:int8``, ``torch:fp32``)."""
 
     runtime: str
@@ -67,7 +66,7 @@ class Variant:
         return f"{self.runtime}:{self.precision}"
 
 
-def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> Variant:
+def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> RuntimePrecision:
     """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
 
     valid = f"runtime:precision (runtimes {', '.join(RUNTIMES)}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
@@ -84,7 +83,7 @@ def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") ->
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
     if prec not in RUNTIME_PRECISIONS[rt]:
         raise UsageError(f"{flag} {text!r} is not a variant: {rt} runs {', '.join(RUNTIME_PRECISIONS[rt])}; valid: {valid}")
-    return Variant(rt, prec)
+    return RuntimePrecision(rt, prec)
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ class CheckConfig:
     def resolved(self, bundle: Bundle) -> "CheckConfig":
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
         default check judges the very set quantize gated), else 16 rows, seed 0, no overrides."""
-        gated = ((bundle.manifest.get("quantization") or {}).get("budget") or {}).get("eval") or {}
+        gated = ((bundle.quantization or {}).get("budget") or {}).get("eval") or {}
         return dataclasses.replace(
             self,
             n=self.n if self.n is not None else int(gated.get("samples", DEFAULT_N)),
@@ -131,19 +130,19 @@ class CheckConfig:
         )
 
 
-def _open(bundle: Bundle, variant: Variant, threads: int, target: str | None = None):
+def _open(bundle: Bundle, variant: RuntimePrecision, threads: int, target: str | None = None):
     if target is not None and variant.runtime in load_target(target).runtimes:
         return open_runtime(bundle, variant.runtime, variant.precision, threads=threads, target=target)
     return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
 
 
-def _settings(bundle: Bundle, cfg: CheckConfig, ref: Variant, cand: Variant) -> tuple[dict, dict, dict]:
+def _settings(bundle: Bundle, cfg: CheckConfig, ref: RuntimePrecision, cand: RuntimePrecision) -> tuple[dict, dict, dict]:
     """(document settings, reference overrides, candidate overrides)."""
     overrides = dict(cfg.decode)
     if cfg.greedy and bundle.kind != "flow":
         overrides["temperature"] = 0.0
     cand_overrides = overrides | dict(cfg.candidate_decode)
-    defaults = bundle.manifest.get("decode_defaults", {})
+    defaults = bundle.decode_defaults
     decode_ref = {k: v for k, v in vars(decode_config(bundle.kind, defaults, overrides)).items() if k != "seed"}
     decode_cand = {k: v for k, v in vars(decode_config(bundle.kind, defaults, cand_overrides)).items() if k != "seed"}
     settings = {
@@ -194,7 +193,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     say(f"opening {ref_v} and {cand_v}" + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else ""))
     with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
-        warnings = int8_host_warnings(bundle.manifest.get("quantization"), [ref_v.precision, cand_v.precision], str(bundle.root))
+        warnings = int8_host_warnings(bundle.quantization, [ref_v.precision, cand_v.precision], str(bundle.root))
         warnings += [*ref_rt.warnings, *cand_rt.warnings]
         scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows, say)
     settings["conditions"] = cond_source
@@ -256,7 +255,7 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
         return stored, f"the {have} held-out rows `edgekit quantize` gated on (artifact 'conditions')"
     if bundle.ground_truth:
         return None, "the demo model's held-out set (seed + batch index)"
-    sampler = bundle.manifest["model"].get("condition_sampler")
+    sampler = bundle.condition_sampler
     rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
     return None, rule + (" and --cond" if cfg.cond else "")
 
@@ -269,15 +268,15 @@ def decode_pair(
     """Decode ``cfg.n`` rows with both open runtimes (batch i: seed ``cfg.seed + i``), the
     candidate shadowing every reference call; (scalar metrics, curves, outputs, conditions)."""
     kind, meta = bundle.kind, bundle.meta
-    defaults = bundle.manifest.get("decode_defaults", {})
-    batch = graph_batch(bundle)
+    defaults = bundle.decode_defaults
+    batch = bundle.batch
     acc = accumulator_for(kind, meta)
     outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
     conds: list[dict[str, np.ndarray]] = []
     # The candidate shadows every reference call (teacher-forced network metrics), then
     # decodes on its own with the same seed (trajectory metrics).
-    rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
-    rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
+    rec_ref = ShadowRecorder(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
+    rec_cand = ShadowRecorder(cand_rt, record=acc.state_input)
     calls = -(-cfg.n // batch)
     for i in range(calls):
         say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")
@@ -337,7 +336,7 @@ def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, s
         root = item.root if isinstance(item, Bundle) else Path(item)
         b = Bundle.load(root)  # from disk: an earlier stage may have added the int8 model since
         rows = n
-        if "int8" in b.manifest["artifacts"]:
+        if b.has("int8"):
             ref, cand = "ort:fp32", "ort:int8"
         else:
             # The export check again, on whole decodes: one graph batch is enough (torch is slow).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -103,15 +103,23 @@ class Decoded:
     steps: int
 
 
-def decode_rows(kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapping[str, np.ndarray], config) -> Decoded:
-    """``decode`` for more conditioning rows than the graph's static batch Bg: ceil(B / Bg) calls
-    of Bg rows (call i with seed + i; the last one padded with its final row), outputs stacked
-    and trimmed to B. With B <= Bg it is ``decode`` itself. Lets a batch-1 AR baseline decode
-    the rows of a batch-8 masked bundle."""
-    rows = {int(np.shape(a)[0]) for a in cond.values() if np.ndim(a)}
-    first = next(iter(runtime.inputs.values()))
-    graph_batch = int(first.shape[0])
-    if len(rows) != 1 or (b := rows.pop()) <= graph_batch:
+def decode_rows(
+    kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapping[str, np.ndarray], config, *,
+    rows: int | None = None, batch: int | None = None, each_call: Callable[[int], None] | None = None,
+) -> Decoded:
+    """``decode`` of B rows in graph batches, the one batched-row loop: ceil(B / Bg) calls of the
+    graph's static batch Bg (call i with seed + i; the last one padded with its final row),
+    outputs stacked and trimmed to B. With B <= Bg it is ``decode`` itself.
+
+    cond: {conditioning input: array [B, ...]}. rows: B where no conditioning array says it (an
+    unconditional model). batch: Bg (default: dim 0 of the runtime's first input). each_call(i):
+    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline decode the rows of a batch-8 masked bundle, and an
+    evaluation set decode in graph batches under per-batch seeds."""
+    counts = {int(np.shape(a)[0]) for a in cond.values() if np.ndim(a)} | ({rows} if rows is not None else set())
+    graph_batch = int(batch if batch is not None else next(iter(runtime.inputs.values())).shape[0])
+    if len(counts) != 1 or (b := counts.pop()) <= graph_batch:
+        if each_call is not None:
+            each_call(0)
         return decode(kind, runtime, meta, cond, config)
     parts = []
     for i in range(-(-b // graph_batch)):
@@ -121,6 +129,8 @@ def decode_rows(kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapp
             if len(part) < graph_batch:
                 part = np.concatenate([part, np.repeat(part[-1:], graph_batch - len(part), axis=0)])
             chunk[name] = part
+        if each_call is not None:
+            each_call(i)
         part = decode(kind, runtime, meta, chunk, dataclasses.replace(config, seed=config.seed + i))
         parts.append(dataclasses.replace(part, output=part.output.copy()))  # the next call may reuse the buffer
     output = np.concatenate([p.output for p in parts])[:b]

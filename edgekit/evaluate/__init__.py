@@ -23,7 +23,6 @@ from edgekit.evaluate.cond_files import (
 from edgekit.evaluate.conditions import (
     condition_rows,
     conditions,
-    graph_batch,
     pad_rows,
 )
 from edgekit.evaluate.data import ConditionData, load_condition_data, stored_rows
@@ -33,12 +32,14 @@ from edgekit.evaluate.scores import (
     MetricHook,
     load_metric_hook,
     output_name,
+    power_ratio_db,
     run_metric_hook,
     score,
+    snr_db,
 )
 
 __all__ = [
     "HIGHER_IS_BETTER", "MAX_COND_ROWS", "ConditionData", "MetricHook", "check_cond_values", "cond_file_rows", "condition_rows",
-    "conditions", "evaluate", "graph_batch", "load_condition_data", "load_metric_hook", "output_name", "pad_rows", "read_npy",
-    "run_metric_hook", "score", "stored_rows",
+    "conditions", "evaluate", "load_condition_data", "load_metric_hook", "output_name", "pad_rows", "power_ratio_db",
+    "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
 ]

@@ -15,10 +15,6 @@ from edgekit.evaluate.cond_files import check_cond_values, parse_cond_value
 from edgekit.models.corpus import demo_conditions
 
 
-def graph_batch(bundle: Bundle) -> int:
-    return next(iter(bundle.inputs.values())).shape[0]
-
-
 def conditions(
     bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int,
     rows: Mapping[str, np.ndarray] | None = None, draw: bool = False,
@@ -28,7 +24,7 @@ def conditions(
     (a .npy, .npz or .npz:KEY file gives its first ``batch`` rows), ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
     model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
     (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
-    names = list(bundle.meta.get("conditioning", {}))
+    names = list(bundle.conditioning)
     unknown = [n for n in raw if n not in names]
     if unknown:
         raise UsageError(f"--cond {unknown[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
@@ -36,7 +32,7 @@ def conditions(
     out: dict[str, np.ndarray] = {}
     task = bundle.ground_truth
     demo = sampled = None
-    sampler = bundle.manifest["model"].get("condition_sampler")
+    sampler = bundle.condition_sampler
     rng = np.random.default_rng(seed)
     for name in names:
         spec = specs[name]
@@ -72,7 +68,7 @@ def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.nda
         got = fn(np.random.default_rng(seed), batch)
     except Exception as exc:
         raise EdgekitError(f"condition sampler {ref!r} raised {type(exc).__name__}: {exc}") from exc
-    names = list(bundle.meta.get("conditioning", {}))
+    names = list(bundle.conditioning)
     if not isinstance(got, Mapping) or sorted(got) != sorted(names):
         have = sorted(got) if isinstance(got, Mapping) else type(got).__name__
         raise EdgekitError(f"condition sampler {ref!r} returned {have}; valid: a dict with exactly {names}")
@@ -105,7 +101,7 @@ def condition_rows(
 ) -> dict[str, np.ndarray]:
     """``n`` rows [n, ...] of every conditioning input, as ``evaluate`` would decode them in
     batches of the graph's batch (batch ``i``: seed ``seed + i``, rows ``i·batch …``)."""
-    batch = graph_batch(bundle)
+    batch = bundle.batch
     parts = []
     for i in range(-(-n // batch)):
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}

@@ -23,6 +23,25 @@ HIGHER_IS_BETTER: dict[str, bool] = {
 }
 
 
+def power_ratio_db(signal: float, noise: float) -> float:
+    """10·log10(signal / noise) of two powers (sums of squares); +inf for no noise (an exact
+    match), -inf for no signal."""
+    if noise <= 0:
+        return float("inf")
+    if signal <= 0:
+        return float("-inf")
+    return float(10 * np.log10(signal / noise))
+
+
+def snr_db(reference: np.ndarray, candidate: np.ndarray, *, floor: float = 0.0) -> float:
+    """SNR in dB of ``candidate`` against ``reference`` (same shape, any dtype; float64 sums
+    over all elements): 10·log10(Σ reference² / Σ (candidate − reference)²). ``floor``: both
+    powers at least this (1e-30 keeps an exact match a finite number that a JSON document holds)."""
+    ref = np.asarray(reference, dtype=np.float64)
+    err = np.asarray(candidate, dtype=np.float64) - ref
+    return power_ratio_db(max(float(np.sum(ref**2)), floor), max(float(np.sum(err**2)), floor))
+
+
 def score(bundle: Bundle, output: np.ndarray, cond: Mapping[str, np.ndarray]) -> dict[str, float] | None:
     """Ground-truth quality of a decode output, where the bundle's model has one (demo models)."""
     if not bundle.ground_truth:

@@ -334,8 +334,8 @@ def fused_bundle(
     if graph == "host":
         raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
     if spec is None:
-        spec = load_spec(bundle.manifest["model"].get("source") or bundle.name, batch=next(iter(bundle.inputs.values())).shape[0])
-    opts = baked_options(bundle.kind, graph, bundle.manifest.get("decode_defaults", {}), dict(decode_options or {}))
+        spec = load_spec(bundle.source or bundle.name, batch=bundle.batch)
+    opts = baked_options(bundle.kind, graph, bundle.decode_defaults, dict(decode_options or {}))
     module, inputs, outputs = fused_module(spec, graph, opts)
     name = f"fused-{graph}"
     bundle.discard_staging()
@@ -362,7 +362,7 @@ def fused_bundle(
         }
         if bundle.kind == "masked":
             entry["mask_id"] = int(bundle.meta["mask_id"])
-        bundle.manifest.setdefault("fused", {})[graph] = entry
+        bundle.record_entry("fused", graph, entry)
         bundle.save()
         return entry
     finally:

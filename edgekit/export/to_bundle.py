@@ -95,8 +95,8 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
             )
         config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"]}
         bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"])
-        bundle.manifest["graph"] = {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}}
-        bundle.manifest["verification"]["fp32"] = {"reference": "torch", "candidate": "ort"} | report
+        bundle.record("graph", {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}})
+        bundle.record_entry("verification", "fp32", {"reference": "torch", "candidate": "ort"} | report)
         bundle.save()
         return bundle
     finally:

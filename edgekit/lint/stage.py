@@ -25,7 +25,7 @@ def lint_bundle(path: str | Path | Bundle, target: str | Path | Target = "cpu") 
     io_shapes = {n: s.shape for n, s in (*bundle.inputs.items(), *bundle.outputs.items())}
     findings: list[Finding] = []
     for name in ("fp32", "int8", "fp16"):
-        if name not in bundle.manifest["artifacts"]:
+        if not bundle.has(name):
             if name == "int8" and "int8" in target.precisions:
                 findings.append(Finding(
                     "info", "precision", name, f"bundle has no int8 model; target {target.name} runs int8",
@@ -80,7 +80,7 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     if not bad:
         return []
     worst = max(bad.values())
-    made_for = ((bundle.manifest.get("quantization") or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
+    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
     return [Finding(
         "error", "int8-arithmetic", "int8",
         f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
@@ -93,7 +93,5 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
 
 def quantization_profile_of(bundle: Bundle) -> str | None:
     """The ``edgekit quantize --profile`` the bundle's int8 model came from, if recorded."""
-    quant = bundle.manifest.get("quantization") or {}
-    art = bundle.manifest["artifacts"].get("int8") or {}
-    profile = quant.get("profile") if isinstance(quant, dict) else None
-    return profile or (art.get("config") or {}).get("profile")
+    profile = (bundle.quantization or {}).get("profile")
+    return profile or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)

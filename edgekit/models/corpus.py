@@ -23,6 +23,8 @@ from functools import cached_property
 
 import numpy as np
 
+from edgekit.spec import GROUND_TRUTH_TASKS
+
 
 @dataclass(frozen=True)
 class CorpusConfig:
@@ -176,8 +178,8 @@ def default_corpus() -> Corpus:
 
 
 # ---- the demo models' evaluation hooks (named in a bundle's manifest as "ground_truth") --------
-# A manifest names one of these tasks, never a code path: loading a bundle runs no code it names.
-GROUND_TRUTH_TASKS = ("corpus-tokens", "corpus-frames")
+# A manifest names one of these tasks (edgekit.spec.GROUND_TRUTH_TASKS), never a code path:
+# loading a bundle runs no code it names.
 
 
 def demo_conditions(task: str, n: int, seed: int) -> dict[str, np.ndarray]:

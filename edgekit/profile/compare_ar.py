@@ -16,7 +16,6 @@ from edgekit.profile.config import (
     ProgressFn,
     Variant,
     bundle_conditions,
-    graph_batch,
     has_artifact,
 )
 from edgekit.profile.frontier_points import measure_frontier
@@ -156,11 +155,11 @@ def compare_ar(
             ar_docs[key] = {"id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
                             "reason": f"AR bundle {ar.root}: {exc}"}
     note_batch = []
-    if graph_batch(ar) != graph_batch(bundle):
-        calls = -(-rows // graph_batch(ar))
+    if ar.batch != bundle.batch:
+        calls = -(-rows // ar.batch)
         note_batch.append(
-            f"the AR graph batch ({graph_batch(ar)}) differs from the masked one ({graph_batch(bundle)}); both decode {rows} rows"
-            + (f" (AR: {calls} calls of {graph_batch(ar)} rows per decode)" if calls > 1 else "")
+            f"the AR graph batch ({ar.batch}) differs from the masked one ({bundle.batch}); both decode {rows} rows"
+            + (f" (AR: {calls} calls of {ar.batch} rows per decode)" if calls > 1 else "")
         )
     speedups = []
     variants = [v for v in variants if v.get("available", True)]

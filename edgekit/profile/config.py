@@ -220,10 +220,6 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
     ]
 
 
-def graph_batch(bundle: Bundle) -> int:
-    return next(iter(bundle.inputs.values())).shape[0]
-
-
 def bundle_conditions(
     bundle: Bundle, rows: int, seed: int, raw: Mapping[str, str] | None = None, data: Path | None = None
 ) -> dict[str, np.ndarray]:

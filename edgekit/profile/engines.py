@@ -11,7 +11,7 @@ from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.host import module_available
 from edgekit.probes.latency import interleaved
-from edgekit.profile.config import DecodeModel, bundle_conditions, graph_batch
+from edgekit.profile.config import DecodeModel, bundle_conditions
 from edgekit.runtimes import open_runtime
 
 # Engines the demo may profile on, in order of preference on a tie.
@@ -30,7 +30,7 @@ def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: 
     {"runtime", "precision", "median_ms": {engine: ms}, "rounds", "candidates"}."""
     model = DecodeModel.of(bundle)
     cfg = decode_config(model.kind, model.decode_defaults, {}, seed=seed)
-    cond = bundle_conditions(bundle, graph_batch(bundle), seed)
+    cond = bundle_conditions(bundle, bundle.batch, seed)
     engines = available_engines()
     runtimes = {e: open_runtime(bundle, e, precision, threads=threads) for e in engines}
     try:

@@ -23,7 +23,6 @@ from edgekit.profile.config import (
     ProfileConfig,
     ProgressFn,
     bundle_conditions,
-    graph_batch,
     plan_variants,
 )
 from edgekit.profile.frontier_points import check_frontier_metric
@@ -37,14 +36,14 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     (JSON-ready; ``variants`` in measuring order, ``ratios`` between them, ``compare_ar`` when
     asked). ``progress(label, done, total)`` is called outside timed regions."""
     bundle = Bundle.load(path)
-    decode_config(bundle.kind, bundle.manifest.get("decode_defaults") or {}, dict(cfg.decode))  # bad options fail here
+    decode_config(bundle.kind, bundle.decode_defaults, dict(cfg.decode))  # bad options fail here
     variants_plan = plan_variants(bundle, cfg)
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
         if cfg.frontier_steps:
             check_frontier_metric(bundle, cfg)
     show_steps = len(cfg.steps) > 1
-    rows = cfg.batch or graph_batch(bundle)
+    rows = cfg.batch or bundle.batch
     cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond, cfg.cond_data)
     power = open_power(cfg, progress)
     start_state = system_state()
@@ -66,7 +65,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     }
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
-    arithmetic = int8_host_warnings(bundle.manifest.get("quantization"), [v["precision"] for v in measured], str(bundle.root))
+    arithmetic = int8_host_warnings(bundle.quantization, [v["precision"] for v in measured], str(bundle.root))
     doc["warnings"] = arithmetic + list(_warnings(doc))
     return doc
 

@@ -24,7 +24,6 @@ from edgekit.profile.config import (
     ProfileConfig,
     ProgressFn,
     bundle_conditions,
-    graph_batch,
     spec_conditions,
 )
 from edgekit.profile.measure import measure_decodes
@@ -125,7 +124,7 @@ def length_sweep(
     lengths = sorted(set(lengths))
     if not lengths:
         return {"available": False, "reason": "no sweep lengths besides the bundle's own", "points": []}
-    sources = (bundle.manifest["model"].get("source"), ar.manifest["model"].get("source"))
+    sources = (bundle.source, ar.source)
     if sources[0] not in SWEEPABLE or sources[1] not in SWEEPABLE:
         return {
             "available": False,
@@ -159,8 +158,8 @@ def length_sweep(
                 label = f"sweep L={n} {role.upper()}"
                 if progress:
                     progress(label, 0, 0)
-                spec = length_variant_spec(b.manifest["model"]["source"], n, graph_batch(b))
-                model = DecodeModel(b.kind, dict(spec.meta), b.manifest.get("decode_defaults") or {})
+                spec = length_variant_spec(b.source, n, b.batch)
+                model = DecodeModel(b.kind, dict(spec.meta), b.decode_defaults)
                 opts = {"steps": nar_steps} if role == "nar" else {"length": n}
                 dcfg = decode_config(b.kind, model.decode_defaults, opts, seed=cfg.seed)
                 spec_cond = spec_conditions(spec, known, rows)

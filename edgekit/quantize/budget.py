@@ -35,7 +35,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
-from edgekit.evaluate import evaluate
+from edgekit.evaluate import evaluate, snr_db
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import BUDGET_RULES
 from edgekit.quantize.ptq import quiet_ort_logging
@@ -133,12 +133,6 @@ def decode_eval_set(
     return EvalRun(sampled, decisions)
 
 
-def snr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
-    ref = np.asarray(reference, dtype=np.float64)
-    err = np.asarray(candidate, dtype=np.float64) - ref
-    return float(10 * np.log10(max(np.sum(ref**2), 1e-30) / max(np.sum(err**2), 1e-30)))
-
-
 def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
     """The budget metrics (keys of BUDGET_RULES) plus context figures for the report."""
     out: dict[str, Any] = {}
@@ -153,7 +147,7 @@ def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
         if "event_accuracy" in qf:
             out["event_accuracy_drop"] = qf["event_accuracy"] - qi["event_accuracy"]
     else:
-        out["snr_db"] = snr_db(fp32.sampled["output"], int8.sampled["output"])
+        out["snr_db"] = snr_db(fp32.sampled["output"], int8.sampled["output"], floor=1e-30)
         if "snr_db" in qf:
             out["gt_snr_drop_db"] = qf["snr_db"] - qi["snr_db"]
     out["quality_fp32"] = qf or None

@@ -19,7 +19,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
-from edgekit.evaluate import evaluate, graph_batch
+from edgekit.evaluate import evaluate
 from edgekit.runtimes.base import Runtime, RuntimeProxy, validate_feeds
 from edgekit.spec import TensorSpec, step_position
 
@@ -155,13 +155,9 @@ def record_trajectories(
     evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
     data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges)."""
 
-    batch = graph_batch(bundle)
     recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta)
-    decodes = -(-samples // batch)
-    for i in range(decodes):
-        recorder.begin_decode()
-        cond = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
-        evaluate(bundle, recorder, batch, seed + i, decode_options, cond=cond)
+    decodes = -(-samples // bundle.batch)
+    evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=lambda i: recorder.begin_decode())
     return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}))
 
 

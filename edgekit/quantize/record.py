@@ -5,7 +5,6 @@ quantization profile)."""
 from __future__ import annotations
 
 import hashlib
-import math
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.bundle import Bundle
+from edgekit.output import jsonable
 from edgekit.quantize.config import QuantizeConfig
 
 
@@ -148,13 +148,3 @@ def calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path
     return staged
 
 
-def jsonable(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return jsonable(obj.item())
-    return obj

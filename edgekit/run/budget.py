@@ -20,7 +20,7 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS, FlowDecodeConfig, decode_flow
 from edgekit.errors import CheckFailed, UsageError
-from edgekit.evaluate import conditions, graph_batch
+from edgekit.evaluate import conditions, snr_db
 from edgekit.probes.latency import MeasureConfig, measure
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.base import Runtime
@@ -55,13 +55,6 @@ class Plan:
         return iter((self.solver, self.steps, self.expected_ms, self.expected_snr))
 
 
-def snr_db(x: np.ndarray, ref: np.ndarray) -> float:
-    """10·log10(‖ref‖² / ‖x − ref‖²) over all elements (inf when identical)."""
-    err = float(np.sum((np.asarray(x, np.float64) - ref) ** 2))
-    power = float(np.sum(np.asarray(ref, np.float64) ** 2))
-    return float("inf") if err == 0 else 10.0 * np.log10(power / err)
-
-
 def _flow_bundle(path: Path | str) -> Bundle:
     bundle = Bundle.load(path)
     if bundle.kind != "flow":
@@ -82,7 +75,7 @@ def measure_flow_quality(
     the bundle's fp32 graph on ORT); ``cond``: conditioning [B, ...] for every seed (default: the
     demo evaluation set through evaluate.conditions, one draw per seed)."""
     bundle = _flow_bundle(path)
-    defaults = bundle.manifest.get("decode_defaults", {})
+    defaults = bundle.decode_defaults
     grid = cfg.grid or defaults.get("grid", FlowDecodeConfig.grid)
     sway = float(cfg.sway if cfg.sway is not None else defaults.get("sway", FlowDecodeConfig.sway))
     own = runtime is None
@@ -97,7 +90,7 @@ def measure_flow_quality(
             for solver in cfg.solvers:
                 for steps in cfg.steps:
                     x = decode_flow(rt, bundle.meta, seed_cond, FlowDecodeConfig(steps=steps, solver=solver, grid=grid, sway=sway, seed=seed)).x
-                    snrs.setdefault((solver, steps), []).append(snr_db(x, ref))
+                    snrs.setdefault((solver, steps), []).append(snr_db(ref, x))
     finally:
         if own:
             rt.close()
@@ -114,7 +107,7 @@ def measure_flow_quality(
         "table": sorted(table, key=lambda r: (r["nfe"], r["solver"])),
         "measured": now_iso(),
     }
-    bundle.manifest["flow_quality"] = doc
+    bundle.record("flow_quality", doc)
     bundle.save()
     return doc
 
@@ -154,7 +147,7 @@ def plan_for_budget(
     if not budget_ms > 0:
         raise UsageError(f"--latency-budget-ms {budget_ms} is invalid; valid: a number of milliseconds > 0")
     bundle = _flow_bundle(path)
-    quality = bundle.manifest.get("flow_quality") or measure_flow_quality(path, runtime=runtime, cond=cond)
+    quality = bundle.flow_quality or measure_flow_quality(path, runtime=runtime, cond=cond)
     own = runtime is None
     rt = open_runtime(bundle) if own else runtime
     try:
@@ -171,8 +164,8 @@ def plan_for_request(path: Path | str, budget_ms: float, raw_cond: Mapping[str, 
     ``progress(message)`` hears about the one-time quality table (seconds to minutes)."""
     bundle = Bundle.load(path)
     if progress is not None:
-        if bundle.kind == "flow" and not bundle.manifest.get("flow_quality"):
+        if bundle.kind == "flow" and not bundle.flow_quality:
             progress("first budget run on this bundle: measuring every solver and step count against a 128-NFE "
                      "RK4 reference once (stored in the bundle)")
         progress("measuring the per-NFE latency on this device")
-    return plan_for_budget(path, budget_ms, cond=conditions(bundle, raw_cond, batch or graph_batch(bundle), seed))
+    return plan_for_budget(path, budget_ms, cond=conditions(bundle, raw_cond, batch or bundle.batch, seed))

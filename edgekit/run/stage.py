@@ -18,7 +18,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
-from edgekit.evaluate import cond_file_rows, conditions, graph_batch, load_condition_data, pad_rows, score
+from edgekit.evaluate import cond_file_rows, conditions, load_condition_data, pad_rows, score
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -41,14 +41,14 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     """Decode ``path``'s model once on ``req.runtime``; returns a summary with ``output`` and
     ``cond`` arrays (not JSON) and the figures for the report."""
     bundle = Bundle.load(path)
-    batch = req.batch or graph_batch(bundle)  # rows per decode call
-    if not 1 <= batch <= graph_batch(bundle):  # before conditions of that many rows are built
-        raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{graph_batch(bundle)} (the graph's static batch)")
+    batch = req.batch or bundle.batch  # rows per decode call
+    if not 1 <= batch <= bundle.batch:  # before conditions of that many rows are built
+        raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{bundle.batch} (the graph's static batch)")
     # Conditioning from files (`--cond tokens=tokens.npz` of another bundle's run) brings its own
     # row count: every row is decoded, in ceil(rows / batch) calls (call i with seed + i, as
     # `evaluate` does), the last one padded with its final row.
     rows = cond_file_rows(req.cond) or batch
-    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), req.decode, seed=req.seed)
+    cfg = decode_config(bundle.kind, bundle.decode_defaults, req.decode, seed=req.seed)
     real = None if req.cond_data is None else load_condition_data(bundle, req.cond_data).arrays
     if real is not None and cond_file_rows(req.cond) is None:
         rows = len(next(iter(real.values())))  # every row of --cond-data, in graph batches too
@@ -78,7 +78,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         device = getattr(rt, "device", req.runtime)
         ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
         settings = dict(getattr(rt, "settings", None) or {})  # OpenVINO: threads, streams, hint, inference precision
-        warnings = int8_host_warnings(bundle.manifest.get("quantization"), [req.precision], str(bundle.root))
+        warnings = int8_host_warnings(bundle.quantization, [req.precision], str(bundle.root))
         warnings += list(getattr(rt, "warnings", []))
         timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
         session = getattr(rt, "session_info", None)

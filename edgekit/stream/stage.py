@@ -84,7 +84,7 @@ def tokens_precision(runtime: str) -> str:
 def _token_source(bundle: Bundle, runtime, seed: int, raw_cond: dict[str, str]) -> TokenSource:
     if bundle.kind not in ("masked", "ar"):
         raise UsageError(f"TOKENS_BUNDLE must be a masked or ar bundle; {bundle.root} is {bundle.kind!r}")
-    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), {}, seed=seed)
+    cfg = decode_config(bundle.kind, bundle.decode_defaults, {}, seed=seed)
     return TokenSource(bundle.kind, runtime, bundle.meta, cfg, conditions(bundle, raw_cond, 1, seed))
 
 
@@ -110,7 +110,7 @@ def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: Loa
     # quality per NFE (a property of the model and solver, not of the backend).
     with open_runtime(tokens_b, "ort", "fp32", threads=cfg.threads) as rt:
         out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
-                     decode_config(tokens_b.kind, tokens_b.manifest.get("decode_defaults", {}), {}, seed=cfg.seed)).output
+                     decode_config(tokens_b.kind, tokens_b.decode_defaults, {}, seed=cfg.seed)).output
     window_tokens = spec.window // spec.frames_per_token
     rows = np.resize(out[:, :window_tokens], (batch, window_tokens)).astype(np.int64)
     return measure_flow_quality(flow_b.root, cond={spec.tokens_input: rows})
@@ -161,13 +161,13 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         raise UsageError(f"FLOW_BUNDLE must be a flow bundle; {flow_b.root} is {flow_b.kind!r}")
     spec = ChunkSpec.from_meta(flow_b.meta)
     _check_pair(tokens_b, flow_b, spec)
-    quality = flow_b.manifest.get("flow_quality") or _measure_quality(tokens_b, flow_b, spec, cfg)
+    quality = flow_b.flow_quality or _measure_quality(tokens_b, flow_b, spec, cfg)
     top = rung(cfg.solver, cfg.steps)
     # The adaptive policy starts where the fixed one is (its top rung) and slides down the
     # measured quality-per-NFE front below it.
     snr_top = next((float(r["snr_db"]) for r in quality["table"] if (r["solver"], int(r["steps"])) == (top.solver, top.steps)), None)
     rungs = [r for r in ladder(quality["table"], max_nfe=top.nfe) if r.nfe < top.nfe] + [rung(top.solver, top.steps, snr_top)]
-    defaults = flow_b.manifest.get("decode_defaults", {})
+    defaults = flow_b.decode_defaults
     flow_cfg = FlowDecodeConfig(grid=defaults.get("grid", "cosine"), sway=float(defaults.get("sway", -1.0)),
                                 temperature=float(defaults.get("temperature", 1.0)), seed=cfg.seed)
     token_precision = tokens_precision(cfg.runtime)

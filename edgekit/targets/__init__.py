@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES
+from edgekit.output import jsonable
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
 
 DEFAULT_TARGET = "cpu"
@@ -171,7 +172,7 @@ class Target:
         return "qnn" in self.runtimes
 
     def to_json(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,14 +365,6 @@ def targets_for_l4t(l4t: str | None, like: Target) -> list[str]:
         if target.trt.jetson and same_device and target.trt.l4t and target.trt.l4t_matches(l4t):
             names.append(target.name)
     return names
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
 
 
 __all__ = [

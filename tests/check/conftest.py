@@ -102,21 +102,21 @@ def weighted_matmuls(model) -> list[str]:
 
 def calibration_feeds(bundle, batches: int = 2) -> list[dict[str, np.ndarray]]:
     """The fp32 network's inputs at every step of real decodes (the issue-4 recipe, in small)."""
-    from edgekit.check.metrics import RecordingRuntime
+    from edgekit.check.metrics import ShadowRecorder
     from edgekit.decode.dispatch import decode, decode_config
-    from edgekit.evaluate import conditions, graph_batch
+    from edgekit.evaluate import conditions
     from edgekit.runtimes import open_runtime
 
     feeds: list[dict[str, np.ndarray]] = []
 
-    class Keep(RecordingRuntime):
+    class Keep(ShadowRecorder):
         def run(self, f):
             feeds.append({k: np.array(v) for k, v in f.items()})
             return self.inner.run(f)
 
     with open_runtime(bundle, "ort", "fp32") as rt:
         for i in range(batches):
-            cond = conditions(bundle, {}, graph_batch(bundle), 500 + i)
+            cond = conditions(bundle, {}, bundle.batch, 500 + i)
             cfg = decode_config(bundle.kind, bundle.manifest["decode_defaults"], {}, seed=500 + i)
             decode(bundle.kind, Keep(rt), bundle.meta, cond, cfg)
     return feeds

@@ -119,10 +119,10 @@ def test_table_printer_takes_a_json_round_tripped_document(bundle_with, capsys):
     infinities arrive as strings there."""
     from edgekit.check import CheckConfig, check_bundle
     from edgekit.check.render import print_check
-    from edgekit.output import Output, _jsonable
+    from edgekit.output import Output, jsonable
 
     doc = check_bundle(bundle_with("flow", fp32_perturb=0.0), CheckConfig(n=2))
-    doc = json.loads(json.dumps(_jsonable(doc)))
+    doc = json.loads(json.dumps(jsonable(doc)))
     assert doc["metrics"]["snr_db"] == "inf"  # an exact copy
     print_check(Output(), doc)
     out = capsys.readouterr().out

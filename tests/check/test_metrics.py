@@ -11,7 +11,7 @@ from edgekit.check.metrics import (
     ARAccumulator,
     FlowAccumulator,
     MaskedAccumulator,
-    RecordingRuntime,
+    ShadowRecorder,
     accumulator_for,
     load_metric_hook,
     logits_pair_sums,
@@ -33,11 +33,11 @@ def _kl(p, q):
     return float(np.sum(p * (np.log(p) - np.log(q)), axis=-1).mean())
 
 
-# ---- RecordingRuntime ---------------------------------------------------------------------------
+# ---- ShadowRecorder ---------------------------------------------------------------------------
 def test_recording_runtime_forwards_records_copies_and_shadows(fakes):
     inner = fakes.TableMasked(2, fakes.masked_table(0))
     shadow = fakes.TableMasked(2, fakes.masked_table(1))
-    rec = RecordingRuntime(
+    rec = ShadowRecorder(
         inner, record="tokens", shadow=shadow, on_pair=lambda f, a, b: [np.abs(a["logits"] - b["logits"]).sum(), 1.0]
     )
     assert isinstance(rec, Runtime)
@@ -56,7 +56,7 @@ def test_recording_runtime_forwards_records_copies_and_shadows(fakes):
     rec.reset()
     assert rec.recorded == [] and rec.paired == [] and rec.calls == 0
     with pytest.raises(ValueError):
-        RecordingRuntime(inner, shadow=shadow)
+        ShadowRecorder(inner, shadow=shadow)
 
 
 # ---- logits statistics ------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def test_logits_pair_sums_matches_hand_computed_kl_and_ignores_the_mask_column()
 
 # ---- masked ---------------------------------------------------------------------------------------
 def _recorder(recorded, paired=()):
-    rec = RecordingRuntime(object())
+    rec = ShadowRecorder(object())
     rec.recorded = [np.asarray(r) for r in recorded]
     rec.paired = [np.asarray(p, dtype=float) for p in paired]
     return rec
@@ -109,8 +109,8 @@ def test_masked_first_divergence_step_and_per_step_agreement(fakes):
 
 
 def _decode_pair(kind, meta, ref_rt, cand_rt, cfg, cond, acc, rows=None):
-    rec_ref = RecordingRuntime(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
-    rec_cand = RecordingRuntime(cand_rt, record=acc.state_input)
+    rec_ref = ShadowRecorder(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
+    rec_cand = ShadowRecorder(cand_rt, record=acc.state_input)
     r = decode(kind, rec_ref, meta, cond, cfg)
     c = decode(kind, rec_cand, meta, cond, cfg)
     acc.add(rec_ref, rec_cand, r, c, rows or len(r.output))
@@ -150,8 +150,8 @@ def test_masked_schedule_swap_diverges_at_step_one_but_not_in_the_network(fakes)
     table = fakes.masked_table(0)
     meta = {**fakes.MASKED_META, "seq_len": 5}
     acc = MaskedAccumulator(meta)
-    rec_ref = RecordingRuntime(fakes.TableMasked(4, table), record="tokens", shadow=fakes.TableMasked(4, table), on_pair=acc.on_pair)
-    rec_cand = RecordingRuntime(fakes.TableMasked(4, table), record="tokens")
+    rec_ref = ShadowRecorder(fakes.TableMasked(4, table), record="tokens", shadow=fakes.TableMasked(4, table), on_pair=acc.on_pair)
+    rec_cand = ShadowRecorder(fakes.TableMasked(4, table), record="tokens")
     cond = {"class_id": np.arange(4, dtype=np.int64) % 3}
     r = decode("masked", rec_ref, meta, cond, decode_config("masked", {}, {"steps": 4, "schedule": "cosine"}))
     c = decode("masked", rec_cand, meta, cond, decode_config("masked", {}, {"steps": 4, "schedule": "linear"}))

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from edgekit.check import CheckConfig, check_bundle, demo_check, parse_variant
-from edgekit.check.stage import Variant
+from edgekit.check.stage import RuntimePrecision
 from edgekit.errors import BundleError, EdgekitError, UsageError
 
 pytest.importorskip("onnxruntime.quantization")
@@ -31,13 +31,13 @@ def _check(path, **kw):
 @pytest.mark.parametrize(
     "text,runtime,expected",
     [
-        ("fp32", "ort", Variant("ort", "fp32")),
-        ("int8", "trt", Variant("trt", "int8")),
-        ("torch", "ort", Variant("torch", "fp32")),
-        ("trt:fp16", "ort", Variant("trt", "fp16")),
-        (" ORT:INT8 ", "ort", Variant("ort", "int8")),
-        ("openvino:bf16", "ort", Variant("openvino", "bf16")),
-        ("int8", "openvino", Variant("openvino", "int8")),
+        ("fp32", "ort", RuntimePrecision("ort", "fp32")),
+        ("int8", "trt", RuntimePrecision("trt", "int8")),
+        ("torch", "ort", RuntimePrecision("torch", "fp32")),
+        ("trt:fp16", "ort", RuntimePrecision("trt", "fp16")),
+        (" ORT:INT8 ", "ort", RuntimePrecision("ort", "int8")),
+        ("openvino:bf16", "ort", RuntimePrecision("openvino", "bf16")),
+        ("int8", "openvino", RuntimePrecision("openvino", "int8")),
     ],
 )
 def test_parse_variant(text, runtime, expected):

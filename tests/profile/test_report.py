@@ -15,7 +15,8 @@ from html.parser import HTMLParser
 import pytest
 
 from edgekit.errors import MissingDependency
-from edgekit.profile import jsonable, render_html, summary_rows, variants_table, write_report
+from edgekit.output import jsonable
+from edgekit.profile import render_html, summary_rows, variants_table, write_report
 from edgekit.profile.table import crossover_lines
 
 VOID = {"meta", "img", "br", "hr", "input", "link"}

@@ -36,10 +36,10 @@ def test_summary_table_is_the_four_quoted_rows(profile_doc):
 
 def test_not_defined_is_one_rendering_in_tables():
     from edgekit.check.render import check_num
-    from edgekit.output import NOT_DEFINED, _fmt, _jsonable
+    from edgekit.output import NOT_DEFINED, _fmt, jsonable
 
     assert _fmt(float("nan")) == _fmt(None) == check_num(float("nan")) == check_num(None) == NOT_DEFINED == "—"
-    assert _jsonable({"nll": math.nan}) == {"nll": None}
+    assert jsonable({"nll": math.nan}) == {"nll": None}
 
 
 def test_the_demo_warms_up_and_leaves_no_sweep_files_next_to_the_report(profile_doc, tiny, tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.quantize.budget import EvalRun, check, compare, fallback_until_within_budget, rank_by_sensitivity, snr_db
+from edgekit.evaluate import snr_db
+from edgekit.quantize.budget import EvalRun, check, compare, fallback_until_within_budget, rank_by_sensitivity
 from edgekit.quantize.config import QuantizeConfig
 from tests.quantize.conftest import build_tiny_model, tiny_feeds
 

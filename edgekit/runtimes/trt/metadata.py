@@ -4,7 +4,6 @@ checks that refuse an engine on another host, listing every reason."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit._deps import require
+from edgekit.bundle import sha256_file  # noqa: F401 (the one implementation; re-exported for the engine sidecars)
 from edgekit.errors import BundleError
 from edgekit.host import L4T_RELEASE_PATH, read_l4t
 import edgekit.runtimes.trt.memory as memory
@@ -132,14 +132,6 @@ def check_compatible(
     if precision is not None and engine.precision != precision:
         reasons.append(f"precision: engine is {engine.precision}, {precision} was asked for")
     return reasons
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_atomic(path: Path, data: bytes | memoryview) -> None:

@@ -1,0 +1,259 @@
+"""The one schema of ``edgekit.json``: every field a stage reads, with its JSON type, checked when
+a bundle loads, before any stage touches the manifest. A field of the wrong type is one line:
+``manifest <path> field model.meta.conditioning: expected an object, found list [1, 2]``.
+
+Fields this edgekit does not know (written by a newer one) are ignored, never an error: a bundle
+stays readable across versions as long as what is known keeps its type."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit.errors import BundleError
+from edgekit.spec import GROUND_TRUTH_TASKS, GRAPHS, KINDS, tensor_specs_from_json
+
+
+class _Mismatch(Exception):
+    def __init__(self, where: str, expected: str, value: Any):
+        super().__init__(where)
+        self.where, self.expected, self.value = where, expected, value
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f"{where}[{key!r}]"
+
+
+class Type:
+    """One JSON type a field must have; ``check`` raises _Mismatch naming the field."""
+
+    expected = "a value"
+
+    def check(self, value: Any, where: str) -> None:
+        if not self.accepts(value):
+            raise _Mismatch(where, self.expected, value)
+
+    def accepts(self, value: Any) -> bool:
+        return True
+
+
+class Str(Type):
+    expected = "a string"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str)
+
+
+class Int(Type):
+    def __init__(self, low: int = 0):
+        self.low = low
+        self.expected = f"an integer >= {low}"
+
+    def accepts(self, value: Any) -> bool:
+        return type(value) is int and value >= self.low
+
+
+class Number(Type):
+    expected = "a number"
+
+    def accepts(self, value: Any) -> bool:
+        return type(value) in (int, float)
+
+
+class Bool(Type):
+    expected = "true or false"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, bool)
+
+
+class Scalar(Type):
+    expected = "a string, number, true/false or null"
+
+    def accepts(self, value: Any) -> bool:
+        return value is None or isinstance(value, (str, int, float, bool))
+
+
+class OneOf(Type):
+    def __init__(self, *values: str):
+        self.values = values
+        self.expected = "one of " + ", ".join(values)
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) and value in self.values
+
+
+class Nullable(Type):
+    def __init__(self, inner: Type):
+        self.inner = inner
+        self.expected = f"null or {inner.expected}"
+
+    def check(self, value: Any, where: str) -> None:
+        if value is not None:
+            try:
+                self.inner.check(value, where)
+            except _Mismatch as exc:
+                if exc.where == where:  # the value itself, not a field inside it: say null is fine too
+                    raise _Mismatch(where, self.expected, value) from None
+                raise
+
+
+class ListOf(Type):
+    def __init__(self, item: Type):
+        self.item = item
+        self.expected = f"a list of {item.expected.removeprefix('a ').removeprefix('an ')} items"
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, list):
+            raise _Mismatch(where, self.expected, value)
+        for i, item in enumerate(value):
+            self.item.check(item, f"{where}[{i}]")
+
+
+class Table(Type):
+    """An object with known fields (typed when present; ``required`` ones must be there) and
+    any other fields of type ``extra`` (default: anything, ignored)."""
+
+    expected = "an object"
+
+    def __init__(self, fields: Mapping[str, Type] | None = None, required: tuple[str, ...] = (), extra: Type | None = None):
+        self.fields, self.required, self.extra = dict(fields or {}), required, extra
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            raise _Mismatch(where, self.expected, value)
+        for key in self.required:
+            if key not in value:
+                raise _Mismatch(_join(where, key), self.fields[key].expected, _MISSING)
+        for key, item in value.items():
+            rule = self.fields.get(key, self.extra)
+            if rule is not None:
+                rule.check(item, _join(where, str(key)))
+
+
+class MapOf(Table):
+    """An object whose every value has type ``value`` (names chosen by the user: inputs, artifacts)."""
+
+    def __init__(self, value: Type, non_empty: bool = False):
+        super().__init__(extra=value)
+        self.non_empty = non_empty
+        self.expected = "a non-empty object" if non_empty else "an object"
+
+    def check(self, value: Any, where: str) -> None:
+        if self.non_empty and value == {}:
+            raise _Mismatch(where, self.expected, value)
+        super().check(value, where)
+
+
+_MISSING = object()
+ANY = Type()
+OBJECT = Table()
+NAME = Str()
+HASH = Str()
+FILE = Table({"path": Str(), "sha256": HASH}, required=("path",))
+TENSOR = Table({"shape": ListOf(Int(0)), "dtype": Str(), "low": Nullable(Number()), "high": Nullable(Number())},
+               required=("shape", "dtype"))
+DECODE = Table({
+    "steps": Int(1), "length": Nullable(Int(1)), "top_k": Int(0), "temperature": Number(), "choice_temperature": Number(),
+    "guidance": Number(), "sway": Number(), "schedule": Str(), "solver": Str(), "grid": Str(),
+}, extra=Scalar())
+
+META = Table({
+    "conditioning": Nullable(MapOf(Nullable(Table({"uncond": Nullable(Number())})))),
+    **{k: Int(1) for k in ("vocab_size", "seq_len", "num_classes", "channels", "frames", "max_len", "utterance_frames",
+                           "frames_per_token")},
+    **{k: Int(0) for k in ("mask_id", "bos_id")},
+    "chunk": Table({"frames": Int(1), "context": Int(0), "lookahead": Int(0), "tokens_input": Str(), "sigma_min": Number()},
+                   required=("frames", "context", "lookahead", "tokens_input")),
+})
+
+MANIFEST_SCHEMA = Table({
+    "schema": Str(),
+    "created": Str(),
+    "updated": Str(),
+    "model": Table({
+        "name": NAME, "kind": OneOf(*KINDS), "meta": META, "source": Nullable(Str()), "source_sha256": Nullable(Str()),
+        "ground_truth": Nullable(OneOf(*GROUND_TRUTH_TASKS)), "condition_sampler": Nullable(Str()),
+    }, required=("name", "kind", "meta")),
+    "io": Table({"inputs": MapOf(TENSOR, non_empty=True), "outputs": MapOf(TENSOR, non_empty=True)}, required=("inputs", "outputs")),
+    "decode_defaults": Nullable(DECODE),
+    "artifacts": MapOf(Table({
+        "path": Str(), "sha256": HASH, "bytes": Int(0), "made_by": Str(), "config": OBJECT, "created": Str(),
+        "side_files": ListOf(Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256", "bytes"))),
+    }, required=("path", "sha256", "bytes", "made_by"))),
+    "verification": Nullable(MapOf(Table({
+        "passed": Bool(), "reference": Str(), "candidate": Str(), "samples": Int(0), "atol": Number(), "rtol": Number(),
+        "outputs": MapOf(OBJECT),
+    }))),
+    "quantization": Nullable(Table({
+        "profile": Nullable(Str()), "passed": Bool(),
+        "arithmetic": Nullable(Table({"isa": Nullable(Str()), "validated_on": Nullable(Str()), "scheme": Nullable(Table({"name": Str()}))})),
+        "budget": Table({"eval": Table({"samples": Int(1), "seed": Int(0), "decode": Nullable(DECODE)})}),
+    })),
+    "engines": Nullable(MapOf(Table({
+        "path": Str(), "sha256": HASH, "bytes": Int(0), "runtime": Str(), "runtime_version": Nullable(Str()),
+        "format": Nullable(Str()), "device": Nullable(Str()), "device_name": Nullable(Str()), "cpu_isa": Nullable(ListOf(Str())),
+        "portable": Bool(), "compute_capability": Nullable(Str()), "l4t": Nullable(Str()), "target": Str(), "precision": Str(),
+        "source": Str(), "source_onnx_sha256": Str(), "metadata": FILE, "required_operators": FILE,
+        "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
+        "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
+        "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),
+    }, required=("path",)))),
+    "fused": Nullable(MapOf(Table({
+        "graph": OneOf(*GRAPHS[1:]), "artifact": Str(), "path": Str(), "mask_id": Int(0), "ops": OBJECT,
+        "inputs": MapOf(TENSOR), "outputs": MapOf(TENSOR),
+        "baked": Table({"steps": Int(1), "nfe": Int(1), "time_grid": ListOf(Number()), "mask_counts": ListOf(Int(0))},
+                       extra=Scalar()),
+    }, required=("graph", "artifact", "baked")))),
+    "flow_quality": Nullable(Table({
+        "table": ListOf(Table({"solver": Str(), "steps": Int(1), "nfe": Int(1), "snr_db": Number()},
+                              required=("solver", "steps", "nfe", "snr_db"))),
+    }, required=("table",))),
+    "graph": Nullable(MapOf(OBJECT)),
+    "provenance": Nullable(OBJECT),
+    "packed": Nullable(OBJECT),
+}, required=("model", "io", "artifacts"))
+
+
+def _found(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing (the field is missing)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        what = "object" if isinstance(value, dict) else "list"
+        text = repr(value)
+        return f"{what} {text if len(text) <= 40 else text[:37] + '...'}"
+    kind = {str: "string", int: "integer", float: "number"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    return f"{kind} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def validate_manifest(manifest: Any, path: Path) -> None:
+    """Check ``manifest`` against MANIFEST_SCHEMA and what ties its fields together (the model's
+    name is printable, conditioning names graph inputs, the IO specs parse): a BundleError
+    naming the field, the type expected and what was found."""
+    hint = "re-export the bundle with `edgekit export` (or re-run the stage that wrote the field)"
+    try:
+        MANIFEST_SCHEMA.check(manifest, "")
+    except _Mismatch as exc:
+        where = exc.where.lstrip(".") or "(the document)"
+        raise BundleError(f"manifest {path} field {where}: expected {exc.expected}, found {_found(exc.value)}", hint=hint) from None
+    model = manifest["model"]
+    if not model["name"].isprintable():
+        raise BundleError(f"manifest {path} field model.name: expected printable text, found {_found(model['name'])}", hint=hint)
+    for role in ("inputs", "outputs"):
+        try:
+            tensor_specs_from_json(manifest["io"][role])
+        except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
+            raise BundleError(f"manifest {path} field io.{role}: expected tensor specs, found one that does not parse ({exc})",
+                              hint=hint) from None
+    inputs = manifest["io"]["inputs"]
+    for name in model["meta"].get("conditioning") or {}:
+        if name not in inputs:
+            raise BundleError(
+                f"manifest {path} field model.meta.conditioning: expected names of graph inputs "
+                f"({', '.join(map(str, inputs))}), found {name!r}", hint=hint)
