@@ -19,8 +19,8 @@ def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = No
     fallback = next((p for p in target.precisions if p not in ("int8",)), "fp32")
     if "int8" not in target.precisions:
         return fallback, f"target {target.name} runs no int8"
-    q: Mapping[str, Any] = bundle.manifest.get("quantization") or {}
-    if "int8" not in bundle.manifest["artifacts"] or not q:
+    q: Mapping[str, Any] = bundle.quantization or {}
+    if not bundle.has("int8") or not q:
         return fallback, f"no int8 model (make one with `edgekit quantize {bundle.root} --target {target.name}`)"
     if q.get("profile") != target.quantization_profile:
         return fallback, f"the int8 model is profile {q.get('profile')!r}; target {target.name} needs {target.quantization_profile!r}"

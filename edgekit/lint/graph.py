@@ -212,4 +212,4 @@ def _external_data_bytes(model: Any, model_path: Path) -> int:
     return sum((model_path.parent / f).stat().st_size for f in files if (model_path.parent / f).is_file())
 
 
-__all__ = ["Finding", "LINT_SCHEMA", "SEVERITIES", "has_errors", "lint_bundle", "lint_onnx", "lint_report", "sort_findings"]
+__all__ = ["lint_onnx"]

@@ -125,7 +125,7 @@ def decode_eval_set(
     sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=rows)
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
-        cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), decode_options, seed=seed)
+        cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
         evaluate(bundle, lock, n, seed, dict(decode_options), cond=rows)
         decisions = (lock.agreeing, lock.total)

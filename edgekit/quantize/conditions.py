@@ -26,7 +26,7 @@ def condition_sets(bundle: Bundle, cfg: QuantizeConfig) -> tuple[dict | None, di
                 condition_rows(bundle, cfg.cond, cfg.eval_samples, cfg.eval_seed), doc)
     if bundle.ground_truth or not bundle.meta.get("conditioning"):
         return None, None, {"source": "the demo model's held-out set" if bundle.ground_truth else "no conditioning inputs"}
-    sampler = bundle.manifest["model"].get("condition_sampler")
+    sampler = bundle.condition_sampler
     if sampler:
         return None, None, {"source": f"the model's condition sampler {sampler} (seeded)", "sampler": sampler}
     return None, None, {"source": "uniform draws within each conditioning input's declared [low, high) "

@@ -44,7 +44,7 @@ def record_result(
         if len(bucket_models) > 1:
             summary["artifact"] = stage_buckets(bundle, bucket_models, cfg, tmp, summary)
         else:
-            for stale in [n for n in bundle.manifest["artifacts"] if n.startswith(BUCKET_ARTIFACT)]:
+            for stale in [n for n in bundle.artifact_names if n.startswith(BUCKET_ARTIFACT)]:
                 bundle.remove_artifact(stale)
             shutil.copyfile(model, staged)
             art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
@@ -60,7 +60,7 @@ def record_result(
             bundle.remove_artifact("int8-calibration")
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
-        bundle.manifest["quantization"] = jsonable(summary)
+        bundle.record("quantization", jsonable(summary))
         bundle.save()
     finally:
         staged.unlink(missing_ok=True)
@@ -95,7 +95,7 @@ def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tm
     weights.write_bytes(bytes(blob))
     out: dict[str, str] = {}
     names = ["int8"] + [f"{BUCKET_ARTIFACT}{i}" for i in range(1, len(models))]
-    for stale in [n for n in bundle.manifest["artifacts"] if n.startswith(BUCKET_ARTIFACT) and n not in names]:
+    for stale in [n for n in bundle.artifact_names if n.startswith(BUCKET_ARTIFACT) and n not in names]:
         bundle.remove_artifact(stale)
     for i, (name, model) in enumerate(zip(names, models)):
         for init in model.graph.initializer:

@@ -54,7 +54,7 @@ def quantize_bundle(
     cfg = cfg.resolved()
     bundle = Bundle.load(path)
     budget = cfg.budget_for(bundle.kind)
-    decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), cfg.decode)  # bad options fail here
+    decode_config(bundle.kind, bundle.decode_defaults, cfg.decode)  # bad options fail here
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
@@ -77,7 +77,7 @@ def quantize_bundle(
         doc = summary(run, result)
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
-    return bundle.manifest["quantization"] | {"bundle": str(bundle.root)}
+    return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
 
 
 def record_fp32(run: QuantizeRun) -> None:

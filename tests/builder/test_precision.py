@@ -21,7 +21,7 @@ def _bundle(passed=True, scheme="u8s8-pair", speed_isa="avx2", ratio=1.3, profil
     q = {"profile": profile, "passed": passed,
          "arithmetic": {"isa": speed_isa, "scheme": SCHEMES[scheme].to_json(), "validated_on": speed_isa},
          "speed": {"measured": True, "isa": speed_isa, "runtime": "ort", "int8_speedup": ratio}}
-    return SimpleNamespace(root="b", manifest={"artifacts": {"fp32": {}, **({"int8": {}} if int8 else {})}, "quantization": q})
+    return SimpleNamespace(root="b", quantization=q, has=lambda name: name == "fp32" or (int8 and name == "int8"))
 
 
 @pytest.mark.parametrize("case,host,target,want,says", [
