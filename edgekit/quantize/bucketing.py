@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from edgekit.evaluate import snr_db
 from edgekit.quantize.buckets import (
     AUTO_COUNTS,
     StepBuckets,
@@ -22,6 +23,7 @@ from edgekit.quantize.buckets import (
 from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.runtimes.bucketed import BucketedRuntime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 
 class BucketState:
@@ -32,6 +34,7 @@ class BucketState:
         self.siblings: dict[Path, list[Path]] = {}  # a candidate's first graph -> every bucket's graph
         self.made_with: dict[Path, StepBuckets] = {}  # a candidate's first graph -> its buckets
         self.tried: list[dict[str, Any]] = []
+        self.single: Path | None = None  # the one-scale candidate the search built first (per-step comparison)
 
     @property
     def requested(self) -> int | str | None:
@@ -92,6 +95,22 @@ class BucketState:
         """The buckets ``model`` was built with (None: one scale)."""
         return self.made_with.get(model)
 
+    def per_step(self, single: Path, model: Path) -> dict[str, Any]:
+        """Teacher-forced output SNR (dB) against FP32 at each call of the first recorded decode, for
+        the one-scale graph ``single`` and the bucketed candidate ``model``: where the buckets pay."""
+        run = self.run
+        traj = run.traj
+        calls = [i for i, c in enumerate(traj.calls) if c.decode == 0]
+        out_name = next(iter(run.bundle.outputs))
+        opts = OrtOptions(intra_op_threads=run.cfg.threads, allow_spinning=False)
+        rows: dict[str, list[float]] = {"position": [traj.calls[i].position for i in calls], "one_scale_db": [], "bucketed_db": []}
+        with OrtRuntime(run.fp32_path, opts) as fp, OrtRuntime(single, opts) as one, self.open(model, lambda p: OrtRuntime(p, opts)) as many:
+            for i in calls:
+                ref = fp.run(traj.feeds[i])[out_name].copy()
+                rows["one_scale_db"].append(snr_db(ref, one.run(traj.feeds[i])[out_name], floor=1e-30))
+                rows["bucketed_db"].append(snr_db(ref, many.run(traj.feeds[i])[out_name], floor=1e-30))
+        return rows
+
     def to_json(self, model: Path) -> dict[str, Any] | None:
         """What the summary and manifest record of ``model``'s buckets (None: one scale)."""
         buckets = self.for_model(model)
@@ -100,6 +119,9 @@ class BucketState:
         drift = self.drift
         calls = np.bincount([buckets.index(c.position) for c in self.run.traj.calls], minlength=buckets.n)
         doc = buckets.to_json() | {"calls_per_bucket": [int(c) for c in calls], "tried": self.tried}
-        if drift is not None:  # the waste the split removed, for the report
-            doc["range_drift_positions"] = [float(p) for p in drift.positions]
+        if drift is not None:  # per call index: where the boundaries came from (plots)
+            doc["drift"] = {"positions": [float(p) for p in drift.positions],
+                            "mean_share_of_range": [float(v) for v in drift.share.mean(axis=1)]}
+        if self.single is not None:
+            doc["per_step"] = self.per_step(self.single, model)
         return doc

@@ -98,11 +98,12 @@ class FallbackProfile:
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
-    def budget_runtime(self, model: Path) -> Any:
-        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``)."""
+    def budget_runtime(self, model: Path, spin: bool = True) -> Any:
+        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``); ``spin``
+        False: ORT's idle threads sleep (several bucket sessions take turns in one decode)."""
         if self.run.cfg.runtime == "openvino":
             return OpenVinoRuntime(model, OvOptions(threads=self.run.cfg.threads))
-        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads))
+        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, allow_spinning=spin))
 
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
@@ -126,7 +127,7 @@ class FallbackProfile:
 
     def open_candidate(self, model: Path) -> Any:
         """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one)."""
-        return self.buckets.open(model, self.budget_runtime)
+        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=len(self.buckets.paths(model)) == 1))
 
     def measure(self, model: Path) -> dict[str, Any]:
         with self.open_candidate(model) as rt:
@@ -166,12 +167,18 @@ class FallbackProfile:
         if counts == (1,):
             return
         best: tuple[int, float] | None = None
+        if 1 not in counts:  # the one-scale graph, for the per-step comparison in the summary
+            self.buckets.use(1)
+            self.buckets.single = self.build(self.selected)
         for n in counts:
             buckets = self.buckets.use(n)
             if n > 1 and buckets is None:
                 continue  # fewer distinct positions than buckets
             run.say(f"step buckets: {n} ({'one scale' if buckets is None else f'{buckets.by} edges ' + ', '.join(f'{b:.3g}' for b in buckets.boundaries)})")
-            metrics = self.measure(self.build(self.selected))
+            model = self.build(self.selected)
+            if n == 1:
+                self.buckets.single = model
+            metrics = self.measure(model)
             passed, _ = run.judge(metrics)
             margin = worst_margin(metrics, run.budget)
             self.buckets.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed,

@@ -149,12 +149,18 @@ class QnnProfile:
         if counts == (1,):
             return
         best: tuple[int, float] | None = None
+        if 1 not in counts:  # the one-scale graph, for the per-step comparison in the summary
+            self.buckets.use(1)
+            self.buckets.single = self.build(self.forced)
         for n in counts:
             buckets = self.buckets.use(n)
             if n > 1 and buckets is None:
                 continue
             self.run.say(f"step buckets: {n} ({'one scale' if buckets is None else f'{buckets.by} edges ' + ', '.join(f'{b:.3g}' for b in buckets.boundaries)})")
-            passed, metrics, _ = self.measure(self.build(self.forced), self.forced, backend="cpu")
+            model = self.build(self.forced)
+            if n == 1:
+                self.buckets.single = model
+            passed, metrics, _ = self.measure(model, self.forced, backend="cpu")
             margin = worst_margin(metrics, self.run.budget)
             self.buckets.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed,
                                        "margin": margin, "measured_on": "ort-cpu (search only)",

@@ -41,11 +41,47 @@ def print_quantize(o: Output, s: dict) -> None:
             ["network calls", where, "mean share", "min share", "narrowest tensor"],
             [(span(r["calls"], "d"), span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
              for r in s["range_drift"]["steps"]])
+    _print_buckets(o, s.get("step_buckets"), where)
+    _print_speed(o, s)
     q = s.get("qnn")
     if q:
         _print_qnn(o, s, q)
     o.line(f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8"
            + (" --runtime qnn)" if q else ")"))
+
+
+def _print_buckets(o: Output, b: dict | None, where: str) -> None:
+    """--step-buckets: what each count measured, the chosen ranges, and where they pay."""
+    if not b:
+        return
+    if b.get("tried"):
+        limits = [k for k in b["tried"][0] if k not in ("n", "boundaries", "passed", "margin", "measured_on")]
+        o.table("step buckets tried (every selected node INT8; the search then falls back or promotes)",
+                ["buckets", f"{where} edges", *limits, "budget"],
+                [(r["n"], ", ".join(f"{e:.3g}" for e in r["boundaries"]) or "—", *(r.get(k) for k in limits),
+                  "met" if r["passed"] else "not met") for r in b["tried"]])
+    if b.get("n", 1) > 1:
+        edges = [None, *b["boundaries"], None]
+        o.table(f"step buckets: {b['n']} by {b['by']} (activation scales each; weights shared: {b.get('weights_file', '—')})",
+                ["bucket", f"{where} from", "to", "calls"],
+                [(i, "—" if edges[i] is None else f"{edges[i]:.3g}", "—" if edges[i + 1] is None else f"{edges[i + 1]:.3g}", c)
+                 for i, c in enumerate(b.get("calls_per_bucket", []))])
+    steps = b.get("per_step")
+    if steps and steps["one_scale_db"]:
+        one, many = steps["one_scale_db"], steps["bucketed_db"]
+        o.line(f"per-step output SNR vs FP32 (teacher-forced): one scale {min(one):.1f}..{max(one):.1f} dB, "
+               f"{b.get('n', 1)} buckets {min(many):.1f}..{max(many):.1f} dB")
+
+
+def _print_speed(o: Output, s: dict) -> None:
+    sp = s.get("speed") or {}
+    if sp.get("measured"):
+        o.line(f"INT8 vs FP32 per decode on this {sp['isa']} CPU ({sp['runtime']}): {sp['int8_ms_per_decode']:.1f} vs "
+               f"{sp['fp32_ms_per_decode']:.1f} ms, {sp['int8_speedup']:.2f}x")
+    arith = s.get("arithmetic")
+    if arith:
+        o.line(f"arithmetic: scheme {arith['scheme']['name']} for {arith['isa']} CPUs (budget measured on {arith.get('validated_on')}; "
+               f"saturates on: {', '.join(arith.get('saturates_on') or []) or 'none'})")
 
 
 def _print_qnn(o: Output, s: dict, q: dict) -> None:

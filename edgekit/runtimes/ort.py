@@ -73,6 +73,10 @@ class OrtOptions:
     # ORT's per-node profiler: every run's kernel times go to a JSON trace (chrome://tracing
     # format) that ``end_profiling()`` closes and names; for finding which op dominates.
     profiling: bool = False
+    # ORT's intra-op threads busy-wait for the next run after each one. Several sessions that take
+    # turns in one decode (step buckets: one graph per step range) would spin against each other
+    # on a small CPU; False lets the idle pools sleep.
+    allow_spinning: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.providers, str) or not self.providers:
@@ -120,6 +124,9 @@ class OrtRuntime(BaseRuntime):
             ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[options.graph_optimization]
         )
         session_options.enable_profiling = options.profiling
+        if not options.allow_spinning:
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         if options.optimized_model_path is not None:
             Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             session_options.optimized_model_filepath = str(options.optimized_model_path)
