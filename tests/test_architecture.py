@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "edgekit"
 # (layer, rooms): a module belongs to the room with the longest matching prefix.
 LAYERS: dict[int, tuple[str, ...]] = {
     1: ("edgekit", "edgekit.errors", "edgekit.spec", "edgekit.bundle", "edgekit.targets", "edgekit.host", "edgekit.arithmetic",
-        "edgekit._deps", "edgekit._userhooks", "edgekit.output"),
+        "edgekit._deps", "edgekit._userhooks", "edgekit.output", "edgekit.vocabulary"),
     2: ("edgekit.models", "edgekit.runtimes"),
     3: ("edgekit.decode",),
     4: ("edgekit.probes", "edgekit.evaluate"),
