@@ -145,7 +145,7 @@ def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
 
 
 OPENVINO = register_backend(Backend(
-    name="openvino", title="OpenVINO", help="OpenVINO on the Intel CPU (a target picks GPU or NPU)",
+    name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
     precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
     open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
     open_graph=_open_graph, graph_precisions=("fp32", "bf16"),

@@ -325,7 +325,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 ARTIFACTS = {"fp32": "fp32", "int8": "int8"}
 register_backend(Backend(
-    name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU: the default",
+    name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
     open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
     open_graph=_open_graph, graph_precisions=("fp32",),

@@ -390,7 +390,7 @@ def _open_engine(choice: Any, threads: int) -> QnnRuntime:
 
 QNN = register_backend(Backend(
     name="qnn", title="QNN HTP",
-    help="Qualcomm's Hexagon NPU (HTP), emulated on x86",
+    help="Qualcomm's Hexagon NPU, emulated on x86",
     precisions=("int8", "fp16"), artifacts=ARTIFACTS, check_artifact=_check_artifact, open=_open,
     lacks="the Hexagon NPU computes in integers or float16",
     requires=Requirement("onnxruntime_qnn", "pip install 'edgekit[qnn]'", extra="qnn"),
