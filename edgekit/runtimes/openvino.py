@@ -27,8 +27,8 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import specs_from_entries
-from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.onnx_file import load_onnx
 
 DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 # OpenVINO's own spellings (ov::hint::PerformanceMode).

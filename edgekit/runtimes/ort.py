@@ -21,11 +21,16 @@ from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.engines import cross_arch_notes
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 from edgekit.runtimes.ort_fusions import (
     CPU_DISABLED_OPTIMIZERS,
     FUSION_PROVIDERS,
     fuse_fast_gelu,
+)
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
 )
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.

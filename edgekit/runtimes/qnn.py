@@ -34,7 +34,12 @@ from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime, _check_model_file
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
 
 EP_NAME = "QNNExecutionProvider"

@@ -6,13 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+import edgekit.runtimes.trt.metadata as metadata  # module attributes: tests fake the host
+import edgekit.runtimes.trt.runtime as trt_runtime
 from edgekit._deps import require
 from edgekit.errors import BundleError
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.engines import device_problems, find_engine
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
-from edgekit.runtimes.trt.metadata import check_compatible, host_metadata, read_metadata
-from edgekit.runtimes.trt.runtime import load_engine
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 
 
 def open_trt(bundle: Any, precision: str, threads: int = 0) -> Runtime:
@@ -39,16 +44,16 @@ def _engine_problems(plan: Path, entry: Mapping[str, Any], host: Any, target: An
     if not plan.is_file():
         return []
     try:
-        meta = read_metadata(plan)
+        meta = metadata.read_metadata(plan)
     except BundleError as exc:
         return [f"no usable metadata sidecar ({exc.message})"]
-    trt_host = trt_host if trt_host is not None else host_metadata()
+    trt_host = trt_host if trt_host is not None else metadata.host_metadata()
     # The source check is done against the manifest; the precision must match the key.
-    return check_compatible(meta, trt_host, None, entry.get("precision"))
+    return metadata.check_compatible(meta, trt_host, None, entry.get("precision"))
 
 
 def _open_engine(choice: Any, threads: int) -> Runtime:
-    return load_engine(choice.path, source_onnx=choice.source, precision=choice.precision)
+    return trt_runtime.load_engine(choice.path, source_onnx=choice.source, precision=choice.precision)
 
 
 TRT = register_backend(Backend(
