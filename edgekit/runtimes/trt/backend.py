@@ -60,7 +60,7 @@ TRT = register_backend(Backend(
     name="trt", title="TensorRT",
     help="the TensorRT engine `edgekit build` made on the NVIDIA device",
     precisions=("fp32", "fp16", "int8"), open=open_trt, lacks="TensorRT engines are fp32, fp16 or int8",
-    requires=Requirement("tensorrt", "pip install 'edgekit[trt]' (on Jetson, TensorRT comes with JetPack)", extra="trt"),
+    requires=Requirement("tensorrt", "pip install 'edgekit[trt]'", extra="trt"),  # Jetson: comes with JetPack
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine, runs_unbuilt=False),
 ))
 
