@@ -37,7 +37,9 @@ class Runtime(Protocol):
     # Where a latency is not the device's (the Hexagon NPU emulated on x86): said with every
     # figure; None when timings are this device's.
     timing_note: str | None
-    # How the session was made (QNN: seconds to create it, precompiled context or not); None.
+    # How the session was made, where creating it costs (QNN compiles the graph): {"seconds":
+    # to create it, "precompiled": a compiled model/context was loaded instead, optionally
+    # "compile_seconds_at_build" and "saved_seconds"}; None when there is nothing to say.
     session_info: Mapping[str, Any] | None
     # The files it loaded (model and external weights, or the engine): what memory reports size;
     # () for an in-process module.
