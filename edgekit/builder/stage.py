@@ -152,7 +152,7 @@ def build_bundle(
                          f"target {target.name} runs {runtime.title} ({', '.join(runtime.precisions)})")
 
     key = engine_key(target.name, precision)
-    old = (bundle.manifest.get("engines") or {}).get(key)
+    old = bundle.engines.get(key)
     if old is not None and not rebuild:
         problems = engine_problems(bundle, old, host, device_facts, target=target)
         if not problems:
@@ -190,7 +190,7 @@ def build_bundle(
         "made_by": "build",
         "created": now_iso(),
     })
-    bundle.manifest.setdefault("engines", {})[key] = entry
+    bundle.record_entry("engines", key, entry)
     bundle.save()
     remove_superseded(bundle, old)
     return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice)
@@ -216,7 +216,7 @@ def _source_artifact(bundle: Bundle, target: Target, precision: str) -> str:
     """The bundle artifact an engine of ``precision`` is built from (fp16 engines: from fp32)."""
     if precision != "int8":
         return "fp32"
-    if "int8" not in bundle.manifest["artifacts"]:
+    if not bundle.has("int8"):
         raise BundleError(
             f"bundle {bundle.root} has no int8 model to build target {target.name}'s int8 engine from",
             hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",

@@ -164,12 +164,12 @@ class DecodeModel:
 
     @classmethod
     def of(cls, bundle: Bundle) -> "DecodeModel":
-        return cls(bundle.kind, bundle.meta, bundle.manifest.get("decode_defaults") or {})
+        return cls(bundle.kind, bundle.meta, bundle.decode_defaults)
 
 
 # ---- planning -----------------------------------------------------------------------------------
 def has_artifact(bundle: Bundle, name: str) -> bool:
-    return name in (bundle.manifest.get("artifacts") or {})
+    return bundle.has(name)
 
 
 def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
@@ -197,7 +197,7 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         require(b.requires.module)  # a missing package fails here, not after minutes of measuring
         if b.engine is None or b.engine.runs_unbuilt:
             continue
-        engines = (bundle.manifest.get("engines") or {}).values()
+        engines = bundle.engines.values()
         for p in (p for p in precisions if p in b.precisions):
             if not any(e.get("runtime") == name and e.get("precision") == p for e in engines):
                 raise BundleError(

@@ -56,9 +56,9 @@ def open_fused(
     ``graph_precisions`` (ort: fp32 as written; openvino: f32 or bf16 inference precision)."""
 
     check_graph_kind(bundle.kind, graph)
-    entry = (bundle.manifest.get("fused") or {}).get(graph)
+    entry = bundle.fused.get(graph)
     if entry is None:
-        have = ", ".join(bundle.manifest.get("fused") or {}) or "none"
+        have = ", ".join(bundle.fused) or "none"
         raise UsageError(
             f"bundle {bundle.root} has no fused {graph!r} graph (it has: {have}); "
             f"add one with `edgekit export MODEL -o {bundle.root} --graph {graph}`"

@@ -74,13 +74,13 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, d
         problems.append(f"engine file {entry.get('path')} is missing")
     elif sha256_file(path) != entry.get("sha256"):
         problems.append(f"engine file {entry.get('path')} changed since it was built (sha256 mismatch)")
-    source = bundle.manifest["artifacts"].get(entry.get("source", "fp32"))
-    if source is None:
+    source = str(entry.get("source", "fp32"))
+    if not bundle.has(source):
         problems.append(f"its source model {entry.get('source')!r} is no longer in the bundle")
-    elif source["sha256"] != entry.get("source_onnx_sha256"):
+    elif bundle.artifact(source).sha256 != entry.get("source_onnx_sha256"):
         problems.append(
             f"source ONNX changed (engine from sha256 {str(entry.get('source_onnx_sha256'))[:12]}…, "
-            f"{entry.get('source')} now {source['sha256'][:12]}…)"
+            f"{entry.get('source')} now {bundle.artifact(source).sha256[:12]}…)"
         )
     runtime = entry.get("runtime")
     hooks = backend(runtime if runtime in names() else "ort").engine
@@ -156,7 +156,7 @@ def find_engine(
             warnings.append(skip)
             continue
         warnings += notes
-        entry = (b.manifest.get("engines") or {}).get(key)
+        entry = b.engines.get(key)
         if entry is not None and entry.get("runtime") != runtime:
             entry = None  # e.g. an ORT fallback entry while TensorRT is usable here
         if entry is None and be.engine.runs_unbuilt:

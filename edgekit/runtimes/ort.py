@@ -26,12 +26,7 @@ from edgekit.runtimes.ort_fusions import (
     FUSION_PROVIDERS,
     fuse_fast_gelu,
 )
-from edgekit.runtimes.registry import (
-    Backend,
-    EngineHooks,
-    Requirement,
-    register_backend,
-)
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {

@@ -34,12 +34,7 @@ from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime, _check_model_file
-from edgekit.runtimes.registry import (
-    Backend,
-    EngineHooks,
-    Requirement,
-    register_backend,
-)
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
 
 EP_NAME = "QNNExecutionProvider"
@@ -340,10 +335,10 @@ def _check_artifact(bundle: Any, precision: str) -> None:
     """The HTP takes only an int8 model of the qnn quantize profile."""
     if precision != "int8":
         return
-    if "int8" not in bundle.manifest.get("artifacts", {}):
+    if not bundle.has("int8"):
         raise EdgekitError(f"bundle {bundle.root} has no int8 model for the HTP",
                            hint=f"make one with `edgekit quantize {bundle.root} --profile qnn`")
-    profile = (bundle.manifest.get("quantization") or {}).get("profile")
+    profile = (bundle.quantization or {}).get("profile")
     if profile not in (None, "qnn"):
         raise UsageError(
             f"bundle {bundle.root}'s int8 model comes from quantize profile {profile!r}, which leaves ops in float "

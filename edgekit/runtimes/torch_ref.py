@@ -82,7 +82,7 @@ class TorchRuntime(BaseRuntime):
 # ---- the registry entry -----------------------------------------------------------------------
 def open_torch(bundle: Any, precision: str, threads: int = 0) -> TorchRuntime:
     """The PyTorch module rebuilt from ``bundle``'s model source (fp32)."""
-    source = bundle.manifest["model"].get("source") or bundle.name
+    source = bundle.source or bundle.name
     batch = next(iter(bundle.inputs.values())).shape[0]
     spec = load_spec(source, batch=batch)
     if bundle.meta.get("chunk") and _window_of(spec.inputs, bundle.inputs) and _window_of(spec.outputs, bundle.outputs):

@@ -12,19 +12,13 @@ from edgekit._deps import require
 from edgekit.errors import BundleError
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.engines import device_problems, find_engine
-from edgekit.runtimes.registry import (
-    Backend,
-    EngineHooks,
-    Requirement,
-    register_backend,
-)
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 
 
 def open_trt(bundle: Any, precision: str, threads: int = 0) -> Runtime:
     """The bundle's TensorRT engine of ``precision`` built for this host (any target's)."""
     require("tensorrt")
-    engines = bundle.manifest.get("engines") or {}
-    match = [e for e in engines.values() if e.get("runtime") == "trt" and e.get("precision") == precision]
+    match = [e for e in bundle.engines.values() if e.get("runtime") == "trt" and e.get("precision") == precision]
     if not match:
         raise BundleError(
             f"bundle {bundle.root} has no TensorRT {precision} engine",
