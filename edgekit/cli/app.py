@@ -323,9 +323,12 @@ def _check_registry(kind: str, many: bool, extra: Mapping[str, str] | None = Non
         from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
 
         flag = param.opts[0] if param.opts else f"--{kind}"
-        items = [v for v in (parse_csv(flag, value) if many else (value,)) if v not in (extra or {})]
+        items = parse_csv(flag, value) if many else (value,)
         try:
-            (registry.check_runtimes if kind == "runtime" else registry.check_precisions)(items, flag)
+            if kind == "runtime":
+                registry.check_runtimes(items, flag)
+            else:
+                registry.check_precisions(items, flag, also=tuple(extra or {}))
         except UsageError as exc:
             raise click.exceptions.UsageError(str(exc), ctx) from None
         return value

@@ -139,11 +139,13 @@ def check_runtimes(values: tuple[str, ...] | list[str], flag: str = "--runtime")
     return tuple(values)
 
 
-def check_precisions(values: tuple[str, ...] | list[str], flag: str = "--precision") -> tuple[str, ...]:
-    """``values`` when every one is a precision of the vocabulary."""
-    bad = [v for v in values if v not in PRECISIONS]
+def check_precisions(values: tuple[str, ...] | list[str], flag: str = "--precision", also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``values`` when every one is a precision of the vocabulary (or one of a command's own
+    values ``also``, e.g. build's "auto")."""
+    valid = (*PRECISIONS, *also)
+    bad = [v for v in values if v not in valid]
     if bad:
-        raise UsageError(f"{flag} {bad[0]!r} is unknown; valid: {', '.join(PRECISIONS)}")
+        raise UsageError(f"{flag} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
     return tuple(values)
 
 
