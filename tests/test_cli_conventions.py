@@ -165,3 +165,31 @@ def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, 
 def test_edgekit_alone_prints_the_help():
     r = invoke()
     assert r.exit_code == 2 and "Usage: edgekit" in r.output and "export" in r.output and "error:" not in r.output
+
+
+# ---- --runtime / --precision: one definition, from the runtime registry (issue #25) -------------
+def _commands_with(option: str) -> dict[str, object]:
+    commands = __import__("typer").main.get_command(app).commands
+    return {name: cmd for name, cmd in commands.items() if any(option in p.opts for p in cmd.params)}
+
+
+def test_every_runtime_is_in_every_runtime_help_and_accepted_by_every_command_that_takes_one(tmp_path):
+    from edgekit.runtimes.registry import names
+    from edgekit.vocabulary import PRECISIONS
+
+    wide = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}
+    for option, values in (("--runtime", names()), ("--precision", PRECISIONS)):
+        commands = _commands_with(option)
+        assert {"run", "check", "profile", "loadtest"} <= set(commands) if option == "--runtime" else {"run", "profile", "build"} <= set(commands)
+        for name, cmd in commands.items():
+            (param,) = [p for p in cmd.params if option in p.opts]
+            for value in values:
+                assert f"{value} (" in param.help, (name, option, value)  # the help users see
+            shown = runner.invoke(app, [name, "--help"], env=wide).stdout
+            assert all(value in shown for value in values), (name, option)
+            required = [p for p in cmd.params if getattr(p, "required", False) and not p.opts[0].startswith("-")]
+            for value in values:
+                r = invoke(name, *[tmp_path / "missing"] * len(required), option, value)
+                assert "is unknown" not in r.stderr, (name, option, value, r.stderr)  # the name got past parsing
+            r = invoke(name, *[tmp_path / "missing"] * len(required), option, "nonesuch")
+            assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"{option} 'nonesuch' is unknown; valid: {', '.join(values)}" in r.stderr

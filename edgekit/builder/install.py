@@ -45,7 +45,7 @@ def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
 def remove_superseded(bundle: Bundle, old: Mapping[str, Any] | None) -> None:
     """Delete an old engine's files once the manifest no longer names them (only ever inside
     ``engines/`` of this bundle, whatever the manifest said)."""
-    live = set().union(*(_entry_files(e) for e in (bundle.manifest.get("engines") or {}).values()))
+    live = set().union(*(_entry_files(e) for e in bundle.engines.values()))
     engines = (bundle.root / ENGINES_DIR).resolve()
     for rel in _entry_files(old) - live:
         path = (bundle.root / rel).resolve()

@@ -18,62 +18,100 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from edgekit._lock import writes_bundle
-from edgekit.runtimes.onnx_file import load_onnx
 from edgekit._deps import require
+from edgekit._lock import writes_bundle
 from edgekit.builder.install import install, remove_superseded
 from edgekit.builder.openvino import build_openvino
 from edgekit.builder.precision import choose_precision
 from edgekit.builder.ort import build_ort, fix_dynamic_shapes
 from edgekit.builder.qnn import build_qnn
-from edgekit.builder.trt import build_trt
+from edgekit.builder.trt import build_trt, prepare_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
-from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.host import HostFacts
 from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
-from edgekit.runtimes import (
-    trt as trt_backend,  # imports tensorrt only when a function runs
-)
 from edgekit.runtimes.engines import (
     EngineChoice,
     EngineNeedsBuild,
-    device_problems,
     engine_key,
     engine_problems,
     find_engine,
 )
+from edgekit.runtimes.onnx_file import load_onnx
+from edgekit.runtimes.registry import backend, runs
 from edgekit.targets import Target, load_target
 
 BUILD_SCHEMA = "edgekit.build/1"
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One engine to build: the (shape-fixed) model, what it stands for, and where to write."""
+
+    model_path: Path
+    source_sha256: str
+    target: Target
+    precision: str
+    host: HostFacts
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class RuntimeBuilder:
+    """How `edgekit build` makes a target's engine for one runtime."""
+
+    # (target, bundle, host) -> facts about the device the engine checks need (TensorRT's GPU),
+    # after refusing a host that cannot build it (missing package, not the device).
+    prepare: Callable[[Target, Bundle, HostFacts], Any]
+    # BuildJob -> ({role: file in workdir}, the engine entry's facts)
+    build: Callable[[BuildJob], tuple[dict[str, Path], dict[str, Any]]]
+    # Its engines are built on the device itself (a GPU's TensorRT, an Intel device's blob).
+    on_device: bool
+
+
+@dataclass(frozen=True)
+class NoBuilder:
+    why: str  # why the runtime has nothing `edgekit build` could make
+
+
+def _requires(runtime: str) -> Callable[[Target, Bundle, HostFacts], Any]:
+    """A ``prepare`` that only needs the runtime's package (exit 3 with its install line)."""
+
+    def prepare(target: Target, bundle: Bundle, host: HostFacts) -> None:
+        require(backend(runtime).requires.module)
+
+    return prepare
+
+
+# Per runtime name (registry). A target builds for the first of these it lists: the most
+# specialised runtime (TensorRT on a Jetson whose target falls back to ort, OpenVINO on intel-cpu).
+BUILDERS: dict[str, RuntimeBuilder | NoBuilder] = {
+    "trt": RuntimeBuilder(prepare_trt, lambda j: build_trt(j.model_path, j.source_sha256, j.target, j.precision, j.workdir), on_device=True),
+    "openvino": RuntimeBuilder(_requires("openvino"), lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir), on_device=True),
+    "qnn": RuntimeBuilder(_requires("qnn"), lambda j: build_qnn(j.model_path, j.target, j.precision, j.workdir), on_device=False),
+    "ort": RuntimeBuilder(lambda target, bundle, host: None, lambda j: build_ort(j.model_path, j.target, j.host, j.workdir), on_device=False),
+    "torch": NoBuilder("torch runs the PyTorch module rebuilt from the model source in edgekit's process: no engine, no target"),
+}
+
+
+def build_runtime(target: Target) -> str:
+    """The runtime ``target``'s engines are built for (the first of ``BUILDERS`` it lists)."""
+    for name, builder in BUILDERS.items():
+        if name in target.runtimes and isinstance(builder, RuntimeBuilder):
+            return name
+    raise UsageError(f"target {target.name} lists no runtime `edgekit build` makes engines for ({', '.join(target.runtimes)})")
 
 
 def builds_on_device(target: Target) -> bool:
     """Whether the target's engines must be built on the device itself: TensorRT engines,
     OpenVINO compiled blobs, and ONNX Runtime models optimized for the very CPU that runs them
     (arch "host")."""
-    return target.uses_trt or target.uses_openvino or target.arch == "host"
-
-
-def _gpu_problems(target: Target, trt_host: Any) -> list[str]:
-    wanted = target.trt.compute_capability
-    if wanted and trt_host.compute_capability not in wanted:
-        return [
-            f"this GPU is {trt_host.gpu_name} (compute capability {trt_host.compute_capability}), "
-            f"target {target.name} has compute capability {' or '.join(wanted)}"
-        ]
-    return []
-
-
-def _refuse_device(target: Target, bundle: Bundle, problems: list[str]) -> TargetUnavailable:
-    return TargetUnavailable(
-        f"cannot build target {target.name}'s TensorRT engine on this host: {'; '.join(problems)} "
-        "(an engine only runs on the GPU, TensorRT version and L4T release that built it)",
-        hint=f"build it on the device: `edgekit deploy {bundle.root} --host USER@DEVICE --target {target.name}` "
-        f"builds it there, or run `edgekit build {bundle.root} --target {target.name}` on the device",
-    )
+    builder = BUILDERS[build_runtime(target)]
+    return (isinstance(builder, RuntimeBuilder) and builder.on_device) or target.arch == "host"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,27 +142,19 @@ def build_bundle(
             f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}"
         )
     host = host or HostFacts.detect()
-    trt_host = None
-    if target.uses_trt:
-        problems = device_problems(target, host)
-        if problems:
-            raise _refuse_device(target, bundle, problems)
-        require("tensorrt")
-        trt_host = trt_backend.host_metadata()
-        problems = _gpu_problems(target, trt_host)
-        if problems:
-            raise _refuse_device(target, bundle, problems)
-    elif target.uses_openvino:
-        require("openvino")
-    elif target.uses_qnn:
-        require("onnxruntime_qnn")
-    elif precision in ("fp16", "bf16"):
-        raise UsageError(f"--precision {precision} needs TensorRT or OpenVINO; target {target.name} runs ONNX Runtime (fp32, int8)")
+    runtime = backend(build_runtime(target))
+    builder = BUILDERS[runtime.name]
+    if not isinstance(builder, RuntimeBuilder):
+        raise UsageError(f"target {target.name}: {builder.why}")
+    device_facts = builder.prepare(target, bundle, host)
+    if precision not in runtime.precisions:
+        raise UsageError(f"--precision {precision} needs {' or '.join(backend(r).title for r in runs(precision))}; "
+                         f"target {target.name} runs {runtime.title} ({', '.join(runtime.precisions)})")
 
     key = engine_key(target.name, precision)
-    old = (bundle.manifest.get("engines") or {}).get(key)
+    old = bundle.engines.get(key)
     if old is not None and not rebuild:
-        problems = engine_problems(bundle, old, host, trt_host, target=target)
+        problems = engine_problems(bundle, old, host, device_facts, target=target)
         if not problems:
             return _document(bundle, target, precision, old, "up-to-date", [], choice)
         raise EdgekitError(
@@ -146,14 +176,7 @@ def build_bundle(
                 hint=(f"{first.hint}; " if first.hint else "")
                 + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
             )
-        if target.uses_trt:
-            files, facts = build_trt(model_path, source.sha256, target, precision, workdir)
-        elif target.uses_openvino:
-            files, facts = build_openvino(model_path, target, precision, host, workdir)
-        elif target.uses_qnn:
-            files, facts = build_qnn(model_path, target, precision, workdir)
-        else:
-            files, facts = build_ort(model_path, target, host, workdir)
+        files, facts = builder.build(BuildJob(model_path, source.sha256, target, precision, host, workdir))
         entry = install(bundle, target, precision, files)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -167,7 +190,7 @@ def build_bundle(
         "made_by": "build",
         "created": now_iso(),
     })
-    bundle.manifest.setdefault("engines", {})[key] = entry
+    bundle.record_entry("engines", key, entry)
     bundle.save()
     remove_superseded(bundle, old)
     return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice)
@@ -193,7 +216,7 @@ def _source_artifact(bundle: Bundle, target: Target, precision: str) -> str:
     """The bundle artifact an engine of ``precision`` is built from (fp16 engines: from fp32)."""
     if precision != "int8":
         return "fp32"
-    if "int8" not in bundle.manifest["artifacts"]:
+    if not bundle.has("int8"):
         raise BundleError(
             f"bundle {bundle.root} has no int8 model to build target {target.name}'s int8 engine from",
             hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",

@@ -49,7 +49,7 @@ class ShadowRecorder(RuntimeProxy):
     def __init__(self, inner: Any, record: str | None = None, shadow: Any = None, on_pair: PairFn | None = None):
         if (shadow is None) != (on_pair is None):
             raise ValueError("shadow and on_pair go together")
-        super().__init__(inner, name=f"recording({getattr(inner, 'name', 'runtime')})", owns_inner=False)
+        super().__init__(inner, name=f"recording({inner.name})", owns_inner=False)
         self.record = record
         self.shadow = shadow
         self.on_pair = on_pair

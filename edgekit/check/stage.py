@@ -48,7 +48,8 @@ from edgekit.evaluate import (
     score,
     stored_rows,
 )
-from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES, open_runtime
+from edgekit.runtimes import PRECISIONS, open_runtime
+from edgekit.runtimes.registry import backend, names
 from edgekit.targets import load_target
 
 SCHEMA = "edgekit.check/1"
@@ -69,20 +70,21 @@ class RuntimePrecision:
 def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> RuntimePrecision:
     """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
 
-    valid = f"runtime:precision (runtimes {', '.join(RUNTIMES)}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
+    valid = f"runtime:precision (runtimes {', '.join(names())}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
     raw = text.strip().lower()
     if ":" in raw:
         rt, _, prec = raw.partition(":")
     elif raw in PRECISIONS:
         rt, prec = runtime, raw
-    elif raw in RUNTIMES:
+    elif raw in names():
         rt, prec = raw, "fp32"
     else:
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
-    if rt not in RUNTIMES or prec not in PRECISIONS:
+    if rt not in names() or prec not in PRECISIONS:
         raise UsageError(f"{flag} {text!r} is not a variant; valid: {valid}")
-    if prec not in RUNTIME_PRECISIONS[rt]:
-        raise UsageError(f"{flag} {text!r} is not a variant: {rt} runs {', '.join(RUNTIME_PRECISIONS[rt])}; valid: {valid}")
+    runs = backend(rt).precisions
+    if prec not in runs:
+        raise UsageError(f"{flag} {text!r} is not a variant: {rt} runs {', '.join(runs)}; valid: {valid}")
     return RuntimePrecision(rt, prec)
 
 

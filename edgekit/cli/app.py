@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Mapping, Optional
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
@@ -64,7 +64,7 @@ class _PlainArgument(TyperArgument):
 def _plain_params(params) -> None:
     for param in params:
         if type(param) is TyperOption:
-            param.__class__ = _PlainOption
+            param.__class__ = _RegistryOption if param.help in LEADS else _PlainOption
         elif type(param) is TyperArgument:
             param.__class__ = _PlainArgument
 
@@ -281,10 +281,84 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s")
 
 
-RuntimeOpt = Annotated[str, typer.Option("--runtime", help="ort | torch | trt | openvino | qnn (Qualcomm HTP; emulated on x86).")]
+# ---- --runtime / --precision: one definition, choices and help from the runtime registry ---------
+class RegistryHelp:
+    """An option's help whose list of runtimes or precisions is read from the registry when the
+    help is shown (a backend registered after the CLI loaded is listed too, and ``edgekit --help``
+    imports no backend module). typer keeps help as a plain string, so the options are found by
+    their lead text (``LEADS``)."""
+
+    def __init__(self, lead: str, kind: str, extra: Mapping[str, str] | None = None):
+        self.lead, self.kind, self.extra = lead, kind, dict(extra or {})
+
+    def render(self) -> str:
+        from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
+
+        listing = registry.runtime_help() if self.kind == "runtime" else registry.precision_help()
+        listing += "".join(f" | {value} ({what})" for value, what in self.extra.items())
+        return f"{self.lead}: {listing}.".replace("[", "\\[")  # edgekit[qnn] is text, not rich markup
 
 
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 | int8 (after `edgekit quantize`) | fp16 (trt, qnn, OpenVINO GPU/NPU) | bf16 (openvino: the fp32 model in bf16).")]
+LEADS: dict[str, RegistryHelp] = {}
+
+
+class _RegistryOption(_PlainOption):
+    @property
+    def help(self) -> str:
+        return LEADS[self.__dict__["help"]].render()
+
+    @help.setter
+    def help(self, value: str) -> None:
+        self.__dict__["help"] = value
+
+
+def _check_registry(kind: str, many: bool, extra: Mapping[str, str] | None = None) -> Callable:
+    """The option's callback: every value (comma-separated when ``many``) checked by the registry,
+    the one error listing the valid ones (exit 2, before any work); ``extra`` values (a command's
+    own, e.g. build's ``auto``) pass."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+        if value is None or ctx.resilient_parsing:
+            return value
+        from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
+
+        flag = param.opts[0] if param.opts else f"--{kind}"
+        items = parse_csv(flag, value) if many else (value,)
+        try:
+            if kind == "runtime":
+                registry.check_runtimes(items, flag)
+            else:
+                registry.check_precisions(items, flag, also=tuple(extra or {}))
+        except UsageError as exc:
+            raise click.exceptions.UsageError(str(exc), ctx) from None
+        return value
+
+    return check
+
+
+def runtime_option(lead: str = "Runtime", *, many: bool = False) -> typer.models.OptionInfo:
+    """``--runtime`` for every command: ``lead`` says what the runtime is for; the registry gives
+    the choices, their help and the check (``many``: a comma-separated list)."""
+    return typer.Option("--runtime", help=_lead(lead, "runtime"), callback=_check_registry("runtime", many))
+
+
+def precision_option(lead: str = "Precision", *, many: bool = False, extra: Mapping[str, str] | None = None) -> typer.models.OptionInfo:
+    """``--precision`` for every command, as ``runtime_option``; ``extra``: the command's own
+    values beyond the precisions ({value: what it means}, e.g. build's ``auto``)."""
+    return typer.Option("--precision", help=_lead(lead, "precision", extra), callback=_check_registry("precision", many, extra))
+
+
+def _lead(lead: str, kind: str, extra: Mapping[str, str] | None = None) -> str:
+    if lead in LEADS and (LEADS[lead].kind, LEADS[lead].extra) != (kind, dict(extra or {})):
+        raise ValueError(f"help lead {lead!r} is used by two different options: make them differ")
+    LEADS[lead] = RegistryHelp(lead, kind, extra)
+    return lead
+
+
+RuntimeOpt = Annotated[str, runtime_option()]
+
+
+PrecisionOpt = Annotated[str, precision_option()]
 
 
 def parse_csv(option: str, value: Optional[str], cast=str) -> tuple:

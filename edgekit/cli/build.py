@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -14,6 +14,7 @@ from edgekit.cli.app import (
     WaitOpt,
     command,
     configure_logging,
+    precision_option,
 )
 from edgekit.output import Output
 
@@ -24,7 +25,9 @@ from edgekit.output import Output
 def build(
     bundle: BundleArg,
     target: TargetOpt = "cpu",
-    precision: Annotated[Literal["fp32", "fp16", "int8", "auto"], typer.Option("--precision", help="fp16: TensorRT only; int8: after `edgekit quantize`; auto: the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on the target's CPU class and it was not slower than FP32 there), and why.")] = "fp32",
+    precision: Annotated[str, precision_option("One the target runs (`edgekit targets`)", extra={"auto": (
+        "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on "
+        "the target's CPU class and it was not slower than FP32 there), and why")})] = "fp32",
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,

@@ -15,6 +15,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
     parse_cond,
+    runtime_option,
 )
 from edgekit.output import Output
 
@@ -34,7 +35,7 @@ def check(
     bundle: BundleArg,
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
     candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino | qnn.")] = "ort",
+    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
     n: Annotated[Optional[int], typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.")] = None,
     greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,

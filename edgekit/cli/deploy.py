@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging
+from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging, precision_option
 from edgekit.output import Output
 
 
@@ -22,7 +22,7 @@ def deploy(
     port: Annotated[Optional[int], typer.Option("--port", help="ssh port (default: ssh's).")] = None,
     identity: Annotated[Optional[Path], typer.Option("--identity", "-i", help="Private key file for ssh.")] = None,
     known_hosts: Annotated[Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify the device against (default: ssh's).")] = None,
-    precision: Annotated[Optional[str], typer.Option("--precision", help="Precision to build/run there (default: the target's first).")] = None,
+    precision: Annotated[Optional[str], precision_option("Precision to build/run there (default: the target's first)")] = None,
     remote_dir: Annotated[str, typer.Option("--remote-dir", help="Folder on the device for bundles and reports.")] = "~/edgekit-deploy",
     remote_edgekit: Annotated[Optional[str], typer.Option("--remote-edgekit", help="edgekit on the device (default: PATH, ~/.venvs/edgekit/bin).")] = None,
     transfer: Annotated[Literal["auto", "rsync", "scp"], typer.Option("--transfer", help="auto: rsync when both ends have it, else scp.")] = "auto",

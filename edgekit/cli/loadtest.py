@@ -14,6 +14,8 @@ from edgekit.cli.app import (
     configure_logging,
     parse_cond,
     parse_csv,
+    precision_option,
+    runtime_option,
 )
 from edgekit.output import Output
 
@@ -35,8 +37,8 @@ def loadtest(
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps of --solver.")] = 4,
     duration_s: Annotated[float, typer.Option("--duration-s", help="Streams start utterances for this long; the last one finishes.")] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of both graphs: ort | openvino | torch | qnn (HTP; the token graph in fp16 there) | trt.")] = "ort",
-    precision: Annotated[str, typer.Option("--precision", help="The flow graph's precision: fp32 | int8 (after `edgekit quantize`; qnn: --profile qnn) | fp16 (qnn, trt) | bf16 (openvino).")] = "fp32",
+    runtime: Annotated[str, runtime_option("Runtime of both graphs (the token graph runs in fp32, or a float precision where the runtime has no fp32)")] = "ort",
+    precision: Annotated[str, precision_option("The flow graph's precision")] = "fp32",
     threads: Annotated[int, typer.Option("--threads", min=0, help="Runtime intra-op threads (0 = its default).")] = 0,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
     seed: SeedOpt = 0,

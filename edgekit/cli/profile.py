@@ -17,6 +17,8 @@ from edgekit.cli.app import (
     configure_logging,
     parse_cond,
     parse_csv,
+    precision_option,
+    runtime_option,
 )
 from edgekit.errors import UsageError
 from edgekit.output import Output
@@ -33,8 +35,8 @@ from edgekit.output import Output
 )
 def profile(
     bundle: BundleArg,
-    runtime: Annotated[str, typer.Option("--runtime", help="Comma-separated runtimes to compare: ort, torch, trt, openvino.")] = "ort",
-    precision: Annotated[Optional[str], typer.Option("--precision", help="Comma-separated: fp32, int8, bf16 (openvino), fp16 (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can.")] = None,
+    runtime: Annotated[str, runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
+    precision: Annotated[Optional[str], precision_option("Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can", many=True)] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
     batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch).")] = None,
     iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,

@@ -18,6 +18,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
     parse_cond,
+    runtime_option,
 )
 from edgekit.output import Output
 
@@ -46,7 +47,7 @@ def quantize(
     seed: SeedOpt = 0,
     threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
     wait: WaitOpt = False,
-    runtime: Annotated[Optional[str], typer.Option("--runtime", help="Runtime the INT8 model is decoded on for the budget: ort | openvino (default: the --target's, else ort).")] = None,
+    runtime: Annotated[Optional[str], runtime_option("Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,
     isa: Annotated[str, typer.Option("--isa", help="cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | arm64-dotprod | arm64-i8mm | x86-64); default: the --target's.")] = "host",
     scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",

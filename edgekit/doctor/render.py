@@ -14,6 +14,7 @@ def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
     o.pairs("this host", {**doc["host"], "cpu_isa": " ".join(doc["host"].get("cpu_isa") or []) or "—",
                           "onnxruntime": env["onnxruntime"],
                           "ORT providers": ", ".join(env["providers"]), "tensorrt": env["tensorrt"],
+                          "onnxruntime-qnn": env.get("onnxruntime_qnn") and f"{env['onnxruntime_qnn']} (QNN SDK {env.get('qnn_sdk')})",
                           "gpu": env["gpu"] and f"{env['gpu']['name']} (sm {env['gpu']['compute_capability']})",
                           "openvino": env.get("openvino") and f"{env['openvino']} (devices: {', '.join(env.get('openvino_devices') or {}) or 'none'})"})
     if not one_target:
@@ -24,7 +25,8 @@ def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
         return
     t = doc["targets"][0]
     o.table(f"target {t['target']}: runtimes in order", ["runtime", "usable here", "version", "providers / problems"],
-            [(r["runtime"], r["available"], r["version"], ", ".join(r.get("providers") or r.get("problems") or [])) for r in t["runtimes"]])
+            [(r["runtime"], r["available"], r["version"], ", ".join(r.get("providers") or r.get("problems") or r.get("notes") or []))
+             for r in t["runtimes"]])
     power = t["power"]
     o.pairs("device and power", {
         "this host is the device": t["device"]["matches"] or "; ".join(t["device"]["reasons"]),

@@ -1,8 +1,10 @@
 """`edgekit doctor`: what this host can run for a target, and what is missing (with the line
 that installs it).
 
-For each target: its runtimes in order with versions (ONNX Runtime and the execution providers
-this build has; TensorRT, the GPU and its compute capability), whether this host is the target's
+For each target: every runtime it lists, in order, through the runtime registry (what each needs
+and its install line), with versions (ONNX Runtime and the execution providers this build has;
+TensorRT, the GPU and its compute capability; onnxruntime-qnn, its QNN SDK and whether the
+Hexagon NPU is emulated here), whether this host is the target's
 device (architecture, Jetson/L4T, board, GPU), the power probe (``edgekit.probes.power.detect``)
 and, on Jetson targets, ``nvpmodel``; OpenVINO's version, devices and their capabilities, and
 this CPU's int8/bf16 ISA features. Reads versions from installed packages; imports TensorRT and
@@ -15,16 +17,19 @@ import platform
 import shutil
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from edgekit.host import HostFacts, module_available
+from edgekit.errors import EdgekitError
+from edgekit.host import HostFacts
 from edgekit.probes.power import Unavailable, detect
+from edgekit.runtimes import qnn as qnn_backend  # imports onnxruntime-qnn only when a function runs
 from edgekit.runtimes.engines import device_problems
 from edgekit.runtimes.openvino import (  # lazy: openvino
     available_devices,
     device_capabilities,
     openvino_version,
 )
+from edgekit.runtimes.registry import backend
 from edgekit.runtimes.trt import host_metadata
 from edgekit.targets import Target, list_targets, load_target
 
@@ -39,8 +44,8 @@ PROVIDER_INSTALL: dict[str, str] = {
     "XnnpackExecutionProvider": "an onnxruntime built with --use_xnnpack (./build.sh --use_xnnpack --build_wheel)",
     "CoreMLExecutionProvider": "onnxruntime on macOS/iOS (pip install onnxruntime on a Mac)",
 }
-TRT_INSTALL = "pip install 'edgekit[trt]'"
-OPENVINO_INSTALL = "pip install 'edgekit[openvino]'"
+TRT_INSTALL = backend("trt").requires.install
+OPENVINO_INSTALL = backend("openvino").requires.install
 # What an OpenVINO device needs besides the openvino package (its plugin ships in the wheel).
 OPENVINO_DEVICE_INSTALL: dict[str, str] = {
     "GPU": "the Intel GPU compute driver: sudo apt install intel-opencl-icd (or Intel's compute-runtime release), on a machine with an Intel Arc/integrated GPU",
@@ -91,13 +96,22 @@ def environment(host: HostFacts) -> dict[str, Any]:
         env["onnxruntime_error"] = str(exc)
     env["cuda_python"] = _dist_version("cuda-python")
     env["openvino"] = None
-    if module_available("openvino"):
+    if backend("openvino").requires.available():
         try:
             env["openvino"] = openvino_version()
             env["openvino_devices"] = {d: device_capabilities(d) for d in available_devices()}
         except Exception as exc:  # noqa: BLE001 - a broken install is what doctor reports
             env["openvino_error"] = f"{type(exc).__name__}: {exc}"
-    if module_available("tensorrt"):
+    env["onnxruntime_qnn"] = None
+    if backend("qnn").requires.available():
+        try:
+            env.update({k: v for k, v in qnn_backend.versions().items() if k != "onnxruntime"})
+            import onnxruntime as ort
+
+            qnn_backend.register(ort)  # the HTP backend library loads and offers a device here
+        except (EdgekitError, ImportError, OSError) as exc:  # a broken install is what doctor reports
+            env["qnn_error"] = f"{type(exc).__name__}: {exc}"
+    if backend("trt").requires.available():
         try:
             meta = host_metadata()
             env["tensorrt"] = meta.tensorrt_version
@@ -112,15 +126,7 @@ def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_ca
     """One target: ``runtimes`` (what each needs, has, lacks), ``device``, ``power``,
     ``missing`` (each with its install line or why), ``runs_with`` and ``ready``."""
     missing: list[dict[str, Any]] = []
-    runtimes = []
-    for name in target.runtimes:
-        if name == "ort":
-            entry = _ort_report(target, env, missing)
-        elif name == "openvino":
-            entry = _openvino_report(target, env, missing)
-        else:
-            entry = _trt_report(target, host, env, missing)
-        runtimes.append(entry)
+    runtimes = [RUNTIME_REPORTS.get(name, _registry_report)(name, target, host, env, missing) for name in target.runtimes]
     device = _device_report(target, host, env)
     if not device["matches"]:
         missing.append({"what": f"the {target.name} device", "why": "; ".join(device["reasons"]),
@@ -147,12 +153,12 @@ def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_ca
     }
 
 
-def _ort_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _ort_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
     have = env.get("providers") or []
     wanted = list(target.ort.providers)
     lacking = [p for p in wanted if p not in have]
     if env.get("onnxruntime") is None:
-        missing.append({"what": "onnxruntime", "why": env.get("onnxruntime_error", "not installed"), "install": "pip install onnxruntime"})
+        missing.append({"what": "onnxruntime", "why": env.get("onnxruntime_error", "not installed"), "install": backend("ort").requires.install})
     for provider in lacking:
         missing.append({"what": f"ONNX Runtime {provider}", "why": "not in this onnxruntime build",
                         "install": PROVIDER_INSTALL.get(provider, f"an onnxruntime build with {provider}")})
@@ -160,7 +166,7 @@ def _ort_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any
     return {"runtime": "ort", "available": bool(usable), "version": env.get("onnxruntime"), "providers": usable, "providers_missing": lacking}
 
 
-def _openvino_report(target: Target, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _openvino_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
     device = target.openvino.device
     devices = env.get("openvino_devices") or {}
     problems = []
@@ -177,7 +183,7 @@ def _openvino_report(target: Target, env: dict[str, Any], missing: list[dict[str
             "capabilities": capabilities, "problems": problems}
 
 
-def _trt_report(target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _trt_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
     reasons: list[str] = []
     version = env.get("tensorrt")
     if version is None:
@@ -199,6 +205,41 @@ def _trt_report(target: Target, host: HostFacts, env: dict[str, Any], missing: l
         reasons.append(f"GPU {gpu['name']} has compute capability {gpu['compute_capability']}, target needs {' or '.join(wanted)}")
     return {"runtime": "trt", "available": not reasons and not device_problems(target, host), "version": version,
             "gpu": gpu, "problems": reasons, "limits": limits}
+
+
+def _qnn_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    """onnxruntime-qnn and the HTP backend it ships: on a Snapdragon the NPU itself, on x86 its
+    emulation (accuracy is the NPU's, latency is not)."""
+    entry = backend(name)
+    problems = []
+    if env.get("onnxruntime_qnn") is None:
+        problems.append("onnxruntime-qnn is not installed")
+        missing.append({"what": "onnxruntime-qnn (the QNN HTP backend)", "why": f"the {entry.requires.module} Python package is not importable",
+                        "install": entry.requires.install})
+    elif env.get("qnn_error"):
+        problems.append(env["qnn_error"])
+        missing.append({"what": "a working onnxruntime-qnn", "why": env["qnn_error"], "install": f"{entry.requires.install} (reinstall: pip install -U)"})
+    emulated = host.arch != "aarch64"
+    notes = [f"HTP v{target.qnn.htp_arch} emulated on this {host.arch} host: accuracy is the NPU's, latency is not"] if emulated else []
+    return {"runtime": name, "available": not problems, "version": env.get("onnxruntime_qnn"), "qnn_sdk": env.get("qnn_sdk"),
+            "htp_arch": target.qnn.htp_arch, "soc_model": target.qnn.soc_model, "emulated": emulated, "problems": problems,
+            "notes": notes}
+
+
+def _registry_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    """A runtime with no checks of its own here: whether its package imports (registry entry)."""
+    entry = backend(name)
+    problems = [] if entry.requires.available() else [f"{entry.requires.module} is not installed"]
+    if problems:
+        missing.append({"what": entry.title, "why": f"the {entry.requires.module} Python package is not importable", "install": entry.requires.install})
+    return {"runtime": name, "available": not problems, "version": _dist_version(entry.requires.module), "problems": problems}
+
+
+# Per runtime name (runtimes.registry): what doctor checks for a target that lists it. Any other
+# registered runtime gets `_registry_report` (is its package there); torch is never a target's.
+Report = Callable[[str, Target, HostFacts, dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
+RUNTIME_REPORTS: dict[str, Report] = {"ort": _ort_report, "openvino": _openvino_report, "trt": _trt_report, "qnn": _qnn_report}
+NOT_REPORTED: dict[str, str] = {"torch": "no target lists torch: it runs the PyTorch module in edgekit's own process"}
 
 
 def _trt_install(target: Target) -> str:

@@ -3,8 +3,9 @@ op support per target and model size. ``onnx`` is imported lazily."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,11 +24,39 @@ from edgekit.lint.ops import (
     walk_nodes,
 )
 from edgekit.lint.trt import trt_qdq_findings, trt_support_findings
-from edgekit.runtimes._specs import load_onnx
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.targets import Target, load_target
 
 # onnx.TensorProto element types (numbers, so this module imports onnx lazily).
 _INT8, _UINT8 = 3, 2
+
+# (model file, its nodes, target, artifact name) -> findings
+OpSupportRule = Callable[[Path, Sequence[Any], Target, str], list[Finding]]
+# Op support per source a target's `lint.supported_ops` names (targets.SUPPORTED_OPS_SOURCES).
+OP_SUPPORT: dict[str, OpSupportRule] = {
+    "ort": lambda path, nodes, target, name: [],  # the CPU EP runs every standard op
+    "tensorrt": lambda path, nodes, target, name: trt_support_findings(nodes, name),
+    "nnapi": lambda path, nodes, target, name: mobile_ep_findings(path, target, name),
+    "coreml": lambda path, nodes, target, name: mobile_ep_findings(path, target, name),
+    "openvino": lambda path, nodes, target, name: openvino_findings(path, target, name),
+    "qnn": lambda path, nodes, target, name: qnn_findings(path, target, name),
+}
+
+
+@dataclass(frozen=True)
+class NoLint:
+    why: str  # why a runtime has no graph to lint
+
+
+# Per runtime name (runtimes.registry): the op-support sources its graphs may be checked against
+# (a target's `lint.supported_ops` is one of them for the runtime it builds for).
+RUNTIME_LINT: dict[str, tuple[str, ...] | NoLint] = {
+    "ort": ("ort", "nnapi", "coreml"),  # the CPU EP, or the mobile EPs an Android/iOS build adds
+    "trt": ("tensorrt",),
+    "openvino": ("openvino",),
+    "qnn": ("qnn",),
+    "torch": NoLint("torch runs the PyTorch module in edgekit's process: there is no ONNX graph to deploy"),
+}
 
 
 def lint_onnx(
@@ -56,14 +85,7 @@ def lint_onnx(
     ]
     if target.quantization_profile == "trt" or rules.supported_ops == "tensorrt":
         findings += trt_qdq_findings(nodes, consts, name)
-    if rules.supported_ops == "tensorrt":
-        findings += trt_support_findings(nodes, name)
-    elif rules.supported_ops in ("nnapi", "coreml"):
-        findings += mobile_ep_findings(model_path, target, name)
-    elif rules.supported_ops == "openvino":
-        findings += openvino_findings(model_path, target, name)
-    elif rules.supported_ops == "qnn":
-        findings += qnn_findings(model_path, target, name)
+    findings += OP_SUPPORT[rules.supported_ops](model_path, nodes, target, name)
     return sort_findings(findings)
 
 

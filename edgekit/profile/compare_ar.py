@@ -22,6 +22,7 @@ from edgekit.profile.frontier_points import measure_frontier
 from edgekit.profile.measure import PowerProbe, profile_variant
 from edgekit.profile.ratios import safe_ratio
 from edgekit.profile.sweep import length_sweep
+from edgekit.runtimes.registry import backend
 
 
 def default_ar_bundle(masked_root: Path) -> Path:
@@ -143,7 +144,8 @@ def compare_ar(
         if key in ar_docs or not v.get("available", True):
             continue
         label = f"AR {v['runtime']} {v['precision']}"
-        if v["runtime"] in ("ort", "openvino") and not has_artifact(ar, "int8" if v["precision"] == "int8" else "fp32"):
+        artifact = backend(v["runtime"]).artifacts.get(v["precision"])  # None: the module or a built engine
+        if artifact is not None and not has_artifact(ar, artifact):
             ar_docs[key] = {
                 "id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
                 "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",

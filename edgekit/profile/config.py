@@ -17,7 +17,7 @@ from edgekit.evaluate import conditions, load_condition_data, stored_rows
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
 from edgekit.profile.frontier import Tolerance
-from edgekit.runtimes import PRECISIONS, RUNTIME_PRECISIONS, RUNTIMES
+from edgekit.runtimes.registry import backend, check_precisions, check_runtimes, names, runs
 
 SCHEMA = "edgekit.profile/1"
 
@@ -28,9 +28,17 @@ ProgressFn = Callable[[str, int, int], None]
 
 # Ratio orientation: the deployment candidate over its reference (int8 over fp32, TensorRT over
 # ORT over torch eager), so a latency ratio below 1 means the candidate is faster.
-CANDIDATE_ORDER = {"runtime": ("trt", "openvino", "ort", "torch"), "precision": ("int8", "fp16", "bf16", "fp32")}
-# A profile leaves out the runtime x precision pairs outside runtimes.RUNTIME_PRECISIONS, and a
-# precision no runtime of the profile runs is an error.
+PRECISION_ORDER = ("int8", "fp16", "bf16", "fp32")
+
+
+def candidate_order(axis: str) -> tuple[str, ...]:
+    """Values of ``axis`` (runtime | precision), deployment candidates first: runtimes by their
+    registry ``reference_rank`` (device runtimes, then ORT, then the torch reference)."""
+    if axis == "precision":
+        return PRECISION_ORDER
+    return tuple(sorted(names(), key=lambda n: backend(n).reference_rank))
+# A profile leaves out the runtime x precision pairs a runtime does not run (its registry
+# precisions), and a precision no runtime of the profile runs is an error.
 
 
 # Built-in architectures the crossover sweep can rebuild at other lengths (random init: latency
@@ -103,13 +111,8 @@ class ProfileConfig:
     metric_hook: str | None = None
 
     def __post_init__(self) -> None:
-        for name, values, valid in (("--runtime", self.runtimes, RUNTIMES), ("--precision", self.precisions, PRECISIONS)):
-            object.__setattr__(self, "runtimes" if name == "--runtime" else "precisions", tuple(values))
-            bad = [v for v in values if v not in valid]
-            if bad:
-                raise UsageError(f"{name} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
-        if not self.runtimes:
-            raise UsageError(f"--runtime is empty; valid: {', '.join(RUNTIMES)}")
+        object.__setattr__(self, "runtimes", check_runtimes(tuple(self.runtimes)))
+        object.__setattr__(self, "precisions", check_precisions(tuple(self.precisions)))
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "sweep_lengths", tuple(self.sweep_lengths))
         if any(not isinstance(s, int) or s < 1 for s in self.steps):
@@ -161,12 +164,12 @@ class DecodeModel:
 
     @classmethod
     def of(cls, bundle: Bundle) -> "DecodeModel":
-        return cls(bundle.kind, bundle.meta, bundle.manifest.get("decode_defaults") or {})
+        return cls(bundle.kind, bundle.meta, bundle.decode_defaults)
 
 
 # ---- planning -----------------------------------------------------------------------------------
 def has_artifact(bundle: Bundle, name: str) -> bool:
-    return name in (bundle.manifest.get("artifacts") or {})
+    return bundle.has(name)
 
 
 def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
@@ -176,11 +179,11 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         precisions = cfg.precisions
     else:
         precisions = ("fp32", "int8") if has_artifact(bundle, "int8") else ("fp32",)
-    orphans = [p for p in precisions if not any(p in RUNTIME_PRECISIONS[r] for r in cfg.runtimes)]
+    orphans = [p for p in precisions if not any(p in backend(r).precisions for r in cfg.runtimes)]
     if orphans:
         raise UsageError(
             f"--precision {orphans[0]} runs on none of --runtime {','.join(cfg.runtimes)}; "
-            f"{orphans[0]} runs on {', '.join(r for r, ps in RUNTIME_PRECISIONS.items() if orphans[0] in ps)}",
+            f"{orphans[0]} runs on {', '.join(runs(orphans[0]))}",
             hint="add a runtime that runs it (e.g. --runtime ort,openvino --precision fp32,int8,bf16)",
         )
     if "int8" in precisions and not has_artifact(bundle, "int8"):
@@ -189,23 +192,17 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
             f"--precision int8: bundle {bundle.root} has no int8 artifact (precisions it has: {have})",
             hint=f"run `edgekit quantize {bundle.root}` first, or profile --precision fp32",
         )
-    if "torch" in cfg.runtimes:
-        require("torch")
-        if cfg.precisions and set(cfg.runtimes) == {"torch"} and any(p != "fp32" for p in precisions):
-            raise UsageError(
-                f"--runtime torch runs fp32 only, not {[p for p in precisions if p != 'fp32']}",
-                hint="add --runtime ort to profile int8, or use --precision fp32",
-            )
-    if "qnn" in cfg.runtimes and set(cfg.runtimes) == {"qnn"} and precisions == ("fp32",):
-        raise UsageError("--runtime qnn has no fp32: the Hexagon NPU computes in integers or float16",
-                         hint="profile --precision int8 (after `edgekit quantize BUNDLE --profile qnn`) or --precision fp16")
-    if "trt" in cfg.runtimes:
-        engines = (bundle.manifest.get("engines") or {}).values()
-        for p in precisions:
-            if not any(e.get("runtime") == "trt" and e.get("precision") == p for e in engines):
+    for name in cfg.runtimes:
+        b = backend(name)
+        require(b.requires.module)  # a missing package fails here, not after minutes of measuring
+        if b.engine is None or b.engine.runs_unbuilt:
+            continue
+        engines = bundle.engines.values()
+        for p in (p for p in precisions if p in b.precisions):
+            if not any(e.get("runtime") == name and e.get("precision") == p for e in engines):
                 raise BundleError(
-                    f"--runtime trt: bundle {bundle.root} has no TensorRT {p} engine",
-                    hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {p}`",
+                    f"--runtime {name}: bundle {bundle.root} has no {b.title} {p} engine",
+                    hint=f"build one on the device with `edgekit build {bundle.root} --target TARGET --precision {p}` (targets: `edgekit targets`)",
                 )
     steps: tuple[int | None, ...] = cfg.steps or (None,)
     if cfg.steps and bundle.kind == "ar":
@@ -215,7 +212,7 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         Variant(r, p, s)
         for r in cfg.runtimes
         for p in precisions
-        if p in RUNTIME_PRECISIONS[r]
+        if p in backend(r).precisions
         for s in steps
     ]
 

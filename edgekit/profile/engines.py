@@ -9,10 +9,10 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
-from edgekit.host import module_available
 from edgekit.probes.latency import interleaved
 from edgekit.profile.config import DecodeModel, bundle_conditions
 from edgekit.runtimes import open_runtime
+from edgekit.runtimes.registry import backend
 
 # Engines the demo may profile on, in order of preference on a tie.
 ENGINES: tuple[str, ...] = ("openvino", "ort")
@@ -20,7 +20,7 @@ ENGINES: tuple[str, ...] = ("openvino", "ort")
 
 def available_engines() -> list[str]:
     """The CPU engines this host can run (ONNX Runtime always; OpenVINO where installed)."""
-    return [e for e in ENGINES if e == "ort" or module_available(e)]
+    return [e for e in ENGINES if backend(e).requires.available()]
 
 
 def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: int = 5, seed: int = 0) -> dict[str, Any]:

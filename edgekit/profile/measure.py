@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -81,12 +80,12 @@ def measure_decodes(
     decodes_per_s = n / total_s if total_s > 0 else float("nan")
     host_ms = [d.host_ns / 1e6 for d in timed.decodes]
     doc: dict[str, Any] = {
-        "device": getattr(runtime, "device", "unknown"),
+        "device": runtime.device,
         # OpenVINO: threads, streams, performance hint and inference precision as compiled.
-        "runtime_settings": dict(getattr(runtime, "settings", None) or {}),
-        "runtime_warnings": list(getattr(runtime, "warnings", [])),
+        "runtime_settings": dict(runtime.settings),
+        "runtime_warnings": list(runtime.warnings),
         # Where a latency is not the device's (the NPU emulated on x86): said with every figure.
-        "timing_note": getattr(runtime, "timing_note", None),
+        "timing_note": runtime.timing_note,
         "decode": {"steps": decoded.steps, "nfe": decoded.nfe, "runtime_calls": decoded.runtime_calls, "rows": rows},
         "latency": m.stats.to_json(),
         "measurement": {
@@ -135,17 +134,6 @@ def _energy(power: PowerProbe | None, trace: Any, n: int, keep_samples: bool) ->
     return doc, trace.to_json(samples=keep_samples)
 
 
-def _model_files(bundle: Bundle, variant: Variant) -> list[Path]:
-    if variant.runtime in ("ort", "openvino"):
-        path = bundle.path_of("int8" if variant.precision == "int8" else "fp32")
-        side = path.with_name(path.name + ".data")  # external weights, when the export split them
-        return [path] + ([side] if side.is_file() else [])
-    if variant.runtime == "trt":
-        engines = (bundle.manifest.get("engines") or {}).values()
-        return [bundle.root / e["path"] for e in engines if e.get("runtime") == "trt" and e.get("precision") == variant.precision]
-    return []  # torch runs the in-memory module rebuilt from the model source
-
-
 def profile_variant(
     bundle: Bundle,
     variant: Variant,
@@ -173,8 +161,8 @@ def profile_variant(
             model, rt, cond, decode_cfg, cfg.measure, power=power, rss=rss, progress=tick, keep_samples=cfg.keep_samples
         )
         report = rss.stop()
+        files = file_sizes(rt.model_files)  # the model and weight files (or engine) it loaded
     after = system_state()
-    files = file_sizes(_model_files(bundle, variant))
     memory = report.to_json()
     memory.pop("points", None)
     memory["model_files_bytes"] = files

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from edgekit.profile.config import CANDIDATE_ORDER
+from edgekit.profile.config import candidate_order
 
 
 # ---- ratios -------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def variant_ratios(variants: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 num, den = (a, b) if a["steps"] < b["steps"] else (b, a)
                 name = f"K={num['steps']}/K={den['steps']} ({a['runtime']} {a['precision']})"
             else:
-                order = CANDIDATE_ORDER[axis]
+                order = candidate_order(axis)
                 num, den = (a, b) if order.index(a[axis]) < order.index(b[axis]) else (b, a)
                 same = a["precision"] if axis == "runtime" else a["runtime"]
                 name = f"{num[axis]}/{den[axis]} ({same}" + (f", K={a['steps']})" if _multi_steps(variants) else ")")

@@ -29,8 +29,8 @@ from edgekit.profile.config import (
 from edgekit.profile.measure import measure_decodes
 from edgekit.quantize import RecordingRuntime, quantize_unbudgeted
 from edgekit.runtimes.base import Runtime
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.registry import backend, names
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import TensorSpec, ar_cache_form
 
@@ -75,13 +75,15 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
 
 
 def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
-    """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on
-    ort or openvino, the module itself on torch. ``precision`` int8 (ort, openvino): the export
-    quantized by ``quantize_unbudgeted``, calibrated on the feeds ``calibrate(fp32 runtime)`` records."""
+    """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on a
+    runtime that opens ONNX files (registry ``open_graph``: ort, openvino), the module itself on
+    torch. ``precision`` int8: the export quantized by ``quantize_unbudgeted``, calibrated on the
+    feeds ``calibrate(fp32 runtime)`` records."""
     if runtime == "torch":
         return TorchRuntime(spec.module, spec.inputs, spec.outputs)
-    if runtime not in ("ort", "openvino"):
-        raise UsageError(f"the length sweep runs on ort, openvino or torch, not {runtime!r}")
+    open_graph = backend(runtime).open_graph
+    if open_graph is None:
+        raise UsageError(f"the length sweep runs on {', '.join(_sweep_runtimes())}, not {runtime!r}")
 
     # Keyed by the architecture (module repr lists every layer and size) and the IO: a cache kept
     # between runs never serves a graph of an older model definition.
@@ -100,9 +102,12 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: st
             quantize_unbudgeted(path, staged, feeds)
             staged.replace(int8)
         path = int8
-    if runtime == "openvino":
-        return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
-    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
+    return open_graph(path, precision, threads)
+
+
+def _sweep_runtimes() -> list[str]:
+    """Runtimes the sweep's architecture-only models run on: the ONNX openers and torch."""
+    return [n for n in names() if backend(n).open_graph is not None] + ["torch"]
 
 
 def length_sweep(
@@ -132,13 +137,13 @@ def length_sweep(
             f"these bundles come from {list(sources)}",
             "points": [],
         }
-    if runtime not in ("ort", "torch", "openvino"):
-        return {"available": False, "reason": f"the sweep runs on ort, openvino or torch, not {runtime}", "points": []}
+    if runtime not in _sweep_runtimes():
+        return {"available": False, "reason": f"the sweep runs on {', '.join(_sweep_runtimes())}, not {runtime}", "points": []}
     if cfg.sweep_precision == "int8" and runtime == "torch":
         return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort and openvino; the sweep here runs on {runtime}", "points": []}
     try:
         require("torch")
-        if runtime in ("ort", "openvino"):
+        if runtime != "torch":
             require("onnxscript")
     except EdgekitError as exc:
         return {"available": False, "reason": f"the sweep builds models with torch: {exc}", "points": []}

@@ -75,13 +75,13 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
             parts.append(run(chunk, dataclasses.replace(cfg, seed=req.seed + i) if i else cfg))
             outputs.append(parts[-1].output.copy())  # the next call may reuse the runtime's buffer
         wall_ms = (time.perf_counter_ns() - start) / 1e6
-        device = getattr(rt, "device", req.runtime)
-        ran_on = getattr(rt, "name", req.runtime)  # with --target: the runtime the target picked
-        settings = dict(getattr(rt, "settings", None) or {})  # OpenVINO: threads, streams, hint, inference precision
+        device = rt.device
+        ran_on = rt.name  # with --target: the runtime the target picked
+        settings = dict(rt.settings)  # OpenVINO: threads, streams, hint, inference precision
         warnings = int8_host_warnings(bundle.quantization, [req.precision], str(bundle.root))
-        warnings += list(getattr(rt, "warnings", []))
-        timing_note = getattr(rt, "timing_note", None)  # e.g. the NPU emulated on x86
-        session = getattr(rt, "session_info", None)
+        warnings += list(rt.warnings)
+        timing_note = rt.timing_note  # e.g. the NPU emulated on x86
+        session = rt.session_info
     output = np.concatenate(outputs)[:rows]
     result = parts[0]
     return {

@@ -1,34 +1,25 @@
 """Backends behind one ``Runtime`` protocol, and the opener that picks one for a bundle.
 
-Concrete backends import their heavy dependency lazily; importing this package imports none.
+Each backend module registers its entry in ``runtimes.registry`` (how it opens, its precisions,
+the artifacts it loads, what it needs); importing this package imports the built-in ones (and
+none of their heavy dependencies, which load when a runtime opens).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from edgekit._deps import require
+# ruff: noqa: I001 -- the built-in backends register in the vocabulary's order
 from edgekit.bundle import Bundle
-from edgekit.errors import BundleError, UsageError
-from edgekit.models import load_spec
+from edgekit.errors import UsageError
+from edgekit.runtimes import ort, torch_ref, trt, openvino_engine, qnn  # noqa: F401  (register the built-in backends)
 from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
 from edgekit.runtimes.engines import find_engine
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
-from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, qnn_artifact  # lazy: onnxruntime-qnn
-from edgekit.runtimes.torch_ref import TorchRuntime
+from edgekit.runtimes.registry import backend, check_precision, names
 from edgekit.spec import check_graph_kind
+from edgekit.vocabulary import PRECISIONS, RUNTIMES
 
-RUNTIMES = ("ort", "torch", "trt", "openvino", "qnn")
-PRECISIONS = ("fp32", "int8", "fp16", "bf16")
-# Precisions each runtime runs (openvino: bf16 and fp16 = the fp32 ONNX at that inference
-# precision, where the device computes it).
-RUNTIME_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "ort": ("fp32", "int8"), "torch": ("fp32",), "trt": ("fp32", "fp16", "int8"), "openvino": ("fp32", "int8", "bf16", "fp16"),
-    "qnn": ("int8", "fp16"),  # the Hexagon NPU has no fp32
-}
-
-__all__ = ["RUNTIMES", "PRECISIONS", "RUNTIME_PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
+__all__ = ["RUNTIMES", "PRECISIONS", "BaseRuntime", "Runtime", "open_fused", "open_runtime", "validate_feeds"]
 
 
 def open_runtime(
@@ -38,7 +29,8 @@ def open_runtime(
 
     With ``target`` the engine comes from the target's runtimes in order (``edgekit build``
     output for that target when present; a stale engine is refused: ``edgekit.builder.select_engine``
-    rebuilds it), and ``runtime`` is ignored. Without it:
+    rebuilds it), and ``runtime`` is ignored. Without it, the registry entry of ``runtime`` opens
+    the bundle (``edgekit.runtimes.registry``: each runtime's help says what it runs):
 
     ort   — the bundle's ONNX artifact of that precision (``fp32``, or ``int8`` after quantize);
     torch — the PyTorch module rebuilt from the bundle's model source (fp32 only; needs the
@@ -52,73 +44,7 @@ def open_runtime(
     """
     if target is not None:
         return find_engine(bundle, target, precision).open(threads=threads)
-    if runtime not in RUNTIMES:
-        raise UsageError(f"--runtime {runtime!r} is unknown; valid: {', '.join(RUNTIMES)}")
-    if precision not in PRECISIONS:
-        raise UsageError(f"--precision {precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
-    if runtime == "ort":
-        if precision == "fp16":
-            raise UsageError("--precision fp16 needs --runtime trt on this version; ORT runs fp32 or int8 bundles")
-        if precision == "bf16":
-            raise UsageError("--precision bf16 needs --runtime openvino; ORT runs fp32 or int8 bundles")
-        return OrtRuntime(bundle.path_of(precision), OrtOptions(intra_op_threads=threads))
-    if runtime == "openvino":
-        return _openvino_runtime(bundle, precision, threads)
-    if runtime == "torch":
-        return _torch_runtime(bundle, precision, threads)
-    if runtime == "qnn":
-        options = QnnOptions(fp16=precision == "fp16")
-        return QnnRuntime(bundle.path_of(qnn_artifact(bundle, precision)), options, threads=threads)
-    return _trt_runtime(bundle, precision)
-
-
-def _torch_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
-    if precision != "fp32":
-        raise UsageError(f"--runtime torch runs the fp32 PyTorch module only, not {precision!r}", hint="use --runtime ort")
-    source = bundle.manifest["model"].get("source") or bundle.name
-    batch = next(iter(bundle.inputs.values())).shape[0]
-    spec = load_spec(source, batch=batch)
-    if bundle.meta.get("chunk") and _window_of(spec.inputs, bundle.inputs) and _window_of(spec.outputs, bundle.outputs):
-        # A chunk window bundle (`export --chunk-frames`): the same module at the window's frame
-        # count, as exported (its forward takes the shorter length; export verified it does).
-        return TorchRuntime(spec.module, bundle.inputs, bundle.outputs, threads=threads)
-    if dict(spec.inputs) != bundle.inputs or dict(spec.outputs) != bundle.outputs:
-        raise UsageError(
-            f"model source {source!r} no longer matches bundle {bundle.root} (its IO changed since export)",
-            hint=f"re-export with `edgekit export {source} -o {bundle.root}`",
-        )
-    return TorchRuntime(spec.module, spec.inputs, spec.outputs, threads=threads)
-
-
-def _window_of(model: Any, window: Any) -> bool:
-    """Whether ``window``'s tensors are ``model``'s with only the frame axis (1) shorter or equal."""
-    if list(model) != list(window):
-        return False
-    for name, m in model.items():
-        w = window[name]
-        if m.dtype != w.dtype or len(m.shape) != len(w.shape) or (len(m.shape) > 1 and w.shape[1] > m.shape[1]):
-            return False
-        if [d for i, d in enumerate(m.shape) if i != 1] != [d for i, d in enumerate(w.shape) if i != 1]:
-            return False
-    return True
-
-
-def _openvino_runtime(bundle: Bundle, precision: str, threads: int = 0) -> Runtime:
-    artifact = "int8" if precision == "int8" else "fp32"
-    options = OvOptions(threads=threads, inference_precision=inference_precision_for(precision))
-    return OpenVinoRuntime(bundle.path_of(artifact), options)
-
-
-def _trt_runtime(bundle: Bundle, precision: str) -> Runtime:
-    require("tensorrt")
-    engines = bundle.manifest.get("engines") or {}
-    match = [e for e in engines.values() if e.get("runtime") == "trt" and e.get("precision") == precision]
-    if not match:
-        raise BundleError(
-            f"bundle {bundle.root} has no TensorRT {precision} engine",
-            hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
-        )
-    return find_engine(bundle, match[0]["target"], precision).open()
+    return check_precision(runtime, precision).open(bundle, precision, threads)
 
 
 def open_fused(
@@ -126,25 +52,23 @@ def open_fused(
 ) -> tuple[Runtime, dict[str, Any]]:
     """(runtime over the fused ``graph`` artifact, its manifest entry) of a loaded Bundle.
 
-    Fused graphs are FP32 ONNX: ``ort`` runs them as written; ``openvino`` in f32 (``fp32``) or
-    at bf16 inference precision (``bf16``)."""
+    Fused graphs are FP32 ONNX: each runtime with a graph opener runs them in its
+    ``graph_precisions`` (ort: fp32 as written; openvino: f32 or bf16 inference precision)."""
 
     check_graph_kind(bundle.kind, graph)
-    entry = (bundle.manifest.get("fused") or {}).get(graph)
+    entry = bundle.fused.get(graph)
     if entry is None:
-        have = ", ".join(bundle.manifest.get("fused") or {}) or "none"
+        have = ", ".join(bundle.fused) or "none"
         raise UsageError(
             f"bundle {bundle.root} has no fused {graph!r} graph (it has: {have}); "
             f"add one with `edgekit export MODEL -o {bundle.root} --graph {graph}`"
         )
     path = bundle.path_of(entry["artifact"])
-    allowed = {"ort": ("fp32",), "openvino": ("fp32", "bf16")}
-    if precision not in allowed.get(runtime, ()):
+    found = backend(runtime)
+    if found.open_graph is None or precision not in found.graph_precisions:
+        runs = [f"{n} ({', '.join(backend(n).graph_precisions)})" for n in names() if backend(n).open_graph is not None]
         raise UsageError(
-            f"--graph {graph} runs the fused fp32 graph on ort (fp32) or openvino (fp32, bf16), not {runtime} {precision}",
+            f"--graph {graph} runs the fused fp32 graph on {' or '.join(runs)}, not {runtime} {precision}",
             hint="use --runtime ort or openvino with --precision fp32 (openvino: or bf16), or --graph host",
         )
-    if runtime == "openvino":
-        options = OvOptions(threads=threads, inference_precision=inference_precision_for(precision))
-        return OpenVinoRuntime(path, options), dict(entry)
-    return OrtRuntime(path, OrtOptions(intra_op_threads=threads)), dict(entry)
+    return found.open_graph(path, precision, threads), dict(entry)

@@ -1,4 +1,5 @@
-"""TensorSpec maps from an ONNX graph's inputs and outputs (shared by the ORT and TensorRT backends).
+"""TensorSpec maps from an ONNX graph's inputs and outputs (shared by the ORT and TensorRT backends;
+reading the file is ``runtimes.onnx_file.load_onnx``).
 
 edgekit runs static shapes only: a symbolic or unknown dimension is one clear error that names
 every offending tensor and the command that fixes the dims. ``onnx`` is imported lazily.
@@ -9,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from edgekit._deps import require
 from edgekit.errors import EdgekitError
 from edgekit.spec import DTYPES, TensorSpec
 
@@ -67,27 +67,6 @@ def specs_from_entries(
             hint="cast the graph inputs/outputs at export",
         )
     return inputs, outputs
-
-
-def load_onnx(path: str | Path) -> Any:
-    """``onnx.ModelProto`` of ``path`` (without external weights), or one error naming the path."""
-    onnx = require("onnx")
-    path = Path(path)
-    if not path.is_file():
-        raise EdgekitError(f"ONNX model {path} does not exist", hint="check the path, or run edgekit export")
-    if path.stat().st_size == 0:
-        raise EdgekitError(f"ONNX model {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # onnx raises DecodeError, ValueError, ... for a non-ONNX file
-        reason = str(exc).splitlines()[0] if str(exc) else ""
-        raise EdgekitError(
-            f"{path} is not a readable ONNX model ({type(exc).__name__}: {reason})",
-            hint="re-export it (edgekit export)",
-        ) from exc
-    if not model.graph.node and not model.graph.output:
-        raise EdgekitError(f"{path} is not a readable ONNX model (no graph)", hint="re-export it (edgekit export)")
-    return model
 
 
 def onnx_graph_specs(model: Any, source: str | Path) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:

@@ -7,7 +7,8 @@ input checks live in the public methods (the Polygraphy runner pattern).
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -22,15 +23,30 @@ class Runtime(Protocol):
     """A loaded network with static IO. ``run`` returns arrays the caller may keep until the
     next ``run`` call (backends reuse output buffers across steps; copy to keep longer).
 
-    Optional attribute ``outputs_stay_valid`` (int, default 1 when absent): how many ``run`` calls
-    an output survives. 2 (ORT with IOBinding: double-buffered outputs) lets a loop feed an output
-    straight back as the next input — ping-pong, no copy."""
+    Everything a stage reads from a runtime is declared here (``BaseRuntime`` has the defaults),
+    never probed with ``getattr``."""
 
     name: str
     inputs: Mapping[str, TensorSpec]
     outputs: Mapping[str, TensorSpec]
     device: str  # what actually executed: an execution provider or a device name
     warnings: list[str]  # e.g. a requested provider that was not available
+    # Settings read back from the engine as compiled (OpenVINO: threads, streams, performance
+    # hint, inference precision); {} when the backend has none to report.
+    settings: Mapping[str, Any]
+    # Where a latency is not the device's (the Hexagon NPU emulated on x86): said with every
+    # figure; None when timings are this device's.
+    timing_note: str | None
+    # How the session was made, where creating it costs (QNN compiles the graph): {"seconds":
+    # to create it, "precompiled": a compiled model/context was loaded instead, optionally
+    # "compile_seconds_at_build" and "saved_seconds"}; None when there is nothing to say.
+    session_info: Mapping[str, Any] | None
+    # The files it loaded (model and external weights, or the engine): what memory reports size;
+    # () for an in-process module.
+    model_files: tuple[Path, ...]
+    # How many ``run`` calls an output survives: 2 (double-buffered outputs, ORT's IOBinding) lets
+    # a loop feed an output straight back as the next input (ping-pong, no copy).
+    outputs_stay_valid: int
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
@@ -43,8 +59,17 @@ class Runtime(Protocol):
 
 def can_ping_pong(runtime: Runtime) -> bool:
     """Whether a loop may feed ``runtime``'s outputs straight back as the next run's inputs
-    (``outputs_stay_valid`` >= 2); otherwise it copies them into arrays it owns."""
+    (``outputs_stay_valid`` >= 2); otherwise it copies them into arrays it owns. Decode loops
+    also take plain objects with ``inputs``/``outputs``/``run`` (quantize's lock-step pair):
+    those count as 1."""
     return getattr(runtime, "outputs_stay_valid", 1) >= 2
+
+
+def model_files_of(path: str | Path) -> tuple[Path, ...]:
+    """An ONNX file and its external weights (``<file>.data``, when the export split them)."""
+    path = Path(path)
+    side = path.with_name(path.name + ".data")
+    return (path, side) if side.is_file() else (path,)
 
 
 def describe(specs: Mapping[str, TensorSpec]) -> str:
@@ -75,6 +100,9 @@ class BaseRuntime:
     """Shared state and checks; subclasses implement ``_run_impl`` and ``_close_impl``."""
 
     name = "base"
+    outputs_stay_valid = 1
+    timing_note: str | None = None
+    session_info: Mapping[str, Any] | None = None
 
     def __init__(self, inputs: Mapping[str, TensorSpec] | None = None, outputs: Mapping[str, TensorSpec] | None = None):
         # Backends that learn their IO only after loading a model set these afterwards.
@@ -84,6 +112,8 @@ class BaseRuntime:
         # What actually executed (provider/device), filled in by the backend for reports.
         self.device: str = "cpu"
         self.warnings: list[str] = []
+        self.settings: Mapping[str, Any] = {}
+        self.model_files: tuple[Path, ...] = ()
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._closed:
@@ -122,7 +152,7 @@ class RuntimeProxy:
 
     def __init__(self, inner: Runtime, name: str | None = None, owns_inner: bool = True):
         self.inner = inner
-        self.name = name or getattr(inner, "name", "runtime")
+        self.name = name or inner.name
         self._owns_inner = owns_inner
 
     @property
@@ -135,15 +165,31 @@ class RuntimeProxy:
 
     @property
     def device(self) -> str:
-        return getattr(self.inner, "device", "unknown")
+        return self.inner.device
 
     @property
     def warnings(self) -> list[str]:
-        return getattr(self.inner, "warnings", [])
+        return self.inner.warnings
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.inner.settings
+
+    @property
+    def timing_note(self) -> str | None:
+        return self.inner.timing_note
+
+    @property
+    def session_info(self) -> Mapping[str, Any] | None:
+        return self.inner.session_info
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        return self.inner.model_files
 
     @property
     def outputs_stay_valid(self) -> int:
-        return getattr(self.inner, "outputs_stay_valid", 1)
+        return self.inner.outputs_stay_valid
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.inner.run(feeds)

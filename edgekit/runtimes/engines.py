@@ -13,15 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import edgekit.runtimes.openvino as ov_backend  # imports openvino only when a function runs
-import edgekit.runtimes.openvino_engine as ov_engine
-import edgekit.runtimes.qnn as qnn_backend  # imports onnxruntime-qnn only when a function runs
-import edgekit.runtimes.trt as trt_backend  # imports tensorrt/cuda only when a function runs
-from edgekit._deps import require
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
-from edgekit.host import HostFacts, module_available
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+from edgekit.host import HostFacts
+from edgekit.runtimes.registry import backend, names
 from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
 
 ENGINES_DIR = "engines"
@@ -63,11 +58,13 @@ def device_problems(target: Target, host: HostFacts) -> list[str]:
 
 
 
-def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, trt_host: Any = None,
+def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, device_facts: Any = None,
                     target: Target | None = None) -> list[str]:
     """Every reason ``entry`` (a manifest engine) should not be loaded on this host (empty: load
-    it). ``trt_host``: TensorRT host metadata (read when None and the engine is TensorRT's).
-    ``target``: the target as it is now (a QNN context binary is tied to its htp_arch/soc_model)."""
+    it): the file and its source model, then the entry's runtime's own checks (registry
+    ``EngineHooks.problems``). ``device_facts``: what the caller already read about the device
+    (TensorRT's host metadata; read when None). ``target``: the target as it is now (a QNN context
+    binary is tied to its htp_arch/soc_model)."""
     problems = []
     path = bundle.root / str(entry.get("path", ""))
     root = bundle.root.resolve()
@@ -77,81 +74,25 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, t
         problems.append(f"engine file {entry.get('path')} is missing")
     elif sha256_file(path) != entry.get("sha256"):
         problems.append(f"engine file {entry.get('path')} changed since it was built (sha256 mismatch)")
-    source = bundle.manifest["artifacts"].get(entry.get("source", "fp32"))
-    if source is None:
+    source = str(entry.get("source", "fp32"))
+    if not bundle.has(source):
         problems.append(f"its source model {entry.get('source')!r} is no longer in the bundle")
-    elif source["sha256"] != entry.get("source_onnx_sha256"):
+    elif bundle.artifact(source).sha256 != entry.get("source_onnx_sha256"):
         problems.append(
             f"source ONNX changed (engine from sha256 {str(entry.get('source_onnx_sha256'))[:12]}…, "
-            f"{entry.get('source')} now {source['sha256'][:12]}…)"
+            f"{entry.get('source')} now {bundle.artifact(source).sha256[:12]}…)"
         )
-    if entry.get("runtime") == "trt":
-        problems += _trt_problems(path, entry, trt_host)
-    elif entry.get("runtime") == "openvino":
-        problems += _openvino_problems(entry, host)
-    elif entry.get("runtime") == "qnn":
-        problems += _qnn_problems(entry, target)
-    else:
-        problems += _ort_problems(entry, host)
-    return problems
+    runtime = entry.get("runtime")
+    hooks = backend(runtime if runtime in names() else "ort").engine
+    return problems + (hooks.problems(path, entry, host, target, device_facts) if hooks is not None else [])
 
 
-def _openvino_problems(entry: Mapping[str, Any], host: HostFacts) -> list[str]:
-    if not module_available("openvino"):
-        return ["openvino is not installed (pip install 'edgekit[openvino]')"]
-    return ov_engine.blob_problems(entry, host.isa)
-
-
-def _ort_problems(entry: Mapping[str, Any], host: HostFacts) -> list[str]:
-    ort = require("onnxruntime")
-    problems = []
-    built = str(entry.get("runtime_version") or "0")
-    if _version_tuple(ort.__version__) < _version_tuple(built):
-        # Newer ORT reads older optimized graphs and .ort files, not the other way round.
-        problems.append(f"ONNX Runtime version: built with {built}, this host has older {ort.__version__}")
-    if not entry.get("portable", True) and entry.get("device") != host.cpu_key:
-        problems.append(f"device: optimized for {entry.get('device')}, this host is {host.cpu_key}")
-    return problems
-
-
-def _qnn_problems(entry: Mapping[str, Any], target: Target | None) -> list[str]:
-    """A QNN context binary loads only with the QNN SDK that compiled it (onnxruntime-qnn ships
-    one) and only on the SoC it was compiled for."""
-    if not module_available("onnxruntime_qnn"):
-        return ["onnxruntime-qnn is not installed (pip install 'edgekit[qnn]')"]
-    built = entry.get("qnn") or {}
-    now = qnn_backend.versions()
-    problems = [
-        f"{what} version: compiled with {built.get(key)}, this host has {now[key]}"
-        for key, what in (("qnn_sdk", "QNN SDK"), ("onnxruntime_qnn", "onnxruntime-qnn"))
-        if built.get(key) != now[key]
-    ]
-    if target is not None:
-        for key in ("htp_arch", "soc_model"):
-            want = getattr(target.qnn, key)
-            if want and built.get(key) != want:
-                problems.append(f"{key}: compiled for {built.get(key)}, target {target.name} now says {want}")
-    return problems
-
-
-def _trt_problems(plan: Path, entry: Mapping[str, Any], trt_host: Any) -> list[str]:
-    if not plan.is_file():
+def cross_arch_notes(target: Target, host: HostFacts) -> list[str]:
+    """The note for a target whose device is another architecture than this host (its engine
+    runs here, but speed and power are this host's)."""
+    if target.arch in ("host", host.arch):
         return []
-    try:
-        meta = trt_backend.read_metadata(plan)
-    except BundleError as exc:
-        return [f"no usable metadata sidecar ({exc.message})"]
-    trt_host = trt_host if trt_host is not None else trt_backend.host_metadata()
-    # The source check is done above against the manifest; the precision must match the key.
-    return trt_backend.check_compatible(meta, trt_host, None, entry.get("precision"))
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+    return [f"target {target.name} is {target.arch}, this host is {host.arch}: speed and power are this host's"]
 
 
 @dataclass(frozen=True)
@@ -171,24 +112,10 @@ class EngineChoice:
 
     def open(self, threads: int = 0) -> Any:
         """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``)."""
-        if self.runtime == "trt":
-            runtime = trt_backend.load_engine(self.path, source_onnx=self.source, precision=self.precision)
-        elif self.runtime == "openvino":
-            # A blob imports with the settings it was built with: the same target table.
-            options = ov_backend.options_for(self.target.openvino, self.precision, threads)
-            runtime = ov_backend.OpenVinoRuntime(self.path, options, source_onnx=self.source)
-        elif self.runtime == "qnn":
-            runtime = qnn_backend.QnnRuntime(self.path, qnn_backend.qnn_options_for(self.target, self.precision), threads=threads)
-            if self.compile_seconds is not None:
-                runtime.session_info["compile_seconds_at_build"] = self.compile_seconds
-                runtime.session_info["saved_seconds"] = self.compile_seconds - runtime.session_seconds
-            if not self.built:
-                runtime.warn(f"target {self.target.name}: no precompiled context; the graph was compiled at load "
-                             f"({runtime.session_seconds:.2f} s; `edgekit build BUNDLE --target {self.target.name}` saves that)")
-        else:
-            ort = self.target.ort
-            options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
-            runtime = OrtRuntime(self.path, options)
+        hooks = backend(self.runtime).engine
+        if hooks is None:
+            raise UsageError(f"runtime {self.runtime} has no engines a target can load")
+        runtime = hooks.open(self, threads)
         for warning in self.warnings:
             runtime.warn(warning)
         return runtime
@@ -221,37 +148,24 @@ def find_engine(
     key = engine_key(target.name, precision)
     warnings: list[str] = []
     for runtime in target.runtimes:
-        if runtime == "trt":
-            reasons = ([] if module_available("tensorrt") else ["tensorrt is not installed"]) + device_problems(target, host)
-            if reasons:
-                warnings.append(f"target {target.name}: TensorRT skipped on this host ({'; '.join(reasons)})")
-                continue
-        elif runtime == "openvino":
-            if not module_available("openvino"):
-                warnings.append(f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: pip install 'edgekit[openvino]')")
-                continue
-        elif runtime == "qnn":
-            require("onnxruntime_qnn")  # exit 3 with the install line
-            if target.arch != host.arch:
-                warnings.append(f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not")
-        elif precision in ("fp16", "bf16"):
-            warnings.append(f"ONNX Runtime runs fp32 and int8 models only, not {precision}")
+        be = backend(runtime)
+        if be.engine is None:
+            raise UsageError(f"target {target.name} lists runtime {runtime}, which has no engines a target can load")
+        skip, notes = be.engine.check_host(target, host, precision)
+        if skip:
+            warnings.append(skip)
             continue
-        if runtime != "trt" and target.arch not in ("host", host.arch):
-            warnings.append(f"target {target.name} is {target.arch}, this host is {host.arch}: speed and power are this host's")
-        entry = (b.manifest.get("engines") or {}).get(key)
+        warnings += notes
+        entry = b.engines.get(key)
         if entry is not None and entry.get("runtime") != runtime:
             entry = None  # e.g. an ORT fallback entry while TensorRT is usable here
-        if entry is None and runtime in ("ort", "openvino"):
-            source = b.path_of("int8" if precision == "int8" else "fp32")
-            return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
-        if entry is None and runtime == "qnn":
-            # No context binary yet: the bundle's model is compiled at load (what `build` saves).
-            source = b.path_of(qnn_backend.qnn_artifact(b, precision))
+        if entry is None and be.engine.runs_unbuilt:
+            # No engine built: the bundle's own model (QNN: compiled at load, what `build` saves).
+            source = b.path_of(be.artifact(b, precision))
             return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
         if entry is None:
             raise EngineNeedsBuild(
-                f"bundle {b.root} has no TensorRT {precision} engine for target {target.name}",
+                f"bundle {b.root} has no {be.title} {precision} engine for target {target.name}",
                 hint=f"build it here with `edgekit build {b.root} --target {target.name} --precision {precision}` (or pass --rebuild)",
             )
         problems = engine_problems(b, entry, host, target=target)

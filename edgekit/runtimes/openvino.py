@@ -26,8 +26,9 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
-from edgekit.runtimes._specs import load_onnx, specs_from_entries
-from edgekit.runtimes.base import BaseRuntime
+from edgekit.runtimes._specs import specs_from_entries
+from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.onnx_file import load_onnx
 
 DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 # OpenVINO's own spellings (ov::hint::PerformanceMode).
@@ -155,6 +156,7 @@ class OpenVinoRuntime(BaseRuntime):
         self.model_path = Path(model_path)
         self.options = options
         _check_file(self.model_path)
+        self.model_files = model_files_of(self.model_path) if self.model_path.suffix == ".onnx" else (self.model_path,)
         core = ov.Core()
         device = options.device
         if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:

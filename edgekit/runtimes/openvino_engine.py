@@ -1,6 +1,8 @@
 """OpenVINO's compiled models as engines: building the exported blob for a device, what a blob
-is tied to (OpenVINO release, device, CPU ISA) and why one cannot be imported here, and which
-ops a model converts to and a device runs. ``openvino`` is imported only when a function runs."""
+is tied to (OpenVINO release, device, CPU ISA) and why one cannot be imported here, which ops a
+model converts to and a device runs; and OpenVINO's entry in the runtime registry (here, beside
+its engines, so ``openvino.py`` stays the runtime alone). ``openvino`` is imported only when a
+function runs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,17 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, _first_reason, available_devices, openvino_version
+from edgekit.runtimes.engines import cross_arch_notes
+from edgekit.runtimes.openvino import (
+    OpenVinoRuntime,
+    OvOptions,
+    _first_reason,
+    available_devices,
+    inference_precision_for,
+    openvino_version,
+    options_for,
+)
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 
 
 def device_name(device: str = "CPU") -> str:
@@ -104,4 +116,41 @@ def blob_problems(entry: Mapping[str, Any], cpu_isa: list[str] | tuple[str, ...]
     return problems
 
 
-__all__ = ["ConversionError", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]
+# ---- the registry entry -----------------------------------------------------------------------
+# fp32 and bf16/fp16: the fp32 ONNX at that inference precision (where the device computes it);
+# int8: the QDQ ONNX, its float parts in f32.
+ARTIFACTS = {"fp32": "fp32", "int8": "int8", "bf16": "fp32", "fp16": "fp32"}
+
+
+def _open_graph(path: Path, precision: str, threads: int) -> OpenVinoRuntime:
+    return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
+
+
+def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
+    if not OPENVINO.requires.available():
+        return f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: {OPENVINO.requires.install})", []
+    return None, cross_arch_notes(target, host)
+
+
+def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+    if not OPENVINO.requires.available():
+        return [f"openvino is not installed ({OPENVINO.requires.install})"]
+    return blob_problems(entry, host.isa)
+
+
+def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
+    # A blob imports with the settings it was built with: the same target table.
+    options = options_for(choice.target.openvino, choice.precision, threads)
+    return OpenVinoRuntime(choice.path, options, source_onnx=choice.source)
+
+
+OPENVINO = register_backend(Backend(
+    name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
+    precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
+    open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
+    open_graph=_open_graph, graph_precisions=("fp32", "bf16"),
+    requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"), reference_rank=1,
+    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+))
+
+__all__ = ["ConversionError", "OPENVINO", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]

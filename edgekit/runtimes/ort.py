@@ -19,12 +19,14 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
-from edgekit.runtimes.base import BaseRuntime
+from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort_fusions import (
     CPU_DISABLED_OPTIMIZERS,
     FUSION_PROVIDERS,
     fuse_fast_gelu,
 )
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
@@ -115,6 +117,7 @@ class OrtRuntime(BaseRuntime):
         self.model_path = Path(model_path)
         self.options = options
         _check_model_file(self.model_path)
+        self.model_files = model_files_of(self.model_path)
 
         providers, provider_options = self._available_providers(ort, options)
         session_options = ort.SessionOptions()
@@ -288,3 +291,51 @@ def _create_session(
             f"ort: {path} is not a model ONNX Runtime can load: {first_line[:300]}",
             hint="re-export it (edgekit export)",
         ) from None
+
+
+# ---- the registry entry -----------------------------------------------------------------------
+def _open_graph(path: Path, precision: str, threads: int) -> OrtRuntime:
+    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
+
+
+def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
+    if precision in ("fp16", "bf16"):
+        return f"ONNX Runtime runs fp32 and int8 models only, not {precision}", []
+    return None, cross_arch_notes(target, host)
+
+
+def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+    ort = require("onnxruntime")
+    problems = []
+    built = str(entry.get("runtime_version") or "0")
+    if _version_tuple(ort.__version__) < _version_tuple(built):
+        # Newer ORT reads older optimized graphs and .ort files, not the other way round.
+        problems.append(f"ONNX Runtime version: built with {built}, this host has older {ort.__version__}")
+    if not entry.get("portable", True) and entry.get("device") != host.cpu_key:
+        problems.append(f"device: optimized for {entry.get('device')}, this host is {host.cpu_key}")
+    return problems
+
+
+def _open_engine(choice: Any, threads: int) -> OrtRuntime:
+    ort = choice.target.ort
+    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
+    return OrtRuntime(choice.path, options)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+ARTIFACTS = {"fp32": "fp32", "int8": "int8"}
+register_backend(Backend(
+    name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
+    precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
+    open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
+    open_graph=_open_graph, graph_precisions=("fp32",),
+    requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
+    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+))

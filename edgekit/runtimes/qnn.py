@@ -31,9 +31,11 @@ from typing import Any, Iterator
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
-from edgekit.runtimes.base import BaseRuntime
-from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
+from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime, _check_model_file
+from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
 
 EP_NAME = "QNNExecutionProvider"
 # Hexagon generations with float16 HTP arithmetic (enable_htp_fp16_precision).
@@ -276,6 +278,7 @@ class QnnRuntime(OrtRuntime):
         self.model_path = Path(model_path)
         self.qnn_options = options
         _check_model_file(self.model_path)
+        self.model_files = model_files_of(self.model_path)
         ort = require("onnxruntime")
         self.session, self.session_seconds, self.native_log = create_session(self.model_path, options, source=self.model_path, threads=threads)
         self.precompiled = _is_context_model(self.model_path)
@@ -323,24 +326,73 @@ def qnn_options_for(target: Any, precision: str) -> QnnOptions:
                       vtcm_mb=q.vtcm_mb, fp16=precision == "fp16")
 
 
-def qnn_artifact(bundle: Any, precision: str) -> str:
-    """The bundle artifact the HTP runs in ``precision``: int8 -> the ``int8`` model, which must
-    come from ``quantize --profile qnn`` (every op QDQ); fp16 -> ``fp32`` (computed in float16)."""
-    if precision == "fp32":
-        raise UsageError("--runtime qnn has no fp32: the Hexagon NPU computes in integers or float16",
-                         hint="use --precision int8 (after `edgekit quantize BUNDLE --profile qnn`) or --precision fp16")
-    if precision == "fp16":
-        return "fp32"
+# The bundle artifact the HTP runs per precision: int8 -> the ``int8`` model (from ``quantize
+# --profile qnn``: every op QDQ); fp16 -> ``fp32``, computed in float16. No fp32: the NPU has none.
+ARTIFACTS = {"int8": "int8", "fp16": "fp32"}
+
+
+def _check_artifact(bundle: Any, precision: str) -> None:
+    """The HTP takes only an int8 model of the qnn quantize profile."""
     if precision != "int8":
-        raise UsageError(f"--precision {precision!r} is unknown for --runtime qnn; valid: int8, fp16")
-    if "int8" not in bundle.manifest.get("artifacts", {}):
+        return
+    if not bundle.has("int8"):
         raise EdgekitError(f"bundle {bundle.root} has no int8 model for the HTP",
                            hint=f"make one with `edgekit quantize {bundle.root} --profile qnn`")
-    profile = (bundle.manifest.get("quantization") or {}).get("profile")
+    profile = (bundle.quantization or {}).get("profile")
     if profile not in (None, "qnn"):
         raise UsageError(
             f"bundle {bundle.root}'s int8 model comes from quantize profile {profile!r}, which leaves ops in float "
             "and int8 weights the HTP cannot take",
             hint=f"re-quantize with `edgekit quantize {bundle.root} --profile qnn`",
         )
-    return "int8"
+
+
+def _open(bundle: Any, precision: str, threads: int) -> QnnRuntime:
+    return QnnRuntime(bundle.path_of(QNN.artifact(bundle, precision)), QnnOptions(fp16=precision == "fp16"), threads=threads)
+
+
+def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
+    require("onnxruntime_qnn")  # exit 3 with the install line: the target names no other runtime
+    emulated_here = [f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not"]
+    return None, (emulated_here if target.arch != host.arch else []) + cross_arch_notes(target, host)
+
+
+def _engine_problems(path: Path, entry: Any, host: Any, target: Any, facts: Any) -> list[str]:
+    """A QNN context binary loads only with the QNN SDK that compiled it (onnxruntime-qnn ships
+    one) and only on the SoC it was compiled for."""
+    if not QNN.requires.available():
+        return [f"onnxruntime-qnn is not installed ({QNN.requires.install})"]
+    built = entry.get("qnn") or {}
+    now = versions()
+    problems = [
+        f"{what} version: compiled with {built.get(key)}, this host has {now[key]}"
+        for key, what in (("qnn_sdk", "QNN SDK"), ("onnxruntime_qnn", "onnxruntime-qnn"))
+        if built.get(key) != now[key]
+    ]
+    if target is not None:
+        for key in ("htp_arch", "soc_model"):
+            want = getattr(target.qnn, key)
+            if want and built.get(key) != want:
+                problems.append(f"{key}: compiled for {built.get(key)}, target {target.name} now says {want}")
+    return problems
+
+
+def _open_engine(choice: Any, threads: int) -> QnnRuntime:
+    runtime = QnnRuntime(choice.path, qnn_options_for(choice.target, choice.precision), threads=threads)
+    if choice.compile_seconds is not None:
+        runtime.session_info["compile_seconds_at_build"] = choice.compile_seconds
+        runtime.session_info["saved_seconds"] = choice.compile_seconds - runtime.session_seconds
+    if not choice.built:
+        runtime.warn(f"target {choice.target.name}: no precompiled context; the graph was compiled at load "
+                     f"({runtime.session_seconds:.2f} s; `edgekit build BUNDLE --target {choice.target.name}` saves that)")
+    return runtime
+
+
+QNN = register_backend(Backend(
+    name="qnn", title="QNN HTP",
+    help="Qualcomm's Hexagon NPU, emulated on x86",
+    precisions=("int8", "fp16"), artifacts=ARTIFACTS, check_artifact=_check_artifact, open=_open,
+    lacks="the Hexagon NPU computes in integers or float16",
+    requires=Requirement("onnxruntime_qnn", "pip install 'edgekit[qnn]'", extra="qnn"),
+    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+))

@@ -11,7 +11,9 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.models import load_spec
 from edgekit.runtimes.base import BaseRuntime, describe
+from edgekit.runtimes.registry import Backend, Requirement, register_backend
 from edgekit.spec import TensorSpec
 
 
@@ -75,3 +77,43 @@ class TorchRuntime(BaseRuntime):
 
     def _close_impl(self) -> None:
         self.module = None
+
+
+# ---- the registry entry -----------------------------------------------------------------------
+def open_torch(bundle: Any, precision: str, threads: int = 0) -> TorchRuntime:
+    """The PyTorch module rebuilt from ``bundle``'s model source (fp32)."""
+    source = bundle.source or bundle.name
+    batch = next(iter(bundle.inputs.values())).shape[0]
+    spec = load_spec(source, batch=batch)
+    if bundle.meta.get("chunk") and _window_of(spec.inputs, bundle.inputs) and _window_of(spec.outputs, bundle.outputs):
+        # A chunk window bundle (`export --chunk-frames`): the same module at the window's frame
+        # count, as exported (its forward takes the shorter length; export verified it does).
+        return TorchRuntime(spec.module, bundle.inputs, bundle.outputs, threads=threads)
+    if dict(spec.inputs) != bundle.inputs or dict(spec.outputs) != bundle.outputs:
+        raise UsageError(
+            f"model source {source!r} no longer matches bundle {bundle.root} (its IO changed since export)",
+            hint=f"re-export with `edgekit export {source} -o {bundle.root}`",
+        )
+    return TorchRuntime(spec.module, spec.inputs, spec.outputs, threads=threads)
+
+
+def _window_of(model: Any, window: Any) -> bool:
+    """Whether ``window``'s tensors are ``model``'s with only the frame axis (1) shorter or equal."""
+    if list(model) != list(window):
+        return False
+    for name, m in model.items():
+        w = window[name]
+        if m.dtype != w.dtype or len(m.shape) != len(w.shape) or (len(m.shape) > 1 and w.shape[1] > m.shape[1]):
+            return False
+        if [d for i, d in enumerate(m.shape) if i != 1] != [d for i, d in enumerate(w.shape) if i != 1]:
+            return False
+    return True
+
+
+# No engine: torch runs the module in this process (the reference and eager baseline), so no
+# target lists it.
+register_backend(Backend(
+    name="torch", title="PyTorch", help="the PyTorch module, eager: the reference",
+    precisions=("fp32",), lacks="the PyTorch module runs in fp32", open=open_torch,
+    requires=Requirement("torch", "pip install 'edgekit[export]'", extra="export"), reference_rank=3,
+))

@@ -25,7 +25,8 @@ from edgekit.evaluate import conditions, score
 from edgekit.probes.latency import summarize
 from edgekit.probes.memory import RssTracker
 from edgekit.run import measure_flow_quality, per_nfe_latency_ms
-from edgekit.runtimes import RUNTIME_PRECISIONS, open_runtime
+from edgekit.runtimes import open_runtime
+from edgekit.runtimes.registry import backend, check_precision
 from edgekit.stream.device import Device, DeviceRuntime
 from edgekit.stream.pipeline import StreamContext, TokenSource, run_streams, run_utterance
 from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, ladder, rung
@@ -62,6 +63,7 @@ class LoadConfig:
         if bad or not self.policies:
             raise UsageError(f"--policy {','.join(self.policies)!r} is invalid; valid: {', '.join(POLICIES)} (comma-separated)")
         rung(self.solver, self.steps)
+        check_precision(self.runtime, self.precision)  # the flow graph's; the token graph's follows from it
 
 
 def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> list[float]:
@@ -77,7 +79,7 @@ def arrival_offsets(n: int, arrivals: str, utterance_s: float, seed: int) -> lis
 def tokens_precision(runtime: str) -> str:
     """The token stage's precision on ``runtime``: fp32 where it runs fp32, else its float
     precision (QNN's HTP has no fp32: the token graph runs in fp16 there)."""
-    have = RUNTIME_PRECISIONS.get(runtime, ("fp32",))
+    have = backend(runtime).precisions
     return "fp32" if "fp32" in have else next((p for p in have if p != "int8"), have[0])
 
 
@@ -225,7 +227,7 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         "chunk": {"frames": spec.frames, "context": spec.context, "lookahead": spec.lookahead, "window": spec.window,
                   "utterance_frames": total, "chunks_per_utterance": chunks_per_utt},
         "runtime": {"name": cfg.runtime, "precision": cfg.precision, "tokens_precision": token_precision,
-                    "device": getattr(flow_rt, "device", cfg.runtime)},
+                    "device": flow_rt.device},
         "per_nfe_ms_idle": prior,
         "ladder": [r.__dict__ | {"label": r.label} for r in rungs],
         "arrival_offsets_s": offsets,

@@ -24,10 +24,9 @@ from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES
 from edgekit.output import jsonable
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
+from edgekit.vocabulary import PRECISIONS, TARGET_RUNTIMES
 
 DEFAULT_TARGET = "cpu"
-RUNTIMES: tuple[str, ...] = ("ort", "trt", "openvino", "qnn")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "bf16")
 # The power probes a target may name (edgekit.probes.power implements each one).
 POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
 QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
@@ -306,7 +305,7 @@ def _check_values(t: Target, source: str) -> None:
         if value not in valid:
             raise UsageError(f"target file {source}: {key} = {value!r} is invalid; valid: {', '.join(valid)}")
 
-    for key, values, valid in (("runtimes", t.runtimes, RUNTIMES), ("precisions", t.precisions, PRECISIONS)):
+    for key, values, valid in (("runtimes", t.runtimes, TARGET_RUNTIMES), ("precisions", t.precisions, PRECISIONS)):
         if not values:
             raise UsageError(f"target file {source}: {key} is empty; give at least one of {', '.join(valid)}")
         for v in values:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -77,7 +78,7 @@ def test_logits_pair_sums_matches_hand_computed_kl_and_ignores_the_mask_column()
 
 # ---- masked ---------------------------------------------------------------------------------------
 def _recorder(recorded, paired=()):
-    rec = ShadowRecorder(object())
+    rec = ShadowRecorder(SimpleNamespace(name="recorded"))  # only its records are read
     rec.recorded = [np.asarray(r) for r in recorded]
     rec.paired = [np.asarray(p, dtype=float) for p in paired]
     return rec

@@ -33,3 +33,15 @@ def test_doctor_tables_name_install_lines():
 def test_doctor_unknown_target_is_one_line():
     r = invoke("doctor", "--target", "jetson-nano")
     assert r.exit_code == 2 and "target 'jetson-nano' is unknown" in r.output and "Traceback" not in r.output
+
+
+def test_doctor_for_a_snapdragon_target_checks_qnn_not_tensorrt():
+    import pytest
+
+    pytest.importorskip("onnxruntime_qnn")
+    r = invoke("doctor", "--target", "snapdragon-8-gen-3")
+    assert r.exit_code == 0, r.output
+    assert "tensorrt is not installed" not in r.stdout and "runs with qnn" in r.stdout
+    r = invoke("doctor")
+    row = next(line for line in r.stdout.splitlines() if "snapdragon-8-gen-3" in line)
+    assert "qnn" in row and "—" not in row

@@ -164,3 +164,42 @@ def test_intel_cpu_without_openvino_runs_with_ort_and_says_how_to_install():
     report = target_report(load_target("intel-cpu"), X86, env, {})
     assert report["runs_with"] == "ort" and report["runtimes"][0]["available"] is False
     assert missing(report)["OpenVINO"]["install"] == "pip install 'edgekit[openvino]'"
+
+
+# ---- every runtime a target lists, through the runtime registry (issue #31 point 2) -------------
+SNAPDRAGONS = [t.name for t in list_targets() if "qnn" in t.runtimes]
+
+
+@pytest.mark.parametrize("name", SNAPDRAGONS)
+def test_snapdragon_targets_run_with_qnn_where_onnxruntime_qnn_is_installed(name):
+    """onnxruntime-qnn is installed here: the doctor checks the qnn runtime (not TensorRT), finds it
+    usable through the emulated HTP and says so; the device (an arm64 phone or laptop) is not this host."""
+    pytest.importorskip("onnxruntime_qnn")
+    doc = doctor(name)
+    assert doc["environment"]["onnxruntime_qnn"] and doc["environment"]["qnn_sdk"] and "qnn_error" not in doc["environment"]
+    (report,) = doc["targets"]
+    (qnn,) = report["runtimes"]
+    assert qnn["runtime"] == "qnn" and qnn["available"] and qnn["problems"] == []
+    assert qnn["htp_arch"] == load_target(name).qnn.htp_arch
+    assert report["runs_with"] == "qnn"
+    assert not any("TensorRT" in m["what"] or "tensorrt" in (m.get("why") or "") for m in report["missing"])
+    if doc["host"]["arch"] != "aarch64":
+        assert qnn["emulated"] and "emulated" in qnn["notes"][0] and not report["ready"]
+
+
+def test_snapdragon_target_without_onnxruntime_qnn_says_how_to_install():
+    env = dict(CPU_ONLY_ENV, onnxruntime_qnn=None)
+    report = target_report(load_target("snapdragon-8-gen-3"), X86, env, {})
+    assert report["runtimes"][0]["runtime"] == "qnn" and not report["runtimes"][0]["available"]
+    assert report["runs_with"] is None
+    assert missing(report)["onnxruntime-qnn (the QNN HTP backend)"]["install"] == "pip install 'edgekit[qnn]'"
+
+
+def test_every_built_in_runtime_has_a_doctor_check_or_says_why_not():
+    """A plugin backend gets the registry's check (is its package importable); each built-in one
+    has its own or a reason why no target lists it."""
+    from edgekit.doctor.stage import NOT_REPORTED, RUNTIME_REPORTS
+    from edgekit.vocabulary import RUNTIMES, TARGET_RUNTIMES
+
+    assert set(RUNTIME_REPORTS) | set(NOT_REPORTED) == set(RUNTIMES)
+    assert not set(RUNTIME_REPORTS) & set(NOT_REPORTED) and set(TARGET_RUNTIMES) <= set(RUNTIME_REPORTS)

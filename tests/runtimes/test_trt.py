@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.errors import BundleError, EdgekitError, MissingDependency, UsageError
-from edgekit.runtimes._specs import load_onnx
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.trt import (
     BuildFlags,
     EngineMetadata,

@@ -20,10 +20,11 @@ the module, never from the version string alone (Polygraphy's way):
 
 Modules: ``metadata`` (engine sidecars, host facts, compatibility), ``builder`` (flags per
 version, ``build_engine``, timing cache), ``runtime`` (``load_engine``, ``TrtRuntime``),
-``memory`` (CUDA device and buffers).
+``memory`` (CUDA device and buffers), ``backend`` (TensorRT's entry in the runtime registry).
 """
 
 from edgekit.host import L4T_RELEASE_PATH, parse_l4t, read_l4t
+from edgekit.runtimes.trt.backend import TRT, open_trt
 from edgekit.runtimes.trt.builder import (
     BuildFlags,
     TrtBuildConfig,
@@ -49,7 +50,7 @@ from edgekit.runtimes.trt.metadata import (
 from edgekit.runtimes.trt.runtime import TrtRuntime, engine_mismatches, load_engine
 
 __all__ = [
-    "BuildFlags", "ENGINE_SCHEMA", "EngineMetadata", "HostMetadata", "L4T_RELEASE_PATH", "PRECISIONS", "REBUILD_HINT",
+    "TRT", "open_trt", "BuildFlags", "ENGINE_SCHEMA", "EngineMetadata", "HostMetadata", "L4T_RELEASE_PATH", "PRECISIONS", "REBUILD_HINT",
     "TrtBuildConfig", "TrtFeatures", "TrtRuntime", "build_engine", "check_compatible", "engine_mismatches", "gpu_facts",
     "host_metadata", "load_engine", "onnx_has_qdq", "parse_l4t", "read_l4t", "read_metadata", "resolve_build_flags",
     "select_device", "sha256_file", "sidecar_path", "write_metadata",

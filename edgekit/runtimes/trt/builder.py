@@ -12,7 +12,8 @@ from typing import Any
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
-from edgekit.runtimes._specs import load_onnx, onnx_graph_specs
+from edgekit.runtimes._specs import onnx_graph_specs
+from edgekit.runtimes.onnx_file import load_onnx
 import edgekit.runtimes.trt.memory as memory
 import edgekit.runtimes.trt.metadata as metadata
 from edgekit.runtimes.trt.metadata import (

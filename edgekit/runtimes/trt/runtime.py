@@ -12,7 +12,8 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import BundleError, EdgekitError
-from edgekit.runtimes._specs import load_onnx, onnx_graph_specs, specs_from_entries
+from edgekit.runtimes._specs import onnx_graph_specs, specs_from_entries
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.base import BaseRuntime
 import edgekit.runtimes.trt.builder as builder
 import edgekit.runtimes.trt.memory as memory
@@ -122,6 +123,7 @@ class TrtRuntime(BaseRuntime):
         self.plan_path = Path(plan_path)
         if not self.plan_path.is_file():
             raise EdgekitError(f"trt: no engine at {self.plan_path}", hint="build it first (edgekit build)")
+        self.model_files = (self.plan_path,)
         self.metadata = _read_metadata_or_none(self.plan_path)
         if io_dtypes is None and self.metadata is not None:
             io_dtypes = self.metadata.io_dtypes

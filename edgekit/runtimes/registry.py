@@ -1,0 +1,188 @@
+"""One entry per runtime name: how it opens for a bundle and a precision, the precisions it runs,
+which bundle artifact it loads for each, what it needs installed, its one-line help, and (for a
+runtime a target can list) how its engines are chosen, checked and opened.
+
+Each backend registers itself with one ``register_backend(...)`` call in its own module
+(importing ``edgekit.runtimes`` imports the built-in ones); everything else reads this table:
+``open_runtime``, ``runtimes.engines``, profile's and check's variants, ``doctor``, and the CLI's
+``--runtime``/``--precision`` choices and help. The names and precisions themselves are the
+hallway's vocabulary (``edgekit.vocabulary``). Importing this module imports nothing heavy: an
+entry's functions import their dependency when they run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from edgekit.errors import UsageError
+from edgekit.host import module_available
+from edgekit.vocabulary import PRECISION_NOTES, PRECISIONS
+
+if TYPE_CHECKING:  # types only: the registry imports no backend
+    from pathlib import Path
+
+    from edgekit.bundle import Bundle
+    from edgekit.runtimes.base import Runtime
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What must be importable for a runtime to run, and the line that installs it."""
+
+    module: str  # import name, e.g. "onnxruntime_qnn"
+    install: str  # the exact install line, e.g. "pip install 'edgekit[qnn]'"
+    extra: str | None = None  # the edgekit extra that brings it (None: not an edgekit extra)
+
+    def available(self) -> bool:
+        return module_available(self.module)
+
+
+@dataclass(frozen=True)
+class EngineHooks:
+    """How ``runtimes.engines`` treats a target's engine of this runtime (targets may list the
+    runtime only when it has these)."""
+
+    # (target, host, precision) -> (why this host skips the runtime for the target, or None;
+    # notes for the report). May raise MissingDependency where skipping would hide the cause.
+    check_host: Callable[[Any, Any, str], tuple[str | None, list[str]]]
+    # (engine file, manifest entry, host, target or None, device facts a stage already read or
+    # None) -> every reason the built engine cannot be loaded here.
+    problems: Callable[[Any, Mapping[str, Any], Any, Any, Any], list[str]]
+    # (runtimes.engines.EngineChoice, threads) -> the ready Runtime.
+    open: Callable[[Any, int], "Runtime"]
+    # True: with no engine built, the target runs the bundle's own model (``artifacts``);
+    # False: an engine must be built first (TensorRT).
+    runs_unbuilt: bool = True
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One runtime. ``open(bundle, precision, threads)`` gets a precision from ``precisions``."""
+
+    name: str  # what --runtime takes and manifests record
+    title: str  # its name in sentences ("ONNX Runtime", "TensorRT")
+    help: str  # one line for --runtime help: what it is
+    precisions: tuple[str, ...]  # the precisions it runs, from vocabulary.PRECISIONS
+    open: Callable[["Bundle", str, int], "Runtime"]
+    requires: Requirement
+    # precision -> the bundle artifact it loads ({}: none, e.g. the PyTorch module or a built engine)
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    # Why the precisions it lacks are missing (said in the error that refuses one).
+    lacks: str = ""
+    # (bundle, precision) -> raise when the artifact cannot run here (e.g. the HTP refuses an int8
+    # model of another quantization profile); None = any artifact of the precision runs.
+    check_artifact: Callable[["Bundle", str], None] | None = None
+    # Fused graphs (export --graph): (ONNX file, precision, threads) -> Runtime, and the
+    # precisions it runs them in (they are fp32 ONNX).
+    open_graph: Callable[["Path", str, int], "Runtime"] | None = None
+    graph_precisions: tuple[str, ...] = ()
+    engine: EngineHooks | None = None
+    # Side-by-side ratios put the deployment candidate over its reference: 0 = a device runtime
+    # (TensorRT, the NPU), higher = more of a reference (ORT 2, the torch eager module 3).
+    reference_rank: int = 0
+
+    def artifact(self, bundle: "Bundle", precision: str) -> str:
+        """The bundle artifact this runtime loads in ``precision`` (checked for this runtime)."""
+        check_precision(self.name, precision)
+        name = self.artifacts[precision]
+        if self.check_artifact is not None:
+            self.check_artifact(bundle, precision)
+        return name
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
+    """Add ``backend`` under its name (a second one of that name is refused unless ``replace``)."""
+    bad = [p for p in backend.precisions if p not in PRECISIONS]
+    if bad or not backend.precisions:
+        raise ValueError(f"backend {backend.name!r}: precisions {list(backend.precisions)} must be some of {', '.join(PRECISIONS)}")
+    missing = [p for p in backend.artifacts if p not in backend.precisions]
+    if missing:
+        raise ValueError(f"backend {backend.name!r}: artifacts for precisions it does not run: {missing}")
+    if backend.name in _BACKENDS and not replace:
+        raise ValueError(f"a backend named {backend.name!r} is already registered")
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a registered backend (a plugin's, in tests)."""
+    _BACKENDS.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered runtime name: the built-in ones in vocabulary order, then plugins."""
+    return tuple(_BACKENDS)
+
+
+def backends() -> tuple[Backend, ...]:
+    return tuple(_BACKENDS.values())
+
+
+def backend(name: str, flag: str = "--runtime") -> Backend:
+    """The entry of runtime ``name``; an unknown name is the one error listing the valid ones."""
+    found = _BACKENDS.get(name)
+    if found is None:
+        raise UsageError(f"{flag} {name!r} is unknown; valid: {', '.join(_BACKENDS)}")
+    return found
+
+
+def check_runtimes(values: tuple[str, ...] | list[str], flag: str = "--runtime") -> tuple[str, ...]:
+    """``values`` when every one is a registered runtime and there is at least one."""
+    if not values:
+        raise UsageError(f"{flag} is empty; valid: {', '.join(_BACKENDS)}")
+    for v in values:
+        backend(v, flag)
+    return tuple(values)
+
+
+def check_precisions(values: tuple[str, ...] | list[str], flag: str = "--precision", also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``values`` when every one is a precision of the vocabulary (or one of a command's own
+    values ``also``, e.g. build's "auto")."""
+    valid = (*PRECISIONS, *also)
+    bad = [v for v in values if v not in valid]
+    if bad:
+        raise UsageError(f"{flag} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+    return tuple(values)
+
+
+def check_precision(name: str, precision: str) -> Backend:
+    """The entry of ``name`` when it runs ``precision``; otherwise the one error saying which
+    precisions it runs and which runtimes run ``precision``."""
+    b = backend(name)
+    check_precisions([precision])
+    if precision not in b.precisions:
+        others = runs(precision)
+        raise UsageError(
+            f"--runtime {name} has no {precision}" + (f" ({b.lacks})" if b.lacks else "")
+            + f"; valid: {', '.join(b.precisions)}",
+            hint=f"use --precision {' or '.join(b.precisions)}"
+            + (f", or --runtime {' or '.join(others)} for {precision}" if others else ""),
+        )
+    return b
+
+
+def runs(precision: str) -> list[str]:
+    """The registered runtimes that run ``precision``."""
+    return [n for n, b in _BACKENDS.items() if precision in b.precisions]
+
+
+def runtime_help() -> str:
+    """``ort (ONNX Runtime ...) | torch (...; edgekit[export]) | ...``: every registered runtime
+    with its line and the extra it needs."""
+    return " | ".join(f"{b.name} ({b.help}" + (f"; edgekit[{b.requires.extra}]" if b.requires.extra else "") + ")"
+                      for b in _BACKENDS.values())
+
+
+def precision_help() -> str:
+    """``fp32 (...; ort, torch, ...) | ...``: every precision, what it is and who runs it."""
+    return " | ".join(f"{p} ({PRECISION_NOTES[p]}; {', '.join(runs(p)) or 'no runtime'})" for p in PRECISIONS)
+
+
+__all__ = [
+    "Backend", "EngineHooks", "Requirement", "backend", "backends", "check_precision", "check_precisions",
+    "check_runtimes", "names", "precision_help", "register_backend", "runs", "runtime_help", "unregister_backend",
+]
