@@ -84,6 +84,18 @@ class OneOf(Type):
         return isinstance(value, str) and value in self.values
 
 
+class Uncond(Type):
+    """A conditioning input's unconditional fill: null (none), a number, a (nested) list of
+    numbers, or "same" (the unconditional rows keep the conditional value: a frame mask)."""
+
+    expected = "null, a number, a list of numbers or \"same\""
+
+    def accepts(self, value: Any) -> bool:
+        if value is None or value == "same" or type(value) in (int, float):
+            return True
+        return isinstance(value, list) and all(self.accepts(v) and v != "same" and v is not None for v in value)
+
+
 class Nullable(Type):
     def __init__(self, inner: Type):
         self.inner = inner
@@ -160,7 +172,7 @@ DECODE = Table({
 }, extra=Scalar())
 
 META = Table({
-    "conditioning": Nullable(MapOf(Nullable(Table({"uncond": Nullable(Number())})))),
+    "conditioning": Nullable(MapOf(Nullable(Table({"uncond": Uncond()})))),
     **{k: Int(1) for k in ("vocab_size", "seq_len", "num_classes", "channels", "frames", "max_len", "utterance_frames",
                            "frames_per_token")},
     **{k: Int(0) for k in ("mask_id", "bos_id")},

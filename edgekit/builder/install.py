@@ -39,6 +39,9 @@ def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
         return set()
     files = {entry.get("path")}
     files |= {entry[role]["path"] for role in _SUFFIXES if isinstance(entry.get(role), dict)}
+    buckets = entry.get("buckets")
+    for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # step bucket 1.. engines
+        files |= _entry_files(sub)
     return {f for f in files if f}
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from edgekit.errors import TargetUnavailable
 from edgekit.host import HostFacts
-from edgekit.runtimes import openvino as ov_backend  # imports openvino only when a function runs
+from edgekit.runtimes import (
+    openvino as ov_backend,  # imports openvino only when a function runs
+)
 from edgekit.runtimes import openvino_engine as ov_engine
 from edgekit.targets import Target
 

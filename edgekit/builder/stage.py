@@ -26,14 +26,15 @@ from edgekit._deps import require
 from edgekit._lock import writes_bundle
 from edgekit.builder.install import install, remove_superseded
 from edgekit.builder.openvino import build_openvino
-from edgekit.builder.precision import choose_precision
 from edgekit.builder.ort import build_ort, fix_dynamic_shapes
+from edgekit.builder.precision import choose_precision
 from edgekit.builder.qnn import build_qnn
 from edgekit.builder.trt import build_trt, prepare_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
 from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.host import HostFacts
 from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
+from edgekit.runtimes.bucketed import step_buckets
 from edgekit.runtimes.engines import (
     EngineChoice,
     EngineNeedsBuild,
@@ -164,23 +165,20 @@ def build_bundle(
 
     source_name = _source_artifact(bundle, target, precision)
     source = bundle.artifact(source_name)
-    load_onnx(bundle.root / source.path, f"artifact {source_name!r}")  # a corrupt graph is one line, not a DecodeError
+    buckets = step_buckets(bundle, source_name)
     workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
     try:
-        model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)
-        findings = lint_onnx(model_path, target, artifact=source_name)
-        if has_errors(findings):
-            first = next(f for f in findings if f.severity == "error")
-            raise EdgekitError(
-                f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
-                hint=(f"{first.hint}; " if first.hint else "")
-                + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
-            )
-        files, facts = builder.build(BuildJob(model_path, source.sha256, target, precision, host, workdir))
-        entry = install(bundle, target, precision, files)
+        # One engine per step bucket (bucket 0 is the entry itself; the runtime picks per call):
+        # a built engine holds its own weights, so N buckets build N engines of the weights' size.
+        built = [_build_one(bundle, name, target, precision, host, builder, workdir / str(i))
+                 for i, name in enumerate([source_name] + (buckets["artifacts"][1:] if buckets else []))]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    entry, facts, fixed, findings = built[0]
     entry.update(facts)
+    if buckets:
+        entry["buckets"] = {"by": buckets.get("by"), "boundaries": list(buckets["boundaries"]),
+                            "engines": [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets["artifacts"][1:])]}
     entry.update({
         "target": target.name,
         "precision": precision,
@@ -194,6 +192,24 @@ def build_bundle(
     bundle.save()
     remove_superseded(bundle, old)
     return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice)
+
+
+def _build_one(bundle: Bundle, name: str, target: Target, precision: str, host: HostFacts, builder: Any,
+               workdir: Path) -> tuple[dict[str, Any], dict[str, Any], Any, list[Finding]]:
+    """(installed entry, build facts, fixed shapes, lint findings) of one artifact's engine."""
+    source = bundle.artifact(name)
+    load_onnx(bundle.root / source.path, f"artifact {name!r}")  # a corrupt graph is one line, not a DecodeError
+    workdir.mkdir(parents=True, exist_ok=True)
+    model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)
+    findings = lint_onnx(model_path, target, artifact=name)
+    if has_errors(findings):
+        first = next(f for f in findings if f.severity == "error")
+        raise EdgekitError(
+            f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
+            hint=(f"{first.hint}; " if first.hint else "") + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
+        )
+    files, facts = builder.build(BuildJob(model_path, source.sha256, target, precision, host, workdir))
+    return install(bundle, target, precision, files), facts, fixed, findings
 
 
 def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str, Any], status: str,

@@ -73,8 +73,8 @@ def record_result(
 # Artifact names of step bucket 1.. (bucket 0 is "int8" itself, so every reader of "int8" that
 # knows nothing of buckets still finds a complete model).
 BUCKET_ARTIFACT = "int8-bucket-"
-# Initializers smaller than this stay inside each bucket graph (scales, zero points, biases).
-SHARED_MIN_BYTES = 1024
+# Initializers smaller than this stay inside each bucket graph (a scalar scale, a zero point).
+SHARED_MIN_BYTES = 256
 
 
 def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tmp: Path, summary: dict[str, Any]) -> dict[str, str]:

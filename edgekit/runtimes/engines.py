@@ -9,6 +9,7 @@ every reason. Rebuilding a stale engine is the build stage's job (``edgekit.buil
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ from typing import Any, Mapping
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts
+from edgekit.runtimes.bucketed import open_paths, step_buckets
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
 
@@ -82,6 +84,11 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, d
             f"source ONNX changed (engine from sha256 {str(entry.get('source_onnx_sha256'))[:12]}…, "
             f"{entry.get('source')} now {bundle.artifact(source).sha256[:12]}…)"
         )
+    buckets = entry.get("buckets")
+    for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # a step-bucketed engine's other files
+        sub_path = bundle.root / str(sub.get("path", ""))
+        if root not in sub_path.resolve().parents or not sub_path.is_file() or sha256_file(sub_path) != sub.get("sha256"):
+            problems.append(f"step bucket engine file {sub.get('path')} is missing or changed since it was built")
     runtime = entry.get("runtime")
     hooks = backend(runtime if runtime in names() else "ort").engine
     return problems + (hooks.problems(path, entry, host, target, device_facts) if hooks is not None else [])
@@ -109,13 +116,23 @@ class EngineChoice:
     warnings: tuple[str, ...] = ()  # runtimes skipped on this host and why, arch mismatches
     # QNN: seconds compiling the graph took at `edgekit build` (what loading the context saves).
     compile_seconds: float | None = None
+    # An int8 model quantized with step buckets: every bucket's file (``path`` is bucket 0's) and
+    # the position edges between them (runtimes.bucketed); () for one-scale models.
+    bucket_paths: tuple[Path, ...] = ()
+    boundaries: tuple[float, ...] = ()
 
-    def open(self, threads: int = 0) -> Any:
-        """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``)."""
+    def open(self, threads: int = 0, bundle: Bundle | None = None) -> Any:
+        """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``); a
+        step-bucketed engine opens every bucket's file behind one runtime."""
         hooks = backend(self.runtime).engine
         if hooks is None:
             raise UsageError(f"runtime {self.runtime} has no engines a target can load")
-        runtime = hooks.open(self, threads)
+        if self.bucket_paths:
+            b = bundle if bundle is not None else Bundle.load(self.source.parent)
+            runtime = open_paths(self.bucket_paths, self.boundaries, b,
+                                 lambda path, shared: hooks.open(dataclasses.replace(self, path=path), threads))
+        else:
+            runtime = hooks.open(self, threads)
         for warning in self.warnings:
             runtime.warn(warning)
         return runtime
@@ -161,8 +178,12 @@ def find_engine(
             entry = None  # e.g. an ORT fallback entry while TensorRT is usable here
         if entry is None and be.engine.runs_unbuilt:
             # No engine built: the bundle's own model (QNN: compiled at load, what `build` saves).
-            source = b.path_of(be.artifact(b, precision))
-            return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings))
+            artifact = be.artifact(b, precision)
+            source = b.path_of(artifact)
+            buckets = step_buckets(b, artifact)
+            paths = tuple(b.path_of(a) for a in buckets["artifacts"]) if buckets else ()
+            return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings),
+                                bucket_paths=paths, boundaries=tuple(buckets["boundaries"]) if buckets else ())
         if entry is None:
             raise EngineNeedsBuild(
                 f"bundle {b.root} has no {be.title} {precision} engine for target {target.name}",
@@ -177,7 +198,10 @@ def find_engine(
             )
         source = b.root / b.artifact(entry["source"]).path
         compiled = (entry.get("session_seconds") or {}).get("compile")
-        return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings), compiled)
+        bk = entry.get("buckets") if isinstance(entry.get("buckets"), dict) else None
+        paths = (b.root / entry["path"], *(b.root / e["path"] for e in bk["engines"])) if bk else ()
+        return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings), compiled,
+                            bucket_paths=paths, boundaries=tuple(bk["boundaries"]) if bk else ())
     raise TargetUnavailable(
         f"this host can run none of target {target.name}'s runtimes ({', '.join(target.runtimes)}) in {precision}"
         + (f": {'; '.join(warnings)}" if warnings else ""),

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
+from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.openvino import (
     OpenVinoRuntime,
@@ -21,7 +22,12 @@ from edgekit.runtimes.openvino import (
     openvino_version,
     options_for,
 )
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 
 
 def device_name(device: str = "CPU") -> str:
@@ -147,7 +153,7 @@ def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
 OPENVINO = register_backend(Backend(
     name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
     precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
-    open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
+    open=lambda bundle, precision, threads: open_artifact(bundle, ARTIFACTS[precision], lambda path, shared: _open_graph(path, precision, threads)),
     open_graph=_open_graph, graph_precisions=("fp32", "bf16"),
     requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"), reference_rank=1,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),

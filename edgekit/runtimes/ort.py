@@ -20,13 +20,19 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort_fusions import (
     CPU_DISABLED_OPTIMIZERS,
     FUSION_PROVIDERS,
     fuse_fast_gelu,
 )
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
@@ -318,7 +324,8 @@ def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: An
 
 def _open_engine(choice: Any, threads: int) -> OrtRuntime:
     ort = choice.target.ort
-    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
+    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads,
+                         allow_spinning=not choice.bucket_paths)
     return OrtRuntime(choice.path, options)
 
 
@@ -334,7 +341,8 @@ ARTIFACTS = {"fp32": "fp32", "int8": "int8"}
 register_backend(Backend(
     name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
-    open=lambda bundle, precision, threads: _open_graph(bundle.path_of(ARTIFACTS[precision]), precision, threads),
+    open=lambda bundle, precision, threads: open_artifact(
+        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, OrtOptions(intra_op_threads=threads, allow_spinning=not shared))),
     open_graph=_open_graph, graph_precisions=("fp32",),
     requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),

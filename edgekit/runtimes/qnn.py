@@ -32,9 +32,15 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime, _check_model_file
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
 
 EP_NAME = "QNNExecutionProvider"
@@ -348,7 +354,8 @@ def _check_artifact(bundle: Any, precision: str) -> None:
 
 
 def _open(bundle: Any, precision: str, threads: int) -> QnnRuntime:
-    return QnnRuntime(bundle.path_of(QNN.artifact(bundle, precision)), QnnOptions(fp16=precision == "fp16"), threads=threads)
+    options = QnnOptions(fp16=precision == "fp16")
+    return open_artifact(bundle, QNN.artifact(bundle, precision), lambda path, shared: QnnRuntime(path, options, threads=threads))
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:

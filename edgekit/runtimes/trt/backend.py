@@ -12,7 +12,12 @@ from edgekit._deps import require
 from edgekit.errors import BundleError
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.engines import device_problems, find_engine
-from edgekit.runtimes.registry import Backend, EngineHooks, Requirement, register_backend
+from edgekit.runtimes.registry import (
+    Backend,
+    EngineHooks,
+    Requirement,
+    register_backend,
+)
 
 
 def open_trt(bundle: Any, precision: str, threads: int = 0) -> Runtime:

@@ -10,16 +10,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import edgekit.runtimes.trt.memory as memory
+import edgekit.runtimes.trt.metadata as metadata
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import onnx_graph_specs
 from edgekit.runtimes.onnx_file import load_onnx
-import edgekit.runtimes.trt.memory as memory
-import edgekit.runtimes.trt.metadata as metadata
 from edgekit.runtimes.trt.metadata import (
+    L4T_RELEASE_PATH,
     PRECISIONS,
     EngineMetadata,
-    L4T_RELEASE_PATH,
     _edgekit_version,
     _write_atomic,
     sha256_file,

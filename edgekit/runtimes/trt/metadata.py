@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import edgekit.runtimes.trt.memory as memory
 from edgekit._deps import require
 from edgekit.bundle import sha256_file  # noqa: F401 (the one implementation; re-exported for the engine sidecars)
 from edgekit.errors import BundleError
 from edgekit.host import L4T_RELEASE_PATH, read_l4t
-import edgekit.runtimes.trt.memory as memory
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 ENGINE_SCHEMA = "edgekit.engine/1"

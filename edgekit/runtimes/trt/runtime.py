@@ -10,14 +10,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from edgekit._deps import require
-from edgekit.errors import BundleError, EdgekitError
-from edgekit.runtimes._specs import onnx_graph_specs, specs_from_entries
-from edgekit.runtimes.onnx_file import load_onnx
-from edgekit.runtimes.base import BaseRuntime
 import edgekit.runtimes.trt.builder as builder
 import edgekit.runtimes.trt.memory as memory
 import edgekit.runtimes.trt.metadata as metadata
+from edgekit._deps import require
+from edgekit.errors import BundleError, EdgekitError
+from edgekit.runtimes._specs import onnx_graph_specs, specs_from_entries
+from edgekit.runtimes.base import BaseRuntime
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.trt.builder import TrtBuildConfig
 from edgekit.runtimes.trt.metadata import (
     L4T_RELEASE_PATH,
