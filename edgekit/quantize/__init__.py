@@ -22,6 +22,9 @@ from edgekit.quantize.config import (
     QuantizeConfig,
     parse_budget,
 )
+from edgekit.quantize.graph import module_labels
+from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
+from edgekit.quantize.overrides import overrides_document
 from edgekit.quantize.ptq import quantize_unbudgeted
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
 from edgekit.quantize.structure import int8_weight_pairs
@@ -35,12 +38,15 @@ __all__ = [
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
     "METHODS",
+    "OVERRIDES_SCHEMA",
     "PROFILES",
     "PROFILE_SETTINGS",
     "ProfileSettings",
     "RecordingRuntime",
     "QuantizeConfig",
     "demo_quantize",
+    "module_labels",
+    "overrides_document",
     "parse_budget",
     "quantize_bundle",
     "quantize_unbudgeted",
