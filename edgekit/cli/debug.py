@@ -54,6 +54,5 @@ def debug(
     o.document(doc)
     print_debug(o, doc)
     if not doc["passed"]:
-        failed = ", ".join((doc["fix"] or {}).get("winner", {}).get("after", doc["gate"])["failed"] if doc.get("fix") else doc["gate"]["failed"])
-        raise CheckFailed(f"check fails on {failed or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+        raise CheckFailed(f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
                           hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change")

@@ -200,6 +200,6 @@ def document(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: M
         "layers": {"labels": labels, "per_step": grid.T.tolist()},
         "entry": entry.to_json(m.traj.steps) if entry else None,
         "attribution": attribution, "compounding": comp,
-        "gate": m.gate, "fix": fixed, "passed": bool(final["passed"]), "margin": final["margin"],
+        "gate": m.gate, "fix": fixed, "passed": bool(final["passed"]), "failed": list(final["failed"]), "margin": final["margin"],
         "warnings": m.warnings,
     }

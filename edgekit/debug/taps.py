@@ -93,12 +93,18 @@ def _dq_after(tensor: str, consumers: Mapping[str, list[Any]]) -> str:
 
 
 def tapped_copy(model: Any, dst: Path, tensors: list[str]) -> Path:
-    """``model`` with ``tensors`` added as (float) graph outputs, saved to ``dst``."""
+    """``model`` with ``tensors`` added as float graph outputs, with their inferred static shapes
+    (TensorRT takes static outputs only), saved to ``dst``."""
     onnx = require("onnx")
+    try:
+        inferred = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # noqa: BLE001 - shapes help TensorRT only; ORT, OpenVINO and QNN infer them
+        inferred = {}
     have = {o.name for o in model.graph.output}
     for name in dict.fromkeys(tensors):
         if name not in have:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            known = inferred.get(name)
+            model.graph.output.append(known if known is not None else onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     onnx.save(model, str(dst))
     return dst
 
