@@ -22,9 +22,9 @@ from typing import Any, Callable
 from edgekit._lock import owned_tempdir
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check import CheckConfig, Variant, eval_rows, gate_runtimes, parse_variant
-from edgekit.debug import fix as fixes
 from edgekit.debug.attribute import attribute, compounding
 from edgekit.debug.config import SCHEMA, DebugConfig
+from edgekit.debug.fix import Fix, candidates, commit, recorded_config, search, step_bucket
 from edgekit.debug.local import LocalJudge
 from edgekit.debug.replay import Replay, Trajectory, free_running, record, replay
 from edgekit.debug.taps import open_tapped, open_variant
@@ -142,21 +142,21 @@ def run_fix(bundle: Bundle, s: Settings, cfg: DebugConfig, entry: Entry | None, 
         return {"tried": [], "unavailable": [], "winner": None, "why": "check already passes: nothing to fix"}
     if entry is None:
         return {"tried": [], "unavailable": [], "winner": None, "why": "no tensor of the two variants could be compared"}
-    base = fixes.recorded_config(bundle)
+    base = recorded_config(bundle)
     profile = str((bundle.manifest.get("quantization") or {}).get("profile") or base.profile)
     source = f"edgekit debug {bundle.root} --fix ({s.cand} vs {s.ref})"
-    tries = fixes.candidates(profile, entry, attribution or {}, source)
-    bucket = fixes.step_bucket(entry, source)
+    tries = candidates(profile, entry, attribution or {}, source)
+    bucket = step_bucket(entry, source)
     unavailable = [bucket] if isinstance(bucket, dict) else []
-    tries += [bucket] if isinstance(bucket, fixes.Fix) else []
-    winner, trials = fixes.search(bundle, tries, base, lambda p: gate_on(p, s, cfg, tmp), tmp, say)
+    tries += [bucket] if isinstance(bucket, Fix) else []
+    winner, trials = search(bundle, tries, base, lambda p: gate_on(p, s, cfg, tmp), tmp, say)
     doc: dict[str, Any] = {"tried": trials, "unavailable": unavailable, "winner": None}
     if winner is None:
         doc["why"] = f"none of {len(trials)} fix(es) made check pass"
         return doc
     provenance = {"reference": str(s.ref), "candidate": str(s.cand), "step": entry.step + 1, "node": entry.shown.name,
                   "module": entry.shown.label, "added_sqnr_db": entry.own_db, "cause": (attribution or {}).get("cause")}
-    committed = fixes.commit(bundle.root, winner, base, provenance, lambda p: gate_on(p, s, cfg, tmp), say)
+    committed = commit(bundle.root, winner, base, provenance, lambda p: gate_on(p, s, cfg, tmp), say)
     doc["winner"] = {"kind": winner.kind, "what": winner.what, "overrides": [dict(o) for o in winner.overrides]} | committed
     return doc
 
@@ -169,7 +169,7 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     bundle = Bundle.load(path)
     s = resolve(bundle, cfg)
     if cfg.fix:
-        fixes.recorded_config(bundle)  # no quantize config: one line now, not after minutes of replay
+        recorded_config(bundle)  # no quantize config: one line now, not after minutes of replay
     fp32 = bundle.path_of("fp32")
     topo = read_topology(fp32, module_labels(fp32))
     with owned_tempdir("edgekit-debug-") as tmp:
