@@ -69,20 +69,27 @@ def artifact_for(runtime: str, precision: str) -> str | None:
     return "int8" if precision == "int8" else "fp32"
 
 
-def capture_names(topo: Topology, model: Any, on_dq: bool) -> dict[str, str]:
-    """reference tensor -> tensor of ``model`` to capture: the same name where a non-Q/DQ node of
-    ``model`` produces it (``on_dq``: the output of the Q -> DQ that follows it, if any)."""
+def capture_names(topo: Topology, model: Any) -> dict[str, str]:
+    """reference tensor -> tensor of ``model`` to capture: the same name where ``model`` computes
+    it, except where a quantized op's output goes only through a Q -> DQ (an op unit with its
+    output quantized: a Conv of the cpu profile, every op on the HTP): there the DQ's output, the
+    value the op hands on. A Q in front of a float tensor's consumer belongs to that consumer
+    (a MatMul's input quantization is the MatMul's noise): the float tensor is captured."""
     produced = {o: n for n in model.graph.node for o in n.output}
     consumers: dict[str, list[Any]] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
     out = {}
     for tensor in topo.floats:
         node = produced.get(tensor)
-        if node is None or node.op_type in _QDQ:
+        if node is None or node.op_type == "QuantizeLinear":
             continue
-        out[tensor] = _dq_after(tensor, consumers) if on_dq else tensor
+        users = consumers.get(tensor, [])
+        quantized_op = any(getattr(produced.get(i), "op_type", None) == "DequantizeLinear" for i in node.input)
+        owned = quantized_op and node.op_type != "DequantizeLinear" and users and all(u.op_type == "QuantizeLinear" for u in users)
+        out[tensor] = _dq_after(tensor, consumers) if owned and tensor not in outputs else tensor
     return out
 
 
@@ -153,7 +160,7 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
         return _torch(bundle, topo, threads)
     art = artifact_for(runtime, precision)
     model = load_onnx(bundle.path_of(art), f"artifact {art!r}")
-    names = capture_names(topo, model, on_dq=runtime == "qnn" and precision == "int8")
+    names = capture_names(topo, model)
     path = tapped_copy(model, tmp / f"tapped-{runtime}-{precision}.onnx", list(names.values()))
     rt = OPENERS[runtime](path, precision, threads, target, tmp)
     return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, TAP_METHODS[runtime])
