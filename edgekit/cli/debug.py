@@ -25,7 +25,7 @@ def debug(
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.")] = "fp32",
     runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino | qnn.")] = "ort",
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP).")] = None,
-    threshold: Annotated[float, typer.Option("--threshold", help="dB: the error enters at the first step and op whose own added noise is below this SQNR.")] = 20.0,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
     rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,
     n: Annotated[Optional[int], typer.Option("--n", min=1, help="Rows of check's gate (default: the rows `edgekit quantize` judged).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise (default: quantize's).")] = None,
@@ -44,8 +44,9 @@ def debug(
     from edgekit.errors import CheckFailed
 
     o = Output(json_out)
-    cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, threshold_db=threshold, rows=rows,
-                      n=n, seed=seed, cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa)
+    chosen = {"threshold_db": threshold} if threshold is not None else {}  # the default lives in DebugConfig
+    cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, rows=rows, n=n, seed=seed,
+                      cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa, **chosen)
     o.info(f"debugging {bundle}: {candidate} vs {reference} …")
     doc = debug_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
     doc["summary"] = summary_line(doc)

@@ -106,7 +106,7 @@ def qdq_of(model: Any, node: Any) -> list[QdqInput]:
 
 
 def _bounds(qdtype: str) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(qdtype)) if qdtype != "bool" else np.iinfo(np.uint8)
+    info = np.iinfo(np.dtype(qdtype))  # uint8 | int8 | uint16 | int16 | int32 (bias)
     return int(info.min), int(info.max)
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from edgekit._lock import owned_tempdir
 from edgekit.bundle import Bundle, now_iso
@@ -47,7 +49,7 @@ class Settings:
     n: int
     seed: int
     decode: dict[str, Any]
-    rows: Any
+    rows: Mapping[str, np.ndarray] | None  # condition rows [n, ...], or None: the seeded rule
     conditions: str
     replay_rows: int
 
