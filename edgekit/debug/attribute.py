@@ -27,12 +27,16 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.arithmetic import arithmetic_for, saturation
-from edgekit.debug.topology import Entry, sqnr_db
+from edgekit.debug.topology import Entry
+from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 
 # Rows of the activation the kernel model multiplies (its pair products are M·K/2·N int64s).
 MAX_KERNEL_ROWS = 512
-CPU_KERNEL_RUNTIMES = ("ort",)  # runtimes whose int8 GEMM is MLAS's (arithmetic.py models it)
+CPU_KERNEL_RUNTIMES = ("ort",)
+# An op whose output SQNR spreads over more than this across the steps has a step-dependent error
+# (range drift: a per-step-range scale, ``quantize --step-buckets``, is the fix to try first).
+STEP_DEPENDENT_DB = 10.0  # runtimes whose int8 GEMM is MLAS's (arithmetic.py models it)
 
 
 @dataclass(frozen=True)
@@ -258,10 +262,14 @@ def attribute(cand_path: Path, ref_path: Path, entry: Entry, feeds: Sequence[Map
     return doc
 
 
-def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequence[float]) -> dict[str, Any]:
+def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequence[float],
+                sqnr_per_step: Sequence[float]) -> dict[str, Any]:
     """Whether the error compounds: the candidate's own decode drifts further from the reference
     after the step where the error entered (``divergence``: per step, then the final output).
-    ``crossing_steps``: the steps (0-based) at which the op adds noise below the threshold."""
+    ``crossing_steps``: the steps (0-based) at which the op adds noise below the threshold;
+    ``sqnr_per_step``: the op's output SQNR per step (teacher-forced): whether it depends on the step."""
+    finite = [v for v in sqnr_per_step if math.isfinite(v)]
+    spread = max(finite) - min(finite) if finite else 0.0
     after = [d for d in divergence[entry_step + 1 :] if not math.isnan(d)]
     grows = bool(after) and after[-1] > 0 and after[-1] >= 1.5 * after[0]
     if grows:
@@ -271,4 +279,5 @@ def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequ
     else:
         why = "the candidate's own decode ends where the reference's does"
     return {"compounds": grows, "summary": "compounds" if grows else "stays local", "why": why,
-            "steps_crossing": [s + 1 for s in crossing_steps], "divergence_per_step": list(divergence)}
+            "steps_crossing": [s + 1 for s in crossing_steps], "divergence_per_step": list(divergence),
+            "sqnr_per_step": list(sqnr_per_step), "step_dependent": spread >= STEP_DEPENDENT_DB}

@@ -7,8 +7,10 @@ Fixes, smallest first, by the bundle's quantize profile:
   the cause names first (its output on the HTP, its activation input, then its MatMul weight);
 - cpu / trt: the op weight-only (INT8 weights, float activations: not when the weights are the
   cause), then fully float (``{"node": N, "action": "weight-only" | "float"}``);
-- step-bucket: the op's own step bucket (``quantize --step-buckets``, issue #27): reported as not
-  available while ``QuantizeConfig`` has no ``step_buckets`` field.
+- step-bucket: more step buckets (``quantize --step-buckets``, issue #27: activation scales per
+  step range), tried first where the op's error depends on the step (its SQNR spreads over
+  ``attribute.STEP_DEPENDENT_DB`` across the steps), last otherwise; not available where the model has
+  ``auto`` (or the most) buckets already.
 
 Each fix re-quantizes a scratch copy of the bundle with the bundle's recorded quantize config plus
 the override (``quantize_bundle``) and runs ``check``'s gate on it (same rows, seed and decode
@@ -32,7 +34,7 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.debug.topology import Entry
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.quantize import QuantizeConfig, overrides_document, quantize_bundle
+from edgekit.quantize import MAX_BUCKETS, QuantizeConfig, overrides_document, quantize_bundle
 
 ARTIFACT = "quantize-overrides"
 MAX_TRIALS = 4  # quantize + gate each: seconds on small models, minutes on big ones
@@ -52,7 +54,7 @@ class Fix:
 
 def recorded_config(bundle: Bundle) -> QuantizeConfig:
     """The QuantizeConfig ``edgekit quantize`` recorded for the bundle's int8 model."""
-    doc = ((bundle.manifest.get("quantization") or {}).get("config")) or {}
+    doc = (bundle.quantization or {}).get("config") or {}
     if not doc:
         raise UsageError(f"bundle {bundle.root} records no quantize config: --fix re-quantizes with it",
                          hint=f"quantize first: `edgekit quantize {bundle.root}`")
@@ -83,13 +85,37 @@ def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], sourc
     return fixes + [Fix("float", (item(node=node, action="float"),), f"{label} in float")]
 
 
-def step_bucket(entry: Entry, source: str) -> Fix | dict[str, Any]:
-    """The step-bucket fix where quantize has step buckets (issue #27), else why not."""
-    if "step_buckets" not in {f.name for f in dataclasses.fields(QuantizeConfig)}:
-        return {"kind": "step-bucket", "available": False,
-                "why": "quantize has no step buckets yet (issue #27, --step-buckets): the step's own ranges cannot be tried"}
-    # The seam: a bucket boundary at the step where the error entered (its ranges calibrated apart).
-    return Fix("step-bucket", (), f"steps from {entry.step + 1} in their own bucket", {"step_buckets": (entry.step,)})
+def step_bucket(base: QuantizeConfig) -> Fix | dict[str, Any]:
+    """More step buckets (``quantize --step-buckets``: activation scales per step range, boundaries
+    from the range drift), or why not. Not an override: the file cannot carry it, so the winner's
+    ``reproduce`` command names it."""
+    now = base.step_buckets
+    if now == "auto" or (isinstance(now, int) and now >= MAX_BUCKETS):
+        return {"kind": "step-bucket", "available": False, "why": f"the int8 model already has --step-buckets {now}"}
+    value: int | str = "auto" if now in (None, 1) else int(now) + 1
+    return Fix("step-bucket", (), f"--step-buckets {value} (activation scales per step range)", {"step_buckets": value})
+
+
+def ordered(op_fixes: list[Fix], bucket: Fix | dict[str, Any], step_dependent: bool) -> list[Fix]:
+    """The step-bucket fix first where the error depends on the step (it keeps every op INT8),
+    last otherwise."""
+    if not isinstance(bucket, Fix):
+        return op_fixes
+    return [bucket, *op_fixes] if step_dependent else [*op_fixes, bucket]
+
+
+def reproduce(path: Path, artifact: str, cfg: QuantizeConfig) -> str:
+    """The ``edgekit quantize`` line that makes the fixed int8 model again from the fp32 one."""
+    flags = [f"--overrides {path / artifact}"]
+    default = QuantizeConfig()
+    for name, flag in (("profile", "--profile"), ("method", "--method"), ("calib_samples", "--calib-samples"),
+                       ("eval_samples", "--eval-samples"), ("eval_seed", "--seed"), ("target", "--target"),
+                       ("step_buckets", "--step-buckets"), ("cond_data", "--cond-data"), ("scheme", "--scheme")):
+        value = getattr(cfg, name, None)
+        if value is not None and value != getattr(default, name, None):
+            flags.append(f"{flag} {value}")
+    flags += [f"--exclude {e}" for e in cfg.exclude] + ([] if cfg.fallback else ["--no-fallback"])
+    return f"edgekit quantize {path} " + " ".join(flags)
 
 
 def scratch_copy(bundle: Bundle, dest: Path) -> Path:
@@ -97,8 +123,8 @@ def scratch_copy(bundle: Bundle, dest: Path) -> Path:
     dest.mkdir(parents=True)
     manifest = json.loads(json.dumps(bundle.manifest))
     manifest["artifacts"] = {k: v for k, v in manifest["artifacts"].items() if k in SCRATCH_KEEPS}
-    manifest.pop("engines", None)
-    manifest.pop("fused", None)
+    for section in ("engines", "fused"):  # built from the int8/fp32 graphs a trial replaces or does not need
+        manifest.pop(section, None)
     for doc in manifest["artifacts"].values():
         for rel in [doc["path"], *[s["path"] for s in doc.get("side_files") or []]]:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -147,8 +173,9 @@ def commit(path: Path, fix: Fix, base: QuantizeConfig, provenance: Mapping[str, 
     say(f"re-quantize {path} with {fix.what}")
     quantize_bundle(path, cfg, progress=None, warn=lambda m: None)
     after = gate(path)
-    artifact = record_overrides(path, cfg, dict(provenance) | {"fix": fix.kind, "what": fix.what, "gate_after": after})
-    return {"artifact": artifact, "after": after, "config": {k: v for k, v in fix.config.items()}}
+    artifact = record_overrides(path, cfg, dict(provenance) | {"fix": fix.kind, "what": fix.what, "gate_after": after,
+                                                                "config": dict(fix.config)})
+    return {"artifact": artifact, "after": after, "config": dict(fix.config), "reproduce": reproduce(Path(path), artifact, cfg)}
 
 
 @writes_bundle("debug")

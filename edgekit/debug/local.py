@@ -18,7 +18,8 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.debug.taps import Tapped
-from edgekit.debug.topology import Op, Topology, region, sqnr_db
+from edgekit.debug.topology import Op, Topology, region
+from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.debug.replay import Trajectory
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.debug.taps import Tapped
-from edgekit.debug.topology import sqnr_db
+from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.decode.dispatch import decode, decode_config
-from edgekit.evaluate import conditions, graph_batch
+from edgekit.evaluate import conditions
 from edgekit.quantize import RecordingRuntime
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO
@@ -48,7 +48,7 @@ class Trajectory:
 def record(bundle: Bundle, runtime: Runtime, n: int, seed: int, decode_options: Mapping[str, Any],
            rows: Mapping[str, np.ndarray] | None) -> Trajectory:
     """Decode ``n`` rows (whole graph batches) with ``runtime`` and keep every call's feeds."""
-    batch = graph_batch(bundle)
+    batch = bundle.batch
     rec = RecordingRuntime(runtime, bundle.kind, bundle.meta)
     steps_of: list[int] = []
     outputs, steps = [], 1
@@ -68,7 +68,7 @@ def _decode(bundle: Bundle, runtime: Any, batch: int, seed: int, options: Mappin
             rows: Mapping[str, np.ndarray] | None, i: int):
     part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
     cond = conditions(bundle, {}, batch, seed, rows=part, draw=True)
-    cfg = decode_config(bundle.kind, bundle.manifest.get("decode_defaults", {}), options, seed=seed)
+    cfg = decode_config(bundle.kind, bundle.decode_defaults, options, seed=seed)
     return decode(bundle.kind, runtime, bundle.meta, cond, cfg)
 
 

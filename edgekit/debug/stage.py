@@ -23,16 +23,15 @@ import numpy as np
 
 from edgekit._lock import owned_tempdir
 from edgekit.bundle import Bundle, now_iso
-from edgekit.check import CheckConfig, Variant, eval_rows, gate_runtimes, parse_variant
+from edgekit.check import CheckConfig, RuntimePrecision, eval_rows, gate_runtimes, parse_variant
 from edgekit.debug.attribute import attribute, compounding
 from edgekit.debug.config import SCHEMA, DebugConfig
-from edgekit.debug.fix import Fix, candidates, commit, recorded_config, search, step_bucket
+from edgekit.debug.fix import candidates, commit, ordered, recorded_config, search, step_bucket
 from edgekit.debug.local import LocalJudge
 from edgekit.debug.replay import Replay, Trajectory, free_running, record, replay
-from edgekit.debug.taps import open_tapped, open_variant
+from edgekit.debug.taps import artifact_at, open_tapped, open_variant
 from edgekit.debug.topology import Entry, Topology, layer_rows, locate, own_db, read_topology
 from edgekit.errors import UsageError
-from edgekit.evaluate import graph_batch
 from edgekit.host import HostFacts
 from edgekit.quantize import module_labels
 
@@ -44,8 +43,8 @@ MAX_ATTRIBUTION_CALLS = 8  # feeds of the entry step the attribution runs on
 class Settings:
     """What the gate and the replay decode: the check config resolved for the bundle."""
 
-    ref: Variant
-    cand: Variant
+    ref: RuntimePrecision
+    cand: RuntimePrecision
     n: int
     seed: int
     decode: dict[str, Any]
@@ -76,7 +75,7 @@ def resolve(bundle: Bundle, cfg: DebugConfig) -> Settings:
     check = CheckConfig(n=cfg.n, seed=cfg.seed, cond_data=cfg.cond_data).resolved(bundle)
     rows, source = eval_rows(bundle, check)
     n = check.n if rows is None else min(check.n, len(next(iter(rows.values()))))
-    replay_rows = min(cfg.rows or graph_batch(bundle), n) if rows is not None else (cfg.rows or graph_batch(bundle))
+    replay_rows = min(cfg.rows or bundle.batch, n) if rows is not None else (cfg.rows or bundle.batch)
     return Settings(ref, cand, n, check.seed, dict(check.decode), rows, source, replay_rows)
 
 
@@ -128,29 +127,29 @@ def explain(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Me
     per_step = m.replay.sqnr()
     crossing = [i for i, step in enumerate(per_step)
                 if own_db(topo, step).get(entry.op.name, {}).get("own_db", float("inf")) < cfg.threshold_db]
-    comp = compounding(entry.step, crossing, m.divergence)
+    comp = compounding(entry.step, crossing, m.divergence, [step.get(entry.tensor, float("nan")) for step in per_step])
     if s.cand.precision != "int8":
         return {"cause": "precision", "why": f"{s.cand} computes in {s.cand.precision}: no integer quantization to take apart"}, comp
     isa = HostFacts.detect().isa_class if cfg.isa == "host" else cfg.isa
     feeds = [m.traj.feeds[i] for i in m.traj.calls_of(entry.step)[:MAX_ATTRIBUTION_CALLS]]
-    doc = attribute(bundle.path_of("int8"), bundle.path_of("fp32"), entry, feeds, s.cand.runtime, isa, tmp)
+    graph = artifact_at(bundle, s.cand.runtime, s.cand.precision, feeds[0])  # a step bucket's own graph
+    doc = attribute(bundle.path_of(graph), bundle.path_of("fp32"), entry, feeds, s.cand.runtime, isa, tmp)
     return doc, comp
 
 
 def run_fix(bundle: Bundle, s: Settings, cfg: DebugConfig, entry: Entry | None, attribution: dict[str, Any] | None,
-            gate: dict[str, Any], tmp: Path, say: Say) -> dict[str, Any]:
+            comp: dict[str, Any] | None, gate: dict[str, Any], tmp: Path, say: Say) -> dict[str, Any]:
     """--fix: try the fixes, write the winner (``fix`` module)."""
     if gate["passed"]:
         return {"tried": [], "unavailable": [], "winner": None, "why": "check already passes: nothing to fix"}
     if entry is None:
         return {"tried": [], "unavailable": [], "winner": None, "why": "no tensor of the two variants could be compared"}
     base = recorded_config(bundle)
-    profile = str((bundle.manifest.get("quantization") or {}).get("profile") or base.profile)
+    profile = str((bundle.quantization or {}).get("profile") or base.profile)
     source = f"edgekit debug {bundle.root} --fix ({s.cand} vs {s.ref})"
-    tries = candidates(profile, entry, attribution or {}, source)
-    bucket = step_bucket(entry, source)
+    bucket = step_bucket(base)
     unavailable = [bucket] if isinstance(bucket, dict) else []
-    tries += [bucket] if isinstance(bucket, Fix) else []
+    tries = ordered(candidates(profile, entry, attribution or {}, source), bucket, bool((comp or {}).get("step_dependent")))
     winner, trials = search(bundle, tries, base, lambda p: gate_on(p, s, cfg, tmp), tmp, say)
     doc: dict[str, Any] = {"tried": trials, "unavailable": unavailable, "winner": None}
     if winner is None:
@@ -178,7 +177,7 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
         m = measure(bundle, s, cfg, topo, tmp, say)
         entry = m.entry
         attribution, comp = explain(bundle, s, cfg, topo, m, entry, tmp)
-        fixed = run_fix(bundle, s, cfg, entry, attribution, m.gate, tmp, say) if cfg.fix else None
+        fixed = run_fix(bundle, s, cfg, entry, attribution, comp, m.gate, tmp, say) if cfg.fix else None
     doc = document(bundle, s, cfg, topo, m, entry, attribution, comp, fixed)
     doc["wall_s"] = time.perf_counter() - start
     return doc

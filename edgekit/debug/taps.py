@@ -32,10 +32,12 @@ from edgekit.debug.topology import Topology
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes import trt as trt_backend  # imports tensorrt only when a function runs
 from edgekit.runtimes.base import Runtime, RuntimeProxy
+from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, qnn_artifact, qnn_options_for  # lazy: onnxruntime-qnn
+from edgekit.spec import step_position
 from edgekit.targets import load_target
 
 TAP_METHODS: dict[str, str] = {
@@ -67,6 +69,26 @@ def artifact_for(runtime: str, precision: str) -> str | None:
     if runtime == "torch":
         return None
     return "int8" if precision == "int8" else "fp32"
+
+
+def buckets_of(bundle: Bundle, precision: str) -> tuple[list[str], list[float]] | None:
+    """(the int8 graphs' artifacts, the step boundaries) of a step-bucketed int8 model
+    (``quantize --step-buckets``), else None."""
+    doc = (bundle.quantization or {}).get("step_buckets") or {}
+    names = list(doc.get("artifacts") or [])
+    if precision != "int8" or len(names) < 2:
+        return None
+    return names, [float(b) for b in doc["boundaries"]]
+
+
+def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str | None:
+    """The artifact that computes a call with ``feeds``: its step bucket's graph where there are buckets."""
+    buckets = buckets_of(bundle, precision)
+    if buckets is None:
+        return artifact_for(runtime, precision)
+    position = step_position(bundle.kind, feeds, bundle.meta)
+    index = int(np.searchsorted(np.asarray(buckets[1]), position, side="right")) if np.isfinite(position) else 0
+    return buckets[0][index]
 
 
 def capture_names(topo: Topology, model: Any) -> dict[str, str]:
@@ -142,13 +164,17 @@ OPENERS = {"ort": _ort, "openvino": _openvino, "qnn": _qnn, "trt": _trt}
 def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, threads: int = 0, target: str | None = None) -> Runtime:
     """The variant as ``check`` runs it: ``open_runtime`` (a target's built engine where the target
     lists the runtime); qnn with a target: the int8 model on that target's HTP; trt without a
-    built engine (a scratch copy): an engine built here from the bundle's ONNX."""
+    built engine (a scratch copy): an engine built here from the bundle's ONNX; a step-bucketed
+    int8 model: each bucket's graph behind ``BucketedRuntime``."""
+    buckets = buckets_of(bundle, precision)
+    if buckets is not None and runtime in OPENERS:
+        graphs = [OPENERS[runtime](bundle.path_of(a), precision, threads, target, tmp) for a in buckets[0]]
+        return BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta)
     if runtime == "qnn" and target:
         return _qnn(bundle.path_of(qnn_artifact(bundle, precision)), precision, threads, target, tmp)
     if target is not None and runtime in load_target(target).runtimes:
         return open_runtime(bundle, runtime, precision, threads=threads, target=target)
-    engines = bundle.manifest.get("engines") or {}
-    if runtime == "trt" and not any(e.get("runtime") == "trt" and e.get("precision") == precision for e in engines.values()):
+    if runtime == "trt" and not any(e.get("runtime") == "trt" and e.get("precision") == precision for e in bundle.engines.values()):
         return _trt(bundle.path_of(artifact_for(runtime, precision)), precision, threads, target, tmp)
     return open_runtime(bundle, runtime, precision, threads=threads)
 
@@ -158,12 +184,16 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
     """The variant ``runtime:precision`` of ``bundle`` with ``topo``'s float tensors captured."""
     if runtime == "torch":
         return _torch(bundle, topo, threads)
-    art = artifact_for(runtime, precision)
-    model = load_onnx(bundle.path_of(art), f"artifact {art!r}")
-    names = capture_names(topo, model)
-    path = tapped_copy(model, tmp / f"tapped-{runtime}-{precision}.onnx", list(names.values()))
-    rt = OPENERS[runtime](path, precision, threads, target, tmp)
-    return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, TAP_METHODS[runtime])
+    buckets = buckets_of(bundle, precision)
+    graphs, names = [], {}
+    for art in buckets[0] if buckets else [artifact_for(runtime, precision)]:
+        model = load_onnx(bundle.path_of(art), f"artifact {art!r}", external_data=True)
+        names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
+        path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
+        graphs.append(OPENERS[runtime](path, precision, threads, target, tmp))
+    rt = BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta) if buckets else graphs[0]
+    method = TAP_METHODS[runtime] + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")
+    return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, method)
 
 
 class HookedTorch(RuntimeProxy):

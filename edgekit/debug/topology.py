@@ -80,13 +80,6 @@ def to_db(power: float) -> float:
     return math.inf if power <= 0 else -10 * math.log10(power)
 
 
-def sqnr_db(signal: float, noise_power: float) -> float:
-    """10·log10(signal / noise): +inf for an exact match, -inf when the reference is all zeros."""
-    if noise_power <= 0:
-        return math.inf
-    return -math.inf if signal <= 0 else 10 * math.log10(signal / noise_power)
-
-
 def inherited(topo: Topology, measured: Mapping[str, float]) -> dict[str, float]:
     """tensor -> SQNR (dB) of every tensor: measured where captured, else what its producer's
     inputs carried (their worst), +inf for graph inputs and constants."""

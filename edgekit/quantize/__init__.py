@@ -11,6 +11,7 @@ onnx nor onnxruntime.
 from __future__ import annotations
 
 from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
+from edgekit.quantize.buckets import MAX_BUCKETS
 from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
@@ -37,6 +38,7 @@ __all__ = [
     "int8_weight_pairs",
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
+    "MAX_BUCKETS",
     "METHODS",
     "OVERRIDES_SCHEMA",
     "PROFILES",
