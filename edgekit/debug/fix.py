@@ -34,7 +34,12 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.debug.topology import Entry
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.quantize import MAX_BUCKETS, QuantizeConfig, overrides_document, quantize_bundle
+from edgekit.quantize import (
+    MAX_BUCKETS,
+    QuantizeConfig,
+    overrides_document,
+    quantize_bundle,
+)
 
 ARTIFACT = "quantize-overrides"
 MAX_TRIALS = 4  # quantize + gate each: seconds on small models, minutes on big ones

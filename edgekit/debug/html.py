@@ -36,7 +36,9 @@ def heatmap_png(doc: Doc) -> str:
     if grid.size == 0:
         return "<p>no tensor of the two variants could be compared</p>"
     require("matplotlib")
-    from matplotlib.figure import Figure  # the object API: no pyplot, no global backend state
+    from matplotlib.figure import (
+        Figure,  # the object API: no pyplot, no global backend state
+    )
 
     shown = np.clip(np.where(np.isfinite(grid), grid, HIGH_DB), LOW_DB, HIGH_DB)
     fig = Figure(figsize=(min(3 + 0.6 * grid.shape[1], 14), min(2 + 0.28 * len(labels), 24)), dpi=100, layout="constrained")

@@ -17,11 +17,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.debug.replay import Trajectory
 from edgekit.debug.taps import Tapped
 from edgekit.debug.topology import Op, Topology, region
 from edgekit.evaluate import power_ratio_db as sqnr_db
-from edgekit.debug.replay import Trajectory
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+
 
 class LocalJudge:
     """``own_db(step, op)``: the SQNR (dB) of the noise ``op`` adds at ``step`` by itself, or None

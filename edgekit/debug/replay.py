@@ -18,9 +18,9 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.debug.taps import Tapped
-from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.evaluate import conditions
+from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.quantize import RecordingRuntime
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO

@@ -23,14 +23,34 @@ import numpy as np
 
 from edgekit._lock import owned_tempdir
 from edgekit.bundle import Bundle, now_iso
-from edgekit.check import CheckConfig, RuntimePrecision, eval_rows, gate_runtimes, parse_variant
+from edgekit.check import (
+    CheckConfig,
+    RuntimePrecision,
+    eval_rows,
+    gate_runtimes,
+    parse_variant,
+)
 from edgekit.debug.attribute import attribute, compounding
 from edgekit.debug.config import SCHEMA, DebugConfig
-from edgekit.debug.fix import candidates, commit, ordered, recorded_config, search, step_bucket
+from edgekit.debug.fix import (
+    candidates,
+    commit,
+    ordered,
+    recorded_config,
+    search,
+    step_bucket,
+)
 from edgekit.debug.local import LocalJudge
 from edgekit.debug.replay import Replay, Trajectory, free_running, record, replay
 from edgekit.debug.taps import artifact_at, open_tapped, open_variant
-from edgekit.debug.topology import Entry, Topology, layer_rows, locate, own_db, read_topology
+from edgekit.debug.topology import (
+    Entry,
+    Topology,
+    layer_rows,
+    locate,
+    own_db,
+    read_topology,
+)
 from edgekit.errors import UsageError
 from edgekit.host import HostFacts
 from edgekit.quantize import module_labels

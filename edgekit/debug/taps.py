@@ -30,13 +30,24 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.debug.topology import Topology
 from edgekit.runtimes import open_runtime
-from edgekit.runtimes import trt as trt_backend  # imports tensorrt only when a function runs
+from edgekit.runtimes import (
+    trt as trt_backend,  # imports tensorrt only when a function runs
+)
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.onnx_file import load_onnx
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions, inference_precision_for  # lazy: openvino
+from edgekit.runtimes.openvino import (  # lazy: openvino
+    OpenVinoRuntime,
+    OvOptions,
+    inference_precision_for,
+)
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
-from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, qnn_artifact, qnn_options_for  # lazy: onnxruntime-qnn
+from edgekit.runtimes.qnn import (  # lazy: onnxruntime-qnn
+    QnnOptions,
+    QnnRuntime,
+    qnn_artifact,
+    qnn_options_for,
+)
 from edgekit.spec import step_position
 from edgekit.targets import load_target
 
