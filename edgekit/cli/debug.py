@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, command, configure_logging
+from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
 from edgekit.output import Output
 
 
@@ -23,7 +23,7 @@ def debug(
     bundle: BundleArg,
     candidate: Annotated[str, typer.Option("--candidate", help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.")] = "int8",
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.")] = "fp32",
-    runtime: Annotated[str, typer.Option("--runtime", help="Runtime of a variant given as a bare precision: ort | torch | trt | openvino | qnn.")] = "ort",
+    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP).")] = None,
     threshold: Annotated[Optional[float], typer.Option("--threshold", help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
     rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,

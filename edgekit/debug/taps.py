@@ -45,9 +45,9 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 from edgekit.runtimes.qnn import (  # lazy: onnxruntime-qnn
     QnnOptions,
     QnnRuntime,
-    qnn_artifact,
     qnn_options_for,
 )
+from edgekit.runtimes.registry import backend
 from edgekit.spec import step_position
 from edgekit.targets import load_target
 
@@ -75,10 +75,14 @@ class Tapped:
         self.runtime.close()
 
 
-def artifact_for(runtime: str, precision: str) -> str | None:
-    """The bundle ONNX a variant computes (None: the PyTorch module)."""
+def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
+    """The bundle ONNX a variant computes, as its registry entry names it (checked: qnn takes only
+    a qnn-profile int8 model); an engine's source ONNX for TensorRT; None: the PyTorch module."""
     if runtime == "torch":
         return None
+    entry = backend(runtime)
+    if precision in entry.artifacts:
+        return entry.artifact(bundle, precision)
     return "int8" if precision == "int8" else "fp32"
 
 
@@ -96,7 +100,7 @@ def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str
     """The artifact that computes a call with ``feeds``: its step bucket's graph where there are buckets."""
     buckets = buckets_of(bundle, precision)
     if buckets is None:
-        return artifact_for(runtime, precision)
+        return artifact_for(bundle, runtime, precision)
     position = step_position(bundle.kind, feeds, bundle.meta)
     index = int(np.searchsorted(np.asarray(buckets[1]), position, side="right")) if np.isfinite(position) else 0
     return buckets[0][index]
@@ -182,11 +186,11 @@ def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, thread
         graphs = [OPENERS[runtime](bundle.path_of(a), precision, threads, target, tmp) for a in buckets[0]]
         return BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta)
     if runtime == "qnn" and target:
-        return _qnn(bundle.path_of(qnn_artifact(bundle, precision)), precision, threads, target, tmp)
+        return _qnn(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     if target is not None and runtime in load_target(target).runtimes:
         return open_runtime(bundle, runtime, precision, threads=threads, target=target)
     if runtime == "trt" and not any(e.get("runtime") == "trt" and e.get("precision") == precision for e in bundle.engines.values()):
-        return _trt(bundle.path_of(artifact_for(runtime, precision)), precision, threads, target, tmp)
+        return _trt(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     return open_runtime(bundle, runtime, precision, threads=threads)
 
 
@@ -197,7 +201,7 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
         return _torch(bundle, topo, threads)
     buckets = buckets_of(bundle, precision)
     graphs, names = [], {}
-    for art in buckets[0] if buckets else [artifact_for(runtime, precision)]:
+    for art in buckets[0] if buckets else [artifact_for(bundle, runtime, precision)]:
         model = load_onnx(bundle.path_of(art), f"artifact {art!r}", external_data=True)
         names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
         path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
