@@ -19,7 +19,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     2: ("edgekit.models", "edgekit.runtimes"),
     3: ("edgekit.decode",),
     4: ("edgekit.probes", "edgekit.evaluate"),
-    5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.profile", "edgekit.builder", "edgekit.lint",
+    5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.debug", "edgekit.profile", "edgekit.builder", "edgekit.lint",
         "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream", "edgekit.train"),
     6: ("edgekit.demo",),
     7: ("edgekit.cli",),

@@ -16,6 +16,7 @@ from edgekit.check.stage import (
     RuntimePrecision,
     check_bundle,
     demo_check,
+    eval_rows,
     gate_runtimes,
     parse_variant,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "RuntimePrecision",
     "check_bundle",
     "demo_check",
+    "eval_rows",
     "gate_runtimes",
     "parse_variant",
     "ShadowRecorder",

@@ -10,7 +10,7 @@ installed). This is the top layer: nothing imports back into it.
 
 # ruff: noqa: I001 -- the import order is the order of the commands in `edgekit --help`
 from edgekit.cli.app import app
-from edgekit.cli import export, inspect, train_demo, run, quantize, check, profile, loadtest  # noqa: F401  (registers the commands)
+from edgekit.cli import export, inspect, train_demo, run, quantize, check, debug, profile, loadtest  # noqa: F401  (registers the commands)
 from edgekit.cli import targets, doctor, build, lint, pack, deploy, demo  # noqa: F401
 from edgekit.cli.main import main
 

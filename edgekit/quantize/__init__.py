@@ -11,6 +11,7 @@ onnx nor onnxruntime.
 from __future__ import annotations
 
 from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
+from edgekit.quantize.buckets import MAX_BUCKETS
 from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
@@ -22,6 +23,9 @@ from edgekit.quantize.config import (
     QuantizeConfig,
     parse_budget,
 )
+from edgekit.quantize.graph import module_labels
+from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
+from edgekit.quantize.overrides import overrides_document
 from edgekit.quantize.ptq import quantize_unbudgeted
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
 from edgekit.quantize.structure import int8_weight_pairs
@@ -34,13 +38,17 @@ __all__ = [
     "int8_weight_pairs",
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
+    "MAX_BUCKETS",
     "METHODS",
+    "OVERRIDES_SCHEMA",
     "PROFILES",
     "PROFILE_SETTINGS",
     "ProfileSettings",
     "RecordingRuntime",
     "QuantizeConfig",
     "demo_quantize",
+    "module_labels",
+    "overrides_document",
     "parse_budget",
     "quantize_bundle",
     "quantize_unbudgeted",

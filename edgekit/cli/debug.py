@@ -1,0 +1,59 @@
+"""`edgekit debug`: where INT8 (or any variant) goes wrong in the decode loop, and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
+from edgekit.output import Output
+
+
+@command(
+    epilog="Exit codes (as check): 0 check passes (after the fix, with --fix) · 4 it fails · 1 error · 2 usage.\n\n"
+    "Examples:\n\n  edgekit debug bundles/masked                         (ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
+    "  edgekit debug bundles/masked --fix                   (try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
+    "  edgekit debug bundles/masked --candidate openvino:int8 --html debug-report\n\n"
+    "  edgekit debug bundles/masked --candidate qnn:int8 --target snapdragon-8-gen-3 --fix\n\n"
+    "  edgekit debug bundles/flow --reference torch --candidate ort:int8 --json"
+)
+def debug(
+    bundle: BundleArg,
+    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.")] = "int8",
+    reference: Annotated[str, typer.Option("--reference", help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.")] = "fp32",
+    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP).")] = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
+    rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,
+    n: Annotated[Optional[int], typer.Option("--n", min=1, help="Rows of check's gate (default: the rows `edgekit quantize` judged).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise (default: quantize's).")] = None,
+    cond_data: CondDataOpt = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")] = None,
+    isa: Annotated[str, typer.Option("--isa", help="CPU class whose int8 accumulation is modelled (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | ...).")] = "host",
+    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""
+    configure_logging()
+    from edgekit.debug import DebugConfig, debug_bundle
+    from edgekit.debug.html import write_heatmap
+    from edgekit.debug.render import print_debug, summary_line
+    from edgekit.errors import CheckFailed
+
+    o = Output(json_out)
+    chosen = {"threshold_db": threshold} if threshold is not None else {}  # the default lives in DebugConfig
+    cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, rows=rows, n=n, seed=seed,
+                      cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa, **chosen)
+    o.info(f"debugging {bundle}: {candidate} vs {reference} …")
+    doc = debug_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
+    doc["summary"] = summary_line(doc)
+    if html is not None:
+        doc["html"] = str(write_heatmap(html, doc))
+    o.document(doc)
+    print_debug(o, doc)
+    if not doc["passed"]:
+        raise CheckFailed(f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+                          hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change")

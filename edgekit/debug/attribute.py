@@ -1,0 +1,283 @@
+"""Why the error entered where it did: the op's weights, its activation range, or the integer
+accumulation; and whether it compounds over the later steps or stays local.
+
+The candidate's QDQ graph is run on onnxruntime's CPU EP with graph optimizations off (the QDQ
+simulation ``qdq_loss_debug`` uses) on the feeds of the step where the error entered, capturing
+the float values that reach each Q/DQ pair of the op. Then, each on its own:
+
+- activation range: the op's input (and, where the op's output is quantized too, as on the HTP,
+  its output) through its own Q/DQ: SQNR, the share of values clipped by the calibrated range,
+  and how much of that range this step uses;
+- weights: the weight's Q/DQ against the float weight; for MatMul/Gemm both are also measured at
+  the op's output (x·ŵ and x̂·w against x·w);
+- accumulation: for u8 × s8 MatMul/Gemm on a CPU runtime, the numpy model of the int8 kernel of
+  the CPU class (``arithmetic.gemm_pairs_saturating`` where its int16 pair sums saturate: AVX2).
+
+The cause is the component with the lowest SQNR.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.arithmetic import arithmetic_for, saturation
+from edgekit.debug.topology import Entry
+from edgekit.evaluate import power_ratio_db as sqnr_db
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+
+# Rows of the activation the kernel model multiplies (its pair products are M·K/2·N int64s).
+MAX_KERNEL_ROWS = 512
+CPU_KERNEL_RUNTIMES = ("ort",)
+# An op whose output SQNR spreads over more than this across the steps has a step-dependent error
+# (range drift: a per-step-range scale, ``quantize --step-buckets``, is the fix to try first).
+STEP_DEPENDENT_DB = 10.0  # runtimes whose int8 GEMM is MLAS's (arithmetic.py models it)
+
+
+@dataclass(frozen=True)
+class QdqInput:
+    """One Q/DQ pair of the op: ``tensor`` is the float value before it (a weight: its
+    quantized initializer), ``scale``/``zero_point`` as stored, ``axis`` for per-channel."""
+
+    role: str  # activation | weight | output
+    tensor: str
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qdtype: str
+    axis: int | None
+    values: np.ndarray | None = None  # a weight's stored integers
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        shape = [1] * q.ndim
+        if self.axis is not None and self.scale.ndim == 1 and q.ndim:
+            shape[self.axis % q.ndim] = -1
+        scale = self.scale.reshape(shape) if self.scale.ndim else self.scale
+        zp = self.zero_point.astype(np.float64)
+        return (q.astype(np.float64) - (zp.reshape(shape) if zp.ndim else zp)) * scale
+
+
+def find_node(model: Any, entry: Entry) -> Any:
+    """The candidate node that computes the entry's weighted op (or its captured op): the same
+    name, or that name with the suffix a pre-processing pass added (``/MatMulAddFusion``, ``_matmul``)."""
+    names = [entry.shown.name, *[n.name for n in entry.nodes]]
+    for name in names:
+        for node in model.graph.node:
+            if node.name == name or node.name.startswith(name + "/") or node.name == f"{name}_matmul":
+                return node
+    produced = {o: n for n in model.graph.node for o in n.output}
+    return produced.get(entry.tensor)
+
+
+def qdq_of(model: Any, node: Any) -> list[QdqInput]:
+    """The Q/DQ pairs that feed ``node`` (activations, weights) and quantize its output."""
+    numpy_helper = require("onnx").numpy_helper
+    inits = {i.name: i for i in model.graph.initializer}
+    produced = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list[Any]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    def arr(dq: Any, k: int) -> np.ndarray:
+        return numpy_helper.to_array(inits[dq.input[k]]) if len(dq.input) > k and dq.input[k] in inits else np.zeros((), np.uint8)
+
+    def pair(dq: Any, role: str, tensor: str) -> QdqInput:
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
+        zp = arr(dq, 2)
+        return QdqInput(role, tensor, arr(dq, 1).astype(np.float64), zp, str(zp.dtype), axis,
+                        arr(dq, 0) if role == "weight" else None)
+
+    out = []
+    for name in node.input[:2]:
+        dq = produced.get(name)
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        if dq.input[0] in inits:
+            out.append(pair(dq, "weight", dq.input[0]))
+        elif (q := produced.get(dq.input[0])) is not None and q.op_type == "QuantizeLinear":
+            out.append(pair(dq, "activation", q.input[0]))
+    for q in consumers.get(node.output[0], []):
+        if q.op_type == "QuantizeLinear":
+            dq = next((n for n in consumers.get(q.output[0], []) if n.op_type == "DequantizeLinear"), None)
+            if dq is not None:
+                out.append(pair(dq, "output", node.output[0]))
+    return out
+
+
+def _bounds(qdtype: str) -> tuple[int, int]:
+    info = np.iinfo(np.dtype(qdtype))  # uint8 | int8 | uint16 | int16 | int32 (bias)
+    return int(info.min), int(info.max)
+
+
+def quantize(x: np.ndarray, p: QdqInput) -> tuple[np.ndarray, np.ndarray]:
+    """(integer values, dequantized values) of ``x`` through ``p``'s Q/DQ (ONNX rounding: half to even)."""
+    shape = [1] * x.ndim
+    if p.axis is not None and p.scale.ndim == 1 and x.ndim:
+        shape[p.axis % x.ndim] = -1
+    s = p.scale.reshape(shape) if p.scale.ndim else p.scale
+    zp = p.zero_point.astype(np.float64)
+    zp = zp.reshape(shape) if zp.ndim else zp
+    lo, hi = _bounds(p.qdtype)
+    q = np.clip(np.round(x / s) + zp, lo, hi)
+    return q, (q - zp) * s
+
+
+def range_use(x: np.ndarray, p: QdqInput) -> dict[str, Any]:
+    """SQNR of ``x`` through ``p``, share of values outside its range, and how much of the range
+    (max |x| over the largest representable magnitude) this step uses."""
+    _, dq = quantize(x, p)
+    lo, hi = _bounds(p.qdtype)
+    zp, s = p.zero_point.astype(np.float64), p.scale
+    reach = float(np.max(np.maximum(np.abs((lo - zp) * s), np.abs((hi - zp) * s))))
+    clipped = float(np.mean((x < np.min((lo - zp) * s)) | (x > np.max((hi - zp) * s)))) if x.size else 0.0
+    return {"tensor": p.tensor, "role": p.role, "dtype": p.qdtype, "sqnr_db": sqnr_db(float(np.sum(x**2)), float(np.sum((x - dq) ** 2))),
+            "clipped_share": clipped, "range_used": float(np.max(np.abs(x), initial=0.0)) / reach if reach > 0 else math.inf}
+
+
+def capture(model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]], tmp: Path) -> dict[str, np.ndarray]:
+    """The float values of ``tensors`` in the QDQ graph (CPU EP, no fusions: the QDQ simulation),
+    stacked over ``feeds``."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path))
+    have = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in dict.fromkeys(tensors) if t not in have)
+    path = tmp / "attribution.onnx"
+    onnx.save(model, str(path))
+    opts = OrtOptions(graph_optimization="disable", contrib_fusions=False, io_binding=False, intra_op_threads=1)
+    with OrtRuntime(path, opts) as rt:
+        runs = [rt.run(f) for f in feeds]
+    return {t: np.stack([np.asarray(r[t], np.float64) for r in runs]) for t in tensors}
+
+
+def _float_weight(reference: Mapping[str, np.ndarray], p: QdqInput, shape: tuple[int, ...]) -> np.ndarray | None:
+    for name in (p.tensor.removesuffix("_quantized"), p.tensor.removesuffix("_quantized").removesuffix("_matmul")):
+        w = reference.get(name)
+        if w is not None:
+            return w if w.shape == shape else (w.T if w.T.shape == shape else None)
+    return None
+
+
+def _matmul_parts(node: Any, x: np.ndarray, w: np.ndarray, xq: np.ndarray, wq: np.ndarray) -> dict[str, float]:
+    """SQNR at the op's output of x̂·w (activation) and x·ŵ (weights) against x·w."""
+    trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+    k = w.shape[1] if trans_b else w.shape[0]
+    w2 = (w.T if trans_b else w).reshape(k, -1)
+    wq2 = (wq.T if trans_b else wq).reshape(k, -1)
+    x2, xq2 = x.reshape(-1, k), xq.reshape(-1, k)
+    y = x2 @ w2
+    power = float(np.sum(y**2))
+    return {"activation": sqnr_db(power, float(np.sum((xq2 @ w2 - y) ** 2))),
+            "weights": sqnr_db(power, float(np.sum((x2 @ wq2 - y) ** 2)))}
+
+
+def accumulation(node: Any, act: QdqInput | None, x: np.ndarray | None, weight: QdqInput | None, wq_int: np.ndarray | None,
+                 runtime: str, isa: str) -> dict[str, Any]:
+    """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a CPU runtime."""
+    if runtime not in CPU_KERNEL_RUNTIMES or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
+        return {"isa": isa, "modelled": False, "why": f"no u8·s8 CPU kernel model for {node.op_type} on {runtime}"}
+    if act.qdtype != "uint8" or weight.qdtype != "int8" or x is None or wq_int is None:
+        return {"isa": isa, "modelled": False, "why": f"{act.qdtype}·{weight.qdtype}: exact widening kernel"}
+    if not arithmetic_for(isa).saturating_pairs:
+        return {"isa": isa, "modelled": True, "saturating_pairs": False, "sqnr_db": math.inf, "pairs_saturated": 0.0,
+                "why": f"{isa}: int32 dot products, exact"}
+    trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+    w = (wq_int.T if trans_b else wq_int).astype(np.int64)
+    a, _ = quantize(x, act)
+    a = a.reshape(-1, w.shape[0])[:MAX_KERNEL_ROWS].astype(np.int64)
+    sat = saturation(a, w.reshape(w.shape[0], -1))
+    return {"isa": isa, "modelled": True, "saturating_pairs": True, "sqnr_db": sat["sqnr_db"], "pairs_saturated": sat["pairs"],
+            "why": f"{isa}: u8·s8 pairs summed in int16 (vpmaddubsw) saturate"}
+
+
+def components(node: Any, pairs: list[QdqInput], values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+               runtime: str, isa: str) -> dict[str, Any]:
+    """{"activation": [...], "weights": {...}, "at_output": {...}, "accumulation": {...}} of one node."""
+    doc: dict[str, Any] = {"activation": [range_use(values[p.tensor], p) for p in pairs
+                                          if p.role in ("activation", "output") and p.tensor in values]}
+    weight = next((p for p in pairs if p.role == "weight" and p.values is not None), None)
+    act = next((p for p in pairs if p.role == "activation"), None)
+    x = values.get(act.tensor) if act is not None else None
+    w_float = None
+    if weight is not None:
+        w_dq = weight.dequantize(weight.values)
+        w_float = _float_weight(reference, weight, weight.values.shape)
+        if w_float is not None:
+            doc["weights"] = {"tensor": weight.tensor, "dtype": weight.qdtype, "per_channel": weight.scale.size > 1,
+                              "sqnr_db": sqnr_db(float(np.sum(w_float**2)), float(np.sum((w_float - w_dq) ** 2)))}
+    if node.op_type in ("MatMul", "Gemm") and x is not None and w_float is not None:
+        parts = _matmul_parts(node, x, w_float, quantize(x, act)[1], w_dq)
+        doc["at_output"] = parts
+        doc["weights"]["output_sqnr_db"] = parts["weights"]
+        doc["activation"][0]["output_sqnr_db"] = parts["activation"]
+    doc["accumulation"] = accumulation(node, act, x, weight, None if weight is None else weight.values, runtime, isa)
+    return doc
+
+
+def cause(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """(cause, why) from ``components``' document: the lowest SQNR wins."""
+    options: list[tuple[float, str, str]] = []
+    for a in doc.get("activation", []):
+        db = a.get("output_sqnr_db", a["sqnr_db"])
+        if a["clipped_share"] > 0:
+            why = f"{a['role']} {a['tensor']} exceeds its calibrated range: {a['clipped_share']:.1%} of values clipped"
+        elif a["range_used"] < 0.25:
+            why = f"{a['role']} {a['tensor']} uses {a['range_used']:.1%} of its calibrated range at this step (too coarse)"
+        else:
+            why = f"{a['role']} {a['tensor']} at {a['dtype']}: {db:.1f} dB"
+        options.append((db, "activation range", why))
+    w = doc.get("weights")
+    if w:
+        db = w.get("output_sqnr_db", w["sqnr_db"])
+        options.append((db, "weights", f"{w['dtype']} weights {'per channel' if w['per_channel'] else 'per tensor'}: {db:.1f} dB"))
+    acc = doc.get("accumulation") or {}
+    if acc.get("saturating_pairs"):
+        options.append((acc["sqnr_db"], "accumulation", f"{acc['why']}: {acc['pairs_saturated']:.1%} of pair sums, {acc['sqnr_db']:.1f} dB"))
+    if not options:
+        return "unknown", "the op has no Q/DQ pair edgekit can take apart"
+    db, name, why = min(options, key=lambda o: o[0])
+    return name, why
+
+
+def attribute(cand_path: Path, ref_path: Path, entry: Entry, feeds: Sequence[Mapping[str, np.ndarray]], runtime: str,
+              isa: str, tmp: Path) -> dict[str, Any]:
+    """The components of the candidate node behind ``entry`` on ``feeds`` (the calls of its
+    step), and the cause: {"node", "op", "activation", "weights", "accumulation", "cause", "why"}."""
+    onnx = require("onnx")
+    model = onnx.load(str(cand_path))
+    node = find_node(model, entry)
+    pairs = qdq_of(model, node) if node is not None else []
+    if not pairs:
+        return {"node": getattr(node, "name", None), "cause": "precision",
+                "why": "the op has no Q/DQ pair here: it computes in this variant's float precision"}
+    values = capture(cand_path, [p.tensor for p in pairs if p.role != "weight"], feeds, tmp)
+    reference = {i.name: onnx.numpy_helper.to_array(i).astype(np.float64) for i in onnx.load(str(ref_path)).graph.initializer}
+    doc = {"node": node.name, "op": node.op_type, "measured_on": "the QDQ graph on onnxruntime's CPU EP, no fusions (QDQ simulation)"}
+    doc |= components(node, pairs, values, reference, runtime, isa)
+    doc["cause"], doc["why"] = cause(doc)
+    return doc
+
+
+def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequence[float],
+                sqnr_per_step: Sequence[float]) -> dict[str, Any]:
+    """Whether the error compounds: the candidate's own decode drifts further from the reference
+    after the step where the error entered (``divergence``: per step, then the final output).
+    ``crossing_steps``: the steps (0-based) at which the op adds noise below the threshold;
+    ``sqnr_per_step``: the op's output SQNR per step (teacher-forced): whether it depends on the step."""
+    finite = [v for v in sqnr_per_step if math.isfinite(v)]
+    spread = max(finite) - min(finite) if finite else 0.0
+    after = [d for d in divergence[entry_step + 1 :] if not math.isnan(d)]
+    grows = bool(after) and after[-1] > 0 and after[-1] >= 1.5 * after[0]
+    if grows:
+        why = f"the candidate's own decode drifts from {after[0]:.3g} after that step to {after[-1]:.3g} at the output"
+    elif after and after[-1] > 0:
+        why = f"the candidate's own decode differs by {after[-1]:.3g} at the output, no more than right after that step"
+    else:
+        why = "the candidate's own decode ends where the reference's does"
+    return {"compounds": grows, "summary": "compounds" if grows else "stays local", "why": why,
+            "steps_crossing": [s + 1 for s in crossing_steps], "divergence_per_step": list(divergence),
+            "sqnr_per_step": list(sqnr_per_step), "step_dependent": spread >= STEP_DEPENDENT_DB}
