@@ -254,3 +254,20 @@ def test_stages_read_the_manifest_through_the_bundle():
 def test_the_manifest_count_sees_a_raw_read():
     source = 'a = b.manifest["engines"]\nc = b.manifest.get("fused") or {}\nb.manifest.setdefault("x", {})[k] = 1\nd = b.decode_defaults\n'
     assert _raw_manifest_reads(source) == [1, 2, 3]
+
+
+MAX_FUNCTION_LINES = {"edgekit.quantize": 80}
+
+
+@pytest.mark.parametrize("room", sorted(MAX_FUNCTION_LINES))
+def test_functions_stay_short_where_the_pipeline_grows(room):
+    """quantize/ is one pipeline with profile hooks (issue #25): no step hides in a long function."""
+    limit = MAX_FUNCTION_LINES[room]
+    long = []
+    for module, path in MODULES.items():
+        if module != room and not module.startswith(room + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, f"functions over {limit} lines in {room}: {long}"
