@@ -14,6 +14,7 @@ from typing import Annotated, Callable, Mapping, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
 from edgekit.output import Output, clean
@@ -160,6 +161,11 @@ BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edge
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
 
 
+TrustCodeOpt = Annotated[bool, typer.Option(
+    "--trust-code", help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
+)]
+
+
 WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
 
 
@@ -187,6 +193,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
             interrupted, restore = _watch_sigint()
             committed = len(COMMITTED)
             Output.documents_written = 0
+            trust = TRUST_CODE.set(bool(kw.get("trust_code")))  # only a command with --trust-code has it
             try:
                 return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
@@ -205,6 +212,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 Output().err.print(_interrupted(COMMITTED[committed:]))
                 raise typer.Exit(130) from None
             finally:
+                TRUST_CODE.reset(trust)
                 restore()
 
         return app.command(name, cls=_Command, **kwargs)(wrapper)

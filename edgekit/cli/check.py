@@ -12,6 +12,7 @@ from edgekit.cli.app import (
     CondDataOpt,
     CondOpt,
     JsonOpt,
+    TrustCodeOpt,
     command,
     configure_logging,
     parse_cond,
@@ -48,6 +49,7 @@ def check(
     cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""

@@ -9,6 +9,7 @@ import typer
 
 from edgekit.cli.app import (
     JsonOpt,
+    TrustCodeOpt,
     SeedOpt,
     command,
     configure_logging,
@@ -43,6 +44,7 @@ def loadtest(
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
     seed: SeedOpt = 0,
     html_dir: Annotated[Optional[Path], typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""

@@ -11,6 +11,7 @@ from edgekit.cli.app import (
     BundleArg,
     CondDataOpt,
     JsonOpt,
+    TrustCodeOpt,
     PrecisionOpt,
     RuntimeOpt,
     SeedOpt,
@@ -52,6 +53,7 @@ def run(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
     graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""

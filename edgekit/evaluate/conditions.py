@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from edgekit._userhooks import load_callable
+from edgekit._userhooks import load_bundle_callable
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate.cond_files import check_cond_values, parse_cond_value
@@ -62,11 +62,12 @@ def conditions(
 
 def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.ndarray]:
     """Call the model's ``condition_sampler(rng, batch)`` (THIS RUNS USER CODE, named by the
-    model's own factory at export) and check what it returns against the inputs."""
-    fn = load_callable(ref, "condition sampler")
+    model's own factory at export; refused unless trusted, see ``_userhooks``) and check what it
+    returns against the inputs."""
+    fn = load_bundle_callable(bundle.root, ref, "condition sampler")
     try:
         got = fn(np.random.default_rng(seed), batch)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a sys.exit() in user code must not end edgekit with no word
         raise EdgekitError(f"condition sampler {ref!r} raised {type(exc).__name__}: {exc}") from exc
     names = list(bundle.conditioning)
     if not isinstance(got, Mapping) or sorted(got) != sorted(names):
