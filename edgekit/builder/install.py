@@ -12,6 +12,8 @@ from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
 _SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
+# Files the engine's model names from inside (ONNX external data): installed under that very name.
+_NAMED_BY_MODEL = ("external_data",)
 
 
 def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path]) -> dict[str, Any]:
@@ -27,7 +29,7 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     for role, path in files.items():
         if role == "model":
             continue
-        dest = folder / f"{stem}{_SUFFIXES[role]}"
+        dest = folder / (path.name if role in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[role]}")
         os.replace(path, dest)
         entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)}
     os.replace(model, final)
@@ -38,7 +40,7 @@ def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
     if not entry:
         return set()
     files = {entry.get("path")}
-    files |= {entry[role]["path"] for role in _SUFFIXES if isinstance(entry.get(role), dict)}
+    files |= {entry[role]["path"] for role in (*_SUFFIXES, *_NAMED_BY_MODEL) if isinstance(entry.get(role), dict)}
     buckets = entry.get("buckets")
     for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # step bucket 1.. engines
         files |= _entry_files(sub)

@@ -50,7 +50,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             del manifest["engines"][key]
             continue
         files.append(entry["path"])
-        files += [entry[role]["path"] for role in ("metadata", "required_operators") if isinstance(entry.get(role), dict)]
+        files += [entry[role]["path"] for role in ("metadata", "required_operators", "external_data") if isinstance(entry.get(role), dict)]
     root = bundle.root.resolve()
     for rel in files:
         path = (bundle.root / rel).resolve()
