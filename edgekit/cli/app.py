@@ -206,6 +206,15 @@ def command(name: str | None = None, **kwargs) -> Callable:
                     raise
                 print_error(str(exc), exc.exit_code, json_mode=bool(kw.get("json_out")))
                 raise typer.Exit(exc.exit_code) from None
+            except EOFError as exc:
+                # A file that ends early (an empty .npz, a cut .npy). Left alone, click reports it
+                # as Ctrl-C (exit 130, no JSON): it is bad input, say so.
+                if debug_enabled():
+                    raise
+                detail = str(exc).splitlines()[0] if str(exc) else "no data left"
+                print_error(f"a file this command read ended early ({detail}): it is empty or truncated; "
+                            "check the files you passed", 1, json_mode=bool(kw.get("json_out")))
+                raise typer.Exit(1) from None
             except KeyboardInterrupt:
                 if debug_enabled():
                     raise

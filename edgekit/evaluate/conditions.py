@@ -12,6 +12,7 @@ from edgekit._userhooks import load_bundle_callable
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate.cond_files import check_cond_values, parse_cond_value
+from edgekit.limits import MAX_ROWS, check_bytes, check_count
 from edgekit.models.corpus import demo_conditions
 
 
@@ -29,6 +30,7 @@ def conditions(
     if unknown:
         raise UsageError(f"--cond {unknown[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
     specs = bundle.inputs
+    check_rows(bundle, batch)
     out: dict[str, np.ndarray] = {}
     task = bundle.ground_truth
     demo = sampled = None
@@ -58,6 +60,16 @@ def conditions(
                 hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy|FILE.npz[:KEY] or --cond-data FILE.npz",
             )
     return out
+
+
+def check_rows(bundle: Bundle, rows: int, what: str = "rows to decode") -> None:
+    """``rows`` rows of ``bundle``'s inputs and outputs fit edgekit's bounds (at most MAX_ROWS,
+    their arrays under the memory cap): checked before any is built."""
+    fix = "ask for fewer rows (--batch, --n, --calib-samples / --eval-samples, or fewer --cond-data rows)"
+    check_count(what, rows, MAX_ROWS, fix)
+    per_row = sum(int(np.prod(s.shape[1:], dtype=object)) * np.dtype(s.dtype).itemsize
+                  for s in (*bundle.inputs.values(), *bundle.outputs.values()))
+    check_bytes(f"{rows} {what} of {bundle.name}", rows * per_row, fix)
 
 
 def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.ndarray]:
@@ -103,6 +115,7 @@ def condition_rows(
     """``n`` rows [n, ...] of every conditioning input, as ``evaluate`` would decode them in
     batches of the graph's batch (batch ``i``: seed ``seed + i``, rows ``i·batch …``)."""
     batch = bundle.batch
+    check_rows(bundle, n)
     parts = []
     for i in range(-(-n // batch)):
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
