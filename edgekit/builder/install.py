@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit.bundle import Bundle, inside, sha256_file
+from edgekit.errors import BundleError
 from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
@@ -16,15 +17,31 @@ _SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operator
 _NAMED_BY_MODEL = ("external_data",)
 
 
+def check_engine_folder(bundle: Bundle, target: Target) -> Path:
+    """``engines/<target>/`` inside the bundle, each part a folder or absent: checked before a
+    build (a file put where the folder goes is one line, not an error after minutes of work)."""
+    folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
+    for path in (folder.parent, folder):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise BundleError(f"{path} is not a folder; edgekit keeps the bundle's engines there",
+                              hint=f"move it away (rm {path}), then build again")
+    return folder
+
+
 def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path]) -> dict[str, Any]:
     """Move the built files to ``engines/<target>/<precision>-<sha8><suffix>``; the entry's file fields."""
     model = files["model"]
     digest = sha256_file(model)
     stem = f"{precision}-{digest[:8]}"
-    folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
+    folder = check_engine_folder(bundle, target)
     folder.mkdir(parents=True, exist_ok=True)
     rel = lambda p: p.relative_to(bundle.root.resolve()).as_posix()  # noqa: E731  (inside() resolves: a relative bundle path too)
     final = folder / f"{stem}{model.suffix}"
+    dests = [final] + [folder / (p.name if r in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[r]}") for r, p in files.items() if r != "model"]
+    for dest in dests:
+        if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+            raise BundleError(f"{dest} is in the way of the engine edgekit built (a folder or link where its file goes)",
+                              hint=f"move it away (rm -r {dest}), then build again")
     entry: dict[str, Any] = {"path": rel(final), "sha256": digest, "bytes": model.stat().st_size}
     for role, path in files.items():
         if role == "model":

@@ -229,7 +229,10 @@ def command(name: str | None = None, **kwargs) -> Callable:
     return register
 
 
-_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
+# A full disk, no permission, and paths that cannot be what the command writes (a name over the
+# file system's limit, a file where a folder goes or the other way round).
+_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG,
+                errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
 
 
 def _disk_errors(fn: Callable) -> Callable:
@@ -246,8 +249,9 @@ def _disk_errors(fn: Callable) -> Callable:
                 raise
             where = f" {exc.filename}" if exc.filename else ""
             verb = "access" if exc.errno in (errno.EACCES, errno.EPERM) else "write"
+            space = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
             raise EdgekitError(f"cannot {verb}{where} ({exc.strerror or exc})",
-                               hint="free some space, or choose a path you may write") from None
+                               hint="free some space, or choose a path you may write" if space else "choose another path") from None
 
     return call
 

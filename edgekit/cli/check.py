@@ -18,6 +18,7 @@ from edgekit.cli.app import (
     parse_cond,
     runtime_option,
 )
+from edgekit.outpaths import check_file
 from edgekit.output import Output
 
 
@@ -59,6 +60,9 @@ def check(
     from edgekit.errors import CheckFailed
 
     o = Output(json_out)
+    for flag, path in (("--junit", junit), ("--save-baseline", save_baseline)):
+        if path is not None:
+            check_file(path, flag)  # before the decodes, not after
     raw_cond = parse_cond(cond)
     cfg = CheckConfig(
         reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond, cond_data=cond_data,

@@ -18,6 +18,7 @@ from edgekit.cli.app import (
     precision_option,
     runtime_option,
 )
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -56,6 +57,8 @@ def loadtest(
     from edgekit.stream.render import print_loadtest, write_html
 
     o = Output(json_out)
+    if html_dir is not None:
+        check_dir(html_dir, "--html")  # before the streams run, not after
     if chunk_frames is not None:
         chunk = Bundle.load(flow_bundle).meta.get("chunk") or {}
         if chunk.get("frames") != chunk_frames:

@@ -22,6 +22,7 @@ from edgekit.cli.app import (
     runtime_option,
 )
 from edgekit.errors import UsageError
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -101,6 +102,7 @@ def profile(
         from edgekit._deps import require
 
         require("matplotlib")  # before minutes of measuring, not after
+        check_dir(html, "--html")
     with profile_progress(o) as progress:
         doc = profile_bundle(bundle, cfg, progress=progress)
     if plan is not None:

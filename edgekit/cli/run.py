@@ -19,6 +19,7 @@ from edgekit.cli.app import (
     configure_logging,
     parse_cond,
 )
+from edgekit.outpaths import check_file
 from edgekit.output import Output
 
 
@@ -70,6 +71,8 @@ def run(
     )
 
     o = Output(json_out)
+    if out is not None:
+        check_file(out, "-o", ".npz")  # before the decode, not after
     options = {
         "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
         "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length,
