@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import mmap
 from pathlib import Path
+from typing import Any, Mapping
+
+from edgekit.errors import BundleError
 
 _KEY = b"\x0a\x08location\x12"
 
@@ -39,3 +42,19 @@ def external_data_locations(path: Path) -> set[str]:
                     out.add(name.decode("utf-8", "replace"))
                 i = data.find(_KEY, start)
     return out
+
+
+def check_side_files_listed(path: Path, name: str, doc: Mapping[str, Any]) -> None:
+    """Refuse artifact ``name`` (its manifest entry ``doc``, file ``path``) when it is an ONNX file
+    that reads weights from a file its entry does not list (a bundle from an older edgekit):
+    edgekit would load that file unhashed, pack would leave it out, unpack would call it verified."""
+    if path.suffix != ".onnx":
+        return
+    listed = {str(s.get("path")) for s in doc.get("side_files") or [] if isinstance(s, Mapping)}
+    unlisted = sorted(external_data_locations(path) - listed)
+    if unlisted:
+        raise BundleError(
+            f"artifact {name!r} ({doc.get('path')}) reads weights from {unlisted[0]!r}, a file its manifest does not list "
+            "(a bundle from an older edgekit?); edgekit loads no unhashed file",
+            hint="re-run the stage that made it (fp32: `edgekit export MODEL -o BUNDLE`, int8: `edgekit quantize BUNDLE`)",
+        )

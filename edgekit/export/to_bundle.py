@@ -100,7 +100,7 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
         bundle.record_entry("verification", "fp32", {"reference": "torch", "candidate": "ort"} | report)
         bundle.save()
         # This user exported it here: the code its manifest names may run later without --trust-code.
-        remember_export(bundle.root, [bundle.manifest["model"].get("source"), bundle.manifest["model"].get("condition_sampler")])
+        remember_export(bundle.root, [bundle.source, bundle.condition_sampler])
         return bundle
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -64,11 +64,10 @@ def load_bundle_spec(bundle: Bundle, batch: int | None = None) -> ModelSpec:
     added later). That source is code the manifest names: it runs only when this user exported
     the bundle here and the file is unchanged, or with --trust-code (``_userhooks``)."""
     require("torch")
-    model = bundle.manifest["model"]
-    ref = model.get("source") or bundle.name
+    ref = bundle.source or bundle.name
     target = BUILTIN.get(ref, ref)
     _check_form(target)
-    factory = load_bundle_callable(bundle.root, target, "model source", model.get("source_sha256"), _FORMS, EdgekitError)
+    factory = load_bundle_callable(bundle.root, target, "model source", bundle.source_sha256, _FORMS, EdgekitError)
     return _build(factory, ref, batch)
 
 
