@@ -51,6 +51,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             continue
         files.append(entry["path"])
         files += [entry[role]["path"] for role in ("metadata", "required_operators", "external_data") if isinstance(entry.get(role), dict)]
+    files = list(dict.fromkeys(files))  # a side file several artifacts share (step buckets' weights) is packed once
     root = bundle.root.resolve()
     for rel in files:
         path = (bundle.root / rel).resolve()

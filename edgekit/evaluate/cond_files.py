@@ -113,11 +113,13 @@ def parse_cond_value(name: str, value: str, shape: tuple[int, ...], dtype: str) 
     return np.full(shape, number)
 
 
-def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec, flag: str | None = None) -> np.ndarray:
+def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec, flag: str | None = None,
+                      float_range: bool = True) -> np.ndarray:
     """``arr`` as the input's dtype, every value finite and inside the input's declared range
-    (integers: ``[low, high)``; floats: ``[low, high]``); else one line naming the first bad value
-    (``flag`` words where it came from; default ``--cond NAME=SOURCE``). A token id past the
-    vocabulary is refused here, never handed to the runtime's Gather."""
+    (integers: ``[low, high)``; floats: ``[low, high]``, unless ``float_range`` is False: real rows
+    of a float input may lie outside the range its draws come from); else one line naming the
+    first bad value (``flag`` words where it came from; default ``--cond NAME=SOURCE``). A token
+    id past the vocabulary is refused here, never handed to the runtime's Gather."""
     where = flag or f"--cond {name}={source}"
     values = np.asarray(arr)
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
@@ -126,6 +128,8 @@ def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec,
     integer = np.dtype(spec.dtype).kind in "iub"
     if integer and values.dtype.kind == "f" and np.any(values != np.round(values)):
         raise UsageError(f"{where} must be an integer ({spec.dtype})", hint=_valid_range(spec))
+    if not integer and not float_range:
+        return values.astype(spec.dtype)
     low = -np.inf if spec.low is None else spec.low
     high = np.inf if spec.high is None else spec.high
     outside = (values < low) | ((values >= high) if integer else (values > high))

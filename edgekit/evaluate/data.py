@@ -88,7 +88,8 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
                 raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace("[N, ]", "[N]"))
             if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
                 raise UsageError(f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)")
-        arrays[name] = check_cond_values(name, "", np.concatenate(chunks), spec, flag=f"{flag}: {name!r}")
+        arrays[name] = check_cond_values(name, "", np.concatenate(chunks), spec, flag=f"{flag}: {name!r}",
+                                          float_range=False)
     counts = {k: len(v) for k, v in arrays.items()}
     if len(set(counts.values())) > 1 or 0 in counts.values():
         raise UsageError(f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input")
