@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -77,10 +78,7 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
         return
     if not os.access(root, os.W_OK):  # read-only file system or folder: found before any work
         raise unwritable(root, OSError(errno.EROFS, "the folder is not writable"))
-    try:
-        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # full disk, no permission
-        raise unwritable(root, exc) from None
+    fd = _open_lock_file(root)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -113,6 +111,34 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
                     pass
     finally:
         os.close(fd)  # releases the flock
+
+
+def _open_lock_file(root: Path) -> int:
+    """The lock file's descriptor, opened without following a link: a bundle that arrives (git,
+    rsync, zip) with ``.edgekit.lock`` pointing at ``~/.bashrc`` must never truncate or create
+    that file. A link, a hard link, a FIFO or a device there is refused with one line."""
+    path = root / LOCK_NAME
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or path.is_symlink():
+            raise _not_a_lock(path, "is a symbolic link") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise _not_a_lock(path, "is not a regular file") from None
+        raise unwritable(root, exc) from None  # full disk, no permission
+    info = os.fstat(fd)
+    problem = ("is not a regular file" if not stat.S_ISREG(info.st_mode)
+               else "is a hard link to another file" if info.st_nlink > 1 else None)
+    if problem:
+        os.close(fd)
+        raise _not_a_lock(path, problem)
+    return fd
+
+
+def _not_a_lock(path: Path, problem: str) -> BundleError:
+    return BundleError(f"{path} {problem}; edgekit writes only a plain lock file there and will not follow it",
+                       hint=f"inspect and remove it (rm {path}) if the bundle came from elsewhere, then re-run")
 
 
 def sweep_staging(root: Path) -> list[str]:
@@ -175,7 +201,7 @@ def sweep_tempdirs(prefix: str) -> list[str]:
         if not path.is_dir() or path.is_symlink() or not lock.is_file() or path.stat().st_uid != os.getuid():
             continue
         try:
-            fd = os.open(lock, os.O_RDWR)
+            fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             continue
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
+from edgekit._sidefiles import check_side_files_listed
 from edgekit.errors import BundleError
 from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, provenance, read_json, write_json_atomic
 from edgekit.manifest_schema import validate_manifest
@@ -195,6 +196,10 @@ class Bundle:
         return self.manifest["model"].get("source")
 
     @property
+    def source_sha256(self) -> str | None:  # a file.py source's sha256 at export (None: a module)
+        return self.manifest["model"].get("source_sha256")
+
+    @property
     def condition_sampler(self) -> str | None:
         """The spec's condition sampler (``module:function``) that draws conditioning rows, if any."""
         return self.manifest["model"].get("condition_sampler")
@@ -302,6 +307,7 @@ class Bundle:
                         f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
                         hint="re-run the stage that makes it (edgekit never loads a tampered artifact)",
                     )
+            check_side_files_listed(path, name, doc)  # a weights file the manifest does not list would be read unhashed
 
     # ---- writing -----------------------------------------------------------------------------
     def staging_path(self, filename: str) -> Path:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,10 @@ import pytest
 from tests.tiny_models import tiny_bundles, tiny_qnn_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/, run/ and the qnn tests)
 
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/edgekit-hypothesis")
+# Which bundles this user exported (so the code their manifests name may run): a session's own
+# record, never the user's (edgekit._userhooks.state_dir).
+os.environ["EDGEKIT_STATE_DIR"] = tempfile.mkdtemp(prefix="edgekit-test-state-")
+atexit.register(shutil.rmtree, os.environ["EDGEKIT_STATE_DIR"], True)
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,24 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit.bundle import Bundle, inside, sha256_file
+from edgekit.errors import BundleError
 from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
 _SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
+# Files the engine's model names from inside (ONNX external data): installed under that very name.
+_NAMED_BY_MODEL = ("external_data",)
+
+
+def check_engine_folder(bundle: Bundle, target: Target) -> Path:
+    """``engines/<target>/`` inside the bundle, each part a folder or absent: checked before a
+    build (a file put where the folder goes is one line, not an error after minutes of work)."""
+    folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
+    for path in (folder.parent, folder):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise BundleError(f"{path} is not a folder; edgekit keeps the bundle's engines there",
+                              hint=f"move it away (rm {path}), then build again")
+    return folder
 
 
 def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, Path]) -> dict[str, Any]:
@@ -19,15 +33,20 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     model = files["model"]
     digest = sha256_file(model)
     stem = f"{precision}-{digest[:8]}"
-    folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
+    folder = check_engine_folder(bundle, target)
     folder.mkdir(parents=True, exist_ok=True)
     rel = lambda p: p.relative_to(bundle.root.resolve()).as_posix()  # noqa: E731  (inside() resolves: a relative bundle path too)
     final = folder / f"{stem}{model.suffix}"
+    dests = [final] + [folder / (p.name if r in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[r]}") for r, p in files.items() if r != "model"]
+    for dest in dests:
+        if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+            raise BundleError(f"{dest} is in the way of the engine edgekit built (a folder or link where its file goes)",
+                              hint=f"move it away (rm -r {dest}), then build again")
     entry: dict[str, Any] = {"path": rel(final), "sha256": digest, "bytes": model.stat().st_size}
     for role, path in files.items():
         if role == "model":
             continue
-        dest = folder / f"{stem}{_SUFFIXES[role]}"
+        dest = folder / (path.name if role in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[role]}")
         os.replace(path, dest)
         entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)}
     os.replace(model, final)
@@ -38,7 +57,7 @@ def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
     if not entry:
         return set()
     files = {entry.get("path")}
-    files |= {entry[role]["path"] for role in _SUFFIXES if isinstance(entry.get(role), dict)}
+    files |= {entry[role]["path"] for role in (*_SUFFIXES, *_NAMED_BY_MODEL) if isinstance(entry.get(role), dict)}
     buckets = entry.get("buckets")
     for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # step bucket 1.. engines
         files |= _entry_files(sub)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit.bundle import Bundle
+from edgekit._sidefiles import external_data_locations
+from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts
 from edgekit.runtimes.ort import GRAPH_OPTIMIZATION_LEVELS
@@ -53,7 +54,10 @@ def fix_dynamic_shapes(onnx_path: Path, bundle: Bundle, workdir: Path) -> tuple[
         return onnx_path, {}
     fix_output_shapes(model)
     out = workdir / f"static-{onnx_path.name}"
-    onnx.save(model, str(out))
+    if external_data_locations(onnx_path):  # weights kept in a side file (a model over 2 GB needs one)
+        onnx.save(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=f"{out.name}.data")
+    else:
+        onnx.save(model, str(out))
     return out, fixed
 
 
@@ -72,6 +76,14 @@ def build_ort(model_path: Path, target: Target, host: HostFacts, workdir: Path) 
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[settings.graph_optimization])
         so.optimized_model_filepath = str(out)
         so.log_severity_level = 3  # ORT warns that "all" is hardware-specific: the entry records it
+        weights = None
+        if external_data_locations(model_path):
+            # Weights in a side file: ORT would write the optimized model naming the source's side
+            # file relative to the engine's folder, where it is not. Write them to the engine's own
+            # side file (installed beside it under this name, which the model refers to).
+            weights = workdir / f"weights-{sha256_file(model_path)[:8]}.onnx.data"
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", weights.name)
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         if arch == "aarch64":
             # Keep int8 QDQ activations signed (ARM's fast path) instead of x86's uint8 rewrite.
             so.add_session_config_entry("session.qdqisint8allowed", "1")
@@ -83,7 +95,7 @@ def build_ort(model_path: Path, target: Target, host: HostFacts, workdir: Path) 
                 f"{str(exc).splitlines()[0][:300]}",
                 hint="run `edgekit lint BUNDLE --target T` and `edgekit run BUNDLE` to see why",
             ) from None
-        files = {"model": out}
+        files = {"model": out} | ({"external_data": weights} if weights is not None and weights.is_file() else {})
         level = settings.graph_optimization
     facts = {
         "runtime": "ort",
@@ -121,6 +133,8 @@ def convert_to_ort(model_path: Path, style: str, arch: str, workdir: Path) -> di
     src_dir.mkdir()
     # The converter converts every .onnx under a directory: give it a directory of one.
     shutil.copyfile(model_path, src_dir / "model.onnx")
+    for side in external_data_locations(model_path):  # weights in a side file: the converter reads them beside it
+        shutil.copyfile(model_path.parent / side, src_dir / side)
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):

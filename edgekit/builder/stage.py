@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
-from edgekit.builder.install import install, remove_superseded
+from edgekit.builder.install import check_engine_folder, install, remove_superseded
 from edgekit.builder.openvino import build_openvino
 from edgekit.builder.ort import build_ort, fix_dynamic_shapes
 from edgekit.builder.precision import choose_precision
@@ -166,6 +166,7 @@ def build_bundle(
     source_name = _source_artifact(bundle, target, precision)
     source = bundle.artifact(source_name)
     buckets = step_buckets(bundle, source_name)
+    check_engine_folder(bundle, target)  # a file where engines/<target>/ goes: said before the build
     workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
     try:
         # One engine per step bucket (bucket 0 is the entry itself; the runtime picks per call):

@@ -43,6 +43,7 @@ from edgekit.check.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import (
+    check_rows,
     conditions,
     load_condition_data,
     score,
@@ -175,6 +176,7 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     start = time.perf_counter()
     bundle = Bundle.load(path)
     cfg = cfg.resolved(bundle)
+    check_rows(bundle, cfg.n, "--n")  # before rows are read or a single batch decodes
     rows, cond_source = eval_rows(bundle, cfg)
     if rows is not None:  # fewer real rows than asked: judge the rows there are
         cfg = dataclasses.replace(cfg, n=min(cfg.n, len(next(iter(rows.values())))))

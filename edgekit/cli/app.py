@@ -14,6 +14,7 @@ from typing import Annotated, Callable, Mapping, Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
 from edgekit.output import Output, clean
@@ -160,6 +161,11 @@ BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edge
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
 
 
+TrustCodeOpt = Annotated[bool, typer.Option(
+    "--trust-code", help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
+)]
+
+
 WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
 
 
@@ -187,6 +193,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
             interrupted, restore = _watch_sigint()
             committed = len(COMMITTED)
             Output.documents_written = 0
+            trust = TRUST_CODE.set(bool(kw.get("trust_code")))  # only a command with --trust-code has it
             try:
                 return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
@@ -199,12 +206,22 @@ def command(name: str | None = None, **kwargs) -> Callable:
                     raise
                 print_error(str(exc), exc.exit_code, json_mode=bool(kw.get("json_out")))
                 raise typer.Exit(exc.exit_code) from None
+            except EOFError as exc:
+                # A file that ends early (an empty .npz, a cut .npy). Left alone, click reports it
+                # as Ctrl-C (exit 130, no JSON): it is bad input, say so.
+                if debug_enabled():
+                    raise
+                detail = str(exc).splitlines()[0] if str(exc) else "no data left"
+                print_error(f"a file this command read ended early ({detail}): it is empty or truncated; "
+                            "check the files you passed", 1, json_mode=bool(kw.get("json_out")))
+                raise typer.Exit(1) from None
             except KeyboardInterrupt:
                 if debug_enabled():
                     raise
                 Output().err.print(_interrupted(COMMITTED[committed:]))
                 raise typer.Exit(130) from None
             finally:
+                TRUST_CODE.reset(trust)
                 restore()
 
         return app.command(name, cls=_Command, **kwargs)(wrapper)
@@ -212,7 +229,10 @@ def command(name: str | None = None, **kwargs) -> Callable:
     return register
 
 
-_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
+# A full disk, no permission, and paths that cannot be what the command writes (a name over the
+# file system's limit, a file where a folder goes or the other way round).
+_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG,
+                errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
 
 
 def _disk_errors(fn: Callable) -> Callable:
@@ -229,8 +249,9 @@ def _disk_errors(fn: Callable) -> Callable:
                 raise
             where = f" {exc.filename}" if exc.filename else ""
             verb = "access" if exc.errno in (errno.EACCES, errno.EPERM) else "write"
+            space = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
             raise EdgekitError(f"cannot {verb}{where} ({exc.strerror or exc})",
-                               hint="free some space, or choose a path you may write") from None
+                               hint="free some space, or choose a path you may write" if space else "choose another path") from None
 
     return call
 

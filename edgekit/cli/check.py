@@ -12,11 +12,13 @@ from edgekit.cli.app import (
     CondDataOpt,
     CondOpt,
     JsonOpt,
+    TrustCodeOpt,
     command,
     configure_logging,
     parse_cond,
     runtime_option,
 )
+from edgekit.outpaths import check_file
 from edgekit.output import Output
 
 
@@ -48,6 +50,7 @@ def check(
     cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
@@ -57,6 +60,9 @@ def check(
     from edgekit.errors import CheckFailed
 
     o = Output(json_out)
+    for flag, path in (("--junit", junit), ("--save-baseline", save_baseline)):
+        if path is not None:
+            check_file(path, flag)  # before the decodes, not after
     raw_cond = parse_cond(cond)
     cfg = CheckConfig(
         reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond, cond_data=cond_data,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -24,6 +25,7 @@ def demo(
     from edgekit.demo import DemoConfig, print_demo, run_demo
 
     o = Output(json_out)
+    check_dir(out, "-o")
     report = run_demo(DemoConfig(out=out, n=n, seed=seed, npu_target="snapdragon-8-gen-3" if npu else None), progress=lambda msg: o.info(f"· {msg}"))
     o.document(report)
     print_demo(o, report)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
 from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging, precision_option
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -40,8 +42,11 @@ def deploy(
     o = Output(json_out)
     ssh = SshOptions(port=port, identity=identity, known_hosts=known_hosts)
     device = "".join(c if c.isalnum() or c in ".-" else "_" for c in host.split("@")[-1])
+    if len(device) > 64:  # a folder name stays far below the file system's 255 bytes
+        device = f"{device[:48]}-{hashlib.sha256(host.encode()).hexdigest()[:12]}"
+    reports = check_dir(out / f"{Path(bundle).resolve().name[:64]}-{device}-{command_name}", "-o")  # before the copy, not after
     doc = run_deploy(bundle, host, target, command_name, ssh=ssh, precision=precision, args=args or [], remote_dir=remote_dir,
-                     remote_edgekit=remote_edgekit, out_dir=out / f"{Path(bundle).resolve().name}-{device}-{command_name}",
+                     remote_edgekit=remote_edgekit, out_dir=reports,
                      transfer=transfer, rebuild=rebuild, on_stderr=lambda line: o.info(f"[{host}] {line}"))
     o.document(doc)
     print_deploy(o, doc, host, command_name)

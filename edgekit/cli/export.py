@@ -15,6 +15,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
 )
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -42,6 +43,7 @@ def export(
     from edgekit.export.render import print_export
 
     o = Output(json_out)
+    check_dir(out, "-o")
     req = ExportRequest(model=model, out=out, batch=batch, graph=graph, decode=tuple(decode_opt or ()), chunk_frames=chunk_frames,
                         context=context, lookahead=lookahead, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
     LOCK_WAIT.set(wait)

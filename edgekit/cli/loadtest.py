@@ -9,6 +9,7 @@ import typer
 
 from edgekit.cli.app import (
     JsonOpt,
+    TrustCodeOpt,
     SeedOpt,
     command,
     configure_logging,
@@ -17,6 +18,7 @@ from edgekit.cli.app import (
     precision_option,
     runtime_option,
 )
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -43,6 +45,7 @@ def loadtest(
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
     seed: SeedOpt = 0,
     html_dir: Annotated[Optional[Path], typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
@@ -54,6 +57,8 @@ def loadtest(
     from edgekit.stream.render import print_loadtest, write_html
 
     o = Output(json_out)
+    if html_dir is not None:
+        check_dir(html_dir, "--html")  # before the streams run, not after
     if chunk_frames is not None:
         chunk = Bundle.load(flow_bundle).meta.get("chunk") or {}
         if chunk.get("frames") != chunk_frames:

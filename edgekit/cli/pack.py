@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgekit.cli.app import BundleArg, JsonOpt, command
+from edgekit.outpaths import check_dir, check_file
 from edgekit.output import Output
 
 
@@ -23,6 +24,7 @@ def pack(
     from edgekit.deploy.render import print_pack
 
     o = Output(json_out)
+    check_file(out, "-o")
     doc = pack_bundle(bundle, out, target)
     o.document(doc)
     print_pack(o, doc)
@@ -40,6 +42,7 @@ def unpack(
     from edgekit.deploy.render import print_unpack
 
     o = Output(json_out)
+    check_dir(out, "-o")
     doc = unpack_bundle(archive, out)
     o.document(doc)
     print_unpack(o, doc)

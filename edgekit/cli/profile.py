@@ -12,6 +12,7 @@ from edgekit.cli.app import (
     CondDataOpt,
     CondOpt,
     JsonOpt,
+    TrustCodeOpt,
     SeedOpt,
     command,
     configure_logging,
@@ -21,6 +22,7 @@ from edgekit.cli.app import (
     runtime_option,
 )
 from edgekit.errors import UsageError
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -58,6 +60,7 @@ def profile(
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     seed: SeedOpt = 0,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier."""
@@ -99,6 +102,7 @@ def profile(
         from edgekit._deps import require
 
         require("matplotlib")  # before minutes of measuring, not after
+        check_dir(html, "--html")
     with profile_progress(o) as progress:
         doc = profile_bundle(bundle, cfg, progress=progress)
     if plan is not None:

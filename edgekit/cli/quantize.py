@@ -13,6 +13,7 @@ from edgekit.cli.app import (
     CondDataOpt,
     CondOpt,
     JsonOpt,
+    TrustCodeOpt,
     SeedOpt,
     WaitOpt,
     command,
@@ -53,6 +54,7 @@ def quantize(
     scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",
     step_buckets: Annotated[Optional[str], typer.Option("--step-buckets", help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).")] = None,
     overrides: Annotated[Optional[Path], typer.Option("--overrides", help="JSON file of per-layer decisions to honour ({\"schema\": \"edgekit.quantize-overrides/1\", \"overrides\": [{\"node\": NAME, \"action\": float | weight-only} | {\"tensor\": NAME, \"action\": int16}]}), as `edgekit debug --fix` writes them.")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""

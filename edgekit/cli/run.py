@@ -11,6 +11,7 @@ from edgekit.cli.app import (
     BundleArg,
     CondDataOpt,
     JsonOpt,
+    TrustCodeOpt,
     PrecisionOpt,
     RuntimeOpt,
     SeedOpt,
@@ -18,6 +19,7 @@ from edgekit.cli.app import (
     configure_logging,
     parse_cond,
 )
+from edgekit.outpaths import check_file
 from edgekit.output import Output
 
 
@@ -52,6 +54,7 @@ def run(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
     graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""
@@ -68,6 +71,8 @@ def run(
     )
 
     o = Output(json_out)
+    if out is not None:
+        check_file(out, "-o", ".npz")  # before the decode, not after
     options = {
         "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
         "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length,

@@ -12,6 +12,7 @@ from edgekit.cli.app import (
     command,
     configure_logging,
 )
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -30,6 +31,8 @@ def train_demo(
     from edgekit.train.render import print_train
 
     o = Output(json_out)
+    if not overwrite_shipped:
+        check_dir(out, "-o")  # before minutes of training, not after
     cfg = TrainDemoConfig(models=tuple(n.strip() for n in models.split(",") if n.strip()), out=out,
                           overwrite_shipped=overwrite_shipped, steps=steps)
     doc = train_demo(cfg, progress=o.progress, say=o.info)

@@ -18,7 +18,10 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from edgekit._lock import bundle_lock
+from edgekit._userhooks import forget_bundle
 from edgekit.bundle import MANIFEST, STAGING_PREFIX, Bundle, now_iso
+from edgekit.manifest import live_paths
 from edgekit.errors import BundleError, UsageError
 from edgekit.targets import Target, load_target
 
@@ -47,14 +50,29 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             del manifest["engines"][key]
             continue
         files.append(entry["path"])
-        files += [entry[role]["path"] for role in ("metadata", "required_operators") if isinstance(entry.get(role), dict)]
+        files += [entry[role]["path"] for role in ("metadata", "required_operators", "external_data") if isinstance(entry.get(role), dict)]
+    files = list(dict.fromkeys(files))  # a side file several artifacts share (step buckets' weights) is packed once
     root = bundle.root.resolve()
     for rel in files:
         path = (bundle.root / rel).resolve()
         if root not in path.parents or not path.is_file():
             raise BundleError(f"bundle {bundle.root}: {rel} is missing or outside the bundle", hint="re-run the stage that makes it")
+    left_out += _unnamed_files(bundle.root, live_paths(bundle.manifest))
     manifest["packed"] = {"target": target.name if target else None, "from": str(bundle.root), "created": now_iso(), "left_out": left_out}
     return files, manifest, left_out
+
+
+def _unnamed_files(root: Path, named: set[str], most: int = 20) -> list[str]:
+    """Files in the bundle folder its manifest does not name (never packed: said, not silent)."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            rel = (Path(folder) / name).relative_to(root).as_posix()
+            if not name.startswith(".") and rel != MANIFEST and rel not in named:
+                found.append(rel)
+    out = [f"file {rel} (the manifest does not name it)" for rel in found[:most]]
+    return out + ([f"… and {len(found) - most} more files the manifest does not name"] if len(found) > most else [])
 
 
 def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target | None = None) -> dict[str, Any]:
@@ -236,29 +254,46 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
                               hint="make one with `edgekit pack`")
         top = next(iter(tops))
         try:
-            Bundle.load(staging / top)  # every artifact's sha256, before anything is replaced
+            bundle = Bundle.load(staging / top)  # every artifact's sha256, before anything is replaced
         except BundleError as exc:
             raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
                               hint="copy the archive again, or pack it anew with `edgekit pack`") from None
+        _refuse_unlisted(archive, staging / top, paths, bundle.manifest)
         dest = out / top
         if dest.exists() or dest.is_symlink():
             if dest.is_symlink() or not (dest / MANIFEST).is_file():
                 raise BundleError(f"{dest} exists and is not a bundle; unpack will not replace it", hint="choose another -o folder")
-            old = staging / ".previous"
-            os.rename(dest, old)  # each rename is atomic; the old bundle goes only after the new one is in
-            try:
-                os.rename(staging / top, dest)
-            except OSError:
-                os.rename(old, dest)
-                raise
+            # The bundle's writer lock: never swap a bundle under a running quantize or build.
+            with bundle_lock(dest, "unpack"):
+                old = staging / ".previous"
+                os.rename(dest, old)  # each rename is atomic; the old bundle goes only after the new one is in
+                try:
+                    os.rename(staging / top, dest)
+                except OSError:
+                    os.rename(old, dest)
+                    raise
         else:
             os.rename(staging / top, dest)
+        forget_bundle(dest)  # not this user's export: the code its manifest names needs --trust-code
     except OSError as exc:
         raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o folder") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     files = [str(dest / PurePosixPath(p.relative_to(staging / top)).as_posix()) for p in paths if p != staging / top]
     return {"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "bundle": str(dest), "files": files}
+
+
+def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], manifest: dict[str, Any]) -> None:
+    """Every file in the archive is one the manifest names (a payload.py riding along with a
+    bundle is refused: nothing unhashed lands beside it)."""
+    listed = live_paths(manifest) | {MANIFEST}
+    for path in paths:
+        rel = path.relative_to(root).as_posix() if path != root and root in path.parents else None
+        if rel is None or path.is_dir():
+            continue
+        if rel not in listed:
+            raise BundleError(f"{archive} holds {rel!r}, a file the bundle's manifest does not list; refusing to unpack it",
+                              hint="only unpack archives made by `edgekit pack` from a source you trust")
 
 
 def stage_bundle(bundle: Bundle, dest: Path, target: Target, *, engines: bool = True) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from edgekit.evaluate.cond_files import (
     read_npy,
 )
 from edgekit.evaluate.conditions import (
+    check_rows,
     condition_rows,
     conditions,
     pad_rows,
@@ -39,7 +40,7 @@ from edgekit.evaluate.scores import (
 )
 
 __all__ = [
-    "HIGHER_IS_BETTER", "MAX_COND_ROWS", "ConditionData", "MetricHook", "check_cond_values", "cond_file_rows", "condition_rows",
+    "HIGHER_IS_BETTER", "MAX_COND_ROWS", "ConditionData", "MetricHook", "check_cond_values", "check_rows", "cond_file_rows", "condition_rows",
     "conditions", "evaluate", "load_condition_data", "load_metric_hook", "output_name", "pad_rows", "power_ratio_db",
     "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
 ]

@@ -9,11 +9,12 @@ from typing import Mapping
 import numpy as np
 
 from edgekit.errors import UsageError
+from edgekit.limits import MAX_ROWS, check_bytes
 from edgekit.spec import TensorSpec
 
 # A file's rows are all decoded by `run` (in graph batches); a header claiming more is a mistake
 # or an allocation bomb, refused before any data is read.
-MAX_COND_ROWS = 65536
+MAX_COND_ROWS = MAX_ROWS
 
 
 def is_cond_file(value: str) -> bool:
@@ -32,7 +33,7 @@ def _open_cond_file(name: str, value: str):
 
     try:
         archive = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError, BadZipFile, EOFError, ...: not a readable .npz
         raise UsageError(f"--cond {name}={value}: cannot read {path} as .npz ({exc})") from None
     key = key or name
     arrays = [m.removesuffix(".npy") for m in archive.namelist() if m.endswith(".npy")]
@@ -65,11 +66,13 @@ def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None 
             if tuple(file_shape) != tuple(shape) and not (rows_ok and tuple(file_shape[1:]) == tuple(shape[1:])):
                 raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}"
                                  + (f" (any row count up to {max_rows})" if max_rows else ""))
+            check_bytes(f"--cond {name}={path} ({list(file_shape)} {dtype})", int(np.prod(file_shape, dtype=object)) * dtype.itemsize,
+                        "give fewer rows")
             fh.seek(0)
             return np.load(fh, allow_pickle=False)
     except UsageError:
         raise
-    except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, EOFError, tokenize's TokenError, zlib.error, ...
         raise bad(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
 
@@ -86,8 +89,8 @@ def cond_file_rows(raw: Mapping[str, str]) -> int | None:
                         fmt.read_array_header_2_0(fh, max_header_size=10_000)
             except UsageError:
                 raise
-            except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
-                raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({exc})") from None
+            except Exception as exc:  # noqa: BLE001 - any unreadable header: one line
+                raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
             rows.add(int(header[0][0]) if header[0] else 0)
     if len(rows) > 1:
         raise UsageError(f"--cond files have different row counts {sorted(rows)}; valid: one row count for every file")
@@ -110,23 +113,30 @@ def parse_cond_value(name: str, value: str, shape: tuple[int, ...], dtype: str) 
     return np.full(shape, number)
 
 
-def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec, flag: str | None = None,
+                      float_range: bool = True) -> np.ndarray:
     """``arr`` as the input's dtype, every value finite and inside the input's declared range
-    (integers: ``[low, high)``; floats: ``[low, high]``); else one line naming the first bad value."""
+    (integers: ``[low, high)``; floats: ``[low, high]``, unless ``float_range`` is False: real rows
+    of a float input may lie outside the range its draws come from); else one line naming the
+    first bad value (``flag`` words where it came from; default ``--cond NAME=SOURCE``). A token
+    id past the vocabulary is refused here, never handed to the runtime's Gather."""
+    where = flag or f"--cond {name}={source}"
     values = np.asarray(arr)
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         bad = values[~np.isfinite(values)].flat[0]
-        raise UsageError(f"--cond {name}={source}: value {bad} is not finite", hint=_valid_range(spec))
+        raise UsageError(f"{where}: value {bad} is not finite", hint=_valid_range(spec))
     integer = np.dtype(spec.dtype).kind in "iub"
     if integer and values.dtype.kind == "f" and np.any(values != np.round(values)):
-        raise UsageError(f"--cond {name}={source} must be an integer ({spec.dtype})", hint=_valid_range(spec))
+        raise UsageError(f"{where} must be an integer ({spec.dtype})", hint=_valid_range(spec))
+    if not integer and not float_range:
+        return values.astype(spec.dtype)
     low = -np.inf if spec.low is None else spec.low
     high = np.inf if spec.high is None else spec.high
     outside = (values < low) | ((values >= high) if integer else (values > high))
     if np.any(outside):
         first = values[outside].flat[0].item()
         shown = int(first) if isinstance(first, float) and first.is_integer() else first
-        raise UsageError(f"--cond {name}={source}: value {shown} is outside the valid range",
+        raise UsageError(f"{where}: value {shown} is outside the valid range",
                          hint=_valid_range(spec))
     return values.astype(spec.dtype)
 

@@ -8,10 +8,11 @@ from typing import Mapping
 
 import numpy as np
 
-from edgekit._userhooks import load_callable
+from edgekit._userhooks import load_bundle_callable
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate.cond_files import check_cond_values, parse_cond_value
+from edgekit.limits import MAX_ROWS, check_bytes, check_count
 from edgekit.models.corpus import demo_conditions
 
 
@@ -29,6 +30,7 @@ def conditions(
     if unknown:
         raise UsageError(f"--cond {unknown[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
     specs = bundle.inputs
+    check_rows(bundle, batch)
     out: dict[str, np.ndarray] = {}
     task = bundle.ground_truth
     demo = sampled = None
@@ -60,13 +62,24 @@ def conditions(
     return out
 
 
+def check_rows(bundle: Bundle, rows: int, what: str = "rows to decode") -> None:
+    """``rows`` rows of ``bundle``'s inputs and outputs fit edgekit's bounds (at most MAX_ROWS,
+    their arrays under the memory cap): checked before any is built."""
+    fix = "ask for fewer rows (--batch, --n, --calib-samples / --eval-samples, or fewer --cond-data rows)"
+    check_count(what, rows, MAX_ROWS, fix)
+    per_row = sum(int(np.prod(s.shape[1:], dtype=object)) * np.dtype(s.dtype).itemsize
+                  for s in (*bundle.inputs.values(), *bundle.outputs.values()))
+    check_bytes(f"{rows} {what} of {bundle.name}", rows * per_row, fix)
+
+
 def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.ndarray]:
     """Call the model's ``condition_sampler(rng, batch)`` (THIS RUNS USER CODE, named by the
-    model's own factory at export) and check what it returns against the inputs."""
-    fn = load_callable(ref, "condition sampler")
+    model's own factory at export; refused unless trusted, see ``_userhooks``) and check what it
+    returns against the inputs."""
+    fn = load_bundle_callable(bundle.root, ref, "condition sampler")
     try:
         got = fn(np.random.default_rng(seed), batch)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a sys.exit() in user code must not end edgekit with no word
         raise EdgekitError(f"condition sampler {ref!r} raised {type(exc).__name__}: {exc}") from exc
     names = list(bundle.conditioning)
     if not isinstance(got, Mapping) or sorted(got) != sorted(names):
@@ -102,6 +115,7 @@ def condition_rows(
     """``n`` rows [n, ...] of every conditioning input, as ``evaluate`` would decode them in
     batches of the graph's batch (batch ``i``: seed ``seed + i``, rows ``i·batch …``)."""
     batch = bundle.batch
+    check_rows(bundle, n)
     parts = []
     for i in range(-(-n // batch)):
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}

@@ -3,6 +3,7 @@ stores in a bundle."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,8 @@ import numpy as np
 
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import UsageError
+from edgekit.evaluate.cond_files import check_cond_values
+from edgekit.limits import MAX_FILES, check_bytes, check_count
 
 
 @dataclass(frozen=True)
@@ -62,16 +65,17 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
         files, digest = [path], sha256_file(path)
     else:
         raise UsageError(f"{flag} does not exist", hint="give an .npz file or a directory of .npz/.npy files")
+    check_count(f"{flag}: the number of files", len(files), MAX_FILES, "merge them into fewer .npz files")
+    names = list(bundle.meta.get("conditioning", {}))
+    # Every header first: the total the arrays claim is checked before any data is read.
+    headers = {f: _read_arrays(f, flag, headers_only=True) for f in files}
+    need = sum(int(np.prod(shape, dtype=object)) * dtype.itemsize for h in headers.values() for shape, dtype in h.values())
+    shown = ", ".join(f"{k} {list(shape)} {dtype}" for h in headers.values() for k, (shape, dtype) in h.items())
+    check_bytes(f"{flag} ({shown[:200]})", 2 * need, "give fewer rows")  # twice: read, then joined
     parts: dict[str, list[np.ndarray]] = {}
     for f in files:
-        try:
-            loaded = np.load(f, allow_pickle=False)
-            items = dict(loaded.items()) if f.suffix == ".npz" else {f.stem: loaded}
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{flag}: cannot read {f.name} ({exc})") from None
-        for k, v in items.items():
+        for k, v in _read_arrays(f, flag).items():
             parts.setdefault(k, []).append(v)
-    names = list(bundle.meta.get("conditioning", {}))
     extra = [k for k in parts if k not in names]
     if extra:
         raise UsageError(f"{flag}: {extra[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
@@ -84,13 +88,60 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
                 raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace("[N, ]", "[N]"))
             if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
                 raise UsageError(f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)")
-        arrays[name] = np.concatenate(chunks).astype(spec.dtype)
+        arrays[name] = check_cond_values(name, "", np.concatenate(chunks), spec, flag=f"{flag}: {name!r}",
+                                          float_range=False)
     counts = {k: len(v) for k, v in arrays.items()}
     if len(set(counts.values())) > 1 or 0 in counts.values():
         raise UsageError(f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input")
     if not arrays:
         raise UsageError(f"{flag}: no arrays named like a conditioning input ({', '.join(names) or 'none'})")
     return ConditionData(arrays, str(path), digest)
+
+
+def _read_arrays(f: Path, flag: str, headers_only: bool = False) -> dict[str, Any]:
+    """The arrays of one .npz (or the one array of a NAME.npy); with ``headers_only`` their
+    (shape, dtype) from the headers alone, never the data (a header may claim 10^12 rows). Only
+    numeric dtypes; any unreadable file is one clear line."""
+    import zipfile
+
+    def bad(why: object) -> UsageError:
+        text = str(why).splitlines()[0] if str(why) else type(why).__name__
+        return UsageError(f"{flag}: cannot read {f.name} as {f.suffix} ({text})",
+                          hint="save the arrays with numpy.savez (one array per conditioning input, [N, ...] each)")
+
+    try:
+        with contextlib.ExitStack() as stack:
+            if f.suffix == ".npz":
+                archive = stack.enter_context(zipfile.ZipFile(f))
+                members = [m for m in archive.namelist() if m.endswith(".npy")]
+                check_count(f"{flag}: the arrays in {f.name}", len(members), MAX_FILES, "keep one array per conditioning input")
+                opened = {m.removesuffix(".npy"): (lambda m=m: archive.open(m)) for m in members}
+            else:
+                opened = {f.stem: (lambda: open(f, "rb"))}
+            out: dict[str, Any] = {}
+            for key, opener in opened.items():
+                with opener() as fh:
+                    shape, dtype = _header(fh)
+                    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
+                        raise bad(f"array {key!r} has dtype {dtype}, not a number type")
+                    if headers_only:
+                        out[key] = (shape, dtype)
+                        continue
+                    fh.seek(0)
+                    out[key] = np.load(fh, allow_pickle=False)
+            return out
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, TokenError, SyntaxError, EOFError, zlib.error, ...: one unreadable file
+        raise bad(exc) from None
+
+
+def _header(fh: Any) -> tuple[tuple[int, ...], np.dtype]:
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, _, dtype = read(fh, max_header_size=10_000)
+    return tuple(shape), dtype
 
 
 def stored_rows(bundle: Bundle) -> dict[str, np.ndarray] | None:

@@ -72,7 +72,7 @@ def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mappin
     """Call a user metric and check what it returned: {name: finite-or-nan float}."""
     try:
         result = hook(output, cond)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a sys.exit() in user code must not end edgekit with no word
         raise EdgekitError(f"metric hook {ref!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(result, Mapping) or not result:
         raise EdgekitError(f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float")

@@ -49,7 +49,7 @@ from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import check_graph, quiet_exporter
 from edgekit.export.opset import downgrade_split
-from edgekit.models import load_spec
+from edgekit.models import load_bundle_spec
 from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_graph_kind  # noqa: F401  (re-exported)
 
 # Baked decode options per (kind, graph), in the order error messages list them. Options not named
@@ -334,7 +334,7 @@ def fused_bundle(
     if graph == "host":
         raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
     if spec is None:
-        spec = load_spec(bundle.source or bundle.name, batch=bundle.batch)
+        spec = load_bundle_spec(bundle, batch=bundle.batch)
     opts = baked_options(bundle.kind, graph, bundle.decode_defaults, dict(decode_options or {}))
     module, inputs, outputs = fused_module(spec, graph, opts)
     name = f"fused-{graph}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,13 +42,36 @@ def _not_torchvision_skip(record: logging.LogRecord) -> bool:
 
 @contextmanager
 def quiet_exporter() -> Iterator[None]:
-    """Silence the exporter's torchvision-not-installed warnings for the duration of an export."""
+    """Silence the exporter's torchvision-not-installed warnings for the duration of an export,
+    and torch's own error logging (a failed export logs screens of tracebacks before it raises;
+    edgekit says the cause in one line), unless logging is at DEBUG (EDGEKIT_DEBUG=1)."""
     logger = logging.getLogger(_REGISTRATION_LOGGER)
     logger.addFilter(_not_torchvision_skip)
+    quiet = not logging.getLogger().isEnabledFor(logging.DEBUG)
+    if quiet:
+        logging.disable(logging.ERROR)
     try:
         yield
     finally:
+        if quiet:
+            logging.disable(logging.NOTSET)
         logger.removeFilter(_not_torchvision_skip)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def export_failure(spec: ModelSpec, exc: BaseException) -> ExportError:
+    """One clean line for a failed export: the innermost cause's first line (torch wraps it in
+    pages of advice with terminal colours), and the shapes the factory declared."""
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    text = _ANSI.sub("", str(root)).strip()
+    first = text.splitlines()[0] if text else type(root).__name__
+    shapes = ", ".join(f"{n} {s.dtype}{list(s.shape)}" for n, s in spec.inputs.items())
+    return ExportError(f"torch.onnx.export failed for {spec.name!r}: {type(root).__name__}: {first[:300]}",
+                       hint=f"the factory declares inputs {shapes}: check them against what the module's forward takes")
 
 
 def example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
@@ -83,8 +107,7 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
                 verbose=False,
             )
         except Exception as exc:  # the exporter raises many types; the user needs the message
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ExportError(f"torch.onnx.export failed for {spec.name!r}: {first}") from exc
+            raise export_failure(spec, exc) from exc
     model = program.model_proto
     downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
     check_graph(model, spec)

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
+from edgekit._userhooks import remember_export
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import ExportError
@@ -98,6 +99,8 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
         bundle.record("graph", {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}})
         bundle.record_entry("verification", "fp32", {"reference": "torch", "candidate": "ort"} | report)
         bundle.save()
+        # This user exported it here: the code its manifest names may run later without --trust-code.
+        remember_export(bundle.root, [bundle.source, bundle.condition_sampler])
         return bundle
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

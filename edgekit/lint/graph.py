@@ -73,7 +73,7 @@ def lint_onnx(
     model_path = Path(model_path)
     name = artifact or model_path.name
     model = load_onnx(model_path)
-    consts = constant_tensors(model.graph)
+    consts = constant_tensors(model.graph, model_path.parent)
     nodes = list(walk_nodes(model.graph))
     rules = target.lint
     findings = [

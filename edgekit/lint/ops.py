@@ -3,6 +3,7 @@ constant tensors, nodes grouped by op) the rule modules share."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -44,15 +45,25 @@ def walk_nodes(graph: Any) -> Iterator[Any]:
                 yield from walk_nodes(sub)
 
 
-def constant_tensors(graph: Any) -> dict[str, np.ndarray]:
-    """Initializers and Constant-node outputs by name (main graph and subgraphs)."""
-    from onnx import numpy_helper
+# External-data tensors above this size are weights no rule reads: never loaded just to lint.
+_MAX_EXTERNAL_CONSTANT_BYTES = 1 << 20
+
+
+def constant_tensors(graph: Any, base_dir: str | Path = "") -> dict[str, np.ndarray]:
+    """Initializers and Constant-node outputs by name (main graph and subgraphs). Tensors stored
+    in an external-data file are read from ``base_dir`` (the model's folder) when small (scales,
+    zero points, TopK's k); large ones (weights) are left out."""
+    from onnx import helper, numpy_helper
 
     out: dict[str, np.ndarray] = {}
 
     def visit(g: Any) -> None:
         for init in g.initializer:
-            out[init.name] = numpy_helper.to_array(init)
+            if init.data_location == init.EXTERNAL:
+                size = int(np.prod(init.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                if size > _MAX_EXTERNAL_CONSTANT_BYTES:
+                    continue
+            out[init.name] = numpy_helper.to_array(init, str(base_dir))
         for node in g.node:
             if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
                 for attr in node.attribute:

@@ -5,13 +5,15 @@ Importing this package imports no torch; building a model does.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 from pathlib import Path
 from typing import Callable
 
 from edgekit._deps import require
-from edgekit._userhooks import load_callable
+from edgekit._userhooks import load_bundle_callable, load_callable
+from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.spec import ModelSpec
 
@@ -26,9 +28,14 @@ _FORMS = "a built-in name (" + ", ".join(BUILTIN) + "), path/to/file.py:function
 
 
 def _load_factory(ref: str) -> Callable[..., ModelSpec]:
-    if ":" not in ref:
-        raise EdgekitError(f"model {ref!r} is not a known model", hint=f"use {_FORMS}")
+    _check_form(ref)
     return load_callable(ref, "model factory", _FORMS, EdgekitError)
+
+
+def _check_form(ref: str) -> None:
+    if ":" not in ref:
+        close = difflib.get_close_matches(ref, list(BUILTIN), n=1)
+        raise EdgekitError(f"model {ref!r} is not a known model", hint=f"did you mean {close[0]}?" if close else f"use {_FORMS}")
 
 
 def resolve_source(ref: str) -> dict[str, str | None]:
@@ -49,7 +56,22 @@ def load_spec(ref: str, batch: int | None = None) -> ModelSpec:
     given (a factory that takes no ``batch`` then fails with a clear message)."""
 
     require("torch")  # every factory builds a torch module; say how to install it up front
-    factory = _load_factory(BUILTIN.get(ref, ref))
+    return _build(_load_factory(BUILTIN.get(ref, ref)), ref, batch)
+
+
+def load_bundle_spec(bundle: Bundle, batch: int | None = None) -> ModelSpec:
+    """The ``ModelSpec`` of ``bundle``'s recorded model source (``--runtime torch``, a fused graph
+    added later). That source is code the manifest names: it runs only when this user exported
+    the bundle here and the file is unchanged, or with --trust-code (``_userhooks``)."""
+    require("torch")
+    ref = bundle.source or bundle.name
+    target = BUILTIN.get(ref, ref)
+    _check_form(target)
+    factory = load_bundle_callable(bundle.root, target, "model source", bundle.source_sha256, _FORMS, EdgekitError)
+    return _build(factory, ref, batch)
+
+
+def _build(factory: Callable[..., ModelSpec], ref: str, batch: int | None) -> ModelSpec:
     kwargs = {}
     if batch is not None:
         if batch < 1:

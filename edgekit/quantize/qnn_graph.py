@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import external_data_locations
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS
@@ -27,6 +28,8 @@ def prepare_qnn(fp32_path: Path, out: Path) -> Path:
         changed = qnn.qnn_preprocess_model(str(fp32_path), str(out))
     if not changed:
         shutil.copyfile(fp32_path, out)
+        for side in external_data_locations(fp32_path):  # weights in a side file: the copy reads them beside it
+            shutil.copyfile(fp32_path.parent / side, out.parent / side)
     gemm_as_matmul(out)
     return out
 

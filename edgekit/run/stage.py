@@ -19,6 +19,7 @@ from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
 from edgekit.evaluate import cond_file_rows, conditions, load_condition_data, pad_rows, score
+from edgekit.limits import MAX_ROWS, check_count
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -52,6 +53,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     real = None if req.cond_data is None else load_condition_data(bundle, req.cond_data).arrays
     if real is not None and cond_file_rows(req.cond) is None:
         rows = len(next(iter(real.values())))  # every row of --cond-data, in graph batches too
+        check_count(f"--cond-data {req.cond_data}: rows (run decodes every one)", rows, MAX_ROWS, "give fewer rows")
     cond = conditions(bundle, req.cond, rows, req.seed, rows=real)
     if req.graph == "host":
         if req.target is not None:

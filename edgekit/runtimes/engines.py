@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts
@@ -76,6 +77,15 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, d
         problems.append(f"engine file {entry.get('path')} is missing")
     elif sha256_file(path) != entry.get("sha256"):
         problems.append(f"engine file {entry.get('path')} changed since it was built (sha256 mismatch)")
+    side = entry.get("external_data")  # the engine's weights side file (a model with external data)
+    if isinstance(side, dict):
+        spath = bundle.root / str(side.get("path", ""))
+        if root not in spath.resolve().parents or not spath.is_file() or sha256_file(spath) != side.get("sha256"):
+            problems.append(f"engine weights file {side.get('path')} is missing or changed since it was built")
+    if path.suffix == ".onnx" and path.is_file():
+        unrecorded = external_data_locations(path) - ({Path(str(side.get("path"))).name} if isinstance(side, dict) else set())
+        if unrecorded:
+            problems.append(f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record (built by an older edgekit)")
     source = str(entry.get("source", "fp32"))
     if not bundle.has(source):
         problems.append(f"its source model {entry.get('source')!r} is no longer in the bundle")

@@ -11,7 +11,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.models import load_spec
+from edgekit.models import load_bundle_spec
 from edgekit.runtimes.base import BaseRuntime, describe
 from edgekit.runtimes.registry import Backend, Requirement, register_backend
 from edgekit.spec import TensorSpec
@@ -84,7 +84,7 @@ def open_torch(bundle: Any, precision: str, threads: int = 0) -> TorchRuntime:
     """The PyTorch module rebuilt from ``bundle``'s model source (fp32)."""
     source = bundle.source or bundle.name
     batch = next(iter(bundle.inputs.values())).shape[0]
-    spec = load_spec(source, batch=batch)
+    spec = load_bundle_spec(bundle, batch=batch)  # the manifest names that code: it runs only if trusted
     if bundle.meta.get("chunk") and _window_of(spec.inputs, bundle.inputs) and _window_of(spec.outputs, bundle.outputs):
         # A chunk window bundle (`export --chunk-frames`): the same module at the window's frame
         # count, as exported (its forward takes the shorter length; export verified it does).

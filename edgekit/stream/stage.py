@@ -53,8 +53,8 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.streams <= MAX_STREAMS:
             raise UsageError(f"--streams {self.streams} is out of range; valid: 1..{MAX_STREAMS}")
-        if not self.deadline_ms > 0:
-            raise UsageError(f"--deadline-ms {self.deadline_ms} is invalid; valid: > 0")
+        if not 0 < self.deadline_ms <= 3_600_000:  # inf and nan too (inf overflowed the schedule's arithmetic)
+            raise UsageError(f"--deadline-ms {self.deadline_ms} is invalid; valid: 0 < MS <= 3600000 (an hour)")
         if not 0 < self.duration_s <= 3600:
             raise UsageError(f"--duration-s {self.duration_s} is out of range; valid: 0 < S <= 3600")
         if self.arrivals not in ARRIVALS:

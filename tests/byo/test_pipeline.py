@@ -105,6 +105,7 @@ def test_preprocess_failure_falls_back_with_one_warning(byo_bundles, tmp_path):
 def test_condition_sampler_hook_feeds_quantize_and_check(byo_bundles, tmp_path):
     """masked_flow's factory names a numpy sampler (prefix frame masks): without --cond-data,
     quantize calibrates and judges on its rows and check decodes the same."""
+    from edgekit._userhooks import TRUST_CODE
     from edgekit.bundle import Bundle
     from edgekit.evaluate import conditions
 
@@ -112,9 +113,14 @@ def test_condition_sampler_hook_feeds_quantize_and_check(byo_bundles, tmp_path):
     shutil.copytree(byo_bundles["masked_flow"], bundle)
     b = Bundle.load(bundle)
     assert b.manifest["model"]["condition_sampler"].endswith("tests/byo/samplers.py:flow_conditions")
-    mask = conditions(b, {}, 2, seed=3, draw=True)["frame_mask"]
+    # A copy is not the user's own export: the sampler it names runs with --trust-code (TRUST_CODE).
+    token = TRUST_CODE.set(True)
+    try:
+        mask = conditions(b, {}, 2, seed=3, draw=True)["frame_mask"]
+    finally:
+        TRUST_CODE.reset(token)
     assert all(np.all(np.diff(row.astype(int)) <= 0) and row[:3].all() for row in mask)  # prefixes, >= 3 frames
-    q = invoke_json("quantize", bundle, *FAST)
+    q = invoke_json("quantize", bundle, *FAST, "--trust-code")
     assert "condition sampler" in q["conditions"]["source"] and "conditions" not in invoke_json("inspect", bundle)["artifacts"]
-    c = invoke_json("check", bundle)
+    c = invoke_json("check", bundle, "--trust-code")
     assert c["passed"] and "condition sampler" in c["conditions"]
