@@ -23,7 +23,11 @@ def test_check_decodes_with_the_settings_quantize_gated(byo_bundles, tmp_path):
     c = invoke_json("check", bundle)
     assert c["passed"] and c["decode"]["guidance"] == 2.0 and c["n"] == 4 and c["seed"] == 5
     # teacher-forced velocity SNR is part of what quantize gated
-    assert c["metrics"]["velocity_snr_db"] == pytest.approx(q["measured"]["check_metrics"]["velocity_snr_db"], rel=1e-9)
+    gated = q["measured"]["check_metrics"]["velocity_snr_db"]
+    if isinstance(gated, str):  # "inf": every layer fell back to FP32 within this tiny budget run
+        assert str(c["metrics"]["velocity_snr_db"]) == gated
+    else:
+        assert c["metrics"]["velocity_snr_db"] == pytest.approx(gated, rel=1e-9)
     # explicit arguments still win
     c = invoke_json("check", bundle, "--n", "2", "--seed", "0")
     assert c["n"] == 2 and c["seed"] == 0
