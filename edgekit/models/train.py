@@ -20,6 +20,13 @@ from edgekit.models.demo import build_module
 # Optimizer steps per demo model: the bidirectional masked model needs the most to learn the
 # grammar; together about 16 minutes on 2 idle cores (0.09, 0.08, 0.23 s per step).
 DEFAULT_STEPS = {"masked-demo": 6000, "ar-demo": 1000, "flow-demo": 1500}
+# The masked model starts from the trained AR baseline's weights (same widths and blocks: the
+# token, position and class embeddings, attention and MLPs carry over; its local conv and the
+# [MASK] row start fresh) and masks a uniform share of tokens. Measured here (1500 steps each,
+# 32 held-out conditions, event accuracy at K = 8 / 16 / 64 steps): from scratch with the cosine
+# mask share 0.43 / 0.44 / 0.45; uniform share 0.47 / 0.50 / 0.51; AR init 0.73 / 0.79 / 0.82;
+# both 0.76 / 0.82 / 0.84 (the shipped 6000-step model from scratch: 0.67 / 0.71 / 0.73).
+MASKED_INIT = "ar-demo"
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,11 @@ class TrainConfig:
     sigma_min: float = 1e-4  # flow matching path width (Matcha-TTS uses 1e-4)
     dataset: int = 20_000  # sequences drawn once from the corpus (seeds < 1e6: eval is held out)
     seed: int = 0
+    # masked: the share of masked tokens per row, "uniform" in (0, 1] or MaskGIT's "cosine" γ(r)
+    # (which masks most tokens most of the time: less signal per step on a small corpus).
+    mask_ratio: str = "uniform"
+    # masked: start from these module weights (the trained AR baseline's state_dict); None = scratch.
+    init_state: object | None = None
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -45,9 +57,11 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 def _masked_loss(model, torch, tokens, classes, gen, cfg):
     B, L = tokens.shape
     mask_id = model.cfg.mask_id
-    # MaskGIT training: mask ratio gamma(r) = cos(pi/2 r), r ~ U(0,1); at least one masked token.
+    # MaskGIT training: the share masked is r ~ U(0,1) ("uniform") or gamma(r) = cos(pi/2 r)
+    # ("cosine"); at least one masked token.
     r = torch.rand(B, generator=gen)
-    n_mask = torch.clamp(torch.ceil(torch.cos(math.pi / 2 * r) * L), 1, L)
+    share = torch.cos(math.pi / 2 * r) if cfg.mask_ratio == "cosine" else r
+    n_mask = torch.clamp(torch.ceil(share * L), 1, L)
     ranks = torch.rand(B, L, generator=gen).argsort(dim=1).argsort(dim=1)
     masked = ranks < n_mask[:, None]
     logits = model(torch.where(masked, mask_id, tokens), classes)
@@ -85,7 +99,10 @@ def train_model(name: str, cfg: TrainConfig = TrainConfig(), progress: Callable[
     data_classes = torch.from_numpy(classes.astype(np.int64))
     if cfg.steps is None:
         cfg = replace(cfg, steps=DEFAULT_STEPS[name])
-    model = build_module(name).train()
+    model = build_module(name)
+    if cfg.init_state is not None:
+        init_from(model, cfg.init_state)
+    model = model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(cfg.seed)
     null_class = corpus.config.num_classes
@@ -112,6 +129,27 @@ def train_model(name: str, cfg: TrainConfig = TrainConfig(), progress: Callable[
         if progress is not None:
             progress(step + 1, losses[-1])
     return model.eval(), float(np.mean(losses[-50:]))
+
+
+def init_from(model, state) -> int:
+    """Copy every tensor of ``state`` (another demo module's state_dict, e.g. the AR baseline's)
+    whose name and shape ``model`` shares; embedding rows are copied for the rows both have (the
+    AR's BOS row is not the masked model's [MASK] row: that one keeps its fresh init). Returns how
+    many tensors came over."""
+    own = model.state_dict()
+    copied = {}
+    for name, value in state.items():
+        if name not in own:
+            continue
+        if name == "tok_emb.weight":
+            rows = min(len(value), len(own[name])) - 1  # the last row is BOS (AR) / MASK (masked)
+            merged = own[name].clone()
+            merged[:rows] = value[:rows]
+            copied[name] = merged
+        elif own[name].shape == value.shape:
+            copied[name] = value
+    model.load_state_dict(copied, strict=False)
+    return len(copied)
 
 
 def save_weights(module, path: Path) -> None:

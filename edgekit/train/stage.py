@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.models.demo import WEIGHTS_DIR
+from edgekit.models.demo import WEIGHTS_DIR, load_trained
 from edgekit.models.train import (  # lazy: torch
     DEFAULT_STEPS,
+    MASKED_INIT,
     TrainConfig,
     save_weights,
     train_model,
@@ -56,10 +57,17 @@ def train_demo(cfg: TrainDemoConfig, progress: ProgressBar | None = None, say: C
     tell = say or (lambda message: None)
     target = cfg.folder()
     results: dict[str, Any] = {}
-    for name in cfg.models:
+    trained: dict[str, Any] = {}
+    # The AR baseline first: the masked model starts from its weights (models/train.MASKED_INIT).
+    for name in sorted(cfg.models, key=lambda n: n != MASKED_INIT):
         start = time.perf_counter()
+        init = None
+        if name == "masked-demo":
+            init = trained[MASKED_INIT].state_dict() if MASKED_INIT in trained else load_trained(MASKED_INIT).state_dict()
+            tell(f"{name}: starting from the {MASKED_INIT} weights {'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}")
         with bar(f"training {name}", cfg.steps or DEFAULT_STEPS[name]) as advance:
-            module, loss = train_model(name, TrainConfig(steps=cfg.steps), progress=lambda step, value: advance())
+            module, loss = train_model(name, TrainConfig(steps=cfg.steps, init_state=init), progress=lambda step, value: advance())
+        trained[name] = module
         path = target / f"{name}.safetensors"
         save_weights(module, path)
         seconds = time.perf_counter() - start
