@@ -1,7 +1,7 @@
 """Paths a command will write, checked before the work: a folder that is a file, a file under a
 file, a name longer than the file system takes, a device (``/dev/null``) or a folder where a file
 goes, a folder nobody may write: one line naming the option and the path, before minutes of work
-are thrown away. Nothing is created here."""
+are thrown away. ``write_text_into`` then writes such a report whole or not at all."""
 
 from __future__ import annotations
 
@@ -66,3 +66,17 @@ def _check_names(path: Path, flag: str) -> None:
         if len(os.fsencode(part)) > limit:
             raise UsageError(f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes, more than the file system takes ({limit})",
                              hint="choose a shorter name")
+
+
+def write_text_into(folder: Path | str, name: str, text: str) -> Path:
+    """``folder/name`` with ``text``, written under a staging name and renamed: a reader never
+    sees half a report, and an interrupted write leaves only the staging file the next one sweeps."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    path, tmp = out / name, out / f".staging-{name}"
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -7,17 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    command,
-    configure_logging,
-    parse_cond,
-    runtime_option,
-)
+from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt  # the shared options
+from edgekit.cli.app import command, configure_logging, parse_cond, runtime_option
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 

@@ -7,20 +7,8 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    SeedOpt,
-    command,
-    configure_logging,
-    parse_cond,
-    parse_csv,
-    precision_option,
-    runtime_option,
-)
+from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt  # the shared options
+from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
 from edgekit.errors import UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output

@@ -8,19 +8,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from edgekit._lock import LOCK_WAIT
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    SeedOpt,
-    WaitOpt,
-    command,
-    configure_logging,
-    parse_cond,
-    runtime_option,
-)
+from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt, WaitOpt  # the shared options
+from edgekit.cli.app import command, configure_logging, parse_cond, runtime_option
 from edgekit.output import Output
 
 

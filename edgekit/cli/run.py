@@ -7,18 +7,8 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    PrecisionOpt,
-    RuntimeOpt,
-    SeedOpt,
-    command,
-    configure_logging,
-    parse_cond,
-)
+from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, TrustCodeOpt, PrecisionOpt, RuntimeOpt, SeedOpt  # the shared options
+from edgekit.cli.app import command, configure_logging, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 

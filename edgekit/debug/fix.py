@@ -21,9 +21,10 @@ reads; provenance in its manifest entry) and the bundle is re-quantized with it.
 
 from __future__ import annotations
 
+from edgekit.output import jsonable
+
 import dataclasses
 import json
-import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -190,19 +191,10 @@ def record_overrides(path: Path, cfg: QuantizeConfig, provenance: Mapping[str, A
     staged = bundle.staging_path(f"{ARTIFACT}.json")
     try:
         staged.write_text(json.dumps(overrides_document(cfg.overrides), indent=1) + "\n")
-        art = bundle.add_artifact(ARTIFACT, staged, made_by="debug", config=plain(provenance), suffix=".json")
+        art = bundle.add_artifact(ARTIFACT, staged, made_by="debug", config=jsonable(provenance), suffix=".json")
         bundle.save()
     finally:
         staged.unlink(missing_ok=True)
     return art.path
 
 
-def plain(obj: Any) -> Any:
-    """``obj`` as strict JSON: non-finite floats as "inf"/"-inf"/None (the manifest is strict JSON)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, Mapping):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    return obj

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.outpaths import write_text_into
 
 Doc = Mapping[str, Any]
 # Colour scale of the heatmap (dB): red at or below LOW, green at or above HIGH.
@@ -92,12 +93,4 @@ def render_html(doc: Doc) -> str:
 
 def write_heatmap(out_dir: Path | str, doc: Doc) -> Path:
     """Write ``out_dir/debug.html`` (atomically); returns its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path, tmp = out / "debug.html", out / ".staging-debug.html"
-    try:
-        tmp.write_text(render_html(doc), encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text_into(out_dir, "debug.html", render_html(doc))

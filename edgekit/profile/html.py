@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit._deps import require
+from edgekit.outpaths import write_text_into
 from edgekit.profile.document import dumps, write_json
 from edgekit.profile.table import (
     ar_table,
@@ -293,16 +294,7 @@ def render_html(doc: Doc) -> str:
 
 def write_html(doc: Doc, out_dir: Path | str) -> Path:
     """Write ``out_dir/profile.html``; returns its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "profile.html"
-    tmp = out / ".staging-profile.html"
-    try:
-        tmp.write_text(render_html(doc), encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text_into(out_dir, "profile.html", render_html(doc))
 
 
 def write_report(doc: Doc, out_dir: Path | str) -> dict[str, Path]:

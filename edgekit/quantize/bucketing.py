@@ -20,6 +20,7 @@ from edgekit.quantize.buckets import (
     choose_buckets,
     split_feeds,
 )
+from edgekit.quantize.budget import worst_margin
 from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.runtimes.bucketed import BucketedRuntime
@@ -63,6 +64,40 @@ class BucketState:
             if self.current.n == 1:
                 self.current = None
         return self.current
+
+    def choose(self, build: Callable[[], Path], measure: Callable[[Path], dict[str, Any]], note: str = "") -> None:
+        """Pick the bucket count the search goes on with (a knob before any fallback or 16-bit
+        promotion: a bucket costs the scales' memory, those cost speed at every call). Each count
+        of ``counts`` is built (``build``: the candidate with the current buckets) and measured
+        (``measure``: its budget metrics); ``auto`` keeps the smallest that meets the budget, else
+        the best margin. The one-scale graph is built either way for the per-step comparison."""
+        run = self.run
+        counts = self.counts()
+        if counts == (1,):
+            return
+        if 1 not in counts:
+            self.use(1)
+            self.single = build()
+        best: tuple[int, float] | None = None
+        for n in counts:
+            buckets = self.use(n)
+            if n > 1 and buckets is None:
+                continue  # fewer distinct positions than buckets
+            edges = "one scale" if buckets is None else f"{buckets.by} edges " + ", ".join(f"{b:.3g}" for b in buckets.boundaries)
+            run.say(f"step buckets: {n} ({edges})")
+            model = build()
+            if n == 1:
+                self.single = model
+            metrics = measure(model)
+            passed, _ = run.judge(metrics)
+            margin = worst_margin(metrics, run.budget)
+            self.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed, "margin": margin,
+                               **({"measured_on": note} if note else {}), **{k: metrics.get(k) for k in run.budget}})
+            if best is None or margin > best[1] or passed:
+                best = (n, margin)
+            if passed:
+                break
+        self.use(best[0] if best else 1)
 
     def readers(self) -> list[Any]:
         """One rewindable calibration reader per bucket of ``current`` (its calls' feeds)."""

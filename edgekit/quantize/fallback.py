@@ -30,7 +30,6 @@ from edgekit.quantize.budget import (
     isolated_output_sqnr,
     node_sensitivity,
     rank_by_sensitivity,
-    worst_margin,
 )
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
@@ -158,41 +157,9 @@ class FallbackProfile:
             fallback_to="weight-only" if s.weight_only_fallback else "float",
         )
 
-    def choose_buckets(self) -> None:
-        """``--step-buckets``: the bucket count to search with (a knob before any fallback: a
-        bucket costs memory, a fallback costs speed). ``auto``: the smallest count whose all-INT8
-        model meets the budget, else the one with the best margin."""
-        run = self.run
-        counts = self.buckets.counts()
-        if counts == (1,):
-            return
-        best: tuple[int, float] | None = None
-        if 1 not in counts:  # the one-scale graph, for the per-step comparison in the summary
-            self.buckets.use(1)
-            self.buckets.single = self.build(self.selected)
-        for n in counts:
-            buckets = self.buckets.use(n)
-            if n > 1 and buckets is None:
-                continue  # fewer distinct positions than buckets
-            run.say(f"step buckets: {n} ({'one scale' if buckets is None else f'{buckets.by} edges ' + ', '.join(f'{b:.3g}' for b in buckets.boundaries)})")
-            model = self.build(self.selected)
-            if n == 1:
-                self.buckets.single = model
-            metrics = self.measure(model)
-            passed, _ = run.judge(metrics)
-            margin = worst_margin(metrics, run.budget)
-            self.buckets.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed,
-                                       "margin": margin, **{k: metrics.get(k) for k in run.budget}})
-            if best is None or margin > best[1]:
-                best = (n, margin)
-            if passed:
-                best = (n, margin)
-                break
-        self.buckets.use(best[0] if best else 1)
-
     def search(self) -> SearchResult:
         run, s = self.run, self.run.cfg.settings
-        self.choose_buckets()
+        self.buckets.choose(lambda: self.build(self.selected), self.measure)
         n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
                 f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8")

@@ -28,7 +28,6 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.quantize.bucketing import BucketState
-from edgekit.quantize.budget import worst_margin
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
@@ -131,7 +130,9 @@ class QnnProfile:
         self.forced = self._forced()
         known = producer_labels(run.prepared, self.labels)  # tensors of the float graph (the QDQ one renames outputs)
         self.buckets.measure_drift([t for t in self.tensors if t in known])
-        self.choose_buckets()
+        # Chosen on the CPU EP's QDQ simulation (cheap); the HTP backend then measures that count.
+        self.buckets.choose(lambda: self.build(self.forced), lambda m: self.measure(m, self.forced, backend="cpu")[1],
+                            note="ort-cpu (search only)")
         model = self.build(self.forced)
         passed, metrics, rows = self.measure(model, self.forced)
         promoted: list[str] = list(self.forced)
@@ -140,37 +141,6 @@ class QnnProfile:
             ranking = self.rank(model)
             model, promoted, passed, metrics, rows = self.promote(ranking, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
-
-    def choose_buckets(self) -> None:
-        """``--step-buckets``: the count of step ranges with their own scales, chosen before any
-        promotion (a bucket costs the NPU memory for its scales, a 16-bit tensor time and bandwidth at
-        every call) on the CPU EP's QDQ simulation; ``auto``: the fewest meeting the budget there,
-        else the best margin. The HTP backend then measures the chosen count."""
-        counts = self.buckets.counts()
-        if counts == (1,):
-            return
-        best: tuple[int, float] | None = None
-        if 1 not in counts:  # the one-scale graph, for the per-step comparison in the summary
-            self.buckets.use(1)
-            self.buckets.single = self.build(self.forced)
-        for n in counts:
-            buckets = self.buckets.use(n)
-            if n > 1 and buckets is None:
-                continue
-            self.run.say(f"step buckets: {n} ({'one scale' if buckets is None else f'{buckets.by} edges ' + ', '.join(f'{b:.3g}' for b in buckets.boundaries)})")
-            model = self.build(self.forced)
-            if n == 1:
-                self.buckets.single = model
-            passed, metrics, _ = self.measure(model, self.forced, backend="cpu")
-            margin = worst_margin(metrics, self.run.budget)
-            self.buckets.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed,
-                                       "margin": margin, "measured_on": "ort-cpu (search only)",
-                                       **{k: metrics.get(k) for k in self.run.budget}})
-            if best is None or margin > best[1] or passed:
-                best = (n, margin)
-            if passed:
-                break
-        self.buckets.use(best[0] if best else 1)
 
     def _forced(self) -> list[str]:
         """Tensors an override puts at 16 bit from the start (``--overrides``, ``debug --fix``)."""

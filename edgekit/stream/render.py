@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from edgekit.outpaths import write_text_into
 from edgekit.output import Output
 
 COLUMNS = ("policy", "streams", "chunks", "miss rate", "TTFC p50 ms", "  tokens wait p50 ms", "  1st chunk decode p50 ms", "chunk p50 ms", "p95 ms", "p99 ms",
@@ -76,10 +76,4 @@ def render_html(doc: Mapping[str, Any]) -> str:
 
 def write_html(doc: Mapping[str, Any], out_dir: Path | str) -> Path:
     """``out_dir/loadtest.html`` (written under a temporary name, then renamed: no partial file)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "loadtest.html"
-    tmp = out / ".loadtest.html.tmp"
-    tmp.write_text(render_html(doc), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_into(out_dir, "loadtest.html", render_html(doc))

@@ -11,13 +11,7 @@ from typing import Any, Callable, ContextManager
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.models.demo import WEIGHTS_DIR, load_trained
-from edgekit.models.train import (  # lazy: torch
-    DEFAULT_STEPS,
-    MASKED_INIT,
-    TrainConfig,
-    save_weights,
-    train_model,
-)
+from edgekit.models.train import DEFAULT_STEPS, MASKED_INIT, TrainConfig, save_weights, train_model
 
 SCHEMA = "edgekit.train-demo/1"
 DEMO_MODELS: tuple[str, ...] = ("masked-demo", "flow-demo", "ar-demo")
