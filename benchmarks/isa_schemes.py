@@ -26,12 +26,13 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts, cpu_identity
-from edgekit.arithmetic import SCHEMES, k_axis, max_pair_sum
+from edgekit.arithmetic import SCHEMES
 from edgekit.quantize.budget import compare, decode_eval_set, snr_db
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.graph import analyse_graph, module_labels, select_nodes, weight_only_by_rule
 from edgekit.quantize.ptq import prepare_model, quantize_model, quiet_ort_logging
+from edgekit.quantize.structure import int8_weight_pairs
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 BATCH = {"masked": 8, "flow": 2, "ar": 8}
@@ -51,26 +52,9 @@ def _export(kind: str, out: Path) -> Bundle:
 
 
 def _max_pair(path: Path) -> int:
-    """The largest |q_2i| + |q_2i+1| the u8s8 kernel can form from the model's int8 weights."""
-    import onnx
-
-    m = onnx.load(str(path))
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in m.graph.initializer}
-    producer = {o: n for n in m.graph.node for o in n.output}
-    worst = 0
-    for node in m.graph.node:
-        if node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
-            continue
-        dq = producer.get(node.input[1])
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
-            continue
-        q = inits[dq.input[0]]
-        if q.dtype != np.int8:
-            continue
-        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
-        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-        worst = max(worst, max_pair_sum(q, axis % q.ndim, k_axis(node.op_type, q, axis, trans_b)))
-    return worst
+    """The largest |q_2i| + |q_2i+1| the u8s8 kernel can form from the int8 weights of the
+    model's INT8 layers (weight-only layers compute in float: not counted); 0 for u8 weights."""
+    return max(int8_weight_pairs(path).values(), default=0)
 
 
 def _speed(paths: dict[str, Path], feed: dict[str, np.ndarray], runtime: str, rounds: int) -> dict[str, float]:
