@@ -34,6 +34,7 @@ def run(
     grid: Annotated[Optional[Literal["uniform", "cosine", "sway"]], typer.Option(help="flow: time grid.")] = None,
     sway: Annotated[Optional[float], typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
+    spacing: Annotated[Optional[int], typer.Option(min=0, help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).")] = None,
     length: Annotated[Optional[int], typer.Option(min=1, help="ar: tokens to generate (default: the KV cache's max length).")] = None,
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.")] = None,
     cond_data: CondDataOpt = None,
@@ -65,7 +66,7 @@ def run(
         check_file(out, "-o", ".npz")  # before the decode, not after
     options = {
         "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
-        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length,
+        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length, "spacing": spacing,
     }
     raw_cond = parse_cond(cond)
     plan = None

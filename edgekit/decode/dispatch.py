@@ -11,7 +11,7 @@ import numpy as np
 
 from edgekit.decode.ar import ARDecodeConfig, decode_ar
 from edgekit.decode.flow import FlowDecodeConfig, decode_flow
-from edgekit.decode.masked import MaskedDecodeConfig, decode_masked
+from edgekit.decode.masked import MAX_SPACING, MaskedDecodeConfig, decode_masked
 from edgekit.errors import UsageError
 from edgekit.runtimes.base import Runtime
 
@@ -47,7 +47,7 @@ def decode_config(kind: str, defaults: Mapping[str, Any], overrides: Mapping[str
 MAX_STEPS = 10_000
 MAX_LENGTH = 1 << 20
 MAX_SEED = (1 << 63) - 1
-_INTS = {"steps": (1, MAX_STEPS), "length": (1, MAX_LENGTH), "top_k": (0, MAX_LENGTH)}
+_INTS = {"steps": (1, MAX_STEPS), "length": (1, MAX_LENGTH), "top_k": (0, MAX_LENGTH), "spacing": (0, MAX_SPACING)}
 _FLOATS = ("temperature", "choice_temperature", "guidance", "sway")
 
 

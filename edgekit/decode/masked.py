@@ -25,6 +25,12 @@ from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
 
 
+MAX_SPACING = 64
+# Added to a spaced candidate's confidence: more than any log-probability plus confidence noise
+# (a few tens), small enough that float32 keeps ~1e-4 resolution among the spaced ones.
+SPACED_BONUS = np.float32(1000.0)
+
+
 @dataclass(frozen=True)
 class MaskedDecodeConfig:
     steps: int = 8  # network evaluations per sample; the paper's 8 is 32x fewer than AR's 256 for 16x16 tokens
@@ -36,6 +42,13 @@ class MaskedDecodeConfig:
     # confidence noise, for deterministic checks.
     temperature: float = 1.0
     guidance: float = 1.0  # CFG scale g: uncond + g·(cond − uncond); 1.0 skips the unconditional pass
+    # Tokens committed in one step prefer to be more than ``spacing`` positions apart: a new token
+    # whose confidence is the highest within ±spacing of the still-masked ones goes first (1-D
+    # non-maximum suppression), the rest by confidence. Neighbours are the most dependent tokens
+    # (one run, one transition) and are otherwise often sampled together, independently. 0 = the
+    # reference's confidence-only choice. Masked demo, K = 8, 64 held-out rows: 0.82 -> 0.90 event
+    # accuracy with spacing 3 (the Halton scheduler for MaskGIT spreads tokens out for this reason).
+    spacing: int = 0
     seed: int = 0  # every random draw comes from default_rng(seed), so runtimes can be compared token for token
 
     def __post_init__(self) -> None:
@@ -48,6 +61,8 @@ class MaskedDecodeConfig:
             )
         if not np.isfinite(self.guidance):
             raise UsageError(f"guidance={self.guidance!r} is invalid; valid: a finite number (1.0 = off)")
+        if isinstance(self.spacing, bool) or not isinstance(self.spacing, (int, np.integer)) or not 0 <= self.spacing <= MAX_SPACING:
+            raise UsageError(f"spacing={self.spacing!r} is invalid; valid: an integer in [0, {MAX_SPACING}] (0 = confidence only)")
 
 
 @dataclass
@@ -165,6 +180,8 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
     if choice_noise is not None:
         confidence = confidence + np.float32(cfg.choice_temperature * (1.0 - ratio)) * choice_noise
     confidence = np.where(unknown, confidence, np.inf)  # known tokens are never masked again
+    if cfg.spacing > 0:
+        confidence = prefer_spaced(confidence, unknown, cfg.spacing)
 
     floor = masked_floor(cfg.schedule, t, cfg.steps, state.n_unknown0)  # (B,) float32 as the reference
     mask_len = np.maximum(1, np.minimum(unknown.sum(axis=1) - 1, floor))  # (B,)
@@ -172,6 +189,19 @@ def _step(net: GuidedNetwork, state: MaskedState, cfg: MaskedDecodeConfig, vocab
     index = np.minimum(mask_len, tokens.shape[1] - 1)[:, None]
     cut = np.take_along_axis(np.sort(confidence, axis=1), index, axis=1)  # (B, 1)
     return np.where(confidence < cut, mask_id, sampled)
+
+
+def prefer_spaced(confidence: np.ndarray, unknown: np.ndarray, spacing: int) -> np.ndarray:
+    """``confidence`` float32 [B, L] (+inf where known) with ``SPACED_BONUS`` added to each unknown
+    position whose confidence is the highest among the unknown ones within ±``spacing``: those are
+    kept first, the rest by confidence (the fused graphs compute the same with a max pool)."""
+    scores = np.where(unknown, confidence, -np.inf).astype(np.float32)
+    padded = np.pad(scores, ((0, 0), (spacing, spacing)), constant_values=-np.inf)
+    window = padded[:, : scores.shape[1]].copy()
+    for k in range(1, 2 * spacing + 1):
+        np.maximum(window, padded[:, k : k + scores.shape[1]], out=window)
+    spaced = unknown & (scores >= window)
+    return np.where(unknown, confidence + np.where(spaced, SPACED_BONUS, np.float32(0)), np.inf).astype(np.float32)
 
 
 def _log_prob_of(logits: np.ndarray, chosen: np.ndarray) -> np.ndarray:

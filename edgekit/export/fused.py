@@ -44,6 +44,7 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP
+from edgekit.decode.masked import SPACED_BONUS
 from edgekit.decode.schedules import masked_floor, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
@@ -57,8 +58,8 @@ from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_grap
 BAKED: dict[tuple[str, str], tuple[str, ...]] = {
     ("flow", "step"): ("solver", "guidance"),
     ("flow", "unrolled"): ("solver", "steps", "grid", "sway", "guidance"),
-    ("masked", "step"): ("steps", "schedule", "choice_temperature", "temperature", "guidance"),
-    ("masked", "unrolled"): ("steps", "schedule", "choice_temperature", "temperature", "guidance"),
+    ("masked", "step"): ("steps", "schedule", "choice_temperature", "temperature", "guidance", "spacing"),
+    ("masked", "unrolled"): ("steps", "schedule", "choice_temperature", "temperature", "guidance", "spacing"),
 }
 
 
@@ -161,7 +162,7 @@ def _flow_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return FlowFused().eval(), inputs, outputs
 
 
-def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, mask_id: int, temperature: float):
+def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, mask_id: int, temperature: float, spacing: int = 0):
     """One MaskGIT update on tensors, the formulas of decode/masked._step (shared by step and unrolled).
 
     logits_of(tokens) -> guided logits float32[B,L,W] with banned ids at -inf. tokens int64[B,L].
@@ -185,6 +186,11 @@ def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, 
     if choice_noise is not None:
         confidence = confidence + scale * choice_noise
     confidence = torch.where(unknown, confidence, torch.full_like(confidence, math.inf))
+    if spacing > 0:  # decode/masked.prefer_spaced: the highest new token within ±spacing goes first
+        scores = torch.where(unknown, confidence, torch.full_like(confidence, -math.inf))
+        window = torch.nn.functional.max_pool1d(scores[:, None, :], 2 * spacing + 1, stride=1, padding=spacing)[:, 0]
+        bonus = torch.where(unknown & (scores >= window), torch.full_like(confidence, float(SPACED_BONUS)), torch.zeros_like(confidence))
+        confidence = torch.where(unknown, confidence + bonus, confidence)
     ascending, _ = torch.topk(confidence, tokens.shape[1], dim=1, largest=False, sorted=True)  # constant K = L
     index = mask_len.expand(tokens.shape[0])[:, None]  # (B, 1)
     cut = torch.gather(ascending, 1, index)  # (B, 1)
@@ -230,7 +236,8 @@ def _masked_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
                 return guided((tokens,), cond) + self.banned
 
             def update(tokens, g, c, scale, mask_len):
-                return _masked_update(logits_of, tokens, g, c, scale, mask_len, mask_id=mask_id, temperature=temperature)
+                return _masked_update(logits_of, tokens, g, c, scale, mask_len, mask_id=mask_id, temperature=temperature,
+                                      spacing=int(opts.get("spacing", 0)))
 
             if graph == "step":
                 step = args[1]

@@ -69,7 +69,9 @@ def masked_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
             "num_classes": cfg.num_classes,
             "conditioning": {"class_id": {"uncond": cfg.uncond_class}},
         },
-        decode_defaults={"steps": 8, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 1.0},
+        # spacing 3 and choice temperature 2: measured on 64 held-out conditions (decode/masked.py):
+        # K = 8 event accuracy 0.82 -> 0.89, K = 16 0.89 -> 0.92 against the reference's 0 and 4.5.
+        decode_defaults={"steps": 8, "schedule": "cosine", "choice_temperature": 2.0, "temperature": 1.0, "spacing": 3},
         ground_truth="corpus-tokens",
     )
 

@@ -276,3 +276,31 @@ def test_bad_init_tokens_are_errors(fake_masked):
         decode_masked(net, net.meta, cond, init_tokens=np.full((3, 16), net.mask_id))
     with pytest.raises(EdgekitError, match=r"init_tokens is int64\[2, 15\]; valid: int64\[2, 16\]"):
         decode_masked(net, net.meta, cond, init_tokens=np.full((2, 15), net.mask_id))
+
+
+def test_spacing_commits_the_highest_new_token_within_each_window_first():
+    from edgekit.decode.masked import SPACED_BONUS, prefer_spaced
+
+    conf = np.array([[-1.0, -0.5, -2.0, -0.1, -3.0, -0.2, np.inf]], np.float32)
+    unknown = np.isfinite(conf)
+    out = prefer_spaced(conf, unknown, 1)
+    # -0.5 (pos 1) beats its neighbours -1.0, -2.0; -0.1 (pos 3) beats -2.0, -3.0; -0.2 (pos 5)
+    # is the highest of -3.0, -0.2 and the known position 6 (never a competitor).
+    assert [bool(v > SPACED_BONUS / 2) for v in out[0, :6]] == [False, True, False, True, False, True]
+    assert np.isinf(out[0, 6]) and out[0, 0] == conf[0, 0]
+
+
+def test_spacing_changes_which_tokens_a_step_keeps_and_zero_is_the_reference(fake_masked):
+    from edgekit.errors import UsageError
+
+    rt = fake_masked()
+    meta, cond = rt.meta, {"class_id": np.array([1, 2])}
+    base = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3))
+    zero = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3, spacing=0))
+    np.testing.assert_array_equal(base.tokens, zero.tokens)
+    spaced = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3, spacing=2), callback=lambda s: s.step < 1)
+    first = spaced.tokens[0]
+    kept = np.flatnonzero(first != meta["mask_id"])
+    assert len(kept) and np.all(np.diff(kept) > 2)  # the first step's few tokens are spread out
+    with pytest.raises(UsageError, match="spacing"):
+        MaskedDecodeConfig(spacing=-1)

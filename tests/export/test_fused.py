@@ -20,7 +20,8 @@ def _torch_fused(spec, graph, opts):
     from edgekit.runtimes.torch_ref import TorchRuntime
 
     module, inputs, outputs = fused_module(spec, graph, opts)
-    entry = {"graph": graph, "baked": {k: opts[k] for k in BAKED[(spec.kind, graph)]}, "mask_id": spec.meta.get("mask_id")}
+    defaults = {"spacing": 0}  # a decode option the fused graphs bake with its config default
+    entry = {"graph": graph, "baked": {k: opts.get(k, defaults.get(k)) for k in BAKED[(spec.kind, graph)]}, "mask_id": spec.meta.get("mask_id")}
     return TorchRuntime(module, inputs, outputs), entry
 
 
@@ -94,13 +95,13 @@ def test_masked_onnx_step_greedy_tokens_identical(tiny_specs, tiny_bundles):
     np.testing.assert_array_equal(fused, ref)
 
 
-@pytest.mark.parametrize("guidance", [1.0, 3.0])
+@pytest.mark.parametrize("guidance,spacing", [(1.0, 0), (3.0, 0), (1.0, 2)])
 @pytest.mark.parametrize("schedule", ["cosine", "linear"])
-def test_masked_step_sampled_tokens_identical_for_same_seed(tiny_specs, guidance, schedule):
+def test_masked_step_sampled_tokens_identical_for_same_seed(tiny_specs, guidance, schedule, spacing):
     from edgekit.decode.fused import decode_masked_fused
 
     spec = tiny_specs["masked"]
-    opts = {"steps": 5, "schedule": schedule, "choice_temperature": 4.5, "temperature": 1.0, "guidance": guidance}
+    opts = {"steps": 5, "schedule": schedule, "choice_temperature": 4.5, "temperature": 1.0, "guidance": guidance, "spacing": spacing}
     rt, entry = _torch_fused(spec, "step", opts)
     for seed in (0, 7):
         cfg = MaskedDecodeConfig(seed=seed, **opts)
@@ -193,7 +194,7 @@ def test_masked_onnx_unrolled_greedy_tokens_identical_in_one_call(tiny_specs, ti
     assert list(entry["inputs"]) == ["class_id"] and list(entry["outputs"]) == ["tokens_out"]
     assert entry["baked"] == {"steps": 6, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 0.0,
                               # 12·cos(π/3) is 5.9999995 in float32 (the reference's precision): 5, not 6
-                              "guidance": 1.0, "mask_counts": [11, 10, 8, 5, 3, 0], "start": "all-masked"}
+                              "guidance": 1.0, "spacing": 0, "mask_counts": [11, 10, 8, 5, 3, 0], "start": "all-masked"}
     # One TopK per re-masking step (the last step re-masks nothing); no random op in the graph.
     assert entry["ops"]["TopK"] == 5 and entry["ops"]["ArgMax"] == 6
     assert not {"RandomUniformLike", "RandomNormalLike", "Multinomial"} & set(entry["ops"])
