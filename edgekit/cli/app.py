@@ -215,11 +215,12 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 print_error(f"a file this command read ended early ({detail}): it is empty or truncated; "
                             "check the files you passed", 1, json_mode=bool(kw.get("json_out")))
                 raise typer.Exit(1) from None
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 if debug_enabled():
                     raise
-                Output().err.print(_interrupted(COMMITTED[committed:]))
-                raise typer.Exit(130) from None
+                term = isinstance(exc, Terminated)
+                Output().err.print(_interrupted(COMMITTED[committed:], "terminated (SIGTERM)" if term else "interrupted"))
+                raise typer.Exit(143 if term else 130) from None
             finally:
                 TRUST_CODE.reset(trust)
                 restore()
@@ -256,17 +257,24 @@ def _disk_errors(fn: Callable) -> Callable:
     return call
 
 
-def _interrupted(committed: list[str]) -> str:
-    """What Ctrl-C left behind: nothing, or the bundles whose manifest was already committed."""
+def _interrupted(committed: list[str], what: str = "interrupted") -> str:
+    """What Ctrl-C (or SIGTERM) left behind: nothing, or the bundles whose manifest was already committed."""
     if not committed:
-        return "interrupted: nothing was recorded for the unfinished stage"
+        return f"{what}: nothing was recorded for the unfinished stage"
     where = ", ".join(dict.fromkeys(committed))
-    return f"interrupted after the manifest of {where} was written: what it records is complete and verified; the rest of the command did not run"
+    return f"{what} after the manifest of {where} was written: what it records is complete and verified; the rest of the command did not run"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a CI job's timeout, a container stopping): unwound like Ctrl-C, so every
+    staging file and owned temp folder (``edgekit-quantize-*``) goes and nothing half-written is
+    recorded; the command then exits 143 (128 + SIGTERM)."""
 
 
 def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
-    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour); the second
-    callable puts the previous handler back once the command is over."""
+    """Remember whether SIGINT or SIGTERM arrived (keeping Python's KeyboardInterrupt behaviour:
+    SIGTERM raises ``Terminated``, a KeyboardInterrupt); the second callable puts the previous
+    handlers back once the command is over."""
     import signal
     import threading
 
@@ -276,13 +284,20 @@ def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
 
     def handler(signum, frame):
         seen[0] = True
-        raise KeyboardInterrupt
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
     except ValueError:  # not settable here (embedded interpreter)
         return (lambda: seen[0]), (lambda: None)
-    return (lambda: seen[0]), (lambda: signal.signal(signal.SIGINT, previous))
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return (lambda: seen[0]), restore
 
 
 def parse_cond(items: Optional[list[str]]) -> dict[str, str]:
