@@ -3,15 +3,18 @@ from the stages (export, decode, quantize, check, build, profile). Nothing below
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgekit.builder import build_bundle, demo_build_stage, module_available
 from edgekit.bundle import Bundle
 from edgekit.check import CheckConfig, check_bundle, demo_check
 from edgekit.check.render import print_demo_check
 from edgekit.evaluate import evaluate
+from edgekit.host import cpu_identity
 from edgekit.export import ExportConfig, export_bundle
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
@@ -33,15 +36,71 @@ class DemoConfig:
     npu_n: int = 4  # held-out rows for the NPU budget and check: the HTP emulation is ~10x slower per forward
 
 
+class StageClock:
+    """Wall and CPU seconds per demo stage, and progress lines that say how long the run has
+    taken so far (``[1:23] quantize ...``): the demo took minutes with no word of where."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
+        self.stages: dict[str, dict[str, float]] = {}
+        self.current: str | None = None
+        self._seen: set[str] = set()
+
+    def _stamp(self) -> str:
+        m, s = divmod(int(time.perf_counter() - self.t0), 60)
+        return f"[{m}:{s:02d}]"
+
+    def start(self, stage: str) -> None:
+        """Close the running stage (if another) and open ``stage``."""
+        if stage == self.current:
+            return
+        now, cpu = time.perf_counter(), time.process_time()
+        if self.current is not None:
+            self.stages[self.current]["wall_s"] += now - self.stages[self.current].pop("_wall")
+            self.stages[self.current]["cpu_s"] += cpu - self.stages[self.current].pop("_cpu")
+        self.current = stage
+        entry = self.stages.setdefault(stage, {"wall_s": 0.0, "cpu_s": 0.0})
+        entry["_wall"], entry["_cpu"] = now, cpu
+
+    def step(self, message: str, stage: str | None = None) -> None:
+        if stage is not None:
+            self.start(stage)
+        self.say(f"{self._stamp()} {message}")
+
+    def detail(self, message: str) -> None:
+        """A line inside the running stage (a model being quantized, an NPU step)."""
+        self.say(f"{self._stamp()}   {message}")
+
+    def profile_detail(self, label: str, done: int, total: int) -> None:
+        """The profiler's progress(label, done, total): one line per label."""
+        if label not in self._seen:
+            self._seen.add(label)
+            self.detail(label)
+
+    def finish(self) -> dict[str, Any]:
+        """{"stages": {name: {wall_s, cpu_s}}, "wall_s", "cpu_s", "cpu", "cores", "load_avg"}."""
+        self.start("_end")
+        self.stages.pop("_end")
+        cpu = cpu_identity()
+        try:
+            load = [round(x, 2) for x in os.getloadavg()]
+        except OSError:
+            load = None
+        return {"stages": self.stages, "wall_s": time.perf_counter() - self.t0, "cpu_s": time.process_time() - self.cpu0,
+                "cpu": cpu["model"], "cores": cpu["cores"], "load_avg_end": load}
+
+
 def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     """The whole pipeline on the built-in models and the default CPU target: export + verify
     each, decode with the masked generator, feed its tokens to the flow decoder, decode the AR
     baseline, and score everything against the corpus's ground truth."""
-    step = progress or (lambda message: None)
+    clock = StageClock(progress or (lambda message: None))
+    step = clock.step
     report: dict[str, Any] = {"schema": "edgekit.demo/1", "out": str(cfg.out), "stages": {}}
     bundles: dict[str, Bundle] = {}
     for name in ("masked-demo", "flow-demo", "ar-demo"):
-        step(f"export {name}")
+        step(f"export {name}", stage="export")
         b = export_bundle(load_spec(name, batch=cfg.batch), cfg.out / name.removesuffix("-demo"), ExportConfig(), source=name)
         bundles[b.kind] = b
         ver = b.verification["fp32"]
@@ -52,33 +111,36 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
             "max_abs_error": max(o["max_abs"] for o in ver["outputs"].values()),
         }
     quality: dict[str, Any] = {}
-    step("decode masked-demo (MaskGIT) on ort fp32")
+    step("decode masked-demo (MaskGIT) on ort fp32", stage="decode")
     with open_runtime(bundles["masked"], "ort", "fp32") as rt:
         masked = evaluate(bundles["masked"], rt, cfg.n, cfg.seed)
     quality["masked"] = masked["quality"]
-    step("decode flow-demo (flow matching) on the masked tokens")
+    step("decode flow-demo (flow matching) on the masked tokens", stage="decode")
     with open_runtime(bundles["flow"], "ort", "fp32") as rt:
         flow = evaluate(bundles["flow"], rt, cfg.n, cfg.seed, cond={"tokens": masked["output"]})
     quality["flow"] = flow["quality"]
-    step("decode ar-demo (KV-cache baseline) on ort fp32")
+    step("decode ar-demo (KV-cache baseline) on ort fp32", stage="decode")
     with open_runtime(bundles["ar"], "ort", "fp32") as rt:
         quality["ar"] = evaluate(bundles["ar"], rt, cfg.n, cfg.seed)["quality"]
     quality["corpus"] = default_corpus().reference_token_metrics
     report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
 
-    step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories")
-    report["stages"]["quantize"] = demo_quantize(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+    step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories", stage="quantize")
+    report["stages"]["quantize"] = demo_quantize(bundles, n=min(cfg.n, 16), seed=cfg.seed, progress=clock.detail)
 
-    step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate")
+    step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate", stage="check")
     report["stages"]["check"] = demo_check(bundles, n=min(cfg.n, 16), seed=cfg.seed)
 
-    step("lint and build each bundle for the cpu target (optimized ONNX)")
+    step("lint and build each bundle for the cpu target (optimized ONNX)", stage="build")
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "auto") for kind, b in bundles.items()}
 
-    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
+    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report",
+         stage="profile")
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n, progress=clock.profile_detail)
     if cfg.npu_target:
-        report["stages"]["npu"] = npu_stage(cfg, step)
+        clock.start("npu")
+        report["stages"]["npu"] = npu_stage(cfg, clock.detail)
+    report["timing"] = clock.finish()
     return report
 
 
@@ -169,6 +231,18 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     npu = report["stages"].get("npu")
     if npu:
         _print_npu(o, npu)
+    timing = report.get("timing")
+    if timing:
+        rows = [(name, t["wall_s"], t["cpu_s"]) for name, t in timing["stages"].items()]
+        o.table("demo: time per stage (seconds)", ["stage", "wall", "CPU"], [*rows, ("total", timing["wall_s"], timing["cpu_s"])])
+        load = timing.get("load_avg_end")
+        o.line(f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
+               f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")"))
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def _print_npu(o: Output, npu: dict[str, Any]) -> None:
