@@ -19,21 +19,54 @@ from edgekit.export import ExportConfig, export_bundle
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.output import Output
-from edgekit.profile import demo_profile
+from edgekit.profile import DEMO_FRONTIER_STEPS, DEMO_SWEEP_LENGTHS, demo_profile
 from edgekit.quantize import QuantizeConfig, demo_quantize, quantize_bundle
 from edgekit.runtimes import open_runtime
 
 
 @dataclass(frozen=True)
 class DemoConfig:
+    """The demo's sizes. By default they fit a few minutes on 2 cores (benchmarks/demo_time.py
+    records them); ``full`` restores the complete pipeline's (`edgekit demo --full`): the
+    frontier at K = 1..16 on ``n`` conditions instead of K = 1..8 on 16, a length sweep point
+    for a measured crossover (two architecture-only exports), and the NPU stage (minutes)."""
+
     out: Path = Path("edgekit-demo")  # one bundle per demo model below it
     batch: int = 8  # static graph batch: 8 rows per network call
     n: int = 32  # evaluation sequences per model (held-out conditions)
     seed: int = 0
+    full: bool = False
     # The NPU stage (needs edgekit[qnn]): masked-demo at batch 1 for this Snapdragon target,
     # quantized with the qnn profile, compiled to a context binary, checked on the emulated HTP.
+    # Minutes on the x86 emulation (7.1 min at load 7-8 on 2 vCPUs): with ``full`` or --npu only.
     npu_target: str | None = "snapdragon-8-gen-3"
+    npu: bool | None = None  # None: run it with ``full``
     npu_n: int = 4  # held-out rows for the NPU budget and check: the HTP emulation is ~10x slower per forward
+
+    @property
+    def gate_n(self) -> int:
+        """Held-out rows of each INT8 budget and of the check that judges the same rows. Not cut
+        for the demo: with 8 rows the budget search took as long (its cost is re-quantizing per
+        fallback, not decoding) and the AR model needed two fallbacks instead of none."""
+        return min(self.n, 16)
+
+    @property
+    def frontier_steps(self) -> tuple[int, ...]:
+        return DEMO_FRONTIER_STEPS if self.full else (1, 2, 4, 8)  # K=16 alone cost as much as K=1..8
+
+    @property
+    def frontier_n(self) -> int:
+        return self.n if self.full else min(self.n, 16)
+
+    @property
+    def sweep_lengths(self) -> tuple[int, ...]:
+        # The sweep exports two architecture-only models (~12 s); without it the crossover is the
+        # bound from the bundle length (profile says so).
+        return DEMO_SWEEP_LENGTHS if self.full else ()
+
+    @property
+    def runs_npu(self) -> bool:
+        return bool(self.npu_target) and (self.full if self.npu is None else self.npu)
 
 
 class StageClock:
@@ -126,20 +159,26 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
 
     step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories", stage="quantize")
-    report["stages"]["quantize"] = demo_quantize(bundles, n=min(cfg.n, 16), seed=cfg.seed, progress=clock.detail)
+    report["stages"]["quantize"] = demo_quantize(bundles, n=cfg.gate_n, seed=cfg.seed, progress=clock.detail)
 
     step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate", stage="check")
-    report["stages"]["check"] = demo_check(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+    report["stages"]["check"] = demo_check(bundles, n=cfg.gate_n, seed=cfg.seed)
 
     step("lint and build each bundle for the cpu target (optimized ONNX)", stage="build")
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "auto") for kind, b in bundles.items()}
 
     step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report",
          stage="profile")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n, progress=clock.profile_detail)
-    if cfg.npu_target:
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.frontier_n, progress=clock.profile_detail,
+                                               frontier_steps=cfg.frontier_steps, sweep_lengths=cfg.sweep_lengths)
+    if cfg.runs_npu:
         clock.start("npu")
         report["stages"]["npu"] = npu_stage(cfg, clock.detail)
+    elif cfg.npu_target:
+        report["stages"]["npu"] = {"skipped": "minutes on the x86 HTP emulation: `edgekit demo --npu` (or --full) runs it"
+                                   + ("" if module_available("onnxruntime_qnn") else "; it needs onnxruntime-qnn (pip install 'edgekit[qnn]')")}
+    report["sizes"] = {"full": cfg.full, "n": cfg.n, "gate_n": cfg.gate_n, "frontier_steps": list(cfg.frontier_steps),
+                       "frontier_n": cfg.frontier_n, "sweep_lengths": list(cfg.sweep_lengths), "npu": cfg.runs_npu}
     report["timing"] = clock.finish()
     return report
 

@@ -36,6 +36,20 @@ def test_help_shows_what_to_type_not_python_types(command):
     assert "Example" in r.stdout  # every command shows an example
 
 
+def test_help_text_keeps_extras_in_brackets():
+    """Rich read `edgekit[qnn]` as a markup tag and printed "needs edgekit" (issue #31): every help
+    text escapes a lowercase [tag], and the rendered help shows the extra."""
+    group = __import__("typer").main.get_command(app)
+    tag = re.compile(r"(?<!\\)\[[a-z#/@][^\[]*?\]")
+    for name, cmd in group.commands.items():
+        for text in [cmd.help or "", cmd.epilog or "", *(getattr(p, "help", "") or "" for p in cmd.params)]:
+            assert not tag.search(text), (name, tag.search(text).group(0))
+    wide = {"COLUMNS": "300", "TERMINAL_WIDTH": "300"}
+    for command in ("quantize", "demo"):
+        r = runner.invoke(app, [command, "--help"], env=wide)
+        assert "edgekit[qnn]" in r.stdout.replace("\n", " "), command
+
+
 def test_choice_options_list_their_choices_in_help():
     wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
     r = runner.invoke(app, ["run", "--help"], env=wide)

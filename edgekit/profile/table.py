@@ -167,7 +167,7 @@ def crossover_statement(cross: Mapping[str, Any] | None) -> str:
         return f"measured crossover N {m['bound']}"
     if model.get("n") is not None:
         return f"fitted crossover N ~ {model['n']:.0f} tokens" + (" (extrapolated)" if model.get("extrapolated") else "")
-    return "crossover: one length measured, none estimated"
+    return "crossover: not measured (one length timed; `edgekit profile --compare-ar --sweep 32,128` or `edgekit demo --full` sweeps lengths)"
 
 
 def nar_vs_ar_line(doc: Doc) -> str | None:
