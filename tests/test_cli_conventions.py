@@ -148,7 +148,8 @@ def test_masked_tokens_chain_into_the_flow_decoder(demo_bundles, tmp_path):
     r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={five}:seqs", "-o", tmp_path / "g.npz", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["batch"] == 5 and doc["decode_calls"] == 3 and doc["nfe"] == 3 * 2
+    # NFE is the solver's evaluations per decode (euler x 2), not the graph calls of 3 batches (issue #31)
+    assert doc["batch"] == 5 and doc["decode_calls"] == 3 and doc["nfe"] == 2 and doc["runtime_calls"] == 3 * 2
     g = np.load(tmp_path / "g.npz")
     assert g["frames"].shape[0] == 5
     assert np.array_equal(g["frames"][:2], frames["frames"])  # call 0 is the same decode as before
