@@ -21,7 +21,7 @@ _EXTRAS: dict[str, str] = {
 
 
 # pip's default index serves torch as a multi-GB CUDA build; the repository's constraints file
-# pins the CPU one (the README's install lines use it).
+# pins the CPU one (the install lines of README.md and docs/install.md use it).
 TORCH_NOTE = " (on a CPU-only machine add -c constraints.txt from edgekit's repository: it pins torch's CPU build)"
 
 

@@ -107,7 +107,7 @@ class ModelSpec:
                 )
         if self.meta.get("conditioning"):
             # Every reader (decode loops, fused export, the manifest schema) reads {"uncond": X}:
-            # the short forms the README documents become that here, once.
+            # the short forms README.md and docs/byo.md document become that here, once.
             conditioning = {name: normalize_uncond(self.name, name, fill, self.inputs[name])
                             for name, fill in self.meta["conditioning"].items()}
             object.__setattr__(self, "meta", {**self.meta, "conditioning": conditioning})

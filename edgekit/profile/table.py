@@ -145,7 +145,7 @@ def not_measured_lines(doc: Doc) -> list[str]:
     return [f"{v['id']}: not measured: {v.get('reason')}" for v in every if not v.get("available", True)]
 
 
-# The demo's summary: the four figures the README quotes, per measured variant.
+# The demo's summary: the four figures docs/demo.md quotes, per measured variant.
 SUMMARY_ROWS = ("median ms", "p99 / p50", "host overhead share", "mJ / decode")
 
 
