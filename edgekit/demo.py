@@ -270,13 +270,17 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     npu = report["stages"].get("npu")
     if npu:
         _print_npu(o, npu)
-    timing = report.get("timing")
-    if timing:
-        rows = [(name, t["wall_s"], t["cpu_s"]) for name, t in timing["stages"].items()]
-        o.table("demo: time per stage (seconds)", ["stage", "wall", "CPU"], [*rows, ("total", timing["wall_s"], timing["cpu_s"])])
-        load = timing.get("load_avg_end")
-        o.line(f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
-               f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")"))
+    if report.get("timing"):
+        print_timing(o, report["timing"])
+
+
+def print_timing(o: Output, timing: dict[str, Any]) -> None:
+    """The wall and CPU seconds of each stage, and the whole run in minutes with the machine."""
+    rows = [(name, t["wall_s"], t["cpu_s"]) for name, t in timing["stages"].items()]
+    o.table("demo: time per stage (seconds)", ["stage", "wall", "CPU"], [*rows, ("total", timing["wall_s"], timing["cpu_s"])])
+    load = timing.get("load_avg_end")
+    o.line(f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
+           f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")"))
 
 
 def _minutes(seconds: float) -> str:

@@ -173,8 +173,9 @@ def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, 
     r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000")
     assert "measuring every solver" not in r.stderr  # stored now: the second run does not measure it
     r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "ort:fp32", "--n", "2")
-    assert "· opening torch:fp32 and ort:fp32 (torch rebuilds the model from its source)" in r.stderr
-    assert "· decoding batch 1/1 (2 rows) with both variants" in r.stderr
+    # each line stamped with the time the command has run (issue #31: slow steps say something)
+    assert re.search(r"· \[\d+:\d\d\] opening torch:fp32 and ort:fp32 \(torch rebuilds the model from its source\)", r.stderr)
+    assert re.search(r"· \[\d+:\d\d\] decoding batch 1/1 \(2 rows\) with both variants", r.stderr)
 
 
 def test_edgekit_alone_prints_the_help():

@@ -66,7 +66,7 @@ def quantize(
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )
     LOCK_WAIT.set(wait)
-    s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"), warn=o.warn)
+    s = quantize_bundle(bundle, cfg, progress=o.step, warn=o.warn)
     o.document(s)
     print_quantize(o, s)
     if not s["passed"]:
