@@ -111,6 +111,13 @@ def _extra_missing(line: str) -> bool:
     return ("openvino" in line or "intel-" in line) and importlib.util.find_spec("openvino") is None
 
 
+def _hardware_missing(line: str) -> bool:
+    """A command for CPU features this host lacks: OpenVINO's bf16 needs AMX or AVX512-BF16."""
+    from edgekit.host import HostFacts
+
+    return "bf16" in line and not {"amx_bf16", "avx512_bf16"} & set(HostFacts.detect().isa)
+
+
 def _place_demo_bundles(lines: list[str], demo_bundles) -> None:
     """Copy the session's demo bundles to where a page's plain exports of the built-in models put them."""
     for line in lines:
@@ -148,8 +155,8 @@ def test_every_command_of_a_page_runs_in_order_on_a_fresh_folder(page, tmp_path,
     monkeypatch.chdir(tmp_path)
     for line in page_commands(page):
         args = shlex.split(line)[1:]
-        if args[0] == "demo" or args[0] == "train-demo" or _extra_missing(line):
-            continue  # minutes each (the demo has its own timing in benchmarks/demo_time.py), or an extra this host lacks
+        if args[0] == "demo" or args[0] == "train-demo" or _extra_missing(line) or _hardware_missing(line):
+            continue  # minutes each (the demo has its own timing in benchmarks/demo_time.py), or an extra or CPU feature this host lacks
         if "qnn" in line or "snapdragon" in line:
             continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/test_qnn_profile.py and tests/builder/test_build_qnn.py run these steps
         if args[0] == "profile" and "--sweep" not in args:
