@@ -20,6 +20,11 @@ _EXTRAS: dict[str, str] = {
 }
 
 
+# pip's default index serves torch as a multi-GB CUDA build; the repository's constraints file
+# pins the CPU one (the install lines of README.md and docs/install.md use it).
+TORCH_NOTE = " (on a CPU-only machine add -c constraints.txt from edgekit's repository: it pins torch's CPU build)"
+
+
 def require(module: str) -> ModuleType:
     """Import ``module`` or raise ``MissingDependency`` naming the extra that installs it."""
     try:
@@ -30,7 +35,7 @@ def require(module: str) -> ModuleType:
         if top == "tensorrt":
             hint = "pip install 'edgekit[trt]' on x86 (on Jetson, TensorRT comes with JetPack: install JetPack)"
         elif extra:
-            hint = f"pip install 'edgekit[{extra}]'"
+            hint = f"pip install 'edgekit[{extra}]'" + (TORCH_NOTE if extra == "export" else "")
         else:
             hint = f"pip install {top}"
         raise MissingDependency(f"'{module}' is not installed ({exc.msg})", hint=hint) from exc

@@ -76,7 +76,7 @@ class IsaArithmetic:
 
 
 # benchmarks/isa_schemes.py measures every scheme on the host it runs on (accuracy per forward and
-# per decode against FP32, speed per forward, ORT and OpenVINO); its rows are in the README.
+# per decode against FP32, speed per forward, ORT and OpenVINO); its rows are in docs/int8.md.
 ISA: dict[str, IsaArithmetic] = {
     "avx2": IsaArithmetic("avx2", True, "u8s8-pair", "measured: see benchmarks/isa_schemes.py (AMD EPYC, AVX2 only)"),
     "avx512": IsaArithmetic("avx512", True, "u8s8-pair", "the same saturating pair sums as avx2 (vpmaddubsw, 512 bits)"),

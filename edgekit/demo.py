@@ -3,45 +3,137 @@ from the stages (export, decode, quantize, check, build, profile). Nothing below
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgekit.builder import build_bundle, demo_build_stage, module_available
 from edgekit.bundle import Bundle
 from edgekit.check import CheckConfig, check_bundle, demo_check
 from edgekit.check.render import print_demo_check
 from edgekit.evaluate import evaluate
+from edgekit.host import cpu_identity
 from edgekit.export import ExportConfig, export_bundle
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.output import Output
-from edgekit.profile import demo_profile
+from edgekit.profile import DEMO_FRONTIER_STEPS, DEMO_SWEEP_LENGTHS, demo_profile
 from edgekit.quantize import QuantizeConfig, demo_quantize, quantize_bundle
 from edgekit.runtimes import open_runtime
 
 
 @dataclass(frozen=True)
 class DemoConfig:
+    """The demo's sizes. By default they fit a few minutes on 2 cores (benchmarks/demo_time.py
+    records them); ``full`` restores the complete pipeline's (`edgekit demo --full`): the
+    frontier at K = 1..16 on ``n`` conditions instead of K = 1..8 on 16, a length sweep point
+    for a measured crossover (two architecture-only exports), and the NPU stage (minutes)."""
+
     out: Path = Path("edgekit-demo")  # one bundle per demo model below it
     batch: int = 8  # static graph batch: 8 rows per network call
     n: int = 32  # evaluation sequences per model (held-out conditions)
     seed: int = 0
+    full: bool = False
     # The NPU stage (needs edgekit[qnn]): masked-demo at batch 1 for this Snapdragon target,
     # quantized with the qnn profile, compiled to a context binary, checked on the emulated HTP.
+    # Minutes on the x86 emulation (7.1 min at load 7-8 on 2 vCPUs): with ``full`` or --npu only.
     npu_target: str | None = "snapdragon-8-gen-3"
+    npu: bool | None = None  # None: run it with ``full``
     npu_n: int = 4  # held-out rows for the NPU budget and check: the HTP emulation is ~10x slower per forward
+
+    @property
+    def gate_n(self) -> int:
+        """Held-out rows of each INT8 budget and of the check that judges the same rows. Not cut
+        for the demo: with 8 rows the budget search took as long (its cost is re-quantizing per
+        fallback, not decoding) and the AR model needed two fallbacks instead of none."""
+        return min(self.n, 16)
+
+    @property
+    def frontier_steps(self) -> tuple[int, ...]:
+        return DEMO_FRONTIER_STEPS if self.full else (1, 2, 4, 8)  # K=16 alone cost as much as K=1..8
+
+    @property
+    def frontier_n(self) -> int:
+        return self.n if self.full else min(self.n, 16)
+
+    @property
+    def sweep_lengths(self) -> tuple[int, ...]:
+        # The sweep exports two architecture-only models (~12 s); without it the crossover is the
+        # bound from the bundle length (profile says so).
+        return DEMO_SWEEP_LENGTHS if self.full else ()
+
+    @property
+    def runs_npu(self) -> bool:
+        return bool(self.npu_target) and (self.full if self.npu is None else self.npu)
+
+
+class StageClock:
+    """Wall and CPU seconds per demo stage, and progress lines that say how long the run has
+    taken so far (``[1:23] quantize ...``): the demo took minutes with no word of where."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
+        self.stages: dict[str, dict[str, float]] = {}
+        self.current: str | None = None
+        self._seen: set[str] = set()
+
+    def _stamp(self) -> str:
+        m, s = divmod(int(time.perf_counter() - self.t0), 60)
+        return f"[{m}:{s:02d}]"
+
+    def start(self, stage: str) -> None:
+        """Close the running stage (if another) and open ``stage``."""
+        if stage == self.current:
+            return
+        now, cpu = time.perf_counter(), time.process_time()
+        if self.current is not None:
+            self.stages[self.current]["wall_s"] += now - self.stages[self.current].pop("_wall")
+            self.stages[self.current]["cpu_s"] += cpu - self.stages[self.current].pop("_cpu")
+        self.current = stage
+        entry = self.stages.setdefault(stage, {"wall_s": 0.0, "cpu_s": 0.0})
+        entry["_wall"], entry["_cpu"] = now, cpu
+
+    def step(self, message: str, stage: str | None = None) -> None:
+        if stage is not None:
+            self.start(stage)
+        self.say(f"{self._stamp()} {message}")
+
+    def detail(self, message: str) -> None:
+        """A line inside the running stage (a model being quantized, an NPU step)."""
+        self.say(f"{self._stamp()}   {message}")
+
+    def profile_detail(self, label: str, done: int, total: int) -> None:
+        """The profiler's progress(label, done, total): one line per label."""
+        if label not in self._seen:
+            self._seen.add(label)
+            self.detail(label)
+
+    def finish(self) -> dict[str, Any]:
+        """{"stages": {name: {wall_s, cpu_s}}, "wall_s", "cpu_s", "cpu", "cores", "load_avg"}."""
+        self.start("_end")
+        self.stages.pop("_end")
+        cpu = cpu_identity()
+        try:
+            load = [round(x, 2) for x in os.getloadavg()]
+        except OSError:
+            load = None
+        return {"stages": self.stages, "wall_s": time.perf_counter() - self.t0, "cpu_s": time.process_time() - self.cpu0,
+                "cpu": cpu["model"], "cores": cpu["cores"], "load_avg_end": load}
 
 
 def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     """The whole pipeline on the built-in models and the default CPU target: export + verify
     each, decode with the masked generator, feed its tokens to the flow decoder, decode the AR
     baseline, and score everything against the corpus's ground truth."""
-    step = progress or (lambda message: None)
+    clock = StageClock(progress or (lambda message: None))
+    step = clock.step
     report: dict[str, Any] = {"schema": "edgekit.demo/1", "out": str(cfg.out), "stages": {}}
     bundles: dict[str, Bundle] = {}
     for name in ("masked-demo", "flow-demo", "ar-demo"):
-        step(f"export {name}")
+        step(f"export {name}", stage="export")
         b = export_bundle(load_spec(name, batch=cfg.batch), cfg.out / name.removesuffix("-demo"), ExportConfig(), source=name)
         bundles[b.kind] = b
         ver = b.verification["fp32"]
@@ -52,33 +144,42 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
             "max_abs_error": max(o["max_abs"] for o in ver["outputs"].values()),
         }
     quality: dict[str, Any] = {}
-    step("decode masked-demo (MaskGIT) on ort fp32")
+    step("decode masked-demo (MaskGIT) on ort fp32", stage="decode")
     with open_runtime(bundles["masked"], "ort", "fp32") as rt:
         masked = evaluate(bundles["masked"], rt, cfg.n, cfg.seed)
     quality["masked"] = masked["quality"]
-    step("decode flow-demo (flow matching) on the masked tokens")
+    step("decode flow-demo (flow matching) on the masked tokens", stage="decode")
     with open_runtime(bundles["flow"], "ort", "fp32") as rt:
         flow = evaluate(bundles["flow"], rt, cfg.n, cfg.seed, cond={"tokens": masked["output"]})
     quality["flow"] = flow["quality"]
-    step("decode ar-demo (KV-cache baseline) on ort fp32")
+    step("decode ar-demo (KV-cache baseline) on ort fp32", stage="decode")
     with open_runtime(bundles["ar"], "ort", "fp32") as rt:
         quality["ar"] = evaluate(bundles["ar"], rt, cfg.n, cfg.seed)["quality"]
     quality["corpus"] = default_corpus().reference_token_metrics
     report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
 
-    step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories")
-    report["stages"]["quantize"] = demo_quantize(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+    step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories", stage="quantize")
+    report["stages"]["quantize"] = demo_quantize(bundles, n=cfg.gate_n, seed=cfg.seed, progress=clock.detail)
 
-    step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate")
-    report["stages"]["check"] = demo_check(bundles, n=min(cfg.n, 16), seed=cfg.seed)
+    step("check: INT8 vs FP32 on ORT per model, the CI accuracy gate", stage="check")
+    report["stages"]["check"] = demo_check(bundles, n=cfg.gate_n, seed=cfg.seed)
 
-    step("lint and build each bundle for the cpu target (optimized ONNX)")
+    step("lint and build each bundle for the cpu target (optimized ONNX)", stage="build")
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "auto") for kind, b in bundles.items()}
 
-    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.n)
-    if cfg.npu_target:
-        report["stages"]["npu"] = npu_stage(cfg, step)
+    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report",
+         stage="profile")
+    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.frontier_n, progress=clock.profile_detail,
+                                               frontier_steps=cfg.frontier_steps, sweep_lengths=cfg.sweep_lengths)
+    if cfg.runs_npu:
+        clock.start("npu")
+        report["stages"]["npu"] = npu_stage(cfg, clock.detail)
+    elif cfg.npu_target:
+        report["stages"]["npu"] = {"skipped": "minutes on the x86 HTP emulation: `edgekit demo --npu` (or --full) runs it"
+                                   + ("" if module_available("onnxruntime_qnn") else "; it needs onnxruntime-qnn (pip install 'edgekit[qnn]')")}
+    report["sizes"] = {"full": cfg.full, "n": cfg.n, "gate_n": cfg.gate_n, "frontier_steps": list(cfg.frontier_steps),
+                       "frontier_n": cfg.frontier_n, "sweep_lengths": list(cfg.sweep_lengths), "npu": cfg.runs_npu}
+    report["timing"] = clock.finish()
     return report
 
 
@@ -169,6 +270,22 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     npu = report["stages"].get("npu")
     if npu:
         _print_npu(o, npu)
+    if report.get("timing"):
+        print_timing(o, report["timing"])
+
+
+def print_timing(o: Output, timing: dict[str, Any]) -> None:
+    """The wall and CPU seconds of each stage, and the whole run in minutes with the machine."""
+    rows = [(name, t["wall_s"], t["cpu_s"]) for name, t in timing["stages"].items()]
+    o.table("demo: time per stage (seconds)", ["stage", "wall", "CPU"], [*rows, ("total", timing["wall_s"], timing["cpu_s"])])
+    load = timing.get("load_avg_end")
+    o.line(f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
+           f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")"))
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def _print_npu(o: Output, npu: dict[str, Any]) -> None:

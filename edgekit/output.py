@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import PurePath
 from typing import Any, Iterator, Mapping, Sequence
@@ -68,11 +69,18 @@ class Output:
         self.quiet = quiet
         self.out = Console(file=sys.stdout, soft_wrap=True)
         self.err = Console(file=sys.stderr, soft_wrap=True)
+        self.started = time.perf_counter()
 
     # ---- human output (suppressed in --json mode; stdout stays one document) -------------------
     def info(self, message: str) -> None:
         if not self.quiet:
             self.err.print(clean(message), highlight=False, markup=False)
+
+    def step(self, message: str) -> None:
+        """A progress line stamped with the time the command has run (`· [2:05] fallback 3: …`):
+        a stage that works for minutes says what it is on and how long it has taken."""
+        m, sec = divmod(int(time.perf_counter() - self.started), 60)
+        self.info(f"· [{m}:{sec:02d}] {message}")
 
     def warn(self, message: str) -> None:
         from rich.markup import escape

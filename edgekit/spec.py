@@ -63,7 +63,9 @@ class ModelSpec:
     ``meta`` holds the kind's metadata (see ``KIND_META``), e.g. for ``masked``:
     ``{"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 8}}}``.
     ``conditioning`` maps every input that is neither the loop state nor time to its
-    classifier-free-guidance "unconditional" fill value (or ``None`` when it has none).
+    classifier-free-guidance "unconditional" fill value: a number, a nested list of one row's
+    shape, "same" or ``None`` (no guidance), bare or as ``{"uncond": value}``; the spec stores
+    the wrapped form (``normalize_uncond``) and refuses any other.
     ``ground_truth`` optionally names a numpy-only scorer ("module:function") for decode outputs.
     ``condition_sampler`` optionally names a numpy-only ``fn(rng: numpy.random.Generator, batch:
     int) -> {conditioning input: array [batch, ...]}`` ("module:function" or "file.py:function")
@@ -98,15 +100,57 @@ class ModelSpec:
                     f"model {self.name!r} of kind {self.kind!r} has no {role} named {absent}; it has {list(have)}",
                     hint=f"a {self.kind} network's {role}s are named {', '.join(need)} (wrap the module in an adapter)",
                 )
-        for name in self.meta.get("conditioning", {}):
+        for name in self.meta.get("conditioning") or {}:
             if name not in self.inputs:
                 raise EdgekitError(
                     f"conditioning input {name!r} is not an input of {self.name!r}; inputs: {', '.join(self.inputs)}"
                 )
+        if self.meta.get("conditioning"):
+            # Every reader (decode loops, fused export, the manifest schema) reads {"uncond": X}:
+            # the short forms README.md and docs/byo.md document become that here, once.
+            conditioning = {name: normalize_uncond(self.name, name, fill, self.inputs[name])
+                            for name, fill in self.meta["conditioning"].items()}
+            object.__setattr__(self, "meta", {**self.meta, "conditioning": conditioning})
 
     @property
     def batch(self) -> int:
         return next(iter(self.inputs.values())).shape[0]
+
+
+UNCOND_FORMS = ('a number (every element), a nested list of one row\'s shape, "same" (the unconditional rows keep '
+                'the conditional value) or None (no guidance), bare or as {"uncond": value}')
+
+
+def normalize_uncond(model: str, name: str, fill: Any, spec: TensorSpec) -> dict[str, Any] | None:
+    """``meta["conditioning"][name]`` in the one form every reader takes: None, or
+    ``{"uncond": X}`` with X a number, a nested list broadcastable to one row (``spec.shape[1:]``)
+    or "same". Accepts X bare or wrapped; anything else is an error naming the valid forms."""
+    where = f"model {model!r}: meta['conditioning'][{name!r}]"
+    if isinstance(fill, Mapping):
+        extra = [k for k in fill if k != "uncond"]
+        if extra:
+            raise EdgekitError(f"{where} has keys {extra}; valid: {{\"uncond\": value}}", hint=f"value: {UNCOND_FORMS}")
+        fill = fill.get("uncond")
+    if fill is None:
+        return None
+    if isinstance(fill, str):
+        if fill != "same":
+            raise EdgekitError(f"{where} is {fill!r}; valid: {UNCOND_FORMS}")
+        return {"uncond": "same"}
+    if not isinstance(fill, (int, float, list, tuple, np.ndarray, np.number, np.bool_)):
+        raise EdgekitError(f"{where} is {fill!r} ({type(fill).__name__}); valid: {UNCOND_FORMS}",
+                           hint=f"e.g. {{{name!r}: 0}} or {{{name!r}: {{\"uncond\": 0}}}}")
+    arr = np.asarray(fill)
+    if arr.dtype.kind == "b":  # a bool input's fill (a mask): 0/1, as the manifest stores numbers
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iuf" or not np.all(np.isfinite(arr)):
+        raise EdgekitError(f"{where} must hold finite numbers; valid: {UNCOND_FORMS}")
+    row = tuple(spec.shape[1:])
+    try:
+        np.broadcast_to(arr, row)
+    except ValueError:
+        raise EdgekitError(f"{where} has shape {list(arr.shape)}; valid: a number or a nested list of one row's shape {list(row)}") from None
+    return {"uncond": arr.item() if arr.ndim == 0 else arr.tolist()}
 
 
 # Metadata every kind must carry; names of the graph's state inputs/outputs are fixed per kind

@@ -36,6 +36,20 @@ def test_help_shows_what_to_type_not_python_types(command):
     assert "Example" in r.stdout  # every command shows an example
 
 
+def test_help_text_keeps_extras_in_brackets():
+    """Rich read `edgekit[qnn]` as a markup tag and printed "needs edgekit" (issue #31): every help
+    text escapes a lowercase [tag], and the rendered help shows the extra."""
+    group = __import__("typer").main.get_command(app)
+    tag = re.compile(r"(?<!\\)\[[a-z#/@][^\[]*?\]")
+    for name, cmd in group.commands.items():
+        for text in [cmd.help or "", cmd.epilog or "", *(getattr(p, "help", "") or "" for p in cmd.params)]:
+            assert not tag.search(text), (name, tag.search(text).group(0))
+    wide = {"COLUMNS": "300", "TERMINAL_WIDTH": "300"}
+    for command in ("quantize", "demo"):
+        r = runner.invoke(app, [command, "--help"], env=wide)
+        assert "edgekit[qnn]" in r.stdout.replace("\n", " "), command
+
+
 def test_choice_options_list_their_choices_in_help():
     wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
     r = runner.invoke(app, ["run", "--help"], env=wide)
@@ -134,7 +148,8 @@ def test_masked_tokens_chain_into_the_flow_decoder(demo_bundles, tmp_path):
     r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={five}:seqs", "-o", tmp_path / "g.npz", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["batch"] == 5 and doc["decode_calls"] == 3 and doc["nfe"] == 3 * 2
+    # NFE is the solver's evaluations per decode (euler x 2), not the graph calls of 3 batches (issue #31)
+    assert doc["batch"] == 5 and doc["decode_calls"] == 3 and doc["nfe"] == 2 and doc["runtime_calls"] == 3 * 2
     g = np.load(tmp_path / "g.npz")
     assert g["frames"].shape[0] == 5
     assert np.array_equal(g["frames"][:2], frames["frames"])  # call 0 is the same decode as before
@@ -158,8 +173,9 @@ def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, 
     r = invoke("run", flow, "--cond", "tokens=1", "--latency-budget-ms", "1000")
     assert "measuring every solver" not in r.stderr  # stored now: the second run does not measure it
     r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "ort:fp32", "--n", "2")
-    assert "· opening torch:fp32 and ort:fp32 (torch rebuilds the model from its source)" in r.stderr
-    assert "· decoding batch 1/1 (2 rows) with both variants" in r.stderr
+    # each line stamped with the time the command has run (issue #31: slow steps say something)
+    assert re.search(r"· \[\d+:\d\d\] opening torch:fp32 and ort:fp32 \(torch rebuilds the model from its source\)", r.stderr)
+    assert re.search(r"· \[\d+:\d\d\] decoding batch 1/1 \(2 rows\) with both variants", r.stderr)
 
 
 def test_edgekit_alone_prints_the_help():

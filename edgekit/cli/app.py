@@ -16,6 +16,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
+from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
 from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
 from edgekit.output import Output, clean
 
@@ -215,11 +216,12 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 print_error(f"a file this command read ended early ({detail}): it is empty or truncated; "
                             "check the files you passed", 1, json_mode=bool(kw.get("json_out")))
                 raise typer.Exit(1) from None
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 if debug_enabled():
                     raise
-                Output().err.print(_interrupted(COMMITTED[committed:]))
-                raise typer.Exit(130) from None
+                term = isinstance(exc, Terminated)
+                Output().err.print(_interrupted(COMMITTED[committed:], "terminated (SIGTERM)" if term else "interrupted"))
+                raise typer.Exit(143 if term else 130) from None
             finally:
                 TRUST_CODE.reset(trust)
                 restore()
@@ -254,35 +256,6 @@ def _disk_errors(fn: Callable) -> Callable:
                                hint="free some space, or choose a path you may write" if space else "choose another path") from None
 
     return call
-
-
-def _interrupted(committed: list[str]) -> str:
-    """What Ctrl-C left behind: nothing, or the bundles whose manifest was already committed."""
-    if not committed:
-        return "interrupted: nothing was recorded for the unfinished stage"
-    where = ", ".join(dict.fromkeys(committed))
-    return f"interrupted after the manifest of {where} was written: what it records is complete and verified; the rest of the command did not run"
-
-
-def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
-    """Remember whether SIGINT arrived (keeping Python's KeyboardInterrupt behaviour); the second
-    callable puts the previous handler back once the command is over."""
-    import signal
-    import threading
-
-    seen = [False]
-    if threading.current_thread() is not threading.main_thread():
-        return (lambda: seen[0]), (lambda: None)
-
-    def handler(signum, frame):
-        seen[0] = True
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not settable here (embedded interpreter)
-        return (lambda: seen[0]), (lambda: None)
-    return (lambda: seen[0]), (lambda: signal.signal(signal.SIGINT, previous))
 
 
 def parse_cond(items: Optional[list[str]]) -> dict[str, str]:

@@ -61,7 +61,7 @@ def check(
         target=target,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} …")
-    doc = check_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
+    doc = check_bundle(bundle, cfg, progress=o.step)
     for w in doc["warnings"]:
         o.warn(w)
     o.document(doc)

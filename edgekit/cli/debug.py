@@ -48,7 +48,7 @@ def debug(
     cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, rows=rows, n=n, seed=seed,
                       cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa, **chosen)
     o.info(f"debugging {bundle}: {candidate} vs {reference} …")
-    doc = debug_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"))
+    doc = debug_bundle(bundle, cfg, progress=o.step)
     doc["summary"] = summary_line(doc)
     if html is not None:
         doc["html"] = str(write_heatmap(html, doc))

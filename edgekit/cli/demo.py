@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,20 +12,21 @@ from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
-@command(epilog="Example:\n\n  edgekit demo --out edgekit-demo")
+@command(epilog="Examples:\n\n  edgekit demo --out edgekit-demo\n\n  edgekit demo --full --out edgekit-demo-full")
 def demo(
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the demo bundles.")] = Path("edgekit-demo"),
     n: Annotated[int, typer.Option("--n", min=1, help="Evaluation sequences per model.")] = 32,
     seed: SeedOpt = 0,
-    npu: Annotated[bool, typer.Option("--npu/--no-npu", help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP (needs edgekit[qnn]; skipped without it).")] = True,
+    full: Annotated[bool, typer.Option("--full", help="The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep for a measured crossover, and the NPU stage.")] = False,
+    npu: Annotated[Optional[bool], typer.Option("--npu/--no-npu", help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only.", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run the whole pipeline on the built-in models and the default CPU target (and a Snapdragon NPU stage)."""
+    """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2 cores; --full for the complete sizes and the Snapdragon NPU stage)."""
     configure_logging()
     from edgekit.demo import DemoConfig, print_demo, run_demo
 
     o = Output(json_out)
     check_dir(out, "-o")
-    report = run_demo(DemoConfig(out=out, n=n, seed=seed, npu_target="snapdragon-8-gen-3" if npu else None), progress=lambda msg: o.info(f"· {msg}"))
+    report = run_demo(DemoConfig(out=out, n=n, seed=seed, full=full, npu=npu), progress=lambda msg: o.info(f"· {msg}"))
     o.document(report)
     print_demo(o, report)

@@ -35,6 +35,7 @@ def export(
     chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).")] = None,
     context: Annotated[int, typer.Option("--context", min=0, help="With --chunk-frames: already-decoded frames each window sees on its left.")] = 0,
     lookahead: Annotated[int, typer.Option("--lookahead", min=0, help="With --chunk-frames: frames past the chunk decoded with it and discarded.")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); without it export refuses and lists what would be lost.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
@@ -45,7 +46,7 @@ def export(
     o = Output(json_out)
     check_dir(out, "-o")
     req = ExportRequest(model=model, out=out, batch=batch, graph=graph, decode=tuple(decode_opt or ()), chunk_frames=chunk_frames,
-                        context=context, lookahead=lookahead, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
+                        context=context, lookahead=lookahead, overwrite=overwrite, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
     LOCK_WAIT.set(wait)
     bundle, fused = export_model(req, progress=o.info)
     o.document(bundle.manifest)

@@ -75,7 +75,7 @@ def profile(
     if latency_budget_ms is not None:
         if steps is not None:
             raise UsageError("--latency-budget-ms chooses the steps itself; drop --steps (or drop the budget)")
-        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=lambda msg: o.info(f"· {msg}"))
+        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=o.step)
         print_plan(o, latency_budget_ms, plan)
         steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
     cfg = ProfileConfig(

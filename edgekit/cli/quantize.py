@@ -23,7 +23,7 @@ from edgekit.output import Output
 )
 def quantize(
     bundle: BundleArg,
-    profile: Annotated[Literal["cpu", "trt", "qnn"], typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit[qnn]).")] = "cpu",
+    profile: Annotated[Literal["cpu", "trt", "qnn"], typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit\\[qnn]).")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
     eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
@@ -66,7 +66,7 @@ def quantize(
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )
     LOCK_WAIT.set(wait)
-    s = quantize_bundle(bundle, cfg, progress=lambda msg: o.info(f"· {msg}"), warn=o.warn)
+    s = quantize_bundle(bundle, cfg, progress=o.step, warn=o.warn)
     o.document(s)
     print_quantize(o, s)
     if not s["passed"]:

@@ -71,7 +71,7 @@ def run(
     raw_cond = parse_cond(cond)
     plan = None
     if latency_budget_ms is not None:
-        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=lambda msg: o.info(f"· {msg}"))
+        plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=o.step)
         print_plan(o, latency_budget_ms, plan)
         options["solver"], options["steps"] = plan.solver, plan.steps
     req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond, cond_data=cond_data,

@@ -37,7 +37,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
     left_out: list[str] = []
     files: list[str] = []
     for name in list(manifest["artifacts"]):
-        if keep_models is not None and name not in keep_models:
+        if keep_models is not None and _artifact_precision(name) not in keep_models:
             left_out.append(f"artifact {name} ({manifest['artifacts'][name]['path']})")
             del manifest["artifacts"][name]
             continue
@@ -73,6 +73,24 @@ def _unnamed_files(root: Path, named: set[str], most: int = 20) -> list[str]:
                 found.append(rel)
     out = [f"file {rel} (the manifest does not name it)" for rel in found[:most]]
     return out + ([f"… and {len(found) - most} more files the manifest does not name"] if len(found) > most else [])
+
+
+# Artifacts that are not a model of one precision but data the device side reads: the held-out
+# condition rows `edgekit quantize` gated on (`check` and `profile` decode them by default; without
+# them a device check silently judged other rows than the budget did).
+DEVICE_DATA = ("conditions",)
+
+
+def _artifact_precision(name: str) -> str:
+    """The precision an artifact belongs to (what decides whether a target's pack keeps it): a
+    step bucket's graph and the calibration table go with ``int8``; device data with every
+    target ("fp32", which every pack keeps); any other name is its own (``fp32``, ``int8``,
+    ``fused-step``, ...)."""
+    if name in DEVICE_DATA:
+        return "fp32"
+    if name.startswith("int8-"):  # int8-bucket-N, int8-calibration
+        return "int8"
+    return name
 
 
 def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target | None = None) -> dict[str, Any]:

@@ -54,7 +54,7 @@ OPENVINO_DEVICE_INSTALL: dict[str, str] = {
 TRT_INSTALL_JETSON = "TensorRT comes with JetPack: sudo apt install nvidia-jetpack (make the venv with --system-site-packages)"
 # JetPack 5's TensorRT bindings are for its Python 3.8; edgekit needs >= 3.10.
 TRT_INSTALL_JETPACK5 = ("JetPack 5's TensorRT bindings are for Python 3.8: build TensorRT 8.5's bindings for this Python "
-                        "from the TensorRT OSS release/8.5 python/ folder (README: 'Jetson with JetPack 5')")
+                        "from the TensorRT OSS release/8.5 python/ folder (docs/targets.md: 'Jetson with JetPack 5')")
 # cuda-python for a JetPack's CUDA (its bindings must not be newer than the driver's CUDA).
 CUDA_PYTHON_FOR_CUDA: dict[str, str] = {
     "11.4": "pip install 'cuda-python>=11.8,<12'",

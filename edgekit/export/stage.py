@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from edgekit.bundle import Bundle
+from edgekit.bundle import MANIFEST, Bundle
 from edgekit.decode.dispatch import parse_decode_options
-from edgekit.errors import UsageError
+from edgekit.errors import BundleError, UsageError
 from edgekit.export.chunk import window_spec
 from edgekit.export.config import ExportConfig
 from edgekit.export.fused import baked_options, fused_bundle
 from edgekit.export.to_bundle import export_bundle
+from edgekit.manifest import read_json
 from edgekit.models import load_spec
 from edgekit.spec import check_graph_kind
 
@@ -34,11 +35,14 @@ class ExportRequest:
     context: int = 0
     lookahead: int = 0
     cfg: ExportConfig = field(default_factory=ExportConfig)
+    overwrite: bool = False  # replace a bundle already at ``out`` (and everything derived from it)
 
 
 def export_model(req: ExportRequest, progress: Callable[[str], None] | None = None) -> tuple[Bundle, Mapping[str, Any] | None]:
     """(the exported bundle, the fused graph's manifest entry or None)."""
     say = progress or (lambda message: None)
+    if not req.overwrite:
+        refuse_replacing(Path(req.out))
     if req.graph not in GRAPHS:
         raise UsageError(f"--graph {req.graph!r} is unknown; valid: {', '.join(GRAPHS)}")
     spec = load_spec(req.model, req.batch)
@@ -62,3 +66,44 @@ def export_model(req: ExportRequest, progress: Callable[[str], None] | None = No
     say(f"adding the fused {req.graph} graph …")
     entry = fused_bundle(req.out, req.graph, baked, spec=spec, cfg=req.cfg)
     return Bundle.load(req.out), entry
+
+
+def refuse_replacing(out: Path) -> None:
+    """Raise a UsageError (before any work) when ``out`` already holds a bundle: exporting replaces
+    it, and every artifact and engine made from its graph goes with it. Names what would be lost."""
+    if not (out / MANIFEST).is_file():
+        return
+    try:
+        manifest = read_json(out / MANIFEST)
+    except BundleError:  # an unreadable manifest is still someone's bundle: refuse without details
+        manifest = {}
+    lost = replaced_contents(manifest if isinstance(manifest, dict) else {})
+    model = ((manifest or {}).get("model") or {}).get("name", "?") if isinstance(manifest, dict) else "?"
+    raise UsageError(
+        f"-o {out} already holds a bundle (model {model}); exporting would replace it and lose: {', '.join(lost)}",
+        hint="pass --overwrite to replace it, or export to a new folder (-o another path)",
+    )
+
+
+def replaced_contents(manifest: Mapping[str, Any]) -> list[str]:
+    """What re-exporting over ``manifest``'s bundle would drop, in words (the fp32 model first)."""
+    artifacts = manifest.get("artifacts") or {}
+    words = {"fp32": "its fp32 model", "int8": "the int8 model", "conditions": "the held-out condition rows quantize stored",
+             "int8-calibration": "the int8 calibration table", "quantize-overrides": "the quantize overrides (edgekit debug --fix)"}
+    lost = [words["fp32"]] if "fp32" in artifacts or not artifacts else []
+    buckets = [n for n in artifacts if n.startswith("int8-bucket-")]
+    for name in artifacts:
+        if name == "fp32" or name in buckets:
+            continue
+        if name.startswith("fused-"):
+            lost.append(f"the fused {name.removeprefix('fused-')} graph")
+        else:
+            lost.append(words.get(name, f"artifact {name}"))
+        if name == "int8" and buckets:
+            lost[-1] += f" ({len(buckets) + 1} step buckets)"
+    engines = list(manifest.get("engines") or {})
+    if engines:
+        lost.append(f"{len(engines)} engine{'s' if len(engines) > 1 else ''} ({', '.join(engines)})")
+    if manifest.get("flow_quality"):
+        lost.append("the measured flow quality table (run --latency-budget-ms)")
+    return lost

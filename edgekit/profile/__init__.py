@@ -17,7 +17,7 @@ from edgekit.profile.config import (
     Variant,
     plan_variants,
 )
-from edgekit.profile.demo import demo_profile
+from edgekit.profile.demo import DEMO_FRONTIER_STEPS, DEMO_SWEEP_LENGTHS, demo_profile
 from edgekit.profile.engines import available_engines, fastest_engine
 from edgekit.profile.document import write_json
 from edgekit.profile.html import render_html, write_html, write_report
@@ -37,7 +37,7 @@ from edgekit.profile.table import (
 
 __all__ = [
     "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "available_engines", "crossover",
-    "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table",
+    "DEMO_FRONTIER_STEPS", "DEMO_SWEEP_LENGTHS", "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table",
     "length_sweep", "length_variant_spec",
     "plan_variants", "power_lines", "profile_bundle", "ratios_table", "render_html", "seed_crossover", "summary_rows",
     "sweep_table", "variants_table", "write_html", "write_json", "write_report",

@@ -188,9 +188,13 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         )
     if "int8" in precisions and not has_artifact(bundle, "int8"):
         have = ", ".join(p for p in ("fp32", "int8") if has_artifact(bundle, p)) or "none"
+        # The quantize profile whose int8 model this runtime loads (`quantize --profile`, named
+        # like the runtime): the qnn runtime refuses a cpu-profile model, so the hint must say so.
+        prof = next((r for r in cfg.runtimes if r in ("qnn", "trt")), None)
+        other = "fp16" if prof == "qnn" else "fp32"
         raise BundleError(
             f"--precision int8: bundle {bundle.root} has no int8 artifact (precisions it has: {have})",
-            hint=f"run `edgekit quantize {bundle.root}` first, or profile --precision fp32",
+            hint=f"run `edgekit quantize {bundle.root}{f' --profile {prof}' if prof else ''}` first, or profile --precision {other}",
         )
     for name in cfg.runtimes:
         b = backend(name)

@@ -26,14 +26,17 @@ DEMO_SWEEP = MeasureConfig(warmup_iters=1, warmup_seconds=0.0, iters=5, min_seco
 
 
 DEMO_SWEEP_LENGTHS = (32,)
+DEMO_FRONTIER_STEPS = (1, 2, 4, 8, 16)
 
 
 def demo_profile(
-    bundles: Mapping[str, Any], out_dir: Path | str, progress: ProgressFn | None = None, n: int = 32
+    bundles: Mapping[str, Any], out_dir: Path | str, progress: ProgressFn | None = None, n: int = 32,
+    frontier_steps: tuple[int, ...] = DEMO_FRONTIER_STEPS, sweep_lengths: tuple[int, ...] = DEMO_SWEEP_LENGTHS,
 ) -> dict[str, Any]:
     """The demo's profile stage: the masked bundle on the fastest engine here (``fastest_engine``:
     OpenVINO or ONNX Runtime), fp32 and int8 when quantized, against the AR baseline, with a
-    short length sweep and the quality-latency frontier on ``n`` held-out conditions; writes
+    short length sweep (``sweep_lengths``; () = the crossover from the bundle length alone) and
+    the quality-latency frontier at ``frontier_steps`` on ``n`` held-out conditions; writes
     ``out_dir/report/profile.html`` and ``profile.json``. ``bundles``: {kind: Bundle or bundle
     path} with ``masked`` and ``ar``.
     Returns the stage summary the demo prints (and keeps in its JSON)."""
@@ -52,9 +55,10 @@ def demo_profile(
         idle_seconds=0.5,
         compare_ar=True,
         ar_bundle=root(ar),
-        sweep_lengths=DEMO_SWEEP_LENGTHS,
+        sweep_lengths=tuple(sweep_lengths),
         sweep_measure=DEMO_SWEEP,
         sweep_cache=None,  # a temp dir, removed after: no hidden ONNX files next to the report
+        frontier_steps=tuple(frontier_steps),
         frontier_n=n,
     )
     doc = profile_bundle(root(masked), cfg, progress)

@@ -82,29 +82,36 @@ def measure_frontier(
         if progress:
             progress(label, 0, 0)
 
+    chunks = -(-cfg.frontier_n // rows)
+    # ms per masked step of one decode of ``rows`` rows, from the variants measured so far: each
+    # K's timing and quality pass is announced with what it should take (a sweep took 7-15 min
+    # on a loaded 2-core host with no word of how long).
+    per_step = [v["latency"]["median_ms"] / v["steps"] for v in variants if v["runtime"] == runtime and v.get("steps")]
     points: list[FrontierPoint] = []
     notes: list[str] = []
     for precision in dict.fromkeys(v["precision"] for v in variants if v["runtime"] == runtime):
         with open_runtime(bundle, runtime, precision, threads=cfg.threads) as rt:
-            for k in cfg.frontier_steps:
-                label = f"frontier {runtime} {precision} K={k}"
+            for i, k in enumerate(cfg.frontier_steps):
+                label = f"frontier {runtime} {precision} K={k} ({i + 1} of {len(cfg.frontier_steps)})"
                 overrides = {**cfg.decode, "steps": k}
                 done = next((v for v in variants if (v["runtime"], v["precision"], v["steps"]) == (runtime, precision, k)), None)
                 if done is not None:
                     latency = done["latency"]["median_ms"]
                 else:
-                    tell(label)
+                    guess = _estimate(per_step, k, cfg.measure.warmup_iters + cfg.measure.iters, cfg.measure.min_seconds)
+                    tell(f"{label}: timing{guess}")
                     dcfg = decode_config(masked.kind, masked.decode_defaults, overrides, seed=cfg.seed)
                     tick = (lambda d, t, label=label: progress(label, d, t)) if progress else None
                     timed = measure_decodes(masked, rt, timing_cond, dcfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False)
                     latency = timed["latency"]["median_ms"]
-                tell(f"{label}: quality on {cfg.frontier_n} conditions")
+                per_step.append(latency / k)
+                tell(f"{label}: quality on {cfg.frontier_n} conditions (~{_seconds(latency * chunks / 1e3)})")
                 points.append(FrontierPoint(NAR, precision, k, latency, quality(bundle, masked, rt, eval_cond[NAR], overrides)))
         a = ar_docs.get((runtime, precision))
         if a is None or not a.get("available"):
             notes.append(f"{precision}: no AR baseline ({(a or {}).get('reason', 'not measured')})")
             continue
-        tell(f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions")
+        tell(f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions (~{_seconds(a['latency']['median_ms'] * chunks / 1e3)})")
         with open_runtime(ar, runtime, precision, threads=cfg.threads) as rt:
             q = quality(ar, baseline, rt, eval_cond[AR], {"length": length})
         points.append(FrontierPoint(AR, precision, length, a["latency"]["median_ms"], q))
@@ -126,3 +133,15 @@ def measure_frontier(
         "notes": notes,
         **doc,
     }
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _estimate(per_step_ms: Sequence[float], k: int, decodes: int, min_seconds: float) -> str:
+    """" (~N s)" for timing ``decodes`` decodes of K steps (at least ``min_seconds``), from the
+    median measured ms per step; "" before anything was measured."""
+    if not per_step_ms:
+        return ""
+    return f" (~{_seconds(max(float(np.median(per_step_ms)) * k * decodes / 1e3, min_seconds))})"

@@ -145,7 +145,7 @@ def not_measured_lines(doc: Doc) -> list[str]:
     return [f"{v['id']}: not measured: {v.get('reason')}" for v in every if not v.get("available", True)]
 
 
-# The demo's summary: the four figures the README quotes, per measured variant.
+# The demo's summary: the four figures docs/demo.md quotes, per measured variant.
 SUMMARY_ROWS = ("median ms", "p99 / p50", "host overhead share", "mJ / decode")
 
 
@@ -167,7 +167,7 @@ def crossover_statement(cross: Mapping[str, Any] | None) -> str:
         return f"measured crossover N {m['bound']}"
     if model.get("n") is not None:
         return f"fitted crossover N ~ {model['n']:.0f} tokens" + (" (extrapolated)" if model.get("extrapolated") else "")
-    return "crossover: one length measured, none estimated"
+    return "crossover: not measured (one length timed; `edgekit profile --compare-ar --sweep 32,128` or `edgekit demo --full` sweeps lengths)"
 
 
 def nar_vs_ar_line(doc: Doc) -> str | None:
@@ -192,29 +192,27 @@ def sweep_table(doc: Doc) -> Rows:
 
 
 def crossover_lines(doc: Doc) -> list[str]:
-    """The crossover length in words: seed formula, measured bracket, fitted model."""
+    """The crossover length in words: one answer first (``crossover_statement``: measured when the
+    sweep brackets or bounds it, else fitted), then the estimates it is not, labelled as such on
+    one line (four unlabelled numbers read as four claims), then how the sweep ran."""
     cross = _get(doc, "compare_ar", "crossover")
     if not cross:
         return []
     if not cross.get("available"):
         return [f"crossover: unavailable ({cross.get('reason')})"]
     seed = cross["seed_formula"]
-    lines = [
-        f"seed formula N > 1 + c/tau: c = {seed['c_ms']:.3g} ms per NAR step, tau = {seed['tau_ms']:.3g} ms per AR token "
-        f"-> N > {_num(seed['n'])} ({cross['runtime']} {cross['precision']})",
-        f"with all K={cross['nar_steps']} steps of a decode (N > K*c/tau at the bundle length): N > {_num(cross['k_steps_estimate']['n'])}",
-    ]
-    m = cross.get("measured") or {}
-    if m.get("n") is not None:
-        lines.append(f"measured crossover (interpolated between swept lengths): N ~ {m['n']:.0f}")
-    elif m.get("bound"):
-        lines.append(f"measured crossover: N {m['bound']}")
-    model = cross.get("model") or {}
-    if model.get("n") is not None:
-        extra = " (extrapolated beyond the measured lengths)" if model.get("extrapolated") else ""
-        lines.append(f"fitted per-step costs K*c(N) = N*tau(N): N ~ {model['n']:.0f}{extra}")
+    lines = [f"crossover ({cross['runtime']} {cross['precision']}): {crossover_statement(cross)}"]
+    m, model = cross.get("measured") or {}, cross.get("model") or {}
+    estimates = []
+    if model.get("n") is not None and (m.get("n") is not None or m.get("bound")):  # not the answer above: an estimate
+        extra = ", extrapolated" if model.get("extrapolated") else ""
+        estimates.append(f"fitted per-step costs K*c(N) = N*tau(N) give N ~ {model['n']:.0f}{extra}")
     elif model.get("reason"):
-        lines.append(f"fitted per-step costs: {model['reason']}")
+        estimates.append(f"fitted per-step costs: {model['reason']}")
+    estimates.append(f"lower bounds from the bundle length alone: N > 1 + c/tau = {_num(seed['n'])}, "
+                     f"N > K*c/tau = {_num(cross['k_steps_estimate']['n'])} with K={cross['nar_steps']} "
+                     f"(c = {seed['c_ms']:.3g} ms per NAR step, tau = {seed['tau_ms']:.3g} ms per AR token)")
+    lines.append("estimates, not the answer: " + "; ".join(estimates))
     sweep = cross.get("sweep") or {}
     if not sweep.get("available", False):
         lines.append(f"length sweep: not run ({sweep.get('reason')})")
@@ -222,11 +220,7 @@ def crossover_lines(doc: Doc) -> list[str]:
         lines.append(f"length sweep: {sweep.get('how')}")
         lines += [f"note: {n}" for n in sweep.get("notes", [])]
     for other in (_get(doc, "compare_ar", "crossovers") or [])[1:]:  # one per further runtime (engine)
-        m, fit = other.get("measured") or {}, other.get("model") or {}
-        where = f"N ~ {m['n']:.0f}" if m.get("n") is not None else f"N {m.get('bound')}"
-        fitted = f"; fitted N ~ {fit['n']:.0f}" if fit.get("n") is not None else ""
-        lines.append(f"crossover on {other['runtime']} {other['precision']}: measured {where}{fitted}; "
-                     f"seed formula N > {_num(other['seed_formula']['n'])}")
+        lines.append(f"crossover on {other['runtime']} {other['precision']}: {crossover_statement(other)}")
     return lines
 
 

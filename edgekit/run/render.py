@@ -25,8 +25,8 @@ def print_run(o: Output, result: dict[str, Any], title: str) -> None:
         o.warn(w)
     summary = {
         "model": f"{result['model']} ({result['kind']})", "runtime": f"{result['runtime']} on {result['device']}",
-        "precision": result["precision"], "batch": result["batch"], "steps": result["steps"], "NFE": result["nfe"],
-        "runtime calls": result["runtime_calls"], "wall ms": result["wall_ms"],
+        "precision": result["precision"], "batch": result["batch"], "steps": result["steps"], "NFE per decode": result["nfe"],
+        f"runtime calls ({result.get('decode_calls', 1)} decode{'s' if result.get('decode_calls', 1) != 1 else ''})": result["runtime_calls"], "wall ms": result["wall_ms"],
     }
     summary |= {f"{result['runtime']}: {k}": v for k, v in result.get("runtime_settings", {}).items() if k != "runtime_requirements"}
     if result.get("timing_note"):

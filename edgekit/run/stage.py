@@ -101,7 +101,11 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "seed": req.seed,
         "decode": {k: v for k, v in vars(cfg).items()},
         "steps": result.steps,
-        "nfe": sum(p.nfe for p in parts),
+        # Network function evaluations of ONE decode (a solver's evaluations, guidance rows
+        # included): the cost of the method, whatever the row count. It summed over the graph
+        # batches a --cond file needs, so 5 rows at batch 2 read as 3x the NFE; the graph calls
+        # of all of them are runtime_calls.
+        "nfe": result.nfe,
         "runtime_calls": sum(p.runtime_calls for p in parts),
         "wall_ms": wall_ms,
         "timing_note": timing_note,

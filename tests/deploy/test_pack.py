@@ -8,6 +8,7 @@ import json
 import tarfile
 
 import pytest
+from pathlib import Path
 
 from edgekit.builder import build_bundle
 from edgekit.bundle import Bundle
@@ -130,3 +131,32 @@ def test_not_a_tarball_is_one_line(tmp_path):
     with pytest.raises(BundleError) as info:
         safe_extract(junk, tmp_path / "out")
     assert "\n" not in str(info.value) and "not a readable tar archive" in str(info.value)
+
+
+def test_pack_for_a_target_keeps_the_rows_quantize_gated_on(tiny_bundles, tmp_path):
+    """Issue #31: `pack --target` dropped the `conditions` artifact, and `check` on the device
+    silently decoded other rows than quantize's budget judged. After pack -> unpack, a default
+    `check` judges the same stored rows and gives the same gated metrics."""
+    import shutil
+
+    import numpy as np
+
+    from edgekit.check import CheckConfig, check_bundle
+    from edgekit.deploy import unpack_bundle
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    bundle = Path(shutil.copytree(tiny_bundles["masked"], tmp_path / "masked"))
+    np.savez(tmp_path / "cond.npz", class_id=np.array([2, 0, 1, 2, 1, 0, 2, 2]))
+    quantize_bundle(bundle, QuantizeConfig(calib_samples=2, eval_samples=4, cond_data=str(tmp_path / "cond.npz"),
+                                           budget={"check_margin": -1.0}, fallback=False))
+    assert Bundle.load(bundle).has("conditions")
+    before = check_bundle(bundle, CheckConfig())
+    doc = pack_bundle(bundle, tmp_path / "cpu.tar.gz", "cpu")
+    assert not any(item.startswith("artifact conditions") for item in doc["left_out"])
+    unpacked = unpack_bundle(tmp_path / "cpu.tar.gz", tmp_path / "device")["bundle"]
+    assert Bundle.load(unpacked).has("conditions")
+    after = check_bundle(unpacked, CheckConfig())
+    assert "held-out rows" in after["conditions"] and after["conditions"] == before["conditions"]
+    assert after["n"] == before["n"] == 4
+    assert after["metrics"] == before["metrics"]
+    assert [(r["metric"], r["passed"]) for r in after["rows"]] == [(r["metric"], r["passed"]) for r in before["rows"]]

@@ -127,3 +127,40 @@ def test_export_logs_no_torchvision_skips(tmp_path, caplog):
         export_onnx(_flow_spec(Shifty()), tmp_path / "m.onnx", ExportConfig())
     assert not [r for r in caplog.records if "torchvision" in r.getMessage()]
     assert not logging.getLogger("torch.onnx._internal.exporter._registration").filters
+
+
+def test_export_refuses_to_replace_a_bundle_and_names_what_would_be_lost(masked, monkeypatch):
+    """Issue #31: `export masked-demo -o bundles/masked` over an existing bundle silently dropped
+    its INT8 model and engines. Without --overwrite: exit 2 before any work, naming what would go."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from edgekit.builder import build_bundle
+    from edgekit.cli import app
+
+    build_bundle(masked, "cpu", "fp32")
+    before = {p.name: p.read_bytes() for p in masked.iterdir() if p.is_file()}
+    calls = []
+    monkeypatch.setattr("edgekit.export.stage.load_spec", lambda *a, **k: calls.append(a))  # no work may start
+    r = CliRunner().invoke(app, ["export", "masked-demo", "-o", str(masked), "--json"])
+    assert r.exit_code == 2 and not calls, r.output
+    error = json.loads(r.stdout)["error"]
+    assert f"-o {masked} already holds a bundle (model masked-demo)" in error
+    assert "its fp32 model" in error and "1 engine (cpu/fp32)" in error and "--overwrite" in error
+    assert {p.name: p.read_bytes() for p in masked.iterdir() if p.is_file()} == before
+    monkeypatch.undo()
+    r = CliRunner().invoke(app, ["export", "masked-demo", "-o", str(masked), "--overwrite", "--batch", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    assert Bundle.load(masked).engines == {}  # replaced: the old graph's engine went with it
+
+
+def test_what_a_replaced_bundle_loses_in_words():
+    from edgekit.export.stage import replaced_contents
+
+    manifest = {"artifacts": {"fp32": {}, "int8": {}, "int8-bucket-1": {}, "conditions": {}, "fused-step": {}, "quantize-overrides": {}},
+                "engines": {"cpu/fp32": {}, "cpu/int8": {}}, "flow_quality": {"rungs": []}}
+    assert replaced_contents(manifest) == [
+        "its fp32 model", "the int8 model (2 step buckets)", "the held-out condition rows quantize stored", "the fused step graph",
+        "the quantize overrides (edgekit debug --fix)", "2 engines (cpu/fp32, cpu/int8)", "the measured flow quality table (run --latency-budget-ms)",
+    ]

@@ -90,7 +90,8 @@ def test_summary_has_every_table_and_the_power_reason(profile_doc):
     assert s["not_measured"] == [f"AR ort int8: not measured: {profile_doc['compare_ar']['variants'][1]['reason']}"]
     assert s["not_measured"][0].startswith("AR ort int8: not measured: AR bundle")
     assert s["power"] == ["power: unavailable (off): power measurement turned off"]
-    assert s["crossover"][0].startswith("seed formula N > 1 + c/tau")
+    assert s["crossover"][0].startswith("crossover (ort fp32): ")
+    assert "N > 1 + c/tau = " in s["crossover"][1] and s["crossover"][1].startswith("estimates, not the answer: ")
     assert any("length sweep: not run" in line for line in s["crossover"])
 
 
@@ -102,9 +103,12 @@ def test_crossover_lines_quote_the_measured_and_fitted_lengths():
         "sweep": {"available": True, "how": "architecture-only models", "notes": []},
     }}}
     lines = crossover_lines(doc)
-    assert "-> N > 5.0" in lines[0] and "N > 32.0" in lines[1]
-    assert "measured crossover (interpolated between swept lengths): N ~ 40" in lines[2]
-    assert "N ~ 45" in lines[3] and "architecture-only" in lines[4]
+    # one answer (issue #31: four different statements), the estimates labelled on one line
+    assert lines[0] == "crossover (ort fp32): measured crossover N ~ 40 tokens"
+    assert sum("crossover" in line and "N ~" in line for line in lines) == 1
+    assert lines[1].startswith("estimates, not the answer: fitted per-step costs K*c(N) = N*tau(N) give N ~ 45")
+    assert "N > 1 + c/tau = 5.0" in lines[1] and "N > K*c/tau = 32.0 with K=8" in lines[1]
+    assert "architecture-only" in lines[2]
 
 
 def test_html_is_well_formed_self_contained_and_has_the_plots(profile_doc, tmp_path):

@@ -60,3 +60,21 @@ def test_the_demo_warms_up_and_leaves_no_sweep_files_next_to_the_report(profile_
     assert cfg.measure.warmup_iters >= 1 and cfg.measure.iters >= 10 and cfg.sweep_measure.warmup_iters >= 1
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["profile.html", "profile.json"]
     assert out["table"]["nar_vs_ar"].startswith("NAR vs AR: ") and len(out["table"]["summary"]["rows"]) == 4
+
+
+def test_a_missing_int8_model_hint_names_the_profile_the_runtime_loads(tiny_bundles):
+    """`profile --runtime qnn --precision int8` on an unquantized bundle hinted `edgekit quantize
+    BUNDLE`, whose cpu-profile model the HTP then refuses (issue #31)."""
+    import pytest
+
+    from edgekit.bundle import Bundle
+    from edgekit.errors import BundleError
+    from edgekit.profile import ProfileConfig, plan_variants
+
+    bundle = Bundle.load(tiny_bundles["masked"])
+    with pytest.raises(BundleError) as err:
+        plan_variants(bundle, ProfileConfig(runtimes=("qnn",), precisions=("int8",)))
+    assert f"edgekit quantize {bundle.root} --profile qnn" in err.value.hint and "--precision fp16" in err.value.hint
+    with pytest.raises(BundleError) as err:
+        plan_variants(bundle, ProfileConfig(runtimes=("ort",), precisions=("int8",)))
+    assert f"`edgekit quantize {bundle.root}` first" in err.value.hint and "--precision fp32" in err.value.hint

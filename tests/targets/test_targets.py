@@ -108,7 +108,7 @@ def test_jetson_targets_state_their_jetpack(name):
         assert f"cuda-python>={cuda},<" in target.install
     else:
         # JetPack 5: bindings for Python 3.8 only, edgekit needs >= 3.10: a documented route.
-        assert "python3.10" in target.install and "README" in target.install and "cuda-python>=11.8,<12" in target.install
+        assert "python3.10" in target.install and "docs/targets.md" in target.install and "cuda-python>=11.8,<12" in target.install
 
 
 def test_jetpack_of_l4t_and_the_targets_for_it():
