@@ -86,7 +86,7 @@ def test_stage_errors_with_json_print_one_document(tmp_path):
 
 # ---- every hint names an option that exists, and running it works -------------------------------
 VALUES = {"--steps": "2", "--schedule": "linear", "--temperature": "0", "--choice-temperature": "1", "--guidance": "1",
-          "--solver": "euler", "--grid": "uniform", "--sway": "-1", "--top-k": "2", "--length": "4", "--graph": None}
+          "--solver": "euler", "--grid": "uniform", "--sway": "-1", "--top-k": "2", "--length": "4", "--graph": None, "--spacing": "1"}
 
 
 def _hinted_options(message: str) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
+from edgekit.cli.app import TrustCodeOpt, BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
 from edgekit.output import Output
 
 
@@ -34,6 +34,7 @@ def debug(
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")] = None,
     isa: Annotated[str, typer.Option("--isa", help="CPU class whose int8 accumulation is modelled (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | ...).")] = "host",
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""

@@ -19,7 +19,13 @@ def test_openvino_int8_finds_the_same_layer(outlier):
 
 
 def test_torch_reference_through_forward_hooks(outlier):
-    doc = debug_bundle(outlier, DebugConfig(reference="torch:fp32", candidate="ort:int8"))
+    from edgekit._userhooks import TRUST_CODE
+
+    token = TRUST_CODE.set(True)  # the fixture copied the bundle: its model source needs --trust-code
+    try:
+        doc = debug_bundle(outlier, DebugConfig(reference="torch:fp32", candidate="ort:int8"))
+    finally:
+        TRUST_CODE.reset(token)
     assert doc["capture"]["reference"] == TAP_METHODS["torch"]
     # Hooks capture module outputs only: every captured tensor is a module's.
     assert set(doc["sqnr"]["modules"]) <= {"tok", "ctx", "cls", "fc1", "fc2", "head"}
