@@ -51,11 +51,11 @@ def _say(msg: str) -> None:
     print(f"· {msg}", file=sys.stderr, flush=True)
 
 
-def _export(kind: str, out: Path) -> Path:
+def _export(kind: str, out: Path, batch: int | None = None) -> Path:
     from edgekit.export.to_bundle import export_bundle
     from edgekit.models import load_spec
 
-    export_bundle(load_spec(f"{kind}-demo", batch=BATCH[kind]), out, source=f"{kind}-demo")
+    export_bundle(load_spec(f"{kind}-demo", batch=batch or BATCH[kind]), out, source=f"{kind}-demo")
     return out
 
 
@@ -97,9 +97,23 @@ def _summary(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def measure(kind: str, tmp: Path, rounds: int, qnn: bool) -> dict[str, Any]:
-    base = _export(kind, tmp / kind / "fp32")
+def measure(kind: str, tmp: Path, rounds: int, qnn: bool, cpu: bool = True) -> dict[str, Any]:
     doc: dict[str, Any] = {"batch": BATCH[kind]}
+    if cpu:
+        doc |= _measure_cpu(kind, _export(kind, tmp / kind / "fp32"), tmp, rounds)
+    if qnn and _has("onnxruntime_qnn"):
+        base = _export(kind, tmp / kind / "fp32-b1", batch=1)  # the NPU stage's batch (the HTP emulation is slow)
+        for label, buckets in (("qnn one scale", None), ("qnn bucketed", "auto")):
+            root = tmp / kind / label.replace(" ", "-")
+            shutil.copytree(base, root)
+            _say(f"{kind}: quantize --profile qnn ({label}; the HTP emulation takes minutes)")
+            s = quantize_bundle(root, QuantizeConfig(profile="qnn", step_buckets=buckets))
+            doc[label] = _summary(s)
+    return doc
+
+
+def _measure_cpu(kind: str, base: Path, tmp: Path, rounds: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
     roots = {}
     for label, buckets in (("one scale", None), ("bucketed", "auto")):
         root = tmp / kind / label.replace(" ", "-")
@@ -117,13 +131,6 @@ def measure(kind: str, tmp: Path, rounds: int, qnn: bool) -> dict[str, Any]:
         _say(f"{kind}: latency per decode on {runtime}, {rounds} interleaved rounds")
         doc[f"latency_ms_{runtime}"] = _latency(roots["one scale"], roots["bucketed"], runtime, rounds)
         doc[f"rss_mb_{runtime}"] = {label: _rss_mb(roots[label], runtime, "int8") for label in roots}
-    if qnn and _has("onnxruntime_qnn"):
-        for label, buckets in (("qnn one scale", None), ("qnn bucketed", "auto")):
-            root = tmp / kind / label.replace(" ", "-")
-            shutil.copytree(base, root)
-            _say(f"{kind}: quantize --profile qnn ({label}; the HTP emulation takes minutes)")
-            s = quantize_bundle(root, QuantizeConfig(profile="qnn", step_buckets=buckets))
-            doc[label] = _summary(s)
     return doc
 
 
@@ -167,20 +174,21 @@ def main() -> None:
     ap.add_argument("--models", default="flow,masked")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--qnn", action="store_true")
+    ap.add_argument("--qnn-only", action="store_true", help="only the qnn profile rows (accuracy: may share the CPU)")
     ap.add_argument("--png", type=Path, default=None)
     args = ap.parse_args()
     host = HostFacts.detect()
     doc: dict[str, Any] = {"schema": "edgekit.bench.step_buckets/1", "cpu": cpu_identity(), "isa_class": host.isa_class, "models": {}}
     with tempfile.TemporaryDirectory(prefix="edgekit-buckets-") as tmp:
         for kind in args.models.split(","):
-            doc["models"][kind] = measure(kind, Path(tmp), args.rounds, args.qnn)
+            doc["models"][kind] = measure(kind, Path(tmp), args.rounds, args.qnn or args.qnn_only, cpu=not args.qnn_only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str))
-    if args.png is not None and "flow" in doc["models"]:
+    if args.png is not None and "per_step" in doc["models"].get("flow", {}):
         plot(doc["models"]["flow"], args.png)
     print(f"{doc['cpu']['model']} ({host.isa_class})")
     for kind, m in doc["models"].items():
-        print(f"\n{kind} (batch {m['batch']}): bytes bucketed/one scale {m['bytes_ratio']:.2f}x")
+        print(f"\n{kind} (batch {m['batch']})" + (f": bytes bucketed/one scale {m['bytes_ratio']:.2f}x" if "bytes_ratio" in m else ""))
         for label in ("one scale", "bucketed", "qnn one scale", "qnn bucketed"):
             r = m.get(label)
             if not r:
