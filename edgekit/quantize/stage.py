@@ -117,6 +117,12 @@ def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[s
     return doc
 
 
+# The flow decoder's activation ranges follow the ODE time t: scales per step range keep more of it
+# INT8 (flow demo at batch 2, AVX2 host: 6 fallbacks and 55 % of weighted FLOPs INT8 with one scale,
+# 5 and 68 % with buckets; benchmarks/step_buckets.py). The masked model's decisions did not move.
+DEMO_STEP_BUCKETS: dict[str, int | str] = {"flow": "auto"}
+
+
 def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The demo's quantize stage: ``quantize_bundle`` on each demo bundle (cpu profile, default
     budgets, ``n`` held-out sequences from ``seed``) and the FP32-vs-INT8 numbers side by side:
@@ -124,9 +130,10 @@ def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, pro
     say = progress or (lambda message: None)
     out: dict[str, Any] = {}
     for kind, bundle in bundles.items():
-        say(f"quantize {bundle.name} (INT8, cpu profile)")
+        buckets = DEMO_STEP_BUCKETS.get(kind)
+        say(f"quantize {bundle.name} (INT8, cpu profile{', step buckets ' + str(buckets) if buckets else ''})")
         t0 = time.perf_counter()
-        s = quantize_bundle(bundle.root, QuantizeConfig(eval_samples=n, eval_seed=seed), progress=None)
+        s = quantize_bundle(bundle.root, QuantizeConfig(eval_samples=n, eval_seed=seed, step_buckets=buckets), progress=None)
         measured = s["measured"]
         out[kind] = {
             "bundle": s["bundle"],
@@ -138,6 +145,7 @@ def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, pro
             "sizes": s["sizes"],
             "int8_flop_share": s["int8_flop_share"],
             "fallback": [f["label"] for f in s["fallback"]],
+            "step_buckets": (s.get("step_buckets") or {}).get("n", 1),
             "speed": s.get("speed"),
             "arithmetic": s.get("arithmetic"),
             "seconds": time.perf_counter() - t0,
