@@ -42,7 +42,7 @@ def profile(
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
     latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
-    sweep_precision: Annotated[Literal["fp32", "int8"], typer.Option("--sweep-precision", help="Precision of the architecture-only sweep models (int8: cpu-profile QDQ, no budget).")] = "fp32",
+    sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).")] = "fp32",
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,

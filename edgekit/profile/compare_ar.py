@@ -4,6 +4,7 @@ crossover length fitted from per-length decode times, and the quality-latency fr
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -190,13 +191,18 @@ def compare_ar(
     # Per-step costs and the crossover per runtime (engine), each on its first variant with an
     # available AR twin (in the sweep's precision when there is one): engines differ in where
     # the NAR decode overtakes the AR one.
+    # With --sweep-precision fp32,int8: one crossover per (engine, precision), side by side.
     crossovers = []
     for runtime in dict.fromkeys(v["runtime"] for v in variants):
         mine = [v for v in variants if v["runtime"] == runtime and ar_docs[(runtime, v["precision"])]["available"]]
         if not mine:
             continue
-        base = next((v for v in mine if v["precision"] == cfg.sweep_precision), mine[0])
-        crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, cfg, progress))
+        for precision in cfg.sweep_precisions:
+            # The bundle's own point in the sweep's precision where this run profiled it (else the
+            # first variant, and the sweep's notes say the points mix precisions).
+            base = next((v for v in mine if v["precision"] == precision), mine[0])
+            one = replace(cfg, sweep_precision=precision)
+            crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress))
     if not crossovers:
         result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
         return result
@@ -231,6 +237,7 @@ def _crossover_for(
         "available": True,
         "runtime": base["runtime"],
         "precision": base["precision"],
+        "sweep_precision": cfg.sweep_precision,
         "nar_steps": k,
         "seed_formula": seed_crossover(c_ms, tau_ms),
         "k_steps_estimate": {

@@ -87,8 +87,9 @@ class ProfileConfig:
     )
     # Where the sweep keeps its exported ONNX files between runs; None = a temp dir removed after.
     sweep_cache: Path | None = None
-    # fp32 | int8: precision of the architecture-only sweep models on ort. int8 quantizes each with
-    # the cpu profile (no budget: random weights), calibrated on one recorded FP32 decode of it.
+    # fp32 | int8 | fp32,int8: precision(s) of the architecture-only sweep models. int8 quantizes
+    # each with the cpu profile (no budget: random weights), calibrated on one recorded FP32 decode
+    # of it. Both: one sweep (and crossover) per precision, side by side in one run.
     sweep_precision: str = "fp32"
     # Same seed on every variant: every runtime decodes the same noise and conditions.
     seed: int = 0
@@ -110,6 +111,11 @@ class ProfileConfig:
     # a ground truth (RUNS USER CODE).
     metric_hook: str | None = None
 
+    @property
+    def sweep_precisions(self) -> tuple[str, ...]:
+        """The precisions the length sweep runs in, in order (``sweep_precision`` split)."""
+        return tuple(self.sweep_precision.split(","))
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "runtimes", check_runtimes(tuple(self.runtimes)))
         object.__setattr__(self, "precisions", check_precisions(tuple(self.precisions)))
@@ -125,8 +131,11 @@ class ProfileConfig:
             raise UsageError(f"idle_seconds={self.idle_seconds} is invalid; valid: >= 0")
         if any(not isinstance(n, int) or n < 2 for n in self.sweep_lengths):
             raise UsageError(f"--sweep {list(self.sweep_lengths)} is invalid; valid: lengths >= 2")
-        if self.sweep_precision not in ("fp32", "int8"):
-            raise UsageError(f"--sweep-precision {self.sweep_precision!r} is unknown; valid: fp32, int8")
+        swept = tuple(p.strip() for p in str(self.sweep_precision).split(","))
+        for p in swept:
+            if p not in ("fp32", "int8"):
+                raise UsageError(f"--sweep-precision {p!r} is unknown; valid: fp32, int8 (or both: fp32,int8)")
+        object.__setattr__(self, "sweep_precision", ",".join(dict.fromkeys(swept)))
         object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
         if any(not isinstance(k, int) or k < 1 for k in self.frontier_steps):
             raise UsageError(f"--frontier-steps {list(self.frontier_steps)} is invalid; valid: integers >= 1, e.g. 1,2,4,8,16")

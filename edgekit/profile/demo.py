@@ -25,7 +25,9 @@ DEMO_MEASURE = MeasureConfig(warmup_iters=2, warmup_seconds=0.0, iters=10, min_s
 DEMO_SWEEP = MeasureConfig(warmup_iters=1, warmup_seconds=0.0, iters=5, min_seconds=0.2)
 
 
-DEMO_SWEEP_LENGTHS = (32,)
+# --full: a short length and L = 256 (architecture-only models at the trained widths), where the
+# NAR decode's K parallel steps pay against AR's 256 sequential ones; fp32 and int8 side by side.
+DEMO_SWEEP_LENGTHS = (32, 256)
 DEMO_FRONTIER_STEPS = (1, 2, 4, 8, 16)
 
 
@@ -57,6 +59,8 @@ def demo_profile(
         ar_bundle=root(ar),
         sweep_lengths=tuple(sweep_lengths),
         sweep_measure=DEMO_SWEEP,
+        # Both precisions when the bundle has its INT8 model: a crossover each, one run.
+        sweep_precision="fp32,int8" if has_artifact(loaded, "int8") else "fp32",
         sweep_cache=None,  # a temp dir, removed after: no hidden ONNX files next to the report
         frontier_steps=tuple(frontier_steps),
         frontier_n=n,

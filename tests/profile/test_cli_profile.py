@@ -65,5 +65,5 @@ def test_bad_options_are_one_line_errors(tiny, args, code, needle):
 def test_bad_sweep_precision_is_one_line_naming_the_valid_ones(tiny):
     r = invoke("profile", tiny["masked8"], *QUICK, "--sweep-precision", "fp16")
     assert r.exit_code == 2
-    assert "Invalid value for '--sweep-precision': 'fp16' is not one of 'fp32', 'int8'" in r.stderr
+    assert "--sweep-precision 'fp16' is unknown; valid: fp32, int8 (or both: fp32,int8)" in r.stderr
     assert "Traceback" not in r.output

@@ -335,3 +335,37 @@ def test_int8_sweep_on_torch_says_why_instead_of_timing_fp32(tiny, kit):
     masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
     out = length_sweep(masked, ar, "torch", 2, kit.B, [8], ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8"))
     assert out["available"] is False and "int8 quantizes for ort" in out["reason"] and out["points"] == []
+
+
+def test_sweep_in_both_precisions_gives_one_crossover_each_side_by_side(tiny, kit, monkeypatch):
+    """--sweep-precision fp32,int8: per engine, one sweep per precision, each paired with the
+    bundle's own variant in that precision; the sweep table lists both blocks."""
+    from edgekit.profile import crossover_lines, profile_bundle, sweep_table
+
+    seen = []
+
+    def fake_sweep(bundle, ar, runtime, k, rows, lengths, cfg, progress=None):
+        seen.append((runtime, cfg.sweep_precision, tuple(lengths)))
+        slow_ar = 4.0 if cfg.sweep_precision == "int8" else 3.0  # AR ms per token: the crossovers differ
+        return {"available": True, "how": f"fake {cfg.sweep_precision}", "notes": [],
+                "points": [{"length": n, "source": "architecture-only", "nar_decode_ms": 10.0 + n * 0.1,
+                            "ar_decode_ms": slow_ar * n} for n in lengths]}
+
+    monkeypatch.setattr("edgekit.profile.compare_ar.length_sweep", fake_sweep)
+    assert ProfileConfig(sweep_precision="fp32, int8").sweep_precisions == ("fp32", "int8")
+    cfg = ProfileConfig(measure=kit.FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=(32, 256),
+                        precisions=("fp32", "int8"), sweep_precision="fp32,int8", frontier_steps=())
+    doc = profile_bundle(tiny["masked8"], cfg)
+    assert seen == [("ort", "fp32", (32, 256)), ("ort", "int8", (32, 256))]
+    crossovers = doc["compare_ar"]["crossovers"]
+    assert [(c["runtime"], c["sweep_precision"]) for c in crossovers] == [("ort", "fp32"), ("ort", "int8")]
+    # This AR sibling has no int8 model: the int8 sweep pairs with the fp32 point and says so.
+    assert crossovers[1]["precision"] == "fp32" and any("swept in int8" in n for n in crossovers[1]["sweep"]["notes"])
+    for c in crossovers:
+        at256 = next(p for p in c["points"] if p["length"] == 256)
+        assert at256["speedup"] == pytest.approx(at256["ar_decode_ms"] / at256["nar_decode_ms"])
+    columns, rows = sweep_table(doc)
+    assert columns[0] == "engine" and {r[0] for r in rows} == {"ort fp32", "ort int8"}
+    assert len(rows) == 2 * 3  # the bundle's own length and the two swept ones, per precision
+    lines = crossover_lines(doc)
+    assert lines[0].startswith("crossover (ort fp32)") and any(line.startswith("crossover on ort int8") for line in lines)
