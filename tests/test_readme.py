@@ -191,4 +191,4 @@ def test_train_demo_steps_and_time_agree_between_help_and_docs():
     for name, n in DEFAULT_STEPS.items():
         short = name.removesuffix("-demo")
         assert f"{short} {n:,}" in readme and f"{short} {n}" in steps, (name, n)
-    assert "about 16 minutes on 2 idle cores" in help_text.help and "about 16 minutes on 2\nidle cores" in readme
+    assert "about 47 minutes on 2 idle cores" in help_text.help and "about 47 minutes on 2 idle cores" in " ".join(readme.split())
