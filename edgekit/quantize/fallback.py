@@ -124,9 +124,12 @@ class FallbackProfile:
 
         return self.buckets.graphs(one)
 
-    def open_candidate(self, model: Path) -> Any:
-        """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one)."""
-        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=len(self.buckets.paths(model)) == 1))
+    def open_candidate(self, model: Path, spin: bool | None = None) -> Any:
+        """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
+        ``spin`` None: ORT's threads spin-wait for a one-graph model, not for bucket sessions that
+        take turns; False: never (timed side by side with another session: TIMED_SPIN, stage.py)."""
+        single = len(self.buckets.paths(model)) == 1
+        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=single if spin is None else spin and single))
 
     def measure(self, model: Path) -> dict[str, Any]:
         with self.open_candidate(model) as rt:
@@ -189,7 +192,7 @@ class FallbackProfile:
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
-        opts = OrtOptions(intra_op_threads=run.cfg.threads)
+        opts = OrtOptions(intra_op_threads=run.cfg.threads, allow_spinning=False)  # TIMED_SPIN (stage.py)
         with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
             ms = interleaved({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2)
         med = {k: float(np.median(v)) for k, v in ms.items()}

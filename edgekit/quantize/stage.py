@@ -90,6 +90,12 @@ def record_fp32(run: QuantizeRun) -> None:
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
 
+# TIMED_SPIN: sessions timed side by side run without ORT's spin-waiting threads. A session's idle
+# threads spin after each run; interleaved with another session, that spin takes the cores the
+# other one is using. Measured (benchmarks/step_buckets.py, AVX2 EPYC, 2 threads, per decode): an
+# INT8 session right after a spinning FP32 one 105 ms, the same INT8 model without spin after a
+# non-spinning one 71 ms (flow demo; masked 117 vs 85) — the contention, not INT8, made INT8
+# look slower than FP32. Both sides without spin compare the kernels; a deployment runs one.
 def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[str, Any]:
     """INT8 against FP32 per decode on this host: whole decodes of one graph batch on the budget's
     runtime (INT8) and ORT (FP32), interleaved, median; one warning line where INT8 is slower.
@@ -101,11 +107,12 @@ def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[s
     run.say("time INT8 against FP32 per decode on this host")
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
-    with run.timed("speed_s"), profile.open_candidate(result.model) as int8_rt:
+    fp32_opts = OrtOptions(intra_op_threads=cfg.threads, allow_spinning=False)
+    with run.timed("speed_s"), profile.open_candidate(result.model, spin=False) as int8_rt, OrtRuntime(run.fp32_path, fp32_opts) as fp32_rt:
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
 
-        ms = interleaved({"fp32": decode(run.fp32_rt), "int8": decode(int8_rt)}, SPEED_ROUNDS, warmup=1)
+        ms = interleaved({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, SPEED_ROUNDS, warmup=1)
     med = {k: float(np.median(v)) for k, v in ms.items()}
     doc = {"measured": True, "runtime": cfg.runtime, "fp32_reference": "ort", "isa": host.isa_class, "cpu": host.cpu,
            "rows_per_decode": batch, "fp32_ms_per_decode": med["fp32"], "int8_ms_per_decode": med["int8"],

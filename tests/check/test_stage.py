@@ -155,8 +155,10 @@ def test_naive_int8_fails_flow(bundle_with, int8_models):
 def test_dynamic_quantization_of_every_matmul_passes(bundle_with, int8_models):
     """trained weights. quantize_dynamic on all MatMuls (attention core included) looks naive but
     computes activation ranges per call: on the demo model it is the most accurate INT8 variant
-    (logits KL ~2e-4), and the check must not cry wolf about it."""
-    doc = _check(bundle_with("masked", int8=int8_models("masked", "dynamic_all")))
+    (logits KL ~2e-4), and the check must not cry wolf about it. 16 rows: on 4 the ground-truth
+    event-accuracy drop moves by ~0.01 per event (0.024 with the 12000-step weights), a coin flip
+    against the 0.02 gate."""
+    doc = _check(bundle_with("masked", int8=int8_models("masked", "dynamic_all")), n=16)
     assert doc["passed"], [r for r in doc["rows"] if not r["passed"]]
     assert doc["metrics"]["logits_kl"] < 0.001
 
