@@ -19,6 +19,14 @@ os.environ["EDGEKIT_STATE_DIR"] = tempfile.mkdtemp(prefix="edgekit-test-state-")
 atexit.register(shutil.rmtree, os.environ["EDGEKIT_STATE_DIR"], True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` tests first (CI runs them with -m "" on two xdist workers): a few of them take minutes
+    (a docs page walked end to end), and started last they left one worker running alone for the
+    final ten minutes. Longest first is the classic fix for that tail; the order within each group
+    is kept."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def demo_bundles(tmp_path_factory) -> dict[str, Path]:
     """{kind: bundle dir} for the three built-in demo models, exported with batch 2."""
