@@ -4,6 +4,7 @@ crossover length fitted from per-length decode times, and the quality-latency fr
 from __future__ import annotations
 
 import math
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -193,16 +194,19 @@ def compare_ar(
     # the NAR decode overtakes the AR one.
     # With --sweep-precision fp32,int8: one crossover per (engine, precision), side by side.
     crossovers = []
-    for runtime in dict.fromkeys(v["runtime"] for v in variants):
-        mine = [v for v in variants if v["runtime"] == runtime and ar_docs[(runtime, v["precision"])]["available"]]
-        if not mine:
-            continue
-        for precision in cfg.sweep_precisions:
-            # The bundle's own point in the sweep's precision where this run profiled it (else the
-            # first variant, and the sweep's notes say the points mix precisions).
-            base = next((v for v in mine if v["precision"] == precision), mine[0])
-            one = replace(cfg, sweep_precision=precision)
-            crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress))
+    # One export cache for every sweep of this run: the int8 sweep quantizes the fp32 sweep's exports.
+    with tempfile.TemporaryDirectory(prefix="edgekit-sweep-") as tmp:
+        shared = cfg if cfg.sweep_cache is not None else replace(cfg, sweep_cache=Path(tmp))
+        for runtime in dict.fromkeys(v["runtime"] for v in variants):
+            mine = [v for v in variants if v["runtime"] == runtime and ar_docs[(runtime, v["precision"])]["available"]]
+            if not mine:
+                continue
+            for precision in cfg.sweep_precisions:
+                # The bundle's own point in the sweep's precision where this run profiled it (else the
+                # first variant, and the sweep's notes say the points mix precisions).
+                base = next((v for v in mine if v["precision"] == precision), mine[0])
+                one = replace(shared, sweep_precision=precision)
+                crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress))
     if not crossovers:
         result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
         return result

@@ -129,7 +129,7 @@ class FallbackProfile:
         ``spin`` None: ORT's threads spin-wait for a one-graph model, not for bucket sessions that
         take turns; False: never (timed side by side with another session: TIMED_SPIN, stage.py)."""
         single = len(self.buckets.paths(model)) == 1
-        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=single if spin is None else spin and single))
+        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=single and spin is not False))
 
     def measure(self, model: Path) -> dict[str, Any]:
         with self.open_candidate(model) as rt:
