@@ -97,12 +97,15 @@ class FallbackProfile:
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
-    def budget_runtime(self, model: Path, spin: bool = True) -> Any:
+    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Any:
         """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``); ``spin``
-        False: ORT's idle threads sleep (several bucket sessions take turns in one decode)."""
+        False: ORT's idle threads sleep; ``bucket``: one of several bucket sessions that take turns
+        in one decode (ORT: spinning inside runs only, the process's shared arena: as the registry
+        opens them)."""
         if self.run.cfg.runtime == "openvino":
             return OpenVinoRuntime(model, OvOptions(threads=self.run.cfg.threads))
-        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, allow_spinning=spin))
+        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, allow_spinning=spin,
+                                            spin_between_runs=not bucket, shared_arena=bucket))
 
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
@@ -126,10 +129,11 @@ class FallbackProfile:
 
     def open_candidate(self, model: Path, spin: bool | None = None) -> Any:
         """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
-        ``spin`` None: ORT's threads spin-wait for a one-graph model, not for bucket sessions that
-        take turns; False: never (timed side by side with another session: TIMED_SPIN, stage.py)."""
+        ``spin`` None: as deployed (a one-graph model's threads spin-wait; bucket sessions, which take
+        turns, spin inside runs only); False: never (timed side by side with another session:
+        TIMED_SPIN, stage.py)."""
         single = len(self.buckets.paths(model)) == 1
-        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=single and spin is not False))
+        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single))
 
     def measure(self, model: Path) -> dict[str, Any]:
         with self.open_candidate(model) as rt:

@@ -79,8 +79,8 @@ def step_buckets(bundle: Bundle, artifact: str = "int8") -> dict[str, Any] | Non
     return dict(doc)
 
 
-# opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT lets
-# their idle threads sleep then).
+# opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT's then
+# spin inside runs only and share one arena: OrtOptions.spin_between_runs, shared_arena).
 PathOpener = Callable[[Path, bool], Runtime]
 
 

@@ -10,6 +10,7 @@ Callers that keep an output longer must copy it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -81,10 +82,20 @@ class OrtOptions:
     # ORT's per-node profiler: every run's kernel times go to a JSON trace (chrome://tracing
     # format) that ``end_profiling()`` closes and names; for finding which op dominates.
     profiling: bool = False
-    # ORT's intra-op threads busy-wait for the next run after each one. Several sessions that take
-    # turns in one decode (step buckets: one graph per step range) would spin against each other
-    # on a small CPU; False lets the idle pools sleep.
+    # ORT's intra-op threads busy-wait for work (inside a run, between its parallel sections, and
+    # for about 20 ms after it returns). False: idle threads sleep at once; every parallel section
+    # then pays a wake-up (measured 1.08x a spinning session's decode time, flow demo, AVX2).
     allow_spinning: bool = True
+    # False: spin inside a run only, stopping when it returns (ORT's ``session.force_spinning_stop``).
+    # For sessions that take turns inside one decode (step buckets): a session's threads still
+    # spinning after its run take the cores of the next session's (flow demo, 4 buckets: 1.6x one
+    # session's decode time spinning after runs, 1.14x not spinning at all, 1.04x spinning in runs).
+    spin_between_runs: bool = True
+    # Take tensor memory from ONE arena registered with ORT's environment, shared by every session
+    # of the process that asks, instead of an arena per session: for sessions that take turns inside
+    # one decode (step buckets), each of which would otherwise keep an arena sized for a whole
+    # forward. Flow demo, 4 buckets: 2.3x one session's memory with an arena each, 1.2x shared.
+    shared_arena: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.providers, str) or not self.providers:
@@ -133,13 +144,20 @@ class OrtRuntime(BaseRuntime):
             ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[options.graph_optimization]
         )
         session_options.enable_profiling = options.profiling
+        if options.shared_arena:
+            _register_env_arena(ort)
+            session_options.add_session_config_entry("session.use_env_allocators", "1")
         if not options.allow_spinning:
             session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        elif not options.spin_between_runs:
+            session_options.add_session_config_entry("session.force_spinning_stop", "1")
         if options.optimized_model_path is not None:
             Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             session_options.optimized_model_filepath = str(options.optimized_model_path)
         model, self.fusions = _fused_model(self.model_path, providers, options)
+        if model is not None:  # the graph comes from memory: its external weights resolve against the model's folder
+            session_options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(self.model_path.parent))
         disabled = options.disabled_optimizers
         if disabled is None:
             disabled = CPU_DISABLED_OPTIMIZERS if providers == ["CPUExecutionProvider"] else ()
@@ -256,10 +274,12 @@ def _check_model_file(path: Path) -> None:
 
 
 def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple[bytes | None, dict[str, int]]:
-    """(serialized graph with edgekit's contrib fusions, {fusion: count}); (None, {}) when the
-    fusions are off, a provider lacks the contrib ops, nothing matched, the weights live in
-    external files (the session must load them relative to the model file), or the file does
-    not parse (the session then reports that in its own words)."""
+    """(the serialized graph with edgekit's contrib fusions, {fusion: count}); (None, {}) when the
+    fusions are off, a provider lacks the contrib ops, nothing matched, or the file does not parse
+    (the session then reports that in its own words). Weights in external files stay there: the
+    session reads them from the model's folder (``_create_session``), so sessions over one weights
+    file (step buckets) share its mapped pages. (Skipping the fusion for such models made a
+    bucketed masked demo decode 1.13x slower than its one-scale twin, which had it.)"""
     if not options.contrib_fusions or not set(providers) <= FUSION_PROVIDERS:
         return None, {}
     onnx = require("onnx")
@@ -268,8 +288,6 @@ def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple
     except Exception:  # noqa: BLE001 - not a model: _create_session says so in one line
         return None, {}
     if not any(n.op_type == "Tanh" for n in model.graph.node):
-        return None, {}
-    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
         return None, {}
     count = fuse_fast_gelu(model)
     return (model.SerializeToString(), {"FastGelu": count}) if count else (None, {})
@@ -299,6 +317,21 @@ def _create_session(
         ) from None
 
 
+# ---- the environment's shared arena (OrtOptions.shared_arena) ---------------------------------
+_ENV_ARENA: list[bool] = []  # [True] once registered in this process
+_ENV_ARENA_LOCK = threading.Lock()
+
+
+def _register_env_arena(ort: Any) -> None:
+    """Register one CPU arena with ORT's environment, once per process (ORT's default arena
+    settings); sessions opt in with ``session.use_env_allocators``."""
+    with _ENV_ARENA_LOCK:
+        if not _ENV_ARENA:
+            cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            ort.create_and_register_allocator(cpu, None)
+            _ENV_ARENA.append(True)
+
+
 # ---- the registry entry -----------------------------------------------------------------------
 def _open_graph(path: Path, precision: str, threads: int) -> OrtRuntime:
     return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
@@ -325,7 +358,7 @@ def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: An
 def _open_engine(choice: Any, threads: int) -> OrtRuntime:
     ort = choice.target.ort
     options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads,
-                         allow_spinning=not choice.bucket_paths)
+                         spin_between_runs=not choice.bucket_paths, shared_arena=bool(choice.bucket_paths))
     return OrtRuntime(choice.path, options)
 
 
@@ -342,7 +375,7 @@ register_backend(Backend(
     name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
     open=lambda bundle, precision, threads: open_artifact(
-        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, OrtOptions(intra_op_threads=threads, allow_spinning=not shared))),
+        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, OrtOptions(intra_op_threads=threads, spin_between_runs=not shared, shared_arena=shared))),
     open_graph=_open_graph, graph_precisions=("fp32",),
     requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),

@@ -75,6 +75,8 @@ def test_the_bucketed_runtime_uses_each_bucket_for_its_own_steps(byo_bundles, tm
     edges = bundle.quantization["step_buckets"]["boundaries"]
     with open_runtime(bundle, "ort", "int8") as rt:
         assert isinstance(rt, BucketedRuntime) and len(rt.runtimes) == 3
+        # The bucket sessions take turns: one arena between them, threads that spin inside runs only.
+        assert all(r.options.shared_arena and r.options.allow_spinning and not r.options.spin_between_runs for r in rt.runtimes)
         evaluate(bundle, rt, 2, 0, {"steps": 6}, cond={k: v[:2] for k, v in flow_cond_rows().items()})
         assert all(c > 0 for c in rt.calls), rt.calls  # t runs 0 -> 1: every range gets its calls
         for t, want in ((0.0, 0), (float(edges[0]) + 1e-6, 1), (0.999, 2)):

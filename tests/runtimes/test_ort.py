@@ -196,3 +196,34 @@ def test_run_after_close_is_an_error(matmul_add_onnx, x_feed):
     rt.close()  # idempotent
     with pytest.raises(EdgekitError, match="after close"):
         rt.run({"x": x_feed})
+
+
+
+SHARED_ARENA_SCRIPT = """
+import json, sys
+import numpy as np
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+path, x = sys.argv[1], np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+own = OrtRuntime(path)
+ref = own.run({"x": x})["z"].copy()
+shared = [OrtRuntime(path, OrtOptions(shared_arena=True, spin_between_runs=False)) for _ in range(2)]
+after = OrtRuntime(path)  # a session with its own arena, after the environment's was registered
+print(json.dumps({
+    "entries": [[rt.session.get_session_options().get_session_config_entry(k) for k in ("session.use_env_allocators", "session.force_spinning_stop")]
+                for rt in shared],
+    "same": [bool(np.array_equal(rt.run({"x": x})["z"], ref)) for rt in (*shared, after, *shared)],
+}))
+"""
+
+
+def test_shared_arena_sessions_take_memory_from_the_environment_arena(matmul_add_onnx):
+    # A fresh process: the arena is registered with ORT's environment once per process.
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SHARED_ARENA_SCRIPT, str(matmul_add_onnx)], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["entries"] == [["1", "1"], ["1", "1"]]
+    assert all(doc["same"]) and len(doc["same"]) == 5

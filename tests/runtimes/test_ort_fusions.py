@@ -124,3 +124,29 @@ def test_demo_masked_graph_gets_its_four_gelus_fused(tmp_path):
          OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1, contrib_fusions=False)) as plain:
         assert fused.fusions == {"FastGelu": 4}
         np.testing.assert_allclose(fused.run(feeds)["logits"], plain.run(feeds)["logits"], atol=1e-4)
+
+
+def test_a_model_with_external_weights_is_fused_and_reads_them_from_its_folder(tmp_path, monkeypatch):
+    """Step-bucket graphs keep their weights in one shared file: the fusion still applies (a
+    bucketed model without it decoded 1.13x slower than its one-scale twin with it), and the
+    session, given the fused graph from memory, reads the weights beside the model file."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"])]
+    chain, inits = gelu_chain("g", "h", "y")
+    model = helper.make_model(
+        helper.make_graph(nodes + chain, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], [numpy_helper.from_array(w, "W"), *inits]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=64)
+    (tmp_path / "m").mkdir()
+    onnx.save(model, str(tmp_path / "m" / "model.onnx"))
+    assert model.graph.initializer[0].data_location == TensorProto.EXTERNAL  # W; the scalars stay inline
+    monkeypatch.chdir(tmp_path)  # not the model's folder: the weights must resolve against the model's
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    with OrtRuntime(tmp_path / "m" / "model.onnx", OrtOptions(intra_op_threads=1)) as rt:
+        assert rt.fusions == {"FastGelu": 1}
+        np.testing.assert_allclose(rt.run({"x": x})["y"], _gelu_tanh(x @ w), rtol=1e-4, atol=1e-4)
