@@ -173,18 +173,29 @@ def measure(
     return Measurement(tuple(samples), summarize(samples), warm_iters, warmup_ns, wall_ns, capped)
 
 
-def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+# Idle time before each timed call of ``interleaved`` when candidates keep their own thread pools:
+# ONNX Runtime's threads spin for tens of ms after a run returns (about 50 ms of a core measured on
+# an AMD EPYC, ORT 1.32), and a candidate timed inside that window shares its cores with them —
+# whichever candidate runs after a spinning one looks slower (1.5x measured).
+SPIN_GAP_S = 0.1
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1, gap_s: float = 0.0) -> dict[str, list[float]]:
     """ms per call of each fn, called round-robin ``rounds`` times after ``warmup`` rounds: load
     that comes and goes (a shared machine, a governor ramp) hits every candidate alike, so their
-    ratio holds where absolute times do not."""
-    if rounds < 1 or warmup < 0:
-        raise UsageError(f"interleaved rounds={rounds}, warmup={warmup} are invalid; valid: rounds >= 1, warmup >= 0")
+    ratio holds where absolute times do not. ``gap_s``: idle seconds before each call, not timed
+    (``SPIN_GAP_S`` between candidates whose threads spin-wait after a call)."""
+    if rounds < 1 or warmup < 0 or not 0 <= gap_s <= 10:
+        raise UsageError(f"interleaved rounds={rounds}, warmup={warmup}, gap_s={gap_s} are invalid; "
+                         "valid: rounds >= 1, warmup >= 0, 0 <= gap_s <= 10")
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            if gap_s:
+                time.sleep(gap_s)
             start = time.perf_counter_ns()
             fn()
             samples[name].append((time.perf_counter_ns() - start) / 1e6)

@@ -9,7 +9,7 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
-from edgekit.probes.latency import interleaved
+from edgekit.probes.latency import SPIN_GAP_S, interleaved
 from edgekit.profile.config import DecodeModel, bundle_conditions
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.registry import backend
@@ -26,7 +26,8 @@ def available_engines() -> list[str]:
 def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: int = 5, seed: int = 0) -> dict[str, Any]:
     """The engine of ``available_engines()`` that decodes ``bundle`` in ``precision`` fastest
     here: whole decodes (bundle defaults) timed round-robin, ``rounds`` per engine after one
-    warm-up round, so load that comes and goes hits every engine alike.
+    warm-up round, so load that comes and goes hits every engine alike; each after an idle gap,
+    so no engine's spinning threads land on the next one's decode.
     {"runtime", "precision", "median_ms": {engine: ms}, "rounds", "candidates"}."""
     model = DecodeModel.of(bundle)
     cfg = decode_config(model.kind, model.decode_defaults, {}, seed=seed)
@@ -34,7 +35,8 @@ def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: 
     engines = available_engines()
     runtimes = {e: open_runtime(bundle, e, precision, threads=threads) for e in engines}
     try:
-        samples = interleaved({e: (lambda rt=rt: decode(model.kind, rt, model.meta, cond, cfg)) for e, rt in runtimes.items()}, rounds)
+        samples = interleaved({e: (lambda rt=rt: decode(model.kind, rt, model.meta, cond, cfg)) for e, rt in runtimes.items()}, rounds,
+                              gap_s=SPIN_GAP_S)
     finally:
         for rt in runtimes.values():
             rt.close()

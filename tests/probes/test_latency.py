@@ -272,3 +272,15 @@ def test_interleaved_calls_round_robin_after_warmup():
     assert all(ms >= 0 for v in samples.values() for ms in v)
     with pytest.raises(UsageError, match="rounds >= 1"):
         interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(UsageError, match="0 <= gap_s <= 10"):
+        interleaved({"a": lambda: None}, rounds=1, gap_s=-1)
+
+
+def test_interleaved_idles_before_each_timed_call_outside_the_timing(monkeypatch):
+    from edgekit.probes import latency
+
+    events = []
+    monkeypatch.setattr(latency.time, "sleep", lambda s: events.append(("sleep", s)))
+    latency.interleaved({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, rounds=2, warmup=1, gap_s=0.1)
+    # warm-up calls run back to back; every timed call is preceded by its idle gap
+    assert events == ["a", "b"] + [("sleep", 0.1), "a", ("sleep", 0.1), "b"] * 2
