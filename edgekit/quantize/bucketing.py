@@ -137,7 +137,7 @@ class BucketState:
         traj = run.traj
         calls = [i for i, c in enumerate(traj.calls) if c.decode == 0]
         out_name = next(iter(run.bundle.outputs))
-        opts = OrtOptions(intra_op_threads=run.cfg.threads, allow_spinning=False)
+        opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)
         rows: dict[str, list[float]] = {"position": [traj.calls[i].position for i in calls], "one_scale_db": [], "bucketed_db": []}
         with OrtRuntime(run.fp32_path, opts) as fp, OrtRuntime(single, opts) as one, self.open(model, lambda p: OrtRuntime(p, opts)) as many:
             for i in calls:

@@ -98,14 +98,14 @@ class FallbackProfile:
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
     def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Any:
-        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``); ``spin``
-        False: ORT's idle threads sleep; ``bucket``: one of several bucket sessions that take turns
-        in one decode (ORT: spinning inside runs only, the process's shared arena: as the registry
-        opens them)."""
+        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``). ORT's threads
+        spin inside runs always, and between runs unless ``spin`` is False or ``bucket``: one of
+        several bucket sessions that take turns in one decode, which also share one arena (as the
+        registry opens them)."""
         if self.run.cfg.runtime == "openvino":
             return OpenVinoRuntime(model, OvOptions(threads=self.run.cfg.threads))
-        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, allow_spinning=spin,
-                                            spin_between_runs=not bucket, shared_arena=bucket))
+        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, spin_between_runs=spin and not bucket,
+                                            shared_arena=bucket))
 
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
@@ -129,9 +129,9 @@ class FallbackProfile:
 
     def open_candidate(self, model: Path, spin: bool | None = None) -> Any:
         """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
-        ``spin`` None: as deployed (a one-graph model's threads spin-wait; bucket sessions, which take
-        turns, spin inside runs only); False: never (timed side by side with another session:
-        TIMED_SPIN, stage.py)."""
+        ``spin`` None: as deployed (a one-graph model's threads spin between runs too; bucket
+        sessions, which take turns, inside runs only); False: inside runs only (timed side by side
+        with another session: TIMED_SPIN, stage.py)."""
         single = len(self.buckets.paths(model)) == 1
         return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single))
 
@@ -196,7 +196,7 @@ class FallbackProfile:
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
-        opts = OrtOptions(intra_op_threads=run.cfg.threads, allow_spinning=False)  # TIMED_SPIN (stage.py)
+        opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)  # TIMED_SPIN (stage.py)
         with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
             ms = interleaved({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2)
         med = {k: float(np.median(v)) for k, v in ms.items()}

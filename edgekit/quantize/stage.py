@@ -90,12 +90,13 @@ def record_fp32(run: QuantizeRun) -> None:
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
 
-# TIMED_SPIN: sessions timed side by side run without ORT's spin-waiting threads. A session's idle
-# threads spin after each run; interleaved with another session, that spin takes the cores the
-# other one is using. Measured (benchmarks/step_buckets.py, AVX2 EPYC, 2 threads, per decode): an
-# INT8 session right after a spinning FP32 one 105 ms, the same INT8 model without spin after a
-# non-spinning one 71 ms (flow demo; masked 117 vs 85) — the contention, not INT8, made INT8
-# look slower than FP32. Both sides without spin compare the kernels; a deployment runs one.
+# TIMED_SPIN: sessions timed side by side spin inside their runs only. ORT's threads otherwise
+# keep spinning for tens of ms after each run, and interleaved with another session that spin takes
+# the cores the other one is using. Measured (benchmarks/step_buckets.py, AVX2 EPYC, 2 threads, per
+# decode): an INT8 session right after a spinning FP32 one 105 ms, the same INT8 model after a
+# non-spinning one 71 ms (flow demo; masked 117 vs 85): the contention, not INT8, made INT8 look
+# slower than FP32. Spinning inside runs keeps each run as fast as a deployment's (threads that
+# never spin pay a wake-up per parallel section: 1.08x per decode), and stops when the run returns.
 def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[str, Any]:
     """INT8 against FP32 per decode on this host: whole decodes of one graph batch on the budget's
     runtime (INT8) and ORT (FP32), interleaved, median; one warning line where INT8 is slower.
@@ -107,7 +108,7 @@ def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[s
     run.say("time INT8 against FP32 per decode on this host")
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
-    fp32_opts = OrtOptions(intra_op_threads=cfg.threads, allow_spinning=False)
+    fp32_opts = OrtOptions(intra_op_threads=cfg.threads, spin_between_runs=False)
     with run.timed("speed_s"), profile.open_candidate(result.model, spin=False) as int8_rt, OrtRuntime(run.fp32_path, fp32_opts) as fp32_rt:
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
