@@ -7,8 +7,8 @@ core, the flow time embedding too) with onnxruntime's QNN rules
 activations). Instead of falling back to float, the most sensitive activation tensors are
 promoted to uint16 (tensor quant overrides; ORT inserts the 8<->16-bit converts): ranked once by
 the SQNR of their own 8-bit quantization (``qdq_loss_debug`` on the recorded decode feeds), then
-promoted in doubling groups (1, 2, 4, ... tensors) until the budget holds **measured on the HTP
-backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
+promoted, least precise first, in the smallest count that holds the budget (doubling groups, then
+a bisection, on the CPU EP's simulation), **confirmed on the HTP backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
 the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
 
     prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
@@ -162,18 +162,27 @@ class QnnProfile:
         return ranking | weight_sqnr(self.run.prepared, self.weights)
 
     def promote(self, ranking: Mapping[str, float], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
-        """Promote the least precise tensors in doubling groups (1, 2, 4, ...) until the budget
-        holds. Emulating 16-bit tensors costs the HTP backend up to 10x per forward, so the doubling
-        first runs on the CPU EP's QDQ simulation; the HTP backend then decides, doubling further
-        while its budget still fails."""
+        """Promote the least precise tensors until the budget holds: the smallest count found by
+        doubling groups (1, 2, 4, ...) and then bisecting between the last failing and the first
+        passing group (doubling alone promoted 32 where 17 might do). Emulating 16-bit tensors
+        costs the HTP backend up to 10x per forward, so that search runs on the CPU EP's QDQ
+        simulation; the HTP backend then decides, doubling further while its budget still fails."""
         run = self.run
         forced = list(self.forced)
         order = sorted([t for t in [*self.tensors, *self.weights] if t not in forced], key=lambda t: ranking.get(t, np.inf))
         limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
-        k = 1
-        while k < limit and not self.measure(self.build(forced + order[:k]), forced + order[:k], backend="cpu")[0]:
-            k *= 2
+
+        def holds_on_cpu(k: int) -> bool:
+            return self.measure(self.build(forced + order[:k]), forced + order[:k], backend="cpu")[0]
+
+        failing, k = 0, 1  # 0 promoted failed already (the caller measured it)
+        while k < limit and not holds_on_cpu(k):
+            failing, k = k, 2 * k
         k = min(k, limit)
+        if k - failing > 1 and (k < limit or holds_on_cpu(k)):
+            while k - failing > 1:  # more promotions never hurt: bisect (failing, k]
+                mid = (failing + k) // 2
+                failing, k = (failing, mid) if holds_on_cpu(mid) else (mid, k)
         promoted: list[str] = forced
         while not passed and len(promoted) - len(forced) < limit:
             promoted = forced + order[:k]
