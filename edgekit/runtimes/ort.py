@@ -83,18 +83,19 @@ class OrtOptions:
     # format) that ``end_profiling()`` closes and names; for finding which op dominates.
     profiling: bool = False
     # ORT's intra-op threads busy-wait for work (inside a run, between its parallel sections, and
-    # for about 20 ms after it returns). False: idle threads sleep at once; every parallel section
-    # then pays a wake-up (measured 1.08x a spinning session's decode time, flow demo, AVX2).
+    # for tens of ms after it returns: about 50 ms of a core measured, AMD EPYC). False: idle
+    # threads sleep at once; every parallel section then pays a wake-up (measured 1.08x a spinning
+    # session's decode time, flow demo, AVX2).
     allow_spinning: bool = True
     # False: spin inside a run only, stopping when it returns (ORT's ``session.force_spinning_stop``).
     # For sessions that take turns inside one decode (step buckets): a session's threads still
     # spinning after its run take the cores of the next session's (flow demo, 4 buckets: 1.6x one
-    # session's decode time spinning after runs, 1.14x not spinning at all, 1.04x spinning in runs).
+    # session's decode time spinning after runs, 1.1-1.2x not spinning at all, 1.04x spinning in runs).
     spin_between_runs: bool = True
     # Take tensor memory from ONE arena registered with ORT's environment, shared by every session
     # of the process that asks, instead of an arena per session: for sessions that take turns inside
     # one decode (step buckets), each of which would otherwise keep an arena sized for a whole
-    # forward. Flow demo, 4 buckets: 2.3x one session's memory with an arena each, 1.2x shared.
+    # forward. Flow demo, 4 buckets: 2.3x one session's memory with an arena each, 1.15x shared.
     shared_arena: bool = False
 
     def __post_init__(self) -> None:
@@ -277,7 +278,7 @@ def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple
     """(the serialized graph with edgekit's contrib fusions, {fusion: count}); (None, {}) when the
     fusions are off, a provider lacks the contrib ops, nothing matched, or the file does not parse
     (the session then reports that in its own words). Weights in external files stay there: the
-    session reads them from the model's folder (``_create_session``), so sessions over one weights
+    session reads them from the model's folder (a session option OrtRuntime sets), so sessions over one weights
     file (step buckets) share its mapped pages. (Skipping the fusion for such models made a
     bucketed masked demo decode 1.13x slower than its one-scale twin, which had it.)"""
     if not options.contrib_fusions or not set(providers) <= FUSION_PROVIDERS:
