@@ -43,7 +43,7 @@ from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.result import SearchResult, notable_float_ops
 from edgekit.quantize.structure import qdq_structure, trt_violations
 from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions  # lazy: openvino
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime, taking_turns
 from edgekit.spec import KIND_IO
 
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
@@ -104,8 +104,7 @@ class FallbackProfile:
         registry opens them)."""
         if self.run.cfg.runtime == "openvino":
             return OpenVinoRuntime(model, OvOptions(threads=self.run.cfg.threads))
-        return OrtRuntime(model, OrtOptions(intra_op_threads=self.run.cfg.threads, spin_between_runs=spin and not bucket,
-                                            shared_arena=bucket))
+        return OrtRuntime(model, taking_turns(OrtOptions(intra_op_threads=self.run.cfg.threads, spin_between_runs=spin), bucket))
 
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:

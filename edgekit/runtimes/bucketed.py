@@ -79,8 +79,8 @@ def step_buckets(bundle: Bundle, artifact: str = "int8") -> dict[str, Any] | Non
     return dict(doc)
 
 
-# opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT's then
-# spin inside runs only and share one arena: OrtOptions.spin_between_runs, shared_arena).
+# opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT opens
+# them with ``runtimes.ort.taking_turns``: spinning inside runs only, one shared arena).
 PathOpener = Callable[[Path, bool], Runtime]
 
 

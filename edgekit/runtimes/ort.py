@@ -11,7 +11,7 @@ Callers that keep an output longer must copy it.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -318,6 +318,13 @@ def _create_session(
         ) from None
 
 
+def taking_turns(options: OrtOptions, shared: bool = True) -> OrtOptions:
+    """``options`` for one of several sessions that take turns inside one decode (``shared``; step
+    buckets): threads that stop spinning when a run returns, and one environment arena for all of
+    them. ``options`` unchanged for a session that runs alone."""
+    return replace(options, spin_between_runs=False, shared_arena=True) if shared else options
+
+
 # ---- the environment's shared arena (OrtOptions.shared_arena) ---------------------------------
 _ENV_ARENA: list[bool] = []  # [True] once registered in this process
 _ENV_ARENA_LOCK = threading.Lock()
@@ -358,9 +365,8 @@ def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: An
 
 def _open_engine(choice: Any, threads: int) -> OrtRuntime:
     ort = choice.target.ort
-    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads,
-                         spin_between_runs=not choice.bucket_paths, shared_arena=bool(choice.bucket_paths))
-    return OrtRuntime(choice.path, options)
+    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
+    return OrtRuntime(choice.path, taking_turns(options, bool(choice.bucket_paths)))
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -376,7 +382,7 @@ register_backend(Backend(
     name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
     open=lambda bundle, precision, threads: open_artifact(
-        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, OrtOptions(intra_op_threads=threads, spin_between_runs=not shared, shared_arena=shared))),
+        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=threads), shared))),
     open_graph=_open_graph, graph_precisions=("fp32",),
     requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),

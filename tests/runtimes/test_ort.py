@@ -227,3 +227,12 @@ def test_shared_arena_sessions_take_memory_from_the_environment_arena(matmul_add
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     assert doc["entries"] == [["1", "1"], ["1", "1"]]
     assert all(doc["same"]) and len(doc["same"]) == 5
+
+
+def test_taking_turns_options_spin_inside_runs_and_share_the_arena():
+    from edgekit.runtimes.ort import taking_turns
+
+    base = OrtOptions(intra_op_threads=2, spin_between_runs=True)
+    turns = taking_turns(base)
+    assert (turns.spin_between_runs, turns.shared_arena, turns.allow_spinning, turns.intra_op_threads) == (False, True, True, 2)
+    assert taking_turns(base, shared=False) is base
