@@ -16,7 +16,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit._sidefiles import check_side_files_listed
@@ -266,22 +266,29 @@ class Bundle:
         doc = self.manifest["artifacts"].get(name)
         if doc is None:
             have = ", ".join(self.manifest["artifacts"]) or "none"
-            hint = {
-                "int8": f"run `edgekit quantize {self.root}` first",
-                "fp32": f"re-export with `edgekit export MODEL -o {self.root}`",
-            }.get(name, "run the stage that makes it")
-            raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=hint)
+            raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=self._remake_hint(name, "first"))
         # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
         return Artifact(name=name, **{k: doc[k] for k in _ARTIFACT_FIELDS if k in doc})
+
+    def _remake_hint(self, name: str, when: str = "again") -> str:
+        """The command that (re)makes artifact ``name``."""
+        if name == "int8" or name.startswith("int8-bucket-"):
+            return f"run `edgekit quantize {self.root}` {when}"
+        if name == "fp32":
+            return f"re-export with `edgekit export MODEL -o {self.root}`"
+        return "run the stage that makes it"
 
     def path_of(self, name: str) -> Path:
         return self.root / self.artifact(name).path
 
     # ---- integrity ---------------------------------------------------------------------------
-    def verify(self) -> None:
-        """Every artifact exists with its recorded size and sha256, and stays inside the bundle."""
+    def verify(self, skip: Callable[[str], bool] | None = None) -> None:
+        """Every artifact exists with its recorded size and sha256, and stays inside the bundle.
+        ``skip(name)``: artifacts the caller is about to replace (quantize and its int8 graphs)."""
         root = self.root.resolve()
         for name, doc in self.manifest["artifacts"].items():
+            if skip is not None and skip(name):
+                continue
             try:
                 path = (self.root / doc["path"]).resolve()
                 size, digest = int(doc["bytes"]), str(doc["sha256"])
@@ -290,7 +297,7 @@ class Bundle:
             if root not in path.parents:
                 raise BundleError(f"artifact {name!r} path {doc['path']!r} points outside the bundle")
             if not path.is_file():
-                raise BundleError(f"artifact {name!r} ({doc['path']}) is missing from {self.root}", hint="re-run the stage that makes it")
+                raise BundleError(f"artifact {name!r} ({doc['path']}) is missing from {self.root}", hint=self._remake_hint(name))
             if path.stat().st_size != size or sha256_file(path) != digest:
                 raise BundleError(
                     f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed or truncated",

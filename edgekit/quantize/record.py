@@ -73,6 +73,13 @@ def record_result(
 # Artifact names of step bucket 1.. (bucket 0 is "int8" itself, so every reader of "int8" that
 # knows nothing of buckets still finds a complete model).
 BUCKET_ARTIFACT = "int8-bucket-"
+
+
+def replaced_by_quantize(artifact: str) -> bool:
+    """The artifacts a quantize run writes anew: "int8" and its step buckets' graphs."""
+    return artifact == "int8" or artifact.startswith(BUCKET_ARTIFACT)
+
+
 # Initializers smaller than this stay inside each bucket graph (a scalar scale, a zero point).
 SHARED_MIN_BYTES = 256
 

@@ -65,3 +65,22 @@ def test_usage_errors_exit_2_with_one_line(demo_bundles, args, needle):
     assert r.exit_code == 2, r.output
     last = r.stderr.strip().splitlines()[-1]  # progress lines may come first
     assert last.startswith("error:") and needle in last, r.stderr
+
+
+def test_requantize_replaces_a_missing_int8_file(masked):
+    """A deleted (or stale) int8 graph is what quantize replaces: the error's own hint for it is
+    to re-run quantize, so quantize must not refuse for it. Every other artifact is still checked."""
+    r = invoke("quantize", masked, *FAST, "--no-fallback", *LOOSE, "--json")
+    assert r.exit_code == 0, r.output
+    old = json.loads(r.stdout)["artifact"]["int8"]
+    (masked / old).unlink()
+    r = invoke("run", masked, "--precision", "int8")
+    assert r.exit_code != 0 and "is missing" in r.output and f"edgekit quantize {masked}" in r.output
+    r = invoke("quantize", masked, *FAST, "--no-fallback", *LOOSE, "--json")
+    assert r.exit_code == 0, r.output
+    assert (masked / json.loads(r.stdout)["artifact"]["int8"]).is_file()
+    assert invoke("run", masked, "--precision", "int8").exit_code == 0
+    fp32 = next(masked.glob("fp32-*.onnx"))
+    fp32.write_bytes(fp32.read_bytes()[:-1])  # the graph quantize reads is verified as before
+    r = invoke("quantize", masked, *FAST, "--no-fallback", *LOOSE)
+    assert r.exit_code != 0 and "fp32" in r.output and "sha256" in r.output
