@@ -110,13 +110,14 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
         weight_only_fallback=True,
     ),
-    # Qualcomm HTP (quantize/qnn.py): every op QDQ by onnxruntime's QNN rules, uint8 weights per
-    # tensor (int8 per-channel weights left nodes to the CPU EP here) and uint8 activations, the
-    # most sensitive activation tensors promoted to uint16 until the budget holds on the HTP.
+    # Qualcomm HTP (quantize/qnn.py): every op QDQ by onnxruntime's QNN rules, uint8 activations,
+    # MatMul weights int8 symmetric per output column (per_channel; the HTP backend of
+    # onnxruntime-qnn 2.7 runs them, an earlier build left them to the CPU EP), other weights uint8
+    # per tensor; the most sensitive tensors promoted to uint16 until the budget holds on the HTP.
     "qnn": ProfileSettings(
         activation_type="QUInt8",
         weight_type="QUInt8",
-        per_channel=False,
+        per_channel=True,
         reduce_range=False,
         activation_symmetric=False,
         weight_symmetric=False,

@@ -3,8 +3,10 @@
 
 An NPU has no float fallback, so every op is quantized (LayerNorm, Softmax, GELU, the attention
 core, the flow time embedding too) with onnxruntime's QNN rules
-(``quantization.execution_providers.qnn.get_qnn_qdq_config``: uint8 weights per tensor, uint8
-activations). Instead of falling back to float, the most sensitive activation tensors are
+(``quantization.execution_providers.qnn.get_qnn_qdq_config``: uint8 activations; MatMul weights
+int8 per output channel, other constants uint8 per tensor). A flow model's time angle and its
+frequency table are 16-bit by rule (``qnn_graph.time_angle_tensors``). Instead of falling back
+to float, the most sensitive tensors are
 promoted to uint16 (tensor quant overrides; ORT inserts the 8<->16-bit converts): ranked once by
 the SQNR of their own 8-bit quantization (``qdq_loss_debug`` on the recorded decode feeds), then
 promoted, least precise first, in the smallest count that holds the budget (doubling groups, then
@@ -34,15 +36,19 @@ from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.qnn_graph import (
     activation_tensors,
+    float_constants,
+    gather_tables,
     matmul_weights,
     prepare_qnn,
     producer_labels,
+    time_angle_tensors,
     quantize_qnn_model,
     tensor_sqnr,
     weight_sqnr,
 )
 from edgekit.quantize.result import SearchResult
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.spec import KIND_IO
 from edgekit.runtimes.qnn import (
     QnnOptions,
     QnnRuntime,
@@ -66,7 +72,9 @@ class QnnProfile:
         self.tensors: list[str] = []  # activation tensors of the all-8-bit model
         self.weights: list[str] = []  # MatMul weights (promotable to 16 bit)
         self.labels: dict[str, str] = {}
-        self.forced: list[str] = []
+        self.forced: list[str] = []  # at 16 bit from the start: by rule and by --overrides
+        self.by_rule: list[str] = []
+        self.constants: set[str] = set()  # float initializers of the prepared graph
         self.buckets = BucketState(run)
 
     def check(self) -> None:
@@ -83,6 +91,7 @@ class QnnProfile:
         run.prepared = prepare_qnn(run.fp32_path, run.tmp / "prepared.onnx")
         run.preprocess = {"applied": True, "skipped_because": None, "tool": "qnn_preprocess_model + Gemm as MatMul"}
         self.labels = module_labels(run.fp32_path)
+        self.constants = float_constants(run.prepared)
         run.plan = analyse_graph(run.prepared, None, self.labels)
 
     def calibrate(self) -> None:
@@ -98,15 +107,22 @@ class QnnProfile:
 
         def one(bucket: int, reader: Any) -> Path:
             out = self.run.tmp / f"qnn-{next(self.builds)}.onnx"
-            return quantize_qnn_model(self.run.prepared, out, reader, promoted, self.run.cfg.method, every_activation)
+            return quantize_qnn_model(self.run.prepared, out, reader, promoted, self.run.cfg.method, every_activation,
+                                      per_channel=self.run.cfg.settings.per_channel)
 
         return self.buckets.graphs(one)
 
     def open_candidate(self, model: Path, backend: str = "htp") -> Any:
-        """The runtime that decodes candidate ``model``: the HTP backend, or the CPU EP's QDQ simulation."""
+        """The runtime that decodes candidate ``model``: the HTP backend, or the CPU EP's QDQ simulation.
+
+        The simulation runs with basic graph optimization only: every Q/DQ pair as written, the
+        ops between them in float. ORT's QDQ fusions would run int8 CPU kernels instead, whose
+        arithmetic is the host's: on x86 without VNNI u8 x s8 sums saturate, and a per-channel
+        int8 MatMul simulated 2.2 dB below its QDQ semantics (30.7 dB; the HTP backend: 32.3)."""
         if backend == "htp":
             return self.buckets.open(model, self.budget_runtime)
-        return self.buckets.open(model, lambda p: OrtRuntime(p, OrtOptions(intra_op_threads=self.run.cfg.threads)))
+        options = OrtOptions(intra_op_threads=self.run.cfg.threads, graph_optimization="basic")
+        return self.buckets.open(model, lambda p: OrtRuntime(p, options))
 
     def measure(self, model: Path, promoted: Sequence[str], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
         """Decode the held-out set with ``model`` on the HTP backend, with check's gate (budget met
@@ -125,9 +141,12 @@ class QnnProfile:
     def search(self) -> SearchResult:
         run = self.run
         run.say("quantize every op: 8-bit activations and weights (QNN rules)")
-        self.tensors = activation_tensors(self.build(()))
-        self.weights = list(matmul_weights(run.prepared))
-        self.forced = self._forced()
+        eight_bit = self.build(())
+        self.tensors = activation_tensors(eight_bit)
+        # Promotable constants: MatMul weights, and Gather tables (embeddings; the HTP gathers at 16 bit).
+        self.weights = [*matmul_weights(run.prepared), *gather_tables(run.prepared)]
+        self.by_rule = self._by_rule()
+        self.forced = list(dict.fromkeys([*self.by_rule, *self._forced()]))
         known = producer_labels(run.prepared, self.labels)  # tensors of the float graph (the QDQ one renames outputs)
         self.buckets.measure_drift([t for t in self.tensors if t in known])
         # Chosen on the CPU EP's QDQ simulation (cheap); the HTP backend then measures that count.
@@ -138,9 +157,19 @@ class QnnProfile:
         promoted: list[str] = list(self.forced)
         ranking: dict[str, float] = {}
         if not passed and run.cfg.fallback:
-            ranking = self.rank(model)
+            # Ranked on the all-8-bit graph: "its own 8-bit quantization". On a graph with forced
+            # 16-bit tensors, ORT's 8<->16 converts broke qdq_loss_debug's matching: 260 of 263
+            # flow activations went unranked, and the search promoted them in graph order.
+            ranking = self.rank(eight_bit)
             model, promoted, passed, metrics, rows = self.promote(ranking, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
+
+    def _by_rule(self) -> list[str]:
+        """Tensors at 16 bit by rule: a flow model's time angle (``time_angle_tensors``)."""
+        if self.run.kind != "flow":
+            return []
+        quantized = set(self.tensors) | self.constants
+        return [t for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1]) if t in quantized]
 
     def _forced(self) -> list[str]:
         """Tensors an override puts at 16 bit from the start (``--overrides``, ``debug --fix``)."""
@@ -159,7 +188,8 @@ class QnnProfile:
         feeds = self.run.traj.feeds
         pick = np.linspace(0, len(feeds) - 1, min(self.run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
         ranking = tensor_sqnr(self.run.prepared, model, [feeds[i] for i in sorted(set(pick.tolist()))], self.tensors)
-        return ranking | weight_sqnr(self.run.prepared, self.weights)
+        per_channel = list(matmul_weights(self.run.prepared)) if self.run.cfg.settings.per_channel else []
+        return ranking | weight_sqnr(self.run.prepared, self.weights, per_channel)
 
     def promote(self, ranking: Mapping[str, float], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
         """Promote the least precise tensors until the budget holds: the smallest count found by
@@ -219,20 +249,27 @@ class QnnProfile:
     def promotions(self, promoted: list[str], ranking: Mapping[str, float], producer: Mapping[str, str]) -> dict[str, Any]:
         weight_set = set(self.weights)
         # Activations at 16 bit: the promoted ones and the inputs of promoted MatMul weights.
-        act_of = matmul_weights(self.run.prepared)
+        # (a Gather table's "activation" is its output, which takes the table's type)
+        act_of = matmul_weights(self.run.prepared) | gather_tables(self.run.prepared)
         wide = {t for t in promoted if t not in weight_set} | {act_of[t] for t in promoted if t in weight_set}
         tensors = set(self.tensors)
+        rule = set(self.by_rule)
         return {
             "htp_arch": self.htp.arch, "soc_model": self.htp.soc, **versions(),
-            "weights": "uint8 per tensor, promoted MatMul weights uint16", "activations": "uint8, promoted tensors uint16",
+            "weights": ("MatMul weights int8 per output channel" if self.run.cfg.settings.per_channel else "MatMul weights uint8 per tensor")
+                       + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
+            "activations": "uint8, promoted tensors uint16",
             "activation_tensors": len(self.tensors),
             "promoted_16bit": len(promoted),
             "activations_16bit": len(wide & tensors),
             "weights_16bit": sum(1 for t in promoted if t in weight_set),
             "share_8bit": 1.0 - len(wide & tensors) / len(tensors) if tensors else None,
             "promotions": [
-                {"step": i + 1, "tensor": t, "kind": "weight" if t in weight_set else "activation",
-                 "produced_by": "initializer" if t in weight_set else producer.get(t, t), "sqnr_8bit_db": ranking.get(t)}
+                {"step": i + 1, "tensor": t,
+                 "kind": "weight" if t in weight_set else "constant" if t in self.constants else "activation",
+                 "produced_by": "initializer" if t in weight_set or t in self.constants else producer.get(t, t),
+                 "sqnr_8bit_db": ranking.get(t),
+                 "why": "rule: time angle" if t in rule else "override" if t in self.forced else "budget"}
                 for i, t in enumerate(promoted)
             ],
         }

@@ -78,8 +78,59 @@ def matmul_weights(model_path: Path) -> dict[str, str]:
             if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
 
 
-def weight_sqnr(model_path: Path, names: Sequence[str]) -> dict[str, float]:
-    """{weight: SQNR (dB) of its uint8 per-tensor quantization (the QNN profile's weights)}."""
+def gather_tables(model_path: Path) -> dict[str, str]:
+    """{constant table of a Gather (an embedding): that Gather's output}. The output carries the
+    table's quantization, so the two are promoted to 16 bit together."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    return {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits}
+
+
+def float_constants(model_path: Path) -> set[str]:
+    """The float initializers of a graph (weights, biases, tables, scalars)."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    return {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+
+
+def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
+    """The sinusoidal time embedding's angle: the tensors computed from ``time_input`` (and
+    constants) alone before any Sin/Cos, and the float constants they read (the frequency table).
+    At 8 bits per tensor the table's step is 1/255 of its largest frequency, so the geometric
+    tail of small frequencies rounds to 0; the angle t·ω spans [0, ω_max]. On the flow demo, every
+    activation and MatMul weight at 16 bit still left 23.9 dB per forward with this table at 8
+    bit, 48.2 dB with it at 16. Their own 8-bit SQNR is high (energy sits in the large entries),
+    so no SQNR ranking picks them: the qnn profile puts them at 16 bit by rule, as the cpu
+    profile keeps the time embedding float."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    floats = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    constant = {i.name for i in model.graph.initializer}
+    angle, out = {time_input}, [time_input]
+    for node in model.graph.node:  # topological order
+        live = [i for i in node.input if i and i not in constant]
+        if node.op_type == "Constant" or not live:
+            constant.update(node.output)
+        elif node.op_type not in ("Sin", "Cos") and all(i in angle for i in live):
+            angle.update(node.output)
+            out.extend([*node.output, *(i for i in node.input if i in floats)])
+    return list(dict.fromkeys(out))
+
+
+def _weight_out_axes(model_path: Path, weights: Mapping[str, str]) -> dict[str, int]:
+    """{2-D MatMul weight: its output axis (1)}: the weights that take one scale per output
+    column. Batched (3-D+) weights keep one scale per tensor."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    return {i.name: 1 for i in model.graph.initializer if i.name in weights and len(i.dims) == 2}
+
+
+def weight_sqnr(model_path: Path, names: Sequence[str], per_channel: Sequence[str] = ()) -> dict[str, float]:
+    """{weight: SQNR (dB) of its 8-bit quantization as ``quantize_qnn_model`` makes it}: int8
+    symmetric per output column for the 2-D weights in ``per_channel`` (MatMul weights), else
+    uint8 per tensor (Gather tables, or every weight without per-channel)."""
+    per_channel = set(per_channel)
     onnx = require("onnx")
     model = onnx.load(str(model_path))
     wanted = set(names)
@@ -88,19 +139,29 @@ def weight_sqnr(model_path: Path, names: Sequence[str]) -> dict[str, float]:
         if init.name not in wanted:
             continue
         w = onnx.numpy_helper.to_array(init).astype(np.float64)
-        lo, hi = min(w.min(), 0.0), max(w.max(), 0.0)
-        scale = (hi - lo) / 255 or 1.0
-        q = np.clip(np.round((w - lo) / scale), 0, 255) * scale + lo
+        if init.name in per_channel and w.ndim == 2:
+            scale = np.abs(w).max(axis=0, keepdims=True) / 127
+            scale[scale == 0] = 1.0
+            q = np.clip(np.round(w / scale), -127, 127) * scale
+        else:
+            lo, hi = min(w.min(), 0.0), max(w.max(), 0.0)
+            scale = (hi - lo) / 255 or 1.0
+            q = np.clip(np.round((w - lo) / scale), 0, 255) * scale + lo
         noise = np.sum((w - q) ** 2)
         out[init.name] = float(10 * np.log10(np.sum(w**2) / noise)) if noise > 0 else float("inf")
     return out
 
 
 def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax",
-                       all_activations_16bit: bool = False) -> Path:
-    """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations and weights),
-    the tensors in ``promoted`` at uint16: activations, and MatMul weights (whose
-    activation input then goes to uint16 too: the HTP has A16W16, not A8W16).
+                       all_activations_16bit: bool = False, per_channel: bool = True) -> Path:
+    """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations), the tensors in
+    ``promoted`` at uint16: activations, and MatMul weights (whose activation input then goes to
+    uint16 too: the HTP has A16W16, not A8W16).
+    ``per_channel``: every 8-bit MatMul weight as int8, symmetric, one scale per output column
+    (what the HTP's per-channel weights take); else uint8 per tensor. On the flow demo one
+    uint8 scale per tensor cost the smallest columns most of their bits: the HTP backend runs
+    both forms without CPU fallback (onnxruntime-qnn 2.7; an earlier build left per-channel
+    nodes to the CPU EP).
     ``all_activations_16bit``: uint16 as the default activation type rather than one override per
     tensor (on the demo flow, overriding all 256 tensors left 17.4 dB where the default type
     reached 36.5 dB: tensors ORT ties to their producer's type kept 8 bits)."""
@@ -108,10 +169,20 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
 
     weights = matmul_weights(prepared)
+    tables = gather_tables(prepared)
     if all_activations_16bit:
-        promoted = [w for w in promoted if w in weights]
+        promoted = [w for w in promoted if w in weights or w in tables]
+    # A Gather's output takes its table's type (ORT ties them): promoting the output alone was
+    # silently dropped, and the flow demo's token embedding stayed 8-bit with every other tensor
+    # at 16 (17.5 dB against 49.9 with it), so promoting either promotes both.
+    gathered = {out: table for table, out in tables.items()}
     names = list(promoted) + [weights[w] for w in promoted if w in weights]
-    overrides = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
+    names += [gathered[t] for t in promoted if t in gathered] + [tables[t] for t in promoted if t in tables]
+    overrides: dict[str, list[dict[str, Any]]] = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
+    if per_channel:
+        for weight, axis in _weight_out_axes(prepared, weights).items():
+            if weight not in overrides:
+                overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": axis}]
     reader.rewind()
     try:
         with quiet_ort_logging():

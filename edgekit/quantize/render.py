@@ -95,9 +95,10 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         "weights": q["weights"],
     })
     if q["promotions"]:
-        o.table("promoted to 16 bit, least precise first (SQNR of the tensor's own 8-bit quantization)",
-                ["#", "tensor", "kind", "produced by", "8-bit SQNR dB"],
-                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"], p["sqnr_8bit_db"]) for p in q["promotions"]])
+        o.table("promoted to 16 bit: by rule and override, then least precise first (SQNR of the tensor's own 8-bit quantization)",
+                ["#", "tensor", "kind", "produced by", "8-bit SQNR dB", "why"],
+                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"], p["sqnr_8bit_db"], p.get("why", "budget"))
+                 for p in q["promotions"]])
     limits = list(s["budget"]["limits"])
     o.table("budget search (the CPU EP only narrows it; the HTP backend decides)", ["backend", "16-bit tensors", *limits, "passed"],
             [(h["backend"], h["promoted"], *(h.get(k) for k in limits), h["passed"]) for h in s["budget"]["history"]])

@@ -39,9 +39,13 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
         assert q["budget"]["measured_on"].startswith("qnn HTP backend")
         history = q["budget"]["history"]
         assert history[-1]["backend"] == "qnn-htp" and history[-1]["passed"]  # the HTP backend decided
-        if kind == "ar":  # 8-bit top-1 0.83 < 0.95: the search promotes, and the manifest says which
-            assert 0 < q["qnn"]["share_8bit"] < 1 and len(q["qnn"]["promotions"]) == q["qnn"]["promoted_16bit"] > 0
-        else:  # the tiny masked and flow models pass at 8 bit
+        why = {p["why"] for p in q["qnn"]["promotions"]}
+        if kind == "flow":  # the time angle t·ω is 16-bit by rule; the rest passes at 8 bit
+            assert why == {"rule: time angle"} and 0 < q["qnn"]["share_8bit"] < 1
+            assert "constant" in {p["kind"] for p in q["qnn"]["promotions"]}  # the frequency table
+        else:  # with per-channel int8 weights the tiny masked and AR models pass at 8 bit (the AR
+            # needed a promotion with uint8 per-tensor weights: top-1 0.83 < 0.95); the search's
+            # promotions are tested below with an unreachable floor
             assert q["qnn"]["share_8bit"] == 1.0 and q["qnn"]["promotions"] == []
         assert q["qnn"]["htp_arch"] and q["qnn"]["qnn_sdk"]
 
@@ -69,6 +73,20 @@ def test_a_failing_budget_promotes_the_least_precise_tensors_to_16_bit(tiny_qnn_
     assert backends[0] == "qnn-htp" and backends[-1] == "qnn-htp"  # the HTP backend decides
     assert _uint16_q_nodes(Bundle.load(root).path_of("int8")) >= 1
     assert float_nodes(Bundle.load(root).path_of("int8")) == []
+
+
+def test_flow_budget_promotions_are_ranked_beside_the_time_angle_rule(tiny_qnn_bundles, tmp_path):
+    """The time angle is 16-bit by rule, from the start; the budget's promotions that follow are
+    still ranked by their own 8-bit SQNR (once, on a graph with forced 16-bit tensors, ORT's
+    8<->16 converts left nearly every activation unranked and promoted in graph order)."""
+    root = tmp_path / "flow"
+    shutil.copytree(tiny_qnn_bundles["flow"], root)
+    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 200.0}, max_fallback=2)
+    q = quantize_bundle(root, cfg)["qnn"]
+    rule = [p for p in q["promotions"] if p["why"] == "rule: time angle"]
+    budget = [p for p in q["promotions"] if p["why"] == "budget"]
+    assert rule and q["promotions"][:len(rule)] == rule  # the rule's tensors come first
+    assert len(budget) == 2 and all(isinstance(p["sqnr_8bit_db"], float) for p in budget), budget
 
 
 def test_exclude_does_not_apply_to_an_npu_without_float(tiny_qnn_bundles, tmp_path):
