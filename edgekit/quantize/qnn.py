@@ -35,6 +35,7 @@ from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.qnn_graph import (
+    activation_bits,
     activation_tensors,
     float_constants,
     gather_tables,
@@ -242,16 +243,16 @@ class QnnProfile:
             int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
             structure={"ops": ops, "float_nodes": floats}, drift=drift, tensors=self.tensors,
             budget_extra={"measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else "")},
-            extras={"qnn": self.promotions(promoted, ranking, producer), "step_buckets": self.buckets.to_json(model)},
+            extras={"qnn": self.promotions(model, promoted, ranking, producer), "step_buckets": self.buckets.to_json(model)},
             bucket_models=self.buckets.paths(model),
         )
 
-    def promotions(self, promoted: list[str], ranking: Mapping[str, float], producer: Mapping[str, str]) -> dict[str, Any]:
+    def promotions(self, model: Path, promoted: list[str], ranking: Mapping[str, float], producer: Mapping[str, str]) -> dict[str, Any]:
         weight_set = set(self.weights)
-        # Activations at 16 bit: the promoted ones and the inputs of promoted MatMul weights.
-        # (a Gather table's "activation" is its output, which takes the table's type)
-        act_of = matmul_weights(self.run.prepared) | gather_tables(self.run.prepared)
-        wide = {t for t in promoted if t not in weight_set} | {act_of[t] for t in promoted if t in weight_set}
+        # Activations at 16 bit as the written graph holds them (promoted ones, inputs of promoted
+        # MatMul weights, outputs of promoted Gather tables, and what ORT ties to them).
+        bits = activation_bits(model, self.tensors)
+        wide = {t for t, b in bits.items() if b == 16}
         tensors = set(self.tensors)
         rule = set(self.by_rule)
         return {

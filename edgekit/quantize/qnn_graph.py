@@ -87,6 +87,22 @@ def gather_tables(model_path: Path) -> dict[str, str]:
     return {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits}
 
 
+def activation_bits(qdq_model: Path, tensors: Sequence[str]) -> dict[str, int]:
+    """{activation tensor: 8 or 16}, read from the zero-point type of the QuantizeLinear that
+    quantizes it in ``qdq_model``: what the graph holds, whatever was asked (ORT ties some
+    tensors' types to a neighbour's, and adds 8<->16 converts)."""
+    onnx = require("onnx")
+    model = onnx.load(str(qdq_model), load_external_data=False)
+    inits = {i.name: i for i in model.graph.initializer}
+    wanted, bits = set(tensors), {}
+    wide = (onnx.TensorProto.UINT16, onnx.TensorProto.INT16)
+    for node in model.graph.node:
+        name = node.input[0] if node.op_type == "QuantizeLinear" else None
+        if name in wanted and name not in bits and len(node.input) > 2 and node.input[2] in inits:
+            bits[name] = 16 if inits[node.input[2]].data_type in wide else 8
+    return bits
+
+
 def float_constants(model_path: Path) -> set[str]:
     """The float initializers of a graph (weights, biases, tables, scalars)."""
     onnx = require("onnx")

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
 from edgekit.quantize.qnn_graph import (  # noqa: E402
+    activation_bits,
     activation_tensors,
     gather_tables,
     matmul_weights,
@@ -117,6 +118,8 @@ def test_promoting_a_gather_output_promotes_its_table(built, tmp_path):
     q = quantize_qnn_model(fp32, tmp_path / "emb16.onnx", calibration_reader(_feeds(8, seed=1)), ["emb"])
     types = _types(q)
     assert types["table"][0] == TensorProto.UINT16 and types["emb"][0] == TensorProto.UINT16
+    acts = activation_tensors(built["pc"])
+    assert activation_bits(q, acts) == {t: 16 if t == "emb" else 8 for t in acts}  # what the graph holds
     # every activation and weight promoted: nothing is left at 8 bit
     everything = activation_tensors(built["pc"]) + ["W", "W2", "table"]
     q = quantize_qnn_model(fp32, tmp_path / "all16.onnx", calibration_reader(_feeds(8, seed=1)), everything)
