@@ -30,6 +30,7 @@ COMMITTED: list[str] = []
 
 __all__ = ["Artifact", "Bundle", "MANIFEST", "SCHEMA", "STAGING_PREFIX", "inside", "now_iso", "sha256_file", "write_json_atomic"]
 _CHUNK = 1 << 20
+_TAMPERED = "re-run the stage that makes it (edgekit never loads a tampered artifact)"
 
 
 def sha256_file(path: str | Path) -> str:
@@ -271,24 +272,20 @@ class Bundle:
         return Artifact(name=name, **{k: doc[k] for k in _ARTIFACT_FIELDS if k in doc})
 
     def _remake_hint(self, name: str, when: str = "again") -> str:
-        """The command that (re)makes artifact ``name``."""
-        if name == "int8" or name.startswith("int8-bucket-"):
+        """The command that (re)makes artifact ``name`` ("int8", "int8-bucket-N": quantize)."""
+        if name.startswith("int8"):
             return f"run `edgekit quantize {self.root}` {when}"
-        if name == "fp32":
-            return f"re-export with `edgekit export MODEL -o {self.root}`"
-        return "run the stage that makes it"
+        return f"re-export with `edgekit export MODEL -o {self.root}`" if name == "fp32" else "run the stage that makes it"
 
     def path_of(self, name: str) -> Path:
         return self.root / self.artifact(name).path
 
     # ---- integrity ---------------------------------------------------------------------------
     def verify(self, skip: Callable[[str], bool] | None = None) -> None:
-        """Every artifact exists with its recorded size and sha256, and stays inside the bundle.
-        ``skip(name)``: artifacts the caller is about to replace (quantize and its int8 graphs)."""
+        """Every artifact exists with its recorded size and sha256, and stays inside the bundle;
+        but those ``skip(name)`` names (the caller replaces them: quantize, its int8 graphs)."""
         root = self.root.resolve()
-        for name, doc in self.manifest["artifacts"].items():
-            if skip is not None and skip(name):
-                continue
+        for name, doc in [(n, d) for n, d in self.manifest["artifacts"].items() if skip is None or not skip(n)]:
             try:
                 path = (self.root / doc["path"]).resolve()
                 size, digest = int(doc["bytes"]), str(doc["sha256"])
@@ -299,10 +296,8 @@ class Bundle:
             if not path.is_file():
                 raise BundleError(f"artifact {name!r} ({doc['path']}) is missing from {self.root}", hint=self._remake_hint(name))
             if path.stat().st_size != size or sha256_file(path) != digest:
-                raise BundleError(
-                    f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed or truncated",
-                    hint="re-run the stage that makes it (edgekit never loads a tampered artifact)",
-                )
+                raise BundleError(f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed "
+                                  "or truncated", hint=_TAMPERED)
             for side in doc.get("side_files") or []:
                 try:
                     rel, size, digest = str(side["path"]), int(side["bytes"]), str(side["sha256"])
@@ -310,10 +305,8 @@ class Bundle:
                     raise BundleError(f"manifest entry for artifact {name!r} has a malformed side file", hint="re-run the stage") from None
                 spath = inside(self.root, rel)
                 if not spath.is_file() or spath.stat().st_size != size or sha256_file(spath) != digest:
-                    raise BundleError(
-                        f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
-                        hint="re-run the stage that makes it (edgekit never loads a tampered artifact)",
-                    )
+                    raise BundleError(f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
+                                      hint=_TAMPERED)
             check_side_files_listed(path, name, doc)  # a weights file the manifest does not list would be read unhashed
 
     # ---- writing -----------------------------------------------------------------------------
