@@ -174,13 +174,14 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     ``promoted`` at uint16: activations, and MatMul weights (whose activation input then goes to
     uint16 too: the HTP has A16W16, not A8W16).
     ``per_channel``: every 8-bit MatMul weight as int8, symmetric, one scale per output column
-    (what the HTP's per-channel weights take); else uint8 per tensor. On the flow demo one
-    uint8 scale per tensor cost the smallest columns most of their bits: the HTP backend runs
-    both forms without CPU fallback (onnxruntime-qnn 2.7; an earlier build left per-channel
-    nodes to the CPU EP).
+    (what the HTP's per-channel weights take); else uint8 per tensor, where one scale costs the
+    small columns their bits (masked demo, all 8-bit on the HTP backend: top-1 0.869 per tensor,
+    0.903 per channel). The HTP backend runs both forms without CPU fallback (onnxruntime-qnn
+    2.7; an earlier build left per-channel nodes to the CPU EP).
     ``all_activations_16bit``: uint16 as the default activation type rather than one override per
-    tensor (on the demo flow, overriding all 256 tensors left 17.4 dB where the default type
-    reached 36.5 dB: tensors ORT ties to their producer's type kept 8 bits)."""
+    tensor. The default type also widens constants no override names (on the demo flow, every
+    activation overridden left 17.4 dB, the default type 36.5 dB: the sinusoid's frequency table,
+    now 16-bit by rule through ``time_angle_tensors``)."""
     quant = require("onnxruntime.quantization")
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
 
