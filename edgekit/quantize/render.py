@@ -91,7 +91,7 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
         "HTP": f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})",
         "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit)",
-        "MatMul weights at 16 bit": q.get("weights_16bit", 0),
+        "weights at 16 bit (MatMul, Gather tables)": q.get("weights_16bit", 0),
         "weights": q["weights"],
     })
     if q["promotions"]:
