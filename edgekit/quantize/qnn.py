@@ -42,14 +42,13 @@ from edgekit.quantize.qnn_graph import (
     matmul_weights,
     prepare_qnn,
     producer_labels,
-    time_angle_tensors,
     quantize_qnn_model,
     tensor_sqnr,
+    time_angle_tensors,
     weight_sqnr,
 )
 from edgekit.quantize.result import SearchResult
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-from edgekit.spec import KIND_IO
 from edgekit.runtimes.qnn import (
     QnnOptions,
     QnnRuntime,
@@ -58,6 +57,7 @@ from edgekit.runtimes.qnn import (
     qnn_options_for,
     versions,
 )
+from edgekit.spec import KIND_IO
 from edgekit.targets import load_target
 
 
@@ -71,7 +71,7 @@ class QnnProfile:
         self.htp = qnn_options_for(load_target(run.cfg.target), "int8") if run.cfg.target else QnnOptions()
         self.builds = iter(range(10**6))
         self.tensors: list[str] = []  # activation tensors of the all-8-bit model
-        self.weights: list[str] = []  # MatMul weights (promotable to 16 bit)
+        self.weights: list[str] = []  # MatMul weights and Gather tables (promotable to 16 bit)
         self.labels: dict[str, str] = {}
         self.forced: list[str] = []  # at 16 bit from the start: by rule and by --overrides
         self.by_rule: list[str] = []
