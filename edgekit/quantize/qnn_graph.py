@@ -134,12 +134,12 @@ def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _weight_out_axes(model_path: Path, weights: Mapping[str, str]) -> dict[str, int]:
-    """{2-D MatMul weight: its output axis (1)}: the weights that take one scale per output
-    column. Batched (3-D+) weights keep one scale per tensor."""
+def _two_d(model_path: Path, weights: Mapping[str, str]) -> list[str]:
+    """The 2-D ones of ``weights``: those that take one scale per output column (axis 1).
+    Batched (3-D+) weights keep one scale per tensor."""
     onnx = require("onnx")
     model = onnx.load(str(model_path), load_external_data=False)
-    return {i.name: 1 for i in model.graph.initializer if i.name in weights and len(i.dims) == 2}
+    return [i.name for i in model.graph.initializer if i.name in weights and len(i.dims) == 2]
 
 
 def weight_sqnr(model_path: Path, names: Sequence[str], per_channel: Sequence[str] = ()) -> dict[str, float]:
@@ -197,9 +197,9 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     names += [gathered[t] for t in promoted if t in gathered] + [tables[t] for t in promoted if t in tables]
     overrides: dict[str, list[dict[str, Any]]] = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
     if per_channel:
-        for weight, axis in _weight_out_axes(prepared, weights).items():
+        for weight in _two_d(prepared, weights):
             if weight not in overrides:
-                overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": axis}]
+                overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": 1}]
     reader.rewind()
     try:
         with quiet_ort_logging():
