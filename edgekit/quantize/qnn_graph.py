@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -68,23 +69,47 @@ def gemm_as_matmul(path: Path) -> int:
     return rewritten
 
 
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the qnn profile asks of the prepared float graph, read in one load: the search asks
+    for each candidate build and for the ranking (each question loaded the graph again).
+
+    ``matmul_weights``: {constant weight of a MatMul: that node's activation input}, the weights
+    the HTP takes at 16 bit (with a 16-bit activation: A16W16; it refused them on Gemm,
+    LayerNorm and Conv). ``gather_tables``: {constant table of a Gather (an embedding): that
+    Gather's output}; the output carries the table's quantization, so the two are promoted to
+    16 bit together. ``two_d``: the 2-D MatMul weights, which take one scale per output column
+    (axis 1; batched weights keep one scale per tensor). ``floats``: every float initializer
+    (weights, biases, tables, scalars)."""
+
+    matmul_weights: Mapping[str, str]
+    gather_tables: Mapping[str, str]
+    two_d: tuple[str, ...]
+    floats: frozenset[str]
+
+    @classmethod
+    def read(cls, model_path: Path) -> "GraphFacts":
+        onnx = require("onnx")
+        model = onnx.load(str(model_path), load_external_data=False)
+        inits = {i.name: i for i in model.graph.initializer}
+        weights = {n.input[1]: n.input[0] for n in model.graph.node
+                   if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
+        return cls(
+            matmul_weights=weights,
+            gather_tables={n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits},
+            two_d=tuple(w for w in weights if len(inits[w].dims) == 2),
+            floats=frozenset(i.name for i in inits.values() if i.data_type == onnx.TensorProto.FLOAT),
+        )
+
+
 def matmul_weights(model_path: Path) -> dict[str, str]:
-    """{constant weight of a MatMul: that node's activation input}: the weights the HTP takes at
-    16 bit (with a 16-bit activation: A16W16; it refused them on Gemm, LayerNorm and Conv)."""
-    onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)
-    inits = {i.name for i in model.graph.initializer}
-    return {n.input[1]: n.input[0] for n in model.graph.node
-            if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
+    """``GraphFacts.matmul_weights`` of the graph at ``model_path``."""
+    return dict(GraphFacts.read(model_path).matmul_weights)
 
 
 def gather_tables(model_path: Path) -> dict[str, str]:
-    """{constant table of a Gather (an embedding): that Gather's output}. The output carries the
-    table's quantization, so the two are promoted to 16 bit together."""
-    onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)
-    inits = {i.name for i in model.graph.initializer}
-    return {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits}
+    """``GraphFacts.gather_tables`` of the graph at ``model_path``."""
+    return dict(GraphFacts.read(model_path).gather_tables)
 
 
 def activation_bits(qdq_model: Path, tensors: Sequence[str]) -> dict[str, int]:
@@ -96,18 +121,12 @@ def activation_bits(qdq_model: Path, tensors: Sequence[str]) -> dict[str, int]:
     inits = {i.name: i for i in model.graph.initializer}
     wanted, bits = set(tensors), {}
     wide = (onnx.TensorProto.UINT16, onnx.TensorProto.INT16)
+    outputs = {o.name for o in model.graph.output}
     for node in model.graph.node:
-        name = node.input[0] if node.op_type == "QuantizeLinear" else None
+        name = _float_name(node.input[0], outputs) if node.op_type == "QuantizeLinear" else None
         if name in wanted and name not in bits and len(node.input) > 2 and node.input[2] in inits:
             bits[name] = 16 if inits[node.input[2]].data_type in wide else 8
     return bits
-
-
-def float_constants(model_path: Path) -> set[str]:
-    """The float initializers of a graph (weights, biases, tables, scalars)."""
-    onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)
-    return {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
 
 
 def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
@@ -132,14 +151,6 @@ def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
             angle.update(node.output)
             out.extend([*node.output, *(i for i in node.input if i in floats)])
     return list(dict.fromkeys(out))
-
-
-def _two_d(model_path: Path, weights: Mapping[str, str]) -> list[str]:
-    """The 2-D ones of ``weights``: those that take one scale per output column (axis 1).
-    Batched (3-D+) weights keep one scale per tensor."""
-    onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)
-    return [i.name for i in model.graph.initializer if i.name in weights and len(i.dims) == 2]
 
 
 def weight_sqnr(model_path: Path, names: Sequence[str], per_channel: Sequence[str] = ()) -> dict[str, float]:
@@ -169,7 +180,7 @@ def weight_sqnr(model_path: Path, names: Sequence[str], per_channel: Sequence[st
 
 
 def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax",
-                       all_activations_16bit: bool = False, per_channel: bool = True) -> Path:
+                       all_activations_16bit: bool = False, per_channel: bool = True, facts: GraphFacts | None = None) -> Path:
     """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations), the tensors in
     ``promoted`` at uint16: activations, and MatMul weights (whose activation input then goes to
     uint16 too: the HTP has A16W16, not A8W16).
@@ -181,12 +192,13 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     ``all_activations_16bit``: uint16 as the default activation type rather than one override per
     tensor. The default type also widens constants no override names (on the demo flow, every
     activation overridden left 17.4 dB, the default type 36.5 dB: the sinusoid's frequency table,
-    now 16-bit by rule through ``time_angle_tensors``)."""
+    now 16-bit by rule through ``time_angle_tensors``).
+    ``facts``: ``prepared``'s ``GraphFacts`` when the caller has them (else read here)."""
     quant = require("onnxruntime.quantization")
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
 
-    weights = matmul_weights(prepared)
-    tables = gather_tables(prepared)
+    facts = facts or GraphFacts.read(prepared)
+    weights, tables = facts.matmul_weights, facts.gather_tables
     if all_activations_16bit:
         promoted = [w for w in promoted if w in weights or w in tables]
     # A Gather's output takes its table's type (ORT ties them): promoting the output alone was
@@ -197,7 +209,7 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     names += [gathered[t] for t in promoted if t in gathered] + [tables[t] for t in promoted if t in tables]
     overrides: dict[str, list[dict[str, Any]]] = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
     if per_channel:
-        for weight in _two_d(prepared, weights):
+        for weight in facts.two_d:
             if weight not in overrides:
                 overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": 1}]
     reader.rewind()
@@ -227,18 +239,28 @@ def activation_tensors(qdq_model: Path) -> list[str]:
     model = onnx.load(str(qdq_model), load_external_data=False)
     inits = {i.name for i in model.graph.initializer}
     producers = {o: n for n in model.graph.node for o in n.output}
+    outputs = {o.name for o in model.graph.output}
     seen, out = set(), []
     for node in model.graph.node:
         if node.op_type != "QuantizeLinear":
             continue
-        name = node.input[0]
-        src = producers.get(name)
+        src = producers.get(node.input[0])
+        name = _float_name(node.input[0], outputs)
         # A Q reading a DQ output is a 8<->16-bit convert ORT added, not a tensor of the model.
         if name in inits or name in seen or (src is not None and src.op_type in ("DequantizeLinear", "Constant")):
             continue
         seen.add(name)
         out.append(name)
     return out
+
+
+def _float_name(name: str, outputs: set[str]) -> str:
+    """The float graph's name of a tensor the QDQ graph quantizes. ORT renames a graph output X
+    to X_QuantizeLinear_Input so that its DequantizeLinear can write X: under the new name an
+    override (which names float-graph tensors) never reached it, and the masked model's logits
+    could not be promoted."""
+    suffix = "_QuantizeLinear_Input"
+    return name[: -len(suffix)] if name.endswith(suffix) and name[: -len(suffix)] in outputs else name
 
 
 def tensor_sqnr(float_model: Path, qdq_model: Path, feeds: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[str]) -> dict[str, float]:
@@ -250,7 +272,9 @@ def tensor_sqnr(float_model: Path, qdq_model: Path, feeds: Sequence[Mapping[str,
         aug = Path(tmp) / "qdq.onnx"
         dbg.modify_model_output_intermediate_tensors(str(qdq_model), str(aug), op_types_for_saving=["QuantizeLinear", "DequantizeLinear"])
         acts = dbg.collect_activations(str(aug), calibration_reader(feeds))
-    matched = dbg.create_activation_matching(acts)
+    onnx = require("onnx")
+    outputs = {o.name for o in onnx.load(str(qdq_model), load_external_data=False).graph.output}
+    matched = {_float_name(k, outputs): v for k, v in dbg.create_activation_matching(acts).items()}
     out = {}
     for name in tensors:
         pair = matched.get(name)

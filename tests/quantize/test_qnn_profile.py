@@ -12,6 +12,7 @@ from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.quantize import QuantizeConfig, quantize_bundle
 from edgekit.quantize.config import DEFAULT_BUDGETS
+from edgekit.quantize.qnn_graph import activation_bits
 from edgekit.runtimes.qnn import float_nodes
 
 pytestmark = pytest.mark.slow  # exports tiny models and decodes them on the emulated NPU
@@ -43,10 +44,13 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
         if kind == "flow":  # the time angle t·ω is 16-bit by rule; the rest passes at 8 bit
             assert why == {"rule: time angle"} and 0 < q["qnn"]["share_8bit"] < 1
             assert "constant" in {p["kind"] for p in q["qnn"]["promotions"]}  # the frequency table
-        else:  # with per-channel int8 weights the tiny masked and AR models pass at 8 bit (the AR
-            # needed a promotion with uint8 per-tensor weights: top-1 0.83 < 0.95); the search's
-            # promotions are tested below with an unreachable floor
-            assert q["qnn"]["share_8bit"] == 1.0 and q["qnn"]["promotions"] == []
+        else:  # the logits are 16-bit by rule (the decode's decisions are read off them); with
+            # per-channel int8 weights the rest of the tiny masked and AR models passes at 8 bit.
+            # The logits are a graph output, which the QDQ graph renames: before the rule they
+            # could not be promoted at all. The search's promotions are tested below.
+            assert why == {"rule: logits"} and [p["tensor"] for p in q["qnn"]["promotions"]] == ["logits"]
+            assert activation_bits(bundle.path_of("int8"), ["logits"]) == {"logits": 16}
+            assert q["qnn"]["activations_16bit"] == 1 and 0.9 < q["qnn"]["share_8bit"] < 1
         assert q["qnn"]["htp_arch"] and q["qnn"]["qnn_sdk"]
 
 
@@ -65,8 +69,10 @@ def test_a_failing_budget_promotes_the_least_precise_tensors_to_16_bit(tiny_qnn_
     s = quantize_bundle(root, cfg)
     assert not s["passed"]
     q = s["qnn"]
-    assert q["promoted_16bit"] == 2 and [p["step"] for p in q["promotions"]] == [1, 2]
-    sqnr = [p["sqnr_8bit_db"] for p in q["promotions"]]
+    budget = [p for p in q["promotions"] if p["why"] == "budget"]
+    assert [p["tensor"] for p in q["promotions"]][0] == "logits"  # by rule, from the start
+    assert q["promoted_16bit"] == 3 and len(budget) == 2 and [p["step"] for p in q["promotions"]] == [1, 2, 3]
+    sqnr = [p["sqnr_8bit_db"] for p in budget]
     assert sqnr == sorted(sqnr)  # least precise first
     assert 0 < q["share_8bit"] < 1
     backends = [h["backend"] for h in s["budget"]["history"]]
