@@ -52,7 +52,7 @@ class DemoConfig:
 
     @property
     def frontier_steps(self) -> tuple[int, ...]:
-        return DEMO_FRONTIER_STEPS if self.full else (1, 2, 4, 8)  # K=16 alone cost as much as K=1..8
+        return DEMO_FRONTIER_STEPS if self.full else (1, 2, 4, 5, 6, 8)  # K=16 alone cost as much as K=1..8
 
     @property
     def frontier_n(self) -> int:

@@ -12,9 +12,9 @@ from edgekit.cli import app
 
 def test_default_sizes_are_the_demos_and_full_restores_the_complete_ones():
     small, full = demo.DemoConfig(), demo.DemoConfig(full=True)
-    assert small.frontier_steps == (1, 2, 4, 8) and full.frontier_steps == (1, 2, 4, 8, 16)
+    assert small.frontier_steps == (1, 2, 4, 5, 6, 8) and full.frontier_steps == (1, 2, 4, 5, 6, 8, 16)
     assert small.frontier_n == 16 and full.frontier_n == 32
-    assert small.sweep_lengths == () and full.sweep_lengths == (32, 256)
+    assert small.sweep_lengths == () and full.sweep_lengths == (32, 256, 512)
     assert small.gate_n == full.gate_n == 16  # the budget's rows are not cut (they cost little, and 8 needed more fallbacks)
     assert not small.runs_npu and full.runs_npu
     assert demo.DemoConfig(npu=True).runs_npu and not demo.DemoConfig(full=True, npu=False).runs_npu

@@ -206,7 +206,8 @@ def compare_ar(
                 # first variant, and the sweep's notes say the points mix precisions).
                 base = next((v for v in mine if v["precision"] == precision), mine[0])
                 one = replace(shared, sweep_precision=precision)
-                crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress))
+                at = _frontier_k(result.get("frontier"), runtime, base["precision"])
+                crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress, at))
     if not crossovers:
         result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
         return result
@@ -215,16 +216,34 @@ def compare_ar(
     return result
 
 
+def _frontier_k(doc: Mapping[str, Any] | None, runtime: str, precision: str) -> Mapping[str, Any] | None:
+    """The frontier's smallest K within tolerance of AR's quality in ``precision`` on ``runtime``
+    ({"steps", "latency_ms", ...}), or None when the frontier was not measured there or no K
+    reached AR's quality: the crossover then uses the bundle's decode default."""
+    if not doc or not doc.get("available") or doc.get("runtime") != runtime:
+        return None
+    hit = next((e for e in doc.get("smallest_k", []) if e.get("precision") == precision), None)
+    if hit is None or not hit.get("steps") or not hit.get("latency_ms"):
+        return None
+    return {**hit, "metric": doc.get("metric"), "tolerance": (doc.get("tolerance") or {}).get("text")}
+
+
 def _crossover_for(
     bundle: Bundle, ar: Bundle, base: Mapping[str, Any], a: Mapping[str, Any], length: int, rows: int,
-    cfg: ProfileConfig, progress: ProgressFn | None,
+    cfg: ProfileConfig, progress: ProgressFn | None, at: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The crossover of one NAR variant ``base`` and its AR twin ``a``: seed formula, the length
-    sweep on ``base``'s runtime, the measured and fitted crossover lengths."""
-    k = base["decode"]["steps"]
-    c_ms = base["latency"]["median_ms"] / k
+    sweep on ``base``'s runtime, the measured and fitted crossover lengths.
+
+    ``at``: the frontier's smallest K within tolerance of AR's quality (``_frontier_k``). NAR's
+    decode time grows with K, so the length where NAR pays is the one at the K a user would
+    deploy: that K is swept, and its frontier latency is the bundle-length point. None: the
+    variant's own K (the decode default or --steps)."""
+    k = int(at["steps"]) if at else base["decode"]["steps"]
+    nar_ms = float(at["latency_ms"]) if at else base["latency"]["median_ms"]
+    c_ms = nar_ms / k
     tau_ms = a["latency"]["median_ms"] / length
-    own = {"length": length, "source": "bundle", "nar_decode_ms": base["latency"]["median_ms"], "ar_decode_ms": a["latency"]["median_ms"]}
+    own = {"length": length, "source": "bundle", "nar_decode_ms": nar_ms, "ar_decode_ms": a["latency"]["median_ms"]}
     lengths = [n for n in cfg.sweep_lengths if n != length]
     sweep = length_sweep(bundle, ar, base["runtime"], k, rows, lengths, cfg, progress)
     if sweep.get("available") and base["precision"] != cfg.sweep_precision:
@@ -243,6 +262,11 @@ def _crossover_for(
         "precision": base["precision"],
         "sweep_precision": cfg.sweep_precision,
         "nar_steps": k,
+        "nar_steps_from": (
+            f"the frontier's smallest K with {at['metric']} within {at['tolerance']} of AR's "
+            f"({at['quality']:.3g}, bar {at['threshold']:.3g})"
+            if at else "the variant's decode steps"
+        ),
         "seed_formula": seed_crossover(c_ms, tau_ms),
         "k_steps_estimate": {
             "formula": "N > K*c/tau (all K steps of a decode, c and tau at the bundle length)",

@@ -36,6 +36,10 @@ from edgekit.spec import TensorSpec, ar_cache_form
 
 
 # ---- the length sweep ---------------------------------------------------------------------------
+# Network calls of one fp32 decode recorded to calibrate an int8 sweep model (evenly spaced).
+SWEEP_CALIBRATION_CALLS = 32
+
+
 def length_variant_spec(source: str, length: int, batch: int) -> Any:
     """An architecture-only (random-init) ``ModelSpec`` of built-in ``source`` at sequence length
     ``length`` (masked: seq_len; ar: max_len) with graph batch ``batch``. Latency does not depend
@@ -151,7 +155,7 @@ def length_sweep(
         "architecture-only models (random weights: latency does not depend on them) of the bundles' "
         f"architectures at each length, {'exported to ONNX and ' if runtime != 'torch' else ''}decoded on "
         f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
-        + (" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode)"
+        + (f" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
            if cfg.sweep_precision == "int8" else "")
     )
     known = {**bundle_conditions(bundle, rows, cfg.seed, cfg.cond), **bundle_conditions(ar, rows, cfg.seed, cfg.cond)}
@@ -169,8 +173,14 @@ def length_sweep(
                 dcfg = decode_config(b.kind, model.decode_defaults, opts, seed=cfg.seed)
                 spec_cond = spec_conditions(spec, known, rows)
 
-                def record(fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg) -> list[dict[str, np.ndarray]]:
-                    recorder = RecordingRuntime(fp32, model.kind, model.meta)
+                # At most ~SWEEP_CALIBRATION_CALLS recorded calls: an AR step's feeds hold its KV
+                # cache (a 1024-token decode recorded whole took 24 GiB); these int8 models time
+                # kernels, so evenly spaced calls calibrate them well enough.
+                calls = nar_steps if role == "nar" else n
+                every = -(-calls // SWEEP_CALIBRATION_CALLS)
+
+                def record(fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg, every=every) -> list[dict[str, np.ndarray]]:
+                    recorder = RecordingRuntime(fp32, model.kind, model.meta, every=every)
                     decode(model.kind, recorder, model.meta, spec_cond, dcfg)
                     return recorder.feeds
 

@@ -184,9 +184,10 @@ def sweep_table(doc: Doc) -> Rows:
     """Decode time against length: the points the crossovers come from, one block per engine and
     precision (``--sweep-precision fp32,int8`` or several runtimes: side by side, one run)."""
     crossovers = [c for c in (_get(doc, "compare_ar", "crossovers") or [_get(doc, "compare_ar", "crossover") or {}]) if c.get("points")]
-    columns = ["engine", "N", "models", "NAR ms", "AR ms", "c ms/step", "tau ms/token", "AR/NAR"]
+    columns = ["engine", "K", "N", "models", "NAR ms", "AR ms", "c ms/step", "tau ms/token", "AR/NAR"]
     rows = [
-        [f"{c['runtime']} {c.get('sweep_precision', c['precision'])}", p["length"], "trained" if p["source"] == "bundle" else "arch-only",
+        [f"{c['runtime']} {c.get('sweep_precision', c['precision'])}", c["nar_steps"], p["length"],
+         "trained" if p["source"] == "bundle" else "arch-only",
          p["nar_decode_ms"], p["ar_decode_ms"], p["c_ms"], p["tau_ms"], p["speedup"]]
         for c in crossovers for p in c["points"]
     ]
@@ -203,7 +204,7 @@ def crossover_lines(doc: Doc) -> list[str]:
     if not cross.get("available"):
         return [f"crossover: unavailable ({cross.get('reason')})"]
     seed = cross["seed_formula"]
-    lines = [f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}): {crossover_statement(cross)}"]
+    lines = [f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}, K={cross['nar_steps']}): {crossover_statement(cross)}"]
     m, model = cross.get("measured") or {}, cross.get("model") or {}
     estimates = []
     if model.get("n") is not None and (m.get("n") is not None or m.get("bound")):  # not the answer above: an estimate
@@ -222,7 +223,11 @@ def crossover_lines(doc: Doc) -> list[str]:
         lines.append(f"length sweep: {sweep.get('how')}")
         lines += [f"note: {n}" for n in sweep.get("notes", [])]
     for other in (_get(doc, "compare_ar", "crossovers") or [])[1:]:  # one per further runtime (engine)
-        lines.append(f"crossover on {other['runtime']} {other.get('sweep_precision', other['precision'])}: {crossover_statement(other)}")
+        lines.append(f"crossover on {other['runtime']} {other.get('sweep_precision', other['precision'])}, "
+                     f"K={other['nar_steps']}: {crossover_statement(other)}")
+    for c in _get(doc, "compare_ar", "crossovers") or [cross]:
+        if c.get("nar_steps_from", "").startswith("the frontier"):
+            lines.append(f"K={c['nar_steps']} on {c['runtime']} {c['precision']}: {c['nar_steps_from']}")
     return lines
 
 

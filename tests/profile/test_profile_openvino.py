@@ -47,7 +47,7 @@ def test_nar_vs_ar_reports_a_crossover_per_engine(tiny, kit):
     assert all(c["available"] and c["seed_formula"]["n"] is not None for c in crossovers)
     from edgekit.profile import crossover_lines
 
-    assert any(line.startswith("crossover on openvino fp32: ") for line in crossover_lines(doc))
+    assert any(line.startswith("crossover on openvino fp32, K=") for line in crossover_lines(doc))
 
 
 def test_fastest_engine_times_every_available_engine_and_picks_the_lowest(tiny):

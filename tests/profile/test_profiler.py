@@ -296,6 +296,32 @@ def test_int8_length_sweep_times_quantized_architecture_only_models(tiny, kit, t
         assert {"QuantizeLinear", "DequantizeLinear"} <= ops
 
 
+def test_int8_sweep_calibrates_on_evenly_spaced_calls(tiny, kit, tmp_path, monkeypatch):
+    """An AR step's feeds hold its KV cache: the int8 sweep at 1024 tokens recorded every call of
+    its calibration decode and was killed for memory (24 GiB). It records at most
+    SWEEP_CALIBRATION_CALLS calls per decode, evenly spaced."""
+    pytest.importorskip("torch")
+    import edgekit.profile.sweep as sweep
+
+    monkeypatch.setattr(sweep, "SWEEP_CALIBRATION_CALLS", 3)
+    seen = []
+    real = sweep.RecordingRuntime
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(self)
+
+    monkeypatch.setattr(sweep, "RecordingRuntime", Spy)
+    masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
+    cfg = ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8", sweep_cache=tmp_path / "cache")
+    out = sweep.length_sweep(masked, ar, "ort", 2, kit.B, [8], cfg)
+    assert out["available"] is True
+    nar, ar_rec = seen
+    assert nar.every == 1 and len(nar.feeds) == 2  # 2 masked steps: all kept
+    assert ar_rec.every == 3 and [c.call for c in ar_rec.calls] == [0, 3, 6]  # 8 AR steps, every 3rd
+
+
 def test_crossover_estimates_are_finite_or_none(profile_doc):
     cross = profile_doc["compare_ar"]["crossover"]
     for key in ("seed_formula", "k_steps_estimate"):
@@ -368,7 +394,56 @@ def test_sweep_in_both_precisions_gives_one_crossover_each_side_by_side(tiny, ki
         at256 = next(p for p in c["points"] if p["length"] == 256)
         assert at256["speedup"] == pytest.approx(at256["ar_decode_ms"] / at256["nar_decode_ms"])
     columns, rows = sweep_table(doc)
-    assert columns[0] == "engine" and {r[0] for r in rows} == {"ort fp32", "ort int8"}
+    assert columns[:2] == ["engine", "K"] and {r[0] for r in rows} == {"ort fp32", "ort int8"}
     assert len(rows) == 2 * 3  # the bundle's own length and the two swept ones, per precision
     lines = crossover_lines(doc)
-    assert lines[0].startswith("crossover (ort fp32)") and any(line.startswith("crossover on ort int8") for line in lines)
+    assert lines[0].startswith("crossover (ort fp32, K=") and any(line.startswith("crossover on ort int8, K=") for line in lines)
+
+
+@pytest.mark.parametrize("found", [True, False], ids=["frontier-k", "no-k-reaches-ar"])
+def test_the_crossover_is_swept_at_the_frontiers_smallest_k(tiny, kit, monkeypatch, found):
+    """Issue #29: NAR's parallel steps pay "at the smallest K within 10 % of AR's quality". When
+    the frontier finds that K, the length sweep decodes at it and the bundle-length point is the
+    frontier's latency at it; when no K reaches AR's quality, the variant's own K is swept."""
+    from edgekit.profile import crossover_lines, profile_bundle, sweep_table
+
+    swept = []
+
+    def fake_sweep(bundle, ar, runtime, k, rows, lengths, cfg, progress=None):
+        swept.append((cfg.sweep_precision, k))
+        return {"available": True, "how": "fake", "notes": [],
+                "points": [{"length": n, "source": "architecture-only", "nar_decode_ms": k * n * 0.1, "ar_decode_ms": 3.0 * n}
+                           for n in lengths]}
+
+    hit = {"precision": "fp32", "steps": 2, "quality": 0.9, "threshold": 0.85, "latency_ms": 7.5}
+    miss = {"precision": "fp32", "steps": None, "reason": "no measured K reaches event_accuracy 0.85"}
+
+    def fake_frontier(bundle, ar, variants, ar_docs, rows, cfg, progress):
+        return {"available": True, "runtime": "ort", "metric": "event_accuracy", "tolerance": {"text": "10%"},
+                "smallest_k": [hit if found else miss]}
+
+    monkeypatch.setattr("edgekit.profile.compare_ar.length_sweep", fake_sweep)
+    monkeypatch.setattr("edgekit.profile.compare_ar.measure_frontier", fake_frontier)
+    cfg = ProfileConfig(measure=kit.FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=(256,),
+                        precisions=("fp32",), sweep_precision="fp32,int8", frontier_steps=(2, 4))
+    doc = profile_bundle(tiny["masked8"], cfg)
+    (variant,) = doc["variants"]
+    default_k = variant["decode"]["steps"]
+    assert default_k != 2
+    k = 2 if found else default_k
+    # Both sweeps pair with the fp32 point (the only one measured), so both take its K.
+    assert swept == [("fp32", k), ("int8", k)]
+    for c in doc["compare_ar"]["crossovers"]:
+        own = next(p for p in c["points"] if p["source"] == "bundle")
+        assert c["nar_steps"] == k
+        if found:
+            assert "smallest K with event_accuracy within 10%" in c["nar_steps_from"]
+            assert own["nar_decode_ms"] == 7.5 and own["c_ms"] == pytest.approx(7.5 / 2)
+        else:
+            assert c["nar_steps_from"] == "the variant's decode steps"
+            assert own["nar_decode_ms"] == variant["latency"]["median_ms"]
+    _, rows = sweep_table(doc)
+    assert {(r[0], r[1]) for r in rows} == {("ort fp32", k), ("ort int8", k)}
+    lines = crossover_lines(doc)
+    assert lines[0].startswith(f"crossover (ort fp32, K={k}): ")
+    assert any(line.startswith("K=2 on ort fp32: the frontier's smallest K") for line in lines) == found

@@ -90,7 +90,7 @@ def test_summary_has_every_table_and_the_power_reason(profile_doc):
     assert s["not_measured"] == [f"AR ort int8: not measured: {profile_doc['compare_ar']['variants'][1]['reason']}"]
     assert s["not_measured"][0].startswith("AR ort int8: not measured: AR bundle")
     assert s["power"] == ["power: unavailable (off): power measurement turned off"]
-    assert s["crossover"][0].startswith("crossover (ort fp32): ")
+    assert s["crossover"][0].startswith("crossover (ort fp32, K=")
     assert "N > 1 + c/tau = " in s["crossover"][1] and s["crossover"][1].startswith("estimates, not the answer: ")
     assert any("length sweep: not run" in line for line in s["crossover"])
 
@@ -104,7 +104,7 @@ def test_crossover_lines_quote_the_measured_and_fitted_lengths():
     }}}
     lines = crossover_lines(doc)
     # one answer (issue #31: four different statements), the estimates labelled on one line
-    assert lines[0] == "crossover (ort fp32): measured crossover N ~ 40 tokens"
+    assert lines[0] == "crossover (ort fp32, K=8): measured crossover N ~ 40 tokens"
     assert sum("crossover" in line and "N ~" in line for line in lines) == 1
     assert lines[1].startswith("estimates, not the answer: fitted per-step costs K*c(N) = N*tau(N) give N ~ 45")
     assert "N > 1 + c/tau = 5.0" in lines[1] and "N > K*c/tau = 32.0 with K=8" in lines[1]
