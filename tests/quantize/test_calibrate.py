@@ -95,6 +95,20 @@ def test_masked_every_step_recorded_as_a_copy_with_its_mask_share():
     assert [c.call for c in rec.calls] == list(range(6))
 
 
+def test_every_nth_call_is_recorded_and_the_decode_still_runs_every_call():
+    """`every`: an AR step's feeds hold its KV cache, so a long decode recorded whole ran a 24 GiB
+    host out of memory (the int8 length sweep at 1024 tokens); keeping calls 0, n, 2n, ... of
+    each decode bounds it while the loop still sees every call's outputs."""
+    rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, every=4)
+    result = decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    assert result.runtime_calls == 10
+    assert [c.call for c in rec.calls] == [0, 4, 8] and len(rec.feeds) == 3
+    assert (rec.feeds[0]["tokens"] == V).all()  # call 0 (all masked) is always kept
+    rec.begin_decode()
+    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=4))
+    assert [(c.decode, c.call) for c in rec.calls][3:] == [(1, 0), (1, 4), (1, 8)]  # the count restarts per decode
+
+
 def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_calls():
     rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=4, guidance=3.0)
     assert len(rec.feeds) == result.runtime_calls == 8  # cond call + uncond call per step
