@@ -55,7 +55,7 @@ def main() -> None:
                 if name == "masked-demo":
                     masked_tokens = res["output"]
                     if trained:  # the NAR quality/steps trade-off: more steps, fewer parallel commits
-                        for steps in (16, 64):
+                        for steps in (4, 16, 64):
                             with TorchRuntime(module, spec.inputs, spec.outputs) as rt:
                                 q = evaluate(bundle, rt, args.n, seed=0, decode_options={"steps": steps})["quality"]
                             rows[f"{name} (trained, K={steps})"] = q

@@ -21,11 +21,11 @@ from edgekit.output import Output
 def train_demo(
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the .safetensors files (a new one; the shipped weights need --overwrite-shipped).")] = Path("edgekit-weights"),
     overwrite_shipped: Annotated[bool, typer.Option("--overwrite-shipped", help="Write into the package's own weights folder, replacing the shipped demo weights.")] = False,
-    steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps per model (default: masked 12000, ar 1000, flow 1500).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Optimizer steps per model (default: masked 20000, ar 1000, flow 1500).")] = None,
     models: Annotated[str, typer.Option(help="Comma-separated demo models to train.")] = "masked-demo,flow-demo,ar-demo",
     json_out: JsonOpt = False,
 ) -> None:
-    """Retrain the built-in demo models on the synthetic corpus (all three: about 47 minutes on 2 idle cores, the masked model 40 of them)."""
+    """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle cores, the masked model 66 of them)."""
     configure_logging()
     from edgekit.train import TrainDemoConfig, train_demo
     from edgekit.train.render import print_train

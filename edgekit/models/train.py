@@ -18,11 +18,13 @@ from edgekit.models.corpus import default_corpus
 from edgekit.models.demo import build_module
 
 # Optimizer steps per demo model: the bidirectional masked model needs the most to learn the
-# grammar (0.2 s per step on a 2-core AMD EPYC: 12000 steps took 40 min alone at load 2.0;
+# grammar (0.2 s per step on a 2-core AMD EPYC: 20000 steps took 66 min alone at load 2.0;
 # ar 1000 and flow 1500 steps are minutes). Masked, 64 held-out conditions, ORT fp32, decode
 # defaults (K = 8: event accuracy / validity; K = 16: validity): 6000 steps 0.890 / 0 / 0.047,
-# 12000 steps 0.919 / 0.031 / 0.094 (AR at the same temperature: 0.950 / 0.156).
-DEFAULT_STEPS = {"masked-demo": 12000, "ar-demo": 1000, "flow-demo": 1500}
+# 12000 steps 0.919 / 0.031 / 0.094 (AR at the same temperature: 0.950 / 0.156). PyTorch fp32,
+# benchmarks/demo_quality.py's set (K = 4 / 8 event accuracy; K = 8 / 16 validity): 12000 steps
+# 0.795 / 0.913; 0.031 / 0.047; 20000 steps 0.815 / 0.931; 0.062 / 0.109 (AR 0.938; 0.125).
+DEFAULT_STEPS = {"masked-demo": 20000, "ar-demo": 1000, "flow-demo": 1500}
 # The masked model starts from the trained AR baseline's weights (same widths and blocks: the
 # token, position and class embeddings, attention and MLPs carry over; its local conv and the
 # [MASK] row start fresh) and masks a uniform share of tokens. Measured here (1500 steps each,
