@@ -72,8 +72,7 @@ class QnnProfile:
         self.weights: list[str] = []  # MatMul weights and Gather tables (promotable to 16 bit)
         self.labels: dict[str, str] = {}
         self.forced: list[str] = []  # at 16 bit from the start: by rule and by --overrides
-        self.by_rule: list[str] = []
-        self.rule_why: dict[str, str] = {}  # tensor at 16 bit by rule -> why ("rule: time angle", "rule: logits")
+        self.by_rule: dict[str, str] = {}  # tensor at 16 bit by rule -> why ("rule: time angle", "rule: logits")
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
         self.buckets = BucketState(run)
 
@@ -164,8 +163,8 @@ class QnnProfile:
             model, promoted, passed, metrics, rows = self.promote(ranking, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
 
-    def _by_rule(self) -> list[str]:
-        """Tensors at 16 bit by rule, each with why (``self.rule_why``): a flow model's time angle
+    def _by_rule(self) -> dict[str, str]:
+        """{tensor at 16 bit by rule: why}: a flow model's time angle
         (``time_angle_tensors``); a masked or AR model's logits output. The decode's decisions
         are read off the logits (argmax, top-k, the confidence ranking), and at 8 bit their step,
         1/255 of the range, flips near-ties that no SQNR ranking sees (the logits' energy is in
@@ -176,11 +175,9 @@ class QnnProfile:
         bit: top-1 0.904, lockstep 0.953, 151 of 152 activations at 8 bit."""
         quantized = set(self.tensors) | self.facts.floats
         if self.run.kind == "flow":
-            rule = {t: "rule: time angle" for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1]) if t in quantized}
-        else:
-            rule = {t: "rule: logits" for t in ("logits",) if t in quantized}
-        self.rule_why = rule
-        return list(rule)
+            return {t: "rule: time angle" for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1]) if t in quantized}
+        logits = KIND_IO[self.run.kind][1][0]  # "logits", the first output of the masked and ar contracts
+        return {logits: "rule: logits"} if logits in quantized else {}
 
     def _forced(self) -> list[str]:
         """Tensors an override puts at 16 bit from the start (``--overrides``, ``debug --fix``)."""
@@ -280,7 +277,7 @@ class QnnProfile:
                  "kind": "weight" if t in weight_set else "constant" if t in self.facts.floats else "activation",
                  "produced_by": "initializer" if t in weight_set or t in self.facts.floats else producer.get(t, t),
                  "sqnr_8bit_db": ranking.get(t),
-                 "why": self.rule_why[t] if t in rule else "override" if t in self.forced else "budget"}
+                 "why": self.by_rule[t] if t in rule else "override" if t in self.forced else "budget"}
                 for i, t in enumerate(promoted)
             ],
         }
