@@ -209,7 +209,7 @@ class QuantizeConfig:
     decode: Mapping[str, Any] = field(default_factory=dict)
     fallback: bool = True  # move the most sensitive nodes to float activations (weight-only) until the budget holds
     max_fallback: int | None = None  # at most this many fallback nodes; None = as many as needed
-    sensitivity_feeds: int = 4  # recorded feeds (spread over the loop) that qdq_loss_debug compares
+    sensitivity_feeds: int = 4  # recorded feeds (spread over the loop) the ranking compares (qnn: 4x this, per step bucket)
     # quant_pre_process first: ORT's QGemm fusions need its MatMul+Add -> Gemm. When it fails (ORT's
     # symbolic shape inference does not know every op) the graph is quantized without it.
     preprocess: bool = True

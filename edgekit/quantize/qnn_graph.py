@@ -1,11 +1,10 @@
 """The QNN graph tools of the qnn profile: the HTP's preprocessing (LayerNorm/GELU fusions, Gemm as
 MatMul + Add so a Linear's weight can go to 16 bit), onnxruntime's QNN QDQ quantizer with 16-bit
-promotions, and the 8-bit precision of every activation and weight tensor (the promotion ranking)."""
+promotions, which tensors each promotion takes to 16 bit with it, and the bits the written graph holds."""
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -15,7 +14,6 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations
 from edgekit.errors import EdgekitError
-from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS
 from edgekit.quantize.ptq import quiet_ort_logging
 
@@ -80,12 +78,14 @@ class GraphFacts:
     Gather's output}; the output carries the table's quantization, so the two are promoted to
     16 bit together. ``two_d``: the 2-D MatMul weights, which take one scale per output column
     (axis 1; batched weights keep one scale per tensor). ``floats``: every float initializer
-    (weights, biases, tables, scalars)."""
+    (weights, biases, tables, scalars). ``conv_weights``: the constant Conv weights, one scale
+    per output channel (axis 0; the HTP takes them at 8 bit only)."""
 
     matmul_weights: Mapping[str, str]
     gather_tables: Mapping[str, str]
     two_d: tuple[str, ...]
     floats: frozenset[str]
+    conv_weights: tuple[str, ...] = ()
 
     @classmethod
     def read(cls, model_path: Path) -> "GraphFacts":
@@ -99,7 +99,43 @@ class GraphFacts:
             gather_tables={n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits},
             two_d=tuple(w for w in weights if len(inits[w].dims) == 2),
             floats=frozenset(i.name for i in inits.values() if i.data_type == onnx.TensorProto.FLOAT),
+            conv_weights=tuple(dict.fromkeys(n.input[1] for n in model.graph.node
+                                             if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits)),
         )
+
+
+def promotion_ties(model_path: Path, activations: Sequence[str], facts: GraphFacts) -> dict[str, frozenset[str]]:
+    """{candidate: the tensors that go to 16 bit when it alone is promoted (itself included)}, for
+    every activation in ``activations`` and every MatMul weight and Gather table of ``facts``.
+
+    onnxruntime's QNN quantizer (``MixedPrecisionTensorQuantOverridesFixer``) gives a node one
+    type on its inputs and outputs: a tensor at 16 bit puts the other outputs of its producer and
+    the outputs of every consumer at 16 bit as well (inputs of those nodes get a convert instead).
+    A MatMul weight takes its activation input with it (A16W16), and a Gather table its output
+    (``quantize_qnn_model``). On the flow demo, 85 tensors asked gave 126 at 16 bit: a Split's
+    outputs are one (the adaLN chunks), and a residual sum takes its LayerNorm and next sum along."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)
+    acts = set(activations)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+
+    def hop(tensor: str) -> set[str]:
+        out = {tensor}
+        if tensor in producer:
+            out.update(producer[tensor].output)
+        for node in consumers.get(tensor, []):
+            out.update(node.output)
+        return out & acts
+
+    gathered = {out: table for table, out in facts.gather_tables.items()}
+    ties = {a: frozenset(hop(a) | ({gathered[a]} if a in gathered else set())) for a in activations}
+    ties |= {w: frozenset(hop(a) | {w}) for w, a in facts.matmul_weights.items() if a in acts}
+    ties |= {t: frozenset(hop(out) | {t}) for t, out in facts.gather_tables.items() if out in acts}
+    return ties
 
 
 def matmul_weights(model_path: Path) -> dict[str, str]:
@@ -153,41 +189,17 @@ def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def weight_sqnr(model_path: Path, names: Sequence[str], per_channel: Sequence[str] = ()) -> dict[str, float]:
-    """{weight: SQNR (dB) of its 8-bit quantization as ``quantize_qnn_model`` makes it}: int8
-    symmetric per output column for the 2-D weights in ``per_channel`` (MatMul weights), else
-    uint8 per tensor (Gather tables, or every weight without per-channel)."""
-    per_channel = set(per_channel)
-    onnx = require("onnx")
-    model = onnx.load(str(model_path))
-    wanted = set(names)
-    out = {}
-    for init in model.graph.initializer:
-        if init.name not in wanted:
-            continue
-        w = onnx.numpy_helper.to_array(init).astype(np.float64)
-        if init.name in per_channel and w.ndim == 2:
-            scale = np.abs(w).max(axis=0, keepdims=True) / 127
-            scale[scale == 0] = 1.0
-            q = np.clip(np.round(w / scale), -127, 127) * scale
-        else:
-            lo, hi = min(w.min(), 0.0), max(w.max(), 0.0)
-            scale = (hi - lo) / 255 or 1.0
-            q = np.clip(np.round((w - lo) / scale), 0, 255) * scale + lo
-        noise = np.sum((w - q) ** 2)
-        out[init.name] = float(10 * np.log10(np.sum(w**2) / noise)) if noise > 0 else float("inf")
-    return out
-
-
 def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax",
                        all_activations_16bit: bool = False, per_channel: bool = True, facts: GraphFacts | None = None) -> Path:
     """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations), the tensors in
     ``promoted`` at uint16: activations, and MatMul weights (whose activation input then goes to
     uint16 too: the HTP has A16W16, not A8W16).
-    ``per_channel``: every 8-bit MatMul weight as int8, symmetric, one scale per output column
-    (what the HTP's per-channel weights take); else uint8 per tensor, where one scale costs the
-    small columns their bits (masked demo, all 8-bit on the HTP backend: top-1 0.869 per tensor,
-    0.903 per channel). The HTP backend runs both forms without CPU fallback (onnxruntime-qnn
+    ``per_channel``: every 8-bit MatMul weight as int8, symmetric, one scale per output column,
+    and every Conv weight per output channel (what the HTP's per-channel weights take); else uint8
+    per tensor, where one scale costs the small columns their bits (masked demo, all 8-bit on the
+    HTP backend: top-1 0.869 per tensor, 0.903 per channel). The flow demo's Conv weights, which
+    cannot go to 16 bit, were the largest error left once the activations were: the float
+    constants' floor per forward rose from 43.3 to 45.2 dB with them per channel. The HTP backend runs both forms without CPU fallback (onnxruntime-qnn
     2.7; an earlier build left per-channel nodes to the CPU EP).
     ``all_activations_16bit``: uint16 as the default activation type rather than one override per
     tensor. The default type also widens constants no override names (on the demo flow, every
@@ -212,6 +224,9 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
         for weight in facts.two_d:
             if weight not in overrides:
                 overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": 1}]
+        for weight in facts.conv_weights:  # [out, in/groups, k...]: one scale per output channel
+            if weight not in overrides:
+                overrides[weight] = [{"quant_type": quant.QuantType.QInt8, "symmetric": True, "axis": 0}]
     reader.rewind()
     try:
         with quiet_ort_logging():
@@ -261,26 +276,6 @@ def _float_name(name: str, outputs: set[str]) -> str:
     could not be promoted."""
     suffix = "_QuantizeLinear_Input"
     return name[: -len(suffix)] if name.endswith(suffix) and name[: -len(suffix)] in outputs else name
-
-
-def tensor_sqnr(float_model: Path, qdq_model: Path, feeds: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[str]) -> dict[str, float]:
-    """{tensor: SQNR (dB) of its own 8-bit quantization} (the QDQ graph's value before vs after
-    its Q/DQ round trip, on the CPU EP), over ``feeds``. ``float_model`` is unused: kept so the
-    ranking can move to float-vs-QDQ comparisons without changing callers."""
-    dbg = require("onnxruntime.quantization.qdq_loss_debug")
-    with tempfile.TemporaryDirectory(prefix="edgekit-qnn-sens-") as tmp, quiet_ort_logging():
-        aug = Path(tmp) / "qdq.onnx"
-        dbg.modify_model_output_intermediate_tensors(str(qdq_model), str(aug), op_types_for_saving=["QuantizeLinear", "DequantizeLinear"])
-        acts = dbg.collect_activations(str(aug), calibration_reader(feeds))
-    onnx = require("onnx")
-    outputs = {o.name for o in onnx.load(str(qdq_model), load_external_data=False).graph.output}
-    matched = {_float_name(k, outputs): v for k, v in dbg.create_activation_matching(acts).items()}
-    out = {}
-    for name in tensors:
-        pair = matched.get(name)
-        if pair and "pre_qdq" in pair and "post_qdq" in pair:
-            out[name] = float(dbg.compute_signal_to_quantization_noice_ratio(pair["pre_qdq"], pair["post_qdq"]))
-    return out
 
 
 def producer_labels(prepared: Path, labels: Mapping[str, str]) -> dict[str, str]:

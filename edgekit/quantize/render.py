@@ -95,9 +95,11 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         "weights": q["weights"],
     })
     if q["promotions"]:
-        o.table("promoted to 16 bit: by rule and override, then least precise first (SQNR of the tensor's own 8-bit quantization)",
-                ["#", "tensor", "kind", "produced by", "8-bit SQNR dB", "why"],
-                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"], p["sqnr_8bit_db"], p.get("why", "budget"))
+        o.table("promoted to 16 bit: by rule and override, then by output noise per activation put at 16 bit "
+                "(output SNR: the network's outputs with only that tensor at 8 bit)",
+                ["#", "tensor", "kind", "produced by", "output SNR dB", "why"],
+                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"],
+                  p.get("output_snr_db"), p.get("why", "budget"))
                  for p in q["promotions"]])
     limits = list(s["budget"]["limits"])
     o.table("budget search (the CPU EP only narrows it; the HTP backend decides)", ["backend", "16-bit tensors", *limits, "passed"],

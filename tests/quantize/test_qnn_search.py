@@ -1,6 +1,7 @@
 """The qnn profile's promotion search, on a stand-in whose budget holds from a known count of
 16-bit tensors: the smallest count is found on the CPU simulation (doubling, then bisection) and
-confirmed on the HTP backend, which doubles on where it is stricter."""
+confirmed on the HTP backend, which adds a quarter more where it is stricter; a tensor the HTP
+backend computes unlike its simulation is left out and the count checked again."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import pytest
 from edgekit.quantize.qnn import QnnProfile
 
 
-def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None):
+def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = ()):
     profile = QnnProfile.__new__(QnnProfile)  # promote() reads these and calls build/measure
-    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None)
+    warned: list[str] = []
+    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None, warn=warned.append)
     profile.forced = []
+    profile.refused = []
+    checked: list[int] = []
+
+    def disagreeing(forced, candidates):  # the stand-in HTP: wrong wherever a tensor of ``disagree`` is promoted
+        checked.append(len(candidates))
+        bad = [t for t in candidates if t in disagree]
+        return (bad[0], 6.0) if bad else None
+
+    profile.disagreeing = disagreeing
     profile.tensors = [f"t{i}" for i in range(n)]
     profile.weights = []
     profile.build = lambda promoted: tuple(promoted)
@@ -25,21 +36,29 @@ def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | No
         return len(promoted) >= (cpu_needs if backend == "cpu" else htp_needs), {}, []
 
     profile.measure = measure
-    ranking = {t: float(i) for i, t in enumerate(profile.tensors)}  # t0 least precise
-    model, promoted, passed, _, _ = profile.promote(ranking, (), False, {}, [])
+    model, promoted, passed, _, _ = profile.promote(profile.tensors, (), False, {}, [])  # t0 first
+    measured["checked"], measured["warned"], measured["refused"] = checked, warned, profile.refused
     return promoted, passed, measured
 
 
 def test_the_smallest_passing_count_is_bisected_on_the_cpu_and_confirmed_on_the_htp():
     promoted, passed, measured = _search(cpu_needs=17, htp_needs=17)
-    assert passed and promoted == [f"t{i}" for i in range(17)]  # least precise first
+    assert passed and promoted == [f"t{i}" for i in range(17)]  # first of the order first
     assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
     assert measured["htp"] == [17]
 
 
-def test_the_htp_doubles_on_where_it_is_stricter_than_the_simulation():
+def test_the_htp_adds_a_quarter_more_where_it_is_stricter_than_the_simulation():
     promoted, passed, measured = _search(cpu_needs=17, htp_needs=30)
-    assert passed and len(promoted) == 34 and measured["htp"] == [17, 34]
+    assert passed and len(promoted) == 32 and measured["htp"] == [17, 21, 26, 32]
+
+
+def test_a_tensor_the_htp_computes_unlike_its_simulation_is_left_out_and_the_count_checked_again():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",))
+    assert passed and promoted == [f"t{i}" for i in range(18) if i != 3]
+    assert measured["refused"] == [{"tensor": "t3", "htp_below_simulation_db": 6.0}] and "t3" in measured["warned"][0]
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17, 17]  # the count that held, checked once more
+    assert measured["checked"] == [17, 17] and measured["htp"] == [17]
 
 
 @pytest.mark.parametrize(("needs", "cpu"), [(1, [1]), (100, [1, 2, 4, 8, 16, 32, 64, 100, 82, 91, 95, 97, 98, 99])])

@@ -21,7 +21,6 @@ from edgekit.quantize.qnn_graph import (  # noqa: E402
     gather_tables,
     matmul_weights,
     quantize_qnn_model,
-    weight_sqnr,
 )
 from edgekit.runtimes.qnn import QnnRuntime  # noqa: E402
 
@@ -100,18 +99,6 @@ def test_per_channel_weights_run_on_the_htp_closer_to_fp32(built):
     assert per_channel > per_tensor + 3, (per_channel, per_tensor)
 
 
-def test_weight_sqnr_ranks_what_is_built(tmp_path):
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((D, D)) * np.logspace(-3, 0, D)[None, :]).astype(np.float32)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D])], [numpy_helper.from_array(w, "W")])
-    path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph), str(path))
-    per_channel, per_tensor = weight_sqnr(path, ["W"], ["W"])["W"], weight_sqnr(path, ["W"])["W"]
-    assert per_channel > per_tensor + 5, (per_channel, per_tensor)  # 46.7 vs 38.5 dB
-
-
 def test_promoting_a_gather_output_promotes_its_table(built, tmp_path):
     fp32 = built["fp32"]
     assert gather_tables(fp32) == {"table": "emb"} and set(matmul_weights(fp32)) == {"W", "W2"}
@@ -171,3 +158,33 @@ def test_the_time_angle_and_its_frequency_table_go_to_16_bit(tmp_path):
 
     eight, sixteen = snr(plain), snr(ruled)
     assert sixteen > eight + 10, (eight, sixteen)
+
+
+def test_conv_weights_are_int8_per_output_channel_and_run_on_the_htp(tmp_path):
+    """A Conv weight whose output channels differ 1000x in scale: per channel (axis 0) on the HTP
+    backend with CPU fallback off, and closer to FP32 than one uint8 scale."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((D, D, 3)) * np.logspace(-3, 0, D)[:, None, None]).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "K", "bias"], ["y"], name="conv", pads=[1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, D, L])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D, L])],
+        [numpy_helper.from_array(w, "K"), numpy_helper.from_array(np.zeros(D, np.float32), "bias")])
+    fp32 = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(fp32))
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, D, L)).astype(np.float32)} for i in range(6)]
+    # y at 16 bit: its 8-bit step would round the small channels away whatever their weights.
+    pc = quantize_qnn_model(fp32, tmp_path / "pc.onnx", calibration_reader(feeds), ["y"])
+    pt = quantize_qnn_model(fp32, tmp_path / "pt.onnx", calibration_reader(feeds), ["y"], per_channel=False)
+    assert _types(pc)["K"] == (TensorProto.INT8, (D,)) and _types(pt)["K"] == (TensorProto.UINT8, ())
+    ref = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
+
+    def snr(model):
+        with QnnRuntime(model) as rt:  # CPU fallback off: a refused node would raise here
+            assert rt.providers_used[0] == "QNNExecutionProvider"
+            pairs = [(ref.run(None, f)[0], rt.run(f)["y"].copy()) for f in feeds]  # the runtime reuses its outputs
+        small = slice(0, D // 2)  # the small channels: where one scale for all costs the bits
+        return 10 * np.log10(sum(float(np.sum(a[:, small] ** 2)) for a, _ in pairs)
+                             / sum(float(np.sum((a[:, small] - b[:, small]) ** 2)) for a, b in pairs))
+
+    assert snr(pc) > snr(pt) + 10

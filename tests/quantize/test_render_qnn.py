@@ -13,8 +13,8 @@ def test_the_qnn_section_says_why_each_tensor_is_at_16_bit(capsys, monkeypatch):
          "activation_tensors": 10, "activations_16bit": 3, "promoted_16bit": 2, "weights_16bit": 1, "share_8bit": 0.7,
          "weights": "MatMul weights int8 per output channel",
          "promotions": [
-             {"step": 1, "tensor": "mul_1", "kind": "activation", "produced_by": "node_mul_1 (Mul)", "sqnr_8bit_db": 46.8, "why": "rule: time angle"},
-             {"step": 2, "tensor": "tok_emb.weight", "kind": "weight", "produced_by": "initializer", "sqnr_8bit_db": 41.1, "why": "budget"},
+             {"step": 1, "tensor": "mul_1", "kind": "activation", "produced_by": "node_mul_1 (Mul)", "output_snr_db": 46.8, "why": "rule: time angle"},
+             {"step": 2, "tensor": "tok_emb.weight", "kind": "weight", "produced_by": "initializer", "output_snr_db": 41.1, "why": "budget"},
          ]}
     s = {"budget": {"measured_on": "qnn HTP backend (x86 emulation)", "limits": {"snr_db": 30.0},
                     "history": [{"backend": "qnn-htp", "promoted": 2, "snr_db": 39.5, "passed": True}]}}
@@ -23,3 +23,4 @@ def test_the_qnn_section_says_why_each_tensor_is_at_16_bit(capsys, monkeypatch):
     assert "70% of 10 tensors (3 at 16 bit)" in out
     assert "rule: time angle" in out and "budget" in out and "tok_emb.weight" in out
     assert "weights at 16 bit (MatMul, Gather tables)" in out
+    assert "output SNR dB" in out and "41.1" in out
