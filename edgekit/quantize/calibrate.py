@@ -34,23 +34,36 @@ class RecordedCall:
     position: float
 
 
+# The calibration recording's bound: quantize kept every call of its decodes, and an AR model's
+# step feeds hold the whole KV cache (the demo AR baseline at 1024 tokens, batch 8: 33 MB per
+# call, 34 GB per decode). Under this, every call is kept (the demo models record 1-70 MB).
+RECORD_MAX_BYTES = 2 << 30
+
+
 class RecordingRuntime(RuntimeProxy):
     """A ``Runtime`` proxy: forwards every ``run`` to ``runtime`` and keeps a copy of its feeds
     (the loops reuse their buffers, so a reference would be overwritten by the next step).
 
     ``every``: keep the feeds of every ``every``-th call of a decode only (calls 0, every, ...).
     An AR step's feeds hold its whole KV cache: one 1024-token decode of the demo AR baseline at
-    batch 8 recorded 1024 copies of a 33 MB cache and ran a 24 GiB host out of memory."""
+    batch 8 recorded 1024 copies of a 33 MB cache and ran a 24 GiB host out of memory.
 
-    def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any], every: int = 1):
+    ``max_bytes``: when the kept feeds pass it, ``every`` doubles and the kept calls that are not
+    multiples of it are dropped (from every decode alike), so the recording stays under it
+    whatever the sequence length. (With guidance that alternates conditional and unconditional
+    calls, an even ``every`` keeps one kind only: the cap is for long decodes, not the usual sizes.)"""
+
+    def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any], every: int = 1, max_bytes: int | None = None):
         super().__init__(runtime, name=f"recording({getattr(runtime, 'name', 'runtime')})")
         self.kind = kind
         self.meta = meta
         self.every = max(1, int(every))
+        self.max_bytes = max_bytes
         self.feeds: list[dict[str, np.ndarray]] = []
         self.calls: list[RecordedCall] = []
         self._decode = -1
         self._call = 0
+        self._bytes = 0
 
     def begin_decode(self) -> None:
         """Mark the start of a new decode: call indices restart at 0."""
@@ -64,8 +77,19 @@ class RecordingRuntime(RuntimeProxy):
             kept = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
             self.feeds.append(kept)
             self.calls.append(RecordedCall(self._decode, self._call, step_position(self.kind, kept, self.meta)))
+            self._bytes += sum(a.nbytes for a in kept.values())
+            while self.max_bytes is not None and self._bytes > self.max_bytes and len(self.feeds) > 1:
+                self._thin()
         self._call += 1
         return self.inner.run(feeds)
+
+    def _thin(self) -> None:
+        """Double ``every`` and keep only the recorded calls that are multiples of it."""
+        self.every *= 2
+        keep = [i for i, c in enumerate(self.calls) if c.call % self.every == 0]
+        self.feeds = [self.feeds[i] for i in keep]
+        self.calls = [self.calls[i] for i in keep]
+        self._bytes = sum(a.nbytes for f in self.feeds for a in f.values())
 
 
 class TrajectoryReader:
@@ -134,10 +158,12 @@ class Trajectories:
     samples: int
     seed: int
     decode_options: dict[str, Any] = field(default_factory=dict)
+    every: int = 1  # the recording kept every n-th call of each decode (RecordingRuntime's max_bytes)
 
     @property
     def calls_per_decode(self) -> int:
-        return max((c.call for c in self.calls), default=-1) + 1
+        """Calls of one decode the recording kept."""
+        return len({c.call for c in self.calls})
 
     def summary(self) -> dict[str, Any]:
         positions = sorted({round(c.position, 6) for c in self.calls})
@@ -147,6 +173,7 @@ class Trajectories:
             "decodes": self.decodes,
             "feeds": len(self.feeds),
             "calls_per_decode": self.calls_per_decode,
+            "every_nth_call": self.every,
             "positions": positions,
             "decode_options": dict(self.decode_options),
         }
@@ -154,17 +181,18 @@ class Trajectories:
 
 def record_trajectories(
     bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None,
-    rows: Mapping[str, np.ndarray] | None = None,
+    rows: Mapping[str, np.ndarray] | None = None, max_bytes: int | None = RECORD_MAX_BYTES,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
     evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
-    data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges)."""
+    data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges).
+    ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept."""
 
-    recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta)
+    recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta, max_bytes=max_bytes)
     decodes = -(-samples // bundle.batch)
     evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=lambda i: recorder.begin_decode())
-    return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}))
+    return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}), recorder.every)
 
 
 # ---- range drift across steps ------------------------------------------------------------------
@@ -249,15 +277,17 @@ def range_drift(
         path = Path(tmp) / "drift.onnx"
         onnx.save(model, str(path))
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    steps = traj.calls_per_decode
+    row = {c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))}  # a thinned recording keeps every n-th call
+    steps = len(row)
     amax = np.zeros((steps, len(tensors)))
     pos_sum, pos_n = np.zeros(steps), np.zeros(steps)
     for feed, call in zip(traj.feeds, traj.calls):
         values = session.run(taps, feed) if taps else []  # no INT8 node left: ORT reads [] as "all outputs"
         lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
-        amax[call.call] = np.maximum(amax[call.call], np.maximum(np.abs(lo), np.abs(hi)))
-        pos_sum[call.call] += call.position
-        pos_n[call.call] += 1
+        r = row[call.call]
+        amax[r] = np.maximum(amax[r], np.maximum(np.abs(lo), np.abs(hi)))
+        pos_sum[r] += call.position
+        pos_n[r] += 1
     positions = tuple(float(p) for p in pos_sum / np.maximum(pos_n, 1))
     names = tuple((labels or {}).get(t, t) for t in tensors)
     return RangeDrift(tuple(tensors), positions, amax, names)

@@ -12,7 +12,8 @@ def print_quantize(o: Output, s: dict) -> None:
     o.pairs(f"quantize {s['bundle']}", {
         "model": f"{s['model']} ({s['kind']})",
         "profile / method": f"{s['profile']} / {s['method']}",
-        "calibration": f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network calls, {cal['calls_per_decode']} per decode",
+        "calibration": f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network calls, {cal['calls_per_decode']} per decode"
+                       + (f" (one call in {cal['every_nth_call']} kept: the recording's memory bound)" if cal.get("every_nth_call", 1) > 1 else ""),
         "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
         "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
         "size": f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)",

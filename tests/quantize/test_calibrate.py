@@ -109,6 +109,22 @@ def test_every_nth_call_is_recorded_and_the_decode_still_runs_every_call():
     assert [(c.decode, c.call) for c in rec.calls][3:] == [(1, 0), (1, 4), (1, 8)]  # the count restarts per decode
 
 
+def test_a_recording_past_its_byte_bound_keeps_every_nth_call_of_every_decode():
+    """quantize recorded every call of its calibration decodes: an AR model's step feeds hold the
+    whole KV cache (the demo baseline at 1024 tokens, batch 8: 34 GB per decode). Past
+    ``max_bytes`` the stride doubles and the calls off it are dropped, in every decode alike."""
+    rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META)
+    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    per_call = sum(a.nbytes for a in rec.feeds[0].values())
+    bounded = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, max_bytes=4 * per_call)
+    for seed in (3, 4):
+        bounded.begin_decode()
+        result = decode("masked", bounded, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=seed))
+        assert result.runtime_calls == 10  # the loop still ran every call
+    assert bounded.every == 8 and [(c.decode, c.call) for c in bounded.calls] == [(0, 0), (0, 8), (1, 0), (1, 8)]
+    assert sum(a.nbytes for f in bounded.feeds for a in f.values()) <= 4 * per_call
+
+
 def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_calls():
     rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=4, guidance=3.0)
     assert len(rec.feeds) == result.runtime_calls == 8  # cond call + uncond call per step
@@ -181,3 +197,8 @@ def test_record_trajectories_on_the_masked_demo(quant_bundles):
     assert traj.decodes == 2 and len(traj.feeds) == 8 and traj.calls_per_decode == 4  # batch 2: ceil(3/2) decodes
     assert traj.summary()["positions"][-1] == 1.0
     assert {c.decode for c in traj.calls} == {0, 1}
+    assert traj.summary()["every_nth_call"] == 1  # the demo records every call, far under the bound
+    per_call = sum(a.nbytes for a in traj.feeds[0].values())
+    with open_runtime(bundle, "ort", "fp32") as rt:
+        thin = record_trajectories(bundle, rt, samples=3, seed=5, decode_options={"steps": 4}, max_bytes=4 * per_call)
+    assert thin.summary()["every_nth_call"] == 2 and thin.calls_per_decode == 2 and len(thin.feeds) == 4
