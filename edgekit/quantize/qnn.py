@@ -88,7 +88,7 @@ class QnnProfile:
         self.forced: list[str] = []  # at 16 bit from the start: by rule and by --overrides
         self.by_rule: dict[str, str] = {}  # tensor at 16 bit by rule -> why ("rule: time angle", "rule: logits")
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
-        self.sensitivity = Sensitivity({}, 0.0)  # each candidate's output noise alone at 8 bit (rank())
+        self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
         self.buckets = BucketState(run)
 
@@ -117,7 +117,16 @@ class QnnProfile:
 
     def build(self, promoted: Sequence[str]) -> Path:
         """The QDQ model by the QNN rules with ``promoted`` at 16 bit (one graph per step bucket,
-        each calibrated on its bucket's calls; the first is returned)."""
+        each calibrated on its bucket's calls; the first is returned). A set built before with the
+        same buckets is not built again: the search asks for the same candidate more than once
+        (the bucket choice and the first HTP decode; the CPU search, the HTP check and the HTP
+        decode)."""
+        key = (tuple(promoted), self.buckets.current)
+        if key not in self.built:
+            self.built[key] = self._build(promoted)
+        return self.built[key]
+
+    def _build(self, promoted: Sequence[str]) -> Path:
         every_activation = bool(self.tensors) and set(self.tensors) <= set(promoted)
 
         def one(bucket: int, reader: Any) -> Path:
@@ -172,9 +181,10 @@ class QnnProfile:
         promoted: list[str] = list(self.forced)
         ranking: dict[str, float] = {}
         if not passed and run.cfg.fallback:
-            ranking = self.rank(eight_bit)
+            sensitivity = self.rank(eight_bit)
+            ranking = sensitivity.snr_db()
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
-            order = promotion_order(self.sensitivity.noise, ties, self.tensors, self.forced)
+            order = promotion_order(sensitivity.noise, ties, self.tensors, self.forced)
             model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
 
@@ -204,8 +214,8 @@ class QnnProfile:
                                hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
         return forced
 
-    def rank(self, eight_bit: Path) -> dict[str, float]:
-        """{activation, MatMul weight or Gather table: the outputs' SNR (dB) with only it at 8 bit}
+    def rank(self, eight_bit: Path) -> Sensitivity:
+        """Each activation's, MatMul weight's and Gather table's output noise alone at 8 bit
         (``sensitivity.output_sensitivity``), on the all-8-bit graph of each chosen step bucket
         (``eight_bit`` when one scale) and that bucket's recorded feeds: ``RANK_FEEDS_PER_FEED``
         times ``sensitivity_feeds`` spread over the loop.
@@ -227,8 +237,7 @@ class QnnProfile:
             groups = [(p, [feeds[i] for i in pick if where[i] == b]) for b, p in enumerate(self.buckets.paths(graph))]
         run.say(f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({len(pick)} recorded calls)")
         with run.timed("rank_s"):
-            self.sensitivity = output_sensitivity(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
-        return self.sensitivity.snr_db()
+            return output_sensitivity(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
     def promote(self, order: Sequence[str], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
         """Promote the first tensors of ``order`` until the budget holds: the smallest count found
@@ -286,13 +295,13 @@ class QnnProfile:
         feeds = run.traj.feeds
         feed = feeds[len(feeds) // 2]  # mid-loop; every bucket's graph has the same tensors at 16 bit
         out = next(iter(run.bundle.outputs))
-        reference = {k: np.array(v, copy=True) for k, v in run.fp32_rt.run(feed).items()}
+        reference = np.array(run.fp32_rt.run(feed)[out], copy=True)
 
         def gap(n: int) -> float:
             model = self.build(forced + list(candidates[:n]))
             with self.open_candidate(model, "htp") as htp, self.open_candidate(model, "cpu") as sim:
-                on_htp = snr_db(reference[out], htp.run(feed)[out], floor=1e-30)
-                on_sim = snr_db(reference[out], sim.run(feed)[out], floor=1e-30)
+                on_htp = snr_db(reference, htp.run(feed)[out], floor=1e-30)
+                on_sim = snr_db(reference, sim.run(feed)[out], floor=1e-30)
             return on_sim - on_htp
 
         if not candidates:

@@ -159,7 +159,7 @@ def activation_bits(qdq_model: Path, tensors: Sequence[str]) -> dict[str, int]:
     wide = (onnx.TensorProto.UINT16, onnx.TensorProto.INT16)
     outputs = {o.name for o in model.graph.output}
     for node in model.graph.node:
-        name = _float_name(node.input[0], outputs) if node.op_type == "QuantizeLinear" else None
+        name = float_name(node.input[0], outputs) if node.op_type == "QuantizeLinear" else None
         if name in wanted and name not in bits and len(node.input) > 2 and node.input[2] in inits:
             bits[name] = 16 if inits[node.input[2]].data_type in wide else 8
     return bits
@@ -260,7 +260,7 @@ def activation_tensors(qdq_model: Path) -> list[str]:
         if node.op_type != "QuantizeLinear":
             continue
         src = producers.get(node.input[0])
-        name = _float_name(node.input[0], outputs)
+        name = float_name(node.input[0], outputs)
         # A Q reading a DQ output is a 8<->16-bit convert ORT added, not a tensor of the model.
         if name in inits or name in seen or (src is not None and src.op_type in ("DequantizeLinear", "Constant")):
             continue
@@ -269,7 +269,7 @@ def activation_tensors(qdq_model: Path) -> list[str]:
     return out
 
 
-def _float_name(name: str, outputs: set[str]) -> str:
+def float_name(name: str, outputs: set[str]) -> str:
     """The float graph's name of a tensor the QDQ graph quantizes. ORT renames a graph output X
     to X_QuantizeLinear_Input so that its DequantizeLinear can write X: under the new name an
     override (which names float-graph tensors) never reached it, and the masked model's logits

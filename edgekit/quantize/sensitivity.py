@@ -14,9 +14,10 @@ is quantized, and the outputs' error against the reference is that tensor's cont
 Quantized constants that are not candidates (biases, a norm's scale) stay quantized in every run,
 the reference's included, so only the candidate's own error is measured.
 
-The result is the outputs' SNR in dB with only that tensor at 8 bit: the lowest first is the
-promotion order. Errors of different tensors add roughly in power, so the sum of their noise
-predicts what a set of promotions leaves (``predicted_snr_db``)."""
+The result is each tensor's output noise (and the outputs' SNR in dB with only it at 8 bit).
+Errors of different tensors add roughly in power, so the sum of their noise predicts what a set
+of promotions leaves (``predicted_snr_db``), and ``promotion_order`` ranks promotions by the
+noise they remove per activation they put at 16 bit."""
 
 from __future__ import annotations
 
@@ -27,12 +28,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.quantize.qnn_graph import float_name
 
 GATE_PREFIX = "edgekit_gate_"
 # ORT's quantizer names a quantized initializer W as W + this suffix (onnx_quantizer's TENSOR_NAME_QUANT_SUFFIX).
 QUANTIZED_SUFFIX = "_quantized"
-# ORT renames a graph output X to X + this in a QDQ graph (its DequantizeLinear writes X).
-OUTPUT_SUFFIX = "_QuantizeLinear_Input"
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def gated_graph(qdq_model: Path, float_model: Path, candidates: Sequence[str]) -
             if upstream is not None and upstream.op_type == "DequantizeLinear":
                 continue  # an 8<->16-bit convert ORT added: part of the tensor's own pair
             ref = q.input[0]
-            name = ref[: -len(OUTPUT_SUFFIX)] if ref.endswith(OUTPUT_SUFFIX) and ref[: -len(OUTPUT_SUFFIX)] in outputs else ref
+            name = float_name(ref, outputs)
         elif source in inits and source.endswith(QUANTIZED_SUFFIX):
             name = source[: -len(QUANTIZED_SUFFIX)]
             if name not in wanted:
