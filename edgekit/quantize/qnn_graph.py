@@ -44,7 +44,7 @@ def gemm_as_matmul(path: Path) -> int:
     model = onnx.load(str(path))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    nodes, rewritten = [], 0
+    nodes, rewritten, replaced = [], 0, set()
     for node in graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if (node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits or attrs.get("transA", 0)
@@ -53,7 +53,9 @@ def gemm_as_matmul(path: Path) -> int:
             continue
         w = numpy_helper.to_array(inits[node.input[1]])
         weight = f"{node.input[1]}_matmul"
-        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight))
+        if node.input[1] not in replaced:  # two Gemms over one weight share one MatMul weight
+            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight))
+        replaced.add(node.input[1])
         has_bias = len(node.input) > 2 and node.input[2]
         product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
         nodes.append(helper.make_node("MatMul", [node.input[0], weight], [product], name=f"{node.name}_matmul"))
@@ -63,6 +65,12 @@ def gemm_as_matmul(path: Path) -> int:
     if rewritten:
         del graph.node[:]
         graph.node.extend(nodes)
+        # The Gemm weights the MatMuls replaced: left in, every session over this graph and the
+        # ones derived from it (calibration, the CPU simulation, the ranking) logged one
+        # "Removing initializer" warning per weight per load, 847 lines on the flow demo.
+        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+        for init in [i for i in graph.initializer if i.name in replaced and i.name not in used]:
+            graph.initializer.remove(init)
         onnx.save(model, str(path))
     return rewritten
 
