@@ -28,8 +28,9 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 
 class BucketState:
-    def __init__(self, run: QuantizeRun):
+    def __init__(self, run: QuantizeRun, auto: tuple[int, ...] = AUTO_COUNTS):
         self.run = run
+        self.auto = auto  # the counts ``--step-buckets auto`` tries, cheapest first
         self.drift: RangeDrift | None = None
         self.current: StepBuckets | None = None  # None: one scale (the default)
         self.siblings: dict[Path, list[Path]] = {}  # a candidate's first graph -> every bucket's graph
@@ -53,7 +54,7 @@ class BucketState:
         req = self.requested
         if req in (None, 1):
             return (1,)
-        return AUTO_COUNTS if req == "auto" else (int(req),)
+        return self.auto if req == "auto" else (int(req),)
 
     def use(self, n: int) -> StepBuckets | None:
         """Quantize the next candidates with ``n`` buckets (1: one scale)."""

@@ -33,6 +33,7 @@ import numpy as np
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import snr_db
 from edgekit.quantize.bucketing import BucketState
+from edgekit.quantize.buckets import AUTO_COUNTS_QNN
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
@@ -90,7 +91,7 @@ class QnnProfile:
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
         self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
-        self.buckets = BucketState(run)
+        self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
 
     def check(self) -> None:
         if any(o.get("node") for o in self.run.cfg.overrides):
