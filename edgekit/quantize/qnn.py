@@ -26,7 +26,7 @@ cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summar
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -51,8 +51,10 @@ from edgekit.quantize.qnn_graph import (
 from edgekit.quantize.result import SearchResult
 from edgekit.quantize.sensitivity import (
     Sensitivity,
-    output_sensitivity,
+    bucket_promotion_order,
+    output_sensitivity_per_graph,
     promotion_order,
+    step_weights,
 )
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.qnn import (
@@ -73,6 +75,22 @@ HTP_AGREE_DB = 3.0
 # tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
 RANK_FEEDS_PER_FEED = 4
 
+# A promotion: a tensor at 16 bit in every step bucket's graph, or (bucket, tensor) in that one's only.
+Promotion = Union[str, tuple[int, str]]
+
+
+def _tensor(p: Promotion) -> str:
+    return p if isinstance(p, str) else p[1]
+
+
+def tensors_in(promoted: Sequence[Promotion], bucket: int) -> list[str]:
+    """The tensors at 16 bit in step bucket ``bucket``'s graph."""
+    return [p if isinstance(p, str) else p[1] for p in promoted if isinstance(p, str) or p[0] == bucket]
+
+
+def promotion_label(p: Promotion) -> str:
+    return p if isinstance(p, str) else f"{p[1]} (bucket {p[0]})"
+
 
 class QnnProfile:
     """Hooks of the qnn profile for one quantize run: full-integer QDQ by the QNN rules, the most
@@ -91,6 +109,7 @@ class QnnProfile:
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
         self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
+        self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
 
     def check(self) -> None:
@@ -116,9 +135,10 @@ class QnnProfile:
     def budget_runtime(self, model: Path) -> Any:
         return QnnRuntime(model, self.htp, threads=self.run.cfg.threads)
 
-    def build(self, promoted: Sequence[str]) -> Path:
+    def build(self, promoted: Sequence[Promotion]) -> Path:
         """The QDQ model by the QNN rules with ``promoted`` at 16 bit (one graph per step bucket,
-        each calibrated on its bucket's calls; the first is returned). A set built before with the
+        each calibrated on its bucket's calls; the first is returned). A promotion is a tensor (at
+        16 bit in every bucket) or (bucket, tensor) (in that bucket's graph only). A set built before with the
         same buckets is not built again: the search asks for the same candidate more than once
         (the bucket choice and the first HTP decode; the CPU search, the HTP check and the HTP
         decode)."""
@@ -127,12 +147,13 @@ class QnnProfile:
             self.built[key] = self._build(promoted)
         return self.built[key]
 
-    def _build(self, promoted: Sequence[str]) -> Path:
-        every_activation = bool(self.tensors) and set(self.tensors) <= set(promoted)
+    def _build(self, promoted: Sequence[Promotion]) -> Path:
+        every_activation = bool(self.tensors) and set(self.tensors) <= {p for p in promoted if isinstance(p, str)}
 
         def one(bucket: int, reader: Any) -> Path:
             out = self.run.tmp / f"qnn-{next(self.builds)}.onnx"
-            return quantize_qnn_model(self.run.prepared, out, reader, promoted, self.run.cfg.method, every_activation,
+            mine = list(dict.fromkeys(tensors_in(promoted, bucket)))
+            return quantize_qnn_model(self.run.prepared, out, reader, mine, self.run.cfg.method, every_activation,
                                       per_channel=self.run.cfg.settings.per_channel, facts=self.facts)
 
         return self.buckets.graphs(one)
@@ -149,7 +170,7 @@ class QnnProfile:
         options = OrtOptions(intra_op_threads=self.run.cfg.threads, graph_optimization="basic")
         return self.buckets.open(model, lambda p: OrtRuntime(p, options))
 
-    def measure(self, model: Path, promoted: Sequence[str], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
+    def measure(self, model: Path, promoted: Sequence[Promotion], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
         """Decode the held-out set with ``model`` on the HTP backend, with check's gate (budget met
         means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
         velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
@@ -179,15 +200,41 @@ class QnnProfile:
                             note="ort-cpu (search only)")
         model = self.build(self.forced)
         passed, metrics, rows = self.measure(model, self.forced)
-        promoted: list[str] = list(self.forced)
-        ranking: dict[str, float] = {}
+        promoted: list[Promotion] = list(self.forced)
+        ranking: dict[Promotion, float] = {}
         if not passed and run.cfg.fallback:
-            sensitivity = self.rank(eight_bit)
-            ranking = sensitivity.snr_db()
+            parts = self.rank(eight_bit)
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
-            order = promotion_order(sensitivity.noise, ties, self.tensors, self.forced)
+            if len(parts) == 1:
+                ranking = dict(parts[0].snr_db())
+                order: list[Promotion] = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+            else:
+                ranking = {(b, t): v for b, part in enumerate(parts) for t, v in part.snr_db().items()}
+                order = list(self.bucket_order(parts, ties))
             model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
         return self.result(model, promoted, ranking, passed, metrics, rows)
+
+    def bucket_order(self, parts: Sequence[Sensitivity], ties: Mapping[str, frozenset[str]]) -> list[tuple[int, str]]:
+        """The promotion order over (step bucket, tensor) (``sensitivity.bucket_promotion_order``):
+        each bucket's noise per ranked call, weighted by its calls' weight in the decode's result
+        (``step_weights``: a flow step's size squared) and costed by its share of the calls.
+
+        One set for every bucket spent 16-bit activations where they do not pay: the flow demo's
+        first steps (t < 0.08) are integrated over steps of 0.038 against 0.19 for the last, so
+        their output error reaches the result 25x weaker in power. Predicted from the ranking (8
+        buckets, 16 calls), the weighted noise that one set reached with 88 activations at 16 bit
+        takes 64 on average per call by bucket."""
+        run = self.run
+        buckets = self.buckets.current
+        calls = run.traj.calls
+        where = [buckets.index(c.position) for c in calls]
+        weights = step_weights(run.kind, [c.position for c in calls])
+        n = buckets.n
+        count = [where.count(b) for b in range(n)]
+        share = [c / max(len(calls), 1) for c in count]
+        weight = [float(np.mean([w for w, b in zip(weights, where) if b == k])) if count[k] else 0.0 for k in range(n)]
+        noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
+        return bucket_promotion_order(noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced)
 
     def _by_rule(self) -> dict[str, str]:
         """{tensor at 16 bit by rule: why}: a flow model's time angle
@@ -215,11 +262,12 @@ class QnnProfile:
                                hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
         return forced
 
-    def rank(self, eight_bit: Path) -> Sensitivity:
+    def rank(self, eight_bit: Path) -> list[Sensitivity]:
         """Each activation's, MatMul weight's and Gather table's output noise alone at 8 bit
-        (``sensitivity.output_sensitivity``), on the all-8-bit graph of each chosen step bucket
-        (``eight_bit`` when one scale) and that bucket's recorded feeds: ``RANK_FEEDS_PER_FEED``
-        times ``sensitivity_feeds`` spread over the loop.
+        (``sensitivity.output_sensitivity_per_graph``), one ``Sensitivity`` per step bucket (one
+        when one scale), on that bucket's all-8-bit graph and recorded feeds: ``RANK_FEEDS_PER_FEED``
+        times ``sensitivity_feeds`` calls, spread over the loop, split evenly between the buckets
+        (``ranked_calls``: how many each got).
 
         Own-SQNR ranking (each tensor's value before vs after its own Q/DQ) put the flow demo's
         residual sums, which carry every block's error on, among the last: on the HTP backend it
@@ -230,17 +278,23 @@ class QnnProfile:
         buckets = self.buckets.for_model(graph)
         feeds, calls = run.traj.feeds, run.traj.calls
         n = min(len(feeds), RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds)
-        pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
         if buckets is None:
+            pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
             groups = [(graph, [feeds[i] for i in pick])]
         else:
-            where = {i: buckets.index(calls[i].position) for i in pick}
-            groups = [(p, [feeds[i] for i in pick if where[i] == b]) for b, p in enumerate(self.buckets.paths(graph))]
-        run.say(f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({len(pick)} recorded calls)")
+            groups = []
+            for b, path in enumerate(self.buckets.paths(graph)):
+                mine = [i for i, c in enumerate(calls) if buckets.index(c.position) == b]
+                k = min(len(mine), -(-n // buckets.n))
+                chosen = sorted({mine[j] for j in np.linspace(0, len(mine) - 1, k).round().astype(int)}) if k else []
+                groups.append((path, [feeds[i] for i in chosen]))
+        self.ranked_calls = [len(g[1]) for g in groups]
+        total = sum(self.ranked_calls)
+        run.say(f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({total} recorded calls)")
         with run.timed("rank_s"):
-            return output_sensitivity(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
+            return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
-    def promote(self, order: Sequence[str], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
+    def promote(self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
         """Promote the first tensors of ``order`` until the budget holds: the smallest count found
         by doubling groups (1, 2, 4, ...) and then bisecting between the last failing and the first
         passing group (doubling alone promoted 32 where 17 might do). Emulating 16-bit tensors
@@ -270,11 +324,12 @@ class QnnProfile:
             bad = self.disagreeing(forced, order[:k])
             if bad is None:
                 break
-            run.warn(f"the HTP backend computes {bad[0]} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
+            tensor = bad[0] if isinstance(bad[0], str) else bad[0][1]
+            run.warn(f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
                      "below it): left at 8 bit")
-            self.refused.append({"tensor": bad[0], "htp_below_simulation_db": bad[1]})
-            order.remove(bad[0])
-        promoted: list[str] = forced
+            self.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
+            order = [p for p in order if (p if isinstance(p, str) else p[1]) != tensor]  # in every bucket
+        promoted: list[Promotion] = forced
         while not passed and len(promoted) - len(forced) < limit:
             promoted = forced + order[:k]
             run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
@@ -283,31 +338,40 @@ class QnnProfile:
             k = min(k + max(1, k // 4), limit)
         return model, promoted, passed, metrics, rows
 
-    def disagreeing(self, forced: list[str], candidates: Sequence[str]) -> tuple[str, float] | None:
+    def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """The first of ``candidates`` (promoted in order, after ``forced``) whose promotion makes the
-        HTP backend's output on one recorded call more than ``HTP_AGREE_DB`` below its CPU
-        simulation's (both against FP32), and that gap; None when the whole set agrees. Bisects
-        over the prefixes, one call each.
+        HTP backend's output on a recorded call more than ``HTP_AGREE_DB`` below its CPU
+        simulation's (both against FP32), and that gap; None when the whole set agrees. One call
+        per step bucket (its graph has its own tensors at 16 bit) is checked with every candidate;
+        where one disagrees, a bisection over the prefixes finds the tensor on that call.
 
         On the flow demo, the GELU's tanh input at 16 bit (its Mul, the Tanh after it) gave 13.9
         dB per forward on the HTP backend against 19.8 in the simulation, and a candidate that met
         the budget in the simulation (38.7 dB) gave 18.9 dB on the HTP backend."""
         run = self.run
-        feeds = run.traj.feeds
-        feed = feeds[len(feeds) // 2]  # mid-loop; every bucket's graph has the same tensors at 16 bit
+        feeds, calls = run.traj.feeds, run.traj.calls
+        buckets = self.buckets.current
+        if buckets is None:
+            picks = [len(feeds) // 2]  # mid-loop
+        else:
+            by_bucket = [[i for i, c in enumerate(calls) if buckets.index(c.position) == b] for b in range(buckets.n)]
+            picks = [mine[len(mine) // 2] for mine in by_bucket if mine]
         out = next(iter(run.bundle.outputs))
-        reference = np.array(run.fp32_rt.run(feed)[out], copy=True)
+        reference = {i: np.array(run.fp32_rt.run(feeds[i])[out], copy=True) for i in picks}
 
-        def gap(n: int) -> float:
+        def gap(n: int, on: Sequence[int]) -> tuple[float, int]:
             model = self.build(forced + list(candidates[:n]))
+            worst = (-np.inf, on[0])
             with self.open_candidate(model, "htp") as htp, self.open_candidate(model, "cpu") as sim:
-                on_htp = snr_db(reference, htp.run(feed)[out], floor=1e-30)
-                on_sim = snr_db(reference, sim.run(feed)[out], floor=1e-30)
-            return on_sim - on_htp
+                for i in on:
+                    on_htp = snr_db(reference[i], htp.run(feeds[i])[out], floor=1e-30)
+                    on_sim = snr_db(reference[i], sim.run(feeds[i])[out], floor=1e-30)
+                    worst = max(worst, (on_sim - on_htp, i))
+            return worst
 
         if not candidates:
             return None
-        top = gap(len(candidates))
+        top, call = gap(len(candidates), picks)
         if top <= HTP_AGREE_DB:
             return None
         run.say(f"the HTP backend and its simulation disagree by {top:.1f} dB: find the tensor")
@@ -315,14 +379,14 @@ class QnnProfile:
         worst = top
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            g = gap(mid)
+            g, _ = gap(mid, [call])
             if g > HTP_AGREE_DB:
                 hi, worst = mid, g
             else:
                 lo = mid
         return candidates[hi - 1], worst
 
-    def result(self, model: Path, promoted: list[str], ranking: dict[str, float], passed: bool,
+    def result(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], passed: bool,
                metrics: dict[str, Any], rows: list[dict[str, Any]]) -> SearchResult:
         run = self.run
         floats = float_nodes(model)
@@ -337,7 +401,7 @@ class QnnProfile:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
         return SearchResult(
             model=model, passed=passed, metrics=metrics, checks=rows, int8_nodes=[n.name for n in run.plan.nodes],
-            sensitivity={t: {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.get)[:10]},
+            sensitivity={promotion_label(t): {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.__getitem__)[:10]},
             history=run.history, float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
             int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
             structure={"ops": ops, "float_nodes": floats}, drift=drift, tensors=self.tensors,
@@ -346,31 +410,43 @@ class QnnProfile:
             bucket_models=self.buckets.paths(model),
         )
 
-    def promotions(self, model: Path, promoted: list[str], ranking: Mapping[str, float], producer: Mapping[str, str]) -> dict[str, Any]:
+    def promotions(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], producer: Mapping[str, str]) -> dict[str, Any]:
         weight_set = set(self.weights)
-        # Activations at 16 bit as the written graph holds them (promoted ones, inputs of promoted
-        # MatMul weights, outputs of promoted Gather tables, and what ORT ties to them).
-        bits = activation_bits(model, self.tensors)
-        wide = {t for t, b in bits.items() if b == 16}
         tensors = set(self.tensors)
         rule = set(self.by_rule)
-        return {
+        # Activations at 16 bit as each bucket's written graph holds them (promoted ones, inputs of
+        # promoted MatMul weights, outputs of promoted Gather tables, and what ORT ties to them).
+        paths = self.buckets.paths(model)
+        wide = [len({t for t, b in activation_bits(p, self.tensors).items() if b == 16} & tensors) for p in paths]
+        buckets = self.buckets.for_model(model)
+        if buckets is None:
+            share = [1.0]
+        else:
+            calls = np.bincount([buckets.index(c.position) for c in self.run.traj.calls], minlength=buckets.n)
+            share = list(calls / max(calls.sum(), 1))
+        # The 8-bit share per call of the decode: a bucket's graph runs for its own calls.
+        mean_wide = float(sum(w * c for w, c in zip(wide, share)))
+        doc = {
             "htp_arch": self.htp.arch, "soc_model": self.htp.soc, **versions(),
             "weights": ("MatMul weights int8 per output channel" if self.run.cfg.settings.per_channel else "MatMul weights uint8 per tensor")
                        + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
             "activations": "uint8, promoted tensors uint16",
             "activation_tensors": len(self.tensors),
             "promoted_16bit": len(promoted),
-            "activations_16bit": len(wide & tensors),
-            "weights_16bit": sum(1 for t in promoted if t in weight_set),
-            "share_8bit": 1.0 - len(wide & tensors) / len(tensors) if tensors else None,
+            "activations_16bit": round(mean_wide, 1) if len(paths) > 1 else wide[0],
+            "weights_16bit": sum(1 for p in promoted if _tensor(p) in weight_set),
+            "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
             "refused_by_htp": self.refused,
             "promotions": [
-                {"step": i + 1, "tensor": t,
-                 "kind": "weight" if t in weight_set else "constant" if t in self.facts.floats else "activation",
-                 "produced_by": "initializer" if t in weight_set or t in self.facts.floats else producer.get(t, t),
-                 "output_snr_db": ranking.get(t),
-                 "why": self.by_rule[t] if t in rule else "override" if t in self.forced else "budget"}
-                for i, t in enumerate(promoted)
+                {"step": i + 1, "tensor": _tensor(p), "bucket": None if isinstance(p, str) else p[0],
+                 "kind": "weight" if _tensor(p) in weight_set else "constant" if _tensor(p) in self.facts.floats else "activation",
+                 "produced_by": "initializer" if _tensor(p) in weight_set or _tensor(p) in self.facts.floats else producer.get(_tensor(p), _tensor(p)),
+                 "output_snr_db": ranking.get(p),
+                 "why": self.by_rule[p] if p in rule else "override" if p in self.forced else "budget"}
+                for i, p in enumerate(promoted)
             ],
         }
+        if len(paths) > 1:
+            doc["activations_16bit_per_bucket"] = wide
+            doc["share_8bit_is"] = "per call of the decode: each step bucket's graph, weighted by its share of the calls"
+        return doc

@@ -91,16 +91,18 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
     o.pairs("Hexagon NPU (HTP) quantization", {
         "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
         "HTP": f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})",
-        "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit)",
+        "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit"
+                                + (f"; per call, by step bucket: {', '.join(str(n) for n in q['activations_16bit_per_bucket'])})"
+                                   if q.get("activations_16bit_per_bucket") else ")"),
         "weights at 16 bit (MatMul, Gather tables)": q.get("weights_16bit", 0),
         "weights": q["weights"],
     })
     if q["promotions"]:
         o.table("promoted to 16 bit: by rule and override, then by output noise per activation put at 16 bit "
                 "(output SNR: the network's outputs with only that tensor at 8 bit)",
-                ["#", "tensor", "kind", "produced by", "output SNR dB", "why"],
-                [(p["step"], p["tensor"], p.get("kind", "activation"), p["produced_by"],
-                  p.get("output_snr_db"), p.get("why", "budget"))
+                ["#", "tensor", "step bucket", "kind", "produced by", "output SNR dB", "why"],
+                [(p["step"], p["tensor"], "all" if p.get("bucket") is None else p["bucket"], p.get("kind", "activation"),
+                  p["produced_by"], p.get("output_snr_db"), p.get("why", "budget"))
                  for p in q["promotions"]])
     limits = list(s["budget"]["limits"])
     o.table("budget search (the CPU EP only narrows it; the HTP backend decides)", ["backend", "16-bit tensors", *limits, "passed"],

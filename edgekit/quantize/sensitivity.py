@@ -133,11 +133,27 @@ def output_sensitivity(
     QDQ graph of ``float_model``, the recorded feeds it decodes; one pair per step bucket). The
     graphs run on the CPU EP with basic optimization only (every Q/DQ as written, the ops in
     between in float: the QDQ semantics the HTP implements). Costs (candidates + 1) forwards per feed."""
-    ort = require("onnxruntime")
+    parts = output_sensitivity_per_graph(float_model, graphs, candidates, threads)
     noise: dict[str, float] = {}
-    signal = 0.0
+    for part in parts:
+        for t, n in part.noise.items():
+            noise[t] = noise.get(t, 0.0) + n
+    return Sensitivity(noise=noise, signal=sum(p.signal for p in parts))
+
+
+def output_sensitivity_per_graph(
+    float_model: Path, graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]], candidates: Sequence[str],
+    threads: int = 1,
+) -> list[Sensitivity]:
+    """``output_sensitivity`` for each pair of ``graphs`` on its own (one per step bucket; a
+    pair without feeds gives an empty one)."""
+    ort = require("onnxruntime")
+    parts: list[Sensitivity] = []
     for qdq_model, feeds in graphs:
+        noise: dict[str, float] = {}
+        signal = 0.0
         if not feeds:
+            parts.append(Sensitivity(noise=noise, signal=signal))
             continue
         model, gates = gated_graph(qdq_model, float_model, candidates)
         options = ort.SessionOptions()
@@ -155,7 +171,8 @@ def output_sensitivity(
             for t, gate in gates.items():
                 ys = session.run(None, base | {gate: on})
                 noise[t] = noise.get(t, 0.0) + sum(float(np.sum((np.asarray(y, np.float64) - r) ** 2)) for y, r in zip(ys, ref))
-    return Sensitivity(noise=noise, signal=signal)
+        parts.append(Sensitivity(noise=noise, signal=signal))
+    return parts
 
 
 def promotion_order(noise: Mapping[str, float], ties: Mapping[str, frozenset[str]], activations: Iterable[str],
@@ -184,3 +201,55 @@ def promotion_order(noise: Mapping[str, float], ties: Mapping[str, frozenset[str
         wide |= ties[best]
         left.remove(best)
     return order
+
+
+def bucket_promotion_order(noise: Sequence[Mapping[str, float]], weight: Sequence[float], calls: Sequence[float],
+                           ties: Mapping[str, frozenset[str]], activations: Iterable[str],
+                           start: Iterable[str] = ()) -> list[tuple[int, str]]:
+    """``promotion_order`` over (step bucket, tensor): a tensor can be at 16 bit in one bucket's
+    graph and at 8 bit in another's. ``noise[b]``: each tensor's output noise alone at 8 bit in
+    bucket b, per call; ``weight[b]``: what an output error in bucket b's calls weighs in the
+    decode's result (a flow step's error enters the result times its step size: ``step_weights``);
+    ``calls[b]``: bucket b's share of the decode's calls, which is what an activation at 16 bit
+    there costs. Each next (bucket, tensor) removes the most weighted noise per activation-call it
+    newly puts at 16 bit. ``start`` is at 16 bit in every bucket."""
+    acts = set(activations)
+    n = len(noise)
+    wide: list[set[str]] = [set() for _ in range(n)]
+    for b in range(n):
+        for t in start:
+            wide[b] |= ties.get(t, frozenset({t}))
+    skip = set(start)
+    left = [{c for c in ties if c not in skip} for _ in range(n)]
+
+    def score(b: int, c: str) -> float:
+        new = ties[c] - wide[b]
+        cost = len(new & acts) * calls[b]
+        if cost == 0:
+            return np.inf
+        return weight[b] * sum(noise[b].get(t, 0.0) for t in new) / cost
+
+    scores = [{c: score(b, c) for c in left[b]} for b in range(n)]
+    order: list[tuple[int, str]] = []
+    while any(left):
+        b, c = max(((b, c) for b in range(n) for c in left[b]), key=lambda bc: (scores[bc[0]][bc[1]], -bc[0], bc[1]))
+        order.append((b, c))
+        wide[b] |= ties[c]
+        left[b].discard(c)
+        del scores[b][c]
+        scores[b] = {x: score(b, x) for x in left[b]}  # only bucket b's graph changed
+    return order
+
+
+def step_weights(kind: str, positions: Sequence[float]) -> list[float]:
+    """Each call position's weight in the decode's result: for a flow model, the square of the step
+    its velocity is integrated over (the next position, or 1 for the last: an explicit solver's
+    update is x + dt * v, so an output error of the velocity net at t reaches the result times
+    that step, and its power times its square); 1 for masked and AR steps, whose errors act on
+    decisions rather than through a step size."""
+    pos = [float(p) for p in positions]
+    if kind != "flow":
+        return [1.0] * len(pos)
+    grid = sorted(set(pos)) + [1.0]
+    step = {t: max(grid[i + 1] - t, 0.0) for i, t in enumerate(grid[:-1])}
+    return [step[p] ** 2 for p in pos]

@@ -94,6 +94,32 @@ def test_flow_budget_promotions_are_ranked_beside_the_time_angle_rule(tiny_qnn_b
     assert len(budget) == 2 and all(isinstance(p["output_snr_db"], float) for p in budget), budget
 
 
+def test_with_step_buckets_each_buckets_graph_takes_its_own_promotions(tiny_qnn_bundles, tmp_path):
+    """A tensor can be at 16 bit in one step bucket's graph and at 8 bit in another's: each
+    (bucket, tensor) is ranked by its noise weighted by the step's weight in the result. The
+    8-bit share is per call of the decode."""
+    root = tmp_path / "flow"
+    shutil.copytree(tiny_qnn_bundles["flow"], root)
+    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 200.0}, max_fallback=4, step_buckets=2)
+    s = quantize_bundle(root, cfg)
+    q, sb = s["qnn"], s["step_buckets"]
+    budget = [p for p in q["promotions"] if p["why"] == "budget"]
+    assert len(budget) == 4 and all(p["bucket"] in (0, 1) for p in budget), budget
+    assert all(p["bucket"] is None for p in q["promotions"] if p["why"] != "budget")  # the rule's: every bucket
+    bundle = Bundle.load(root)
+    tensors = activation_tensors(bundle.path_of("int8"))
+    wide = []
+    for b, artifact in enumerate(sb["artifacts"]):
+        bits = activation_bits(bundle.path_of(artifact), tensors)
+        wide.append(sum(1 for v in bits.values() if v == 16))
+        for p in budget:  # each promotion is at 16 bit in its own bucket's graph
+            if p["kind"] == "activation" and p["bucket"] == b:
+                assert bits[p["tensor"]] == 16, (b, p)
+    assert q["activations_16bit_per_bucket"] == wide
+    calls = np.array(sb["calls_per_bucket"], dtype=float)
+    assert q["share_8bit"] == pytest.approx(1 - float(np.dot(wide, calls / calls.sum())) / len(tensors))
+
+
 def test_a_promotion_the_htp_computes_unlike_its_simulation_is_left_at_8_bit(tiny_qnn_bundles, tmp_path, monkeypatch):
     """On the flow demo one promotion (the GELU's tanh input) made the HTP backend's forward 6 dB
     worse than its QDQ simulation, and a candidate that met the budget in the simulation failed

@@ -21,9 +21,12 @@ from edgekit.quantize.qnn_graph import (  # noqa: E402
     quantize_qnn_model,
 )
 from edgekit.quantize.sensitivity import (  # noqa: E402
+    bucket_promotion_order,
     gated_graph,
     output_sensitivity,
+    output_sensitivity_per_graph,
     promotion_order,
+    step_weights,
 )
 
 D = 8
@@ -102,6 +105,13 @@ def test_output_sensitivity_sees_what_the_network_does_with_a_tensors_error(grap
     assert snr["s_a"] < snr["W"] and np.isfinite(snr["y"]), snr
     assert sens.predicted_snr_db(["s_a", "s_b"]) < sens.predicted_snr_db(["s_b"])  # noise adds
     assert set(output_sensitivity(graphs["fp32"], [(graphs["q8"], [])], ["s_a"]).noise) == set()  # no feeds, no claim
+    # Per step bucket: one Sensitivity per graph, which sum to the whole.
+    parts = output_sensitivity_per_graph(graphs["fp32"], [(graphs["q8"], _feeds(6, seed=1)[:2]), (graphs["q8"], []),
+                                                          (graphs["q8"], _feeds(6, seed=1)[2:])], ["s_a", "s_b"])
+    assert len(parts) == 3 and parts[1].noise == {} and parts[1].signal == 0
+    whole = output_sensitivity(graphs["fp32"], [(graphs["q8"], _feeds(6, seed=1))], ["s_a", "s_b"])
+    for t in ("s_a", "s_b"):
+        assert parts[0].noise[t] + parts[2].noise[t] == pytest.approx(whole.noise[t], rel=1e-9)
 
 
 def test_promotion_ties_are_what_the_qnn_quantizer_writes(graphs):
@@ -134,3 +144,26 @@ def test_the_order_removes_the_most_noise_per_activation_put_at_16_bit():
     # and c come free with it; e removes no noise: last.
     assert promotion_order(noise, ties, acts) == ["W", "d", "a", "b", "c", "e"]
     assert promotion_order(noise, ties, acts, start=["d"])[0] == "W"  # what the rule put at 16 bit counts
+
+
+def test_by_step_bucket_a_tensor_goes_to_16_bit_where_its_weighted_noise_is():
+    acts = ["a", "b", "c"]
+    ties = {"a": frozenset({"a"}), "b": frozenset({"b"}), "c": frozenset({"b", "c"})}
+    # Bucket 0: a is noisy; bucket 1: b is. Same share of the calls, bucket 1 weighs 4x.
+    noise = [{"a": 4.0, "b": 0.1, "c": 0.0}, {"a": 0.2, "b": 3.0, "c": 0.9}]
+    order = bucket_promotion_order(noise, [1.0, 4.0], [0.5, 0.5], ties, acts)
+    # Weighted noise per activation-call: (1, b) 4 * 3.0 / 0.5 = 24; (0, a) 4.0 / 0.5 = 8; then
+    # (1, c) 4 * 0.9 / 0.5 = 7.2 for the one activation it adds (b is at 16 bit there already).
+    assert order[:3] == [(1, "b"), (0, "a"), (1, "c")]
+    assert sorted(order) == sorted((b, t) for b in range(2) for t in ties)  # each (bucket, tensor) once
+    # An activation costs its bucket's share of the calls: the same noise in a bucket of few calls goes first.
+    even = bucket_promotion_order([{"a": 1.0}, {"a": 1.0}], [1.0, 1.0], [0.9, 0.1], {"a": frozenset({"a"})}, ["a"])
+    assert even[0] == (1, "a")
+    # What is at 16 bit by rule is so in every bucket.
+    assert (1, "b") not in bucket_promotion_order(noise, [1.0, 4.0], [0.5, 0.5], ties, acts, start=["b"])
+
+
+def test_a_flow_steps_weight_is_its_step_size_squared():
+    t = [0.0, 0.25, 0.25, 0.75]  # a decode's calls (two at one t: a repeated recording)
+    assert step_weights("flow", t) == pytest.approx([0.0625, 0.25, 0.25, 0.0625])
+    assert step_weights("masked", t) == [1.0] * 4 and step_weights("ar", [3.0]) == [1.0]
