@@ -69,8 +69,11 @@ from edgekit.spec import KIND_IO
 from edgekit.targets import load_target
 
 # A candidate the HTP backend computes this many dB below its CPU simulation (one recorded call,
-# both against FP32) has a tensor whose 16-bit form the HTP does not implement as QDQ says.
-HTP_AGREE_DB = 3.0
+# both against FP32) has a tensor whose 16-bit form the HTP does not implement as QDQ says. On
+# the flow demo's 8 bucket graphs (402 promotions by bucket) the two agreed within 0.8 dB at
+# every step but the last, which was 23.9 dB apart; the last step weighs most in the result, so
+# a gap under 3 dB there could still cost the budget.
+HTP_AGREE_DB = 1.5
 # The ranking's recorded calls: this many times ``sensitivity_feeds`` (one session answers every
 # tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
 RANK_FEEDS_PER_FEED = 4
@@ -324,19 +327,30 @@ class QnnProfile:
             bad = self.disagreeing(forced, order[:k])
             if bad is None:
                 break
-            tensor = bad[0] if isinstance(bad[0], str) else bad[0][1]
-            run.warn(f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
-                     "below it): left at 8 bit")
-            self.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
-            order = [p for p in order if (p if isinstance(p, str) else p[1]) != tensor]  # in every bucket
+            order = self._refuse(bad, order)
         promoted: list[Promotion] = forced
         while not passed and len(promoted) - len(forced) < limit:
+            if len(promoted) > len(forced):  # the quarter more may bring a tensor the HTP computes unlike QDQ
+                bad = self.disagreeing(forced, order[:k])
+                if bad is not None:
+                    order = self._refuse(bad, order)
+                    limit = min(limit, len(order))
+                    k = min(k, limit)
+                    continue
             promoted = forced + order[:k]
             run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
             model = self.build(promoted)
             passed, metrics, rows = self.measure(model, promoted)
             k = min(k + max(1, k // 4), limit)
         return model, promoted, passed, metrics, rows
+
+    def _refuse(self, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
+        """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""
+        tensor = _tensor(bad[0])
+        self.run.warn(f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
+                      "below it): left at 8 bit")
+        self.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
+        return [p for p in order if _tensor(p) != tensor]
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """The first of ``candidates`` (promoted in order, after ``forced``) whose promotion makes the

@@ -70,3 +70,12 @@ def test_edges_of_the_search(needs, cpu):
 def test_a_budget_no_count_meets_promotes_everything_it_may_and_says_it_failed():
     promoted, passed, measured = _search(cpu_needs=1000, htp_needs=1000, max_fallback=10)
     assert not passed and len(promoted) == 10 and measured["cpu"] == [1, 2, 4, 8, 10] and measured["htp"] == [10]
+
+
+def test_the_quarter_more_the_htp_asks_for_is_checked_against_the_simulation_too():
+    # t20 lies past the count the CPU search found: only the HTP's quarter steps reach it.
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, disagree=("t20",))
+    assert passed and "t20" not in promoted and len(promoted) == 32
+    assert measured["refused"] == [{"tensor": "t20", "htp_below_simulation_db": 6.0}]
+    assert measured["checked"][0] == 17 and 21 in measured["checked"]  # the first quarter step was checked
+    assert measured["htp"] == [17, 21, 26, 32]
