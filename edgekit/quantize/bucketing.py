@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from edgekit.evaluate import snr_db
 from edgekit.quantize.buckets import (
     AUTO_COUNTS,
@@ -127,6 +125,13 @@ class BucketState:
         buckets = self.for_model(model)
         return BucketedRuntime([open_one(p) for p in paths], buckets.boundaries, self.run.kind, self.run.bundle.meta)
 
+    def calls_by_bucket(self, buckets: StepBuckets) -> list[list[int]]:
+        """The recorded calls' indices (into ``run.traj.calls`` and ``feeds``) in each of ``buckets``."""
+        out: list[list[int]] = [[] for _ in range(buckets.n)]
+        for i, c in enumerate(self.run.traj.calls):
+            out[buckets.index(c.position)].append(i)
+        return out
+
     def for_model(self, model: Path) -> StepBuckets | None:
         """The buckets ``model`` was built with (None: one scale)."""
         return self.made_with.get(model)
@@ -153,7 +158,7 @@ class BucketState:
         if buckets is None:
             return None if not self.tried else {"n": 1, "tried": self.tried}
         drift = self.drift
-        calls = np.bincount([buckets.index(c.position) for c in self.run.traj.calls], minlength=buckets.n)
+        calls = [len(mine) for mine in self.calls_by_bucket(buckets)]
         doc = buckets.to_json() | {"calls_per_bucket": [int(c) for c in calls], "tried": self.tried}
         if drift is not None:  # per call index: where the boundaries came from (plots)
             doc["drift"] = {"positions": [float(p) for p in drift.positions],

@@ -79,6 +79,7 @@ from edgekit.targets import load_target
 # tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
 RANK_FEEDS_PER_FEED = 4
 
+
 class QnnProfile:
     """Hooks of the qnn profile for one quantize run: full-integer QDQ by the QNN rules, the most
     sensitive tensors promoted to 16 bit until the budget holds on the HTP backend."""
@@ -212,14 +213,12 @@ class QnnProfile:
         buckets, 16 calls), the weighted noise that one set reached with 88 activations at 16 bit
         takes 64 on average per call by bucket."""
         run = self.run
-        buckets = self.buckets.current
         calls = run.traj.calls
-        where = [buckets.index(c.position) for c in calls]
         weights = step_weights(run.kind, [c.position for c in calls])
-        n = buckets.n
-        count = [where.count(b) for b in range(n)]
+        by_bucket = self.buckets.calls_by_bucket(self.buckets.current)
+        count = [len(mine) for mine in by_bucket]
         share = [c / max(len(calls), 1) for c in count]
-        weight = [float(np.mean([w for w, b in zip(weights, where) if b == k])) if count[k] else 0.0 for k in range(n)]
+        weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]
         noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
         return bucket_promotion_order(noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced)
 
@@ -263,15 +262,14 @@ class QnnProfile:
         run = self.run
         graph = eight_bit if self.buckets.current is None else self.build(())
         buckets = self.buckets.for_model(graph)
-        feeds, calls = run.traj.feeds, run.traj.calls
+        feeds = run.traj.feeds
         n = min(len(feeds), RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds)
         if buckets is None:
             pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
             groups = [(graph, [feeds[i] for i in pick])]
         else:
             groups = []
-            for b, path in enumerate(self.buckets.paths(graph)):
-                mine = [i for i, c in enumerate(calls) if buckets.index(c.position) == b]
+            for path, mine in zip(self.buckets.paths(graph), self.buckets.calls_by_bucket(buckets)):
                 k = min(len(mine), -(-n // buckets.n))
                 chosen = sorted({mine[j] for j in np.linspace(0, len(mine) - 1, k).round().astype(int)}) if k else []
                 groups.append((path, [feeds[i] for i in chosen]))
@@ -325,8 +323,8 @@ class QnnProfile:
         if buckets is None:
             share = [1.0]
         else:
-            calls = np.bincount([buckets.index(c.position) for c in self.run.traj.calls], minlength=buckets.n)
-            share = list(calls / max(calls.sum(), 1))
+            calls = [len(mine) for mine in self.buckets.calls_by_bucket(buckets)]
+            share = [c / max(sum(calls), 1) for c in calls]
         # The 8-bit share per call of the decode: a bucket's graph runs for its own calls.
         mean_wide = float(sum(w * c for w, c in zip(wide, share)))
         doc = {

@@ -102,13 +102,12 @@ def disagreeing(profile: Any, forced: list[Promotion], candidates: Sequence[Prom
     dB per forward on the HTP backend against 19.8 in the simulation, and a candidate that met
     the budget in the simulation (38.7 dB) gave 18.9 dB on the HTP backend."""
     run = profile.run
-    feeds, calls = run.traj.feeds, run.traj.calls
+    feeds = run.traj.feeds
     buckets = profile.buckets.current
     if buckets is None:
         picks = [len(feeds) // 2]  # mid-loop
     else:
-        by_bucket = [[i for i, c in enumerate(calls) if buckets.index(c.position) == b] for b in range(buckets.n)]
-        picks = [mine[len(mine) // 2] for mine in by_bucket if mine]
+        picks = [mine[len(mine) // 2] for mine in profile.buckets.calls_by_bucket(buckets) if mine]
     out = next(iter(run.bundle.outputs))
     reference = {i: np.array(run.fp32_rt.run(feeds[i])[out], copy=True) for i in picks}
 
