@@ -6,11 +6,13 @@ whose ``build``, ``measure``, ``open_candidate`` and ``disagreeing`` they call."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
 from edgekit.evaluate import snr_db
+from edgekit.quantize.budget import check
+from edgekit.quantize.config import BUDGET_RULES
 
 # A candidate the HTP backend computes this many dB below its CPU simulation (one recorded call,
 # both against FP32) has a tensor whose 16-bit form the HTP does not implement as QDQ says. On
@@ -43,33 +45,47 @@ def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool,
     costs the HTP backend up to 10x per forward, so that search runs on the CPU EP's QDQ
     simulation. Before the HTP backend decodes a candidate, one recorded call per step bucket checks that
     it computes what the simulation does (``disagreeing``); a tensor whose promotion it does
-    not is left at 8 bit and the count searched again. The HTP backend then decides, adding
-    a quarter more promotions while its budget still fails."""
+    not is left at 8 bit and the count searched again. The HTP backend then decides. Where it
+    fails a count the simulation passed, its shortfall on each budget key (``htp_offset``)
+    tightens the simulation's budget and the count is searched again from there; a quarter more
+    where the shortfall is on a key the simulation does not measure."""
     run = profile.run
     forced = list(profile.forced)
     order = [t for t in order if t not in forced]
+    offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
+    simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {}  # by prefix
 
     def holds_on_cpu(k: int) -> bool:
-        return profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[0]
+        key = (k, tuple(order[:k]))  # a refusal changes the prefix behind a count
+        if key not in simulated:
+            simulated[key] = profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[:2]
+        passed, metrics = simulated[key]
+        return passed and check(metrics, tightened(run.budget, offset))[0]
 
-    failing, k = 0, 1  # 0 promoted failed already (the caller measured it)
-    while True:
-        limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
-        k = min(max(k, failing + 1), limit)  # after a refused tensor: the count that held, checked again
+    def search(failing: int, k: int, limit: int) -> tuple[int, int]:
+        """(the last failing, the smallest holding) count in (failing, limit] on the simulation,
+        galloping from the first guess ``k`` (steps double from ``failing``), then bisecting."""
+        base, k = failing, min(max(k, failing + 1), limit)
         while k < limit and not holds_on_cpu(k):
-            failing, k = k, 2 * k
-        k = min(k, limit)
+            failing, k = k, min(base + 2 * (k - base), limit)
         if k - failing > 1 and (k < limit or holds_on_cpu(k)):
             while k - failing > 1:  # more promotions never hurt: bisect (failing, k]
                 mid = (failing + k) // 2
                 failing, k = (failing, mid) if holds_on_cpu(mid) else (mid, k)
+        return failing, k
+
+    limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
+    failing, k = 0, 1  # 0 promoted failed already (the caller measured it)
+    while True:
+        failing, k = search(failing, k, limit)  # after a refused tensor: the count that held, checked again
         bad = profile.disagreeing(forced, order[:k])
         if bad is None:
             break
         order = refuse(profile, bad, order)
+        limit = min(limit, len(order))
     promoted: list[Promotion] = forced
     while not passed and len(promoted) - len(forced) < limit:
-        if len(promoted) > len(forced):  # the quarter more may bring a tensor the HTP computes unlike QDQ
+        if len(promoted) > len(forced):  # the next count may bring a tensor the HTP computes unlike QDQ
             bad = profile.disagreeing(forced, order[:k])
             if bad is not None:
                 order = refuse(profile, bad, order)
@@ -80,8 +96,35 @@ def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool,
         run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
         model = profile.build(promoted)
         passed, metrics, rows = profile.measure(model, promoted)
-        k = min(k + max(1, k // 4), limit)
+        if passed:
+            break
+        holds_on_cpu(k)  # the simulation's figures at this count, to set against the HTP's
+        if htp_offset(offset, run.budget, simulated[(k, tuple(order[:k]))][1], metrics):
+            _, k = search(k, k + max(1, k // 32), limit)  # the count that holds the tightened budget
+        else:  # short on a key the simulation does not measure
+            k = min(k + max(1, k // 4), limit)
     return model, promoted, passed, metrics, rows
+
+
+def tightened(budget: Mapping[str, float], offset: Mapping[str, float]) -> dict[str, float]:
+    """``budget`` with each key's limit moved by ``offset`` against the metric: a ``>=`` key's
+    up, a ``<=`` key's down."""
+    return {key: limit + (1 if BUDGET_RULES[key][0] == ">=" else -1) * offset.get(key, 0.0) for key, limit in budget.items()}
+
+
+def htp_offset(offset: dict[str, float], budget: Mapping[str, float], simulated: Mapping[str, Any], htp: Mapping[str, Any]) -> bool:
+    """Raise ``offset`` to the HTP backend's shortfall against its simulation on each budget
+    key both measured (the largest seen so far is kept); True where one grew."""
+    grew = False
+    for key in budget:
+        sim, dev = simulated.get(key), htp.get(key)
+        if sim is None or dev is None:
+            continue
+        short = (sim - dev) if BUDGET_RULES[key][0] == ">=" else (dev - sim)
+        if short > offset.get(key, 0.0):
+            offset[key], grew = float(short), True
+    return grew
+
 
 def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
     """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""

@@ -1,7 +1,9 @@
 """The qnn profile's promotion search, on a stand-in whose budget holds from a known count of
 16-bit tensors: the smallest count is found on the CPU simulation (doubling, then bisection) and
-confirmed on the HTP backend, which adds a quarter more where it is stricter; a tensor the HTP
-backend computes unlike its simulation is left out and the count checked again."""
+confirmed on the HTP backend; where the HTP backend falls short of the simulation, its shortfall
+tightens the simulation's budget (a quarter more where the key is one the simulation does not
+measure); a tensor the HTP backend computes unlike its simulation is left out and the count
+checked again."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ import pytest
 from edgekit.quantize.qnn import QnnProfile
 
 
-def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = ()):
+def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (),
+            drop=None):
+    """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
+    it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
+    HTP's check margin, which the simulation does not measure)."""
     profile = QnnProfile.__new__(QnnProfile)  # promote() reads these and calls build/measure
     warned: list[str] = []
-    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None, warn=warned.append)
+    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None, warn=warned.append,
+                                  budget={"gt_snr_drop_db": 1.0})
     profile.forced = []
     profile.refused = []
     checked: list[int] = []
@@ -33,6 +40,9 @@ def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | No
 
     def measure(model, promoted, backend="htp"):
         measured[backend].append(len(promoted))
+        if drop is not None:
+            value = drop(backend, len(promoted))
+            return value <= 1.0, {"gt_snr_drop_db": value}, []
         return len(promoted) >= (cpu_needs if backend == "cpu" else htp_needs), {}, []
 
     profile.measure = measure
@@ -79,3 +89,21 @@ def test_the_quarter_more_the_htp_asks_for_is_checked_against_the_simulation_too
     assert measured["refused"] == [{"tensor": "t20", "htp_below_simulation_db": 6.0}]
     assert measured["checked"][0] == 17 and 21 in measured["checked"]  # the first quarter step was checked
     assert measured["htp"] == [17, 21, 26, 32]
+
+
+def test_the_htp_shortfall_tightens_the_simulations_budget_and_the_count_is_searched_again():
+    # The simulation meets 1 dB from 10 promotions; the HTP backend runs 0.5 dB worse, so it needs 20.
+    def drop(backend, k):
+        return 10 / k + (0.5 if backend == "htp" else 0.0)
+
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, drop=drop)
+    assert passed and len(promoted) == 20
+    assert measured["htp"] == [10, 20]  # not 10, 12, 15, 18, 22: one HTP decode to learn the offset, one to confirm
+    # Galloping from 10 with the budget at 0.5 dB, then bisecting; counts measured before are not
+    # measured again (12, 16: the first search; 10: the HTP's shortfall is set against its figure).
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 12, 10, 9] + [11, 14, 18, 26, 22, 20, 19]
+
+
+def test_a_shortfall_the_simulation_cannot_close_sends_the_whole_order_to_the_htp():
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, n=30, drop=lambda backend, k: 10 / k + (5.0 if backend == "htp" else 0.0))
+    assert not passed and len(promoted) == 30 and measured["htp"] == [10, 30]
