@@ -96,7 +96,7 @@ def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool,
         run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
         model = profile.build(promoted)
         passed, metrics, rows = profile.measure(model, promoted)
-        if passed:
+        if passed or k >= limit:  # the HTP backend's verdict on the last count is final
             break
         holds_on_cpu(k)  # the simulation's figures at this count, to set against the HTP's
         if htp_offset(offset, run.budget, simulated[(k, tuple(order[:k]))][1], metrics):

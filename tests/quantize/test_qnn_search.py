@@ -36,10 +36,11 @@ def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | No
     profile.tensors = [f"t{i}" for i in range(n)]
     profile.weights = []
     profile.build = lambda promoted: tuple(promoted)
-    measured = {"cpu": [], "htp": []}
+    measured = {"cpu": [], "htp": [], "order": []}
 
     def measure(model, promoted, backend="htp"):
         measured[backend].append(len(promoted))
+        measured["order"].append(backend)
         if drop is not None:
             value = drop(backend, len(promoted))
             return value <= 1.0, {"gt_snr_drop_db": value}, []
@@ -107,3 +108,11 @@ def test_the_htp_shortfall_tightens_the_simulations_budget_and_the_count_is_sear
 def test_a_shortfall_the_simulation_cannot_close_sends_the_whole_order_to_the_htp():
     promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, n=30, drop=lambda backend, k: 10 / k + (5.0 if backend == "htp" else 0.0))
     assert not passed and len(promoted) == 30 and measured["htp"] == [10, 30]
+
+
+def test_the_htps_verdict_on_the_whole_order_is_the_last_word():
+    # The HTP fails on a key the simulation does not measure: quarter steps reach the limit (30),
+    # which the simulation never decoded; nothing is left to search, so it does not decode it now.
+    promoted, passed, measured = _search(cpu_needs=3, htp_needs=1000, n=30)
+    assert not passed and len(promoted) == 30 and measured["htp"][-3:] == [22, 27, 30]
+    assert measured["order"][-1] == "htp" and 30 not in measured["cpu"]
