@@ -31,7 +31,7 @@ def tensor_of(p: Promotion) -> str:
 
 def tensors_in(promoted: Sequence[Promotion], bucket: int) -> list[str]:
     """The tensors at 16 bit in step bucket ``bucket``'s graph."""
-    return [p if isinstance(p, str) else p[1] for p in promoted if isinstance(p, str) or p[0] == bucket]
+    return [tensor_of(p) for p in promoted if isinstance(p, str) or p[0] == bucket]
 
 
 def promotion_label(p: Promotion) -> str:
@@ -55,11 +55,15 @@ def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool,
     offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
     simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {}  # by prefix
 
-    def holds_on_cpu(k: int) -> bool:
+    def simulation(k: int) -> tuple[bool, dict[str, Any]]:
+        """(budget met, metrics) of the first ``k`` of ``order`` on the CPU simulation, each prefix decoded once."""
         key = (k, tuple(order[:k]))  # a refusal changes the prefix behind a count
         if key not in simulated:
             simulated[key] = profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[:2]
-        passed, metrics = simulated[key]
+        return simulated[key]
+
+    def holds_on_cpu(k: int) -> bool:
+        passed, metrics = simulation(k)
         return passed and check(metrics, tightened(run.budget, offset))[0]
 
     def search(failing: int, k: int, limit: int) -> tuple[int, int]:
@@ -98,18 +102,22 @@ def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool,
         passed, metrics, rows = profile.measure(model, promoted)
         if passed or k >= limit:  # the HTP backend's verdict on the last count is final
             break
-        holds_on_cpu(k)  # the simulation's figures at this count, to set against the HTP's
-        if htp_offset(offset, run.budget, simulated[(k, tuple(order[:k]))][1], metrics):
+        if htp_offset(offset, run.budget, simulation(k)[1], metrics):
             _, k = search(k, k + max(1, k // 32), limit)  # the count that holds the tightened budget
         else:  # short on a key the simulation does not measure
             k = min(k + max(1, k // 4), limit)
     return model, promoted, passed, metrics, rows
 
 
+def _better(key: str) -> int:
+    """+1 where a higher value of budget key ``key`` is better (``>=``), -1 where lower is."""
+    return 1 if BUDGET_RULES[key][0] == ">=" else -1
+
+
 def tightened(budget: Mapping[str, float], offset: Mapping[str, float]) -> dict[str, float]:
     """``budget`` with each key's limit moved by ``offset`` against the metric: a ``>=`` key's
     up, a ``<=`` key's down."""
-    return {key: limit + (1 if BUDGET_RULES[key][0] == ">=" else -1) * offset.get(key, 0.0) for key, limit in budget.items()}
+    return {key: limit + _better(key) * offset.get(key, 0.0) for key, limit in budget.items()}
 
 
 def htp_offset(offset: dict[str, float], budget: Mapping[str, float], simulated: Mapping[str, Any], htp: Mapping[str, Any]) -> bool:
@@ -120,7 +128,7 @@ def htp_offset(offset: dict[str, float], budget: Mapping[str, float], simulated:
         sim, dev = simulated.get(key), htp.get(key)
         if sim is None or dev is None:
             continue
-        short = (sim - dev) if BUDGET_RULES[key][0] == ">=" else (dev - sim)
+        short = _better(key) * (sim - dev)
         if short > offset.get(key, 0.0):
             offset[key], grew = float(short), True
     return grew
@@ -130,9 +138,10 @@ def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -
     """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""
     tensor = tensor_of(bad[0])
     profile.run.warn(f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
-                  "below it): left at 8 bit")
+                     "below it): left at 8 bit")
     profile.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
     return [p for p in order if tensor_of(p) != tensor]
+
 
 def disagreeing(profile: Any, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
     """The first of ``candidates`` (promoted in order, after ``forced``) whose promotion makes the
