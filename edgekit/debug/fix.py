@@ -21,8 +21,6 @@ reads; provenance in its manifest entry) and the bundle is re-quantized with it.
 
 from __future__ import annotations
 
-from edgekit.output import jsonable
-
 import dataclasses
 import json
 import shutil
@@ -35,6 +33,7 @@ from edgekit._lock import writes_bundle
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.debug.topology import Entry
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.output import jsonable
 from edgekit.quantize import (
     MAX_BUCKETS,
     QuantizeConfig,
@@ -69,6 +68,11 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
     for key in ("exclude", "op_types"):
         kw[key] = tuple(kw.get(key) or ())
     kw["overrides"] = tuple(dict(o) for o in kw.get("overrides") or ())
+    # "host" meant the machine that quantized: the trials and the reproduce line quantize for the
+    # CPU class the int8 model was made for, wherever debug runs (another class picks another scheme).
+    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa")
+    if kw.get("isa", "host") == "host" and isinstance(made_for, str):
+        kw["isa"] = made_for
     return QuantizeConfig(**kw)
 
 
@@ -116,7 +120,8 @@ def reproduce(path: Path, artifact: str, cfg: QuantizeConfig) -> str:
     default = QuantizeConfig()
     for name, flag in (("profile", "--profile"), ("method", "--method"), ("calib_samples", "--calib-samples"),
                        ("eval_samples", "--eval-samples"), ("eval_seed", "--seed"), ("target", "--target"),
-                       ("step_buckets", "--step-buckets"), ("cond_data", "--cond-data"), ("scheme", "--scheme")):
+                       ("step_buckets", "--step-buckets"), ("cond_data", "--cond-data"), ("isa", "--isa"),
+                       ("scheme", "--scheme")):
         value = getattr(cfg, name, None)
         if value is not None and value != getattr(default, name, None):
             flags.append(f"{flag} {value}")

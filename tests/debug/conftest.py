@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 
 MODELS = Path(__file__).resolve().parent / "models.py"
-QUANTIZE = {"calib_samples": 4, "eval_samples": 4, "fallback": False}
+# Quantized for one CPU class whatever the host: the default ("host") picks the scheme by the host's
+# class (u8s8 on VNNI/AMX, u8s8-pair on AVX2), and on u8s8 this model fails check for more than fc2,
+# so the verdicts below would depend on the machine. u8s8-pair is exact on every x86 kernel.
+QUANTIZE = {"calib_samples": 4, "eval_samples": 4, "fallback": False, "isa": "avx2"}
 
 
 def copy_bundle(src: Path, dest: Path) -> Path:

@@ -45,7 +45,23 @@ def test_fix_makes_check_pass_and_quantize_overrides_reproduces_it(outlier, tmp_
     # A re-quantize of the original bundle with the written file (the line debug gives) reproduces the fix.
     again = copy_bundle(outlier, tmp_path / "again")
     line = winner["reproduce"].replace(str(path), str(again), 1)
-    assert f"--overrides {bundle.path_of('quantize-overrides')}" in line and "--no-fallback" in line
+    assert f"--overrides {bundle.path_of('quantize-overrides')}" in line and "--no-fallback" in line and "--isa avx2" in line
     r = invoke(*shlex.split(line)[1:])
     assert r.exit_code in (0, 4), r.output  # its own budget may still fail: check's gate decides
     assert invoke("check", again).exit_code == 0
+
+
+def test_fix_quantizes_for_the_cpu_class_the_model_was_made_for_not_this_host(outlier, tmp_path):
+    """A bundle quantized with --isa host records the class it resolved to; a fix made on another
+    machine (or its reproduce line run there) must quantize for that class, not the new host's."""
+    from edgekit.debug.fix import recorded_config, reproduce
+
+    path = copy_bundle(outlier, tmp_path / "made-elsewhere")
+    manifest_path = path / "edgekit.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["quantization"]["config"]["isa"] = "host"  # as `edgekit quantize` without --isa records it
+    manifest["quantization"]["arithmetic"]["isa"] = "avx512-vnni"  # ... on a VNNI machine
+    manifest_path.write_text(json.dumps(manifest))
+    cfg = recorded_config(Bundle.load(path))
+    assert cfg.isa == "avx512-vnni"
+    assert "--isa avx512-vnni" in reproduce(path, "quantize-overrides.json", cfg)
