@@ -42,6 +42,7 @@ def quantize(
     isa: Annotated[str, typer.Option("--isa", help="cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | arm64-dotprod | arm64-i8mm | x86-64); default: the --target's.")] = "host",
     scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",
     step_buckets: Annotated[Optional[str], typer.Option("--step-buckets", help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).")] = None,
+    bucket_memory: Annotated[Optional[float], typer.Option("--bucket-memory", help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried. 0 = no bound. [default: 1.2]")] = None,
     overrides: Annotated[Optional[Path], typer.Option("--overrides", help="JSON file of per-layer decisions to honour ({\"schema\": \"edgekit.quantize-overrides/1\", \"overrides\": [{\"node\": NAME, \"action\": float | weight-only} | {\"tensor\": NAME, \"action\": int16}]}), as `edgekit debug --fix` writes them.")] = None,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
@@ -61,7 +62,7 @@ def quantize(
     from edgekit.quantize.overrides import load_overrides
 
     cfg = QuantizeConfig(overrides=load_overrides(overrides) if overrides is not None else (), step_buckets=step_buckets,
-        runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
+        **({} if bucket_memory is None else {"bucket_memory": bucket_memory}), runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
         exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, threads=threads,
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )

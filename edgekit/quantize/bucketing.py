@@ -20,7 +20,9 @@ from edgekit.quantize.buckets import (
 )
 from edgekit.quantize.budget import worst_margin
 from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
+from edgekit.quantize.candidate import added_rss
 from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.record import shared_copies
 from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
@@ -35,6 +37,7 @@ class BucketState:
         self.made_with: dict[Path, StepBuckets] = {}  # a candidate's first graph -> its buckets
         self.tried: list[dict[str, Any]] = []
         self.single: Path | None = None  # the one-scale candidate the search built first (per-step comparison)
+        self.single_rss: int | None = None  # bytes opening and running ``single`` adds (memory_ratio)
 
     @property
     def requested(self) -> int | str | None:
@@ -64,12 +67,16 @@ class BucketState:
                 self.current = None
         return self.current
 
-    def choose(self, build: Callable[[], Path], measure: Callable[[Path], dict[str, Any]], note: str = "") -> None:
+    def choose(self, build: Callable[[], Path], measure: Callable[[Path], dict[str, Any]], note: str = "",
+               memory: str | None = None) -> None:
         """Pick the bucket count the search goes on with (a knob before any fallback or 16-bit
         promotion: a bucket costs the scales' memory, those cost speed at every call). Each count
         of ``counts`` is built (``build``: the candidate with the current buckets) and measured
         (``measure``: its budget metrics); ``auto`` keeps the smallest that meets the budget, else
-        the best margin. The one-scale graph is built either way for the per-step comparison."""
+        the best margin. The one-scale graph is built either way for the per-step comparison.
+        ``memory``: the runtime whose resident memory bounds ``auto`` (``cfg.bucket_memory``, a
+        ratio over one scale, measured: ``candidate.added_rss``); a count past it is not decoded,
+        nor is any larger one (each bucket adds a graph). An explicit count past it is warned about."""
         run = self.run
         counts = self.counts()
         if counts == (1,):
@@ -77,6 +84,8 @@ class BucketState:
         if 1 not in counts:
             self.use(1)
             self.single = build()
+        bound = float(getattr(run.cfg, "bucket_memory", 0) or 0) if memory else 0.0
+        asked = self.requested != "auto"  # --step-buckets N: measured and warned about, taken as asked
         best: tuple[int, float] | None = None
         for n in counts:
             buckets = self.use(n)
@@ -87,16 +96,47 @@ class BucketState:
             model = build()
             if n == 1:
                 self.single = model
+            row: dict[str, Any] = {"n": n, "boundaries": list(buckets.boundaries) if buckets else []}
+            if n > 1 and bound and memory:
+                ratio = self.memory_ratio(model, memory)
+                row["memory_ratio"] = ratio
+                if ratio is None:
+                    run.say(f"step buckets: {n}: memory not measured (this host's process RSS is unreadable): no --bucket-memory bound")
+                elif ratio > bound and asked:
+                    run.warn(f"--step-buckets {n}: on {memory} the {n} bucket graphs add {ratio:.2f}x the memory of one scale "
+                             f"(over --bucket-memory {bound:g}; --step-buckets auto keeps within it)")
+                elif ratio > bound:
+                    run.say(f"step buckets: {n} not tried: on {memory} they add {ratio:.2f}x the memory of one scale "
+                            f"(--bucket-memory {bound:g})")
+                    self.tried.append(row | {"passed": False, "skipped": f"memory > {bound:g}x"})
+                    break
             metrics = measure(model)
             passed, _ = run.judge(metrics)
             margin = worst_margin(metrics, run.budget)
-            self.tried.append({"n": n, "boundaries": list(buckets.boundaries) if buckets else [], "passed": passed, "margin": margin,
-                               **({"measured_on": note} if note else {}), **{k: metrics.get(k) for k in run.budget}})
+            self.tried.append(row | {"passed": passed, "margin": margin,
+                                     **({"measured_on": note} if note else {}), **{k: metrics.get(k) for k in run.budget}})
             if best is None or margin > best[1] or passed:
                 best = (n, margin)
             if passed:
                 break
         self.use(best[0] if best else 1)
+
+    def memory_ratio(self, model: Path, runtime: str) -> float | None:
+        """Resident memory that opening and running candidate ``model`` (every bucket's graph, each
+        on a recorded call of its range) adds on ``runtime``, over what the one-scale graph adds;
+        None where it cannot be read (no /proc)."""
+        if self.single is None:
+            return None
+        if self.single_rss is None:
+            self.single_rss = added_rss(runtime, [self.single], [self.run.traj.feeds[0]], self.run.cfg.threads) or 0
+        if not self.single_rss:
+            return None
+        buckets = self.for_model(model)
+        firsts = [mine[0] if mine else 0 for mine in self.calls_by_bucket(buckets)] if buckets else [0]
+        # As the bundle will store them: one weights file every bucket's graph maps.
+        stored = shared_copies(self.paths(model), self.run.tmp / f"memory-{model.stem}")
+        mine = added_rss(runtime, stored, [self.run.traj.feeds[i] for i in firsts], self.run.cfg.threads)
+        return None if mine is None else mine / self.single_rss
 
     def readers(self) -> list[Any]:
         """One rewindable calibration reader per bucket of ``current`` (its calls' feeds)."""

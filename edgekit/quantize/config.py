@@ -24,6 +24,9 @@ PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 # (ort for `cpu`, openvino for `intel-cpu`). The FP32 reference is ONNX Runtime's either way.
 BUDGET_RUNTIMES: tuple[str, ...] = ("ort", "openvino")
 # "auto": the --target's runtime where it is installed (openvino for OpenVINO targets), else ort.
+# The most memory ``--step-buckets auto`` may add over one scale (issue #27: RSS with N buckets
+# <= 1.2x the single-scale model): a count past it is not tried (--bucket-memory).
+BUCKET_MEMORY_BOUND = 1.2
 # CLI name -> onnxruntime.quantization.CalibrationMethod member.
 METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # The ops whose weights carry the FLOPs; only these are INT8 by default.
@@ -236,6 +239,10 @@ class QuantizeConfig:
     # --step-buckets: activation scales per step range of the decode loop (quantize/buckets.py):
     # None or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
     step_buckets: int | str | None = None
+    # --bucket-memory: the most resident memory a bucket count ``auto`` keeps may add over one scale,
+    # as a ratio, measured on the budget runtime (quantize/candidate.py); 0 = no bound. An explicit
+    # --step-buckets N is taken as asked.
+    bucket_memory: float = BUCKET_MEMORY_BOUND
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", _frozen(self.budget))
@@ -251,6 +258,9 @@ class QuantizeConfig:
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
         object.__setattr__(self, "step_buckets", parse_step_buckets(self.step_buckets))
+        memory = self.bucket_memory
+        if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not (memory == 0 or 1 <= memory <= 100):
+            raise UsageError(f"--bucket-memory {memory!r} is not a ratio of one scale's memory; give one in [1, 100] (e.g. 1.2), or 0 for no bound")
         if self.scheme != "auto" and self.scheme not in SCHEMES:
             raise UsageError(f"--scheme {self.scheme!r} is unknown; valid: auto, {', '.join(SCHEMES)}")
         if self.runtime != "auto" and self.runtime not in BUDGET_RUNTIMES:

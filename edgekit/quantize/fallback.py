@@ -32,6 +32,7 @@ from edgekit.quantize.budget import (
     rank_by_sensitivity,
 )
 from edgekit.quantize.calibrate import range_drift
+from edgekit.quantize.candidate import open_graph
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import (
     analyse_graph,
@@ -42,8 +43,7 @@ from edgekit.quantize.graph import (
 from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.result import SearchResult, notable_float_ops
 from edgekit.quantize.structure import qdq_structure, trt_violations
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions  # lazy: openvino
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime, taking_turns
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
@@ -98,13 +98,9 @@ class FallbackProfile:
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
     def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Any:
-        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``). ORT's threads
-        spin inside runs always, and between runs unless ``spin`` is False or ``bucket``: one of
-        several bucket sessions that take turns in one decode, which also share one arena (as the
-        registry opens them)."""
-        if self.run.cfg.runtime == "openvino":
-            return OpenVinoRuntime(model, OvOptions(threads=self.run.cfg.threads))
-        return OrtRuntime(model, taking_turns(OrtOptions(intra_op_threads=self.run.cfg.threads, spin_between_runs=spin), bucket))
+        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``; how each graph
+        opens: ``candidate.open_graph``)."""
+        return open_graph(self.run.cfg.runtime, model, self.run.cfg.threads, spin, bucket)
 
     # ---- one candidate -------------------------------------------------------------------------
     def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
@@ -165,7 +161,10 @@ class FallbackProfile:
 
     def search(self) -> SearchResult:
         run, s = self.run, self.run.cfg.settings
-        self.buckets.choose(lambda: self.build(self.selected), self.measure)
+        # Every bucket is one more session (ORT) or compiled model (OpenVINO) in memory: auto is
+        # bounded by what they add on the runtime that measures the budget (--bucket-memory).
+        weighed = run.cfg.runtime if run.cfg.runtime in ("ort", "openvino") else None
+        self.buckets.choose(lambda: self.build(self.selected), self.measure, memory=weighed)
         n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
                 f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8")

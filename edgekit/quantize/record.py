@@ -91,26 +91,14 @@ def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tm
     each graph. Records the files in ``summary["step_buckets"]``; returns {artifact: path}."""
     onnx = require("onnx")
     models = [onnx.load(str(p)) for p in paths]
-    shared = _shared_initializers(models, onnx)
-    blob, places = bytearray(), {}
-    for name, data in shared.items():
-        blob += b"\0" * (-len(blob) % 64)  # aligned: runtimes may map the file
-        places[name] = (len(blob), len(data))
-        blob += data
-    weights_name = f"int8-weights-{hashlib.sha256(bytes(blob)).hexdigest()[:8]}.bin"
+    weights_name, blob = share_weights(models, onnx)
     weights = tmp / weights_name
-    weights.write_bytes(bytes(blob))
+    weights.write_bytes(blob)
     out: dict[str, str] = {}
     names = ["int8"] + [f"{BUCKET_ARTIFACT}{i}" for i in range(1, len(models))]
     for stale in [n for n in bundle.artifact_names if n.startswith(BUCKET_ARTIFACT) and n not in names]:
         bundle.remove_artifact(stale)
     for i, (name, model) in enumerate(zip(names, models)):
-        for init in model.graph.initializer:
-            if init.name in places:
-                offset, length = places[init.name]
-                onnx.external_data_helper.set_external_data(init, weights_name, offset, length)
-                init.data_location = onnx.TensorProto.EXTERNAL
-                init.ClearField("raw_data")
         staged = bundle.staging_path(f"{name}.onnx")
         onnx.save(model, str(staged))
         side = weights if i == 0 else bundle.root / weights_name  # moved in with bucket 0, named by the rest
@@ -120,6 +108,41 @@ def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tm
     doc = summary.setdefault("step_buckets", {}) or {}
     summary["step_buckets"] = doc | {"artifacts": names, "weights_file": weights_name, "shared_bytes": len(blob),
                                      "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names]}
+    return out
+
+
+def share_weights(models: Sequence[Any], onnx: Any) -> tuple[str, bytes]:
+    """Point the initializers every one of ``models`` holds byte for byte at one external weights
+    file (the models are changed in place); (that file's name, its bytes)."""
+    shared = _shared_initializers(models, onnx)
+    blob, places = bytearray(), {}
+    for name, data in shared.items():
+        blob += b"\0" * (-len(blob) % 64)  # aligned: runtimes may map the file
+        places[name] = (len(blob), len(data))
+        blob += data
+    weights_name = f"int8-weights-{hashlib.sha256(bytes(blob)).hexdigest()[:8]}.bin"
+    for model in models:
+        for init in model.graph.initializer:
+            if init.name in places:
+                offset, length = places[init.name]
+                onnx.external_data_helper.set_external_data(init, weights_name, offset, length)
+                init.data_location = onnx.TensorProto.EXTERNAL
+                init.ClearField("raw_data")
+    return weights_name, bytes(blob)
+
+
+def shared_copies(paths: Sequence[Path], folder: Path) -> list[Path]:
+    """The graphs at ``paths`` written into ``folder`` over one weights file, as a bundle stores
+    step buckets (what a candidate's memory is measured on)."""
+    onnx = require("onnx")
+    models = [onnx.load(str(p)) for p in paths]
+    weights_name, blob = share_weights(models, onnx)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / weights_name).write_bytes(blob)
+    out = []
+    for i, model in enumerate(models):
+        out.append(folder / f"bucket-{i}.onnx")
+        onnx.save(model, str(out[-1]))
     return out
 
 

@@ -56,11 +56,14 @@ def _print_buckets(o: Output, b: dict | None, where: str) -> None:
     if not b:
         return
     if b.get("tried"):
-        limits = [k for k in b["tried"][0] if k not in ("n", "boundaries", "passed", "margin", "measured_on")]
+        meta = ("n", "boundaries", "passed", "margin", "measured_on", "memory_ratio", "skipped")
+        limits = [k for k in b["tried"][0] if k not in meta]
+        memory = any("memory_ratio" in r for r in b["tried"])
         o.table("step buckets tried (every selected node INT8; the search then falls back or promotes)",
-                ["buckets", f"{where} edges", *limits, "budget"],
+                ["buckets", f"{where} edges", *limits, *(["memory vs one scale"] if memory else []), "budget"],
                 [(r["n"], ", ".join(f"{e:.3g}" for e in r["boundaries"]) or "—", *(r.get(k) for k in limits),
-                  "met" if r["passed"] else "not met") for r in b["tried"]])
+                  *([_ratio(r.get("memory_ratio")) if r["n"] > 1 else "1.00x"] if memory else []),
+                  f"not tried ({r['skipped']})" if r.get("skipped") else "met" if r["passed"] else "not met") for r in b["tried"]])
     if b.get("n", 1) > 1:
         edges = [None, *b["boundaries"], None]
         o.table(f"step buckets: {b['n']} by {b['by']} (activation scales each; weights shared: {b.get('weights_file', '—')})",
@@ -72,6 +75,10 @@ def _print_buckets(o: Output, b: dict | None, where: str) -> None:
         one, many = steps["one_scale_db"], steps["bucketed_db"]
         o.line(f"per-step output SNR vs FP32 (teacher-forced): one scale {min(one):.1f}..{max(one):.1f} dB, "
                f"{b.get('n', 1)} buckets {min(many):.1f}..{max(many):.1f} dB")
+
+
+def _ratio(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.2f}x"
 
 
 def _print_speed(o: Output, s: dict) -> None:
