@@ -97,7 +97,7 @@ class BucketState:
             if n == 1:
                 self.single = model
             row: dict[str, Any] = {"n": n, "boundaries": list(buckets.boundaries) if buckets else []}
-            if n > 1 and bound and memory:
+            if n > 1 and bound:
                 ratio = self.memory_ratio(model, memory)
                 row["memory_ratio"] = ratio
                 if ratio is None:

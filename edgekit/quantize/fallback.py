@@ -161,9 +161,10 @@ class FallbackProfile:
 
     def search(self) -> SearchResult:
         run, s = self.run, self.run.cfg.settings
-        # Every bucket is one more session (ORT) or compiled model (OpenVINO) in memory: auto is
-        # bounded by what they add on the runtime that measures the budget (--bucket-memory).
-        weighed = run.cfg.runtime if run.cfg.runtime in ("ort", "openvino") else None
+        # cpu: every bucket is one more session (ORT) or compiled model (OpenVINO) in memory, and
+        # auto is bounded by what they add on the budget runtime (--bucket-memory). trt deploys
+        # TensorRT plans, whose memory the budget runtime (ORT) does not show: no bound.
+        weighed = run.cfg.runtime if run.cfg.profile == "cpu" else None
         self.buckets.choose(lambda: self.build(self.selected), self.measure, memory=weighed)
         n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "

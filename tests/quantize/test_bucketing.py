@@ -7,9 +7,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from edgekit.quantize.bucketing import BucketState
 from edgekit.quantize.buckets import AUTO_COUNTS, AUTO_COUNTS_QNN
+from edgekit.quantize.fallback import FallbackProfile
 from edgekit.quantize.qnn import QnnProfile
 
 SNR_LIMIT = 30.0
@@ -84,3 +86,23 @@ def test_an_explicit_count_is_taken_as_asked_with_a_warning_and_a_zero_bound_mea
                                   "(over --bucket-memory 1.2; --step-buckets auto keeps within it)"]
     state, built = _choose(AUTO_COUNTS, snr, memory_by_count=over, bound=0)  # --bucket-memory 0
     assert built == [1, 2, 3, 4] and state.current.n == 4 and not any("memory_ratio" in t for t in state.tried)
+
+
+@pytest.mark.parametrize("profile,weighed", [("cpu", "openvino"), ("trt", None)])
+def test_only_the_cpu_profile_bounds_auto_by_the_budget_runtimes_memory(profile, weighed):
+    """trt deploys TensorRT plans: what its budget runtime (ORT) holds says nothing of their memory."""
+    run = SimpleNamespace(cfg=SimpleNamespace(profile=profile, runtime="openvino", settings=SimpleNamespace(), step_buckets="auto"))
+    fallback = FallbackProfile(run)
+    seen = {}
+
+    class Chosen(Exception):
+        pass
+
+    def choose(build, measure, note="", memory=None):
+        seen["memory"] = memory
+        raise Chosen
+
+    fallback.buckets.choose = choose
+    with pytest.raises(Chosen):
+        fallback.search()
+    assert seen == {"memory": weighed}
