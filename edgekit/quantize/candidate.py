@@ -8,7 +8,7 @@ the RSS before the first open (the runtime's libraries, its compiled kernels and
 included). In this process the figures would be blurred by every candidate decoded before.
 Measured (flow demo, batch 2, 4 buckets, 2026-12-02): ORT 61 MB for one scale, 68 MB for four
 (the sessions share one weights file and one arena); OpenVINO 103 against 175 MB: each compiled
-model keeps its own kernels and buffers (about 24 MB on the flow demo, of which the INT8 weights
+model keeps its own kernels and buffers (about 23 MB on the flow demo, of which the INT8 weights
 are 2), and no setting of its CPU plugin shares them.
 """
 
