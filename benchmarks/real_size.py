@@ -1,0 +1,182 @@
+"""Real-size models through every edgekit command (issue #42): the zoo's architectures at their
+published sizes (``benchmarks/zoo/``), each through export -> run (FP32) -> quantize -> check ->
+build -> run (the built engine) -> profile, stage by stage.
+
+    python benchmarks/real_size.py [--models amused-256,matcha-decoder,f5-dit,ar-gpt-medium]
+        [--out DIR] [--stages export,run,quantize,check,build,run-engine,profile]
+        [--quantize-args "--calib-samples 4 --eval-samples 4"] [--record]
+
+Each stage is the CLI itself in a child process (``python -m edgekit.cli STAGE ... --json``),
+measured from outside: wall time, peak resident memory of that process (``wait4``'s
+ru_maxrss), the files it wrote into the bundle (count and bytes), and what it cost in FP32
+decodes of the model (wall / the FP32 decode time the first ``run`` measured). The stage's own
+JSON document is kept too. One JSON document per model goes to ``--out`` and to stdout;
+``--record`` appends each as a line to ``benchmarks/real_size_runs.jsonl`` (the history the
+docs' large-models page quotes). Run it alone on the machine: every figure is that machine's,
+at that load (the load average is recorded before and after each stage).
+
+Needs the zoo's packages (``benchmarks/zoo/requirements*.txt``) and about 12 GB of free memory
+and 20 GB of free disk for the 2.25 GiB masked transformer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.zoo import ZOO, ZooModel  # noqa: E402
+
+STAGES = ("export", "run", "quantize", "check", "build", "run-engine", "profile")
+
+
+def machine() -> dict[str, Any]:
+    from edgekit.host import HostFacts, cpu_identity
+
+    facts, cpu = HostFacts.detect(), cpu_identity()
+    with open("/proc/meminfo") as f:
+        total_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    return {"cpu": cpu["model"], "cores": cpu["cores"], "arch": facts.arch, "isa_class": facts.isa_class,
+            "isa": list(facts.isa), "memory_gib": round(total_kb / 2**20, 1)}
+
+
+def versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in ("edgekit", "onnxruntime", "openvino", "onnx", "torch", "numpy", "diffusers", "matcha-tts", "f5-tts"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def tree(path: Path) -> dict[str, int]:
+    """Every file under ``path`` -> its size."""
+    if not path.exists():
+        return {}
+    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+
+
+def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
+    """One CLI command in a child process, measured from outside: ``wait4`` gives that child's
+    own peak RSS (ru_maxrss, KiB on Linux); its output goes through files, not pipes."""
+    before_files, load0 = tree(bundle), os.getloadavg()[0]
+    cmd = [sys.executable, "-m", "edgekit.cli", *args, "--json"]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=HERE.parent)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    after = tree(bundle)
+    written = {k: v for k, v in after.items() if before_files.get(k) != v}
+    try:
+        doc = json.loads(stdout) if stdout.strip() else None
+    except json.JSONDecodeError:
+        doc = None
+    return {"command": "edgekit " + shlex.join(args), "exit_code": code, "wall_s": round(wall, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "files_written": len(written), "bytes_written": sum(written.values()),
+            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
+            "stderr_tail": stderr.strip().splitlines()[-3:] if code else [], "document": doc}
+
+
+def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespace) -> list[str]:
+    if stage == "export":
+        return ["export", model.factory, "-o", str(bundle), "--batch", str(model.batch), "--overwrite", "--trust-code"]
+    if stage == "run":
+        return ["run", str(bundle), "--runtime", "ort", "--precision", "fp32", "-o", str(bundle.parent / f"{model.name}-fp32.npz")]
+    if stage == "quantize":
+        return ["quantize", str(bundle), *shlex.split(opts.quantize_args)]
+    if stage == "check":
+        return ["check", str(bundle), *shlex.split(opts.check_args)]
+    if stage == "build":
+        return ["build", str(bundle), "--target", opts.target, "--precision", "int8"]
+    if stage == "run-engine":
+        return ["run", str(bundle), "--target", opts.target, "--precision", "int8", "-o", str(bundle.parent / f"{model.name}-int8.npz")]
+    if stage == "profile":
+        return ["profile", str(bundle), "--runtime", opts.profile_runtimes, "--precision", "fp32,int8", *shlex.split(opts.profile_args)]
+    raise ValueError(stage)
+
+
+def fp32_decode_s(doc: dict[str, Any] | None) -> float | None:
+    """The FP32 decode's wall seconds from `edgekit run --json`."""
+    if not doc:
+        return None
+    for key in ("decode_s", "wall_s"):
+        if isinstance(doc.get(key), (int, float)):
+            return float(doc[key])
+    timing = doc.get("timing") or {}
+    for key in ("decode_s", "wall_s"):
+        if isinstance(timing.get(key), (int, float)):
+            return float(timing[key])
+    return None
+
+
+def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
+    bundle = Path(opts.out) / model.name
+    report: dict[str, Any] = {"schema": "edgekit.real-size/1", "model": model.name, "source": model.source,
+                              "kind": model.kind, "batch": model.batch,
+                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                              "machine": machine(), "versions": versions(), "stages": {}}
+    decode_s = None
+    for stage in opts.stages:
+        print(f"[{model.name}] {stage} ...", file=sys.stderr, flush=True)
+        row = run_stage(stage_args(stage, model, bundle, opts), bundle)
+        if stage == "run" and row["exit_code"] == 0:
+            decode_s = fp32_decode_s(row["document"])
+        row["fp32_decodes"] = round(row["wall_s"] / decode_s, 1) if decode_s else None
+        report["stages"][stage] = row
+        print(f"[{model.name}] {stage}: exit {row['exit_code']}, {row['wall_s']:.0f} s, peak {row['peak_rss_mb']} MB",
+              file=sys.stderr, flush=True)
+        if row["exit_code"] not in (0, 4):  # 4: a budget or check verdict, the run goes on
+            break
+    report["fp32_decode_s"] = decode_s
+    report["fp32_bytes"] = sum(v for k, v in tree(bundle).items() if k.startswith("fp32"))
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(ZOO))
+    ap.add_argument("--out", default="real-size-bundles")
+    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--target", default="cpu")
+    ap.add_argument("--quantize-args", default="")
+    ap.add_argument("--check-args", default="")
+    ap.add_argument("--profile-runtimes", default="ort,openvino")
+    ap.add_argument("--profile-args", default="--iters 3 --warmup 1")
+    ap.add_argument("--record", action="store_true")
+    opts = ap.parse_args()
+    opts.stages = [s for s in opts.stages.split(",") if s]
+    unknown = [s for s in opts.stages if s not in STAGES] + [m for m in opts.models.split(",") if m not in ZOO]
+    if unknown:
+        raise SystemExit(f"unknown stage or model: {', '.join(unknown)}; stages: {', '.join(STAGES)}; models: {', '.join(ZOO)}")
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    for name in opts.models.split(","):
+        report = run_model(ZOO[name], opts)
+        text = json.dumps(report, indent=1, default=str)
+        (Path(opts.out) / f"{name}.json").write_text(text)
+        print(text)
+        if opts.record:
+            with open(HERE / "real_size_runs.jsonl", "a") as f:
+                f.write(json.dumps({k: v for k, v in report.items()}, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""An autoregressive baseline of real size: edgekit's causal transformer (the demo AR's
+architecture) at GPT-2-medium width and depth (dim 1024, 24 layers, 16 heads: 303 M
+parameters in its blocks), a 1024-token codebook and a static KV cache of 256 tokens — the
+aMUSEd-256 token grid decoded one token at a time.
+
+    edgekit export benchmarks/zoo/ar_large.py:make_model -o bundles/ar-large --batch 1
+
+The loop form of ``edgekit.spec.AR_CACHE_IO`` (what the demo AR exports): token, pos,
+k_cache/v_cache float32[24, B, 16, 256, 64], attn_mask, class_id -> logits, k_new, v_new.
+Seeded GPT-2 initialisation. ``max_len`` is a factory argument: ``make_model(max_len=1024)``
+is the long-sequence case quantize's recording must hold in memory.
+"""
+
+from __future__ import annotations
+
+from edgekit import ModelSpec
+from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
+
+VOCAB = 1024
+CLASSES = 16
+
+
+def make_model(batch: int = 1, seed: int = 0, max_len: int = 256) -> ModelSpec:
+    import torch  # lazy: torch
+
+    torch.manual_seed(seed)
+    cfg = ARConfig(vocab_size=VOCAB, max_len=max_len, num_classes=CLASSES, dim=1024, depth=24, heads=16, mlp_ratio=4)
+    inputs, outputs = ar_io(cfg, batch, "loop")
+    return ModelSpec(
+        name="ar-gpt-medium",
+        kind="ar",
+        module=ar_step(CausalTransformer(cfg).eval(), "loop"),
+        inputs=inputs,
+        outputs=outputs,
+        meta={"vocab_size": VOCAB, "max_len": max_len, "bos_id": cfg.bos_id, "num_classes": CLASSES,
+              "conditioning": {"class_id": {"uncond": CLASSES}}},
+        decode_defaults={"temperature": 1.0, "top_k": 0},
+    )

@@ -1,0 +1,144 @@
+"""A runtime that answers a feed it has already run from what it kept, instead of running the
+network again.
+
+Quantize judges every INT8 candidate against the same FP32 decodes of the held-out set: the loop
+follows FP32's trajectory (lock step), check's gate runs FP32 with the candidate shadowing it,
+and both runtimes see the same seeds, so FP32 is asked the very same questions for every
+candidate. Kept once, those answers cost a read instead of an FP32 decode (a 600 M-parameter
+model: seconds per call); the same holds for a candidate asked twice (its free-running decode
+serves both the budget and the gate).
+
+Answers are keyed by a digest of every feed (name, dtype, shape and bytes), so a question asked
+in another order, or one never asked before, is still answered right: a miss runs the network.
+The network itself may be opened only on the first miss (``opener``) and closed again
+(``release``), so a model over 2 GB need not stay in memory while nothing misses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from edgekit.runtimes.base import Runtime
+from edgekit.spec import TensorSpec
+
+# What a memo keeps in memory before it writes answers to its folder (or, without one, stops
+# keeping): the masked demo's whole held-out set is ~20 MB, a 600 M model's logits 8 MB a call.
+RAM_BYTES = 256 << 20
+
+
+def feed_digest(feeds: Mapping[str, np.ndarray]) -> str:
+    """A 128-bit digest of the feeds: names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(feeds):
+        arr = np.ascontiguousarray(feeds[name])
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
+
+
+class MemoRuntime:
+    """A ``Runtime`` over ``inner`` (or over what ``opener()`` opens on the first miss) that keeps
+    every answer: in memory up to ``ram_bytes``, then as ``.npz`` files in ``folder`` (no folder:
+    answers past the bound are not kept). Returns fresh arrays, which the caller may keep.
+
+    ``inputs``/``outputs``: the network's IO, needed where it is opened lazily. ``hits`` and
+    ``misses`` count the calls answered from the memo and by the network. ``close`` closes the
+    network, the one given included (never the memo's files: whoever made the folder removes
+    them)."""
+
+    outputs_stay_valid = 1
+    timing_note = None
+    session_info = None
+
+    def __init__(
+        self, inner: Runtime | None = None, *, opener: Callable[[], Runtime] | None = None,
+        inputs: Mapping[str, TensorSpec] | None = None, outputs: Mapping[str, TensorSpec] | None = None,
+        folder: Path | None = None, ram_bytes: int = RAM_BYTES, name: str | None = None,
+    ):
+        if (inner is None) == (opener is None):
+            raise ValueError("give the runtime or its opener, not both")
+        if inner is None and (inputs is None or outputs is None):
+            raise ValueError("a lazily opened runtime needs its inputs and outputs")
+        self._inner, self._opener = inner, opener
+        self.inputs = dict(inputs if inputs is not None else inner.inputs)  # type: ignore[union-attr]
+        self.outputs = dict(outputs if outputs is not None else inner.outputs)  # type: ignore[union-attr]
+        self.name = name or f"memo({inner.name if inner is not None else 'lazy'})"
+        self.folder = folder
+        self.ram_bytes = ram_bytes
+        self._ram: dict[str, dict[str, np.ndarray]] = {}
+        self._ram_used = 0
+        self._files: dict[str, Path] = {}
+        self.hits = 0
+        self.misses = 0
+        self.settings: Mapping[str, Any] = {}
+
+    # ---- what the runtime underneath says ------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return self._inner.device if self._inner is not None else "cpu"
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._inner.warnings if self._inner is not None else []
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        return self._inner.model_files if self._inner is not None else ()
+
+    @property
+    def opened(self) -> bool:
+        return self._inner is not None
+
+    # ---- running -------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        key = feed_digest(feeds)
+        kept = self._ram.get(key)
+        if kept is not None:
+            self.hits += 1
+            return {k: v.copy() for k, v in kept.items()}
+        path = self._files.get(key)
+        if path is not None:
+            self.hits += 1
+            with np.load(path) as f:
+                return {k: f[k] for k in self.outputs}
+        self.misses += 1
+        out = {k: np.array(v, copy=True) for k, v in self._runtime().run(feeds).items()}
+        self._keep(key, out)
+        return {k: v.copy() for k, v in out.items()}
+
+    def _runtime(self) -> Runtime:
+        if self._inner is None:
+            self._inner = self._opener()  # type: ignore[misc]
+        return self._inner
+
+    def _keep(self, key: str, out: dict[str, np.ndarray]) -> None:
+        size = sum(v.nbytes for v in out.values())
+        if self._ram_used + size <= self.ram_bytes:
+            self._ram[key] = out
+            self._ram_used += size
+        elif self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{key}.npz"
+            np.savez(path, **out)
+            self._files[key] = path
+
+    def release(self) -> None:
+        """Close the network (the answers stay); a later miss opens it again through the opener."""
+        if self._inner is not None and self._opener is not None:
+            self._inner.close()
+            self._inner = None
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+            self._inner = None
+
+    def __enter__(self) -> "MemoRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
