@@ -63,11 +63,11 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def tree(path: Path) -> dict[str, int]:
-    """Every file under ``path`` -> its size."""
+def tree(path: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``path`` -> (size, mtime in ns)."""
     if not path.exists():
         return {}
-    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file()}
 
 
 def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
@@ -91,16 +91,17 @@ def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
         doc = None
     return {"command": "edgekit " + shlex.join(args), "exit_code": code, "wall_s": round(wall, 2),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "files_written": len(written), "bytes_written": sum(written.values()),
+            "files_written": len(written), "bytes_written": sum(size for size, _ in written.values()),
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
             "stderr_tail": stderr.strip().splitlines()[-3:] if code else [], "document": doc}
 
 
 def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespace) -> list[str]:
     if stage == "export":
-        return ["export", model.factory, "-o", str(bundle), "--batch", str(model.batch), "--overwrite", "--trust-code"]
+        return ["export", model.factory, "-o", str(bundle), "--batch", str(model.batch), "--overwrite"]
     if stage == "run":
-        return ["run", str(bundle), "--runtime", "ort", "--precision", "fp32", "-o", str(bundle.parent / f"{model.name}-fp32.npz")]
+        return ["run", str(bundle), "--runtime", "ort", "--precision", "fp32", *run_conditions(model, bundle.parent),
+                "-o", str(bundle.parent / f"{model.name}-fp32.npz")]
     if stage == "quantize":
         return ["quantize", str(bundle), *shlex.split(opts.quantize_args)]
     if stage == "check":
@@ -108,24 +109,34 @@ def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespa
     if stage == "build":
         return ["build", str(bundle), "--target", opts.target, "--precision", "int8"]
     if stage == "run-engine":
-        return ["run", str(bundle), "--target", opts.target, "--precision", "int8", "-o", str(bundle.parent / f"{model.name}-int8.npz")]
+        return ["run", str(bundle), "--target", opts.target, "--precision", "int8", *run_conditions(model, bundle.parent),
+                "-o", str(bundle.parent / f"{model.name}-int8.npz")]
     if stage == "profile":
         return ["profile", str(bundle), "--runtime", opts.profile_runtimes, "--precision", "fp32,int8", *shlex.split(opts.profile_args)]
     raise ValueError(stage)
 
 
+def run_conditions(model: ZooModel, folder: Path) -> list[str]:
+    """`edgekit run`'s condition options: the model's own, or a .npz of one graph batch drawn by
+    its condition sampler (seed 0)."""
+    if model.run_cond:
+        return list(model.run_cond)
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(f"zoo_{model.file.stem}", model.file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    path = folder / f"{model.name}-conditions.npz"
+    np.savez(path, **module.sample_conditions(np.random.default_rng(0), model.batch))
+    return ["--cond-data", str(path)]
+
+
 def fp32_decode_s(doc: dict[str, Any] | None) -> float | None:
     """The FP32 decode's wall seconds from `edgekit run --json`."""
-    if not doc:
-        return None
-    for key in ("decode_s", "wall_s"):
-        if isinstance(doc.get(key), (int, float)):
-            return float(doc[key])
-    timing = doc.get("timing") or {}
-    for key in ("decode_s", "wall_s"):
-        if isinstance(timing.get(key), (int, float)):
-            return float(timing[key])
-    return None
+    ms = (doc or {}).get("wall_ms")
+    return float(ms) / 1000 / max(int(doc.get("decode_calls") or 1), 1) if isinstance(ms, (int, float)) else None
 
 
 def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +158,7 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
         if row["exit_code"] not in (0, 4):  # 4: a budget or check verdict, the run goes on
             break
     report["fp32_decode_s"] = decode_s
-    report["fp32_bytes"] = sum(v for k, v in tree(bundle).items() if k.startswith("fp32"))
+    report["fp32_bytes"] = sum(size for k, (size, _) in tree(bundle).items() if k.startswith("fp32"))
     return report
 
 

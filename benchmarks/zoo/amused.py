@@ -38,6 +38,18 @@ class GridAdapter(nn.Module):
         return logits.flatten(2).transpose(1, 2)  # [B, L, V]
 
 
+def sample_conditions(rng, batch: int) -> dict:
+    """Prompts as a text encoder gives them (unit-scale states, a pooled vector) and aMUSEd's
+    usual micro-conditions (256x256 original, no crop, aesthetic score 6). numpy only."""
+    import numpy as np
+
+    return {
+        "text_states": rng.standard_normal((batch, TEXT_LEN, TEXT_DIM)).astype(np.float32),
+        "text_pooled": rng.standard_normal((batch, TEXT_DIM)).astype(np.float32),
+        "micro_conds": np.tile(np.array([256.0, 256.0, 0.0, 0.0, 6.0], dtype=np.float32), (batch, 1)),
+    }
+
+
 def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
     from diffusers import UVit2DModel  # lazy: the zoo's own dependency
 
@@ -54,8 +66,8 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
         module=GridAdapter(inner),
         inputs={
             "tokens": TensorSpec((batch, L), "int64", 0, VOCAB),
-            "text_states": TensorSpec((batch, TEXT_LEN, TEXT_DIM), "float32", -1.0, 1.0),
-            "text_pooled": TensorSpec((batch, TEXT_DIM), "float32", -1.0, 1.0),
+            "text_states": TensorSpec((batch, TEXT_LEN, TEXT_DIM), "float32", -3.0, 3.0),
+            "text_pooled": TensorSpec((batch, TEXT_DIM), "float32", -3.0, 3.0),
             "micro_conds": TensorSpec((batch, MICRO), "float32", 0.0, 6.0),
         },
         outputs={"logits": TensorSpec((batch, L, CODEBOOK), "float32")},
@@ -68,4 +80,5 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
         },
         # aMUSEd decodes in 12 steps with a cosine schedule.
         decode_defaults={"steps": 12, "schedule": "cosine", "temperature": 1.0, "choice_temperature": 4.5},
+        condition_sampler=f"{__file__}:sample_conditions",
     )

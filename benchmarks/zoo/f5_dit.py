@@ -69,6 +69,21 @@ class F5Adapter(nn.Module):
         return self.inner(x, cond, text, t)
 
 
+def sample_conditions(rng, batch: int) -> dict:
+    """A voice prompt and its text, as F5 infers: the first 30 % of frames hold the reference
+    mel (unit scale), the rest are zero (to be generated); character ids fill the text, then
+    the filler id 0 after the text ends. numpy only."""
+    import numpy as np
+
+    prompt = int(0.3 * FRAMES)
+    cond = np.zeros((batch, FRAMES, MELS), dtype=np.float32)
+    cond[:, :prompt] = rng.standard_normal((batch, prompt, MELS))
+    text = np.zeros((batch, FRAMES), dtype=np.int64)
+    n_chars = int(0.6 * FRAMES)  # about 2.4 frames per character
+    text[:, :n_chars] = rng.integers(1, TEXT_VOCAB, size=(batch, n_chars))
+    return {"cond": cond, "text": text}
+
+
 def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
     DiT = _import_dit()  # lazy: the zoo's own dependency
     torch.manual_seed(seed)
@@ -95,4 +110,5 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
         meta={"channels": MELS, "frames": FRAMES, "conditioning": {"cond": {"uncond": 0.0}, "text": {"uncond": 0}}},
         # F5-TTS samples 32 Euler steps on a sway grid with CFG 2; 8 steps keep a 2-core CPU in minutes.
         decode_defaults={"steps": 8, "solver": "euler", "grid": "sway", "sway": -1.0, "guidance": 2.0, "temperature": 1.0},
+        condition_sampler=f"{__file__}:sample_conditions",
     )

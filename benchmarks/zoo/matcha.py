@@ -33,6 +33,19 @@ class MatchaAdapter(nn.Module):
         return self.inner(xc, mask, muc, t).transpose(1, 2)
 
 
+def sample_conditions(rng, batch: int) -> dict:
+    """mu as the text encoder gives it: each phone's mel frame held for a few frames (the
+    aligner repeats it by its duration), unit scale. numpy only."""
+    import numpy as np
+
+    durations = rng.integers(3, 12, size=(batch, FRAMES))  # frames per phone, more than enough phones
+    mu = np.empty((batch, FRAMES, MELS), dtype=np.float32)
+    for b in range(batch):
+        frames = np.repeat(np.arange(FRAMES), durations[b])[:FRAMES]  # phone index of each frame
+        mu[b] = rng.standard_normal((FRAMES, MELS)).astype(np.float32)[frames]
+    return {"mu": mu}
+
+
 def make_model(batch: int = 2, seed: int = 0) -> ModelSpec:
     from matcha.models.components.decoder import Decoder  # lazy: the zoo's own dependency
 
@@ -53,4 +66,5 @@ def make_model(batch: int = 2, seed: int = 0) -> ModelSpec:
         meta={"channels": MELS, "frames": FRAMES, "conditioning": {"mu": {"uncond": None}}},
         # Matcha-TTS synthesises with 10 Euler steps.
         decode_defaults={"steps": 10, "solver": "euler", "grid": "uniform", "temperature": 0.667},
+        condition_sampler=f"{__file__}:sample_conditions",
     )
