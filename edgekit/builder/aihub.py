@@ -46,7 +46,8 @@ def build_aihub(jobs: Sequence[Any]) -> tuple[dict[str, Path], dict[str, Any]]:
     compiles = []
     for i, job in enumerate(jobs):
         part = f"bucket {i}" if linked else ""
-        request = {"kind": "compile", "device": name, "options": options, "model": job.source_sha256, "shapes": _shapes(bundle)}
+        request = {"kind": "compile", "device": name, "options": options, "model": job.source_sha256, "shapes": _shapes(bundle),
+                   "bucket": i if linked else None}
         compiles.append(book.submit("compile", f"{name}{', ' + part if part else ''}", request, lambda job=job, part=part: client.submit_compile_job(
             model=upload_form(job.model_path, job.workdir), device=hub.Device(name), name=job_name(bundle, precision, part), options=options)))
     book.wait(compiles)

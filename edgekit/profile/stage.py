@@ -30,6 +30,7 @@ from edgekit.profile.config import (
 from edgekit.profile.frontier_points import check_frontier_metric
 from edgekit.profile.measure import open_power, power_doc, profile_variant
 from edgekit.profile.ratios import variant_ratios
+from edgekit.runtimes.registry import backend
 
 
 def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -41,7 +42,8 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     decode_config(bundle.kind, bundle.decode_defaults, dict(cfg.decode))  # bad options fail here
     # AI Hub's devices run as jobs (profile.aihub); every other runtime is measured in this process.
     local = tuple(r for r in cfg.runtimes if r != AIHUB)
-    variants_plan = plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, devices=(), require_npu=False)) if local else []
+    mine = tuple(p for p in cfg.precisions if any(p in backend(r).precisions for r in local)) or cfg.precisions  # fp16 may be aihub's only
+    variants_plan = plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False)) if local else []
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
         if cfg.frontier_steps:

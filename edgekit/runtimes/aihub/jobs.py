@@ -109,7 +109,8 @@ class JobBook:
         else a new one from ``submit()``, recorded before anything waits. An earlier job still
         open without ``resume`` is an error: it is never silently submitted again."""
         key = request_key(request)
-        earlier = [r for r in self.records() if r.get("request") == key]
+        mine = {h.id for h in self.handles}  # this run's own jobs are not "an earlier run's"
+        earlier = [r for r in self.records() if r.get("request") == key and r["id"] not in mine]
         last = earlier[-1] if earlier else None
         if last is not None and self.resume:
             handle = Handle(dict(last), call(f"fetching job {last['id']}", self.client.get_job, last["id"]), reused=True)
