@@ -17,6 +17,7 @@ _EXTRAS: dict[str, str] = {
     "matplotlib": "report",
     "openvino": "openvino",
     "onnxruntime_qnn": "qnn",
+    "qai_hub": "aihub",
 }
 
 

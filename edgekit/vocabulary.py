@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # The built-in backends, in the order help texts list them (edgekit.runtimes.registry has one
 # entry each; a plugin backend registered there adds its own name).
-RUNTIMES: tuple[str, ...] = ("ort", "torch", "trt", "openvino", "qnn")
+RUNTIMES: tuple[str, ...] = ("ort", "torch", "trt", "openvino", "qnn", "aihub")
 # Runtimes a target file may list: torch runs the PyTorch module inside edgekit's own process
 # (the reference and eager baseline), so there is no engine or device to target.
 TARGET_RUNTIMES: tuple[str, ...] = tuple(r for r in RUNTIMES if r != "torch")

@@ -20,6 +20,10 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
         "format": e["format"], "device": e["device"], "compute capability": e["compute_capability"], "L4T": e["l4t"],
         "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)", "fixed shapes": e.get("fixed_shapes") or None,
     })
+    if e.get("aihub"):
+        a = e["aihub"]
+        o.line(f"AI Hub: {a['device']} ({a.get('chipset')}), QAIRT {a.get('qairt')}, compile jobs {', '.join(a['compile_jobs'])}"
+               + (f", link job {a['link_job']} ({len(a.get('graphs') or [])} graphs over shared weights)" if a.get("link_job") else ""))
     for note in e.get("notes") or []:
         o.line(f"note: {note}")
     o.line(f"engine: {Path(doc['bundle']) / e['path']}")

@@ -16,6 +16,7 @@ a stale one (source ONNX changed, other runtime version, other device) unless as
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
+from edgekit.builder.aihub import build_aihub, prepare_aihub
 from edgekit.builder.install import check_engine_folder, install, remove_superseded
 from edgekit.builder.openvino import build_openvino
 from edgekit.builder.ort import build_ort, fix_dynamic_shapes
@@ -59,6 +61,9 @@ class BuildJob:
     precision: str
     host: HostFacts
     workdir: Path
+    bundle: Bundle | None = None  # the bundle (a builder that keeps records in it: AI Hub's job book)
+    resume: bool = False  # collect an earlier run's jobs instead of submitting (AI Hub)
+    say: Callable[[str], None] | None = None  # progress lines of a build that waits on a service
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,12 @@ class RuntimeBuilder:
     build: Callable[[BuildJob], tuple[dict[str, Path], dict[str, Any]]]
     # Its engines are built on the device itself (a GPU's TensorRT, an Intel device's blob).
     on_device: bool
+    # [BuildJob per step bucket] -> ONE engine of every bucket's graph (AI Hub's link job: one
+    # context binary over shared weights); None = one engine per bucket (``build``).
+    build_linked: Callable[[list[BuildJob]], tuple[dict[str, Path], dict[str, Any]]] | None = None
+    # False: op support is the service's to judge (AI Hub's compile job, on its own QAIRT); the
+    # target's other lint rules (static shapes, opset, IO) still run before anything is sent.
+    lints_ops: bool = True
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,8 @@ BUILDERS: dict[str, RuntimeBuilder | NoBuilder] = {
     "trt": RuntimeBuilder(prepare_trt, lambda j: build_trt(j.model_path, j.source_sha256, j.target, j.precision, j.workdir), on_device=True),
     "openvino": RuntimeBuilder(_requires("openvino"), lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir), on_device=True),
     "qnn": RuntimeBuilder(_requires("qnn"), lambda j: build_qnn(j.model_path, j.target, j.precision, j.workdir), on_device=False),
+    # After qnn: a Snapdragon target builds its local EPContext unless asked for --runtime aihub.
+    "aihub": RuntimeBuilder(prepare_aihub, lambda j: build_aihub([j]), on_device=False, build_linked=build_aihub, lints_ops=False),
     "ort": RuntimeBuilder(lambda target, bundle, host: None, lambda j: build_ort(j.model_path, j.target, j.host, j.workdir), on_device=False),
     "torch": NoBuilder("torch runs the PyTorch module rebuilt from the model source in edgekit's process: no engine, no target"),
 }
@@ -127,12 +140,19 @@ def build_bundle(
     rebuild: bool = False,
     *,
     host: HostFacts | None = None,
+    runtime: str | None = None,
+    resume: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build ``precision``'s engine of the bundle at ``path`` for ``target``; the
     ``edgekit build --json`` document (``edgekit.build/1``) with the manifest entry.
 
     An up-to-date engine is kept (status ``up-to-date``); a stale one is an error unless
-    ``rebuild``, which always builds anew. ``host`` replaces this host's facts (tests)."""
+    ``rebuild``, which always builds anew. ``host`` replaces this host's facts (tests).
+    ``runtime``: another of the target's runtimes than the one it builds for by default (e.g.
+    aihub for a Snapdragon target), its engine kept under ``<target>/<precision>@<runtime>``;
+    ``resume``: collect an earlier run's AI Hub jobs; ``progress(line)``: what a build that waits
+    on a service is doing."""
     bundle = path if isinstance(path, Bundle) else Bundle.load(path)
     target = load_target(target)
     choice = None
@@ -143,7 +163,8 @@ def build_bundle(
             f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}"
         )
     host = host or HostFacts.detect()
-    runtime = backend(build_runtime(target))
+    default = build_runtime(target)
+    runtime = backend(_chosen_runtime(target, runtime) if runtime else default)
     builder = BUILDERS[runtime.name]
     if not isinstance(builder, RuntimeBuilder):
         raise UsageError(f"target {target.name}: {builder.why}")
@@ -152,15 +173,16 @@ def build_bundle(
         raise UsageError(f"--precision {precision} needs {' or '.join(backend(r).title for r in runs(precision))}; "
                          f"target {target.name} runs {runtime.title} ({', '.join(runtime.precisions)})")
 
-    key = engine_key(target.name, precision)
+    key = engine_key(target.name, precision) + ("" if runtime.name == default else f"@{runtime.name}")
+    again = "" if runtime.name == default else f" --runtime {runtime.name}"
     old = bundle.engines.get(key)
     if old is not None and not rebuild:
         problems = engine_problems(bundle, old, host, device_facts, target=target)
         if not problems:
-            return _document(bundle, target, precision, old, "up-to-date", [], choice)
+            return _document(bundle, target, precision, old, "up-to-date", [], choice, key)
         raise EdgekitError(
             f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-            hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision} --rebuild`",
+            hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision}{again} --rebuild`",
         )
 
     source_name = _source_artifact(bundle, target, precision)
@@ -169,10 +191,16 @@ def build_bundle(
     check_engine_folder(bundle, target)  # a file where engines/<target>/ goes: said before the build
     workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
     try:
-        # One engine per step bucket (bucket 0 is the entry itself; the runtime picks per call):
-        # a built engine holds its own weights, so N buckets build N engines of the weights' size.
-        built = [_build_one(bundle, name, target, precision, host, builder, workdir / str(i))
-                 for i, name in enumerate([source_name] + (buckets["artifacts"][1:] if buckets else []))]
+        names = [source_name] + (buckets["artifacts"][1:] if buckets else [])
+        if builder.build_linked is not None:  # every bucket's graph in one engine (AI Hub's link job)
+            ready = [_prepared(bundle, name, target, builder, workdir / str(i)) for i, name in enumerate(names)]
+            files, facts = builder.build_linked([BuildJob(p[0], p[1], target, precision, host, workdir / str(i), bundle, resume, progress)
+                                                 for i, p in enumerate(ready)])
+            built = [(install(bundle, target, precision, files), facts, ready[0][2], [f for p in ready for f in p[3]])]
+        else:
+            # One engine per step bucket (bucket 0 is the entry itself; the runtime picks per call):
+            # a built engine holds its own weights, so N buckets build N engines of the weights' size.
+            built = [_build_one(bundle, name, target, precision, host, builder, workdir / str(i)) for i, name in enumerate(names)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     entry, facts, fixed, findings = built[0]
@@ -192,35 +220,52 @@ def build_bundle(
     bundle.record_entry("engines", key, entry)
     bundle.save()
     remove_superseded(bundle, old)
-    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice)
+    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice, key)
+
+
+def _chosen_runtime(target: Target, runtime: str) -> str:
+    """``--runtime``: one the target lists that `edgekit build` makes engines for."""
+    buildable = [r for r in target.runtimes if isinstance(BUILDERS.get(r), RuntimeBuilder)]
+    if runtime not in buildable:
+        raise UsageError(f"--runtime {runtime} is not one target {target.name} builds for; valid: {', '.join(buildable)}")
+    return runtime
 
 
 def _build_one(bundle: Bundle, name: str, target: Target, precision: str, host: HostFacts, builder: Any,
                workdir: Path) -> tuple[dict[str, Any], dict[str, Any], Any, list[Finding]]:
     """(installed entry, build facts, fixed shapes, lint findings) of one artifact's engine."""
+    model_path, source_sha256, fixed, findings = _prepared(bundle, name, target, builder, workdir)
+    files, facts = builder.build(BuildJob(model_path, source_sha256, target, precision, host, workdir))
+    return install(bundle, target, precision, files), facts, fixed, findings
+
+
+def _prepared(bundle: Bundle, name: str, target: Target, builder: Any, workdir: Path) -> tuple[Path, str, Any, list[Finding]]:
+    """(shape-fixed model, its source's sha256, fixed shapes, lint findings) of one artifact, or
+    the error of a graph that will not deploy. A builder that does not lint op support (AI Hub
+    compiles with its own QAIRT and says what it refuses) keeps the target's other rules."""
     source = bundle.artifact(name)
     load_onnx(bundle.root / source.path, f"artifact {name!r}")  # a corrupt graph is one line, not a DecodeError
     workdir.mkdir(parents=True, exist_ok=True)
     model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)
-    findings = lint_onnx(model_path, target, artifact=name)
+    rules = target if builder.lints_ops else dataclasses.replace(target, lint=dataclasses.replace(target.lint, supported_ops="ort"))
+    findings = lint_onnx(model_path, rules, artifact=name)
     if has_errors(findings):
         first = next(f for f in findings if f.severity == "error")
         raise EdgekitError(
             f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
             hint=(f"{first.hint}; " if first.hint else "") + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
         )
-    files, facts = builder.build(BuildJob(model_path, source.sha256, target, precision, host, workdir))
-    return install(bundle, target, precision, files), facts, fixed, findings
+    return model_path, source.sha256, fixed, findings
 
 
 def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str, Any], status: str,
-              findings: Iterable[Finding], choice: str | None = None) -> dict[str, Any]:
+              findings: Iterable[Finding], choice: str | None = None, key: str | None = None) -> dict[str, Any]:
     return {
         "schema": BUILD_SCHEMA,
         "bundle": str(bundle.root),
         "target": target.name,
         "precision": precision,
-        "key": engine_key(target.name, precision),
+        "key": key or engine_key(target.name, precision),
         "status": status,
         "engine": dict(entry),
         "lint": [f.to_json() for f in findings],

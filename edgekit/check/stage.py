@@ -24,6 +24,7 @@ import numpy as np
 
 from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
+from edgekit.check.aihub import check_on_aihub
 from edgekit.check.junit import write_junit
 from edgekit.check.metrics import (
     ShadowRecorder,
@@ -116,6 +117,11 @@ class CheckConfig:
     # A variant on one of this target's runtimes loads its built engine (e.g. qnn:int8 with a
     # Snapdragon target: the precompiled context, with the target's SoC options); None = plain.
     target: str | None = None
+    # A candidate on aihub: the AI Hub device (a name, or a Snapdragon target for its first
+    # device); None = --target's, else the device of the bundle's one AI Hub engine.
+    device: str | None = None
+    # aihub: collect an earlier run's inference jobs (the bundle's aihub/jobs.json) instead of submitting.
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
@@ -172,6 +178,12 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     what it is doing (opening a torch reference and decoding take minutes on a small CPU).
     """
     say = progress or (lambda message: None)
+    cand_v = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
+    if cand_v.runtime == "aihub":  # the candidate on an AI Hub device, the reference on this host (ort by default)
+        ref_v = parse_variant(cfg.reference, "ort" if cfg.runtime == "aihub" else cfg.runtime, "--reference")
+        return check_on_aihub(path, cfg, ref_v, cand_v, say, _settings, eval_rows)
+    if cfg.device is not None:
+        raise UsageError("--device names an AI Hub device: add --runtime aihub (or --candidate aihub:int8)")
 
     start = time.perf_counter()
     bundle = Bundle.load(path)

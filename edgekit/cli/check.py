@@ -22,7 +22,8 @@ from edgekit.output import Output
     "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
-    "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)"
+    "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
+    "  edgekit check bundles/masked --runtime aihub --device \"Samsung Galaxy S24 (Family)\"   (int8 on the device vs fp32 here)"
 )
 def check(
     bundle: BundleArg,
@@ -41,6 +42,8 @@ def check(
     cond_data: CondDataOpt = None,
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).")] = False,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -58,7 +61,7 @@ def check(
     cfg = CheckConfig(
         reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond, cond_data=cond_data,
         thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
-        target=target,
+        target=target, device=device, resume=resume,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} …")
     doc = check_bundle(bundle, cfg, progress=o.step)

@@ -9,7 +9,7 @@ import typer
 
 from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt  # the shared options
 from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
-from edgekit.errors import UsageError
+from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -21,7 +21,8 @@ from edgekit.output import Output
     "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --frontier-steps 2,4,8,16,32 --frontier-tolerance 5%\n\n"
     "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score --cond speaker=0.5\n\n"
-    "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json"
+    "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json\n\n"
+    "  edgekit profile bundles/masked --runtime aihub --devices \"Samsung Galaxy S24 (Family),snapdragon-x-elite\" --html report/"
 )
 def profile(
     bundle: BundleArg,
@@ -48,10 +49,13 @@ def profile(
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     seed: SeedOpt = 0,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
+    devices: Annotated[Optional[str], typer.Option("--devices", help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).")] = None,
+    require_npu: Annotated[bool, typer.Option("--require-npu", help="With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.")] = False,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier."""
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
     configure_logging()
     from edgekit.probes.latency import MeasureConfig
     from edgekit.profile import ProfileConfig, profile_bundle, write_report
@@ -84,6 +88,7 @@ def profile(
         seed=seed, threads=threads, frontier_n=frontier_n, frontier_metric=frontier_metric,
         frontier_tolerance=frontier_tolerance, metric_hook=metric,
         frontier_steps=() if frontier_steps.strip().lower() in ("none", "off", "") else parse_csv("--frontier-steps", frontier_steps, int),
+        devices=parse_csv("--devices", devices), require_npu=require_npu, resume=resume,
         **extra,
     )
     if html is not None:
@@ -102,3 +107,6 @@ def profile(
     print_profile(o, doc)
     if html is not None:
         o.line(f"wrote {doc['report']['html']} and {doc['report']['json']}")
+    if require_npu and doc.get("aihub") and not doc["aihub"]["npu_only"]:
+        raise CheckFailed("--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
+                          hint="quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target TARGET` names the ops")

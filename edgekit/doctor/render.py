@@ -35,6 +35,10 @@ def print_doctor(o: Output, doc: dict[str, Any], one_target: bool) -> None:
     for r in t["runtimes"]:
         for limit in r.get("limits") or []:
             o.line(f"limit: {limit}")
+        if "configured" in r:  # a device cloud (AI Hub): whether a client is configured, and the devices it would use
+            conf = r["configuration"]
+            o.line(f"{r['runtime']}: " + (f"client configured from {conf['source']}" if r["configured"] else f"no client configured ({conf['problem']})")
+                   + f"; devices: {', '.join(r['devices']) or 'none named by the target'}")
     for m in t["missing"]:
         o.line(f"missing: {m['what']}" + (f" ({m['why']})" if m.get("why") else ""))
         if m.get("install"):

@@ -23,6 +23,7 @@ from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts
 from edgekit.probes.power import Unavailable, detect
 from edgekit.runtimes import qnn as qnn_backend  # imports onnxruntime-qnn only when a function runs
+from edgekit.runtimes.aihub import client as aihub_client  # imports qai-hub only when a function runs
 from edgekit.runtimes.engines import device_problems
 from edgekit.runtimes.openvino import (  # lazy: openvino
     available_devices,
@@ -226,6 +227,27 @@ def _qnn_report(name: str, target: Target, host: HostFacts, env: dict[str, Any],
             "notes": notes}
 
 
+def _aihub_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+    """Qualcomm AI Hub: the qai-hub client installed, configured (its config file or the token in
+    the environment; read here, nothing sent) and the target's devices it would use."""
+    entry = backend(name)
+    conf = aihub_client.configuration()
+    problems = []
+    if not entry.requires.available():
+        problems.append("qai-hub is not installed")
+        missing.append({"what": "the Qualcomm AI Hub client (qai-hub)", "why": f"the {entry.requires.module} Python package is not importable",
+                        "install": entry.requires.install})
+    if not conf.configured:
+        problems.append(f"no AI Hub client configured: {conf.problem}")
+        missing.append({"what": "an AI Hub API token", "why": conf.problem, "install": aihub_client.SETUP})
+    devices = list(target.aihub.devices)
+    notes = [f"client configured from {conf.source}"] if conf.configured else []
+    notes.append(f"devices: {', '.join(devices)}" + (f" (chipset {target.aihub.chipset})" if target.aihub.chipset else ""))
+    return {"runtime": name, "available": not problems, "version": _dist_version("qai-hub"), "configured": conf.configured,
+            "configuration": conf.to_json(), "devices": devices, "chipset": target.aihub.chipset or None,
+            "problems": problems, "notes": notes}
+
+
 def _registry_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
     """A runtime with no checks of its own here: whether its package imports (registry entry)."""
     entry = backend(name)
@@ -238,7 +260,8 @@ def _registry_report(name: str, target: Target, host: HostFacts, env: dict[str, 
 # Per runtime name (runtimes.registry): what doctor checks for a target that lists it. Any other
 # registered runtime gets `_registry_report` (is its package there); torch is never a target's.
 Report = Callable[[str, Target, HostFacts, dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
-RUNTIME_REPORTS: dict[str, Report] = {"ort": _ort_report, "openvino": _openvino_report, "trt": _trt_report, "qnn": _qnn_report}
+RUNTIME_REPORTS: dict[str, Report] = {"ort": _ort_report, "openvino": _openvino_report, "trt": _trt_report, "qnn": _qnn_report,
+                                       "aihub": _aihub_report}
 NOT_REPORTED: dict[str, str] = {"torch": "no target lists torch: it runs the PyTorch module in edgekit's own process"}
 
 

@@ -55,6 +55,7 @@ RUNTIME_LINT: dict[str, tuple[str, ...] | NoLint] = {
     "trt": ("tensorrt",),
     "openvino": ("openvino",),
     "qnn": ("qnn",),
+    "aihub": ("qnn",),  # the same Hexagon NPU (its build leaves op support to AI Hub's compile job)
     "torch": NoLint("torch runs the PyTorch module in edgekit's process: there is no ONNX graph to deploy"),
 }
 

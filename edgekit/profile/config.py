@@ -110,6 +110,13 @@ class ProfileConfig:
     # module:function(output, cond) -> {name: float}, higher = better: quality for models without
     # a ground truth (RUNS USER CODE).
     metric_hook: str | None = None
+    # --runtime aihub: the AI Hub devices (names, or Snapdragon targets standing for their first
+    # device), one profile job each, submitted at once; () = the devices of the bundle's AI Hub engines.
+    devices: tuple[str, ...] = ()
+    # --runtime aihub: an op off the NPU (CPU/GPU fallback) fails the profile (exit 4), not only a warning.
+    require_npu: bool = False
+    # --runtime aihub: collect an earlier run's jobs (the bundle's aihub/jobs.json) instead of submitting.
+    resume: bool = False
 
     @property
     def sweep_precisions(self) -> tuple[str, ...]:
@@ -142,6 +149,9 @@ class ProfileConfig:
         if not isinstance(self.frontier_n, int) or self.frontier_n < 1:
             raise UsageError(f"--frontier-n {self.frontier_n!r} is invalid; valid: an integer >= 1")
         Tolerance.parse(self.frontier_tolerance)
+        object.__setattr__(self, "devices", tuple(self.devices))
+        if (self.devices or self.require_npu) and "aihub" not in self.runtimes:
+            raise UsageError(f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime aihub")
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from edgekit._deps import require
 from edgekit.outpaths import write_text_into
+from edgekit.profile.aihub_table import aihub_lines, aihub_table
 from edgekit.profile.document import dumps, write_json
 from edgekit.profile.table import (
     ar_table,
@@ -267,6 +268,8 @@ def render_html(doc: Doc) -> str:
     ]
     if not_measured_lines(doc):
         parts += [_lines(not_measured_lines(doc), "warn")]
+    if doc.get("aihub"):
+        parts += ["<h2>On Qualcomm AI Hub's devices, side by side</h2>", _table(*aihub_table(doc)), _lines(aihub_lines(doc))]
     if doc.get("ratios"):
         parts += ["<h2>Ratios (measured in the same run)</h2>",
                   "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from edgekit.output import Output
+from edgekit.profile.aihub_table import aihub_lines, aihub_table
 from edgekit.profile.table import summary_rows
 
 
@@ -46,7 +47,12 @@ def profile_progress(o: Output):
 def print_profile(o: Output, doc: dict) -> None:
     """The side-by-side table, the ratios, NAR vs AR, power and warnings (shared with `demo`)."""
     s = summary_rows(doc)
-    o.table(f"profile {doc['model']} ({doc['kind']}), {doc['rows']} rows per decode", s["variants"]["columns"], s["variants"]["rows"])
+    if doc["variants"] or not doc.get("aihub"):
+        o.table(f"profile {doc['model']} ({doc['kind']}), {doc['rows']} rows per decode", s["variants"]["columns"], s["variants"]["rows"])
+    if aihub_table(doc)[1]:
+        o.table(f"profile {doc['model']} ({doc['kind']}) on Qualcomm AI Hub's devices, {doc['rows']} rows per decode", *aihub_table(doc))
+    for line in aihub_lines(doc):
+        o.line(line)
     if s["ratios"]["rows"]:
         o.table("ratios measured in the same run (latency < 1: the first is faster)", s["ratios"]["columns"], s["ratios"]["rows"])
     if "ar" in s:

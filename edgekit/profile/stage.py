@@ -9,6 +9,7 @@ torch for the length sweep, no int8 artifact for the AR baseline) the document s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -17,6 +18,7 @@ from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
 from edgekit.probes.system import compare_states, system_state
+from edgekit.profile.aihub import AIHUB, profile_on_aihub
 from edgekit.profile.compare_ar import compare_ar, resolve_ar_bundle
 from edgekit.profile.config import (
     SCHEMA,
@@ -28,6 +30,7 @@ from edgekit.profile.config import (
 from edgekit.profile.frontier_points import check_frontier_metric
 from edgekit.profile.measure import open_power, power_doc, profile_variant
 from edgekit.profile.ratios import variant_ratios
+from edgekit.runtimes.registry import backend
 
 
 def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -37,7 +40,10 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     asked). ``progress(label, done, total)`` is called outside timed regions."""
     bundle = Bundle.load(path)
     decode_config(bundle.kind, bundle.decode_defaults, dict(cfg.decode))  # bad options fail here
-    variants_plan = plan_variants(bundle, cfg)
+    # AI Hub's devices run as jobs (profile.aihub); every other runtime is measured in this process.
+    local = tuple(r for r in cfg.runtimes if r != AIHUB)
+    mine = tuple(p for p in cfg.precisions if any(p in backend(r).precisions for r in local)) or cfg.precisions  # fp16 may be aihub's only
+    variants_plan = plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False)) if local else []
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
         if cfg.frontier_steps:
@@ -45,7 +51,7 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     show_steps = len(cfg.steps) > 1
     rows = cfg.batch or bundle.batch
     cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond, cfg.cond_data)
-    power = open_power(cfg, progress)
+    power = open_power(cfg if variants_plan else dataclasses.replace(cfg, power="off"), progress)
     start_state = system_state()
     variants = [_measured_or_why(bundle, v, v.label(show_steps), cond, cfg, power, progress) for v in variants_plan]
     measured = [v for v in variants if v["available"]]
@@ -62,11 +68,12 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
         "variants": variants,
         "ratios": variant_ratios(measured),
         "compare_ar": compare_ar(bundle, measured, cfg, power, progress) if cfg.compare_ar and measured else None,
+        "aihub": profile_on_aihub(bundle, cfg, cond, progress) if AIHUB in cfg.runtimes else None,
     }
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
     arithmetic = int8_host_warnings(bundle.quantization, [v["precision"] for v in measured], str(bundle.root))
-    doc["warnings"] = arithmetic + list(_warnings(doc))
+    doc["warnings"] = arithmetic + list(_warnings(doc)) + (doc["aihub"]["warnings"] if doc["aihub"] else [])
     return doc
 
 

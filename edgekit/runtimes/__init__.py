@@ -12,7 +12,7 @@ from typing import Any
 # ruff: noqa: I001 -- the built-in backends register in the vocabulary's order
 from edgekit.bundle import Bundle
 from edgekit.errors import UsageError
-from edgekit.runtimes import ort, torch_ref, trt, openvino_engine, qnn  # noqa: F401  (register the built-in backends)
+from edgekit.runtimes import ort, torch_ref, trt, openvino_engine, qnn, aihub  # noqa: F401  (register the built-in backends)
 from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
 from edgekit.runtimes.engines import find_engine
 from edgekit.runtimes.registry import backend, check_precision, names
@@ -41,6 +41,8 @@ def open_runtime(
     qnn   — Qualcomm's HTP (Hexagon NPU) backend of onnxruntime-qnn, emulated on x86: ``int8``
             is the bundle's int8 model from ``quantize --profile qnn``, ``fp16`` its fp32 model
             computed in float16 (HTP v73+); no fp32 (the NPU has none). Default SoC: 8 Gen 3.
+    aihub — Qualcomm AI Hub's hosted devices: runs as jobs, never in this process (opening it
+            says which command does what: build, profile, check with --runtime aihub).
     """
     if target is not None:
         return find_engine(bundle, target, precision).open(threads=threads)

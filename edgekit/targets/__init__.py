@@ -23,6 +23,7 @@ from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES
 from edgekit.output import jsonable
+from edgekit.targets.aihub import AihubSettings, check_aihub
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
 from edgekit.vocabulary import PRECISIONS, TARGET_RUNTIMES
 
@@ -154,6 +155,7 @@ class Target:
     trt: TrtSettings = field(default_factory=TrtSettings)
     openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
     qnn: QnnSettings = field(default_factory=QnnSettings)
+    aihub: AihubSettings = field(default_factory=AihubSettings)
     lint: LintRules = field(default_factory=LintRules)
     # Where it was loaded from ("builtin:cpu" or a file path): for messages, not from the file.
     source: str = ""
@@ -338,6 +340,7 @@ def _check_values(t: Target, source: str) -> None:
     if not 1 <= t.lint.opset_min <= t.lint.opset_max:
         raise UsageError(f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range")
     check_qnn(t.qnn, t.uses_qnn, source)
+    check_aihub(t.aihub, "aihub" in t.runtimes, source)
     for key in ("max_topk_k", "memory_budget_mb"):
         if getattr(t.lint, key) < 0:
             raise UsageError(f"target file {source}: lint.{key} must be >= 0 (0 = not checked)")
@@ -367,6 +370,7 @@ def targets_for_l4t(l4t: str | None, like: Target) -> list[str]:
 
 
 __all__ = [
+    "AihubSettings",
     "DEFAULT_TARGET",
     "LintRules",
     "OpenVinoSettings",

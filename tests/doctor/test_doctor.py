@@ -178,8 +178,8 @@ def test_snapdragon_targets_run_with_qnn_where_onnxruntime_qnn_is_installed(name
     doc = doctor(name)
     assert doc["environment"]["onnxruntime_qnn"] and doc["environment"]["qnn_sdk"] and "qnn_error" not in doc["environment"]
     (report,) = doc["targets"]
-    (qnn,) = report["runtimes"]
-    assert qnn["runtime"] == "qnn" and qnn["available"] and qnn["problems"] == []
+    qnn, aihub = report["runtimes"]
+    assert qnn["runtime"] == "qnn" and qnn["available"] and qnn["problems"] == [] and aihub["runtime"] == "aihub"
     assert qnn["htp_arch"] == load_target(name).qnn.htp_arch
     assert report["runs_with"] == "qnn"
     assert not any("TensorRT" in m["what"] or "tensorrt" in (m.get("why") or "") for m in report["missing"])
@@ -187,7 +187,7 @@ def test_snapdragon_targets_run_with_qnn_where_onnxruntime_qnn_is_installed(name
         assert qnn["emulated"] and "emulated" in qnn["notes"][0] and not report["ready"]
 
 
-def test_snapdragon_target_without_onnxruntime_qnn_says_how_to_install():
+def test_snapdragon_target_without_onnxruntime_qnn_says_how_to_install(no_aihub):
     env = dict(CPU_ONLY_ENV, onnxruntime_qnn=None)
     report = target_report(load_target("snapdragon-8-gen-3"), X86, env, {})
     assert report["runtimes"][0]["runtime"] == "qnn" and not report["runtimes"][0]["available"]
@@ -203,3 +203,36 @@ def test_every_built_in_runtime_has_a_doctor_check_or_says_why_not():
 
     assert set(RUNTIME_REPORTS) | set(NOT_REPORTED) == set(RUNTIMES)
     assert not set(RUNTIME_REPORTS) & set(NOT_REPORTED) and set(TARGET_RUNTIMES) <= set(RUNTIME_REPORTS)
+
+
+@pytest.fixture
+def no_aihub(monkeypatch, tmp_path):
+    """No AI Hub client configured, whatever this machine's user has."""
+    monkeypatch.delenv("QAI_HUB_API_TOKEN", raising=False)
+    monkeypatch.setenv("QAIHUB_CLIENT_INI", str(tmp_path / "absent.ini"))
+    return tmp_path / "absent.ini"
+
+
+def test_snapdragon_target_says_whether_an_ai_hub_client_is_configured_and_its_devices(no_aihub, monkeypatch):
+    pytest.importorskip("qai_hub")
+    target = load_target("snapdragon-8-gen-3")
+    report = target_report(target, X86, dict(CPU_ONLY_ENV), {})
+    aihub = report["runtimes"][1]
+    assert aihub["runtime"] == "aihub" and not aihub["available"] and not aihub["configured"]
+    assert aihub["devices"] == ["Samsung Galaxy S24 (Family)", "Snapdragon 8 Gen 3 QRD"] and aihub["chipset"] == "qualcomm-snapdragon-8gen3"
+    fix = missing(report)["an AI Hub API token"]
+    assert fix["why"] == f"no {no_aihub} and no $QAI_HUB_API_TOKEN" and fix["install"].startswith("run `qai-hub configure --api_token TOKEN`")
+    no_aihub.write_text("[api]\napi_token = t\napi_url = https://workbench.aihub.qualcomm.com\nweb_url = https://workbench.aihub.qualcomm.com\n")
+    aihub = target_report(target, X86, dict(CPU_ONLY_ENV), {})["runtimes"][1]
+    assert aihub["available"] and aihub["configuration"]["source"] == str(no_aihub) and aihub["version"]
+    assert aihub["notes"][0] == f"client configured from {no_aihub}"
+
+
+def test_the_cli_says_the_ai_hub_client_and_devices_in_one_line(no_aihub, monkeypatch):
+    from typer.testing import CliRunner
+
+    from edgekit.cli import app
+
+    monkeypatch.setenv("QAI_HUB_API_TOKEN", "t")
+    r = CliRunner().invoke(app, ["doctor", "--target", "snapdragon-x-elite"], env={"COLUMNS": "200"})
+    assert "aihub: client configured from $QAI_HUB_API_TOKEN; devices: Snapdragon X Elite CRD" in r.stdout

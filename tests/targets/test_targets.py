@@ -173,8 +173,30 @@ def test_snapdragon_targets_name_their_htp_and_soc():
     for name, (arch, soc) in expected.items():
         t = load_target(name)
         assert (t.qnn.htp_arch, t.qnn.soc_model) == (arch, soc)
-        assert t.runtimes == ("qnn",) and t.quantization_profile == "qnn" and t.lint.supported_ops == "qnn"
+        assert t.runtimes == ("qnn", "aihub") and t.quantization_profile == "qnn" and t.lint.supported_ops == "qnn"
         assert set(t.precisions) == {"int8", "fp16"}
+
+
+def test_snapdragon_targets_name_their_ai_hub_devices():
+    # AI Hub's device list: the first is what `edgekit build --runtime aihub` compiles for.
+    expected = {"snapdragon-8-gen-2": ("Samsung Galaxy S23 (Family)", "qualcomm-snapdragon-8gen2"),
+                "snapdragon-8-gen-3": ("Samsung Galaxy S24 (Family)", "qualcomm-snapdragon-8gen3"),
+                "snapdragon-8-elite": ("Samsung Galaxy S25 (Family)", "qualcomm-snapdragon-8-elite"),
+                "snapdragon-x-elite": ("Snapdragon X Elite CRD", "qualcomm-snapdragon-x-elite")}
+    for name, (device, chipset) in expected.items():
+        t = load_target(name)
+        assert (t.aihub.devices[0], t.aihub.chipset) == (device, chipset)
+    assert load_target("cpu").aihub.devices == ()
+
+
+def test_an_aihub_target_without_devices_is_refused(tmp_path):
+    path = tmp_path / "hub.toml"
+    path.write_text('name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n')
+    with pytest.raises(UsageError, match="a target that lists runtime aihub needs aihub.devices"):
+        load_target(path)
+    path.write_text('name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n[aihub]\ndevices = ["X"]\ncompile_options = "--target_runtime tflite"\n')
+    with pytest.raises(UsageError, match="aihub.compile_options must not set --target_runtime"):
+        load_target(path)
 
 
 def test_a_qnn_target_without_its_soc_is_refused(tmp_path):
