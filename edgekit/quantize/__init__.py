@@ -11,7 +11,7 @@ onnx nor onnxruntime.
 from __future__ import annotations
 
 from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
-from edgekit.quantize.buckets import MAX_BUCKETS
+from edgekit.quantize.buckets.ranges import MAX_BUCKETS
 from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
@@ -26,9 +26,9 @@ from edgekit.quantize.config import (
 from edgekit.quantize.graph import module_labels
 from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
 from edgekit.quantize.overrides import overrides_document
-from edgekit.quantize.ptq import quantize_unbudgeted
+from edgekit.quantize.cpu.ptq import quantize_unbudgeted
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
-from edgekit.quantize.structure import int8_weight_pairs
+from edgekit.quantize.cpu.structure import int8_weight_pairs
 
 __all__ = [
     "PAIR_LIMIT",

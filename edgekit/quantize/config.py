@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from edgekit.arithmetic import SCHEMES, scheme_for
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
-from edgekit.quantize.buckets import parse_step_buckets
+from edgekit.quantize.buckets.ranges import parse_step_buckets
 from edgekit.quantize.overrides import check_overrides
 from edgekit.targets import load_target
 
@@ -113,7 +113,7 @@ PROFILE_SETTINGS: dict[str, ProfileSettings] = {
         # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
         weight_only_fallback=True,
     ),
-    # Qualcomm HTP (quantize/qnn.py): every op QDQ by onnxruntime's QNN rules, uint8 activations,
+    # Qualcomm HTP (quantize/qnn/): every op QDQ by onnxruntime's QNN rules, uint8 activations,
     # MatMul weights int8 symmetric per output column (per_channel; the HTP backend of
     # onnxruntime-qnn 2.7 runs them, an earlier build left them to the CPU EP), other weights uint8
     # per tensor; the most sensitive tensors promoted to uint16 until the budget holds on the HTP.
@@ -236,11 +236,11 @@ class QuantizeConfig:
     # Per-layer decisions to honour (quantize/overrides.py: --overrides FILE, `edgekit debug --fix`):
     # nodes kept float or weight-only, qnn tensors at 16 bit from the start.
     overrides: tuple[Mapping[str, Any], ...] = ()
-    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets.py):
+    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets/ranges.py):
     # None or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
     step_buckets: int | str | None = None
     # --bucket-memory: the most resident memory a bucket count ``auto`` keeps may add over one scale,
-    # as a ratio, measured on the budget runtime (quantize/candidate.py); 0 = no bound. An explicit
+    # as a ratio, measured on the budget runtime (quantize/buckets/candidate.py); 0 = no bound. An explicit
     # --step-buckets N is taken as asked.
     bucket_memory: float = BUCKET_MEMORY_BOUND
 

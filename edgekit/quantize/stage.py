@@ -7,8 +7,8 @@
     promote until the budget holds (hook) -> INT8 vs FP32 per decode on this host -> summary ->
     artifact + manifest
 
-cpu and trt: ``fallback.FallbackProfile`` (ORT QDQ on weighted ops, layers fall back to float);
-qnn: ``qnn.QnnProfile`` (every op QDQ, sensitive tensors promoted to 16 bit, budget on the HTP).
+cpu and trt: ``cpu.fallback.FallbackProfile`` (ORT QDQ on weighted ops, layers fall back to float);
+qnn: ``qnn.profile.QnnProfile`` (every op QDQ, sensitive tensors promoted to 16 bit, budget on the HTP).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.fallback import FallbackProfile
-from edgekit.quantize.qnn import QnnProfile
+from edgekit.quantize.cpu.fallback import FallbackProfile
+from edgekit.quantize.qnn.profile import QnnProfile
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import SearchResult, summary
 from edgekit.runtimes.onnx_file import load_onnx

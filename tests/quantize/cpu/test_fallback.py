@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgekit.quantize.fallback import FallbackProfile
+from edgekit.quantize.cpu.fallback import FallbackProfile
 
 pytest.importorskip("onnxruntime")
 

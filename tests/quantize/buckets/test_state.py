@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgekit.quantize.bucketing import BucketState
-from edgekit.quantize.buckets import AUTO_COUNTS, AUTO_COUNTS_QNN
-from edgekit.quantize.fallback import FallbackProfile
-from edgekit.quantize.qnn import QnnProfile
+from edgekit.quantize.buckets.ranges import AUTO_COUNTS
+from edgekit.quantize.buckets.state import BucketState
+from edgekit.quantize.cpu.fallback import FallbackProfile
+from edgekit.quantize.qnn.profile import AUTO_COUNTS_QNN, QnnProfile
 
 SNR_LIMIT = 30.0
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from edgekit.bundle import Bundle
-from edgekit.quantize.candidate import added_rss
-from edgekit.quantize.record import shared_copies
+from edgekit.quantize.buckets.candidate import added_rss
+from edgekit.quantize.buckets.shared import shared_copies
 from edgekit.runtimes.ort import OrtRuntime
 from tests.quantize.conftest import build_tiny_model, tiny_feeds
 

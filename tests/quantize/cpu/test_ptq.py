@@ -15,7 +15,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from edgekit.quantize import graph as qgraph  # noqa: E402
-from edgekit.quantize import ptq, structure  # noqa: E402
+from edgekit.quantize.cpu import ptq, select, structure  # noqa: E402
 from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
 
 
@@ -35,29 +35,29 @@ def test_roles_attention_core_time_embedding_and_flops(tiny_model):
 
 def test_default_selection_keeps_core_and_time_embedding_float(tiny_model):
     plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen, floated = qgraph.select_nodes(plan, QuantizeConfig())
+    chosen, floated = select.select_nodes(plan, QuantizeConfig())
     assert sorted(chosen) == ["ada_a", "ada_b", "k_proj", "proj", "q_proj"]
     assert floated["qk"].startswith("attention core") and floated["av"].startswith("attention core")
     assert floated["time_mlp"].startswith("flow time embedding")
     naive = QuantizeConfig(float_attention_core=False, float_time_embedding=False)
-    assert sorted(qgraph.select_nodes(plan, naive)[0]) == ["ada_a", "ada_b", "av", "k_proj", "proj", "q_proj", "qk", "time_mlp"]
+    assert sorted(select.select_nodes(plan, naive)[0]) == ["ada_a", "ada_b", "av", "k_proj", "proj", "q_proj", "qk", "time_mlp"]
 
 
 def test_exclude_by_name_op_type_and_module_path(tiny_model):
     plan = qgraph.analyse_graph(tiny_model, time_input="t", labels={"ada_a": "blocks.0.ada", "ada_b": "blocks.1.ada"})
-    chosen, floated = qgraph.select_nodes(plan, QuantizeConfig(exclude=("proj", "blocks.0", "Gemm")))
+    chosen, floated = select.select_nodes(plan, QuantizeConfig(exclude=("proj", "blocks.0", "Gemm")))
     assert sorted(chosen) == ["k_proj", "q_proj"]
     assert floated["proj"] == "excluded by --exclude proj"
     assert floated["ada_a"] == "excluded by --exclude blocks.0"
     assert floated["ada_b"] == "excluded by --exclude Gemm"
     with pytest.raises(UsageError, match="matches no node"):
-        qgraph.select_nodes(plan, QuantizeConfig(exclude=("blocks.9",)))
+        select.select_nodes(plan, QuantizeConfig(exclude=("blocks.9",)))
 
 
 def _quantize(tiny_model: Path, tmp_path: Path, profile: str, nodes=None, weight_only=()) -> tuple[Path, list[str]]:
     cfg = QuantizeConfig(profile=profile)
     plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen = nodes if nodes is not None else qgraph.select_nodes(plan, cfg)[0]
+    chosen = nodes if nodes is not None else select.select_nodes(plan, cfg)[0]
     out = tmp_path / f"{profile}.onnx"
     ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan, weight_only=weight_only)
     return out, chosen
@@ -141,7 +141,7 @@ def test_entropy_calibration_clips_where_minmax_does_not_and_prints_nothing(tiny
         cfg = QuantizeConfig(method=method)
         reader, cache, out = calibration_reader(tiny_feeds(8)), tmp_path / f"{method}.json", tmp_path / f"{method}.onnx"
         assert ptq.calibrate(tiny_model, reader, cfg, cache)
-        ptq.quantize_model(tiny_model, out, reader, qgraph.select_nodes(plan, cfg)[0], cfg, plan, calibration_cache=cache)
+        ptq.quantize_model(tiny_model, out, reader, select.select_nodes(plan, cfg)[0], cfg, plan, calibration_cache=cache)
         model = onnx.load(str(out))
         inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
         scales[method] = {n.input[0]: float(inits[n.input[1]]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
@@ -156,7 +156,7 @@ def test_budget_fallback_node_is_weight_only_int8_weight_float_activation(tiny_m
     DQ (zero point 0) while its activation arrives unquantized, even where an INT8 sibling
     (k_proj) has Q/DQ on the very same tensor ``h``; ORT runs the result close to float."""
     plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen = qgraph.select_nodes(plan, QuantizeConfig(profile=profile))[0]
+    chosen = select.select_nodes(plan, QuantizeConfig(profile=profile))[0]
     nodes = [n for n in chosen if n != "q_proj"]
     out, _ = _quantize(tiny_model, tmp_path, profile, nodes=nodes, weight_only=chosen)
     model = onnx.load(str(out))
@@ -190,7 +190,7 @@ def test_excluded_node_stays_fully_float(tiny_model, tmp_path):
     """--exclude means float weights too: stage passes only rule floats and selected nodes as
     weight-only, so an excluded node never reaches ``weight_only``."""
     plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen, floated = qgraph.select_nodes(plan, QuantizeConfig(exclude=("q_proj",)))
+    chosen, floated = select.select_nodes(plan, QuantizeConfig(exclude=("q_proj",)))
     assert "q_proj" not in chosen and floated["q_proj"].startswith("excluded")
     out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=chosen, weight_only=chosen)
     model = onnx.load(str(out))

@@ -15,7 +15,7 @@ from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations
 from edgekit.errors import EdgekitError
 from edgekit.quantize.config import METHODS
-from edgekit.quantize.ptq import quiet_ort_logging
+from edgekit.quantize.quiet import quiet_ort_logging
 
 
 def prepare_qnn(fp32_path: Path, out: Path) -> Path:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.quantize.qnn_graph import float_name
+from edgekit.quantize.qnn.graph import float_name
 
 GATE_PREFIX = "edgekit_gate_"
 # ORT's quantizer names a quantized initializer W as W + this suffix (onnx_quantizer's TENSOR_NAME_QUANT_SUFFIX).

@@ -28,13 +28,6 @@ MAX_BUCKETS = 8
 # What ``auto`` tries, cheapest first (each bucket count costs one more graph's scales and, for
 # the budget, one more decode of the held-out set).
 AUTO_COUNTS: tuple[int, ...] = (1, 2, 3, 4)
-# The qnn profile's ``auto`` goes on to 8: where no count meets the budget, the search keeps the
-# best margin, and every 16-bit promotion after it costs the NPU time at every call, where a bucket
-# costs only its scales (the weights are one set). On the flow demo (8 ODE steps), the CPU
-# simulation met the budget with 88 activations at 16 bit with 8 buckets, against 128 on the HTP
-# backend with 4. The cpu profile stops at 4: there each bucket is one more session or compiled
-# model, whose memory counts against the 1.2x bound.
-AUTO_COUNTS_QNN: tuple[int, ...] = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ An NPU has no float fallback, so every op is quantized (LayerNorm, Softmax, GELU
 core, the flow time embedding too) with onnxruntime's QNN rules
 (``quantization.execution_providers.qnn.get_qnn_qdq_config``: uint8 activations; MatMul weights
 int8 per output channel, other constants uint8 per tensor). A flow model's time angle and its
-frequency table are 16-bit by rule (``qnn_graph.time_angle_tensors``). Instead of falling back
+frequency table are 16-bit by rule (``qnn.graph.time_angle_tensors``). Instead of falling back
 to float, the most sensitive tensors are
 promoted to uint16 (tensor quant overrides; ORT inserts the 8<->16-bit converts): ranked once by
 how much each one alone at 8 bit moves the network's outputs (``sensitivity.output_sensitivity``
 on recorded decode feeds, per step bucket), ordered by that noise per activation the promotion
-puts at 16 bit, ties included (``qnn_graph.promotion_ties``), then promoted in the smallest count
+puts at 16 bit, ties included (``qnn.graph.promotion_ties``), then promoted in the smallest count
 of that order that holds the budget (doubling groups, then a bisection, on the CPU EP's
 simulation), **confirmed on the HTP backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
 the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
@@ -31,13 +31,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.quantize.bucketing import BucketState
-from edgekit.quantize.buckets import AUTO_COUNTS_QNN
+from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.overrides import tensor_overrides
-from edgekit.quantize.qnn_graph import (
+from edgekit.quantize.qnn.graph import (
     GraphFacts,
     activation_bits,
     activation_tensors,
@@ -47,7 +46,7 @@ from edgekit.quantize.qnn_graph import (
     quantize_qnn_model,
     time_angle_tensors,
 )
-from edgekit.quantize.qnn_search import (
+from edgekit.quantize.qnn.search import (
     Promotion,
     disagreeing,
     promote,
@@ -56,7 +55,7 @@ from edgekit.quantize.qnn_search import (
     tensors_in,
 )
 from edgekit.quantize.result import SearchResult
-from edgekit.quantize.sensitivity import (
+from edgekit.quantize.qnn.sensitivity import (
     Sensitivity,
     bucket_promotion_order,
     output_sensitivity_per_graph,
@@ -78,6 +77,13 @@ from edgekit.targets import load_target
 # The ranking's recorded calls: this many times ``sensitivity_feeds`` (one session answers every
 # tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
 RANK_FEEDS_PER_FEED = 4
+# ``--step-buckets auto`` goes on to 8 here (``buckets.ranges.AUTO_COUNTS`` stops at 4): where no
+# count meets the budget, the search keeps the best margin, and every 16-bit promotion after it
+# costs the NPU time at every call, where a bucket costs only its scales (the weights are one
+# set). On the flow demo (8 ODE steps), the CPU simulation met the budget with 88 activations at
+# 16 bit with 8 buckets, against 128 on the HTP backend with 4. The cpu profile stops at 4: there
+# each bucket is one more session or compiled model, whose memory counts against the 1.2x bound.
+AUTO_COUNTS_QNN: tuple[int, ...] = (1, 2, 4, 8)
 
 
 class QnnProfile:
@@ -280,11 +286,11 @@ class QnnProfile:
             return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
     def promote(self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
-        """``qnn_search.promote``: the smallest prefix of ``order`` that holds the budget."""
+        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget."""
         return promote(self, order, model, passed, metrics, rows)
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
-        """``qnn_search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
+        """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
         return disagreeing(self, forced, candidates)
 
     def result(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], passed: bool,

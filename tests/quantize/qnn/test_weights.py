@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime_qnn")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
-from edgekit.quantize.qnn_graph import (  # noqa: E402
+from edgekit.quantize.qnn.graph import (  # noqa: E402
     activation_bits,
     activation_tensors,
     gather_tables,
@@ -137,7 +137,7 @@ def _sinusoid(path):
 
 
 def test_the_time_angle_and_its_frequency_table_go_to_16_bit(tmp_path):
-    from edgekit.quantize.qnn_graph import time_angle_tensors
+    from edgekit.quantize.qnn.graph import time_angle_tensors
 
     fp32 = _sinusoid(tmp_path / "time.onnx")
     angle = time_angle_tensors(fp32, "t")

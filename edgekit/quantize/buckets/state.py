@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from edgekit.evaluate import snr_db
-from edgekit.quantize.buckets import (
+from edgekit.quantize.buckets.ranges import (
     AUTO_COUNTS,
     StepBuckets,
     choose_buckets,
@@ -20,9 +20,9 @@ from edgekit.quantize.buckets import (
 )
 from edgekit.quantize.budget import worst_margin
 from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
-from edgekit.quantize.candidate import added_rss
+from edgekit.quantize.buckets.candidate import added_rss
+from edgekit.quantize.buckets.shared import shared_copies
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.record import shared_copies
 from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
@@ -75,7 +75,7 @@ class BucketState:
         (``measure``: its budget metrics); ``auto`` keeps the smallest that meets the budget, else
         the best margin. The one-scale graph is built either way for the per-step comparison.
         ``memory``: the runtime whose resident memory bounds ``auto`` (``cfg.bucket_memory``, a
-        ratio over one scale, measured: ``candidate.added_rss``); a count past it is not decoded,
+        ratio over one scale, measured: ``buckets.candidate.added_rss``); a count past it is not decoded,
         nor is any larger one (each bucket adds a graph). An explicit count past it is warned about."""
         run = self.run
         counts = self.counts()

@@ -19,12 +19,13 @@ from onnx import numpy_helper  # noqa: E402
 
 def _quantized(tmp_path, tiny_model, scheme):
     from edgekit.quantize import graph as qgraph
-    from edgekit.quantize import ptq
     from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import ptq
+    from edgekit.quantize.cpu.select import select_nodes
 
     cfg = QuantizeConfig(scheme=scheme)
     plan = qgraph.analyse_graph(tiny_model, time_input="t")
-    chosen = qgraph.select_nodes(plan, cfg)[0]
+    chosen = select_nodes(plan, cfg)[0]
     out = tmp_path / f"{scheme}.onnx"
     ptq.quantize_model(tiny_model, out, calibration_reader(tiny_feeds(6)), chosen, cfg, plan)
     return out

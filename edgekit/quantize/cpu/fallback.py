@@ -23,26 +23,22 @@ from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.probes.latency import interleaved
-from edgekit.quantize.bucketing import BucketState
-from edgekit.quantize.budget import (
+from edgekit.quantize.buckets.candidate import open_graph
+from edgekit.quantize.buckets.state import BucketState
+from edgekit.quantize.calibrate import range_drift
+from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.cpu.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.cpu.search import (
     BudgetOutcome,
     fallback_until_within_budget,
     isolated_output_sqnr,
     node_sensitivity,
     rank_by_sensitivity,
 )
-from edgekit.quantize.calibrate import range_drift
-from edgekit.quantize.candidate import open_graph
-from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.graph import (
-    analyse_graph,
-    module_labels,
-    select_nodes,
-    weight_only_by_rule,
-)
-from edgekit.quantize.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.structure import qdq_structure, trt_violations
+from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.result import SearchResult, notable_float_ops
-from edgekit.quantize.structure import qdq_structure, trt_violations
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
@@ -99,7 +95,7 @@ class FallbackProfile:
 
     def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Any:
         """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``; how each graph
-        opens: ``candidate.open_graph``)."""
+        opens: ``buckets.candidate.open_graph``)."""
         return open_graph(self.run.cfg.runtime, model, self.run.cfg.threads, spin, bucket)
 
     # ---- one candidate -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgekit.quantize.qnn import QnnProfile
+from edgekit.quantize.qnn.profile import QnnProfile
 
 
 def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (),

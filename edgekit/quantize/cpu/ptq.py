@@ -1,20 +1,17 @@
 """INT8 post-training quantization (QDQ) of a per-step graph with onnxruntime.quantization.
 
 ORT does the work (``quant_pre_process``, ``quantize_static``, its calibrators); what it
-quantizes comes from ``graph.select_nodes``, and fallback layers become weight-only INT8
+quantizes comes from ``cpu.select.select_nodes``, and fallback layers become weight-only INT8
 (``MatMulNBits``/dequantized weights) here. ``onnxruntime`` is imported lazily."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import io
-import logging
 import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,32 +20,9 @@ from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
-from edgekit.quantize.graph import (
-    FLOAT,
-    GraphPlan,
-    analyse_graph,
-    module_labels,
-    select_nodes,
-    weight_only_by_rule,
-)
-
-
-@contextlib.contextmanager
-def quiet_ort_logging() -> Iterator[None]:
-    """ORT's quantizer logs advice through the root logger ("consider pre-processing", ...) and
-    its histogram calibrators ``print`` progress to stdout, which would corrupt ``--json``:
-    library code prints nothing, so hold the logs to errors and send stdout to the debug log."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(captured):
-            yield
-    finally:
-        root.setLevel(level)
-        if captured.getvalue():
-            logging.getLogger(__name__).debug("onnxruntime.quantization printed: %s", captured.getvalue().strip())
+from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph, module_labels
+from edgekit.quantize.quiet import quiet_ort_logging
 
 
 # ---- preparation and analysis ------------------------------------------------------------------

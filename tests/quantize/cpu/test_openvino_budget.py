@@ -18,7 +18,7 @@ def test_budget_runtime_must_be_one_that_can_measure_it():
 @pytest.mark.slow
 def test_openvino_decodes_the_int8_candidates(masked, monkeypatch):
     pytest.importorskip("openvino")
-    from edgekit.quantize.fallback import FallbackProfile
+    from edgekit.quantize.cpu.fallback import FallbackProfile
     from edgekit.runtimes.openvino import OpenVinoRuntime
 
     opened = []

@@ -12,7 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from edgekit.quantize.qnn_graph import gemm_as_matmul, matmul_weights  # noqa: E402
+from edgekit.quantize.qnn.graph import gemm_as_matmul, matmul_weights  # noqa: E402
 
 
 def _gemm_graph(path, trans_b: int, alpha: float = 1.0, bias: bool = True):

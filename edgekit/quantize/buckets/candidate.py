@@ -51,7 +51,7 @@ def added_rss(runtime: str, graphs: Sequence[Path], feeds: Sequence[Mapping[str,
         np.savez(npz, **{f"{i}/{name}": np.asarray(value) for i, f in enumerate(feeds) for name, value in f.items()})
         spec = {"runtime": runtime, "graphs": [str(g) for g in graphs], "feeds": str(npz), "threads": threads}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
-        done = subprocess.run([sys.executable, "-m", "edgekit.quantize.candidate", str(Path(tmp) / "spec.json")],
+        done = subprocess.run([sys.executable, "-m", "edgekit.quantize.buckets.candidate", str(Path(tmp) / "spec.json")],
                               capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

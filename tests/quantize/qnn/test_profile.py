@@ -12,7 +12,7 @@ from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.quantize import QuantizeConfig, quantize_bundle
 from edgekit.quantize.config import DEFAULT_BUDGETS
-from edgekit.quantize.qnn_graph import activation_bits, activation_tensors
+from edgekit.quantize.qnn.graph import activation_bits, activation_tensors
 from edgekit.runtimes.qnn import float_nodes
 
 pytestmark = pytest.mark.slow  # exports tiny models and decodes them on the emulated NPU
@@ -126,7 +126,7 @@ def test_a_promotion_the_htp_computes_unlike_its_simulation_is_left_at_8_bit(tin
     on the HTP backend by 20 dB. Here a stand-in HTP backend (the simulation, its output offset
     when the order's second activation is at 16 bit) plays that defect: the search finds the
     tensor on one recorded call, leaves it at 8 bit, says so, and goes on."""
-    from edgekit.quantize import qnn
+    from edgekit.quantize.qnn import profile as qnn
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
     root = tmp_path / "flow"

@@ -13,14 +13,14 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
-from edgekit.quantize.qnn_graph import (  # noqa: E402
+from edgekit.quantize.qnn.graph import (  # noqa: E402
     GraphFacts,
     activation_bits,
     activation_tensors,
     promotion_ties,
     quantize_qnn_model,
 )
-from edgekit.quantize.sensitivity import (  # noqa: E402
+from edgekit.quantize.qnn.sensitivity import (  # noqa: E402
     bucket_promotion_order,
     gated_graph,
     output_sensitivity,
