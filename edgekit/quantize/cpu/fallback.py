@@ -1,9 +1,11 @@
 """The ``cpu`` and ``trt`` profiles' hooks: ORT's QDQ quantizer on the weighted ops, and a budget
-search that moves the most sensitive layers out of INT8 until the budget holds.
+search that moves the most sensitive layers out of INT8 until the budget holds. What differs
+between the two is their registry entries (``quantize/profiles.py``): settings, and the flags
+read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
 
     prepare (quant_pre_process) -> analyse + select nodes -> calibrate once (cached ranges) ->
     quantize -> decode the held-out set -> budget? else rank by sensitivity and fall back ->
-    (cpu) the fallback form that is fastest on this host -> structure, range drift
+    (cpu_arithmetic) the fallback form that is fastest on this host -> structure, range drift
 
 A fallback leaves INT8 for plain FP32 on the cpu profile: a weight-only layer (INT8 weight + DQ,
 float compute) dequantizes its weight at every call and was slower than FP32 on the CPUs measured
@@ -36,9 +38,11 @@ from edgekit.quantize.cpu.search import (
     rank_by_sensitivity,
 )
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
-from edgekit.quantize.cpu.structure import qdq_structure, trt_violations
+from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph, module_labels
-from edgekit.quantize.result import SearchResult, notable_float_ops
+from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.result import notable_float_ops
+from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
@@ -93,7 +97,7 @@ class FallbackProfile:
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
-    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Any:
+    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Runtime:
         """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``; how each graph
         opens: ``buckets.candidate.open_graph``)."""
         return open_graph(self.run.cfg.runtime, model, self.run.cfg.threads, spin, bucket)
@@ -118,7 +122,7 @@ class FallbackProfile:
 
         return self.buckets.graphs(one)
 
-    def open_candidate(self, model: Path, spin: bool | None = None) -> Any:
+    def open_candidate(self, model: Path, spin: bool | None = None) -> Runtime:
         """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
         ``spin`` None: as deployed (a one-graph model's threads spin between runs too; bucket
         sessions, which take turns, inside runs only); False: inside runs only (timed side by side
@@ -157,10 +161,10 @@ class FallbackProfile:
 
     def search(self) -> SearchResult:
         run, s = self.run, self.run.cfg.settings
-        # cpu: every bucket is one more session (ORT) or compiled model (OpenVINO) in memory, and
-        # auto is bounded by what they add on the budget runtime (--bucket-memory). trt deploys
-        # TensorRT plans, whose memory the budget runtime (ORT) does not show: no bound.
-        weighed = run.cfg.runtime if run.cfg.profile == "cpu" else None
+        # bucket_memory (cpu): every bucket is one more session (ORT) or compiled model (OpenVINO)
+        # in memory, and auto is bounded by what they add on the budget runtime (--bucket-memory).
+        # trt deploys TensorRT plans, whose memory the budget runtime (ORT) does not show: no bound.
+        weighed = run.cfg.runtime if run.cfg.entry.bucket_memory else None
         self.buckets.choose(lambda: self.build(self.selected), self.measure, memory=weighed)
         n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
@@ -180,7 +184,7 @@ class FallbackProfile:
             run.say(f"budget still not met with weight-only fallbacks: {first['label']} -> fully float, fall back again")
             model, outcome = self._loop()
         outcome.fallback = [f | {"reason": escalated[f["node"]]} if f["node"] in escalated else f for f in outcome.fallback]
-        form = self.choose_fallback_form(model, outcome) if run.cfg.profile == "cpu" and outcome.fallback else None
+        form = self.choose_fallback_form(model, outcome) if run.cfg.entry.cpu_arithmetic and outcome.fallback else None
         if form is not None and form["chosen"] == "weight-only":
             model = form.pop("model")
         return self.result(model, outcome, form)
@@ -214,9 +218,10 @@ class FallbackProfile:
     def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:
         run, cfg = self.run, self.run.cfg
         structure = qdq_structure(model)
-        violations = trt_violations(model) if cfg.profile == "trt" else []
+        rules = cfg.entry.graph_rules
+        violations = rules(model) if rules is not None else []
         if violations:  # a profile that breaks its own rules is a bug here, not a user error
-            raise RuntimeError(f"trt profile produced a graph TensorRT rejects: {violations[:3]}")
+            raise RuntimeError(f"{cfg.profile} profile produced a graph its rules reject: {violations[:3]}")
         by_name = run.plan.by_name()
         # What ORT really quantized of what was asked (Conv outputs' consumers also read a DQ).
         int8 = sorted(set(outcome.quantized) & set(structure["quantized_nodes"]))
@@ -228,7 +233,7 @@ class FallbackProfile:
         rows = self._float_rows(outcome, weight_only)
         total_mm, total_w = run.plan.matmul_flops(), run.plan.matmul_flops(ops=("MatMul", "Gemm", "Conv"))
         extras: dict[str, Any] = {}
-        if cfg.profile == "cpu":
+        if cfg.entry.cpu_arithmetic:
             scheme = SCHEMES[cfg.settings.scheme]
             # validated_on: the class whose kernels decoded the budget (this host: run, check and
             # profile warn when they run the model on another class; lint checks a target's).
@@ -246,7 +251,8 @@ class FallbackProfile:
                 "weighted": run.plan.matmul_flops(int8, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,
             },
             structure={"ops": structure["ops"], "qdq_nodes": len(structure["qdq"]),
-                       "trt_rules": "pass" if cfg.profile == "trt" else "not checked (cpu profile)"},
+                       # the key keeps its name (the trt profile's rules) in the edgekit.quantize/1 document
+                       "trt_rules": "pass" if rules is not None else f"not checked ({cfg.profile} profile)"},
             drift=drift, tensors=tensors, cache=self.cache, extras=extras, bucket_models=self.buckets.paths(model),
         )
 

@@ -35,6 +35,7 @@ from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
@@ -54,7 +55,6 @@ from edgekit.quantize.qnn.search import (
     tensor_of,
     tensors_in,
 )
-from edgekit.quantize.result import SearchResult
 from edgekit.quantize.qnn.sensitivity import (
     Sensitivity,
     bucket_promotion_order,
@@ -62,6 +62,7 @@ from edgekit.quantize.qnn.sensitivity import (
     promotion_order,
     step_weights,
 )
+from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.qnn import (
     QnnOptions,
@@ -126,7 +127,8 @@ class QnnProfile:
     def calibrate(self) -> None:
         pass  # get_qnn_qdq_config calibrates every build from the reader
 
-    def budget_runtime(self, model: Path) -> Any:
+    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Runtime:
+        """One graph on the HTP backend (its threads do not spin: ``spin`` and ``bucket`` change nothing)."""
         return QnnRuntime(model, self.htp, threads=self.run.cfg.threads)
 
     def build(self, promoted: Sequence[Promotion]) -> Path:
@@ -152,15 +154,17 @@ class QnnProfile:
 
         return self.buckets.graphs(one)
 
-    def open_candidate(self, model: Path, backend: str = "htp") -> Any:
-        """The runtime that decodes candidate ``model``: the HTP backend, or the CPU EP's QDQ simulation.
+    def open_candidate(self, model: Path, spin: bool | None = None) -> Runtime:
+        """The runtime that decodes candidate ``model`` on the HTP backend (every bucket's graph behind one)."""
+        return self.buckets.open(model, self.budget_runtime)
+
+    def open_simulation(self, model: Path) -> Runtime:
+        """Candidate ``model`` on the CPU EP's QDQ simulation, which narrows the search (the HTP decides).
 
         The simulation runs with basic graph optimization only: every Q/DQ pair as written, the
         ops between them in float. ORT's QDQ fusions would run int8 CPU kernels instead, whose
         arithmetic is the host's: on x86 without VNNI u8 x s8 sums saturate, and a per-channel
         int8 MatMul simulated 2.2 dB below its QDQ semantics (30.7 dB; the HTP backend: 32.3)."""
-        if backend == "htp":
-            return self.buckets.open(model, self.budget_runtime)
         options = OrtOptions(intra_op_threads=self.run.cfg.threads, graph_optimization="basic")
         return self.buckets.open(model, lambda p: OrtRuntime(p, options))
 
@@ -171,7 +175,7 @@ class QnnProfile:
         run = self.run
         if backend == "htp":
             run.say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
-        with self.open_candidate(model, backend) as rt:
+        with self.open_candidate(model) if backend == "htp" else self.open_simulation(model) as rt:
             metrics = run.measure(rt, gate=backend == "htp")
         passed, rows = run.judge(metrics)
         run.history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),

@@ -1,7 +1,7 @@
 """The qnn profile's promotion search: the smallest prefix of the promotion order that holds the
 budget, found on the CPU EP's QDQ simulation and decided on the HTP backend, with every candidate
 checked against that simulation first (``disagreeing``). The functions take the ``QnnProfile``
-whose ``build``, ``measure``, ``open_candidate`` and ``disagreeing`` they call."""
+whose ``build``, ``measure``, ``open_candidate``, ``open_simulation`` and ``disagreeing`` they call."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def disagreeing(profile: Any, forced: list[Promotion], candidates: Sequence[Prom
     def gap(n: int, on: Sequence[int]) -> tuple[float, int]:
         model = profile.build(forced + list(candidates[:n]))
         worst = (-np.inf, on[0])
-        with profile.open_candidate(model, "htp") as htp, profile.open_candidate(model, "cpu") as sim:
+        with profile.open_candidate(model) as htp, profile.open_simulation(model) as sim:
             for i in on:
                 on_htp = snr_db(reference[i], htp.run(feeds[i])[out], floor=1e-30)
                 on_sim = snr_db(reference[i], sim.run(feeds[i])[out], floor=1e-30)

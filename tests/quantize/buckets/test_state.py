@@ -90,8 +90,12 @@ def test_an_explicit_count_is_taken_as_asked_with_a_warning_and_a_zero_bound_mea
 
 @pytest.mark.parametrize("profile,weighed", [("cpu", "openvino"), ("trt", None)])
 def test_only_the_cpu_profile_bounds_auto_by_the_budget_runtimes_memory(profile, weighed):
-    """trt deploys TensorRT plans: what its budget runtime (ORT) holds says nothing of their memory."""
-    run = SimpleNamespace(cfg=SimpleNamespace(profile=profile, runtime="openvino", settings=SimpleNamespace(), step_buckets="auto"))
+    """trt deploys TensorRT plans: what its budget runtime (ORT) holds says nothing of their memory
+    (the entries' ``bucket_memory``)."""
+    from edgekit.quantize import quantize_profile
+
+    run = SimpleNamespace(cfg=SimpleNamespace(profile=profile, entry=quantize_profile(profile), runtime="openvino",
+                                              settings=SimpleNamespace(), step_buckets="auto"))
     fallback = FallbackProfile(run)
     seen = {}
 
