@@ -181,7 +181,7 @@ def test_the_readme_thresholds_file_loads_and_its_floor_is_what_the_baseline_all
     """The TOML block of the README is a valid thresholds file; `tolerance` is relative and the
     metric's `floor` the least regression allowed (a `tolerance = 0.5` printed `±0.001`, the
     default floor of logits_kl, with no word about floors; issue #15)."""
-    from edgekit.check.thresholds import allowed_regression, default_thresholds, load_thresholds
+    from edgekit.evaluate.thresholds import allowed_regression, default_thresholds, load_thresholds
 
     (toml,) = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "check.md").read_text(), re.S)
     path = tmp_path / "thresholds.toml"

@@ -17,7 +17,6 @@ from __future__ import annotations
 from edgekit.quantize import profiles  # noqa: F401  (registers the built-in profiles)
 from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
 from edgekit.quantize.buckets.ranges import MAX_BUCKETS
-from edgekit.quantize.calibrate import RecordingRuntime
 from edgekit.quantize.config import (
     BUDGET_RULES,
     DEFAULT_BUDGETS,
@@ -40,14 +39,12 @@ from edgekit.quantize.registry import (
 )
 from edgekit.quantize.registry import names as profile_names
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
-from edgekit.quantize.cpu.structure import int8_weight_pairs
 
 __all__ = [
     "PAIR_LIMIT",
     "SCHEMES",
     "arithmetic_for",
     "host_warning",
-    "int8_weight_pairs",
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
     "MAX_BUCKETS",
@@ -57,7 +54,6 @@ __all__ = [
     "ProfileSettings",
     "QuantizeProfile",
     "SearchResult",
-    "RecordingRuntime",
     "QuantizeConfig",
     "demo_quantize",
     "module_labels",

@@ -58,7 +58,7 @@ BUDGET_KEYS: dict[str, tuple[str, ...]] = {
 # accuracy drop over six eval seeds was -0.010..+0.013 (masked) and -0.004..+0.017 (ar), mean
 # about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Frames: the SNR drop vs
 # the clean target is limited to 1 dB (INT8 adds at most ~26 % to FP32's error power), the
-# default of `edgekit check` (check/thresholds.py: quality_drop.snr_db = 1.0): a bundle that
+# default of `edgekit check` (evaluate/thresholds.py: quality_drop.snr_db = 1.0): a bundle that
 # quantize passes must not fail check on the same metric. (It was 3 dB, "at most doubles the
 # error power", which the 30 dB floor vs FP32 already implies for the flow demo's ~31 dB FP32.)
 # final_token_agreement is reported, not budgeted by default: one flipped near-tie changes every

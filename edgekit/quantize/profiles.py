@@ -85,7 +85,7 @@ TRT = register_profile(QuantizeProfile(
 # simulation), 16-bit activations *and* weights 0.997, which the HTP refuses for LayerNorm and
 # Conv weights; fp16 on the HTP gave 1.000. The ground-truth drop (what users see) keeps its
 # limit, as do the flow budgets. It also budgets top-1 agreement at `check`'s default floors
-# (masked 0.90, ar 0.95: check/thresholds.py), so a model quantize passes does not fail check:
+# (masked 0.90, ar 0.95: evaluate/thresholds.py), so a model quantize passes does not fail check:
 # the 8-bit masked demo had 0.957 token agreement but 0.869 top-1 on the HTP backend.
 QNN = register_profile(QuantizeProfile(
     name="qnn",

@@ -104,7 +104,7 @@ def test_parse_budget_and_decode_options():
 
 def test_default_budgets_agree_with_edgekit_check():
     """A bundle quantize passes must not fail `edgekit check` on the same ground-truth metric."""
-    from edgekit.check.thresholds import QUALITY_DROP_DEFAULTS
+    from edgekit.evaluate.thresholds import QUALITY_DROP_DEFAULTS
     from edgekit.quantize.config import DEFAULT_BUDGETS
 
     assert DEFAULT_BUDGETS["flow"]["gt_snr_drop_db"] <= QUALITY_DROP_DEFAULTS["snr_db"].threshold

@@ -1,5 +1,6 @@
-"""What a quantized file holds: its INT8 and weight-only nodes, the QDQ structure summary, and
-TensorRT's QDQ rule violations."""
+"""What a quantized file holds: its weight-only nodes, the QDQ structure summary, and TensorRT's QDQ
+rule violations (its INT8 nodes and their weight pairs: ``arithmetic.quantized_nodes``,
+``arithmetic.int8_weight_pairs``)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,11 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.arithmetic import k_axis, max_pair_sum
+from edgekit.arithmetic import quantized_nodes
 from edgekit.quantize.graph import FLOAT
 
 
 # ---- structure of the result -------------------------------------------------------------------
-def quantized_nodes(model: Any) -> set[str]:
-    """Names of nodes (other than Q/DQ) with an activation input that passes through Q/DQ.
-
-    Weight and bias DQs do not count: ORT's optimizer may share one (zero) bias initializer
-    between several nodes, so a bias DQ can feed nodes that were never quantized."""
-    inits = {i.name for i in model.graph.initializer}
-    act_dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits for o in n.output}
-    return {
-        n.name
-        for n in model.graph.node
-        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and any(i in act_dq for i in n.input)
-    }
-
-
 def weight_only_nodes(model: Any) -> set[str]:
     """Names of weight-only nodes: not quantized (``quantized_nodes``), yet their weight (input
     1) is the output of a DequantizeLinear of an integer initializer; they compute in float."""
@@ -111,27 +98,3 @@ def trt_violations(path: Path) -> list[str]:
             elif dq.input[0] not in inits and (entry["scale_size"] or 1) > 1:
                 problems.append(f"{node.name}: activation is per-channel (TensorRT: per-tensor)")
     return problems
-
-
-def int8_weight_pairs(path: Path) -> dict[str, int]:
-    """{INT8 node (quantized activation and s8 weight): the largest |q_2i| + |q_2i+1| the AVX2
-    u8s8 kernel can form from its weight} (``arithmetic.PAIR_LIMIT`` or less: it cannot
-    saturate). Weight-only nodes compute in float and are not listed."""
-    onnx = require("onnx")
-    model = onnx.load(str(path))
-    inits = {i.name: i for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    int8 = quantized_nodes(model)
-    out: dict[str, int] = {}
-    for node in model.graph.node:
-        if node.name not in int8 or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
-            continue
-        dq = producer.get(node.input[1])
-        init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
-        if init is None or init.data_type != onnx.TensorProto.INT8:
-            continue
-        q = onnx.numpy_helper.to_array(init)
-        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % max(q.ndim, 1)
-        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-        out[node.name] = max_pair_sum(q, axis, k_axis(node.op_type, q, axis, trans_b))
-    return out

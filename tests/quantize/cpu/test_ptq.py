@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekit.arithmetic import quantized_nodes
 from edgekit.errors import UsageError
 from edgekit.quantize.config import QuantizeConfig
 from tests.quantize.conftest import tiny_feeds
@@ -99,7 +100,7 @@ def test_cpu_profile_u8_activations_and_excluded_nodes_compute_in_float(tiny_mod
         # Activations arrive unquantized: the very tensors of the float graph.
         for a in float_plan[name].activations:
             assert a in by_name[name].input, (name, a, list(by_name[name].input))
-    assert set(structure.quantized_nodes(model)) == {"q_proj", "proj"}
+    assert set(quantized_nodes(model)) == {"q_proj", "proj"}
     # The time MLP (kept float by rule) stores int8 weights that a DQ feeds it in float; other
     # float nodes keep float weights.
     weights = {q["input"]: q for q in struct["qdq"] if q["constant_input"]}
@@ -175,7 +176,7 @@ def test_budget_fallback_node_is_weight_only_int8_weight_float_activation(tiny_m
     assert zp.dtype == np.int8 and not zp.any() and onnx.numpy_helper.to_array(inits[dq.input[1]]).size == weight.shape[-1]
     assert "Wq" not in inits  # no float copy of the weight is left
     assert structure.weight_only_nodes(model) == {"q_proj"}
-    assert structure.quantized_nodes(model) == set(nodes)
+    assert quantized_nodes(model) == set(nodes)
     if profile == "trt":
         assert structure.trt_violations(out) == []
     ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
-from edgekit.check.thresholds import Baseline, Rule, Thresholds
-from edgekit.check.verdict import compare, judge
+from edgekit.evaluate.thresholds import Baseline, Rule, Thresholds
+from edgekit.evaluate.verdict import compare, judge
 
 RULES = Thresholds(
     "masked",

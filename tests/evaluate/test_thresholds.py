@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from edgekit.check.thresholds import (
+from edgekit.evaluate.thresholds import (
     BASELINE_KEYS,
     DEFAULTS,
     QUALITY_DROP_DEFAULTS,

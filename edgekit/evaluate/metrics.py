@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.evaluate import HIGHER_IS_BETTER, MetricHook, load_metric_hook, power_ratio_db, run_metric_hook  # noqa: F401 (lives in evaluate: profile scores with it too)
+from edgekit.evaluate.scores import HIGHER_IS_BETTER, MetricHook, load_metric_hook, power_ratio_db, run_metric_hook  # noqa: F401 (lives in scores: profile scores with it too)
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgekit.check.metrics import (
+from edgekit.evaluate.metrics import (
     ARAccumulator,
     FlowAccumulator,
     MaskedAccumulator,

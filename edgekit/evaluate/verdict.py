@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from edgekit.check.thresholds import Baseline, Thresholds, allowed_regression
+from edgekit.evaluate.thresholds import Baseline, Thresholds, allowed_regression
 
 
 @dataclass(frozen=True)
