@@ -125,12 +125,12 @@ class QuantizeConfig:
     # Per-layer decisions to honour (quantize/overrides.py: --overrides FILE, `edgekit debug --fix`):
     # nodes kept float or weight-only, qnn tensors at 16 bit from the start.
     overrides: tuple[Mapping[str, Any], ...] = ()
-    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets/ranges.py):
-    # None or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
+    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets/): None
+    # or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
     step_buckets: int | str | None = None
     # --bucket-memory: the most resident memory a bucket count ``auto`` keeps may add over one scale,
-    # as a ratio, measured on the budget runtime (quantize/buckets/candidate.py); 0 = no bound. An explicit
-    # --step-buckets N is taken as asked.
+    # as a ratio, measured on the budget runtime (quantize/buckets/candidate.py), for a profile with
+    # bucket_memory; 0 = no bound. An explicit --step-buckets N is taken as asked.
     bucket_memory: float = BUCKET_MEMORY_BOUND
 
     def __post_init__(self) -> None:
