@@ -44,6 +44,6 @@ from edgekit.evaluate.scores import (
 
 __all__ = [
     "HIGHER_IS_BETTER", "MAX_COND_ROWS", "ConditionData", "MetricHook", "check_cond_values", "check_rows", "cond_file_rows", "condition_rows",
-    "conditions", "decode_pair", "evaluate", "gate_runtimes", "load_condition_data", "load_metric_hook", "output_name", "pad_rows", "power_ratio_db",
-    "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
+    "conditions", "decode_pair", "evaluate", "gate_runtimes", "load_condition_data", "load_metric_hook", "output_name", "pad_rows",
+    "power_ratio_db", "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
 ]

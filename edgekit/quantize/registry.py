@@ -92,40 +92,29 @@ _PROFILES: dict[str, QuantizeProfile] = {}
 
 def register_profile(profile: QuantizeProfile, *, replace: bool = False) -> QuantizeProfile:
     """Add ``profile`` under its name (a second one of that name is refused unless ``replace``)."""
-    if not profile.name or not profile.name.replace("-", "").replace("_", "").isalnum():
-        raise ValueError(f"profile name {profile.name!r}: letters, digits, '-' or '_'")
-    if not isinstance(profile.settings, ProfileSettings):
-        raise ValueError(f"profile {profile.name!r}: settings must be a ProfileSettings")
-    if profile.overrides not in OVERRIDE_KINDS:
-        raise ValueError(f"profile {profile.name!r}: overrides {profile.overrides!r}; valid: {', '.join(OVERRIDE_KINDS)}")
-    if profile.emulated and not profile.emulated_why:
-        raise ValueError(f"profile {profile.name!r}: an emulated profile says why its time is not the device's (emulated_why)")
-    if profile.name in _PROFILES and not replace:
-        raise ValueError(f"a quantization profile named {profile.name!r} is already registered")
+    problems = [why for bad, why in (
+        (not profile.name.replace("-", "").replace("_", "").isalnum(), "a name takes letters, digits, '-' or '_'"),
+        (not isinstance(profile.settings, ProfileSettings), "settings must be a ProfileSettings"),
+        (profile.overrides not in OVERRIDE_KINDS, f"overrides {profile.overrides!r}; valid: {', '.join(OVERRIDE_KINDS)}"),
+        (profile.emulated and not profile.emulated_why, "an emulated profile says why its time is not the device's (emulated_why)"),
+        (profile.name in _PROFILES and not replace, "a profile of that name is already registered"),
+    ) if bad]
+    if problems:
+        raise ValueError(f"quantization profile {profile.name!r}: {'; '.join(problems)}")
     _PROFILES[profile.name] = profile
     return profile
 
 
-def unregister_profile(name: str) -> None:
-    """Remove a registered profile (a plugin's, in tests)."""
-    _PROFILES.pop(name, None)
+def quantize_profile(name: str, flag: str = "--profile") -> QuantizeProfile:
+    """The entry of profile ``name``; an unknown name is the one error listing the valid ones."""
+    if name not in _PROFILES:
+        raise UsageError(f"{flag} {name!r} is unknown; valid: {', '.join(_PROFILES)}")
+    return _PROFILES[name]
 
 
 def names() -> tuple[str, ...]:
     """Every registered profile name, the built-in ones first."""
     return tuple(_PROFILES)
-
-
-def profiles() -> tuple[QuantizeProfile, ...]:
-    return tuple(_PROFILES.values())
-
-
-def quantize_profile(name: str, flag: str = "--profile") -> QuantizeProfile:
-    """The entry of profile ``name``; an unknown name is the one error listing the valid ones."""
-    found = _PROFILES.get(name)
-    if found is None:
-        raise UsageError(f"{flag} {name!r} is unknown; valid: {', '.join(_PROFILES)}")
-    return found
 
 
 def profile_help() -> str:
@@ -134,7 +123,12 @@ def profile_help() -> str:
     return " | ".join(f"{p.name}: {p.help}" + (f" (needs edgekit[{p.extra}])" if p.extra else "") for p in _PROFILES.values())
 
 
+def unregister_profile(name: str) -> None:
+    """Remove a registered profile (a plugin's, in tests)."""
+    _PROFILES.pop(name, None)
+
+
 __all__ = [
-    "OVERRIDE_KINDS", "ProfileSettings", "QuantizeProfile", "names", "profile_help", "profiles",
+    "OVERRIDE_KINDS", "ProfileSettings", "QuantizeProfile", "names", "profile_help",
     "quantize_profile", "register_profile", "unregister_profile",
 ]
