@@ -27,7 +27,7 @@ def test_compare_tokens_lockstep_decisions_final_agreement_and_ground_truth_drop
 def test_lockstep_follows_fp32_and_counts_decisions_where_the_loop_decides():
     from edgekit.decode.masked import MaskedDecodeConfig, decode_masked
     from edgekit.quantize.budget import LockstepRuntime
-    from tests.quantize.test_calibrate import MASKED_META, TinyMasked
+    from tests.runtimes.test_recording import MASKED_META, TinyMasked
 
     class Boosted(TinyMasked):
         """The same network with codebook entry 0 boosted: it wins wherever it was close."""
