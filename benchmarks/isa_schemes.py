@@ -26,13 +26,14 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts, cpu_identity
-from edgekit.arithmetic import SCHEMES
+from edgekit.arithmetic import SCHEMES, int8_weight_pairs
 from edgekit.quantize.budget import compare, decode_eval_set, snr_db
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.quantize.graph import analyse_graph, module_labels, select_nodes, weight_only_by_rule
-from edgekit.quantize.ptq import prepare_model, quantize_model, quiet_ort_logging
-from edgekit.quantize.structure import int8_weight_pairs
+from edgekit.quantize.cpu.ptq import prepare_model, quantize_model
+from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 BATCH = {"masked": 8, "flow": 2, "ar": 8}

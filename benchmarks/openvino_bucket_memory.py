@@ -193,7 +193,7 @@ def main() -> None:
     from edgekit.models import load_spec
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     from edgekit.quantize.budget import decode_eval_set
-    from edgekit.quantize.calibrate import RecordingRuntime
+    from edgekit.runtimes.recording import RecordingRuntime
     from edgekit.runtimes import open_runtime
 
     tmp = Path(tempfile.mkdtemp(prefix="edgekit-ov-memory-"))

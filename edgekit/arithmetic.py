@@ -17,16 +17,19 @@ pair-bounded model computes the same numbers there: a bundle quantized for ``avx
 validated accuracy on every x86 and ARM CPU; one quantized with ``full`` weights does not on avx2.
 
 Numpy models of both kernels (``gemm_exact``, ``gemm_pairs_saturating``) let tests and ``lint``
-predict the loss without the hardware.
+predict the loss without the hardware; ``int8_weight_pairs`` reads what an INT8 model file's
+weights can sum to in them (``lint`` checks a target's class with it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 
+from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts
 
@@ -141,6 +144,45 @@ def pair_range(weight: np.ndarray, channel_axis: int, k: int | None) -> np.ndarr
 def max_pair_sum(q: np.ndarray, channel_axis: int, k: int | None) -> int:
     """The largest pair sum of |q| the kernel can form in an int8 weight (``pair_range`` on q)."""
     return int(pair_range(q.astype(np.int64), channel_axis, k).max()) if q.size else 0
+
+
+# ---- the int8 layers of a QDQ model, as these kernels meet them ---------------------------------------
+def quantized_nodes(model: Any) -> set[str]:
+    """Names of nodes (other than Q/DQ) with an activation input that passes through Q/DQ.
+
+    Weight and bias DQs do not count: ORT's optimizer may share one (zero) bias initializer
+    between several nodes, so a bias DQ can feed nodes that were never quantized."""
+    inits = {i.name for i in model.graph.initializer}
+    act_dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits for o in n.output}
+    return {
+        n.name
+        for n in model.graph.node
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and any(i in act_dq for i in n.input)
+    }
+
+
+def int8_weight_pairs(path: Path) -> dict[str, int]:
+    """{INT8 node (quantized activation and s8 weight): the largest |q_2i| + |q_2i+1| the AVX2
+    u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate).
+    Weight-only nodes compute in float and are not listed. Reads the file with onnx."""
+    onnx = require("onnx")
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    int8 = quantized_nodes(model)
+    out: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.name not in int8 or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
+            continue
+        dq = producer.get(node.input[1])
+        init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        if init is None or init.data_type != onnx.TensorProto.INT8:
+            continue
+        q = onnx.numpy_helper.to_array(init)
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % max(q.ndim, 1)
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        out[node.name] = max_pair_sum(q, axis, k_axis(node.op_type, q, axis, trans_b))
+    return out
 
 
 # ---- numpy models of the kernels -------------------------------------------------------------------

@@ -43,8 +43,8 @@ def graphs(tmp_path_factory):
     from edgekit.quantize.calibrate import calibration_reader
     from edgekit.quantize.config import QuantizeConfig
     from edgekit.quantize.graph import analyse_graph
-    from edgekit.quantize.ptq import quantize_model
-    from edgekit.quantize.qnn_graph import quantize_qnn_model
+    from edgekit.quantize.cpu.ptq import quantize_model
+    from edgekit.quantize.qnn.graph import quantize_qnn_model
 
     root = tmp_path_factory.mktemp("qnn-rt")
     fp32 = mlp(root / "fp32.onnx")

@@ -156,7 +156,7 @@ def test_run_warns_once_when_the_int8_model_meets_another_class(tmp_path, monkey
     from edgekit.bundle import Bundle
     from edgekit.cli import app
     from edgekit.quantize import QuantizeConfig
-    from edgekit.quantize.ptq import quantize_unbudgeted
+    from edgekit.quantize.cpu.ptq import quantize_unbudgeted
 
     src = Bundle.load(demo_bundles["masked"])
     root = tmp_path / "m"
@@ -184,7 +184,7 @@ def test_lint_reports_an_int8_model_that_saturates_the_targets_class(tmp_path, d
     from edgekit.bundle import Bundle
     from edgekit.lint import lint_report
     from edgekit.quantize import QuantizeConfig
-    from edgekit.quantize.ptq import quantize_unbudgeted
+    from edgekit.quantize.cpu.ptq import quantize_unbudgeted
 
     def bundle_with(scheme: str, name: str):
         root = tmp_path / name

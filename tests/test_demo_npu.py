@@ -1,6 +1,6 @@
 """The demo's NPU stage without onnxruntime-qnn: skipped with the install line, not an error
 (README command 1 installs export and report only). With it, tests/builder/test_build_qnn.py and
-tests/quantize/test_qnn_profile.py cover the stage's steps."""
+tests/quantize/qnn/test_profile.py cover the stage's steps."""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def test_every_command_of_a_page_runs_in_order_on_a_fresh_folder(page, tmp_path,
         if args[0] == "demo" or args[0] == "train-demo" or _extra_missing(line) or _hardware_missing(line):
             continue  # minutes each (the demo has its own timing in benchmarks/demo_time.py), or an extra or CPU feature this host lacks
         if "qnn" in line or "snapdragon" in line:
-            continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/test_qnn_profile.py and tests/builder/test_build_qnn.py run these steps
+            continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/qnn/test_profile.py and tests/builder/test_build_qnn.py run these steps
         if "aihub" in line:
             continue  # needs a Qualcomm AI Hub account: tests/runtimes/test_aihub_live.py (marker aihub) runs these steps
         if args[0] == "profile" and "--sweep" not in args:
@@ -183,7 +183,7 @@ def test_the_readme_thresholds_file_loads_and_its_floor_is_what_the_baseline_all
     """The TOML block of the README is a valid thresholds file; `tolerance` is relative and the
     metric's `floor` the least regression allowed (a `tolerance = 0.5` printed `±0.001`, the
     default floor of logits_kl, with no word about floors; issue #15)."""
-    from edgekit.check.thresholds import allowed_regression, default_thresholds, load_thresholds
+    from edgekit.evaluate.thresholds import allowed_regression, default_thresholds, load_thresholds
 
     (toml,) = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "check.md").read_text(), re.S)
     path = tmp_path / "thresholds.toml"

@@ -1,14 +1,12 @@
 """Accuracy regression checks between two variants of a bundle (FP32 vs INT8, torch vs ORT,
 ORT vs TensorRT): per-kind metrics on whole decode trajectories under identical noise,
-thresholds and baselines, verdicts, JUnit XML. numpy only; ``edgekit check`` is the CLI."""
+thresholds and baselines, verdicts, JUnit XML. numpy only; ``edgekit check`` is the CLI.
+
+The metrics, thresholds, verdicts and the default gate itself are the evaluation every stage
+shares (``edgekit.evaluate``: ``metrics``, ``thresholds``, ``verdict``, ``gate``); this stage
+adds the variants, the baseline and JUnit files, and the document."""
 
 from edgekit.check.junit import junit_xml, write_junit
-from edgekit.check.metrics import (
-    ShadowRecorder,
-    accumulator_for,
-    load_metric_hook,
-    quality_drops,
-)
 from edgekit.check.stage import (
     DEFAULT_N,
     SCHEMA,
@@ -17,21 +15,8 @@ from edgekit.check.stage import (
     check_bundle,
     demo_check,
     eval_rows,
-    gate_runtimes,
     parse_variant,
 )
-from edgekit.check.thresholds import (
-    DEFAULTS,
-    QUALITY_DROP_DEFAULTS,
-    Baseline,
-    Rule,
-    Thresholds,
-    default_thresholds,
-    load_baseline,
-    load_thresholds,
-    save_baseline,
-)
-from edgekit.check.verdict import Row, Verdict, compare
 
 __all__ = [
     "DEFAULT_N",
@@ -41,24 +26,7 @@ __all__ = [
     "check_bundle",
     "demo_check",
     "eval_rows",
-    "gate_runtimes",
     "parse_variant",
-    "ShadowRecorder",
-    "accumulator_for",
-    "load_metric_hook",
-    "quality_drops",
-    "DEFAULTS",
-    "QUALITY_DROP_DEFAULTS",
-    "Baseline",
-    "Rule",
-    "Thresholds",
-    "default_thresholds",
-    "load_baseline",
-    "load_thresholds",
-    "save_baseline",
-    "Row",
-    "Verdict",
-    "compare",
     "junit_xml",
     "write_junit",
 ]

@@ -23,9 +23,9 @@ import numpy as np
 
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.junit import write_junit
-from edgekit.check.metrics import _calls_per_step, _per_step, accumulator_for, power_ratio_db
-from edgekit.check.thresholds import DEFAULTS, check_comparable, load_baseline, load_thresholds, save_baseline
-from edgekit.check.verdict import compare
+from edgekit.evaluate.metrics import _calls_per_step, _per_step, accumulator_for, power_ratio_db
+from edgekit.evaluate.thresholds import DEFAULTS, check_comparable, load_baseline, load_thresholds, save_baseline
+from edgekit.evaluate.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import check_rows, conditions
@@ -39,7 +39,7 @@ from edgekit.targets import builtin_names, load_target
 
 MODE = ("per step on recorded feeds: the reference's decodes on this host, every call's inputs run by the device's network "
         "(teacher-forced); the candidate's own free decode is not run on the device")
-# The metrics a teacher-forced comparison gives per kind (check.metrics: from the shadow pairs).
+# The metrics a teacher-forced comparison gives per kind (evaluate.metrics: from the shadow pairs).
 TEACHER_FORCED = {"masked": ("logits_kl", "top1_agreement"), "ar": ("logits_kl", "top1_agreement"), "flow": ("velocity_snr_db",)}
 
 

@@ -26,30 +26,24 @@ from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.aihub import check_on_aihub
 from edgekit.check.junit import write_junit
-from edgekit.check.metrics import (
-    ShadowRecorder,
-    accumulator_for,
-    load_metric_hook,
-    quality_drops,
-    run_metric_hook,
+from edgekit.decode.dispatch import decode_config
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.evaluate import (
+    check_rows,
+    load_condition_data,
+    score,
+    stored_rows,
 )
-from edgekit.check.thresholds import (
+from edgekit.evaluate.gate import decode_pair
+from edgekit.evaluate.metrics import load_metric_hook, quality_drops, run_metric_hook
+from edgekit.evaluate.thresholds import (
     QUALITY_PREFIX,
     check_comparable,
     load_baseline,
     load_thresholds,
     save_baseline,
 )
-from edgekit.check.verdict import compare
-from edgekit.decode.dispatch import decode, decode_config
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.evaluate import (
-    check_rows,
-    conditions,
-    load_condition_data,
-    score,
-    stored_rows,
-)
+from edgekit.evaluate.verdict import compare
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import load_target
@@ -211,7 +205,8 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = int8_host_warnings(bundle.quantization, [ref_v.precision, cand_v.precision], str(bundle.root))
         warnings += [*ref_rt.warnings, *cand_rt.warnings]
-        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, overrides, cand_overrides, rows, say)
+        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg.n, cfg.seed, overrides, cand_overrides, rows,
+                                                     cfg.cond, say)
     settings["conditions"] = cond_source
 
     quality: dict[str, dict[str, float]] = {}
@@ -274,70 +269,6 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
     sampler = bundle.condition_sampler
     rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
     return None, rule + (" and --cond" if cfg.cond else "")
-
-
-def decode_pair(
-    bundle: Bundle, ref_rt: Any, cand_rt: Any, cfg: CheckConfig, overrides: Mapping[str, Any],
-    cand_overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None,
-    say: Callable[[str], None] = lambda message: None,
-) -> tuple[dict, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Decode ``cfg.n`` rows with both open runtimes (batch i: seed ``cfg.seed + i``), the
-    candidate shadowing every reference call; (scalar metrics, curves, outputs, conditions)."""
-    kind, meta = bundle.kind, bundle.meta
-    defaults = bundle.decode_defaults
-    batch = bundle.batch
-    acc = accumulator_for(kind, meta)
-    outputs: dict[str, list[np.ndarray]] = {"reference": [], "candidate": []}
-    conds: list[dict[str, np.ndarray]] = []
-    # The candidate shadows every reference call (teacher-forced network metrics), then
-    # decodes on its own with the same seed (trajectory metrics).
-    rec_ref = ShadowRecorder(ref_rt, record=acc.state_input, shadow=cand_rt, on_pair=acc.on_pair)
-    rec_cand = ShadowRecorder(cand_rt, record=acc.state_input)
-    calls = -(-cfg.n // batch)
-    for i in range(calls):
-        say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")
-        n_rows = min(batch, cfg.n - i * batch)
-        part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
-        cond = conditions(bundle, cfg.cond, batch, cfg.seed + i, rows=part, draw=True)
-        rec_ref.reset()
-        rec_cand.reset()
-        r = decode(kind, rec_ref, meta, cond, decode_config(kind, defaults, overrides, seed=cfg.seed + i))
-        c = decode(kind, rec_cand, meta, cond, decode_config(kind, defaults, cand_overrides, seed=cfg.seed + i))
-        acc.add(rec_ref, rec_cand, r, c, n_rows)
-        outputs["reference"].append(r.output[:n_rows].copy())
-        outputs["candidate"].append(c.output[:n_rows].copy())
-        conds.append({k: v[:n_rows] for k, v in cond.items()})
-    scalars, curves = acc.result()
-    out = {k: np.concatenate(v) for k, v in outputs.items()}
-    cond_all = {k: np.concatenate([c[k] for c in conds]) for k in conds[0]} if conds and conds[0] else {}
-    return scalars, curves, out, cond_all
-
-
-def gate_runtimes(
-    bundle: Bundle, ref_rt: Any, cand_rt: Any, n: int, seed: int, decode_options: Mapping[str, Any],
-    rows: Mapping[str, np.ndarray] | None = None,
-) -> dict[str, Any]:
-    """What ``edgekit check`` with default arguments decides for two open runtimes (quantize
-    runs it on every candidate INT8 model, so "budget met" implies "check passes"): the default
-    thresholds, ``n`` rows from ``seed``, ``decode_options`` on both, conditions ``rows`` (None:
-    the seeded rule). Returns {"metrics", "passed", "failed", "margin"}; margin: the smallest
-    relative distance to a gated threshold (< 0: that metric fails)."""
-    cfg = CheckConfig(n=n, seed=seed, decode=dict(decode_options))
-    thresholds = load_thresholds(bundle.kind)
-    scalars, _, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg, dict(decode_options), dict(decode_options), rows)
-    drops = quality_drops(dict(score(bundle, out["reference"], cond_all) or {}), dict(score(bundle, out["candidate"], cond_all) or {}))
-    metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
-    verdict = compare(metrics, thresholds, None)
-    margins = []
-    for row in verdict.rows:
-        if row.threshold is None:
-            continue
-        if row.value is None or math.isnan(row.value):
-            margins.append(-math.inf)
-            continue
-        gap = row.value - row.threshold if row.bound == "min" else row.threshold - row.value
-        margins.append(gap / max(abs(row.threshold), 1e-3))
-    return {"metrics": metrics, "passed": verdict.passed, "failed": verdict.failed, "margin": min(margins, default=math.inf)}
 
 
 def demo_check(bundles: Mapping[str, Any] | Iterable[Any], n: int = DEFAULT_N, seed: int = 0) -> dict[str, Any]:

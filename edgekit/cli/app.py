@@ -286,9 +286,14 @@ class RegistryHelp:
         self.lead, self.kind, self.extra = lead, kind, dict(extra or {})
 
     def render(self) -> str:
-        from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
+        if self.kind == "profile":
+            from edgekit.quantize import registry as profiles  # deferred: importing it registers the built-in profiles
 
-        listing = registry.runtime_help() if self.kind == "runtime" else registry.precision_help()
+            listing = profiles.profile_help()
+        else:
+            from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
+
+            listing = registry.runtime_help() if self.kind == "runtime" else registry.precision_help()
         listing += "".join(f" | {value} ({what})" for value, what in self.extra.items())
         return f"{self.lead}: {listing}.".replace("[", "\\[")  # edgekit[qnn] is text, not rich markup
 
@@ -300,6 +305,11 @@ class _RegistryOption(_PlainOption):
     @property
     def help(self) -> str:
         return LEADS[self.__dict__["help"]].render()
+
+    def display_type_rich(self, ctx):
+        if LEADS[self.__dict__["help"]].kind == "profile":  # the choices, as typer shows a Literal's
+            return f"[{'|'.join(_profile_names())}]"
+        return super().display_type_rich(ctx)
 
     @help.setter
     def help(self, value: str) -> None:
@@ -347,6 +357,25 @@ def _lead(lead: str, kind: str, extra: Mapping[str, str] | None = None) -> str:
         raise ValueError(f"help lead {lead!r} is used by two different options: make them differ")
     LEADS[lead] = RegistryHelp(lead, kind, extra)
     return lead
+
+
+def _profile_names() -> tuple[str, ...]:
+    from edgekit.quantize import registry  # deferred: importing it registers the built-in profiles
+
+    return registry.names()
+
+
+def profile_option(lead: str = "Quantization profile") -> typer.models.OptionInfo:
+    """``--profile`` (quantize): the quantization-profile registry gives its choices, their help
+    and the check, read when shown or checked (a profile registered after the CLI loaded too)."""
+    return typer.Option("--profile", help=_lead(lead, "profile"), callback=_check_profile)
+
+
+def _check_profile(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    if value is None or ctx.resilient_parsing or value in _profile_names():
+        return value
+    valid = ", ".join(repr(n) for n in _profile_names())
+    raise click.exceptions.BadParameter(f"{value!r} is not one of {valid}.", ctx, param)
 
 
 RuntimeOpt = Annotated[str, runtime_option()]

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgekit.cli.app import TrustCodeOpt, BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
+from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
 
@@ -32,7 +33,7 @@ def debug(
     cond_data: CondDataOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.")] = False,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")] = None,
-    isa: Annotated[str, typer.Option("--isa", help="CPU class whose int8 accumulation is modelled (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | ...).")] = "host",
+    isa: Annotated[str, typer.Option("--isa", help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).")] = "host",
     threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,

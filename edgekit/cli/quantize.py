@@ -8,8 +8,10 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from edgekit._lock import LOCK_WAIT
+from edgekit.arithmetic import SCHEMES
 from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt, WaitOpt  # the shared options
-from edgekit.cli.app import command, configure_logging, parse_cond, runtime_option
+from edgekit.cli.app import command, configure_logging, parse_cond, profile_option, runtime_option
+from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
 
@@ -23,7 +25,7 @@ from edgekit.output import Output
 )
 def quantize(
     bundle: BundleArg,
-    profile: Annotated[Literal["cpu", "trt", "qnn"], typer.Option(help="cpu: fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias) | trt: TensorRT QDQ rules (int8 symmetric, zero points 0, float bias) | qnn: Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend (needs edgekit\\[qnn]).")] = "cpu",
+    profile: Annotated[str, profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
     eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
@@ -39,8 +41,8 @@ def quantize(
     wait: WaitOpt = False,
     runtime: Annotated[Optional[str], runtime_option("Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,
-    isa: Annotated[str, typer.Option("--isa", help="cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; avx2 | avx512 | avx-vnni | avx512-vnni | amx | arm64 | arm64-dotprod | arm64-i8mm | x86-64); default: the --target's.")] = "host",
-    scheme: Annotated[str, typer.Option("--scheme", help="cpu profile: the quantization scheme (auto = the one chosen for the CPU class; u8s8 | u8s8-pair | u8s8-rr | u8u8; see benchmarks/isa_schemes.py).")] = "auto",
+    isa: Annotated[str, typer.Option("--isa", help=f"cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; {' | '.join(ISA_CLASSES)}); default: the --target's.")] = "host",
+    scheme: Annotated[str, typer.Option("--scheme", help=f"cpu profile: the quantization scheme (auto = the one chosen for the CPU class; {' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py).")] = "auto",
     step_buckets: Annotated[Optional[str], typer.Option("--step-buckets", help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).")] = None,
     bucket_memory: Annotated[Optional[float], typer.Option("--bucket-memory", help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried; default 1.2, 0 = no bound.")] = None,
     overrides: Annotated[Optional[Path], typer.Option("--overrides", help="JSON file of per-layer decisions to honour ({\"schema\": \"edgekit.quantize-overrides/1\", \"overrides\": [{\"node\": NAME, \"action\": float | weight-only} | {\"tensor\": NAME, \"action\": int16}]}), as `edgekit debug --fix` writes them.")] = None,

@@ -39,6 +39,7 @@ from edgekit.quantize import (
     QuantizeConfig,
     overrides_document,
     quantize_bundle,
+    quantize_profile,
 )
 
 ARTIFACT = "quantize-overrides"
@@ -84,7 +85,7 @@ def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], sourc
     def item(**kw: Any) -> dict[str, Any]:
         return kw | {"reason": reason, "source": source}
 
-    if profile == "qnn":
+    if quantize_profile(profile).overrides == "tensor":  # qnn: no float fallback, tensors go to 16 bit
         tensors = [a["tensor"] for a in sorted(attribution.get("activation", []), key=lambda a: a.get("output_sqnr_db", a["sqnr_db"]))]
         weight = (attribution.get("weights") or {}).get("tensor")
         if weight:

@@ -2,11 +2,11 @@
 
 ``record`` decodes the replay rows with the reference (the same conditions, seeds and decode
 settings as ``check``'s gate: batch i with seed + i) and keeps every network call's feeds
-(``quantize.RecordingRuntime``) with the decode step it belongs to. ``replay`` runs both tapped
-variants on exactly those feeds and sums, per step and per captured tensor, the squared error of
-the candidate against the reference and the reference's power. ``free_running`` decodes the
-candidate on its own from the same noise: how far its trajectory drifts, step by step (whether
-an error compounds).
+(``runtimes.recording.RecordingRuntime``) with the decode step it belongs to. ``replay`` runs
+both tapped variants on exactly those feeds and sums, per step and per captured tensor, the
+squared error of the candidate against the reference and the reference's power.
+``free_running`` decodes the candidate on its own from the same noise: how far its trajectory
+drifts, step by step (whether an error compounds).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from edgekit.debug.taps import Tapped
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.evaluate import conditions
 from edgekit.evaluate import power_ratio_db as sqnr_db
-from edgekit.quantize import RecordingRuntime
 from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.recording import RecordingRuntime
 from edgekit.spec import KIND_IO
 
 

@@ -27,7 +27,6 @@ from edgekit.check import (
     CheckConfig,
     RuntimePrecision,
     eval_rows,
-    gate_runtimes,
     parse_variant,
 )
 from edgekit.debug.attribute import attribute, compounding
@@ -52,6 +51,7 @@ from edgekit.debug.topology import (
     read_topology,
 )
 from edgekit.errors import UsageError
+from edgekit.evaluate import gate_runtimes
 from edgekit.host import HostFacts
 from edgekit.quantize import module_labels
 

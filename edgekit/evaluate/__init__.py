@@ -12,7 +12,9 @@ seed" means the same conditions and the same noise everywhere.
 
 ``conditions``: the conditioning arrays per decode; ``cond_files``: reading and checking ``--cond``
 values; ``data``: real condition rows; ``scores``: ground truth and metric hooks; ``decoding``:
-an evaluation set decoded in batches."""
+an evaluation set decoded in batches; ``gate``: two runtimes decoded side by side and judged as
+`edgekit check` judges them by default (``metrics``: what two decodes differ by; ``thresholds``
+and ``verdict``: what passes), for quantize's budget, debug and check."""
 
 from edgekit.evaluate.cond_files import (
     MAX_COND_ROWS,
@@ -28,6 +30,7 @@ from edgekit.evaluate.conditions import (
 )
 from edgekit.evaluate.data import ConditionData, load_condition_data, stored_rows
 from edgekit.evaluate.decoding import evaluate
+from edgekit.evaluate.gate import decode_pair, gate_runtimes
 from edgekit.evaluate.scores import (
     HIGHER_IS_BETTER,
     MetricHook,
@@ -41,6 +44,6 @@ from edgekit.evaluate.scores import (
 
 __all__ = [
     "HIGHER_IS_BETTER", "MAX_COND_ROWS", "ConditionData", "MetricHook", "check_cond_values", "check_rows", "cond_file_rows", "condition_rows",
-    "conditions", "evaluate", "load_condition_data", "load_metric_hook", "output_name", "pad_rows", "power_ratio_db",
-    "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
+    "conditions", "decode_pair", "evaluate", "gate_runtimes", "load_condition_data", "load_metric_hook", "output_name", "pad_rows",
+    "power_ratio_db", "read_npy", "run_metric_hook", "score", "snr_db", "stored_rows",
 ]

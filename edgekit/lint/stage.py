@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.arithmetic import PAIR_LIMIT, arithmetic_for
+from edgekit.arithmetic import PAIR_LIMIT, arithmetic_for, int8_weight_pairs
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts
 from edgekit.lint.findings import SEVERITIES, Finding, sort_findings
 from edgekit.lint.graph import lint_onnx
-from edgekit.quantize import int8_weight_pairs
 from edgekit.targets import Target, load_target
 
 LINT_SCHEMA = "edgekit.lint/1"

@@ -27,9 +27,10 @@ from edgekit.profile.config import (
     spec_conditions,
 )
 from edgekit.profile.measure import measure_decodes
-from edgekit.quantize import RecordingRuntime, quantize_unbudgeted
+from edgekit.quantize import quantize_unbudgeted
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.recording import RecordingRuntime
 from edgekit.runtimes.registry import backend, names
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import TensorSpec, ar_cache_form

@@ -6,51 +6,65 @@ onnx nor onnxruntime.
 
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     summary = quantize_bundle("bundles/masked", QuantizeConfig(profile="trt"))
+
+A profile is one entry of ``registry`` (settings, budgets, hooks behind ``ProfileHooks``, what
+it does); the built-in ones register in ``profiles``, which this package imports first.
 """
 
 from __future__ import annotations
 
+# ruff: noqa: I001 -- the built-in profiles register before anything reads the registry
+from edgekit.quantize import profiles  # noqa: F401  (registers the built-in profiles)
 from edgekit.arithmetic import PAIR_LIMIT, SCHEMES, arithmetic_for, host_warning
-from edgekit.quantize.buckets import MAX_BUCKETS
-from edgekit.quantize.calibrate import RecordingRuntime
+from edgekit.quantize.buckets.ranges import MAX_BUCKETS
 from edgekit.quantize.config import (
     BUDGET_RULES,
     DEFAULT_BUDGETS,
     METHODS,
-    PROFILE_SETTINGS,
-    PROFILES,
-    ProfileSettings,
     QuantizeConfig,
     parse_budget,
 )
 from edgekit.quantize.graph import module_labels
 from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
 from edgekit.quantize.overrides import overrides_document
-from edgekit.quantize.ptq import quantize_unbudgeted
+from edgekit.quantize.cpu.ptq import quantize_unbudgeted
+from edgekit.quantize.hooks import ProfileHooks, SearchResult
+from edgekit.quantize.registry import (
+    ProfileSettings,
+    QuantizeProfile,
+    profile_help,
+    quantize_profile,
+    register_profile,
+    unregister_profile,
+)
+from edgekit.quantize.registry import names as profile_names
 from edgekit.quantize.stage import demo_quantize, quantize_bundle
-from edgekit.quantize.structure import int8_weight_pairs
 
 __all__ = [
     "PAIR_LIMIT",
     "SCHEMES",
     "arithmetic_for",
     "host_warning",
-    "int8_weight_pairs",
     "BUDGET_RULES",
     "DEFAULT_BUDGETS",
     "MAX_BUCKETS",
     "METHODS",
     "OVERRIDES_SCHEMA",
-    "PROFILES",
-    "PROFILE_SETTINGS",
+    "ProfileHooks",
     "ProfileSettings",
-    "RecordingRuntime",
+    "QuantizeProfile",
+    "SearchResult",
     "QuantizeConfig",
     "demo_quantize",
     "module_labels",
     "overrides_document",
     "parse_budget",
+    "profile_help",
+    "profile_names",
     "quantize_bundle",
+    "quantize_profile",
     "quantize_unbudgeted",
+    "register_profile",
+    "unregister_profile",
 ]
 

@@ -39,7 +39,7 @@ CHECK_SHOWN = ("token_agreement", "logits_kl", "top1_agreement", "snr_db", "cosi
 
 
 def gate_metrics(gate: Mapping[str, Any]) -> dict[str, Any]:
-    """The budget's view of ``check.gate_runtimes``' verdict: the margin (budget key
+    """The budget's view of ``evaluate.gate_runtimes``' verdict: the margin (budget key
     ``check_margin``), the failed gates and the check metrics shown beside the budget."""
     return {"check_margin": gate["margin"], "check_failed": gate["failed"],
             "check_metrics": {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN}}

@@ -15,11 +15,11 @@ from typing import Any, Mapping
 from edgekit.arithmetic import SCHEMES, scheme_for
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
-from edgekit.quantize.buckets import parse_step_buckets
+from edgekit.quantize.buckets.ranges import parse_step_buckets
 from edgekit.quantize.overrides import check_overrides
+from edgekit.quantize.registry import ProfileSettings, QuantizeProfile, quantize_profile
 from edgekit.targets import load_target
 
-PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 # Runtimes the INT8 side of the budget can be measured on: the one the target deploys with
 # (ort for `cpu`, openvino for `intel-cpu`). The FP32 reference is ONNX Runtime's either way.
 BUDGET_RUNTIMES: tuple[str, ...] = ("ort", "openvino")
@@ -32,105 +32,6 @@ METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile
 # The ops whose weights carry the FLOPs; only these are INT8 by default.
 WEIGHTED_OPS: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
-
-@dataclass(frozen=True)
-class ProfileSettings:
-    """How ``quantize_static`` is called for one target family (``PROFILE_SETTINGS``)."""
-
-    activation_type: str  # onnxruntime QuantType member name for activations
-    weight_type: str  # ... for weights
-    per_channel: bool  # one weight scale per output channel: weights of these layers differ by 10x per row
-    reduce_range: bool  # 7-bit weights: only for x86 without VNNI, where u8s8 accumulation can saturate
-    activation_symmetric: bool  # zero point 0 for activations (TensorRT accepts nothing else)
-    weight_symmetric: bool  # zero point 0 for weights
-    quantize_bias: bool  # int32 bias (scale = x_scale * w_scale) lets ORT fuse DQ -> Gemm into QGemm
-    # Weighted op types whose *output* also gets Q/DQ. ORT CPU fuses DQ -> Conv only into QLinearConv,
-    # which needs a quantized output; TensorRT wants Q/DQ on inputs only.
-    quantized_outputs: tuple[str, ...]
-    skip_gemv: bool  # leave single-row MatMul/Gemm in float (TensorRT runs GEMV faster in fp16/fp32)
-    # Weighted nodes kept float *by rule* (the flow time MLP) store their weights as INT8 +
-    # DequantizeLinear (per channel): compute and activations stay float, the file shrinks (flow
-    # demo 0.300x -> 0.285x at no measurable cost). --exclude always stays fully float.
-    weight_only_float: bool
-    # Budget fallbacks are weight-only too (symmetric per-channel int8 weight + DQ, zero point 0):
-    # the error the budget catches is activation quantization; with FP32 fallback weights the
-    # final demo INT8 files were 0.34x (masked) and 0.39x (flow) of FP32, over the 0.3x target.
-    weight_only_fallback: bool
-    # "full": |q| <= 127 | "pair": no two weights the int8 kernel sums in int16 exceed 128 together
-    # (arithmetic.py: exact on x86 without VNNI, where full-range u8s8 saturates).
-    weight_bound: str = "full"
-    # The cpu profile's scheme (arithmetic.SCHEMES) these settings came from; "" for trt/qnn.
-    scheme: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-# The cpu entry is the avx512-vnni/amx/arm form; QuantizeConfig.settings swaps in the scheme of the
-# arithmetic quantized for (arithmetic.py: bounded weights on x86 without VNNI).
-# Measured on this repo's demo graphs (AMD EPYC, AVX512-VNNI, ORT 1.32, 1 thread, one process,
-# interleaved): u8 activations + s8 per-channel weights + int32 bias, no output Q except Conv,
-# ran masked 1.8x, flow 1.9x, ar 1.1-1.3x faster than fp32 at 33-36 dB output SNR. s8 activations
-# left Conv unfused (flow 1.1x); output Q on Gemm and no bias quantization left DQ -> Gemm
-# unfused (0.85x, slower than fp32); reduce_range cost 1-3 dB and gained nothing on VNNI.
-# Also tried on the masked demo (batch 8, 1 thread): QOperator (QLinearMatMul) and dynamic
-# quantization after ORT's transformer optimizer ran 1.35x, below this QDQ->QGemm profile (1.56x
-# then); 2 intra-op threads gave 1.39-1.57x (INT8 kernels scale worse at this size than FP32's).
-# What bounds the ratio is the rest of the graph: with FastGelu (runtimes/ort_fusions.py) in both
-# precisions, the weighted ops run 2.4x faster in INT8 but the other ops (GELU, attention core,
-# LayerNorm, Transpose, QuantizeLinear) are ~half of INT8 time: 1.72x per forward
-# (`python benchmarks/bench.py` prints the op profile).
-PROFILE_SETTINGS: dict[str, ProfileSettings] = {
-    "cpu": ProfileSettings(
-        activation_type="QUInt8",
-        weight_type="QInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=False,
-        weight_symmetric=True,
-        quantize_bias=True,
-        quantized_outputs=("Conv",),
-        skip_gemv=False,
-        weight_only_float=True,
-        # Budget fallbacks are plain FP32 here: a weight-only layer dequantizes its weight at every
-        # call, which measured slower than FP32 on the CPUs tried (fallback.choose_fallback_form
-        # times both forms on the host and keeps weight-only only where it is faster).
-        weight_only_fallback=False,
-    ),
-    # TensorRT explicit quantization (shared/reference/quantization.md): int8 only, zero points 0,
-    # per-channel weights, activations per-tensor, Q/DQ on weighted-op inputs, bias in float.
-    "trt": ProfileSettings(
-        activation_type="QInt8",
-        weight_type="QInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=True,
-        weight_symmetric=True,
-        quantize_bias=False,
-        quantized_outputs=(),
-        skip_gemv=True,
-        weight_only_float=False,  # a lone weight DQ is no TensorRT INT8 layer: keep float weights float
-        # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
-        weight_only_fallback=True,
-    ),
-    # Qualcomm HTP (quantize/qnn.py): every op QDQ by onnxruntime's QNN rules, uint8 activations,
-    # MatMul weights int8 symmetric per output column (per_channel; the HTP backend of
-    # onnxruntime-qnn 2.7 runs them, an earlier build left them to the CPU EP), other weights uint8
-    # per tensor; the most sensitive tensors promoted to uint16 until the budget holds on the HTP.
-    "qnn": ProfileSettings(
-        activation_type="QUInt8",
-        weight_type="QUInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=False,
-        weight_symmetric=False,
-        quantize_bias=True,
-        quantized_outputs=("*",),
-        skip_gemv=False,
-        weight_only_float=False,
-        weight_only_fallback=False,
-    ),
-}
 
 # Accuracy budget keys: direction and meaning. ">=" keys are floors, "<=" keys ceilings.
 BUDGET_RULES: dict[str, tuple[str, str]] = {
@@ -157,7 +58,7 @@ BUDGET_KEYS: dict[str, tuple[str, ...]] = {
 # accuracy drop over six eval seeds was -0.010..+0.013 (masked) and -0.004..+0.017 (ar), mean
 # about 0, so the limit sits at 2 points, not 1 (which would fail on noise). Frames: the SNR drop vs
 # the clean target is limited to 1 dB (INT8 adds at most ~26 % to FP32's error power), the
-# default of `edgekit check` (check/thresholds.py: quality_drop.snr_db = 1.0): a bundle that
+# default of `edgekit check` (evaluate/thresholds.py: quality_drop.snr_db = 1.0): a bundle that
 # quantize passes must not fail check on the same metric. (It was 3 dB, "at most doubles the
 # error power", which the 30 dB floor vs FP32 already implies for the flow demo's ~31 dB FP32.)
 # final_token_agreement is reported, not budgeted by default: one flipped near-tie changes every
@@ -166,18 +67,6 @@ DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
     "masked": {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.02, "check_margin": 0.0},
     "flow": {"snr_db": 30.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0},
     "ar": {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.02, "check_margin": 0.0},
-}
-
-# The qnn profile (full-integer, no float fallback) lowers only the lockstep-token-agreement floor: on
-# the masked demo (batch 1, 4 held-out rows, sampled decisions in lockstep with FP32) 8-bit
-# activations gave 0.957 on the HTP backend, every activation at 16 bit 0.984 (CPU EP
-# simulation), 16-bit activations *and* weights 0.997, which the HTP refuses for LayerNorm and
-# Conv weights; fp16 on the HTP gave 1.000. The ground-truth drop (what users see) keeps its
-# limit, as do the flow budgets. It also budgets top-1 agreement at `check`'s default floors
-# (masked 0.90, ar 0.95: check/thresholds.py), so a model quantize passes does not fail check:
-# the 8-bit masked demo had 0.957 token agreement but 0.869 top-1 on the HTP backend.
-PROFILE_BUDGETS: dict[str, dict[str, dict[str, float]]] = {
-    "qnn": {"masked": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.90}, "ar": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.95}},
 }
 
 
@@ -192,7 +81,7 @@ MAX_SAMPLES = 4096
 
 @dataclass(frozen=True)
 class QuantizeConfig:
-    profile: str = "cpu"  # cpu | trt: PROFILE_SETTINGS
+    profile: str = "cpu"  # a registered profile (quantize/registry.py; the built-in ones: quantize/profiles.py)
     method: str = "minmax"  # minmax | entropy | percentile (onnxruntime calibrators)
     percentile: float = 99.999  # only for method=percentile: the clipped share of |x|
     # Calibration sequences (decoded with FP32; every network call of their loops is recorded).
@@ -225,23 +114,23 @@ class QuantizeConfig:
     # Where the INT8 candidates are decoded for the budget: the target's runtime (BUDGET_RUNTIMES).
     # OpenVINO's int8 kernels round differently from ORT's, so a budget met on one is re-measured on the other.
     runtime: str = "auto"
-    # --target: profile qnn measures its budget on this target's HTP (htp_arch, soc_model) instead
-    # of the default SoC's; other profiles take only the target's runtime and profile (the CLI).
+    # --target: the target's profile, CPU class and budget runtime (``resolved``); the qnn profile also
+    # measures its budget on the target's HTP (htp_arch, soc_model) instead of the default SoC's.
     target: str | None = None
-    # The CPU arithmetic class the cpu profile quantizes for (edgekit.host.ISA_CLASSES), which picks
-    # its scheme (arithmetic.py); "host" = this machine's class. Ignored by trt and qnn.
+    # The CPU arithmetic class a profile with cpu_arithmetic (cpu) quantizes for (edgekit.host.ISA_CLASSES),
+    # which picks its scheme (arithmetic.py); "host" = this machine's class. Ignored by the others.
     isa: str = "host"
-    # The cpu profile's scheme by name (arithmetic.SCHEMES), or "auto": the one chosen for ``isa``.
+    # That profile's scheme by name (arithmetic.SCHEMES), or "auto": the one chosen for ``isa``.
     scheme: str = "auto"
     # Per-layer decisions to honour (quantize/overrides.py: --overrides FILE, `edgekit debug --fix`):
     # nodes kept float or weight-only, qnn tensors at 16 bit from the start.
     overrides: tuple[Mapping[str, Any], ...] = ()
-    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets.py):
-    # None or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
+    # --step-buckets: activation scales per step range of the decode loop (quantize/buckets/): None
+    # or 1 = one scale for every step; N = N ranges; "auto" = the fewest that meet the budget.
     step_buckets: int | str | None = None
     # --bucket-memory: the most resident memory a bucket count ``auto`` keeps may add over one scale,
-    # as a ratio, measured on the budget runtime (quantize/candidate.py); 0 = no bound. An explicit
-    # --step-buckets N is taken as asked.
+    # as a ratio, measured on the budget runtime (quantize/buckets/candidate.py), for a profile with
+    # bucket_memory; 0 = no bound. An explicit --step-buckets N is taken as asked.
     bucket_memory: float = BUCKET_MEMORY_BOUND
 
     def __post_init__(self) -> None:
@@ -253,8 +142,7 @@ class QuantizeConfig:
         object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "op_types", tuple(self.op_types))
         object.__setattr__(self, "overrides", tuple(MappingProxyType(dict(o)) for o in check_overrides(self.overrides, "overrides")))
-        if self.profile not in PROFILES:
-            raise UsageError(f"--profile {self.profile!r} is unknown; valid: {', '.join(PROFILES)}")
+        quantize_profile(self.profile)  # an unknown name is the one error listing the valid ones
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
         object.__setattr__(self, "step_buckets", parse_step_buckets(self.step_buckets))
@@ -299,18 +187,24 @@ class QuantizeConfig:
         return HostFacts.detect().isa_class if self.isa == "host" else self.isa
 
     @property
+    def entry(self) -> QuantizeProfile:
+        """The profile's registry entry: its settings, budgets, hooks and what it does."""
+        return quantize_profile(self.profile)
+
+    @property
     def settings(self) -> ProfileSettings:
-        base = PROFILE_SETTINGS[self.profile]
-        if self.profile != "cpu":
+        """The profile's settings, with the scheme for ``arithmetic`` where it has cpu_arithmetic."""
+        base = self.entry.settings
+        if not self.entry.cpu_arithmetic:
             return base
         s = scheme_for(self.arithmetic) if self.scheme == "auto" else SCHEMES[self.scheme]
         return dataclasses.replace(base, activation_type=s.activation_type, weight_type=s.weight_type,
                                    reduce_range=s.reduce_range, weight_bound=s.weight_bound, scheme=s.name)
 
     def budget_for(self, kind: str) -> dict[str, float]:
-        """The kind's default budget (the profile's own where it has one, PROFILE_BUDGETS) with
+        """The kind's default budget (the profile's own where it has one, its ``budgets``) with
         this config's overrides (only keys of that kind)."""
-        base = dict(DEFAULT_BUDGETS[kind]) | PROFILE_BUDGETS.get(self.profile, {}).get(kind, {})
+        base = dict(DEFAULT_BUDGETS[kind]) | dict(self.entry.budgets.get(kind, {}))
         foreign = [k for k in self.budget if k not in BUDGET_KEYS[kind]]
         if foreign:
             raise UsageError(
@@ -326,7 +220,7 @@ class QuantizeConfig:
                 value = [dict(o) for o in value]
             doc[f.name] = dict(value) if isinstance(value, Mapping) else (list(value) if isinstance(value, tuple) else value)
         doc["settings"] = self.settings.to_json()
-        if self.profile == "cpu":
+        if self.entry.cpu_arithmetic:
             doc["arithmetic"] = self.arithmetic
         return doc
 

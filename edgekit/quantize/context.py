@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from edgekit.bundle import Bundle
-from edgekit.check import gate_runtimes
+from edgekit.evaluate import gate_runtimes
 from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set
 from edgekit.quantize.calibrate import Trajectories
 from edgekit.quantize.conditions import gate_metrics

@@ -1,5 +1,5 @@
 """Reading a per-step graph once for quantization: every node's op, module path, role and FLOPs
-(``analyse_graph``), and choosing the nodes a profile and config quantize (``select_nodes``).
+(``analyse_graph``; which of them the cpu and trt profiles quantize: ``cpu/select.py``).
 
 Roles: ``weighted`` (MatMul/Gemm/Conv with a constant weight), ``attention-core`` (a MatMul
 whose both inputs are activations: QK^T and AV), ``time-embedding`` (flow: the nodes computed
@@ -15,8 +15,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import UsageError
-from edgekit.quantize.config import QuantizeConfig
 
 FLOAT = 1  # onnx.TensorProto.FLOAT
 
@@ -170,69 +168,3 @@ def _time_embedding_nodes(graph: Any, time_input: str, constant: set[str]) -> se
             keep.add(node.name)
             stack.extend(i for i in node.input if i in producer)
     return keep
-
-
-# ---- selection -----------------------------------------------------------------------------------
-def match_exclude(plan: GraphPlan, pattern: str) -> list[str]:
-    """Node names a ``--exclude`` value names: a node name, an op type, or a module path
-    (``blocks.0`` matches ``blocks.0.attn.qkv``)."""
-    return [
-        n.name
-        for n in plan.nodes
-        if pattern in (n.name, n.op_type, n.label) or n.label.startswith(pattern + ".") or n.name.split("/")[0] == pattern
-    ]
-
-
-def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
-    """(nodes to quantize, {node kept float: why}) for the config's op types, profile and excludes."""
-    floated: dict[str, str] = {}
-    for pattern in cfg.exclude:
-        hits = match_exclude(plan, pattern)
-        if not hits:
-            examples = ", ".join(sorted({n.label for n in plan.candidates(cfg.op_types)})[:6])
-            raise UsageError(
-                f"--exclude {pattern!r} matches no node; valid: a node name, an op type "
-                f"({', '.join(sorted({n.op_type for n in plan.nodes}))}) or a module path (e.g. {examples})",
-                hint="`edgekit quantize BUNDLE --json` lists every node it quantized or kept float under selection",
-            )
-        for name in hits:
-            floated.setdefault(name, f"excluded by --exclude {pattern}")
-    for o in cfg.overrides:
-        if not o.get("node"):
-            continue
-        hits = match_exclude(plan, o["node"])
-        if not hits:
-            raise UsageError(f"override {dict(o)!r} names no node of this graph; valid: a node name, op type or module path",
-                             hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
-        why = f"override {o['action']}" + (f" ({o['reason']})" if o.get("reason") else "")
-        for name in hits:
-            floated.setdefault(name, why)
-    settings = cfg.settings
-    candidates = plan.candidates(cfg.op_types)
-    # A module path also names its LayerNorms and Adds: only nodes that could be INT8 are listed.
-    floated = {n.name: floated[n.name] for n in candidates if n.name in floated}
-    chosen = []
-    for node in candidates:
-        if node.name in floated:
-            continue
-        if node.role == "attention-core" and cfg.float_attention_core:
-            floated[node.name] = "attention core (QKᵀ/AV: both inputs are activations)"
-        elif node.role == "time-embedding" and cfg.float_time_embedding:
-            floated[node.name] = "flow time embedding (sinusoid of 1000·t and the time MLP)"
-        elif settings.skip_gemv and node.op_type in ("MatMul", "Gemm") and node.rows == 1:
-            floated[node.name] = "GEMV-shaped (1 row): TensorRT runs it as fast unquantized"
-        else:
-            chosen.append(node.name)
-    return chosen, floated
-
-
-def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list[str]:
-    """The float-kept nodes (``select_nodes``' second result) that store INT8 weights: those kept
-    float by rule where the profile allows it, and weight-only overrides; ``--exclude`` and float
-    overrides mean fully float."""
-    def weight_only(why: str) -> bool:
-        if why.startswith("override "):
-            return why.startswith("override weight-only")
-        return cfg.settings.weight_only_float and not why.startswith("excluded")
-
-    return [n for n, why in floated.items() if weight_only(why)]

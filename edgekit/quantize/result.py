@@ -1,43 +1,17 @@
-"""What a profile's search hands back to the pipeline, and the summary every profile writes
-(``manifest["quantization"]``, the ``edgekit.quantize/1`` document): one set of keys whatever the
+"""The summary every profile writes (``manifest["quantization"]``, the ``edgekit.quantize/1``
+document) from what its search hands back (``hooks.SearchResult``): one set of keys whatever the
 profile, with the profile's own extras (``qnn``, ``arithmetic``, ``fallback_form``) beside them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from edgekit.quantize.calibrate import RangeDrift
 from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.hooks import SearchResult
 
 SCHEMA = "edgekit.quantize/1"
 # Ops users ask about when they read "what stayed float" (the rest are reshapes and arithmetic).
 NOTABLE_FLOAT_OPS = ("Softmax", "LayerNormalization", "Sin", "Cos", "Gelu", "Tanh", "Sigmoid")
-
-
-@dataclass
-class SearchResult:
-    model: Path  # the chosen INT8 graph (in the run's scratch folder)
-    passed: bool
-    metrics: dict[str, Any]
-    checks: list[dict[str, Any]]
-    int8_nodes: list[str]  # nodes computed in INT8 (activation and weight Q/DQ)
-    # One row per node left out of INT8: {node, label, op, source (user|override|rule|budget), precision
-    # ("weight-only" | "float"), reason}.
-    float_rows: list[dict[str, Any]] = field(default_factory=list)
-    fallback: list[dict[str, Any]] = field(default_factory=list)  # budget fallbacks in order, with why
-    sensitivity: dict[str, dict[str, Any]] = field(default_factory=dict)  # the ten most sensitive, scores
-    history: list[dict[str, Any]] = field(default_factory=list)
-    int8_flop_share: dict[str, Any] = field(default_factory=dict)
-    float_by_op_type: dict[str, int] = field(default_factory=dict)  # ops users ask about that stayed float
-    structure: dict[str, Any] = field(default_factory=dict)
-    drift: RangeDrift | None = None
-    tensors: list[str] = field(default_factory=list)  # calibrated activation tensors (the TensorRT table's)
-    cache: Path | None = None  # ORT's calibration cache, where the profile keeps one
-    budget_extra: dict[str, Any] = field(default_factory=dict)  # e.g. measured_on
-    extras: dict[str, Any] = field(default_factory=dict)  # profile keys: qnn, arithmetic, fallback_form, step_buckets, speed
-    bucket_models: list[Path] = field(default_factory=list)  # step buckets: every bucket's graph (model first)
 
 
 def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The quantize stage: one pipeline for every profile; a profile is settings
-(``config.PROFILE_SETTINGS``, the CPU scheme of ``arithmetic``) plus hooks (``PROFILES``):
+"""The quantize stage: one pipeline for every profile; a profile is its registry entry
+(``registry.QuantizeProfile``: settings, the CPU scheme of ``arithmetic`` where it has
+cpu_arithmetic, budgets, flags) and the hooks it makes for a run (``registry.ProfileHooks``):
 
     check options -> conditions (--cond, --cond-data rows, or the bundle's seeded rule) ->
     prepare the graph (hook) -> FP32 decode: record calibration trajectories, decode the held-out
@@ -7,8 +8,9 @@
     promote until the budget holds (hook) -> INT8 vs FP32 per decode on this host -> summary ->
     artifact + manifest
 
-cpu and trt: ``fallback.FallbackProfile`` (ORT QDQ on weighted ops, layers fall back to float);
-qnn: ``qnn.QnnProfile`` (every op QDQ, sensitive tensors promoted to 16 bit, budget on the HTP).
+The built-in entries (``profiles.py``): cpu and trt run ``cpu.fallback.FallbackProfile`` (ORT QDQ
+on weighted ops, layers fall back to float); qnn runs ``qnn.profile.QnnProfile`` (every op QDQ,
+sensitive tensors promoted to 16 bit, budget on the HTP).
 """
 
 from __future__ import annotations
@@ -29,29 +31,26 @@ from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.fallback import FallbackProfile
-from edgekit.quantize.qnn import QnnProfile
+from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.record import record_result, replaced_by_quantize
-from edgekit.quantize.result import SearchResult, summary
+from edgekit.quantize.result import summary
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
-# Profile name -> its hooks (check, prepare, calibrate, budget_runtime, search).
-PROFILES: dict[str, Callable[[QuantizeRun], Any]] = {"cpu": FallbackProfile, "trt": FallbackProfile, "qnn": QnnProfile}
 # Interleaved whole decodes of one graph batch when timing INT8 against FP32 on this host.
 SPEED_ROUNDS = 5
 
 
 @writes_bundle("quantize")
 def quantize_bundle(
-    path: Path | str, cfg: QuantizeConfig = QuantizeConfig(), progress: Callable[[str], None] | None = None,
+    path: Path | str, cfg: QuantizeConfig | None = None, progress: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph with ``cfg.profile``'s hooks, within the accuracy budget,
     write the ``int8`` artifact and record the summary in ``manifest["quantization"]``; returns it
     (``passed`` says whether the budget holds: the artifact is written either way)."""
     say = progress or (lambda message: None)
-    cfg = cfg.resolved()
+    cfg = (cfg or QuantizeConfig()).resolved()
     # The int8 graphs are what this run replaces: a missing or stale one must not stop it (the
     # error's own hint is to re-run quantize). Everything else, fp32 first, is verified.
     bundle = Bundle.load(path, verify=False)
@@ -62,7 +61,7 @@ def quantize_bundle(
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         run = QuantizeRun(bundle, cfg, tmp, budget, say, warn or say, calib_rows, eval_rows, cond_doc)
-        profile = PROFILES[cfg.profile](run)
+        profile = cfg.entry.hooks(run)
         profile.check()
         with run.timed("prepare_s"):
             profile.prepare()
@@ -100,14 +99,14 @@ def record_fp32(run: QuantizeRun) -> None:
 # non-spinning one 71 ms (flow demo; masked 117 vs 85): the contention, not INT8, made INT8 look
 # slower than FP32. Spinning inside runs keeps each run as fast as a deployment's (threads that
 # never spin pay a wake-up per parallel section: 1.08x per decode), and stops when the run returns.
-def decode_speed(run: QuantizeRun, profile: Any, result: SearchResult) -> dict[str, Any]:
+def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) -> dict[str, Any]:
     """INT8 against FP32 per decode on this host: whole decodes of one graph batch on the budget's
     runtime (INT8) and ORT (FP32), interleaved, median; one warning line where INT8 is slower.
-    Not measured for an emulated NPU (its time is the emulator's, not the device's)."""
+    Not measured for an emulated device (its time is the emulator's, not the device's)."""
     cfg = run.cfg
     host = HostFacts.detect()
-    if cfg.profile == "qnn":
-        return {"measured": False, "reason": "the HTP backend is emulated on this CPU: its time is not the NPU's"}
+    if cfg.entry.emulated:
+        return {"measured": False, "reason": cfg.entry.emulated_why}
     run.say("time INT8 against FP32 per decode on this host")
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}

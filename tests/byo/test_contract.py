@@ -82,7 +82,7 @@ def test_per_element_and_same_unconditional_rows(byo_bundles):
     "same" (kept), class_id a number; with guidance the unconditional call sees exactly those."""
     from edgekit.bundle import Bundle
     from edgekit.decode import MaskedDecodeConfig, decode_masked
-    from edgekit.quantize import RecordingRuntime
+    from edgekit.runtimes.recording import RecordingRuntime
     from edgekit.runtimes import open_runtime
 
     bundle = Bundle.load(byo_bundles["grid_masked"])

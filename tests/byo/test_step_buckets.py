@@ -104,7 +104,7 @@ def test_bad_step_bucket_values_are_one_line(byo_bundles, tmp_path):
 
 
 def test_boundaries_follow_the_measured_drift():
-    from edgekit.quantize.buckets import choose_buckets, split_feeds
+    from edgekit.quantize.buckets.ranges import choose_buckets, split_feeds
 
     # Calls at t = 0..0.7: the first four share one range, the last four another, 8x wider.
     positions = np.linspace(0, 0.7, 8)

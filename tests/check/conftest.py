@@ -102,7 +102,7 @@ def weighted_matmuls(model) -> list[str]:
 
 def calibration_feeds(bundle, batches: int = 2) -> list[dict[str, np.ndarray]]:
     """The fp32 network's inputs at every step of real decodes (the issue-4 recipe, in small)."""
-    from edgekit.check.metrics import ShadowRecorder
+    from edgekit.evaluate.metrics import ShadowRecorder
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.evaluate import conditions
     from edgekit.runtimes import open_runtime

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.check import DEFAULTS
+from edgekit.evaluate.thresholds import DEFAULTS
 from edgekit.cli import app
 
 runner = CliRunner()

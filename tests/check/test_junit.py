@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 from types import MappingProxyType
 
 from edgekit.check.junit import junit_xml, write_junit
-from edgekit.check.thresholds import Baseline, Rule, Thresholds
-from edgekit.check.verdict import compare
+from edgekit.evaluate.thresholds import Baseline, Rule, Thresholds
+from edgekit.evaluate.verdict import compare
 
 RULES = Thresholds(
     "masked",

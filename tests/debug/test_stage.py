@@ -8,7 +8,7 @@ import math
 import pytest
 
 from edgekit.bundle import Bundle
-from edgekit.check import gate_runtimes
+from edgekit.evaluate import gate_runtimes
 from edgekit.debug import DebugConfig, debug_bundle
 from edgekit.debug.config import DEFAULT_THRESHOLD_DB
 from edgekit.debug.html import write_heatmap

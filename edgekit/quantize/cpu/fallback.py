@@ -1,0 +1,276 @@
+"""The ``cpu`` and ``trt`` profiles' hooks: ORT's QDQ quantizer on the weighted ops, and a budget
+search that moves the most sensitive layers out of INT8 until the budget holds. What differs
+between the two is their registry entries (``quantize/profiles.py``): settings, and the flags
+read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
+
+    prepare (quant_pre_process) -> analyse + select nodes -> calibrate once (cached ranges) ->
+    quantize -> decode the held-out set -> budget? else rank by sensitivity and fall back ->
+    (cpu_arithmetic) the fallback form that is fastest on this host -> structure, range drift
+
+A fallback leaves INT8 for plain FP32 on the cpu profile: a weight-only layer (INT8 weight + DQ,
+float compute) dequantizes its weight at every call and was slower than FP32 on the CPUs measured
+(``choose_fallback_form`` times both on this host and keeps weight-only only where it is faster
+and still within the budget). The trt profile keeps weight-only fallbacks: TensorRT folds the DQ
+into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.arithmetic import SCHEMES
+from edgekit.errors import EdgekitError
+from edgekit.host import ISA_CLASSES, HostFacts
+from edgekit.probes.latency import interleaved
+from edgekit.quantize.buckets.candidate import open_graph
+from edgekit.quantize.buckets.state import BucketState
+from edgekit.quantize.calibrate import range_drift
+from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.cpu.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.cpu.search import (
+    BudgetOutcome,
+    fallback_until_within_budget,
+    isolated_output_sqnr,
+    node_sensitivity,
+    rank_by_sensitivity,
+)
+from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.structure import qdq_structure
+from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.result import notable_float_ops
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.spec import KIND_IO
+
+# At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
+# sensitivity ranking included: ~1 min on the flow demo).
+MAX_FULL_FLOAT = 3
+# Interleaved rounds when timing the two fallback forms (one forward each): enough for a stable
+# median on a loaded 2-core machine at the demo's sizes (a few ms per forward).
+FORM_ROUNDS = 15
+# Weight-only must beat FP32 fallbacks by more than this share to be kept: below it the medians
+# differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms), and FP32 is the more accurate.
+FORM_MARGIN = 0.03
+
+
+class FallbackProfile:
+    """Hooks of the cpu and trt profiles for one quantize run."""
+
+    def __init__(self, run: QuantizeRun):
+        self.run = run
+        self.selected: list[str] = []
+        self.floated: dict[str, str] = {}
+        self.cache: Path | None = None
+        self.builds = iter(range(10**6))
+        self.full_float: list[str] = []  # fallbacks whose weight-only form was not enough
+        self.buckets = BucketState(run)
+
+    def check(self) -> None:
+        pass
+
+    def prepare(self) -> None:
+        run = self.run
+        prepared, skipped = prepare_model(run.fp32_path, run.tmp / "prepared.onnx", run.cfg.preprocess)
+        if skipped is None:
+            run.say("prepared the graph with quant_pre_process")
+        elif run.cfg.preprocess:  # the one warning line: what was skipped and why
+            run.warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
+        run.prepared, run.preprocess = prepared, {"applied": skipped is None, "skipped_because": skipped}
+        time_input = KIND_IO["flow"][0][1] if run.kind == "flow" else None
+        run.plan = analyse_graph(prepared, time_input, module_labels(run.fp32_path))
+        self.selected, self.floated = select_nodes(run.plan, run.cfg)
+        if not self.selected:
+            raise EdgekitError(
+                f"nothing to quantize in {run.bundle.name}: every {'/'.join(run.cfg.op_types)} node is excluded or kept float",
+                hint="drop some --exclude values",
+            )
+
+    def calibrate(self) -> None:
+        run = self.run
+        run.say(f"calibrate ({run.cfg.method}) on {len(run.traj.feeds)} recorded network calls")
+        self.cache = run.tmp / "calibration.json"
+        calibrate(run.prepared, run.reader, run.cfg, self.cache)
+        by_name = run.plan.by_name()
+        self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
+
+    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Runtime:
+        """The runtime that decodes an INT8 candidate for the budget (``cfg.runtime``; how each graph
+        opens: ``buckets.candidate.open_graph``)."""
+        return open_graph(self.run.cfg.runtime, model, self.run.cfg.threads, spin, bucket)
+
+    # ---- one candidate -------------------------------------------------------------------------
+    def build(self, nodes: list[str], weight_only_fallback: bool | None = None) -> Path:
+        """The QDQ model with exactly ``nodes`` in INT8; the other selected nodes are budget
+        fallbacks, weight-only or fully float as the profile (or ``weight_only_fallback``) says.
+        With step buckets: one graph per bucket (the first is returned; ``buckets.paths`` has all)."""
+        run, s = self.run, self.run.cfg.settings
+        wo_fallback = s.weight_only_fallback if weight_only_fallback is None else weight_only_fallback
+        wo = weight_only_by_rule(self.floated, run.cfg) + ([n for n in self.selected if n not in self.full_float] if wo_fallback else [])
+        current = self.buckets.current
+        tag = "" if current is None else "-".join(f"{b:.6g}" for b in current.boundaries)
+
+        def one(bucket: int, reader: Any) -> Path:
+            out = run.tmp / f"int8-{next(self.builds)}.onnx"
+            # Each bucket's ranges are computed once (ORT saves them where the cache is missing).
+            cache = self.cache if current is None else run.tmp / f"calibration-{abs(hash(tag))}-{bucket}.json"
+            quantize_model(run.prepared, out, reader, nodes, run.cfg, run.plan, calibration_cache=cache, weight_only=wo)
+            return out
+
+        return self.buckets.graphs(one)
+
+    def open_candidate(self, model: Path, spin: bool | None = None) -> Runtime:
+        """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
+        ``spin`` None: as deployed (a one-graph model's threads spin between runs too; bucket
+        sessions, which take turns, inside runs only); False: inside runs only (timed side by side
+        with another session: TIMED_SPIN, stage.py)."""
+        single = len(self.buckets.paths(model)) == 1
+        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single))
+
+    def measure(self, model: Path) -> dict[str, Any]:
+        with self.open_candidate(model) as rt:
+            return self.run.measure(rt)
+
+    def sensitivity(self, model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
+        run = self.run
+        feeds = run.traj.feeds
+        pick = np.linspace(0, len(feeds) - 1, min(run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
+        chosen = [feeds[i] for i in sorted(set(pick.tolist()))]
+        by_name = run.plan.by_name()
+        current, self.buckets.current = self.buckets.current, None  # rank on one scale: a heuristic, cheaper N times over
+        try:
+            single = self.build(nodes) if current is not None else model
+            scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
+            alone = isolated_output_sqnr(run.prepared, self.build, nodes, chosen, KIND_IO[run.kind][1][0])
+        finally:
+            self.buckets.current = current
+        return {n: scores.get(n, {}) | {"isolated_output_sqnr_db": alone[n]} for n in nodes}
+
+    # ---- the search ----------------------------------------------------------------------------
+    def _loop(self) -> tuple[Path, BudgetOutcome]:
+        run, s = self.run, self.run.cfg.settings
+        labels = {n.name: n.label for n in run.plan.nodes}
+        return fallback_until_within_budget(
+            self.selected, run.budget, self.build, self.measure, self.sensitivity,
+            enabled=run.cfg.fallback, max_fallback=run.cfg.max_fallback, labels=labels, progress=run.say,
+            fallback_to="weight-only" if s.weight_only_fallback else "float",
+        )
+
+    def search(self) -> SearchResult:
+        run, s = self.run, self.run.cfg.settings
+        # bucket_memory (cpu): every bucket is one more session (ORT) or compiled model (OpenVINO)
+        # in memory, and auto is bounded by what they add on the budget runtime (--bucket-memory).
+        # trt deploys TensorRT plans, whose memory the budget runtime (ORT) does not show: no bound.
+        weighed = run.cfg.runtime if run.cfg.entry.bucket_memory else None
+        self.buckets.choose(lambda: self.build(self.selected), self.measure, memory=weighed)
+        n = 1 if self.buckets.current is None else self.buckets.current.n
+        run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
+                f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8")
+        model, outcome = self._loop()
+        escalated: dict[str, str] = {}
+        # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
+        # the budget still failing, the first (most sensitive) fallback goes fully float and the
+        # loop runs again (flow demo, batch 2: every node weight-only still lost > 1 dB).
+        while (not outcome.passed and run.cfg.fallback and s.weight_only_fallback and outcome.fallback
+               and len(self.full_float) < MAX_FULL_FLOAT):
+            first = next((f for f in outcome.fallback if f["node"] not in self.full_float), None)
+            if first is None:
+                break
+            self.full_float.append(first["node"])
+            escalated[first["node"]] = first["reason"] + "; weight-only was not enough: fully float"
+            run.say(f"budget still not met with weight-only fallbacks: {first['label']} -> fully float, fall back again")
+            model, outcome = self._loop()
+        outcome.fallback = [f | {"reason": escalated[f["node"]]} if f["node"] in escalated else f for f in outcome.fallback]
+        form = self.choose_fallback_form(model, outcome) if run.cfg.entry.cpu_arithmetic and outcome.fallback else None
+        if form is not None and form["chosen"] == "weight-only":
+            model = form.pop("model")
+        return self.result(model, outcome, form)
+
+    def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
+        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only; keep
+        weight-only (smaller file) only where it is faster and still within the budget."""
+        run = self.run
+        wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
+        feed = run.traj.feeds[len(run.traj.feeds) // 2]
+        opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)  # TIMED_SPIN (stage.py)
+        with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
+            ms = interleaved({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2)
+        med = {k: float(np.median(v)) for k, v in ms.items()}
+        doc: dict[str, Any] = {"chosen": "float", "forward_ms": med, "measured_on": "ort (this host)"}
+        if med["weight-only"] < med["float"] * (1 - FORM_MARGIN):
+            metrics = self.measure(wo_model)
+            passed, checks = run.judge(metrics)
+            if passed:
+                doc |= {"chosen": "weight-only", "model": wo_model,
+                        "why": "weight-only fallbacks ran faster here and kept the budget"}
+                outcome.metrics, outcome.checks = metrics, checks
+                return doc
+            doc["why"] = "weight-only fallbacks ran faster here but missed the budget"
+        else:
+            doc["why"] = (f"FP32 fallbacks ran as fast or faster here (weight-only was not {FORM_MARGIN:.0%} faster: "
+                          "a weight-only layer dequantizes its weight at every call)")
+        return doc
+
+    # ---- what it made --------------------------------------------------------------------------
+    def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:
+        run, cfg = self.run, self.run.cfg
+        structure = qdq_structure(model)
+        rules = cfg.entry.graph_rules
+        violations = rules(model) if rules is not None else []
+        if violations:  # a profile that breaks its own rules is a bug here, not a user error
+            raise RuntimeError(f"{cfg.profile} profile produced a graph its rules reject: {violations[:3]}")
+        by_name = run.plan.by_name()
+        # What ORT really quantized of what was asked (Conv outputs' consumers also read a DQ).
+        int8 = sorted(set(outcome.quantized) & set(structure["quantized_nodes"]))
+        weight_only = set(structure["weight_only_nodes"]) - set(int8)
+        readers = {a: f"{by_name[n].label} input" for n in reversed(int8) for a in by_name[n].activations}
+        tensors = sorted(readers)
+        with run.timed("range_drift_s"):
+            drift = range_drift(run.prepared, tensors, run.traj, cfg.threads, labels=readers)
+        rows = self._float_rows(outcome, weight_only)
+        total_mm, total_w = run.plan.matmul_flops(), run.plan.matmul_flops(ops=("MatMul", "Gemm", "Conv"))
+        extras: dict[str, Any] = {}
+        if cfg.entry.cpu_arithmetic:
+            scheme = SCHEMES[cfg.settings.scheme]
+            # validated_on: the class whose kernels decoded the budget (this host: run, check and
+            # profile warn when they run the model on another class; lint checks a target's).
+            extras["arithmetic"] = {"isa": cfg.arithmetic, "scheme": scheme.to_json(), "validated_on": HostFacts.detect().isa_class,
+                                    "saturates_on": [c for c in ISA_CLASSES if scheme.saturates_on(c)]}
+            extras["fallback_form"] = form or {"chosen": "none", "why": "no budget fallback"}
+        extras["step_buckets"] = self.buckets.to_json(model)
+        return SearchResult(
+            model=model, passed=outcome.passed, metrics=outcome.metrics, checks=outcome.checks, int8_nodes=int8,
+            float_rows=rows, fallback=outcome.fallback,
+            sensitivity={n: outcome.ranking[n] for n in rank_by_sensitivity(outcome.ranking)[:10]},
+            history=outcome.history, float_by_op_type=notable_float_ops(run),
+            int8_flop_share={
+                "matmul": run.plan.matmul_flops(int8) / total_mm if total_mm else None,
+                "weighted": run.plan.matmul_flops(int8, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,
+            },
+            structure={"ops": structure["ops"], "qdq_nodes": len(structure["qdq"]),
+                       # the key keeps its name (the trt profile's rules) in the edgekit.quantize/1 document
+                       "trt_rules": "pass" if rules is not None else f"not checked ({cfg.profile} profile)"},
+            drift=drift, tensors=tensors, cache=self.cache, extras=extras, bucket_models=self.buckets.paths(model),
+        )
+
+    def _float_rows(self, outcome: BudgetOutcome, weight_only: set[str]) -> list[dict[str, Any]]:
+        by_name = self.run.plan.by_name()
+
+        def row(name: str, reason: str, source: str) -> dict[str, Any]:
+            # precision: "weight-only" = INT8 weight + DQ, float activations and compute; "float" = FP32.
+            wo = name in weight_only
+            return {"node": name, "label": by_name[name].label, "op": by_name[name].op_type, "source": source,
+                    "precision": "weight-only" if wo else "float",
+                    "reason": reason + ("; weights stored INT8, computed in float" if wo else "")}
+
+        def source(reason: str) -> str:
+            return "user" if reason.startswith("excluded") else "override" if reason.startswith("override ") else "rule"
+
+        return [row(n, r, source(r)) for n, r in self.floated.items()] + [
+            row(f["node"], f["reason"], "budget") for f in outcome.fallback
+        ]
+
+

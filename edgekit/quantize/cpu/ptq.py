@@ -1,0 +1,287 @@
+"""INT8 post-training quantization (QDQ) of a per-step graph with onnxruntime.quantization.
+
+ORT does the work (``quant_pre_process``, ``quantize_static``, its calibrators); what it
+quantizes comes from ``cpu.select.select_nodes``, and fallback layers become weight-only INT8
+(``MatMulNBits``/dequantized weights) here. ``onnxruntime`` is imported lazily."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit.arithmetic import k_axis, pair_range
+from edgekit.errors import EdgekitError
+from edgekit.quantize.calibrate import calibration_reader
+from edgekit.quantize.config import METHODS, QuantizeConfig
+from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph, module_labels
+from edgekit.quantize.quiet import quiet_ort_logging
+
+
+# ---- preparation and analysis ------------------------------------------------------------------
+def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None]:
+    """``quant_pre_process`` (symbolic shape inference + ORT basic optimization, which turns
+    MatMul+Add into Gemm: ORT CPU fuses only DQ->Gemm into QGemm) into ``out_path``; or a plain
+    copy with ONNX shape inference when ``preprocess`` is False.
+
+    Returns (path, why it was skipped or None). Any failure of ``quant_pre_process`` (ORT's
+    symbolic shape inference stops on ops it does not know, e.g. ReduceL2 in a
+    GlobalResponseNorm) falls back to quantizing the graph without it: slower INT8 kernels where
+    MatMul+Add stays unfused, never a crash."""
+    onnx = require("onnx")
+    skipped = "--no-preprocess" if not preprocess else None
+    if preprocess:
+        quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
+        try:
+            with quiet_ort_logging():
+                quant_pre_process(str(fp32_path), str(out_path))
+            return out_path, None
+        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            skipped = f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
+            out_path.unlink(missing_ok=True)
+    model = onnx.load(str(fp32_path))
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shapes are only a help to the quantizer; ORT infers the rest itself
+        pass
+    onnx.save(model, str(out_path))
+    return out_path, skipped
+
+
+# ---- quantization ------------------------------------------------------------------------------
+# Histogram sizes for method=entropy. quantize_static cannot pass them, and ORT's defaults (128
+# bins for 128 quantized bins) leave the KL search nothing to clip: entropy == minmax. TensorRT
+# searches 2048 bins, but ORT's KL search is pure Python: calibrating the masked demo took 9 s
+# with 512 bins, 21 s with 1024 (about 60 s extrapolated for 2048), so 512.
+ENTROPY_BINS = {"num_bins": 512, "num_quantized_bins": 128}
+
+
+def supports_calibration_cache() -> bool:
+    quant = require("onnxruntime.quantization")
+    return "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters
+
+
+def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> bool:
+    """Run ORT's calibrator for ``cfg.method`` over every recorded feed once and save the ranges
+    of all tensors of ``cfg.op_types`` nodes to ``cache`` (ORT's own cache format), which every
+    ``quantize_model`` call of the run then reads instead of calibrating again. False (nothing
+    written) on an onnxruntime without ``quantize_static(calibration_cache_path=...)``."""
+    if not supports_calibration_cache():
+        return False
+    calib = require("onnxruntime.quantization.calibrate")
+    options: dict[str, Any] = {}
+    if cfg.method == "entropy":
+        options |= ENTROPY_BINS
+    if cfg.method == "percentile":
+        options["percentile"] = cfg.percentile
+    reader.rewind()
+    with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp, quiet_ort_logging():
+        calibrator = calib.create_calibrator(
+            Path(prepared),
+            list(cfg.op_types),
+            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+            calibrate_method=getattr(calib.CalibrationMethod, METHODS[cfg.method]),
+            extra_options=options,
+        )
+        calibrator.collect_data(reader)
+        calib.save_tensors_data(calibrator.compute_data(), cache)
+    return True
+
+
+def quantize_model(
+    prepared: Path,
+    out: Path,
+    reader: Any,
+    nodes: Sequence[str],
+    cfg: QuantizeConfig,
+    plan: GraphPlan,
+    calibration_cache: Path | None = None,
+    weight_only: Sequence[str] = (),
+) -> None:
+    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; the nodes of
+    ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute). Which
+    float nodes may be weight-only (profile, rule vs budget vs --exclude) the caller decides.
+
+    reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: ranges
+    from ``calibrate`` (or, when absent, where ORT saves the ones it computes), so fallback
+    iterations re-run the quantizer only; ORT < 1.32 recalibrates every call. An empty ``nodes``
+    writes the float graph: ORT reads an empty list as "quantize everything"."""
+    s = cfg.settings
+    float_weighted = [n for n in weight_only if n not in set(nodes)]
+    if not nodes:
+        shutil.copyfile(prepared, out)
+        _weight_only(out, float_weighted)
+        return
+    quant = require("onnxruntime.quantization")
+    by_name = plan.by_name()
+    # The calibrator observes every node of these types, so one cache serves every subset.
+    op_types = sorted({by_name[n].op_type for n in nodes} | set(cfg.op_types))
+    extra: dict[str, Any] = {
+        "ActivationSymmetric": s.activation_symmetric,
+        "WeightSymmetric": s.weight_symmetric,
+        "QuantizeBias": s.quantize_bias,
+        "OpTypesToExcludeOutputQuantization": [t for t in op_types if t not in s.quantized_outputs],
+    }
+    if cfg.method == "percentile":
+        extra["CalibPercentile"] = cfg.percentile
+    if s.weight_bound == "pair":
+        extra["TensorQuantOverrides"] = pair_bound_overrides(prepared, nodes)
+    kwargs: dict[str, Any] = {}
+    if calibration_cache is not None and supports_calibration_cache():
+        kwargs["calibration_cache_path"] = str(calibration_cache)
+    reader.rewind()
+    try:
+        with quiet_ort_logging():
+            quant.quantize_static(
+                str(prepared),
+                str(out),
+                reader,
+                quant_format=quant.QuantFormat.QDQ,
+                op_types_to_quantize=op_types,
+                per_channel=s.per_channel,
+                reduce_range=s.reduce_range,
+                activation_type=getattr(quant.QuantType, s.activation_type),
+                weight_type=getattr(quant.QuantType, s.weight_type),
+                nodes_to_quantize=list(nodes),
+                calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
+                extra_options=extra,
+                **kwargs,
+            )
+    except (ValueError, RuntimeError) as exc:
+        raise EdgekitError(
+            f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.method}): {str(exc).splitlines()[0][:300]}",
+            hint="try --method minmax, or --exclude the node named in the message",
+        ) from None
+    _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
+    _weight_only(out, float_weighted)
+
+
+def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """ORT ``TensorQuantOverrides`` that give the constant weight of each MatMul/Gemm/Conv in
+    ``nodes`` per-channel ranges ``±arithmetic.pair_range``: symmetric int8 weights whose pairs
+    the AVX2 u8s8 kernel sums never pass 128, so its int16 pair sums never saturate."""
+    onnx = require("onnx")
+    model = onnx.load(str(prepared))
+    inits = {i.name: i for i in model.graph.initializer}
+    wanted = set(nodes)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in model.graph.node:
+        if node.name not in wanted or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
+            continue
+        init = inits.get(node.input[1])
+        if init is None or init.data_type != FLOAT:
+            continue
+        w = onnx.numpy_helper.to_array(init)
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        # ORT's per-channel axes: MatMul the last, Gemm the output channel, Conv 0.
+        axis = (0 if trans_b else 1) if node.op_type == "Gemm" else (w.ndim - 1 if node.op_type == "MatMul" else 0)
+        r = pair_range(w, axis, k_axis(node.op_type, w, axis, trans_b))
+        r = np.where(r > 0, r, 1.0)  # an all-zero channel: any scale (ORT would pick 1 too)
+        out[node.input[1]] = [{"axis": axis, "rmin": float(-v), "rmax": float(v)} for v in r]
+    return out
+
+
+def _weight_only(path: Path, names: Sequence[str]) -> None:
+    """Store the constant weight (input 1) of each node in ``names`` as symmetric per-output-
+    channel int8 behind a DequantizeLinear: the node still computes in float on float
+    activations. Weights shared with other nodes, or not plain initializers, are left alone."""
+    onnx = require("onnx")
+    numpy_helper, helper = onnx.numpy_helper, onnx.helper
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    uses = Counter(i for n in model.graph.node for i in n.input)
+    wanted = set(names)
+    new_nodes = []
+    for node in model.graph.node:
+        if node.name not in wanted or len(node.input) < 2:
+            continue
+        w_name = node.input[1]
+        init = inits.get(w_name)
+        if init is None or uses[w_name] != 1 or init.data_type != FLOAT:
+            continue
+        w = numpy_helper.to_array(init)
+        if node.op_type == "Conv":
+            axis = 0  # (Cout, Cin/g, *k)
+        elif node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute):
+            axis = 0  # (N, K)
+        else:
+            axis = w.ndim - 1  # MatMul / Gemm B: (K, N)
+        reduce = tuple(a for a in range(w.ndim) if a != axis)
+        scale = (np.abs(w).max(axis=reduce) / 127.0).astype(np.float32)
+        scale[scale == 0] = 1.0
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        base = f"{w_name}_weight_only"
+        model.graph.initializer.remove(init)
+        model.graph.initializer.extend([
+            numpy_helper.from_array(q, f"{base}_quantized"),
+            numpy_helper.from_array(scale, f"{base}_scale"),
+            numpy_helper.from_array(np.zeros(scale.shape, np.int8), f"{base}_zero_point"),
+        ])
+        new_nodes.append(helper.make_node(
+            "DequantizeLinear", [f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"], [w_name],
+            name=f"{base}_DequantizeLinear", axis=axis,
+        ))
+    if new_nodes:
+        for dq in reversed(new_nodes):  # producers first: keep the graph topologically sorted
+            model.graph.node.insert(0, dq)
+        onnx.save(model, str(path))
+
+
+def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs: Sequence[str]) -> None:
+    """ORT gives a tensor one Q/DQ pair and rewires *all* its consumers to the DQ output, also
+    the ones it was told not to quantize (``h`` read by an INT8 ``q_proj`` and a float
+    ``k_proj``). Point those back at the float tensor. DQs of outputs the profile quantizes on
+    purpose (CPU: Conv, for QLinearConv) stay: their consumers are why the Q is there."""
+    onnx = require("onnx")
+    model = onnx.load(str(path))
+    inits = {i.name for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    source: dict[str, str] = {}  # activation DQ output -> the float tensor its Q reads
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] in inits:
+            continue
+        q = producer.get(node.input[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        origin = producer.get(q.input[0])
+        if origin is not None and origin.name in int8 and origin.op_type in quantized_outputs:
+            continue
+        source[node.output[0]] = q.input[0]
+    changed = False
+    for node in model.graph.node:
+        if node.name in int8 or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for slot, name in enumerate(node.input):
+            if name in source:
+                node.input[slot] = source[name]
+                changed = True
+    if changed:
+        onnx.save(model, str(path))
+
+
+def quantize_unbudgeted(fp32_path: Path, out_path: Path, feeds: Sequence[Mapping[str, np.ndarray]], cfg: QuantizeConfig | None = None) -> Path:
+    """INT8 QDQ of every node ``cfg`` selects (default: the ``cpu`` profile's), no accuracy budget
+    and no fallback, calibrated on ``feeds`` (recorded decode calls). For *timing* graphs no
+    budget can be checked for: the profiler's architecture-only (random-weight) models at other
+    sequence lengths, whose INT8 kernels cost what the trained model's would."""
+
+    cfg = cfg or QuantizeConfig()
+    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
+        prepared, _ = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
+        plan = analyse_graph(prepared, None, module_labels(Path(fp32_path)))
+        nodes, floated = select_nodes(plan, cfg)
+        weight_only = weight_only_by_rule(floated, cfg)
+        staged = Path(tmp) / "int8.onnx"
+        quantize_model(prepared, staged, calibration_reader(feeds), nodes, cfg, plan, weight_only=weight_only)
+        shutil.move(str(staged), str(out_path))
+    return Path(out_path)

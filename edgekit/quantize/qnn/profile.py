@@ -1,0 +1,363 @@
+"""The ``qnn`` quantization profile: full-integer QDQ for Qualcomm's HTP (Hexagon NPU), mixed
+8/16-bit activations, the budget measured on the HTP backend itself.
+
+An NPU has no float fallback, so every op is quantized (LayerNorm, Softmax, GELU, the attention
+core, the flow time embedding too) with onnxruntime's QNN rules
+(``quantization.execution_providers.qnn.get_qnn_qdq_config``: uint8 activations; MatMul weights
+int8 per output channel, other constants uint8 per tensor). A flow model's time angle and its
+frequency table are 16-bit by rule (``qnn.graph.time_angle_tensors``). Instead of falling back
+to float, the most sensitive tensors are
+promoted to uint16 (tensor quant overrides; ORT inserts the 8<->16-bit converts): ranked once by
+how much each one alone at 8 bit moves the network's outputs (``sensitivity.output_sensitivity``
+on recorded decode feeds, per step bucket), ordered by that noise per activation the promotion
+puts at 16 bit, ties included (``qnn.graph.promotion_ties``), then promoted in the smallest count
+of that order that holds the budget (doubling groups, then a bisection, on the CPU EP's
+simulation), **confirmed on the HTP backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
+the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
+
+    prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
+    all-8-bit model -> rank by output sensitivity -> promote until the budget holds (each candidate
+    decoded on the HTP backend) -> promotions and 8-bit share in the summary
+
+``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
+cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+from edgekit.quantize.buckets.state import BucketState
+from edgekit.quantize.calibrate import range_drift
+from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.overrides import tensor_overrides
+from edgekit.quantize.qnn.graph import (
+    GraphFacts,
+    activation_bits,
+    activation_tensors,
+    prepare_qnn,
+    producer_labels,
+    promotion_ties,
+    quantize_qnn_model,
+    time_angle_tensors,
+)
+from edgekit.quantize.qnn.search import (
+    Promotion,
+    disagreeing,
+    promote,
+    promotion_label,
+    tensor_of,
+    tensors_in,
+)
+from edgekit.quantize.qnn.sensitivity import (
+    Sensitivity,
+    bucket_promotion_order,
+    output_sensitivity_per_graph,
+    promotion_order,
+    step_weights,
+)
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.qnn import (
+    QnnOptions,
+    QnnRuntime,
+    emulated,
+    float_nodes,
+    qnn_options_for,
+    versions,
+)
+from edgekit.spec import KIND_IO
+from edgekit.targets import load_target
+
+# The ranking's recorded calls: this many times ``sensitivity_feeds`` (one session answers every
+# tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
+RANK_FEEDS_PER_FEED = 4
+# ``--step-buckets auto`` goes on to 8 here (``buckets.ranges.AUTO_COUNTS`` stops at 4): where no
+# count meets the budget, the search keeps the best margin, and every 16-bit promotion after it
+# costs the NPU time at every call, where a bucket costs only its scales (the weights are one
+# set). On the flow demo (8 ODE steps), the CPU simulation met the budget with 88 activations at
+# 16 bit with 8 buckets, against 128 on the HTP backend with 4. The cpu profile stops at 4: there
+# each bucket is one more session or compiled model, whose memory counts against the 1.2x bound.
+AUTO_COUNTS_QNN: tuple[int, ...] = (1, 2, 4, 8)
+
+
+class QnnProfile:
+    """Hooks of the qnn profile for one quantize run: full-integer QDQ by the QNN rules, the most
+    sensitive tensors promoted to 16 bit until the budget holds on the HTP backend."""
+
+    def __init__(self, run: QuantizeRun):
+        self.run = run
+        # The HTP the budget is measured on: the --target's SoC (htp_arch, soc_model), else the default.
+        self.htp = qnn_options_for(load_target(run.cfg.target), "int8") if run.cfg.target else QnnOptions()
+        self.builds = iter(range(10**6))
+        self.tensors: list[str] = []  # activation tensors of the all-8-bit model
+        self.weights: list[str] = []  # MatMul weights and Gather tables (promotable to 16 bit)
+        self.labels: dict[str, str] = {}
+        self.forced: list[str] = []  # at 16 bit from the start: by rule and by --overrides
+        self.by_rule: dict[str, str] = {}  # tensor at 16 bit by rule -> why ("rule: time angle", "rule: logits")
+        self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
+        self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
+        self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
+        self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
+        self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
+
+    def check(self) -> None:
+        if any(o.get("node") for o in self.run.cfg.overrides):
+            raise EdgekitError("node overrides (float, weight-only) do not apply to --profile qnn: the NPU has no float fallback",
+                               hint="the qnn profile takes tensor overrides: {\"tensor\": NAME, \"action\": \"int16\"}")
+        if self.run.cfg.exclude:
+            raise EdgekitError("--exclude does not apply to --profile qnn: the NPU has no float fallback",
+                               hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude")
+
+    def prepare(self) -> None:
+        run = self.run
+        run.say("prepare graph (qnn_preprocess_model)")
+        run.prepared = prepare_qnn(run.fp32_path, run.tmp / "prepared.onnx")
+        run.preprocess = {"applied": True, "skipped_because": None, "tool": "qnn_preprocess_model + Gemm as MatMul"}
+        self.labels = module_labels(run.fp32_path)
+        self.facts = GraphFacts.read(run.prepared)
+        run.plan = analyse_graph(run.prepared, None, self.labels)
+
+    def calibrate(self) -> None:
+        pass  # get_qnn_qdq_config calibrates every build from the reader
+
+    def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Runtime:
+        """One graph on the HTP backend (its threads do not spin: ``spin`` and ``bucket`` change nothing)."""
+        return QnnRuntime(model, self.htp, threads=self.run.cfg.threads)
+
+    def build(self, promoted: Sequence[Promotion]) -> Path:
+        """The QDQ model by the QNN rules with ``promoted`` at 16 bit (one graph per step bucket,
+        each calibrated on its bucket's calls; the first is returned). A promotion is a tensor (at
+        16 bit in every bucket) or (bucket, tensor) (in that bucket's graph only). A set built before with the
+        same buckets is not built again: the search asks for the same candidate more than once
+        (the bucket choice and the first HTP decode; the CPU search, the HTP check and the HTP
+        decode)."""
+        key = (tuple(promoted), self.buckets.current)
+        if key not in self.built:
+            self.built[key] = self._build(promoted)
+        return self.built[key]
+
+    def _build(self, promoted: Sequence[Promotion]) -> Path:
+        every_activation = bool(self.tensors) and set(self.tensors) <= {p for p in promoted if isinstance(p, str)}
+
+        def one(bucket: int, reader: Any) -> Path:
+            out = self.run.tmp / f"qnn-{next(self.builds)}.onnx"
+            mine = list(dict.fromkeys(tensors_in(promoted, bucket)))
+            return quantize_qnn_model(self.run.prepared, out, reader, mine, self.run.cfg.method, every_activation,
+                                      per_channel=self.run.cfg.settings.per_channel, facts=self.facts)
+
+        return self.buckets.graphs(one)
+
+    def open_candidate(self, model: Path, spin: bool | None = None) -> Runtime:
+        """The runtime that decodes candidate ``model`` on the HTP backend (every bucket's graph behind one)."""
+        return self.buckets.open(model, self.budget_runtime)
+
+    def open_simulation(self, model: Path) -> Runtime:
+        """Candidate ``model`` on the CPU EP's QDQ simulation, which narrows the search (the HTP decides).
+
+        The simulation runs with basic graph optimization only: every Q/DQ pair as written, the
+        ops between them in float. ORT's QDQ fusions would run int8 CPU kernels instead, whose
+        arithmetic is the host's: on x86 without VNNI u8 x s8 sums saturate, and a per-channel
+        int8 MatMul simulated 2.2 dB below its QDQ semantics (30.7 dB; the HTP backend: 32.3)."""
+        options = OrtOptions(intra_op_threads=self.run.cfg.threads, graph_optimization="basic")
+        return self.buckets.open(model, lambda p: OrtRuntime(p, options))
+
+    def measure(self, model: Path, promoted: Sequence[Promotion], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
+        """Decode the held-out set with ``model`` on the HTP backend, with check's gate (budget met
+        means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
+        velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
+        run = self.run
+        if backend == "htp":
+            run.say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
+        with self.open_candidate(model) if backend == "htp" else self.open_simulation(model) as rt:
+            metrics = run.measure(rt, gate=backend == "htp")
+        passed, rows = run.judge(metrics)
+        run.history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
+                            **{k: metrics.get(k) for k in run.budget}, "passed": passed})
+        return passed, metrics, rows
+
+    def search(self) -> SearchResult:
+        run = self.run
+        run.say("quantize every op: 8-bit activations and weights (QNN rules)")
+        eight_bit = self.build(())
+        self.tensors = activation_tensors(eight_bit)
+        # Promotable constants: MatMul weights, and Gather tables (embeddings; the HTP gathers at 16 bit).
+        self.weights = [*self.facts.matmul_weights, *self.facts.gather_tables]
+        self.by_rule = self._by_rule()
+        self.forced = list(dict.fromkeys([*self.by_rule, *self._forced()]))
+        known = producer_labels(run.prepared, self.labels)  # tensors of the float graph (the QDQ one renames outputs)
+        self.buckets.measure_drift([t for t in self.tensors if t in known])
+        # Chosen on the CPU EP's QDQ simulation (cheap); the HTP backend then measures that count.
+        self.buckets.choose(lambda: self.build(self.forced), lambda m: self.measure(m, self.forced, backend="cpu")[1],
+                            note="ort-cpu (search only)")
+        model = self.build(self.forced)
+        passed, metrics, rows = self.measure(model, self.forced)
+        promoted: list[Promotion] = list(self.forced)
+        ranking: dict[Promotion, float] = {}
+        if not passed and run.cfg.fallback:
+            parts = self.rank(eight_bit)
+            ties = promotion_ties(run.prepared, self.tensors, self.facts)
+            if len(parts) == 1:
+                ranking = dict(parts[0].snr_db())
+                order: list[Promotion] = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+            else:
+                ranking = {(b, t): v for b, part in enumerate(parts) for t, v in part.snr_db().items()}
+                order = list(self.bucket_order(parts, ties))
+            model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
+        return self.result(model, promoted, ranking, passed, metrics, rows)
+
+    def bucket_order(self, parts: Sequence[Sensitivity], ties: Mapping[str, frozenset[str]]) -> list[tuple[int, str]]:
+        """The promotion order over (step bucket, tensor) (``sensitivity.bucket_promotion_order``):
+        each bucket's noise per ranked call, weighted by its calls' weight in the decode's result
+        (``step_weights``: a flow step's size squared) and costed by its share of the calls.
+
+        One set for every bucket spent 16-bit activations where they do not pay: the flow demo's
+        first steps (t < 0.08) are integrated over steps of 0.038 against 0.19 for the last, so
+        their output error reaches the result 25x weaker in power. Predicted from the ranking (8
+        buckets, 16 calls), the weighted noise that one set reached with 88 activations at 16 bit
+        takes 64 on average per call by bucket."""
+        run = self.run
+        calls = run.traj.calls
+        weights = step_weights(run.kind, [c.position for c in calls])
+        by_bucket = self.buckets.calls_by_bucket(self.buckets.current)
+        count = [len(mine) for mine in by_bucket]
+        share = [c / max(len(calls), 1) for c in count]
+        weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]
+        noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
+        return bucket_promotion_order(noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced)
+
+    def _by_rule(self) -> dict[str, str]:
+        """{tensor at 16 bit by rule: why}: a flow model's time angle
+        (``time_angle_tensors``); a masked or AR model's logits output. The decode's decisions
+        are read off the logits (argmax, top-k, the confidence ranking), and at 8 bit their step,
+        1/255 of the range, flips near-ties that no SQNR ranking sees (the logits' energy is in
+        the large entries). On the 20,000-step masked demo, all 8-bit on the HTP backend: top-1
+        agreement 0.879 (check's floor 0.90) and logits KL over check's limit; the search then
+        promoted 47, 94, 171 tensors without meeting the budget, since the logits (a graph
+        output, renamed in the QDQ graph) could not be promoted at all. The logits alone at 16
+        bit: top-1 0.904, lockstep 0.953, 151 of 152 activations at 8 bit."""
+        quantized = set(self.tensors) | self.facts.floats
+        if self.run.kind == "flow":
+            return {t: "rule: time angle" for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1]) if t in quantized}
+        logits = KIND_IO[self.run.kind][1][0]  # "logits", the first output of the masked and ar contracts
+        return {logits: "rule: logits"} if logits in quantized else {}
+
+    def _forced(self) -> list[str]:
+        """Tensors an override puts at 16 bit from the start (``--overrides``, ``debug --fix``)."""
+        known = set(self.tensors) | set(self.weights)
+        forced = tensor_overrides(self.run.cfg.overrides)
+        unknown = [t for t in forced if t not in known]
+        if unknown:
+            raise EdgekitError(f"override tensor {unknown[0]!r} is not an activation or MatMul weight of this graph",
+                               hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
+        return forced
+
+    def rank(self, eight_bit: Path) -> list[Sensitivity]:
+        """Each activation's, MatMul weight's and Gather table's output noise alone at 8 bit
+        (``sensitivity.output_sensitivity_per_graph``), one ``Sensitivity`` per step bucket (one
+        when one scale), on that bucket's all-8-bit graph and recorded feeds: ``RANK_FEEDS_PER_FEED``
+        times ``sensitivity_feeds`` calls, spread over the loop, split evenly between the buckets
+        (``ranked_calls``: how many each got).
+
+        Own-SQNR ranking (each tensor's value before vs after its own Q/DQ) put the flow demo's
+        residual sums, which carry every block's error on, among the last: on the HTP backend it
+        needed 138 promotions and 193 of 263 activations at 16 bit (26.6 % at 8 bit). By output
+        noise the residual sums come first."""
+        run = self.run
+        graph = eight_bit if self.buckets.current is None else self.build(())
+        buckets = self.buckets.for_model(graph)
+        feeds = run.traj.feeds
+        n = min(len(feeds), RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds)
+        if buckets is None:
+            pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
+            groups = [(graph, [feeds[i] for i in pick])]
+        else:
+            groups = []
+            for path, mine in zip(self.buckets.paths(graph), self.buckets.calls_by_bucket(buckets)):
+                k = min(len(mine), -(-n // buckets.n))
+                chosen = sorted({mine[j] for j in np.linspace(0, len(mine) - 1, k).round().astype(int)}) if k else []
+                groups.append((path, [feeds[i] for i in chosen]))
+        self.ranked_calls = [len(g[1]) for g in groups]
+        total = sum(self.ranked_calls)
+        run.say(f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({total} recorded calls)")
+        with run.timed("rank_s"):
+            return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
+
+    def promote(self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
+        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget."""
+        return promote(self, order, model, passed, metrics, rows)
+
+    def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
+        """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
+        return disagreeing(self, forced, candidates)
+
+    def result(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], passed: bool,
+               metrics: dict[str, Any], rows: list[dict[str, Any]]) -> SearchResult:
+        run = self.run
+        floats = float_nodes(model)
+        if floats:  # get_qnn_qdq_config quantizes every op it knows; anything else is named here
+            run.warn(f"{len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16")
+        producer = producer_labels(run.prepared, self.labels)
+        shown = [t for t in self.tensors if t in producer][:64]
+        with run.timed("range_drift_s"):
+            drift = range_drift(run.prepared, shown, run.traj, run.cfg.threads, labels={t: producer[t] for t in shown})
+        ops: dict[str, int] = {}
+        for n in run.plan.nodes:
+            ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        return SearchResult(
+            model=model, passed=passed, metrics=metrics, checks=rows, int8_nodes=[n.name for n in run.plan.nodes],
+            sensitivity={promotion_label(t): {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.__getitem__)[:10]},
+            history=run.history, float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
+            int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
+            structure={"ops": ops, "float_nodes": floats}, drift=drift, tensors=self.tensors,
+            budget_extra={"measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else "")},
+            extras={"qnn": self.promotions(model, promoted, ranking, producer), "step_buckets": self.buckets.to_json(model)},
+            bucket_models=self.buckets.paths(model),
+        )
+
+    def promotions(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], producer: Mapping[str, str]) -> dict[str, Any]:
+        weight_set = set(self.weights)
+        tensors = set(self.tensors)
+        rule = set(self.by_rule)
+        # Activations at 16 bit as each bucket's written graph holds them (promoted ones, inputs of
+        # promoted MatMul weights, outputs of promoted Gather tables, and what ORT ties to them).
+        paths = self.buckets.paths(model)
+        wide = [len({t for t, b in activation_bits(p, self.tensors).items() if b == 16} & tensors) for p in paths]
+        buckets = self.buckets.for_model(model)
+        if buckets is None:
+            share = [1.0]
+        else:
+            calls = [len(mine) for mine in self.buckets.calls_by_bucket(buckets)]
+            share = [c / max(sum(calls), 1) for c in calls]
+        # The 8-bit share per call of the decode: a bucket's graph runs for its own calls.
+        mean_wide = float(sum(w * c for w, c in zip(wide, share)))
+        doc = {
+            "htp_arch": self.htp.arch, "soc_model": self.htp.soc, **versions(),
+            "weights": ("MatMul weights int8 per output channel" if self.run.cfg.settings.per_channel else "MatMul weights uint8 per tensor")
+                       + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
+            "activations": "uint8, promoted tensors uint16",
+            "activation_tensors": len(self.tensors),
+            "promoted_16bit": len(promoted),
+            "activations_16bit": round(mean_wide, 1) if len(paths) > 1 else wide[0],
+            "weights_16bit": sum(1 for p in promoted if tensor_of(p) in weight_set),
+            "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
+            "refused_by_htp": self.refused,
+            "promotions": [
+                {"step": i + 1, "tensor": tensor_of(p), "bucket": None if isinstance(p, str) else p[0],
+                 "kind": "weight" if tensor_of(p) in weight_set else "constant" if tensor_of(p) in self.facts.floats else "activation",
+                 "produced_by": "initializer" if tensor_of(p) in weight_set or tensor_of(p) in self.facts.floats else producer.get(tensor_of(p), tensor_of(p)),
+                 "output_snr_db": ranking.get(p),
+                 "why": self.by_rule[p] if p in rule else "override" if p in self.forced else "budget"}
+                for i, p in enumerate(promoted)
+            ],
+        }
+        if len(paths) > 1:
+            doc["activations_16bit_per_bucket"] = wide
+            doc["share_8bit_is"] = "per call of the decode: each step bucket's graph, weighted by its share of the calls"
+        return doc

@@ -1,0 +1,58 @@
+"""How the cpu/trt profile opens its INT8 candidates on ORT: as deployed for the budget, and
+spinning inside runs only where sessions are timed side by side (TIMED_SPIN, quantize/stage.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from edgekit.quantize.cpu.fallback import FallbackProfile
+
+pytest.importorskip("onnxruntime")
+
+
+def _profile(threads: int = 1) -> FallbackProfile:
+    profile = FallbackProfile.__new__(FallbackProfile)  # only budget_runtime is used: it reads run.cfg
+    profile.run = SimpleNamespace(cfg=SimpleNamespace(runtime="ort", threads=threads))
+    return profile
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "between", "arena"),
+    [
+        ({}, True, False),  # one graph, as `edgekit run` opens it
+        ({"spin": False}, False, False),  # timed beside another session: no spin left after a run
+        ({"bucket": True}, False, True),  # bucket sessions take turns: one arena, no spin after a run
+        ({"spin": False, "bucket": True}, False, True),
+    ],
+)
+def test_candidate_sessions_spin_inside_runs_and_between_them_only_alone(tiny_model, kwargs, between, arena):
+    with _profile().budget_runtime(tiny_model, **kwargs) as rt:
+        assert rt.options.allow_spinning  # a run's own parallel sections never pay a wake-up
+        assert rt.options.spin_between_runs is between
+        assert rt.options.shared_arena is arena
+        assert rt.options.intra_op_threads == 1
+
+
+@pytest.mark.slow
+def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, monkeypatch):
+    from edgekit.quantize import QuantizeConfig, quantize_bundle, stage
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    fp32_options = []
+
+    class Spy(OrtRuntime):
+        def __init__(self, path, options=OrtOptions()):
+            fp32_options.append(options)
+            super().__init__(path, options)
+
+    candidates = []
+    real = FallbackProfile.budget_runtime
+    monkeypatch.setattr(stage, "OrtRuntime", Spy)
+    monkeypatch.setattr(FallbackProfile, "budget_runtime", lambda self, model, **kw: (candidates.append(kw), real(self, model, **kw))[1])
+    s = quantize_bundle(masked, QuantizeConfig(calib_samples=4, eval_samples=4, threads=1))
+    assert s["speed"]["measured"]
+    timed = [o for o in fp32_options if not o.spin_between_runs]
+    assert len(timed) == 1 and timed[0].allow_spinning  # the FP32 side of the INT8-vs-FP32 timing
+    assert candidates[-1] == {"spin": False, "bucket": False}  # its INT8 side, opened last

@@ -1,0 +1,91 @@
+"""The cpu and trt profiles' budget search: the fallback loop and the sensitivity ranking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.evaluate import snr_db
+from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.cpu.search import fallback_until_within_budget, rank_by_sensitivity
+from tests.quantize.conftest import build_tiny_model, tiny_feeds
+
+
+def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
+    built = []
+
+    def build(nodes):
+        built.append(list(nodes))
+        return f"model{len(built)}"
+
+    def measure(model):  # each of a, b costs 0.02 of agreement; c costs nothing
+        nodes = built[-1]
+        return {"lockstep_token_agreement": 1.0 - 0.02 * sum(n in nodes for n in ("a", "b"))}
+
+    def sensitivity(model, nodes):
+        return {"a": {"added_sqnr_db": 20.0}, "b": {"added_sqnr_db": 25.0}, "c": {"added_sqnr_db": 50.0}}
+
+    model, out = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity)
+    assert out.passed and out.quantized == ["c"]
+    assert [f["node"] for f in out.fallback] == ["a", "b"]
+    assert out.fallback[0]["reason"].startswith("budget fallback #1") and "20.0 dB" in out.fallback[0]["reason"]
+    assert [h["lockstep_token_agreement"] for h in out.history] == pytest.approx([0.96, 0.98, 1.0])
+    assert model == "model3"
+    _, capped = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1)
+    assert not capped.passed and len(capped.fallback) == 1
+    _, off = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, enabled=False)
+    assert not off.passed and off.fallback == [] and len(off.history) == 1
+
+
+def test_rank_by_sensitivity_lowest_added_sqnr_first():
+    assert rank_by_sensitivity({"x": {"added_sqnr_db": 40.0}, "y": {"added_sqnr_db": 12.0}}) == ["y", "x"]
+
+
+NAIVE_OPS = ("MatMul", "Gemm", "Conv", "LayerNormalization", "Softmax", "Sin", "Cos")
+
+
+def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
+    """Everything INT8 (attention core, LayerNorm, Softmax, the sinusoid of 1000·t, the time MLP):
+    8 bits cannot resolve 1000·t radians, so the output is ruined; the loop must find and float
+    the culprits with ORT's qdq_loss_debug and end within a 30 dB budget."""
+    ort = pytest.importorskip("onnxruntime")
+    from edgekit.quantize import graph as qgraph
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import ptq
+    from edgekit.quantize.cpu.search import isolated_output_sqnr, node_sensitivity
+    from edgekit.quantize.cpu.select import select_nodes
+
+    model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
+    cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
+    plan = qgraph.analyse_graph(model, time_input="t")
+    chosen, floated = select_nodes(plan, cfg)
+    assert {"sin", "cos", "time_mlp", "qk", "av", "ln", "softmax"} <= set(chosen) and not floated
+    calib, held_out = tiny_feeds(16, seed=1), tiny_feeds(8, seed=2)
+    reader = calibration_reader(calib)
+    ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    expected = np.concatenate([ref.run(None, f)[0] for f in held_out])
+    n = iter(range(100))
+
+    def build(nodes):
+        out = tmp_path / f"int8-{next(n)}.onnx"
+        ptq.quantize_model(model, out, reader, nodes, cfg, plan, calibration_cache=tmp_path / "cache.json")
+        return out
+
+    def measure(path):
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return {"snr_db": snr_db(expected, np.concatenate([sess.run(None, f)[0] for f in held_out]))}
+
+    def sensitivity(path, nodes):  # as the stage ranks: qdq_loss_debug + one layer at a time
+        scores = node_sensitivity(model, path, calib[:4], {k: plan.by_name()[k] for k in nodes})
+        alone = isolated_output_sqnr(model, build, nodes, calib[:4], "y")
+        return {k: scores.get(k, {}) | {"isolated_output_sqnr_db": alone[k]} for k in nodes}
+
+    _, out = fallback_until_within_budget(chosen, {"snr_db": 30.0}, build, measure, sensitivity)
+    assert out.history[0]["snr_db"] < 30.0 and not out.history[0]["passed"]  # made to fail first
+    assert out.passed and out.metrics["snr_db"] >= 30.0
+    fell = [f["node"] for f in out.fallback]
+    assert set(fell[:2]) == {"sin", "cos"}, fell  # the sinusoid of 1000·t is what 8 bits break
+    assert len(fell) <= 3, fell  # the ranking found it, not a sweep over everything
+    assert out.ranking["sin"]["isolated_output_sqnr_db"] < 25 < 30 < out.ranking["ln"]["isolated_output_sqnr_db"]
+    assert set(out.quantized) == set(chosen) - set(fell)
+    assert all(f["reason"].startswith("budget fallback #") for f in out.fallback)

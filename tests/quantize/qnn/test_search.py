@@ -1,0 +1,118 @@
+"""The qnn profile's promotion search, on a stand-in whose budget holds from a known count of
+16-bit tensors: the smallest count is found on the CPU simulation (doubling, then bisection) and
+confirmed on the HTP backend; where the HTP backend falls short of the simulation, its shortfall
+tightens the simulation's budget (a quarter more where the key is one the simulation does not
+measure); a tensor the HTP backend computes unlike its simulation is left out and the count
+checked again."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from edgekit.quantize.qnn.profile import QnnProfile
+
+
+def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (),
+            drop=None):
+    """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
+    it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
+    HTP's check margin, which the simulation does not measure)."""
+    profile = QnnProfile.__new__(QnnProfile)  # promote() reads these and calls build/measure
+    warned: list[str] = []
+    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None, warn=warned.append,
+                                  budget={"gt_snr_drop_db": 1.0})
+    profile.forced = []
+    profile.refused = []
+    checked: list[int] = []
+
+    def disagreeing(forced, candidates):  # the stand-in HTP: wrong wherever a tensor of ``disagree`` is promoted
+        checked.append(len(candidates))
+        bad = [t for t in candidates if t in disagree]
+        return (bad[0], 6.0) if bad else None
+
+    profile.disagreeing = disagreeing
+    profile.tensors = [f"t{i}" for i in range(n)]
+    profile.weights = []
+    profile.build = lambda promoted: tuple(promoted)
+    measured = {"cpu": [], "htp": [], "order": []}
+
+    def measure(model, promoted, backend="htp"):
+        measured[backend].append(len(promoted))
+        measured["order"].append(backend)
+        if drop is not None:
+            value = drop(backend, len(promoted))
+            return value <= 1.0, {"gt_snr_drop_db": value}, []
+        return len(promoted) >= (cpu_needs if backend == "cpu" else htp_needs), {}, []
+
+    profile.measure = measure
+    model, promoted, passed, _, _ = profile.promote(profile.tensors, (), False, {}, [])  # t0 first
+    measured["checked"], measured["warned"], measured["refused"] = checked, warned, profile.refused
+    return promoted, passed, measured
+
+
+def test_the_smallest_passing_count_is_bisected_on_the_cpu_and_confirmed_on_the_htp():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17)
+    assert passed and promoted == [f"t{i}" for i in range(17)]  # first of the order first
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
+    assert measured["htp"] == [17]
+
+
+def test_the_htp_adds_a_quarter_more_where_it_is_stricter_than_the_simulation():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30)
+    assert passed and len(promoted) == 32 and measured["htp"] == [17, 21, 26, 32]
+
+
+def test_a_tensor_the_htp_computes_unlike_its_simulation_is_left_out_and_the_count_checked_again():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",))
+    assert passed and promoted == [f"t{i}" for i in range(18) if i != 3]
+    assert measured["refused"] == [{"tensor": "t3", "htp_below_simulation_db": 6.0}] and "t3" in measured["warned"][0]
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17, 17]  # the count that held, checked once more
+    assert measured["checked"] == [17, 17] and measured["htp"] == [17]
+
+
+@pytest.mark.parametrize(("needs", "cpu"), [(1, [1]), (100, [1, 2, 4, 8, 16, 32, 64, 100, 82, 91, 95, 97, 98, 99])])
+def test_edges_of_the_search(needs, cpu):
+    promoted, passed, measured = _search(cpu_needs=needs, htp_needs=needs)
+    assert passed and len(promoted) == needs and measured["cpu"] == cpu and measured["htp"] == [needs]
+
+
+def test_a_budget_no_count_meets_promotes_everything_it_may_and_says_it_failed():
+    promoted, passed, measured = _search(cpu_needs=1000, htp_needs=1000, max_fallback=10)
+    assert not passed and len(promoted) == 10 and measured["cpu"] == [1, 2, 4, 8, 10] and measured["htp"] == [10]
+
+
+def test_the_quarter_more_the_htp_asks_for_is_checked_against_the_simulation_too():
+    # t20 lies past the count the CPU search found: only the HTP's quarter steps reach it.
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, disagree=("t20",))
+    assert passed and "t20" not in promoted and len(promoted) == 32
+    assert measured["refused"] == [{"tensor": "t20", "htp_below_simulation_db": 6.0}]
+    assert measured["checked"][0] == 17 and 21 in measured["checked"]  # the first quarter step was checked
+    assert measured["htp"] == [17, 21, 26, 32]
+
+
+def test_the_htp_shortfall_tightens_the_simulations_budget_and_the_count_is_searched_again():
+    # The simulation meets 1 dB from 10 promotions; the HTP backend runs 0.5 dB worse, so it needs 20.
+    def drop(backend, k):
+        return 10 / k + (0.5 if backend == "htp" else 0.0)
+
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, drop=drop)
+    assert passed and len(promoted) == 20
+    assert measured["htp"] == [10, 20]  # not 10, 12, 15, 18, 22: one HTP decode to learn the offset, one to confirm
+    # Galloping from 10 with the budget at 0.5 dB, then bisecting; counts measured before are not
+    # measured again (12, 16: the first search; 10: the HTP's shortfall is set against its figure).
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 12, 10, 9] + [11, 14, 18, 26, 22, 20, 19]
+
+
+def test_a_shortfall_the_simulation_cannot_close_sends_the_whole_order_to_the_htp():
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, n=30, drop=lambda backend, k: 10 / k + (5.0 if backend == "htp" else 0.0))
+    assert not passed and len(promoted) == 30 and measured["htp"] == [10, 30]
+
+
+def test_the_htps_verdict_on_the_whole_order_is_the_last_word():
+    # The HTP fails on a key the simulation does not measure: quarter steps reach the limit (30),
+    # which the simulation never decoded; nothing is left to search, so it does not decode it now.
+    promoted, passed, measured = _search(cpu_needs=3, htp_needs=1000, n=30)
+    assert not passed and len(promoted) == 30 and measured["htp"][-3:] == [22, 27, 30]
+    assert measured["order"][-1] == "htp" and 30 not in measured["cpu"]

@@ -1,0 +1,148 @@
+"""The recording proxy sees every network call of every loop (steps, ODE stages, CFG rows, AR
+positions), keeps copies, and stays under its byte bound."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.decode.schedules import time_grid
+from edgekit.runtimes.base import BaseRuntime
+from edgekit.runtimes.recording import RecordingRuntime
+from edgekit.spec import TensorSpec
+
+V, L, T, C = 10, 12, 8, 4
+
+
+class TinyMasked(BaseRuntime):
+    """tokens int64[B, L] + class_id int64[B] -> logits float32[B, L, V], reusing one buffer."""
+
+    name = "tiny-masked"
+
+    def __init__(self, batch: int):
+        super().__init__(
+            {"tokens": TensorSpec((batch, L), "int64"), "class_id": TensorSpec((batch,), "int64")},
+            {"logits": TensorSpec((batch, L, V), "float32")},
+        )
+        self.table = np.random.default_rng(0).normal(size=(V + 1, V)).astype(np.float32)
+        self.out = np.empty((batch, L, V), np.float32)
+
+    def _run_impl(self, feeds):
+        self.out[:] = self.table[np.roll(feeds["tokens"], -1, axis=1)] + feeds["class_id"][:, None, None]
+        return {"logits": self.out}
+
+
+MASKED_META = {"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 3}}}
+
+
+class TinyFlow(BaseRuntime):
+    """x float32[B, T, C], t float32[B], tokens int64[B, L] -> v = tokens-mean - x."""
+
+    name = "tiny-flow"
+
+    def __init__(self, batch: int):
+        super().__init__(
+            {"x": TensorSpec((batch, T, C), "float32"), "t": TensorSpec((batch,), "float32"), "tokens": TensorSpec((batch, L), "int64")},
+            {"v": TensorSpec((batch, T, C), "float32")},
+        )
+
+    def _run_impl(self, feeds):
+        target = feeds["tokens"].mean(axis=1, keepdims=True)[:, :, None].astype(np.float32)
+        return {"v": target - feeds["x"]}
+
+
+FLOW_META = {"channels": C, "frames": T, "conditioning": {"tokens": {"uncond": V}}}
+
+
+class TinyAR(BaseRuntime):
+    name = "tiny-ar"
+
+    def __init__(self, batch: int, max_len: int = 6):
+        cache = TensorSpec((1, batch, 1, max_len, 2), "float32")
+        super().__init__(
+            {"token": TensorSpec((batch, 1), "int64"), "pos": TensorSpec((1,), "int64"), "k_cache": cache,
+             "v_cache": cache, "class_id": TensorSpec((batch,), "int64")},
+            {"logits": TensorSpec((batch, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
+        )
+
+    def _run_impl(self, feeds):
+        logits = np.zeros((len(feeds["token"]), V), np.float32)
+        logits[np.arange(len(logits)), (feeds["token"][:, 0] + 1) % V] = 5.0
+        k = feeds["k_cache"].copy()
+        k[:, :, :, int(feeds["pos"][0])] = 1.0
+        return {"logits": logits, "k_cache_out": k, "v_cache_out": k}
+
+
+AR_META = {"vocab_size": V, "max_len": 6, "bos_id": V, "conditioning": {"class_id": {"uncond": 3}}}
+
+
+def _decode(kind, runtime, meta, cond, **options):
+    rec = RecordingRuntime(runtime, kind, meta)
+    cfg = decode_config(kind, {}, options, seed=3)
+    result = decode(kind, rec, meta, cond, cfg)
+    return rec, result
+
+
+def test_masked_every_step_recorded_as_a_copy_with_its_mask_share():
+    rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=6)
+    assert len(rec.feeds) == result.runtime_calls == 6
+    shares = [c.position for c in rec.calls]
+    assert shares[0] == 1.0 and all(a > b for a, b in zip(shares, shares[1:]))  # the schedule unmasks
+    # Copies, not the loop's reused buffers: step 0 still shows the all-mask input.
+    assert (rec.feeds[0]["tokens"] == V).all() and not (rec.feeds[-1]["tokens"] == V).all()
+    assert [c.call for c in rec.calls] == list(range(6))
+
+
+def test_every_nth_call_is_recorded_and_the_decode_still_runs_every_call():
+    """`every`: an AR step's feeds hold its KV cache, so a long decode recorded whole ran a 24 GiB
+    host out of memory (the int8 length sweep at 1024 tokens); keeping calls 0, n, 2n, ... of
+    each decode bounds it while the loop still sees every call's outputs."""
+    rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, every=4)
+    result = decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    assert result.runtime_calls == 10
+    assert [c.call for c in rec.calls] == [0, 4, 8] and len(rec.feeds) == 3
+    assert (rec.feeds[0]["tokens"] == V).all()  # call 0 (all masked) is always kept
+    rec.begin_decode()
+    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=4))
+    assert [(c.decode, c.call) for c in rec.calls][3:] == [(1, 0), (1, 4), (1, 8)]  # the count restarts per decode
+
+
+def test_a_recording_past_its_byte_bound_keeps_every_nth_call_of_every_decode():
+    """quantize recorded every call of its calibration decodes: an AR model's step feeds hold the
+    whole KV cache (the demo baseline at 1024 tokens, batch 8: 34 GB per decode). Past
+    ``max_bytes`` the stride doubles and the calls off it are dropped, in every decode alike."""
+    rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META)
+    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    per_call = sum(a.nbytes for a in rec.feeds[0].values())
+    bounded = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, max_bytes=4 * per_call)
+    for seed in (3, 4):
+        bounded.begin_decode()
+        result = decode("masked", bounded, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=seed))
+        assert result.runtime_calls == 10  # the loop still ran every call
+    assert bounded.every == 8 and [(c.decode, c.call) for c in bounded.calls] == [(0, 0), (0, 8), (1, 0), (1, 8)]
+    assert sum(a.nbytes for f in bounded.feeds for a in f.values()) <= 4 * per_call
+
+
+def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_calls():
+    rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=4, guidance=3.0)
+    assert len(rec.feeds) == result.runtime_calls == 8  # cond call + uncond call per step
+    classes = [tuple(f["class_id"]) for f in rec.feeds]
+    assert classes.count((0, 1)) == 4 and classes.count((3, 3)) == 4
+
+
+def test_flow_every_ode_evaluation_and_cfg_row_recorded():
+    rec, result = _decode(
+        "flow", TinyFlow(4), FLOW_META, {"tokens": np.ones((2, L), np.int64)}, steps=3, solver="midpoint", grid="cosine", guidance=2.0
+    )
+    assert len(rec.feeds) == result.nfe == 6  # 3 steps x 2 evaluations, cond + uncond rows in one call
+    grid = time_grid("cosine", 3)
+    expected = sorted([*grid[:-1], *(grid[:-1] + np.diff(grid) / 2)])
+    np.testing.assert_allclose(sorted(c.position for c in rec.calls), expected, atol=1e-6)
+    for feed in rec.feeds:
+        assert (feed["tokens"][:2] == 1).all() and (feed["tokens"][2:] == V).all()  # CFG rows included
+
+
+def test_ar_every_position_recorded():
+    rec, result = _decode("ar", TinyAR(2), AR_META, {"class_id": np.array([0, 1])}, temperature=0.0)
+    assert [c.position for c in rec.calls] == [0, 1, 2, 3, 4, 5]
+    assert rec.feeds[0]["k_cache"].sum() == 0 and rec.feeds[3]["k_cache"].sum() > 0  # copies per step
