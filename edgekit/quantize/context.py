@@ -6,6 +6,7 @@ held-out set and judged by the budget metrics and ``edgekit check``'s default ga
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.graph import GraphPlan
 from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.memo import MemoRuntime
 
 Say = Callable[[str], None]
 
@@ -45,8 +47,11 @@ class QuantizeRun:
     traj: Trajectories | None = None  # every network call of the FP32 calibration decodes
     reference: EvalRun | None = None  # FP32 decodes of the held-out set
     reader: Any = None  # rewindable calibration reader over ``traj``
-    fp32_rt: Runtime | None = None  # FP32 ORT session: drives the lockstep decodes
+    fp32_rt: MemoRuntime | None = None  # FP32, answering the held-out questions it was asked before
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
+    candidates: int = 0  # INT8 candidates measured
+    calls_run: int = 0  # their network calls run, and answered again from what was kept
+    calls_answered: int = 0
 
     @property
     def kind(self) -> str:
@@ -81,10 +86,19 @@ class QuantizeRun:
         """The budget metrics (and, with ``gate``, ``check``'s default gate on the same rows, seed
         and decode settings: budget met means check passes) of ``runtime`` against FP32."""
         cfg = self.cfg
-        run = decode_eval_set(self.bundle, runtime, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt, rows=self.eval_rows)
-        metrics = compare(self.kind, self.reference, run)
-        if gate:
-            metrics |= gate_metrics(gate_runtimes(self.bundle, self.fp32_rt, runtime, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows))
+        # The budget and the gate ask the candidate the same questions twice (its own decode; its
+        # answers on FP32's trajectory): each is run once (runtimes.memo).
+        self.candidates += 1
+        candidate = MemoRuntime(runtime, folder=self.tmp / f"candidate-{self.candidates}-answers", name=runtime.name)
+        try:
+            run = decode_eval_set(self.bundle, candidate, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt, rows=self.eval_rows)
+            metrics = compare(self.kind, self.reference, run)
+            if gate:
+                metrics |= gate_metrics(gate_runtimes(self.bundle, self.fp32_rt, candidate, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows))
+        finally:
+            shutil.rmtree(self.tmp / f"candidate-{self.candidates}-answers", ignore_errors=True)
+        self.calls_run += candidate.misses
+        self.calls_answered += candidate.hits
         return metrics
 
     def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:

@@ -34,6 +34,7 @@ from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
+from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
@@ -65,13 +66,19 @@ def quantize_bundle(
         profile.check()
         with run.timed("prepare_s"):
             profile.prepare()
-        record_fp32(run)
-        with run.timed("calibrate_s"):
-            profile.calibrate()
-        with OrtRuntime(run.fp32_path, OrtOptions(intra_op_threads=cfg.threads)) as run.fp32_rt:
+        with fp32_answers(run) as run.fp32_rt:
+            record_fp32(run)
+            with run.timed("calibrate_s"):
+                profile.calibrate()
             with run.timed("quantize_and_budget_s"):
                 result = profile.search()
-            result.extras["speed"] = decode_speed(run, profile, result)
+            run.fp32_rt.release()
+            # What keeping the answers saved: FP32 calls answered from the reference decode, and the
+            # candidates' calls asked twice (the budget's decode and check's gate) run once.
+            result.extras["answers"] = {"fp32_calls_run": run.fp32_rt.misses, "fp32_calls_answered": run.fp32_rt.hits,
+                                        "candidates": run.candidates, "candidate_calls_run": run.calls_run,
+                                        "candidate_calls_answered": run.calls_answered}
+        result.extras["speed"] = decode_speed(run, profile, result)
         if not result.int8_nodes:
             run.warn(f"no layer of {bundle.name} stayed INT8 within the budget: the int8 artifact computes in float and gains "
                      f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
@@ -82,13 +89,27 @@ def quantize_bundle(
     return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
 
 
+def fp32_answers(run: QuantizeRun) -> MemoRuntime:
+    """The FP32 network as every budget measurement asks it: each INT8 candidate is judged on the
+    same held-out decodes, and the FP32 side of each (the lock-step trajectory, check's shadowed
+    reference) asks the questions the reference decode asked, so they are answered from what it
+    kept (``runtimes.memo``), in memory and then in the run's scratch folder. The session opens
+    on a miss and is released once the reference is kept: a model over 2 GB is not held in
+    memory beside the quantizer and the candidates."""
+    cfg = run.cfg
+    return MemoRuntime(opener=lambda: OrtRuntime(run.fp32_path, OrtOptions(intra_op_threads=cfg.threads)),
+                       inputs=run.bundle.inputs, outputs=run.bundle.outputs, folder=run.tmp / "fp32-answers", name="fp32")
+
+
 def record_fp32(run: QuantizeRun) -> None:
-    """FP32 decodes: every network call of the calibration decodes, and the held-out reference."""
+    """FP32 decodes: every network call of the calibration decodes (on the session itself: those
+    questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``)."""
     cfg = run.cfg
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
-    with run.timed("fp32_decode_s"), OrtRuntime(run.fp32_path, OrtOptions(intra_op_threads=cfg.threads)) as rt:
-        run.traj = record_trajectories(run.bundle, rt, run.n_calib, cfg.calib_seed, cfg.decode, rows=run.calib_rows)
-        run.reference = decode_eval_set(run.bundle, rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows)
+    with run.timed("fp32_decode_s"):
+        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode, rows=run.calib_rows)
+        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows)
+    run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
 

@@ -43,7 +43,8 @@ def feed_digest(feeds: Mapping[str, np.ndarray]) -> str:
 
 
 class MemoRuntime:
-    """A ``Runtime`` over ``inner`` (or over what ``opener()`` opens on the first miss) that keeps
+    """A ``Runtime`` over ``inner`` (or over what ``opener()`` opens on the first miss; with both,
+    ``inner`` is the open one and ``opener`` opens it again after ``release``) that keeps
     every answer: in memory up to ``ram_bytes``, then as ``.npz`` files in ``folder`` (no folder:
     answers past the bound are not kept). Returns fresh arrays, which the caller may keep.
 
@@ -61,8 +62,8 @@ class MemoRuntime:
         inputs: Mapping[str, TensorSpec] | None = None, outputs: Mapping[str, TensorSpec] | None = None,
         folder: Path | None = None, ram_bytes: int = RAM_BYTES, name: str | None = None,
     ):
-        if (inner is None) == (opener is None):
-            raise ValueError("give the runtime or its opener, not both")
+        if inner is None and opener is None:
+            raise ValueError("give the runtime, its opener, or both (an open runtime that can be opened again)")
         if inner is None and (inputs is None or outputs is None):
             raise ValueError("a lazily opened runtime needs its inputs and outputs")
         self._inner, self._opener = inner, opener
@@ -108,11 +109,12 @@ class MemoRuntime:
             with np.load(path) as f:
                 return {k: f[k] for k in self.outputs}
         self.misses += 1
-        out = {k: np.array(v, copy=True) for k, v in self._runtime().run(feeds).items()}
+        out = {k: np.array(v, copy=True) for k, v in self.runtime().run(feeds).items()}
         self._keep(key, out)
         return {k: v.copy() for k, v in out.items()}
 
-    def _runtime(self) -> Runtime:
+    def runtime(self) -> Runtime:
+        """The network itself (opened now where it is not open): to run calls that need no memo."""
         if self._inner is None:
             self._inner = self._opener()  # type: ignore[misc]
         return self._inner
