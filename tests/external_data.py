@@ -1,6 +1,6 @@
-"""A tiny model through the code paths of one over protobuf's 2 GB limit (issue #42, item 2).
+"""A demo model through the code paths of one over protobuf's 2 GB limit (issue #42, item 2).
 
-The suite cannot hold 2 GB, so ``protobuf_limit`` scales the limit down to the tiny models:
+The suite cannot hold 2 GB, so ``protobuf_limit`` scales the limit down to the demo models:
 every model edgekit writes keeps its weights in a side file (``EDGEKIT_EXTERNAL_DATA_MB=0``), and
 serializing an ``onnx.ModelProto`` whose tensors in memory hold more than ``LIMIT`` bytes raises
 what protobuf raises at 2 GiB (``EncodeError: Failed to serialize proto``). A stage that
@@ -14,16 +14,15 @@ The fixtures are registered in tests/conftest.py."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-# The tiny masked model's weights are 12.6 KB, 2.4 KB of them in tensors under 1 KiB (which stay
-# inside the .onnx with external data): a graph without its weights serializes, the whole model
-# does not.
-LIMIT = 6 << 10
+# The masked demo's weights are 3.3 MB, 14 kB of them in tensors under 1 KiB (which stay inside
+# the .onnx with external data): a graph without its weights serializes, the whole model does not.
+LIMIT = 256 << 10
 
 
 def inline_tensor_bytes(model) -> int:
@@ -94,3 +93,35 @@ def assert_weights_outside(model_path: Path) -> set[str]:
     for name in sides:
         assert (model_path.parent / name).is_file(), f"{model_path.name} reads {name}, which is not beside it"
     return sides
+
+
+@pytest.fixture(scope="session")
+def external_bundles(tmp_path_factory) -> dict[str, Path]:
+    """The masked demo (batch 2) exported twice: ``external`` under ``scaled_limit`` (weights in a
+    side file, no model serialized whole), ``embedded`` with the default rule (one file): the
+    twin whose results the external one must equal. Tests that write into one copy it first."""
+    pytest.importorskip("torch")
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.models import load_spec
+
+    root = tmp_path_factory.mktemp("external-data")
+    out = {"embedded": export_bundle(load_spec("masked-demo", batch=2), root / "embedded", source="masked-demo").root}
+    with scaled_limit():
+        out["external"] = export_bundle(load_spec("masked-demo", batch=2), root / "external", source="masked-demo").root
+    return out
+
+
+def decode(bundle: Path, out: Path, *args: str, limited: bool = True) -> dict:
+    """``edgekit run BUNDLE *args -o out.npz`` (one batch, fixed seed), under ``scaled_limit``
+    when ``limited`` (the embedded twin is not: its weights are inside the file by the rule); the
+    arrays it wrote."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from edgekit.cli import app
+
+    with scaled_limit() if limited else nullcontext():
+        r = CliRunner().invoke(app, ["run", str(bundle), "--cond", "class_id=1", "--seed", "3", "--steps", "4", *args, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    with np.load(out) as data:
+        return {k: data[k] for k in data.files}

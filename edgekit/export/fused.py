@@ -42,6 +42,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
+from edgekit._sidefiles import external_data_threshold
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP
@@ -330,6 +331,7 @@ def fused_bundle(
     spec: the bundle's ModelSpec; default: rebuilt from the manifest's model source at the graph's batch.
     The artifact is named ``fused-<graph>``; a second call replaces it."""
     bundle = Bundle.load(path)
+    external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB: one line before the export
     if graph == "host":
         raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
     if spec is None:

@@ -54,6 +54,7 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
     as it was (the new graph is never recorded)."""
 
     check_spec(spec)  # before the bundle directory is even created
+    external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB too
     return _export_locked(spec, Path(out), cfg, source)
 
 
