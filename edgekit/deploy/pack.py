@@ -49,8 +49,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             left_out.append(f"engine {key} ({entry.get('path')})")
             del manifest["engines"][key]
             continue
-        files.append(entry["path"])
-        files += [entry[role]["path"] for role in ("metadata", "required_operators", "external_data") if isinstance(entry.get(role), dict)]
+        files += [f["path"] for f in _engine_files(entry)]  # its sidecars, weights file and step-bucket engines too
     files = list(dict.fromkeys(files))  # a side file several artifacts share (step buckets' weights) is packed once
     root = bundle.root.resolve()
     for rel in files:
