@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_threshold, wants_external_data
+from edgekit._sidefiles import external_data_locations, external_data_threshold, wants_external_data
 from edgekit.bundle import sha256_file
 from edgekit.errors import ExportError
 from edgekit.export.config import MIN_OPSET, ExportConfig
@@ -127,7 +127,7 @@ def save_exported(program: Any, path: Path, cfg: ExportConfig, check: Callable[[
 
     The weights go from torch's tensors straight to a side file, one tensor at a time (the
     exporter's ``model_proto`` would copy them all into memory, and protobuf cannot serialize
-    2 GiB: a 2.25 GiB model failed in ``check`` after 9.4 GB peak). The graph is then read
+    2 GiB: a 2.25 GiB model failed in ``check_graph`` after 9.4 GB peak). The graph is then read
     without them, finished (``downgrade_split``, ``edit``) and checked (``check``: shape
     inference on the graph alone). Weights under the threshold (``_sidefiles.wants_external_data``)
     are folded back into the one ``.onnx``; over it, the side file gets its final name."""
@@ -136,6 +136,8 @@ def save_exported(program: Any, path: Path, cfg: ExportConfig, check: Callable[[
     external = wants_external_data(initializer_bytes(program), cfg.external_data_mb)
     program.save(path, external_data=True)  # writes path and path.name + ".data"
     data = path.with_name(path.name + ".data")
+    if data.is_file() and not external_data_locations(path):  # every tensor small enough to stay inside
+        data.unlink()
     model = onnx.load(str(path), load_external_data=False)  # the graph; weights stay on disk
     downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
     check(model)
