@@ -164,6 +164,7 @@ OBJECT = Table()
 NAME = Str()
 HASH = Str()
 FILE = Table({"path": Str(), "sha256": HASH}, required=("path",))
+SIDE_FILE = Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256"))  # an engine's weights file (older entries lack bytes)
 TENSOR = Table({"shape": ListOf(Int(0)), "dtype": Str(), "low": Nullable(Number()), "high": Nullable(Number())},
                required=("shape", "dtype"))
 DECODE = Table({
@@ -207,7 +208,7 @@ MANIFEST_SCHEMA = Table({
         "path": Str(), "sha256": HASH, "bytes": Int(0), "runtime": Str(), "runtime_version": Nullable(Str()),
         "format": Nullable(Str()), "device": Nullable(Str()), "device_name": Nullable(Str()), "cpu_isa": Nullable(ListOf(Str())),
         "portable": Bool(), "compute_capability": Nullable(Str()), "l4t": Nullable(Str()), "target": Str(), "precision": Str(),
-        "source": Str(), "source_onnx_sha256": Str(), "metadata": FILE, "required_operators": FILE,
+        "source": Str(), "source_onnx_sha256": Str(), "metadata": FILE, "required_operators": FILE, "external_data": SIDE_FILE,
         "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
         "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
         "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),

@@ -13,7 +13,8 @@ from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
 _SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
-# Files the engine's model names from inside (ONNX external data): installed under that very name.
+# Files the engine's model names from inside (ONNX external data, a QNN context binary): installed
+# under that very name, recorded with their size like an artifact's side files.
 _NAMED_BY_MODEL = ("external_data",)
 
 
@@ -48,7 +49,7 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
             continue
         dest = folder / (path.name if role in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[role]}")
         os.replace(path, dest)
-        entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)}
+        entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)} | ({"bytes": dest.stat().st_size} if role in _NAMED_BY_MODEL else {})
     os.replace(model, final)
     return entry
 

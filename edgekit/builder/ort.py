@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import (
+    INLINE_TENSOR_BYTES,
+    external_data_locations,
+    model_bytes,
+    place_side_files,
+    wants_external_data,
+)
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts
@@ -30,7 +36,7 @@ def fix_dynamic_shapes(onnx_path: Path, bundle: Bundle, workdir: Path) -> tuple[
         make_input_shape_fixed,
     )
 
-    model = onnx.load(str(onnx_path))
+    model = onnx.load(str(onnx_path), load_external_data=False)  # the graph: weights in a side file stay there
     initializers = {i.name for i in model.graph.initializer}
     manifest_shapes = {n: list(s.shape) for n, s in bundle.inputs.items()}
     fixed: dict[str, list[int]] = {}
@@ -52,12 +58,10 @@ def fix_dynamic_shapes(onnx_path: Path, bundle: Bundle, workdir: Path) -> tuple[
         fixed[value.name] = shape
     if not fixed:
         return onnx_path, {}
-    fix_output_shapes(model)
+    fix_output_shapes(model)  # shape inference on the graph alone
     out = workdir / f"static-{onnx_path.name}"
-    if external_data_locations(onnx_path):  # weights kept in a side file (a model over 2 GB needs one)
-        onnx.save(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=f"{out.name}.data")
-    else:
-        onnx.save(model, str(out))
+    onnx.save(model, str(out))  # names the source's side files, if any: linked beside it
+    place_side_files(onnx_path, workdir)
     return out, fixed
 
 
@@ -77,13 +81,14 @@ def build_ort(model_path: Path, target: Target, host: HostFacts, workdir: Path) 
         so.optimized_model_filepath = str(out)
         so.log_severity_level = 3  # ORT warns that "all" is hardware-specific: the entry records it
         weights = None
-        if external_data_locations(model_path):
-            # Weights in a side file: ORT would write the optimized model naming the source's side
-            # file relative to the engine's folder, where it is not. Write them to the engine's own
-            # side file (installed beside it under this name, which the model refers to).
+        if external_data_locations(model_path) or wants_external_data(model_bytes(model_path)):
+            # Weights that need a side file (the rule in edgekit._sidefiles; over 2 GB ORT cannot
+            # write them inline), or that have one: ORT would write the optimized model naming the
+            # source's side file relative to the engine's folder, where it is not. Write them to
+            # the engine's own side file (installed beside it under this name, which the model names).
             weights = workdir / f"weights-{sha256_file(model_path)[:8]}.onnx.data"
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", weights.name)
-            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(INLINE_TENSOR_BYTES))
         if arch == "aarch64":
             # Keep int8 QDQ activations signed (ARM's fast path) instead of x86's uint8 rewrite.
             so.add_session_config_entry("session.qdqisint8allowed", "1")
@@ -133,8 +138,7 @@ def convert_to_ort(model_path: Path, style: str, arch: str, workdir: Path) -> di
     src_dir.mkdir()
     # The converter converts every .onnx under a directory: give it a directory of one.
     shutil.copyfile(model_path, src_dir / "model.onnx")
-    for side in external_data_locations(model_path):  # weights in a side file: the converter reads them beside it
-        shutil.copyfile(model_path.parent / side, src_dir / side)
+    place_side_files(model_path, src_dir)  # weights in a side file: the converter reads them beside it
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):

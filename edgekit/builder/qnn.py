@@ -1,11 +1,13 @@
 """Qualcomm HTP engines: the graph compiled for one Snapdragon SoC into an EPContext model (the
-QNN context binary embedded in a one-node ONNX file) that a device loads without compiling."""
+QNN context binary embedded in a one-node ONNX file, or beside it for a model whose weights need
+a side file) that a device loads without compiling."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from edgekit._sidefiles import model_bytes, wants_external_data
 from edgekit.runtimes import (
     qnn as qnn_backend,  # imports onnxruntime-qnn only when a function runs
 )
@@ -18,7 +20,10 @@ def build_qnn(model_path: Path, target: Target, precision: str, workdir: Path) -
     what loading the context saves."""
     options = qnn_backend.qnn_options_for(target, precision)
     out = workdir / "model_ctx.onnx"
-    compiled = qnn_backend.compile_context(model_path, out, options)
+    # A model whose weights need a side file gets its context binary in one too (an attribute of
+    # 2 GB does not serialize either).
+    embed = not wants_external_data(model_bytes(model_path))
+    compiled = qnn_backend.compile_context(model_path, out, options, embed=embed)
     with qnn_backend.QnnRuntime(out, options) as loaded:
         load_seconds = loaded.session_seconds
     v = qnn_backend.versions()
@@ -33,7 +38,8 @@ def build_qnn(model_path: Path, target: Target, precision: str, workdir: Path) -
         "qnn": {"htp_arch": options.arch, "soc_model": options.soc, "qnn_sdk": v["qnn_sdk"], "onnxruntime": v["onnxruntime"],
                 "onnxruntime_qnn": v["onnxruntime_qnn"], "fp16": options.fp16},
         "session_seconds": {"compile": compiled["compile_seconds"], "load_precompiled": load_seconds},
-        "config": {"performance_mode": options.performance_mode, "vtcm_mb": options.vtcm_mb, "ep.context_embed_mode": 1,
+        "config": {"performance_mode": options.performance_mode, "vtcm_mb": options.vtcm_mb, "ep.context_embed_mode": int(embed),
                    "cpu_fallback": False},
     }
-    return {"model": out}, facts
+    context = compiled["context_file"]
+    return {"model": out} | ({"external_data": context} if context is not None else {}), facts

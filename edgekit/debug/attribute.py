@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import place_side_files
 from edgekit.arithmetic import arithmetic_for, saturation
 from edgekit.debug.topology import Entry
 from edgekit.evaluate import power_ratio_db as sqnr_db
@@ -73,8 +74,9 @@ def find_node(model: Any, entry: Entry) -> Any:
     return produced.get(entry.tensor)
 
 
-def qdq_of(model: Any, node: Any) -> list[QdqInput]:
-    """The Q/DQ pairs that feed ``node`` (activations, weights) and quantize its output."""
+def qdq_of(model: Any, node: Any, base_dir: str | Path = "") -> list[QdqInput]:
+    """The Q/DQ pairs that feed ``node`` (activations, weights) and quantize its output; a tensor
+    in an external-data file is read from ``base_dir`` (the model's folder)."""
     numpy_helper = require("onnx").numpy_helper
     inits = {i.name: i for i in model.graph.initializer}
     produced = {o: n for n in model.graph.node for o in n.output}
@@ -84,7 +86,7 @@ def qdq_of(model: Any, node: Any) -> list[QdqInput]:
             consumers.setdefault(i, []).append(n)
 
     def arr(dq: Any, k: int) -> np.ndarray:
-        return numpy_helper.to_array(inits[dq.input[k]]) if len(dq.input) > k and dq.input[k] in inits else np.zeros((), np.uint8)
+        return numpy_helper.to_array(inits[dq.input[k]], str(base_dir)) if len(dq.input) > k and dq.input[k] in inits else np.zeros((), np.uint8)
 
     def pair(dq: Any, role: str, tensor: str) -> QdqInput:
         axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
@@ -143,15 +145,34 @@ def capture(model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[st
     """The float values of ``tensors`` in the QDQ graph (CPU EP, no fusions: the QDQ simulation),
     stacked over ``feeds``."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path))
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights in a side file stay there
     have = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in dict.fromkeys(tensors) if t not in have)
     path = tmp / "attribution.onnx"
     onnx.save(model, str(path))
+    place_side_files(model_path, tmp)
     opts = OrtOptions(graph_optimization="disable", contrib_fusions=False, io_binding=False, intra_op_threads=1)
     with OrtRuntime(path, opts) as rt:
         runs = [rt.run(f) for f in feeds]
     return {t: np.stack([np.asarray(r[t], np.float64) for r in runs]) for t in tensors}
+
+
+class _Weights(Mapping[str, np.ndarray]):
+    """A graph's initializers by name as float64, each read (from the model's folder when in a
+    side file) only when asked: one op's weights, not a 2 GB model's."""
+
+    def __init__(self, model: Any, base_dir: Path):
+        self._inits = {i.name: i for i in model.graph.initializer}
+        self._base = str(base_dir)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return require("onnx").numpy_helper.to_array(self._inits[name], self._base).astype(np.float64)
+
+    def __iter__(self) -> Any:
+        return iter(self._inits)
+
+    def __len__(self) -> int:
+        return len(self._inits)
 
 
 def _float_weight(reference: Mapping[str, np.ndarray], p: QdqInput, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -248,14 +269,14 @@ def attribute(cand_path: Path, ref_path: Path, entry: Entry, feeds: Sequence[Map
     """The components of the candidate node behind ``entry`` on ``feeds`` (the calls of its
     step), and the cause: {"node", "op", "activation", "weights", "accumulation", "cause", "why"}."""
     onnx = require("onnx")
-    model = onnx.load(str(cand_path))
+    model = onnx.load(str(cand_path), load_external_data=False)  # tensors read from disk as needed
     node = find_node(model, entry)
-    pairs = qdq_of(model, node) if node is not None else []
+    pairs = qdq_of(model, node, cand_path.parent) if node is not None else []
     if not pairs:
         return {"node": getattr(node, "name", None), "cause": "precision",
                 "why": "the op has no Q/DQ pair here: it computes in this variant's float precision"}
     values = capture(cand_path, [p.tensor for p in pairs if p.role != "weight"], feeds, tmp)
-    reference = {i.name: onnx.numpy_helper.to_array(i).astype(np.float64) for i in onnx.load(str(ref_path)).graph.initializer}
+    reference = _Weights(onnx.load(str(ref_path), load_external_data=False), ref_path.parent)
     doc = {"node": node.name, "op": node.op_type, "measured_on": "the QDQ graph on onnxruntime's CPU EP, no fusions (QDQ simulation)"}
     doc |= components(node, pairs, values, reference, runtime, isa)
     doc["cause"], doc["why"] = cause(doc)

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import place_side_files
 from edgekit.debug.replay import Trajectory
 from edgekit.debug.taps import Tapped
 from edgekit.debug.topology import Op, Topology, region
@@ -30,7 +31,9 @@ class LocalJudge:
 
     def __init__(self, fp32: Path, topo: Topology, traj: Trajectory, ref: Tapped, cand: Tapped, tmp: Path, threads: int = 0):
         onnx = require("onnx")
-        self.model = onnx.shape_inference.infer_shapes(onnx.load(str(fp32)))
+        # The graph alone (weights in a side file stay there: each cut reads its own from it).
+        self.model = onnx.shape_inference.infer_shapes(onnx.load(str(fp32), load_external_data=False))
+        self.fp32 = fp32
         self.topo, self.traj, self.ref, self.cand, self.tmp, self.threads = topo, traj, ref, cand, tmp, threads
         self.inputs = {i.name for i in self.model.graph.input}
         self.constants = {i.name for i in self.model.graph.initializer} | set(topo.exact) - self.inputs
@@ -75,6 +78,7 @@ class LocalJudge:
         path = self.tmp / f"local-{self._cut}.onnx"
         cut = onnx.utils.Extractor(self.model).extract_model(list(inputs), [output])
         onnx.save(cut, str(path))
+        place_side_files(self.fp32, self.tmp)
         return OrtRuntime(path, OrtOptions(intra_op_threads=self.threads, io_binding=False))
 
 

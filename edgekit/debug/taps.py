@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import place_side_files
 from edgekit.bundle import Bundle
 from edgekit.debug.topology import Topology
 from edgekit.runtimes import open_runtime
@@ -202,9 +203,11 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
     buckets = buckets_of(bundle, precision)
     graphs, names = [], {}
     for art in buckets[0] if buckets else [artifact_for(bundle, runtime, precision)]:
-        model = load_onnx(bundle.path_of(art), f"artifact {art!r}", external_data=True)
+        # The graph; weights in a side file stay there, linked beside the tapped copy.
+        model = load_onnx(bundle.path_of(art), f"artifact {art!r}")
         names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
         path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
+        place_side_files(bundle.path_of(art), tmp)
         graphs.append(OPENERS[runtime](path, precision, threads, target, tmp))
     rt = BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta) if buckets else graphs[0]
     method = TAP_METHODS[runtime] + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")

@@ -57,7 +57,7 @@ class Topology:
 def read_topology(model_path: Path, labels: Mapping[str, str]) -> Topology:
     """The float graph at ``model_path`` (the bundle's fp32 ONNX), shape-inferred for the types."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path))
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph: types and names, no weights
     inferred = onnx.shape_inference.infer_shapes(model).graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
     exact = {i.name for i in model.graph.initializer} | {i.name for i in model.graph.input}

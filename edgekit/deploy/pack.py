@@ -20,7 +20,7 @@ from typing import Any
 
 from edgekit._lock import bundle_lock
 from edgekit._userhooks import forget_bundle
-from edgekit.bundle import MANIFEST, STAGING_PREFIX, Bundle, now_iso
+from edgekit.bundle import MANIFEST, STAGING_PREFIX, Bundle, now_iso, sha256_file
 from edgekit.manifest import live_paths
 from edgekit.errors import BundleError, UsageError
 from edgekit.targets import Target, load_target
@@ -49,8 +49,7 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
             left_out.append(f"engine {key} ({entry.get('path')})")
             del manifest["engines"][key]
             continue
-        files.append(entry["path"])
-        files += [entry[role]["path"] for role in ("metadata", "required_operators", "external_data") if isinstance(entry.get(role), dict)]
+        files += [f["path"] for f in _engine_files(entry)]  # its sidecars, weights file and step-bucket engines too
     files = list(dict.fromkeys(files))  # a side file several artifacts share (step buckets' weights) is packed once
     root = bundle.root.resolve()
     for rel in files:
@@ -277,6 +276,7 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
             raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
                               hint="copy the archive again, or pack it anew with `edgekit pack`") from None
         _refuse_unlisted(archive, staging / top, paths, bundle.manifest)
+        _verify_engines(archive, staging / top, bundle.manifest)
         dest = out / top
         if dest.exists() or dest.is_symlink():
             if dest.is_symlink() or not (dest / MANIFEST).is_file():
@@ -299,6 +299,29 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
         shutil.rmtree(staging, ignore_errors=True)
     files = [str(dest / PurePosixPath(p.relative_to(staging / top)).as_posix()) for p in paths if p != staging / top]
     return {"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "bundle": str(dest), "files": files}
+
+
+def _engine_files(entry: Any) -> list[dict[str, Any]]:
+    """An engine entry's recorded files ({path, sha256[, bytes]}): the engine, its sidecars and the
+    weights file its model reads, and each step bucket's engine."""
+    if not isinstance(entry, dict):
+        return []
+    files = [entry] + [entry[r] for r in ("metadata", "required_operators", "external_data") if isinstance(entry.get(r), dict)]
+    buckets = entry.get("buckets")
+    return files + [f for sub in ((buckets or {}).get("engines") or [] if isinstance(buckets, dict) else []) for f in _engine_files(sub)]
+
+
+def _verify_engines(archive: Any, root: Path, manifest: dict[str, Any]) -> None:
+    """Every engine file the archive holds matches its recorded size and sha256 (``Bundle.load``
+    checks the artifacts; an engine's weights file changed in transit is refused here, not only
+    when a target picks the engine)."""
+    for key, entry in (manifest.get("engines") or {}).items():
+        for f in _engine_files(entry):
+            path = root / str(f.get("path"))  # (pack leaves another target's engines out of the manifest too)
+            if not path.is_file() or ("bytes" in f and path.stat().st_size != f["bytes"]) or (
+                    "sha256" in f and sha256_file(path) != f["sha256"]):
+                raise BundleError(f"{archive}: engine {key}'s file {f['path']} is missing or does not match its recorded sha256",
+                                  hint="copy the archive again, or pack it anew with `edgekit pack`")
 
 
 def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], manifest: dict[str, Any]) -> None:

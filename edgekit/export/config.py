@@ -19,5 +19,7 @@ class VerifyConfig:
 @dataclass(frozen=True)
 class ExportConfig:
     opset: int = 18  # the torch.export-based exporter's native opset
-    external_data_mb: int = 1024  # above this the weights go to a side file (protobuf caps a file at 2 GB)
+    # Weights over this many MiB go to a side file (protobuf caps a file at 2 GB); None: the one
+    # rule every written model follows (EDGEKIT_EXTERNAL_DATA_MB, default 64; edgekit._sidefiles).
+    external_data_mb: float | None = None
     verify: VerifyConfig = field(default_factory=VerifyConfig)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +42,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
+from edgekit._sidefiles import external_data_threshold
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP
@@ -48,8 +50,7 @@ from edgekit.decode.masked import SPACED_BONUS
 from edgekit.decode.schedules import masked_floor, time_grid
 from edgekit.errors import ExportError, UsageError
 from edgekit.export.config import ExportConfig
-from edgekit.export.onnx_export import check_graph, quiet_exporter
-from edgekit.export.opset import downgrade_split
+from edgekit.export.onnx_export import check_graph, quiet_exporter, save_exported
 from edgekit.models import load_bundle_spec
 from edgekit.spec import FUSED_GRAPHS, GRAPHS, ModelSpec, TensorSpec, check_graph_kind  # noqa: F401  (re-exported)
 
@@ -273,7 +274,6 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
     """torch.onnx.export(dynamo=True) with static shapes; checks IO and random ops like export_onnx."""
     torch = require("torch")
     require("onnxscript")
-    import onnx
 
     example = tuple(torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in inputs.values())
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), quiet_exporter():
@@ -286,16 +286,9 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
         except Exception as exc:  # the exporter raises many types; the user needs the message
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ExportError(f"torch.onnx.export failed for fused graph {name!r}: {first}") from exc
-    model = program.model_proto
-    downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
-    check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs))
-    _drop_debug_metadata(model)
-    onnx.save_model(model, str(path))
-    onnx.checker.check_model(str(path))
-    ops: dict[str, int] = {}
-    for node in model.graph.node:
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    return {"opset": cfg.opset, "ops": dict(sorted(ops.items()))}
+    facts = save_exported(program, path, cfg, lambda model: check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs)),
+                          edit=_drop_debug_metadata)
+    return facts | {"opset": cfg.opset}
 
 
 # Node metadata the exporter writes for debugging (stack traces with local paths, fx nodes, class
@@ -338,6 +331,7 @@ def fused_bundle(
     spec: the bundle's ModelSpec; default: rebuilt from the manifest's model source at the graph's batch.
     The artifact is named ``fused-<graph>``; a second call replaces it."""
     bundle = Bundle.load(path)
+    external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB: one line before the export
     if graph == "host":
         raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
     if spec is None:
@@ -346,7 +340,9 @@ def fused_bundle(
     module, inputs, outputs = fused_module(spec, graph, opts)
     name = f"fused-{graph}"
     bundle.discard_staging()
-    staged = bundle.staging_path(f"{name}.onnx")
+    workdir = bundle.staging_path(name)
+    workdir.mkdir()
+    staged = workdir / f"{name}.onnx"  # with its external-data file beside it, if the weights need one
     try:
         facts = export_fused_onnx(module, inputs, outputs, staged, f"{spec.name}:{name}", cfg)
         baked = dict(opts)
@@ -357,7 +353,8 @@ def fused_bundle(
             seq_len = int(bundle.meta["seq_len"])
             baked["mask_counts"] = masked_mask_counts(int(opts["steps"]), opts["schedule"], seq_len).tolist()
             baked["start"] = "all-masked"
-        art = bundle.add_artifact(name, staged, made_by="export --graph", config={"graph": graph, "opset": cfg.opset}, suffix=".onnx")
+        art = bundle.add_artifact(name, staged, made_by="export --graph", config={"graph": graph, "opset": cfg.opset}, suffix=".onnx",
+                                  side_files=facts["side_files"])
         entry = {
             "graph": graph,
             "artifact": name,
@@ -373,4 +370,4 @@ def fused_bundle(
         bundle.save()
         return entry
     finally:
-        staged.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)

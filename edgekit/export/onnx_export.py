@@ -12,9 +12,10 @@ import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from edgekit._deps import require
+from edgekit._sidefiles import external_data_locations, external_data_threshold, wants_external_data
 from edgekit.bundle import sha256_file
 from edgekit.errors import ExportError
 from edgekit.export.config import MIN_OPSET, ExportConfig
@@ -87,6 +88,7 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
     require("onnxscript")  # the exporter's backend; fail early with the install line
     import onnx
 
+    external_data_threshold(cfg.external_data_mb)  # a bad knob is one line now, not after the export
     if cfg.opset < MIN_OPSET:
         raise ExportError(f"--opset {cfg.opset} is too old; use {MIN_OPSET} or newer")
     if cfg.opset > onnx.defs.onnx_opset_version():
@@ -108,37 +110,66 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
             )
         except Exception as exc:  # the exporter raises many types; the user needs the message
             raise export_failure(spec, exc) from exc
-    model = program.model_proto
+    facts = save_exported(program, path, cfg, lambda model: check_graph(model, spec))
+    return facts | {"opset": cfg.opset, "exporter": "torch.export"}
+
+
+def initializer_bytes(program: Any) -> int:
+    """Bytes of an exported program's weights (its initializers), counted without serializing."""
+    values = program.model.graph.initializers.values()
+    return sum(int(v.const_value.nbytes) for v in values if v.const_value is not None)
+
+
+def save_exported(program: Any, path: Path, cfg: ExportConfig, check: Callable[[Any], None],
+                  edit: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Write the exporter's ``program`` to ``path``; facts for the manifest (``ops``,
+    ``external_data``, ``side_files``: the weights file beside ``path`` under its final name).
+
+    The weights go from torch's tensors straight to a side file, one tensor at a time (the
+    exporter's ``model_proto`` would copy them all into memory, and protobuf cannot serialize
+    2 GiB: a 2.25 GiB model failed in ``check_graph`` after 9.4 GB peak). The graph is then read
+    without them, finished (``downgrade_split``, ``edit``) and checked (``check``: shape
+    inference on the graph alone). Weights under the threshold (``_sidefiles.wants_external_data``)
+    are folded back into the one ``.onnx``; over it, the side file gets its final name."""
+    import onnx
+
+    external = wants_external_data(initializer_bytes(program), cfg.external_data_mb)
+    program.save(path, external_data=True)  # writes path and path.name + ".data"
+    data = path.with_name(path.name + ".data")
+    if data.is_file() and not external_data_locations(path):  # every tensor small enough to stay inside
+        data.unlink()
+    model = onnx.load(str(path), load_external_data=False)  # the graph; weights stay on disk
     downgrade_split(model)  # below opset 18 the exporter leaves Split(num_outputs): see export/opset.py
-    check_graph(model, spec)
-    size = model.ByteSize()
-    external = size > cfg.external_data_mb * (1 << 20)
-    onnx.save_model(
-        model,
-        str(path),
-        save_as_external_data=external,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data" if external else None,
-    )
-    side_files = [_name_external_data(path)] if external else []
-    onnx.checker.check_model(str(path))  # path form: works with external data too
+    check(model)
+    if edit is not None:
+        edit(model)
+    side_files = []
+    if not data.is_file():  # a model without weights
+        onnx.save_model(model, str(path))
+    else:
+        side_files = [_name_external_data(model, data, path)]
+    # Checked with the weights still beside it: the checker then reads the graph, not the weights.
+    onnx.checker.check_model(str(path))
+    if side_files and not external:  # under the threshold: one file
+        onnx.load_external_data_for_model(model, str(path.parent))
+        onnx.save_model(model, str(path))
+        side_files[0].unlink()
+        side_files = []
     ops: dict[str, int] = {}
     for node in model.graph.node:
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    return {"opset": cfg.opset, "ops": dict(sorted(ops.items())), "external_data": external, "exporter": "torch.export",
-            "side_files": side_files}
+    return {"ops": dict(sorted(ops.items())), "external_data": bool(side_files), "side_files": side_files}
 
 
-def _name_external_data(path: Path) -> Path:
-    """Rename ``path``'s external-data file to its final content-addressed name
-    (``<stem>-<sha8>.onnx.data``, beside it) and point the graph's tensors at that name, so the
-    bundle can move both files in unchanged and hash both."""
+def _name_external_data(model: Any, data: Path, path: Path) -> Path:
+    """Rename the external-data file ``data`` to its final content-addressed name
+    (``<stem>-<sha8>.onnx.data``, beside ``path``), point ``model``'s tensors (the graph, read
+    without its weights) at that name and write it to ``path``, so the bundle can move both files
+    in unchanged and hash both."""
     import onnx
 
-    data = path.with_name(path.name + ".data")
     final = path.with_name(f"{path.stem}-{sha256_file(data)[:8]}.onnx.data")
     os.replace(data, final)
-    model = onnx.load(str(path), load_external_data=False)
     tensors = [init for init in model.graph.initializer] + [
         a.t for node in model.graph.node for a in node.attribute if a.HasField("t")
     ]

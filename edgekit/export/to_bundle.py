@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
+from edgekit._sidefiles import external_data_threshold
 from edgekit._userhooks import remember_export
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
@@ -53,6 +54,7 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
     as it was (the new graph is never recorded)."""
 
     check_spec(spec)  # before the bundle directory is even created
+    external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB too
     return _export_locked(spec, Path(out), cfg, source)
 
 
@@ -94,7 +96,8 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
                 f"ONNX output differs from torch beyond tolerance ({worst})",
                 hint="look for ops that behave differently in eval/export (dropout, in-place updates) or loosen --atol",
             )
-        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"]}
+        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"],
+                                                            "external_data_mb": external_data_threshold(cfg.external_data_mb) / (1 << 20)}
         bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"])
         bundle.record("graph", {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}})
         bundle.record_entry("verification", "fp32", {"reference": "torch", "candidate": "ort"} | report)

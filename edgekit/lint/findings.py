@@ -11,7 +11,7 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 @dataclass(frozen=True)
 class Finding:
     severity: str  # error | warning | info
-    rule: str  # static-shapes, random-op, data-dependent-shape, topk, opset, qdq, unsupported-op, ep-coverage, memory, precision, npu-refused, npu-float, npu-compile
+    rule: str  # static-shapes, random-op, data-dependent-shape, topk, opset, qdq, unsupported-op, ep-coverage, memory, format, precision, npu-refused, npu-float, npu-compile
     artifact: str  # which bundle artifact ("fp32", "int8") or model file it is about
     message: str
     hint: str | None = None

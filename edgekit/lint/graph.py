@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from edgekit._sidefiles import model_bytes
 from edgekit.lint.findings import Finding, sort_findings
 from edgekit.lint.mobile import mobile_ep_findings
 from edgekit.lint.openvino import openvino_findings
@@ -83,6 +84,7 @@ def lint_onnx(
         *_op_findings(nodes, target, name),
         *_topk_findings(nodes, consts, target, name),
         *_memory_findings(model, model_path, target, name),
+        *_format_findings(model_path, target, name),
     ]
     if target.quantization_profile == "trt" or rules.supported_ops == "tensorrt":
         findings += trt_qdq_findings(nodes, consts, name)
@@ -205,12 +207,15 @@ def _topk_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], targe
     return findings
 
 
+# ORT's .ort format is a flatbuffer: 32-bit offsets, so a file under 2 GiB (weights and graph).
+ORT_FORMAT_LIMIT = 1 << 31
+
+
 def _memory_findings(model: Any, model_path: Path, target: Target, name: str) -> list[Finding]:
     budget = target.lint.memory_budget_mb
     if not budget:
         return []
-    size = model_path.stat().st_size + _external_data_bytes(model, model_path)
-    mb = size / 1e6
+    mb = model_bytes(model_path) / 1e6
     if mb > budget:
         return [Finding(
             "error", "memory", name, f"model weights are {mb:.0f} MB; target {target.name}'s memory budget is {budget} MB",
@@ -226,13 +231,21 @@ def _memory_findings(model: Any, model_path: Path, target: Target, name: str) ->
     return []
 
 
-def _external_data_bytes(model: Any, model_path: Path) -> int:
-    files = set()
-    for init in model.graph.initializer:
-        for entry in init.external_data:
-            if entry.key == "location":
-                files.add(entry.value)
-    return sum((model_path.parent / f).stat().st_size for f in files if (model_path.parent / f).is_file())
+def _format_findings(model_path: Path, target: Target, name: str) -> list[Finding]:
+    """ORT's mobile ``.ort`` format is one flatbuffer: 32-bit offsets, no external data. A model
+    whose weights reach 2 GiB cannot be one (the converter fails after minutes)."""
+    if target.ort.format != "ort" or "ort" not in target.runtimes:
+        return []
+    size = model_bytes(model_path)
+    if size < ORT_FORMAT_LIMIT:
+        return []
+    return [Finding(
+        "error", "format", name,
+        f"model weights are {size / (1 << 30):.2f} GiB; ONNX Runtime's .ort format (target {target.name}) holds at most 2 GiB "
+        "in its one flatbuffer and has no external data",
+        hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`, about a quarter of the size) "
+        "or deploy the .onnx with external data (a target whose [ort] format is \"onnx\")",
+    )]
 
 
 __all__ = ["lint_onnx"]

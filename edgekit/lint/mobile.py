@@ -23,15 +23,17 @@ def mobile_ep_findings(model_path: Path, target: Target, name: str) -> list[Find
     with tempfile.TemporaryDirectory(prefix="edgekit-lint-") as tmp:
         optimized = Path(tmp) / model_path.name
         try:
-            optimize_model(model_path, optimized)
-            model = onnx.load(str(optimized), load_external_data=False)  # the structure is what counts; weights may live beside the source
+            # Weights written to a side file in the temp folder (a model over 2 GB cannot be
+            # written inline), never read back: the structure is what counts.
+            optimize_model(model_path, optimized, use_external_initializers=True)
+            model = onnx.load(str(optimized), load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - ORT refuses the graph: that is the finding
             return [Finding(
                 "error", "ep-coverage", name,
                 f"ONNX Runtime cannot load the graph to check {ep} coverage: {str(exc).splitlines()[0][:200]}",
                 hint="run `edgekit run BUNDLE` to see the full error",
             )]
-    model = onnx.shape_inference.infer_shapes(model)
+    model = onnx.shape_inference.infer_shapes(model)  # the graph alone: its weights stayed on disk
     if ep == "NNAPI":
         info = usability_checker.check_nnapi_partitions(model, require_fixed_input_sizes=True)
     else:

@@ -95,9 +95,13 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: st
     key = hashlib.sha256((repr(spec.module) + repr(sorted(spec.inputs.items()))).encode()).hexdigest()[:10]
     path = cache / f"{spec.name}-b{spec.batch}-{key}.onnx"
     if not path.is_file():
-        staged = path.with_name(f".staging-{path.name}")
-        export_onnx(spec, staged, ExportConfig())
-        staged.replace(path)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache))  # the graph and its weights file, if any
+        try:
+            for side in export_onnx(spec, staging / path.name, ExportConfig())["side_files"]:
+                side.replace(cache / side.name)  # content-addressed: the graph names it
+            (staging / path.name).replace(path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     if precision == "int8":
         int8 = path.with_name(path.stem + "-int8.onnx")
         if not int8.is_file():

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from edgekit._sidefiles import external_data_locations
 from edgekit.errors import EdgekitError
 from edgekit.spec import TensorSpec
 
@@ -66,10 +67,11 @@ def can_ping_pong(runtime: Runtime) -> bool:
 
 
 def model_files_of(path: str | Path) -> tuple[Path, ...]:
-    """An ONNX file and its external weights (``<file>.data``, when the export split them)."""
+    """An ONNX file and every file it reads beside itself (external weights, a QNN context binary)."""
     path = Path(path)
-    side = path.with_name(path.name + ".data")
-    return (path, side) if side.is_file() else (path,)
+    if path.suffix != ".onnx" or not path.is_file():
+        return (path,)
+    return (path, *sorted(path.parent / name for name in external_data_locations(path) if (path.parent / name).is_file()))
 
 
 def describe(specs: Mapping[str, TensorSpec]) -> str:

@@ -77,10 +77,11 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, d
         problems.append(f"engine file {entry.get('path')} is missing")
     elif sha256_file(path) != entry.get("sha256"):
         problems.append(f"engine file {entry.get('path')} changed since it was built (sha256 mismatch)")
-    side = entry.get("external_data")  # the engine's weights side file (a model with external data)
+    side = entry.get("external_data")  # the file the engine's model reads beside itself (weights, a QNN context binary)
     if isinstance(side, dict):
         spath = bundle.root / str(side.get("path", ""))
-        if root not in spath.resolve().parents or not spath.is_file() or sha256_file(spath) != side.get("sha256"):
+        if (root not in spath.resolve().parents or not spath.is_file()
+                or ("bytes" in side and spath.stat().st_size != side["bytes"]) or sha256_file(spath) != side.get("sha256")):
             problems.append(f"engine weights file {side.get('path')} is missing or changed since it was built")
     if path.suffix == ".onnx" and path.is_file():
         unrecorded = external_data_locations(path) - ({Path(str(side.get("path"))).name} if isinstance(side, dict) else set())

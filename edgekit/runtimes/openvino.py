@@ -18,6 +18,7 @@ Other feeds are wrapped without a copy (``shared_memory=True``) for the duration
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -225,11 +226,15 @@ class OpenVinoRuntime(BaseRuntime):
             if p.status == p.Status.EXECUTED
         ]
 
-    def export_blob(self) -> bytes:
-        """The compiled model as OpenVINO's ``export_model`` writes it (``import_model`` reads it
-        back on the same OpenVINO version, device and CPU ISA)."""
-        blob = self.compiled.export_model()  # io.BytesIO (OpenVINO 2026); bytes in older releases
-        return blob.getvalue() if hasattr(blob, "getvalue") else bytes(blob)
+    def export_blob(self, path: str | Path) -> int:
+        """Write the compiled model as OpenVINO's ``export_model`` writes it to ``path`` (``import_model``
+        reads it back on the same OpenVINO version, device and CPU ISA); its size in bytes. The
+        blob holds the weights: it is written from OpenVINO's buffer, never copied into a second one."""
+        stream = io.BytesIO()
+        self.compiled.export_model(stream)  # OpenVINO 2026 takes only an io.BytesIO, not a file
+        with open(path, "wb") as fh:
+            fh.write(stream.getbuffer())
+        return stream.getbuffer().nbytes
 
     def _close_impl(self) -> None:
         self._requests = []
@@ -314,8 +319,10 @@ def _compile(ov: Any, core: Any, path: Path, device: str, config: Mapping[str, A
             names = {n for port in (*model.inputs, *model.outputs) for n in port.get_names()}
             return core.compile_model(model, device, dict(config)), names
         config = {k: v for k, v in config.items() if k != "CACHE_DIR"}  # a blob is compiled already
-        with open(path, "rb") as stream:
-            return core.import_model(stream.read(), device, config), None
+        # Imported from the mapped file, not read into a bytes copy first: the blob holds the
+        # weights, and a second copy of them is what memory cannot afford at 2 GB.
+        blob = np.memmap(path, dtype=np.uint8, mode="r")
+        return core.import_model(ov.Tensor(blob), device, config), None
     except RuntimeError as exc:
         what = "a model OpenVINO can read" if path.suffix in MODEL_SUFFIXES else "a compiled model this OpenVINO can import"
         raise EdgekitError(

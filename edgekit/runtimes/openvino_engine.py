@@ -44,10 +44,9 @@ def build_blob(model_path: str | Path, out_path: str | Path, options: OvOptions)
     Raises TargetUnavailable when the device is not on this host: a blob is compiled *for* the
     device, so it is built where the device is."""
     with OpenVinoRuntime(model_path, options) as rt:
-        blob = rt.export_blob()
+        rt.export_blob(out_path)
         settings = dict(rt.settings)
         device = rt.device
-    Path(out_path).write_bytes(blob)
     return {
         "openvino_version": openvino_version(),
         "device": options.device,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from edgekit._deps import require
+from edgekit.bundle import sha256_file
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
@@ -194,10 +195,11 @@ class QnnCompileError(TargetUnavailable):
 
 
 def create_session(model: Path | bytes, options: QnnOptions, *, source: Path, context_out: Path | None = None,
-                   threads: int = 0) -> tuple[Any, float, str]:
+                   threads: int = 0, embed: bool = True) -> tuple[Any, float, str]:
     """(InferenceSession on the HTP backend, seconds to create it, the native log).
 
-    context_out: also write an EPContext model there (``ep.context_enable``, binary embedded)."""
+    context_out: also write an EPContext model there (``ep.context_enable``); the context binary
+    embedded in it (``embed``), or beside it in ``<stem>_qnn.bin``, which the model names."""
     ort = require("onnxruntime")
     devices = register(ort)
     so = ort.SessionOptions()
@@ -208,7 +210,7 @@ def create_session(model: Path | bytes, options: QnnOptions, *, source: Path, co
     if context_out is not None:
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_file_path", str(context_out))
-        so.add_session_config_entry("ep.context_embed_mode", "1")
+        so.add_session_config_entry("ep.context_embed_mode", "1" if embed else "0")
     so.add_provider_for_devices(devices, options.provider_options())
     state = ort.capi.onnxruntime_pybind11_state
     start = time.perf_counter()
@@ -268,15 +270,39 @@ def _is_context_model(path: Path) -> bool:
     return any(n.op_type == "EPContext" for n in model.graph.node)
 
 
-def compile_context(model_path: Path, out_path: Path, options: QnnOptions) -> dict[str, Any]:
-    """Compile ``model_path`` for ``options``' SoC and write the EPContext model (the QNN context
-    binary embedded in a one-node ONNX graph) to ``out_path``; facts for the engine record."""
+def compile_context(model_path: Path, out_path: Path, options: QnnOptions, *, embed: bool = True) -> dict[str, Any]:
+    """Compile ``model_path`` for ``options``' SoC and write the EPContext model to ``out_path``:
+    the QNN context binary embedded in a one-node ONNX graph (``embed``), or, for a model whose
+    weights need a side file (protobuf holds no 2 GB attribute), in a file beside it named
+    ``ctx-<sha8>.bin`` that the graph names. Facts for the engine record (``context_file``: that
+    file, or None)."""
     out_path.unlink(missing_ok=True)
-    session, seconds, _ = create_session(model_path, options, source=model_path, context_out=out_path)
+    session, seconds, _ = create_session(model_path, options, source=model_path, context_out=out_path, embed=embed)
     del session
     if not out_path.is_file():
         raise EdgekitError(f"qnn: onnxruntime-qnn wrote no EPContext model to {out_path}", hint="check ep.context_* support of this onnxruntime-qnn")
-    return {"compile_seconds": seconds}
+    return {"compile_seconds": seconds, "context_file": None if embed else _name_context_file(out_path)}
+
+
+def _name_context_file(model_path: Path) -> Path:
+    """Give the context binary an EPContext model names (``<stem>_qnn.bin``) its content-addressed
+    name and point the graph at it: the engines of two precisions share ``engines/<target>/``."""
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph alone: the binary is beside it
+    found = None
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if node.op_type == "EPContext" and attr.name == "ep_cache_context":
+                current = model_path.parent / attr.s.decode()
+                if found is None:
+                    found = current.with_name(f"ctx-{sha256_file(current)[:8]}.bin")
+                    os.replace(current, found)
+                attr.s = found.name.encode()
+    if found is None:
+        raise EdgekitError(f"qnn: onnxruntime-qnn wrote no context binary beside {model_path.name}",
+                           hint="check ep.context_embed_mode support of this onnxruntime-qnn")
+    onnx.save_model(model, str(model_path))
+    return found
 
 
 def qnn_options_for(target: Any, precision: str) -> QnnOptions:
