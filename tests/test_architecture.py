@@ -22,7 +22,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.debug", "edgekit.profile", "edgekit.builder", "edgekit.lint",
         "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream", "edgekit.train"),
     6: ("edgekit.demo",),
-    7: ("edgekit.cli",),
+    7: ("edgekit.cli", "edgekit.__main__"),
 }
 STAGES = LAYERS[5]
 # Peers of one layer that may import each other, and why.
