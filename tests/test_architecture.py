@@ -28,6 +28,7 @@ STAGES = LAYERS[5]
 # Peers of one layer that may import each other, and why.
 PEER_EDGES = {
     ("edgekit.runtimes", "edgekit.models"): "the torch reference backend rebuilds the module from the bundle's model source",
+    ("edgekit.__main__", "edgekit.cli"): "`python -m edgekit` runs the CLI's entry point",
 }
 # What the decode loops may import: the hallway's data types and the Runtime protocol, nothing else.
 DECODE_MAY_IMPORT = ("edgekit.errors", "edgekit.spec", "edgekit.runtimes.base", "edgekit.decode")

@@ -49,6 +49,7 @@ from edgekit.evaluate import (
     score,
     stored_rows,
 )
+from edgekit.limits import check_option
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import load_target
@@ -118,8 +119,8 @@ class CheckConfig:
     target: str | None = None
 
     def __post_init__(self) -> None:
-        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
-            raise UsageError(f"--n {self.n!r} is invalid; valid: an integer >= 1")
+        for flag, value, bound in (("--n", self.n, "rows"), ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+            check_option(flag, value, bound)
 
     def resolved(self, bundle: Bundle) -> "CheckConfig":
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a

@@ -18,6 +18,7 @@ from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
 from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
+from edgekit.limits import check_option
 from edgekit.output import Output, clean
 
 try:  # typer >= 0.22 vendors click
@@ -159,7 +160,22 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)]
 
 
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
+def bounded(bound: str) -> Callable:
+    """An option's callback: its value within ``limits.BOUNDS[bound]`` (one line, exit 2, before
+    any work), the same bound in every command that has the option."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value):
+        if value is None or ctx.resilient_parsing:
+            return value
+        try:
+            return check_option(param.opts[0] if param.opts else f"--{param.name}", value, bound)
+        except UsageError as exc:
+            raise click.exceptions.UsageError(str(exc), ctx) from None
+
+    return check
+
+
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Static batch size baked into the graph.")]
 
 
 TrustCodeOpt = Annotated[bool, typer.Option(
@@ -170,7 +186,7 @@ TrustCodeOpt = Annotated[bool, typer.Option(
 WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
 
 
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
+SeedOpt = Annotated[int, typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (same seed, same output on every runtime).")]
 
 
 CondOpt = Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")]

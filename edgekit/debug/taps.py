@@ -34,7 +34,7 @@ from edgekit.runtimes import (
     trt as trt_backend,  # imports tensorrt only when a function runs
 )
 from edgekit.runtimes.base import Runtime, RuntimeProxy
-from edgekit.runtimes.bucketed import BucketedRuntime
+from edgekit.runtimes.bucketed import BucketedRuntime, step_buckets
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import (  # lazy: openvino
     OpenVinoRuntime,
@@ -89,11 +89,10 @@ def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
 def buckets_of(bundle: Bundle, precision: str) -> tuple[list[str], list[float]] | None:
     """(the int8 graphs' artifacts, the step boundaries) of a step-bucketed int8 model
     (``quantize --step-buckets``), else None."""
-    doc = (bundle.quantization or {}).get("step_buckets") or {}
-    names = list(doc.get("artifacts") or [])
-    if precision != "int8" or len(names) < 2:
+    doc = step_buckets(bundle) if precision == "int8" else None  # the record checked whole (its binding too)
+    if doc is None:
         return None
-    return names, [float(b) for b in doc["boundaries"]]
+    return list(doc["artifacts"]), [float(b) for b in doc["boundaries"]]
 
 
 def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str | None:

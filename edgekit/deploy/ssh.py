@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.userfiles import MAX_DOCUMENT_BYTES, check_user_file
 
 # ssh's exit status for its own failures (connection, host key, authentication).
 SSH_FAILED = 255
@@ -97,8 +98,8 @@ class SshOptions:
             raise UsageError(f"--port {self.port} is invalid; valid: 1..65535")
         for name in ("identity", "known_hosts", "config"):
             value = getattr(self, name)
-            if value is not None and not Path(value).is_file():
-                raise UsageError(f"--{name.replace('_', '-')} {value} does not exist", hint="pass an existing file")
+            if value is not None:  # ssh reads them: a regular file of bounded size, never a FIFO it would block on
+                check_user_file(value, f"--{name.replace('_', '-')}", max_bytes=MAX_DOCUMENT_BYTES)
 
     def ssh_args(self) -> list[str]:
         """Options shared by ssh and scp (ssh spells the port -p, scp -P: added by the callers).
