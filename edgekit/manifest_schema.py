@@ -254,6 +254,9 @@ MANIFEST_SCHEMA = Table({
         "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
         "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
         "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),
+        # A step-bucketed int8 model's engines: bucket 0 is the entry itself (``builder.stage``).
+        "buckets": Nullable(Table({"by": Nullable(Str()), "boundaries": ListOf(Number()), "binding": Str(),
+                                   "engines": ListOf(Table({"path": Str(), "sha256": HASH, "source": Str()}, required=("path", "source")))})),
     }, required=("path",)))),
     "fused": Nullable(MapOf(Table({
         "graph": OneOf(*GRAPHS[1:]), "artifact": Str(), "path": Str(), "mask_id": Int(0), "ops": OBJECT,

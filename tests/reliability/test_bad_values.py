@@ -242,9 +242,14 @@ def test_corrupt_onnx_with_updated_hash_is_one_line(tiny_masked):
     doc = json.loads((tiny_masked / MANIFEST).read_text())
     doc["artifacts"]["fp32"].update(sha256=sha256_file(path), bytes=path.stat().st_size)
     (tiny_masked / MANIFEST).write_text(json.dumps(doc))
-    for cmd in (["build", "--target", "cpu"], ["quantize", "--calib-samples", "1", "--eval-samples", "1"]):
+    for cmd in (["build", "--target", "cpu"], ["quantize", "--calib-samples", "1", "--eval-samples", "1"],
+                ["debug", "--candidate", "ort:fp32", "--reference", "openvino:fp32"],  # issue #45: a DecodeError in debug
+                ["run", "--cond", "class_id=1"], ["lint"]):
         r = invoke(cmd[0], tiny_masked, *cmd[1:])
         one_line(r, 1)
+    # profile reports a variant it cannot load as "not measured" and goes on with the others.
+    r = invoke("profile", tiny_masked, "--iters", "1", "--min-seconds", "0", "--warmup", "0", "--power", "off", "--cond", "class_id=1")
+    assert "Traceback" not in r.output and "not a model ONNX Runtime can load" in r.output, r.output
 
 
 def test_quantize_sample_counts_are_bounded(tiny_masked):

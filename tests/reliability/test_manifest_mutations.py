@@ -121,6 +121,7 @@ def test_every_field_with_every_wrong_type_loads_or_is_one_line_and_fix_config_t
     reader takes (the recorded config builds; the step buckets parse)."""
     from edgekit.debug.fix import recorded_config
     from edgekit.runtimes.bucketed import step_buckets
+    from edgekit.runtimes.engines import find_engine
 
     root, doc = base
     work = shutil.copytree(root, tmp_path / "b")
@@ -138,6 +139,8 @@ def test_every_field_with_every_wrong_type_loads_or_is_one_line_and_fix_config_t
                 if b.quantization and b.quantization.get("config"):
                     recorded_config(b)
                 step_buckets(b)
+                if path[0] == "engines":  # what run/check/profile --target read of an engine entry
+                    find_engine(work, "cpu", "int8")
             except EdgekitError as exc:
                 if "\n" in str(exc):
                     failures.append(f"{path} = {value!r}: two lines: {exc}")
