@@ -5,7 +5,9 @@ A second stage on the same bundle fails at once with exit 1 naming the holder, o
 it when the CLI was given ``--wait`` (``LOCK_WAIT``). The lock is re-entrant within a process
 (``select_engine`` → ``build_bundle`` → ``Bundle.save`` take it in turn). Because every writer
 holds it, anything named ``.staging-*`` found by the holder is litter of a killed stage and is
-swept on acquisition.
+swept on acquisition. A stage that fails (an error, Ctrl-C) takes with it every file it moved
+into the bundle that the manifest on disk does not list (``sweep_unlisted``): what it committed
+stays, nothing unlisted is left behind.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgekit.errors import BundleError
+from edgekit.manifest import MANIFEST, STAGING_PREFIX, live_paths
+from edgekit.userfiles import check_utf8_path
 
 try:  # POSIX; elsewhere bundles are written without a lock (one process at a time is on the user)
     import fcntl
@@ -32,7 +36,6 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".edgekit.lock"
-STAGING_PREFIX = ".staging-"
 # Set by the CLI's --wait: queue behind another writer instead of failing.
 LOCK_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("edgekit_lock_wait", default=False)
 _held: dict[str, list[Any]] = {}  # resolved bundle root -> [fd, depth]
@@ -59,6 +62,7 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
     """Hold the bundle's writer lock for the ``with`` body. ``create``: make the directory first
     (export); otherwise a missing bundle is left to ``Bundle.load`` to report."""
     root = Path(root)
+    check_utf8_path(root, "bundle path", error=BundleError, hint="rename the folder to a UTF-8 name")
     created = create and not root.exists()
     if create:
         try:
@@ -168,11 +172,55 @@ def writes_bundle(stage: str, arg: str = "path", *, create: bool = False) -> Cal
             # A path, or a Bundle (its .root); never a Path's own .root, which is "/"
             root = target if isinstance(target, (str, os.PathLike)) else target.root
             with bundle_lock(Path(root), stage, create=create):
-                return fn(*args, **kwargs)
+                before = bundle_files(Path(root))
+                try:
+                    return fn(*args, **kwargs)
+                except BaseException:
+                    sweep_unlisted(Path(root), before)
+                    raise
 
         return wrapper
 
     return decorate
+
+
+def bundle_files(root: Path) -> frozenset[str]:
+    """Every file under ``root`` (bundle-relative, links not followed)."""
+    out = set()
+    for folder, dirs, files in os.walk(root):
+        rel = Path(folder).relative_to(root)
+        out.update((rel / f).as_posix() for f in files)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+    return frozenset(out)
+
+
+def sweep_unlisted(root: Path, before: frozenset[str]) -> list[str]:
+    """After a failed stage (lock held): remove the files it added under ``root`` that the
+    manifest on disk does not list (an engine installed before the save was refused, an artifact
+    moved in before an error), and the folders that leaves empty. Files that were there before
+    the stage are never touched. Never raises: the stage's own error is what the user sees."""
+    removed: list[str] = []
+    try:
+        doc = json.loads((root / MANIFEST).read_text()) if (root / MANIFEST).is_file() else {}
+        listed = live_paths(doc) if isinstance(doc, dict) else set()
+    except Exception:  # noqa: BLE001 - an unreadable manifest lists nothing this stage added
+        listed = set()
+    try:
+        base = root.resolve()
+        for rel in sorted(bundle_files(root) - before - listed - {MANIFEST, LOCK_NAME}):
+            path = root / rel
+            path.unlink(missing_ok=True)
+            removed.append(rel)
+            folder = path.parent.resolve()
+            while folder != base and base in folder.parents:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+                folder = folder.parent
+    except OSError:
+        pass
+    return removed
 
 
 @contextmanager

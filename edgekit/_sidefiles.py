@@ -21,11 +21,13 @@ ONNX artifact reads no file its manifest does not list (a side file edgekit neve
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import mmap
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from edgekit.errors import BundleError, UsageError
 
@@ -130,6 +132,23 @@ def place_side_files(model_path: Path, folder: Path) -> None:
             os.link(src, dest)
         except OSError:
             shutil.copyfile(src, dest)
+
+
+@contextlib.contextmanager
+def side_files_beside(model_path: Path, folder: Path) -> Iterator[None]:
+    """``place_side_files`` for as long as the block runs (open the session in it), then the links
+    go: onnx refuses external data in a file with more than one link ("possible hardlink
+    attack"), so a link left in a scratch folder made the bundle's own weights unreadable to
+    onnx while it lived; a runtime holds what it read (or mapped) past the unlink. Symbolic
+    links are no way round: onnx and onnxruntime both refuse data outside the model's folder."""
+    before = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    place_side_files(model_path, folder)
+    made = [folder / n for n in external_data_locations(model_path) if n not in before]
+    try:
+        yield
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
 
 
 def check_side_files_listed(path: Path, name: str, doc: Mapping[str, Any]) -> None:

@@ -121,7 +121,7 @@ def state_dir() -> Path:
 
 
 def _record_path(root: Path) -> Path:
-    key = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:32]
+    key = hashlib.sha256(os.fsencode(Path(root).resolve())).hexdigest()[:32]  # any path: bytes, not UTF-8
     return state_dir() / "exported" / f"{key}.json"
 
 
@@ -166,8 +166,9 @@ def remember_export(root: Path, refs: Iterable[str | None]) -> None:
 
 
 def forget_bundle(root: Path) -> None:
-    """A bundle replaced by something this user did not export (``unpack``): its record goes."""
-    with contextlib.suppress(OSError):
+    """A bundle replaced by something this user did not export (``unpack``): its record goes.
+    Called after unpack's swap, so it never raises (a path it cannot resolve has no record)."""
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
         _record_path(root).unlink(missing_ok=True)
 
 

@@ -3,6 +3,11 @@ claiming 10^12 rows, ``--batch 1000000000``, ``--n 10**9``; decode steps are bou
 ``decode.dispatch``) fails at once in one line naming
 the bound and how to move it, instead of after minutes or in an out-of-memory kill.
 
+Count and time options: one table (``BOUNDS``), checked by ``check_option`` at parse time (the
+CLI's ``bounded`` callback) and again by the stage configs, the same bound for the same option
+in every command (docs/reliability.md lists them). ``inf``, ``nan`` and negative seeds are one
+line, never an OverflowError deep inside numpy.
+
 Memory: the arrays a command builds from what it is given (condition rows, decode outputs) must
 fit under ``EDGEKIT_MEMORY_CAP_MB`` (default 4096 MiB); set it higher for bigger inputs.
 """
@@ -11,6 +16,8 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from edgekit.errors import UsageError
 
@@ -58,3 +65,77 @@ def check_count(what: str, n: int, most: int, fix: str) -> None:
     """Refuse a count (rows, steps, files) over its bound before the loop starts."""
     if n > most:
         raise UsageError(f"{what} is {n}, more than edgekit takes ({most})", hint=fix)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A count or time option's valid range: ``low <= value <= high`` (``low < value`` when
+    ``above_low``), an integer when ``integer``; ``unit`` for the message."""
+
+    low: float
+    high: float
+    integer: bool
+    unit: str = ""
+    above_low: bool = False
+
+    def describe(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        num = lambda x: str(int(x)) if float(x).is_integer() else f"{x:g}"  # noqa: E731
+        kind = "an integer" if self.integer else "a number"
+        if self.above_low:
+            return f"{kind} above {num(self.low)}, at most {num(self.high)}{unit}"
+        return f"{kind} from {num(self.low)} to {num(self.high)}{unit}"
+
+
+# Decoded sequences of quantize's calibration and held-out sets (every call of each decode is
+# recorded for calibration: far more than any calibration needs would only exhaust memory).
+MAX_SAMPLES = 4096
+# Rows debug replays teacher-forced with every tensor of every step captured.
+MAX_REPLAY_ROWS = 1024
+# Measured and warm-up decodes per profiled variant (a microsecond model reaches them in seconds).
+MAX_ITERS = 10_000
+MAX_WARMUP = 1_000
+# Any time option: an hour per variant, stream run or budget.
+MAX_SECONDS = 3600
+MAX_SEED = 2**32 - 1
+MAX_THREADS = 1024
+MAX_STREAMS = 64  # threads and memory: far above what one device serves
+# Decode steps of a --steps list (profile, loadtest): decode.dispatch.MAX_STEPS, which the decode
+# loops check themselves (decode/ imports no hallway module but errors and spec).
+MAX_STEPS = 10_000
+# Lengths of profile's architecture-only crossover sweep (a model is exported at each).
+MAX_SWEEP_LENGTH = 8192
+
+BOUNDS: dict[str, Bound] = {
+    "rows": Bound(1, MAX_ROWS, True, "rows"),  # check/debug --n, run/profile --batch, profile --frontier-n
+    "replay-rows": Bound(1, MAX_REPLAY_ROWS, True, "rows"),  # debug --rows
+    "samples": Bound(1, MAX_SAMPLES, True, "decodes"),  # quantize --calib-samples, --eval-samples
+    "iters": Bound(1, MAX_ITERS, True, "decodes"),  # profile --iters
+    "warmup": Bound(0, MAX_WARMUP, True, "decodes"),  # profile --warmup
+    "seconds": Bound(0, MAX_SECONDS, False, "s"),  # profile --min-seconds
+    "duration": Bound(0, MAX_SECONDS, False, "s", above_low=True),  # loadtest --duration-s
+    "ms": Bound(0, MAX_SECONDS * 1000, False, "ms", above_low=True),  # --deadline-ms, --latency-budget-ms
+    "seed": Bound(0, MAX_SEED, True),  # --seed of every command
+    "threads": Bound(0, MAX_THREADS, True),  # --threads of every command
+    "streams": Bound(1, MAX_STREAMS, True, "streams"),  # loadtest --streams
+    "db": Bound(-1000, 1000, False, "dB"),  # debug --threshold
+    "steps": Bound(1, MAX_STEPS, True, "steps"),  # profile --steps, --frontier-steps; loadtest --steps
+    "sweep-length": Bound(2, MAX_SWEEP_LENGTH, True, "tokens"),  # profile --sweep
+}
+
+
+def check_option(flag: str, value: Any, bound: str) -> Any:
+    """``value`` of option ``flag`` if it is within ``BOUNDS[bound]``; else one UsageError naming
+    the option, the value and the range (None passes: the option was not given)."""
+    if value is None:
+        return value
+    b = BOUNDS[bound]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    finite = number and (isinstance(value, int) or math.isfinite(value))
+    whole = number and (isinstance(value, int) or (finite and float(value).is_integer()))
+    inside = finite and (value > b.low if b.above_low else value >= b.low) and value <= b.high
+    if not (inside and (whole or not b.integer)):
+        shown = repr(value) if not number else (f"{value:g}" if isinstance(value, float) else str(value))
+        raise UsageError(f"{flag} {shown} is out of bounds; valid: {b.describe()}",
+                         hint="every bound: docs/reliability.md")
+    return int(value) if b.integer else value

@@ -13,11 +13,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgekit._lock import STAGING_PREFIX
 from edgekit.errors import BundleError
+from edgekit.userfiles import MAX_MANIFEST_BYTES, check_utf8_path, read_user_text
 
 SCHEMA = "edgekit.bundle/1"
 MANIFEST = "edgekit.json"
+# Files a stage writes before it commits them (swept by the next holder of the bundle's lock).
+STAGING_PREFIX = ".staging-"
 # Manifest sections merged entry by entry at save (a stage changes some entries of these and must
 # not drop entries another stage committed meanwhile); every other top-level key is replaced whole.
 _MERGED_SECTIONS = ("artifacts", "engines", "fused", "verification", "graph")
@@ -64,14 +66,15 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
 def read_json(path: Path, what: str = "manifest") -> Any:
     """``json.loads`` of a file as one-line errors (bad UTF-8, bad JSON, nesting deep enough to
     exhaust the recursion limit)."""
+    # A bundle at a non-UTF-8 path would reach onnx and ONNX Runtime, which take UTF-8 only: one line now.
+    check_utf8_path(path.parent, "bundle path", error=BundleError, hint="rename the folder to a UTF-8 name")
+    text = read_user_text(path, what, max_bytes=MAX_MANIFEST_BYTES, error=BundleError)  # regular, bounded: never a FIFO
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise BundleError(f"{what} {path} is not valid JSON ({exc})", hint="re-run the stage that wrote it") from None
     except RecursionError:
         raise BundleError(f"{what} {path} is nested too deeply to be a manifest", hint="re-run the stage that wrote it") from None
-    except OSError as exc:
-        raise BundleError(f"cannot read {what} {path} ({exc.strerror or exc})") from None
 
 
 def inside(root: Path, rel: str) -> Path:

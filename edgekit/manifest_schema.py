@@ -3,15 +3,24 @@ a bundle loads, before any stage touches the manifest. A field of the wrong type
 ``manifest <path> field model.meta.conditioning: expected an object, found list [1, 2]``.
 
 Fields this edgekit does not know (written by a newer one) are ignored, never an error: a bundle
-stays readable across versions as long as what is known keeps its type."""
+stays readable across versions as long as what is known keeps its type.
+
+Everything a stage reads is here, down to what ``debug --fix`` re-quantizes with
+(``quantization.config``) and the step buckets a runtime opens (``quantization.step_buckets``):
+counts and seeds within the bounds the options have (``limits``), and anywhere in the document
+numbers are finite and text is valid Unicode (edgekit writes neither NaN nor lone surrogates;
+a manifest holding them was edited, and no later save could write it back)."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit.errors import BundleError
+from edgekit.host import ISA_CLASSES
+from edgekit.limits import MAX_ROWS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_THREADS
 from edgekit.spec import GROUND_TRUTH_TASKS, GRAPHS, KINDS, tensor_specs_from_json
 
 
@@ -46,12 +55,12 @@ class Str(Type):
 
 
 class Int(Type):
-    def __init__(self, low: int = 0):
-        self.low = low
-        self.expected = f"an integer >= {low}"
+    def __init__(self, low: int = 0, high: int | None = None):
+        self.low, self.high = low, high
+        self.expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
 
     def accepts(self, value: Any) -> bool:
-        return type(value) is int and value >= self.low
+        return type(value) is int and value >= self.low and (self.high is None or value <= self.high)
 
 
 class Number(Type):
@@ -66,6 +75,17 @@ class Bool(Type):
 
     def accepts(self, value: Any) -> bool:
         return isinstance(value, bool)
+
+
+class IntOr(Type):
+    """An integer within ``Int``'s bounds, or one of a few words (``--step-buckets 4 | auto``)."""
+
+    def __init__(self, number: Int, *words: str):
+        self.number, self.words = number, words
+        self.expected = f"{number.expected} or {', '.join(words)}"
+
+    def accepts(self, value: Any) -> bool:
+        return self.number.accepts(value) or (isinstance(value, str) and value in self.words)
 
 
 class Scalar(Type):
@@ -168,8 +188,8 @@ SIDE_FILE = Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("p
 TENSOR = Table({"shape": ListOf(Int(0)), "dtype": Str(), "low": Nullable(Number()), "high": Nullable(Number())},
                required=("shape", "dtype"))
 DECODE = Table({
-    "steps": Int(1), "length": Nullable(Int(1)), "top_k": Int(0), "temperature": Number(), "choice_temperature": Number(),
-    "guidance": Number(), "sway": Number(), "schedule": Str(), "solver": Str(), "grid": Str(),
+    "steps": Int(1, MAX_STEPS), "length": Nullable(Int(1, MAX_STEPS)), "top_k": Int(0), "temperature": Number(), "choice_temperature": Number(),
+    "guidance": Number(), "sway": Number(), "schedule": Str(), "solver": Str(), "grid": Str(), "spacing": Int(0),
 }, extra=Scalar())
 
 META = Table({
@@ -179,6 +199,24 @@ META = Table({
     **{k: Int(0) for k in ("mask_id", "bos_id")},
     "chunk": Table({"frames": Int(1), "context": Int(0), "lookahead": Int(0), "tokens_input": Str(), "sigma_min": Number()},
                    required=("frames", "context", "lookahead", "tokens_input")),
+})
+
+# What `edgekit quantize` recorded as its QuantizeConfig (``quantize.config.QuantizeConfig.to_json``):
+# `debug --fix` re-quantizes with it. The types here; the values (a profile, a method) are checked
+# by QuantizeConfig itself, its message naming this field (``debug.fix.recorded_config``).
+QUANTIZE_CONFIG = Table({
+    "profile": Str(), "method": Str(), "percentile": Number(), "calib_samples": Int(1, MAX_SAMPLES), "calib_seed": Int(0, MAX_SEED),
+    "eval_samples": Int(1, MAX_SAMPLES), "eval_seed": Int(0, MAX_SEED), "exclude": ListOf(Str()), "budget": MapOf(Number()),
+    "op_types": ListOf(Str()), "float_attention_core": Bool(), "float_time_embedding": Bool(), "decode": DECODE,
+    "fallback": Bool(), "max_fallback": Nullable(Int(0)), "sensitivity_feeds": Int(1, MAX_SAMPLES), "preprocess": Bool(),
+    "cond": MapOf(Str()), "cond_data": Nullable(Str()), "threads": Int(0, MAX_THREADS), "runtime": Str(), "target": Nullable(Str()),
+    "isa": OneOf("host", *ISA_CLASSES), "scheme": Str(), "overrides": ListOf(Table(extra=Scalar())),
+    "step_buckets": Nullable(IntOr(Int(1), "auto")), "bucket_memory": Number(),
+})
+# The step buckets a runtime opens (``runtimes.bucketed.step_buckets`` checks how the parts agree).
+STEP_BUCKETS = Table({
+    "n": Int(1), "by": Str(), "boundaries": ListOf(Number()), "artifacts": ListOf(Str()), "binding": Str(), "weights_file": Str(),
+    "calls_per_bucket": ListOf(Int(0)),
 })
 
 MANIFEST_SCHEMA = Table({
@@ -201,8 +239,13 @@ MANIFEST_SCHEMA = Table({
     }))),
     "quantization": Nullable(Table({
         "profile": Nullable(Str()), "passed": Bool(),
-        "arithmetic": Nullable(Table({"isa": Nullable(Str()), "validated_on": Nullable(Str()), "scheme": Nullable(Table({"name": Str()}))})),
-        "budget": Table({"eval": Table({"samples": Int(1), "seed": Int(0), "decode": Nullable(DECODE)})}),
+        # "unknown": quantized for "host" on a CPU whose class edgekit could not read.
+        "arithmetic": Nullable(Table({"isa": Nullable(OneOf(*ISA_CLASSES, "unknown")), "validated_on": Nullable(Str()),
+                                      "scheme": Nullable(Table({"name": Str()}))})),
+        "budget": Table({"eval": Table({"samples": Int(1, MAX_ROWS), "seed": Int(0, MAX_SEED), "decode": Nullable(DECODE)})}),
+        "config": Nullable(QUANTIZE_CONFIG),
+        "step_buckets": Nullable(STEP_BUCKETS),
+        "speed": Nullable(Table({"measured": Bool(), "isa": Nullable(Str()), "runtime": Nullable(Str()), "int8_speedup": Nullable(Number())})),
     })),
     "engines": Nullable(MapOf(Table({
         "path": Str(), "sha256": HASH, "bytes": Int(0), "runtime": Str(), "runtime_version": Nullable(Str()),
@@ -212,6 +255,9 @@ MANIFEST_SCHEMA = Table({
         "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
         "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
         "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),
+        # A step-bucketed int8 model's engines: bucket 0 is the entry itself (``builder.stage``).
+        "buckets": Nullable(Table({"by": Nullable(Str()), "boundaries": ListOf(Number()), "binding": Str(),
+                                   "engines": ListOf(Table({"path": Str(), "sha256": HASH, "source": Str()}, required=("path", "source")))})),
     }, required=("path",)))),
     "fused": Nullable(MapOf(Table({
         "graph": OneOf(*GRAPHS[1:]), "artifact": Str(), "path": Str(), "mask_id": Int(0), "ops": OBJECT,
@@ -245,16 +291,57 @@ def _found(value: Any) -> str:
     return f"{kind} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
+def _remake(root: Path, where: str) -> str:
+    """The command that writes the section ``where`` lies in anew."""
+    section = re.split(r"[.\[]", where, maxsplit=1)[0]
+    if section == "quantization":
+        return f"re-quantize with `edgekit quantize {root}`, which records that section anew"
+    if section == "engines":
+        return f"rebuild the engine with `edgekit build {root} --rebuild`, or remove its entry"
+    if section == "flow_quality":
+        return f"measure it anew with `edgekit run {root} --latency-budget-ms MS`"
+    return f"re-export the bundle with `edgekit export MODEL -o {root}`"
+
+
+def _text_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\udcff" in the JSON): no file system path or library takes it
+        return False
+    return True
+
+
+def _check_json_values(doc: Any) -> None:
+    """Every number finite and every string (keys too) valid Unicode, anywhere in ``doc``: walked
+    with a stack, not recursion (the parser already bounded the depth)."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _Mismatch(where, "a finite number (JSON has no NaN or Infinity)", value)
+        if isinstance(value, str) and not _text_ok(value):
+            raise _Mismatch(where, "valid Unicode text", value)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not _text_ok(str(key)):
+                    raise _Mismatch(where, "field names of valid Unicode text", str(key))
+                stack.append((item, _join(where, str(key))))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in enumerate(value))
+
+
 def validate_manifest(manifest: Any, path: Path) -> None:
     """Check ``manifest`` against MANIFEST_SCHEMA and what ties its fields together (the model's
     name is printable, conditioning names graph inputs, the IO specs parse): a BundleError
     naming the field, the type expected and what was found."""
-    hint = "re-export the bundle with `edgekit export` (or re-run the stage that wrote the field)"
+    hint = _remake(path.parent, "")
     try:
+        _check_json_values(manifest)
         MANIFEST_SCHEMA.check(manifest, "")
     except _Mismatch as exc:
         where = exc.where.lstrip(".") or "(the document)"
-        raise BundleError(f"manifest {path} field {where}: expected {exc.expected}, found {_found(exc.value)}", hint=hint) from None
+        raise BundleError(f"manifest {path} field {where}: expected {exc.expected}, found {_found(exc.value)}",
+                          hint=_remake(path.parent, where)) from None
     model = manifest["model"]
     if not model["name"].isprintable():
         raise BundleError(f"manifest {path} field model.name: expected printable text, found {_found(model['name'])}", hint=hint)

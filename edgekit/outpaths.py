@@ -1,15 +1,18 @@
 """Paths a command will write, checked before the work: a folder that is a file, a file under a
-file, a name longer than the file system takes, a device (``/dev/null``) or a folder where a file
-goes, a folder nobody may write: one line naming the option and the path, before minutes of work
-are thrown away. ``write_text_into`` then writes such a report whole or not at all."""
+file, a name longer than the file system takes or not valid UTF-8, a device (``/dev/null``) or a
+folder where a file goes, a folder nobody may write (tried: an entry is made there and removed,
+so a read-only mount or ``/proc`` is found too): one line naming the option and the path, before
+minutes of work are thrown away. ``write_text_into`` then writes such a report whole or not at all."""
 
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from edgekit.errors import UsageError
+from edgekit.userfiles import check_utf8_path
 
 
 def check_dir(path: Path | str, flag: str) -> Path:
@@ -54,6 +57,11 @@ def _check_folder(folder: Path, flag: str, shown: Path) -> None:
         raise UsageError(f"{flag} {shown}: {where} {what}", hint=f"choose another {flag} path")
     if not os.access(base, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {shown}: {base} is not writable", hint=f"choose a {flag} path you may write")
+    try:  # what the permission bits do not say (a read-only mount, /proc, a full inode table)
+        os.rmdir(tempfile.mkdtemp(prefix=".edgekit-probe-", dir=base))
+    except OSError as exc:
+        raise UsageError(f"{flag} {shown}: nothing can be written in {base} ({exc.strerror or exc})",
+                         hint=f"choose a {flag} path you may write") from None
 
 
 def _check_names(path: Path, flag: str) -> None:
@@ -62,6 +70,7 @@ def _check_names(path: Path, flag: str) -> None:
         limit = os.pathconf(".", "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):
         limit = 255
+    check_utf8_path(path, flag, hint="choose a UTF-8 name")
     for part in path.parts:
         if len(os.fsencode(part)) > limit:
             raise UsageError(f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes, more than the file system takes ({limit})",

@@ -22,12 +22,13 @@ LAYERS: dict[int, tuple[str, ...]] = {
     5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.debug", "edgekit.profile", "edgekit.builder", "edgekit.lint",
         "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream", "edgekit.train"),
     6: ("edgekit.demo",),
-    7: ("edgekit.cli",),
+    7: ("edgekit.cli", "edgekit.__main__"),
 }
 STAGES = LAYERS[5]
 # Peers of one layer that may import each other, and why.
 PEER_EDGES = {
     ("edgekit.runtimes", "edgekit.models"): "the torch reference backend rebuilds the module from the bundle's model source",
+    ("edgekit.__main__", "edgekit.cli"): "`python -m edgekit` runs the CLI's entry point",
 }
 # What the decode loops may import: the hallway's data types and the Runtime protocol, nothing else.
 DECODE_MAY_IMPORT = ("edgekit.errors", "edgekit.spec", "edgekit.runtimes.base", "edgekit.decode")

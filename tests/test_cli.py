@@ -82,3 +82,16 @@ def test_debug_env_shows_traceback(tmp_path, monkeypatch):
 def test_usage_errors_exit_2():
     r = runner.invoke(app, ["run"])
     assert r.exit_code == 2
+
+
+def test_python_dash_m_edgekit_is_the_cli():
+    """`python -m edgekit` (issue #45, point 8): the same commands and exit codes as `edgekit`."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "edgekit", "--help"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "quantize" in r.stdout and "deploy" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "edgekit", "run", "nowhere", "--seed", "-1"], cwd=root, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: --seed -1 is out of bounds"), r.stderr

@@ -36,7 +36,7 @@ from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
 from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.host import HostFacts
 from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
-from edgekit.runtimes.bucketed import step_buckets
+from edgekit.runtimes.bucketed import bucket_binding, step_buckets
 from edgekit.runtimes.engines import (
     EngineChoice,
     EngineNeedsBuild,
@@ -206,8 +206,10 @@ def build_bundle(
     entry, facts, fixed, findings = built[0]
     entry.update(facts)
     if buckets:
-        entry["buckets"] = {"by": buckets.get("by"), "boundaries": list(buckets["boundaries"]),
-                            "engines": [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets["artifacts"][1:])]}
+        subs = [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets["artifacts"][1:])]
+        graphs = [(source_name, entry["sha256"]), *((s["source"], s["sha256"]) for s in subs)]
+        entry["buckets"] = {"by": buckets.get("by"), "boundaries": list(buckets["boundaries"]), "engines": subs,
+                            "binding": bucket_binding(buckets.get("by", ""), buckets["boundaries"], graphs)}
     entry.update({
         "target": target.name,
         "precision": precision,

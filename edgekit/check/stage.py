@@ -44,6 +44,16 @@ from edgekit.evaluate.thresholds import (
     save_baseline,
 )
 from edgekit.evaluate.verdict import compare
+from edgekit.decode.dispatch import decode, decode_config
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.evaluate import (
+    check_rows,
+    conditions,
+    load_condition_data,
+    score,
+    stored_rows,
+)
+from edgekit.limits import check_option
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import load_target
@@ -118,8 +128,8 @@ class CheckConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
-            raise UsageError(f"--n {self.n!r} is invalid; valid: an integer >= 1")
+        for flag, value, bound in (("--n", self.n, "rows"), ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+            check_option(flag, value, bound)
 
     def resolved(self, bundle: Bundle) -> "CheckConfig":
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a

@@ -9,80 +9,29 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Mapping, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperCommand, TyperGroup
 
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
+from edgekit.cli._params import click, parse_csv  # noqa: F401 (parse_csv: the commands import it from here)
 from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
 from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
+from edgekit.limits import check_option
 from edgekit.output import Output, clean
 
-try:  # typer >= 0.22 vendors click
-    from typer import _click as click
-except ImportError:  # pragma: no cover - older typer on click
-    import click  # type: ignore[no-redef]
-
-
-# ---- help text a user can read: metavars are what to type, not Python types ---------------------
-_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "file": "PATH", "directory": "PATH",
-                "int range": "INTEGER", "float range": "FLOAT", "bool": ""}
-
-
-def _plain(label: str | None, is_flag: bool) -> str | None:
-    """typer's ``<list[str]>``/``<bool>``/``<a|b>`` -> ``TEXT`` / nothing / ``[a|b]``."""
-    if label is None or is_flag:
-        return ""
-    inner = label.strip("<>")
-    while inner.startswith("list[") and inner.endswith("]"):  # repeatable: the help text says so
-        inner = inner[5:-1]
-    if "|" in inner:
-        return f"[{inner}]"
-    return _PLAIN_TYPES.get(inner, inner.upper())
-
-
-class _PlainOption(TyperOption):
-    def display_type_rich(self, ctx):
-        if self.metavar is not None:
-            return self.metavar
-        return _plain(self.display_type(ctx), self.is_bool_flag)
-
-
-class _PlainArgument(TyperArgument):
-    @property
-    def display_name_raw(self) -> str:
-        return self.metavar or self.name.upper()
-
-    def display_type_rich(self, ctx):
-        return _plain(self.display_type(ctx), False)
-
-    def _usage_display_name(self) -> str:
-        name = self.display_name_raw + ("..." if self.nargs != 1 else "")
-        return name if self.required else f"[{name}]"
-
-
-def _plain_params(params) -> None:
-    for param in params:
-        if type(param) is TyperOption:
-            param.__class__ = _RegistryOption if param.help in LEADS else _PlainOption
-        elif type(param) is TyperArgument:
-            param.__class__ = _PlainArgument
-
-
-class _PlainParams:
-    """Plain metavars (TEXT, INTEGER, [a|b]) for a command's or group's options and its --help."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _plain_params(self.params)
-
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        _plain_params([option] if option is not None else [])
-        return option
-
+# The registry-driven options live in their own module; commands import them from here with the rest.
+from edgekit.cli.registry_options import (  # noqa: E402,F401
+    PrecisionOpt,
+    RegistryHelp,
+    _PlainParams,
+    RuntimeOpt,
+    precision_option,
+    profile_option,
+    runtime_option,
+)
 
 class _Command(_PlainParams, TyperCommand):
     pass
@@ -159,7 +108,22 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)]
 
 
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Static batch size baked into the graph.")]
+def bounded(bound: str) -> Callable:
+    """An option's callback: its value within ``limits.BOUNDS[bound]`` (one line, exit 2, before
+    any work), the same bound in every command that has the option."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value):
+        if value is None or ctx.resilient_parsing:
+            return value
+        try:
+            return check_option(param.opts[0] if param.opts else f"--{param.name}", value, bound)
+        except UsageError as exc:
+            raise click.exceptions.UsageError(str(exc), ctx) from None
+
+    return check
+
+
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Static batch size baked into the graph.")]
 
 
 TrustCodeOpt = Annotated[bool, typer.Option(
@@ -170,7 +134,7 @@ TrustCodeOpt = Annotated[bool, typer.Option(
 WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
 
 
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of all decode noise (same seed, same output on every runtime).")]
+SeedOpt = Annotated[int, typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (same seed, same output on every runtime).")]
 
 
 CondOpt = Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")]
@@ -273,126 +237,6 @@ def configure_logging() -> None:
     import logging
 
     logging.basicConfig(level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s")
-
-
-# ---- --runtime / --precision: one definition, choices and help from the runtime registry ---------
-class RegistryHelp:
-    """An option's help whose list of runtimes or precisions is read from the registry when the
-    help is shown (a backend registered after the CLI loaded is listed too, and ``edgekit --help``
-    imports no backend module). typer keeps help as a plain string, so the options are found by
-    their lead text (``LEADS``)."""
-
-    def __init__(self, lead: str, kind: str, extra: Mapping[str, str] | None = None):
-        self.lead, self.kind, self.extra = lead, kind, dict(extra or {})
-
-    def render(self) -> str:
-        if self.kind == "profile":
-            from edgekit.quantize import registry as profiles  # deferred: importing it registers the built-in profiles
-
-            listing = profiles.profile_help()
-        else:
-            from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
-
-            listing = registry.runtime_help() if self.kind == "runtime" else registry.precision_help()
-        listing += "".join(f" | {value} ({what})" for value, what in self.extra.items())
-        return f"{self.lead}: {listing}.".replace("[", "\\[")  # edgekit[qnn] is text, not rich markup
-
-
-LEADS: dict[str, RegistryHelp] = {}
-
-
-class _RegistryOption(_PlainOption):
-    @property
-    def help(self) -> str:
-        return LEADS[self.__dict__["help"]].render()
-
-    def display_type_rich(self, ctx):
-        if LEADS[self.__dict__["help"]].kind == "profile":  # the choices, as typer shows a Literal's
-            return f"[{'|'.join(_profile_names())}]"
-        return super().display_type_rich(ctx)
-
-    @help.setter
-    def help(self, value: str) -> None:
-        self.__dict__["help"] = value
-
-
-def _check_registry(kind: str, many: bool, extra: Mapping[str, str] | None = None) -> Callable:
-    """The option's callback: every value (comma-separated when ``many``) checked by the registry,
-    the one error listing the valid ones (exit 2, before any work); ``extra`` values (a command's
-    own, e.g. build's ``auto``) pass."""
-
-    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
-        if value is None or ctx.resilient_parsing:
-            return value
-        from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
-
-        flag = param.opts[0] if param.opts else f"--{kind}"
-        items = parse_csv(flag, value) if many else (value,)
-        try:
-            if kind == "runtime":
-                registry.check_runtimes(items, flag)
-            else:
-                registry.check_precisions(items, flag, also=tuple(extra or {}))
-        except UsageError as exc:
-            raise click.exceptions.UsageError(str(exc), ctx) from None
-        return value
-
-    return check
-
-
-def runtime_option(lead: str = "Runtime", *, many: bool = False) -> typer.models.OptionInfo:
-    """``--runtime`` for every command: ``lead`` says what the runtime is for; the registry gives
-    the choices, their help and the check (``many``: a comma-separated list)."""
-    return typer.Option("--runtime", help=_lead(lead, "runtime"), callback=_check_registry("runtime", many))
-
-
-def precision_option(lead: str = "Precision", *, many: bool = False, extra: Mapping[str, str] | None = None) -> typer.models.OptionInfo:
-    """``--precision`` for every command, as ``runtime_option``; ``extra``: the command's own
-    values beyond the precisions ({value: what it means}, e.g. build's ``auto``)."""
-    return typer.Option("--precision", help=_lead(lead, "precision", extra), callback=_check_registry("precision", many, extra))
-
-
-def _lead(lead: str, kind: str, extra: Mapping[str, str] | None = None) -> str:
-    if lead in LEADS and (LEADS[lead].kind, LEADS[lead].extra) != (kind, dict(extra or {})):
-        raise ValueError(f"help lead {lead!r} is used by two different options: make them differ")
-    LEADS[lead] = RegistryHelp(lead, kind, extra)
-    return lead
-
-
-def _profile_names() -> tuple[str, ...]:
-    from edgekit.quantize import registry  # deferred: importing it registers the built-in profiles
-
-    return registry.names()
-
-
-def profile_option(lead: str = "Quantization profile") -> typer.models.OptionInfo:
-    """``--profile`` (quantize): the quantization-profile registry gives its choices, their help
-    and the check, read when shown or checked (a profile registered after the CLI loaded too)."""
-    return typer.Option("--profile", help=_lead(lead, "profile"), callback=_check_profile)
-
-
-def _check_profile(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
-    if value is None or ctx.resilient_parsing or value in _profile_names():
-        return value
-    valid = ", ".join(repr(n) for n in _profile_names())
-    raise click.exceptions.BadParameter(f"{value!r} is not one of {valid}.", ctx, param)
-
-
-RuntimeOpt = Annotated[str, runtime_option()]
-
-
-PrecisionOpt = Annotated[str, precision_option()]
-
-
-def parse_csv(option: str, value: Optional[str], cast=str) -> tuple:
-    """'a,b' -> ('a', 'b'); a bad item is a one-line usage error naming the option."""
-    if value is None:
-        return ()
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        return tuple(cast(v) for v in items)
-    except ValueError:
-        raise UsageError(f"{option} {value!r} is not a comma-separated list of {cast.__name__}s") from None
 
 
 TargetOpt = Annotated[str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")]

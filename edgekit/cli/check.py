@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt  # the shared options
-from edgekit.cli.app import command, configure_logging, parse_cond, runtime_option
+from edgekit.cli.app import bounded, command, configure_logging, parse_cond, runtime_option
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -30,8 +30,8 @@ def check(
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
     candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
     runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
-    n: Annotated[Optional[int], typer.Option("--n", min=1, help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.")] = None,
+    n: Annotated[Optional[int], typer.Option("--n", callback=bounded("rows"), help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.")] = None,
     greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
     thresholds: Annotated[Optional[Path], typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")] = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file.")] = None,
@@ -40,7 +40,7 @@ def check(
     metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
-    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).")] = False,

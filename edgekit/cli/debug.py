@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import TrustCodeOpt, BundleArg, CondDataOpt, JsonOpt, command, configure_logging, runtime_option
+from edgekit.cli.app import TrustCodeOpt, BundleArg, CondDataOpt, JsonOpt, bounded, command, configure_logging, runtime_option
 from edgekit.host import ISA_CLASSES
+from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
@@ -26,15 +27,15 @@ def debug(
     reference: Annotated[str, typer.Option("--reference", help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.")] = "fp32",
     runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP).")] = None,
-    threshold: Annotated[Optional[float], typer.Option("--threshold", help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
-    rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,
-    n: Annotated[Optional[int], typer.Option("--n", min=1, help="Rows of check's gate (default: the rows `edgekit quantize` judged).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of all decode noise (default: quantize's).")] = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", callback=bounded("db"), help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
+    rows: Annotated[Optional[int], typer.Option("--rows", callback=bounded("replay-rows"), help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,
+    n: Annotated[Optional[int], typer.Option("--n", callback=bounded("rows"), help="Rows of check's gate (default: the rows `edgekit quantize` judged).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (default: quantize's).")] = None,
     cond_data: CondDataOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.")] = False,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")] = None,
     isa: Annotated[str, typer.Option("--isa", help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).")] = "host",
-    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -46,6 +47,8 @@ def debug(
     from edgekit.errors import CheckFailed
 
     o = Output(json_out)
+    if html is not None:
+        check_dir(html, "--html")  # before the replay, not after
     chosen = {"threshold_db": threshold} if threshold is not None else {}  # the default lives in DebugConfig
     cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, rows=rows, n=n, seed=seed,
                       cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa, **chosen)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.cli.app import JsonOpt, SeedOpt, command, configure_logging
+from edgekit.cli.app import JsonOpt, SeedOpt, bounded, command, configure_logging
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -15,7 +15,7 @@ from edgekit.output import Output
 @command(epilog="Examples:\n\n  edgekit demo --out edgekit-demo\n\n  edgekit demo --full --out edgekit-demo-full")
 def demo(
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the demo bundles.")] = Path("edgekit-demo"),
-    n: Annotated[int, typer.Option("--n", min=1, help="Evaluation sequences per model.")] = 32,
+    n: Annotated[int, typer.Option("--n", callback=bounded("rows"), help="Evaluation sequences per model.")] = 32,
     seed: SeedOpt = 0,
     full: Annotated[bool, typer.Option("--full", help="The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep for a measured crossover, and the NPU stage.")] = False,
     npu: Annotated[Optional[bool], typer.Option("--npu/--no-npu", help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only.", show_default=False)] = None,

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional
 import typer
 
 from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt  # the shared options
-from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
+from edgekit.cli.app import bounded, command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -29,24 +29,24 @@ def profile(
     runtime: Annotated[str, runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
     precision: Annotated[Optional[str], precision_option("Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can", many=True)] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
-    batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch).")] = None,
-    iters: Annotated[Optional[int], typer.Option("--iters", min=1, help="Measured decodes per variant, at least (default 20).")] = None,
-    min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", min=0, help="Measure each variant for at least this long (default 1 s).")] = None,
-    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
+    batch: Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch).")] = None,
+    iters: Annotated[Optional[int], typer.Option("--iters", callback=bounded("iters"), help="Measured decodes per variant, at least (default 20).")] = None,
+    min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", callback=bounded("seconds"), help="Measure each variant for at least this long (default 1 s).")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", callback=bounded("warmup"), help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
     power: Annotated[Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"], typer.Option("--power", help="Power probe (auto: the one this host has; off: none).")] = "auto",
     compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.")] = False,
     frontier_steps: Annotated[str, typer.Option("--frontier-steps", help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.")] = "1,2,4,8,16",
-    frontier_n: Annotated[int, typer.Option("--frontier-n", min=1, help="Conditions in the frontier's evaluation set (the same for every K and for AR).")] = 64,
+    frontier_n: Annotated[int, typer.Option("--frontier-n", callback=bounded("rows"), help="Conditions in the frontier's evaluation set (the same for every K and for AR).")] = 64,
     frontier_metric: Annotated[Optional[str], typer.Option("--frontier-metric", help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).")] = None,
     frontier_tolerance: Annotated[str, typer.Option("--frontier-tolerance", help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.")] = "10%",
     metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.")] = None,
     ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
     sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
-    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", callback=bounded("ms"), help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
     sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).")] = "fp32",
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
-    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
     seed: SeedOpt = 0,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
     devices: Annotated[Optional[str], typer.Option("--devices", help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).")] = None,

@@ -10,7 +10,7 @@ import typer
 from edgekit._lock import LOCK_WAIT
 from edgekit.arithmetic import SCHEMES
 from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt, WaitOpt  # the shared options
-from edgekit.cli.app import command, configure_logging, parse_cond, profile_option, runtime_option
+from edgekit.cli.app import bounded, command, configure_logging, parse_cond, profile_option, runtime_option
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
@@ -27,8 +27,8 @@ def quantize(
     bundle: BundleArg,
     profile: Annotated[str, profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
-    calib_samples: Annotated[int, typer.Option("--calib-samples", min=1, help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
-    eval_samples: Annotated[int, typer.Option("--eval-samples", min=1, help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
+    calib_samples: Annotated[int, typer.Option("--calib-samples", callback=bounded("samples"), help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
+    eval_samples: Annotated[int, typer.Option("--eval-samples", callback=bounded("samples"), help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
     exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
     budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
     decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
@@ -37,7 +37,7 @@ def quantize(
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
     seed: SeedOpt = 0,
-    threads: Annotated[int, typer.Option(min=0, help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
+    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
     wait: WaitOpt = False,
     runtime: Annotated[Optional[str], runtime_option("Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, TrustCodeOpt, PrecisionOpt, RuntimeOpt, SeedOpt  # the shared options
-from edgekit.cli.app import command, configure_logging, parse_cond
+from edgekit.cli.app import bounded, command, configure_logging, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -39,12 +39,12 @@ def run(
     cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.")] = None,
     cond_data: CondDataOpt = None,
     seed: SeedOpt = 0,
-    batch: Annotated[Optional[int], typer.Option("--batch", min=1, help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
-    threads: Annotated[int, typer.Option(min=0, help="Runtime threads (0 = runtime default).")] = 0,
+    batch: Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
+    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
     graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
-    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", min=0.0, help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
+    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", callback=bounded("ms"), help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:

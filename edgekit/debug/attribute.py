@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import place_side_files
+from edgekit._sidefiles import side_files_beside
 from edgekit.arithmetic import arithmetic_for, saturation
 from edgekit.debug.topology import Entry
 from edgekit.evaluate import power_ratio_db as sqnr_db
@@ -150,9 +150,10 @@ def capture(model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[st
     model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in dict.fromkeys(tensors) if t not in have)
     path = tmp / "attribution.onnx"
     onnx.save(model, str(path))
-    place_side_files(model_path, tmp)
     opts = OrtOptions(graph_optimization="disable", contrib_fusions=False, io_binding=False, intra_op_threads=1)
-    with OrtRuntime(path, opts) as rt:
+    with side_files_beside(model_path, tmp):
+        rt = OrtRuntime(path, opts)
+    with rt:
         runs = [rt.run(f) for f in feeds]
     return {t: np.stack([np.asarray(r[t], np.float64) for r in runs]) for t in tensors}
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES
+from edgekit.limits import check_option
 
 SCHEMA = "edgekit.debug/1"
 # An op whose own added noise is below this (SQNR of what it adds, dB) is where the error enters.
@@ -37,11 +37,8 @@ class DebugConfig:
     isa: str = "host"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.threshold_db, (int, float)) or not math.isfinite(self.threshold_db):
-            raise UsageError(f"--threshold {self.threshold_db!r} is invalid; valid: a finite number of dB, e.g. 20")
-        for name in ("rows", "n"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise UsageError(f"--{name} {value!r} is invalid; valid: an integer >= 1")
+        for flag, value, bound in (("--threshold", self.threshold_db, "db"), ("--rows", self.rows, "replay-rows"), ("--n", self.n, "rows"),
+                                   ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+            check_option(flag, value, bound)
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")

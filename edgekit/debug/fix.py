@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping
 from edgekit._lock import writes_bundle
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.debug.topology import Entry
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import BundleError, EdgekitError, UsageError
+from edgekit.host import ISA_CLASSES
 from edgekit.output import jsonable
 from edgekit.quantize import (
     MAX_BUCKETS,
@@ -59,22 +60,37 @@ class Fix:
 
 
 def recorded_config(bundle: Bundle) -> QuantizeConfig:
-    """The QuantizeConfig ``edgekit quantize`` recorded for the bundle's int8 model."""
+    """The QuantizeConfig ``edgekit quantize`` recorded for the bundle's int8 model. The manifest
+    schema checked its types when the bundle loaded; a value QuantizeConfig refuses is one line
+    naming the manifest field (the user passed no --isa or --profile: the manifest holds it)."""
     doc = (bundle.quantization or {}).get("config") or {}
     if not doc:
         raise UsageError(f"bundle {bundle.root} records no quantize config: --fix re-quantizes with it",
                          hint=f"quantize first: `edgekit quantize {bundle.root}`")
     names = {f.name for f in dataclasses.fields(QuantizeConfig)}
     kw = {k: v for k, v in doc.items() if k in names}
+    fields = {k: f"quantization.config.{k}" for k in kw}
     for key in ("exclude", "op_types"):
         kw[key] = tuple(kw.get(key) or ())
     kw["overrides"] = tuple(dict(o) for o in kw.get("overrides") or ())
     # "host" meant the machine that quantized: the trials and the reproduce line quantize for the
     # CPU class the int8 model was made for, wherever debug runs (another class picks another scheme).
     made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa")
-    if kw.get("isa", "host") == "host" and isinstance(made_for, str):
-        kw["isa"] = made_for
-    return QuantizeConfig(**kw)
+    if kw.get("isa", "host") == "host" and made_for in ISA_CLASSES:
+        kw["isa"], fields["isa"] = made_for, "quantization.arithmetic.isa"
+    try:
+        cfg = QuantizeConfig(**kw)
+        cfg.budget_for(bundle.kind)  # a budget key of another kind: now, not in the first trial
+        return cfg
+    except UsageError as exc:
+        # QuantizeConfig speaks in options ("--isa 'zz9' is unknown"): say which field holds the value.
+        flag, _, rest = exc.message.partition(" ")
+        name = flag.lstrip("-").replace("-", "_")
+        name = {"seed": "eval_seed"}.get(name, name)
+        where = fields.get(name, "quantization.config")
+        detail = rest if name in fields else exc.message
+        raise BundleError(f"manifest {bundle.root / MANIFEST} field {where}: {detail}",
+                          hint=f"re-quantize with `edgekit quantize {bundle.root}` (it records the config --fix uses)") from None
 
 
 def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], source: str) -> list[Fix]:

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import place_side_files
+from edgekit._sidefiles import side_files_beside
 from edgekit.debug.replay import Trajectory
 from edgekit.debug.taps import Tapped
 from edgekit.debug.topology import Op, Topology, region
@@ -78,8 +78,8 @@ class LocalJudge:
         path = self.tmp / f"local-{self._cut}.onnx"
         cut = onnx.utils.Extractor(self.model).extract_model(list(inputs), [output])
         onnx.save(cut, str(path))
-        place_side_files(self.fp32, self.tmp)
-        return OrtRuntime(path, OrtOptions(intra_op_threads=self.threads, io_binding=False))
+        with side_files_beside(self.fp32, self.tmp):
+            return OrtRuntime(path, OrtOptions(intra_op_threads=self.threads, io_binding=False))
 
 
 def _cast(value: np.ndarray, spec: Any) -> np.ndarray:

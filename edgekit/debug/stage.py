@@ -54,6 +54,7 @@ from edgekit.errors import UsageError
 from edgekit.evaluate import gate_runtimes
 from edgekit.host import HostFacts
 from edgekit.quantize import module_labels
+from edgekit.runtimes.onnx_file import load_onnx
 
 Say = Callable[[str], None]
 MAX_ATTRIBUTION_CALLS = 8  # feeds of the entry step the attribution runs on
@@ -192,6 +193,7 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     if cfg.fix:
         recorded_config(bundle)  # no quantize config: one line now, not after minutes of replay
     fp32 = bundle.path_of("fp32")
+    load_onnx(fp32, "artifact 'fp32'")  # corrupt bytes whose hash was re-recorded: one line, not a DecodeError
     topo = read_topology(fp32, module_labels(fp32))
     with owned_tempdir("edgekit-debug-") as tmp:
         m = measure(bundle, s, cfg, topo, tmp, say)

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import place_side_files
+from edgekit._sidefiles import side_files_beside
 from edgekit.bundle import Bundle
 from edgekit.debug.topology import Topology
 from edgekit.runtimes import open_runtime
@@ -35,7 +35,7 @@ from edgekit.runtimes import (
     trt as trt_backend,  # imports tensorrt only when a function runs
 )
 from edgekit.runtimes.base import Runtime, RuntimeProxy
-from edgekit.runtimes.bucketed import BucketedRuntime
+from edgekit.runtimes.bucketed import BucketedRuntime, step_buckets
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import (  # lazy: openvino
     OpenVinoRuntime,
@@ -90,11 +90,10 @@ def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
 def buckets_of(bundle: Bundle, precision: str) -> tuple[list[str], list[float]] | None:
     """(the int8 graphs' artifacts, the step boundaries) of a step-bucketed int8 model
     (``quantize --step-buckets``), else None."""
-    doc = (bundle.quantization or {}).get("step_buckets") or {}
-    names = list(doc.get("artifacts") or [])
-    if precision != "int8" or len(names) < 2:
+    doc = step_buckets(bundle) if precision == "int8" else None  # the record checked whole (its binding too)
+    if doc is None:
         return None
-    return names, [float(b) for b in doc["boundaries"]]
+    return list(doc["artifacts"]), [float(b) for b in doc["boundaries"]]
 
 
 def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str | None:
@@ -207,8 +206,8 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
         model = load_onnx(bundle.path_of(art), f"artifact {art!r}")
         names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
         path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
-        place_side_files(bundle.path_of(art), tmp)
-        graphs.append(OPENERS[runtime](path, precision, threads, target, tmp))
+        with side_files_beside(bundle.path_of(art), tmp):
+            graphs.append(OPENERS[runtime](path, precision, threads, target, tmp))
     rt = BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta) if buckets else graphs[0]
     method = TAP_METHODS[runtime] + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")
     return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, method)

@@ -271,6 +271,11 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
                               hint="make one with `edgekit pack`")
         top = next(iter(tops))
         try:
+            top.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BundleError(f"{archive} holds the folder {os.fsencode(top)!r}, a name that is not valid UTF-8; edgekit reads bundles "
+                              "at UTF-8 paths only", hint="pack it again from a folder with a UTF-8 name") from None
+        try:
             bundle = Bundle.load(staging / top)  # every artifact's sha256, before anything is replaced
         except BundleError as exc:
             raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
@@ -292,6 +297,8 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
                     raise
         else:
             os.rename(staging / top, dest)
+        # Nothing after the swap may fail: forgetting the export record only ever suppresses
+        # its own errors (the bundle is in place and verified).
         forget_bundle(dest)  # not this user's export: the code its manifest names needs --trust-code
     except OSError as exc:
         raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o folder") from None

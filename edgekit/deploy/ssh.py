@@ -13,12 +13,63 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.userfiles import MAX_DOCUMENT_BYTES, check_user_file
 
 # ssh's exit status for its own failures (connection, host key, authentication).
 SSH_FAILED = 255
 
 
-HOST_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])$")
+# Everything that reaches the device passes one check (``device_value``): bounded length, no
+# control characters, a pattern anchored with \Z (``$`` would let a trailing newline through),
+# then travels as a positional parameter of a fixed ``sh -c`` script (``remote_sh``), quoted once
+# by shlex: never spliced into shell text. The patterns are narrow on purpose: rsync and scp
+# hand remote paths to the device's shell themselves on older versions.
+MAX_ARG_CHARS = 4096
+MAX_ARGS = 64
+# [user@]host: a user and a host name (or [IPv6]) that start with a letter, digit or "_" (never
+# "-": ssh would read an option; never "." alone), 32 and 253 characters at most.
+HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])\Z")
+# A path on the device: "~", "~/...", "/..." or relative, of letters, digits and ._/+@%,=- (no
+# spaces, quotes, $, `, ;, newlines: nothing a shell would read), not starting with "-".
+REMOTE_PATH_RE = re.compile(r"(?:~(?=/|\Z)|/|[A-Za-z0-9._+@%,=])[A-Za-z0-9._/+@%,=-]{0,1023}\Z")
+# A plain name (a bundle folder, a target, a precision, a command): no "/", not "." or "..".
+NAME_RE = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9_.+@%,=][A-Za-z0-9_.+@%,=-]{0,127}\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_RULES: dict[str, tuple[re.Pattern[str] | None, str]] = {
+    "host": (HOST_RE, "[user@]hostname (letters, digits, '.', '_', '-'; not starting with '-' or '.')"),
+    "path": (REMOTE_PATH_RE, "a path of letters, digits and ._/+@%,=- (~/ for the home folder; not starting with '-'; "
+                             "at most 1024 characters)"),
+    "name": (NAME_RE, "a plain name of letters, digits and ._+@%,=- (not starting with '-'; at most 128 characters)"),
+    "arg": (None, f"an argument without control characters, at most {MAX_ARG_CHARS} characters"),
+}
+
+
+def device_value(what: str, value: str, rule: str) -> str:
+    """``value`` if it may reach the device as rule ``rule`` ("host", "path", "name", "arg") says;
+    else a UsageError naming ``what`` (e.g. "--remote-dir"), the value and what is valid."""
+    pattern, valid = _RULES[rule]
+    if not isinstance(value, str):
+        raise UsageError(f"{what} {value!r} is not text; valid: {valid}")
+    if not value and rule != "arg":
+        raise UsageError(f"{what} is empty; valid: {valid}")
+    shown = repr(value) if len(value) <= 80 else repr(value[:77]) + "..."
+    if len(value) > MAX_ARG_CHARS or _CONTROL.search(value) or (pattern is not None and not pattern.match(value)):
+        raise UsageError(f"{what} {shown} is not {valid}", hint="nothing was sent to the device")
+    return value
+
+
+def device_args(what: str, values: Sequence[str]) -> list[str]:
+    """Extra arguments for the device's command: each checked as ``device_value(..., "arg")``."""
+    if len(values) > MAX_ARGS:
+        raise UsageError(f"{what}: {len(values)} arguments, more than deploy passes ({MAX_ARGS})")
+    return [device_value(f"{what} argument {i + 1}", v, "arg") for i, v in enumerate(values)]
+
+
+def remote_sh(script: str, *args: str) -> str:
+    """The command line ssh sends: the fixed POSIX ``script`` run by ``sh -c`` with ``args`` as
+    its positional parameters ($1, $2, ...), each quoted once. The device's login shell only
+    unquotes them; ``script`` must never contain a value (it is a constant of this package)."""
+    return shlex.join(["sh", "-c", script, "edgekit-deploy", *args])
 
 
 class RemoteCommandFailed(EdgekitError):
@@ -47,8 +98,8 @@ class SshOptions:
             raise UsageError(f"--port {self.port} is invalid; valid: 1..65535")
         for name in ("identity", "known_hosts", "config"):
             value = getattr(self, name)
-            if value is not None and not Path(value).is_file():
-                raise UsageError(f"--{name.replace('_', '-')} {value} does not exist", hint="pass an existing file")
+            if value is not None:  # ssh reads them: a regular file of bounded size, never a FIFO it would block on
+                check_user_file(value, f"--{name.replace('_', '-')}", max_bytes=MAX_DOCUMENT_BYTES)
 
     def ssh_args(self) -> list[str]:
         """Options shared by ssh and scp (ssh spells the port -p, scp -P: added by the callers).
@@ -72,9 +123,11 @@ class SshOptions:
 
 def check_host(host: str) -> str:
     """``host`` ([user@]name or [IPv6]) or a UsageError; never something ssh would read as an option."""
-    if not host or host.startswith("-") or not HOST_RE.match(host):
-        raise UsageError(f"--host {host!r} is not [user@]hostname", hint="e.g. --host pi@raspberrypi.local or --host root@192.0.2.10")
-    return host
+    try:
+        return device_value("--host", host, "host")
+    except UsageError:
+        shown = repr(host) if len(str(host)) <= 80 else repr(host[:77]) + "..."
+        raise UsageError(f"--host {shown} is not [user@]hostname", hint="e.g. --host pi@raspberrypi.local or --host root@192.0.2.10") from None
 
 
 def ssh_failure(host: str, opts: SshOptions, stderr: str, doing: str) -> EdgekitError:

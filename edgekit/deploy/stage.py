@@ -25,6 +25,9 @@ from edgekit.deploy.ssh import (
     RemoteCommandFailed,
     SshOptions,
     check_host,
+    device_args,
+    device_value,
+    remote_sh,
     run_command,
     ssh_failure,
 )
@@ -49,22 +52,33 @@ REPORTS_DIR = "reports"
 
 
 # The device-side check, in POSIX sh: find edgekit, see what its commands accept, prepare the
-# folders. Arguments: remote dir, bundle name, command, then the edgekit candidates.
+# folders. Arguments: remote dir, bundle name, command, then the edgekit candidates. Its facts
+# come after a marker line (a chatty login shell may print before it), one KEY=VALUE a line,
+# printed with printf '%s' (a value is never read as a format or an echo option).
 _PREFLIGHT = r"""
 expand() { case "$1" in "~") printf '%s\n' "$HOME";; "~/"*) printf '%s\n' "$HOME/${1#??}";; *) printf '%s\n' "$1";; esac; }
 dir=$(expand "$1"); name=$2; cmd=$3; shift 3
 found=""
 for c in "$@"; do c=$(expand "$c"); if command -v "$c" >/dev/null 2>&1; then found=$(command -v "$c"); break; fi; done
-[ -n "$found" ] || { echo "EDGEKIT_MISSING"; exit 0; }
-mkdir -p "$dir/reports" && dir=$(cd "$dir" && pwd) || exit 1
-if [ -e "$dir/$name" ] && [ ! -f "$dir/$name/edgekit.json" ]; then echo "NOT_A_BUNDLE=$dir/$name"; exit 0; fi
-echo "EDGEKIT=$found"
-echo "DIR=$dir"
-echo "RSYNC=$(command -v rsync || true)"
-"$found" build --help >/dev/null 2>&1 && echo "HAS_BUILD=1"
+echo "---EDGEKIT-PREFLIGHT---"
+[ -n "$found" ] || { echo "EDGEKIT_MISSING=1"; exit 0; }
+mkdir -p -- "$dir/reports" && dir=$(cd -- "$dir" && pwd) || exit 1
+if [ -e "$dir/$name" ] && [ ! -f "$dir/$name/edgekit.json" ]; then printf 'NOT_A_BUNDLE=%s\n' "$dir/$name"; exit 0; fi
+printf 'EDGEKIT=%s\n' "$found"
+printf 'DIR=%s\n' "$dir"
+printf 'RSYNC=%s\n' "$(command -v rsync || true)"
+if "$found" build --help >/dev/null 2>&1; then echo "HAS_BUILD=1"; else echo "HAS_BUILD=0"; fi
 echo "---HELP---"
 "$found" "$cmd" --help 2>&1 || true
 """
+_PREFLIGHT_START, _PREFLIGHT_HELP = "---EDGEKIT-PREFLIGHT---", "---HELP---"
+# The facts the preflight prints: exactly one of these key sets, each key once.
+_PREFLIGHT_FORMS = ({"EDGEKIT_MISSING"}, {"NOT_A_BUNDLE"}, {"EDGEKIT", "DIR", "RSYNC", "HAS_BUILD"})
+
+# Run edgekit in a fresh working folder: $1 the folder, the rest the command.
+_IN_WORKDIR = 'rm -rf -- "$1" && mkdir -p -- "$1" && cd -- "$1" && shift && exec "$@"'
+# Replace the bundle folder $1 with the upload $2.
+_SWAP = 'rm -rf -- "$1" && mv -- "$2" "$1"'
 
 
 @dataclass(frozen=True)
@@ -111,12 +125,20 @@ def deploy(
         raise UsageError(f"--command {command!r} is unknown; valid: {', '.join(COMMANDS)}")
     if transfer not in TRANSFERS:
         raise UsageError(f"transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
+    # Every value that reaches the device, checked before anything runs here or there.
     check_host(host)
+    device_value("--remote-dir", remote_dir, "path")
+    if remote_edgekit is not None:
+        device_value("--remote-edgekit", remote_edgekit, "path")
+    args = device_args("the device command's", list(args))
     b = Bundle.load(bundle)
     tgt = load_target(target)
     precision = precision or tgt.precisions[0]
     if precision not in tgt.precisions:
         raise UsageError(f"--precision {precision!r} is not one target {tgt.name} runs; valid: {', '.join(tgt.precisions)}")
+    device_value("the target name", tgt.name, "name")
+    device_value("--precision", precision, "name")
+    device_value(f"the bundle folder name of {b.root}", b.root.resolve().name, "name")
     for tool in ("ssh", "scp"):
         if shutil.which(tool) is None:
             raise TargetUnavailable(f"`{tool}` is not on PATH", hint="install OpenSSH's client (apt-get install openssh-client)")
@@ -178,15 +200,14 @@ def deploy(
 
 def _preflight(host: str, ssh: SshOptions, target: Target, remote_dir: str, name: str, command: str, remote_edgekit: str | None) -> _Device:
     candidates = [remote_edgekit] if remote_edgekit else list(REMOTE_EDGEKIT)
-    script = shlex.join(["sh", "-c", _PREFLIGHT, "edgekit-preflight", remote_dir, name, command, *candidates])
+    script = remote_sh(_PREFLIGHT, remote_dir, name, command, *candidates)
     code, out, err = run_command([*ssh.ssh_command(), "--", host, script], timeout=120)
     if code == SSH_FAILED:
         raise ssh_failure(host, ssh, err, "checking the device")
     if code != 0:
         raise EdgekitError(f"preparing {remote_dir} on {host} failed (exit {code}): {err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]}")
-    head, _, help_text = out.partition("---HELP---\n")
-    facts = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
-    if "EDGEKIT_MISSING" in head:
+    facts, help_text = parse_preflight(out, host)
+    if "EDGEKIT_MISSING" in facts:
         looked = ", ".join(candidates)
         raise TargetUnavailable(
             f"edgekit is not installed on {host} (looked for {looked})",
@@ -197,7 +218,38 @@ def _preflight(host: str, ssh: SshOptions, target: Target, remote_dir: str, name
             f"{facts['NOT_A_BUNDLE']} on {host} exists and is not an edgekit bundle; deploy will not replace it",
             hint="pass another --remote-dir, or move that folder away",
         )
-    return _Device(facts["EDGEKIT"], facts["DIR"], bool(facts.get("RSYNC")), facts.get("HAS_BUILD") == "1", help_text)
+    # What the device said is used in later commands and rsync/scp paths: the same rules as ours.
+    device_value(f"the edgekit {host} has", facts["EDGEKIT"], "path")
+    device_value(f"the folder {host} resolved --remote-dir to", facts["DIR"], "path")
+    return _Device(facts["EDGEKIT"], facts["DIR"], bool(facts["RSYNC"]), facts["HAS_BUILD"] == "1", help_text)
+
+
+def parse_preflight(out: str, host: str) -> tuple[dict[str, str], str]:
+    """(facts, the device command's --help) of the preflight's output, strictly: after the marker
+    line, KEY=VALUE lines of exactly one expected key set (``_PREFLIGHT_FORMS``), each key once,
+    then the help. Anything else (a value carrying a line of its own, a key twice, an unknown
+    key) is refused: a device answer that does not parse is never half-used."""
+    lines = out.split("\n")
+    if _PREFLIGHT_START not in lines:
+        raise EdgekitError(f"the check on {host} printed no answer ({out.strip()[-200:]!r})",
+                           hint=f"run `ssh {host} sh -c true` to see what its login shell prints")
+    body = lines[lines.index(_PREFLIGHT_START) + 1:]
+    if _PREFLIGHT_HELP in body:
+        end = body.index(_PREFLIGHT_HELP)
+    else:  # an answer that ends early (edgekit missing, not a bundle): its final newline
+        body = body[:-1] if body and body[-1] == "" else body
+        end = len(body)
+    facts: dict[str, str] = {}
+    for line in body[:end]:
+        key, sep, value = line.partition("=")
+        if not sep or key in facts or not any(key in form for form in _PREFLIGHT_FORMS):
+            raise EdgekitError(f"the check on {host} answered {line[:120]!r}, which is not one of its facts; nothing was run",
+                               hint="a --remote-dir or edgekit path with unusual characters on the device can cause this")
+        facts[key] = value
+    if set(facts) not in _PREFLIGHT_FORMS:
+        raise EdgekitError(f"the check on {host} answered {', '.join(sorted(facts)) or 'nothing'}; expected "
+                           f"{' or '.join('+'.join(sorted(f)) for f in _PREFLIGHT_FORMS)}; nothing was run")
+    return facts, "\n".join(body[end + 1:])
 
 
 def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name: str, transfer: str) -> str:
@@ -207,7 +259,8 @@ def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name
     if transfer == "rsync" and (not device.rsync or shutil.which("rsync") is None):
         raise TargetUnavailable("rsync is missing " + ("on the device" if not device.rsync else "here"), hint="install rsync, or pass --transfer scp")
     if use_rsync:
-        argv = ["rsync", "-a", "--delete", "-e", shlex.join(ssh.ssh_command()), f"{staged}/", f"{host}:{target_dir}/"]
+        # -s: the remote path travels inside rsync's protocol, not through the device's shell.
+        argv = ["rsync", "-a", "-s", "--delete", "-e", shlex.join(ssh.ssh_command()), f"{staged}/", f"{host}:{target_dir}/"]
         code, _, err = run_command(argv)
         if code != 0:
             # rsync exits 255 or 12 (protocol stream ended) when its ssh transport fails.
@@ -219,8 +272,7 @@ def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name
     code, _, err = run_command([*ssh.scp_command(), str(staged), f"{host}:{upload}"])
     if code != 0:
         raise ssh_failure(host, ssh, err, "copying the bundle with scp")
-    swap = shlex.join(["sh", "-c", 'rm -rf "$1" && mv "$2" "$1"', "edgekit-swap", target_dir, upload])
-    code, _, err = run_command([*ssh.ssh_command(), "--", host, swap], timeout=120)
+    code, _, err = run_command([*ssh.ssh_command(), "--", host, remote_sh(_SWAP, target_dir, upload)], timeout=120)
     if code != 0:
         raise ssh_failure(host, ssh, err, "moving the copied bundle into place")
     return "scp"
@@ -231,9 +283,7 @@ def _remote_json(
     timeout: float | None, *, cwd: str | None = None, allow_codes: Sequence[int] = (0,),
 ) -> tuple[int, dict[str, Any]]:
     """Run edgekit ``argv`` on the device (in ``cwd``, made fresh) and parse its one JSON document."""
-    line = shlex.join(list(argv))
-    if cwd is not None:
-        line = f"rm -rf {shlex.quote(cwd)} && mkdir -p {shlex.quote(cwd)} && cd {shlex.quote(cwd)} && {line}"
+    line = remote_sh(_IN_WORKDIR, cwd, *argv) if cwd is not None else remote_sh('exec "$@"', *argv)
     code, out, err = run_command([*ssh.ssh_command(), "--", host, line], timeout=timeout, on_stderr=on_stderr)
     if code == SSH_FAILED:
         raise ssh_failure(host, ssh, err, doing)
@@ -256,7 +306,7 @@ def _fetch_reports(host: str, ssh: SshOptions, remote: str, local: Path, used: s
     if local.exists():
         shutil.rmtree(local)
     if used == "rsync":
-        argv = ["rsync", "-a", "-e", shlex.join(ssh.ssh_command()), f"{host}:{remote}/", f"{local}/"]
+        argv = ["rsync", "-a", "-s", "-e", shlex.join(ssh.ssh_command()), f"{host}:{remote}/", f"{local}/"]
     else:
         argv = [*ssh.scp_command(), f"{host}:{remote}", str(local)]
     code, _, err = run_command(argv)

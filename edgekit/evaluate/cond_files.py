@@ -11,6 +11,7 @@ import numpy as np
 from edgekit.errors import UsageError
 from edgekit.limits import MAX_ROWS, check_bytes
 from edgekit.spec import TensorSpec
+from edgekit.userfiles import open_user_file
 
 # A file's rows are all decoded by `run` (in graph batches); a header claiming more is a mistake
 # or an allocation bomb, refused before any data is read.
@@ -27,18 +28,23 @@ def _open_cond_file(name: str, value: str):
     ``FILE.npz`` (its array named ``name``: `edgekit run -o tokens.npz` writes ``tokens``, so a
     flow bundle's ``--cond tokens=tokens.npz`` chains)."""
     path, key = (value.rsplit(":", 1) if ".npz:" in value else (value, None))
+    # A regular file (a FIFO would block, /dev/zero never end): what is read is bounded by the
+    # headers checked below, against the memory cap.
+    fh = open_user_file(path, f"--cond {name}=")
     if not path.endswith(".npz"):
-        return open(path, "rb")
+        return fh
     import zipfile
 
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(fh)
     except Exception as exc:  # noqa: BLE001 - OSError, BadZipFile, EOFError, ...: not a readable .npz
+        fh.close()
         raise UsageError(f"--cond {name}={value}: cannot read {path} as .npz ({exc})") from None
     key = key or name
     arrays = [m.removesuffix(".npy") for m in archive.namelist() if m.endswith(".npy")]
     if key not in arrays:
         archive.close()
+        fh.close()
         raise UsageError(f"--cond {name}={value}: {path} has no array {key!r}; valid: {', '.join(arrays)}",
                          hint=f"pick one with --cond {name}={path}:KEY")
     return archive.open(key + ".npy")

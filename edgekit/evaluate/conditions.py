@@ -25,6 +25,10 @@ def conditions(
     (a .npy, .npz or .npz:KEY file gives its first ``batch`` rows), ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
     model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
     (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        # numpy's generators take no negative seed (a ValueError deep in default_rng): the
+        # CLI bounds --seed; a caller in code gets the same line.
+        raise UsageError(f"--seed {seed!r} is invalid; valid: an integer >= 0")
     names = list(bundle.conditioning)
     unknown = [n for n in raw if n not in names]
     if unknown:

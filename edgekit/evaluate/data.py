@@ -15,6 +15,7 @@ from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import UsageError
 from edgekit.evaluate.cond_files import check_cond_values
 from edgekit.limits import MAX_FILES, check_bytes, check_count
+from edgekit.userfiles import check_user_file, open_user_file
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,19 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
     path = Path(path)
     flag = f"--cond-data {path}"
     if path.is_dir():
+        # Regular files only (is_file: a FIFO or a link to /dev/zero is no data file).
         files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
         if not files:
             raise UsageError(f"{flag}: the directory has no .npz or .npy files")
-        digest = hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
-    elif path.is_file():
-        files, digest = [path], sha256_file(path)
+    elif path.exists() or path.is_symlink():
+        files = [path]
     else:
         raise UsageError(f"{flag} does not exist", hint="give an .npz file or a directory of .npz/.npy files")
     check_count(f"{flag}: the number of files", len(files), MAX_FILES, "merge them into fewer .npz files")
+    for f in files:  # regular (never a FIFO or /dev/zero) and under the memory cap before a byte is hashed or read
+        check_bytes(f"--cond-data {check_user_file(f, '--cond-data')}", f.stat().st_size, "give fewer rows")
+    digest = sha256_file(path) if files == [path] else \
+        hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
     names = list(bundle.meta.get("conditioning", {}))
     # Every header first: the total the arrays claim is checked before any data is read.
     headers = {f: _read_arrays(f, flag, headers_only=True) for f in files}
@@ -112,12 +117,12 @@ def _read_arrays(f: Path, flag: str, headers_only: bool = False) -> dict[str, An
     try:
         with contextlib.ExitStack() as stack:
             if f.suffix == ".npz":
-                archive = stack.enter_context(zipfile.ZipFile(f))
+                archive = stack.enter_context(zipfile.ZipFile(stack.enter_context(open_user_file(f, "--cond-data"))))
                 members = [m for m in archive.namelist() if m.endswith(".npy")]
                 check_count(f"{flag}: the arrays in {f.name}", len(members), MAX_FILES, "keep one array per conditioning input")
                 opened = {m.removesuffix(".npy"): (lambda m=m: archive.open(m)) for m in members}
             else:
-                opened = {f.stem: (lambda: open(f, "rb"))}
+                opened = {f.stem: (lambda: open_user_file(f, "--cond-data"))}
             out: dict[str, Any] = {}
             for key, opener in opened.items():
                 with opener() as fh:

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from edgekit._deps import require
 from edgekit.bundle import now_iso, write_json_atomic
 from edgekit.errors import EdgekitError
+from edgekit.userfiles import read_user_text
 
 BOUNDS = ("min", "max")
 RULE_KEYS = ("threshold", "tolerance", "floor")
@@ -177,12 +178,9 @@ def load_thresholds(kind: str, path: Path | str | None = None) -> Thresholds:
         tomllib = require("tomli")
 
     path = Path(path)
+    text = read_user_text(path, "--thresholds", error=EdgekitError)  # a regular file of bounded size: never a FIFO or /dev/zero
     try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise EdgekitError(f"thresholds file {path} does not exist", hint="check the --thresholds path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgekitError(f"thresholds file {path} cannot be read ({exc})") from None
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise EdgekitError(f"thresholds file {path} is not valid TOML ({exc})") from None
     unknown = [k for k in doc if k not in DEFAULTS]
@@ -297,12 +295,11 @@ def save_baseline(path: Path | str, doc: Mapping[str, Any]) -> Path:
 def load_baseline(path: Path | str) -> Baseline:
     path = Path(path)
     hint = "write one from a known-good run with `edgekit check BUNDLE --save-baseline FILE`"
+    text = read_user_text(path, "--baseline", error=EdgekitError)  # a regular file of bounded size
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise EdgekitError(f"baseline file {path} does not exist", hint=hint) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EdgekitError(f"baseline file {path} is not readable JSON ({exc})", hint=hint) from None
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise EdgekitError(f"baseline file {path} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})", hint=hint) from None
     if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         raise EdgekitError(f"baseline file {path} has schema {schema!r}; valid: {BASELINE_SCHEMA!r}", hint=hint)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from edgekit.errors import UsageError
+from edgekit.limits import check_option
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 
 # trtexec warns when the coefficient of variation passes 10 %; the same bound flags drift between
@@ -46,13 +47,12 @@ class MeasureConfig:
     max_iters: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("warmup_iters", "iters", "max_iters"):
-            value, least = getattr(self, name), 0 if name == "warmup_iters" else 1
-            if not isinstance(value, int) or value < least:
-                raise UsageError(f"MeasureConfig.{name}={value!r} must be an int >= {least}")
-        for name in ("warmup_seconds", "min_seconds"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"MeasureConfig.{name}={getattr(self, name)!r} must be >= 0")
+        # limits.BOUNDS: the CLI checked them already; a config built in code is held to the same.
+        for flag, name, bound in (("--warmup", "warmup_iters", "warmup"), ("--iters", "iters", "iters"),
+                                  ("warmup_seconds", "warmup_seconds", "seconds"), ("--min-seconds", "min_seconds", "seconds")):
+            check_option(flag, getattr(self, name), bound)
+        if not isinstance(self.max_iters, int) or self.max_iters < 1:
+            raise UsageError(f"MeasureConfig.max_iters={self.max_iters!r} must be an int >= 1")
         if self.iters > self.max_iters:
             raise UsageError(f"MeasureConfig.iters={self.iters} exceeds max_iters={self.max_iters}; raise max_iters")
 

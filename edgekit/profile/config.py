@@ -14,6 +14,7 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import BundleError, UsageError
 from edgekit.evaluate import conditions, load_condition_data, stored_rows
+from edgekit.limits import check_option
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
 from edgekit.profile.frontier import Tolerance
@@ -128,26 +129,24 @@ class ProfileConfig:
         object.__setattr__(self, "precisions", check_precisions(tuple(self.precisions)))
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "sweep_lengths", tuple(self.sweep_lengths))
-        if any(not isinstance(s, int) or s < 1 for s in self.steps):
-            raise UsageError(f"--steps {list(self.steps)} is invalid; valid: integers >= 1")
-        if self.batch is not None and self.batch < 1:
-            raise UsageError(f"--batch {self.batch} is invalid; valid: an integer >= 1")
+        # limits.BOUNDS: every count checked before the first variant runs.
+        for flag, values, bound in (("--steps", self.steps, "steps"), ("--sweep", self.sweep_lengths, "sweep-length"),
+                                    ("--frontier-steps", tuple(self.frontier_steps), "steps")):
+            for value in values:
+                check_option(flag, value, bound)
+        for flag, value, bound in (("--batch", self.batch, "rows"), ("--frontier-n", self.frontier_n, "rows"),
+                                   ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+            check_option(flag, value, bound)
         if self.power not in POWER_CHOICES:
             raise UsageError(f"--power {self.power!r} is unknown; valid: {', '.join(POWER_CHOICES)}")
         if self.idle_seconds < 0:
             raise UsageError(f"idle_seconds={self.idle_seconds} is invalid; valid: >= 0")
-        if any(not isinstance(n, int) or n < 2 for n in self.sweep_lengths):
-            raise UsageError(f"--sweep {list(self.sweep_lengths)} is invalid; valid: lengths >= 2")
         swept = tuple(p.strip() for p in str(self.sweep_precision).split(","))
         for p in swept:
             if p not in ("fp32", "int8"):
                 raise UsageError(f"--sweep-precision {p!r} is unknown; valid: fp32, int8 (or both: fp32,int8)")
         object.__setattr__(self, "sweep_precision", ",".join(dict.fromkeys(swept)))
         object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
-        if any(not isinstance(k, int) or k < 1 for k in self.frontier_steps):
-            raise UsageError(f"--frontier-steps {list(self.frontier_steps)} is invalid; valid: integers >= 1, e.g. 1,2,4,8,16")
-        if not isinstance(self.frontier_n, int) or self.frontier_n < 1:
-            raise UsageError(f"--frontier-n {self.frontier_n!r} is invalid; valid: an integer >= 1")
         Tolerance.parse(self.frontier_tolerance)
         object.__setattr__(self, "devices", tuple(self.devices))
         if (self.devices or self.require_npu) and "aihub" not in self.runtimes:

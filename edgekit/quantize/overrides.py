@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgekit.errors import UsageError
+from edgekit.userfiles import read_user_text
 
 SCHEMA = "edgekit.quantize-overrides/1"
 NODE_ACTIONS: tuple[str, ...] = ("float", "weight-only")
@@ -30,11 +31,10 @@ _KEYS = {"node", "tensor", "action", "reason", "source", "step", "metric"}
 def load_overrides(path: str | Path) -> tuple[dict[str, Any], ...]:
     """The overrides of ``path`` (JSON, the schema above), each checked; one error line otherwise."""
     p = Path(path)
+    text = read_user_text(p, "--overrides")  # a regular file of bounded size: never a FIFO or /dev/zero
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--overrides {p} does not exist", hint="pass the file `edgekit debug --fix` wrote, or write one (see `edgekit quantize --help`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(text)
+    except (RecursionError, json.JSONDecodeError) as exc:
         raise UsageError(f"--overrides {p} is not a readable JSON file ({type(exc).__name__}: {exc})") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA or not isinstance(doc.get("overrides"), list):
         raise UsageError(f"--overrides {p}: expected a JSON object with \"schema\": \"{SCHEMA}\" and an \"overrides\" list")

@@ -16,6 +16,7 @@ from edgekit.bundle import Bundle
 from edgekit.output import jsonable
 from edgekit.quantize.buckets.shared import share_weights
 from edgekit.quantize.config import QuantizeConfig
+from edgekit.runtimes.bucketed import bucket_binding
 
 
 def record_result(
@@ -102,8 +103,9 @@ def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tm
                                   suffix=".onnx", side_files=[side])
         out[name] = art.path
     doc = summary.setdefault("step_buckets", {}) or {}
+    binding = bucket_binding(doc.get("by", ""), doc.get("boundaries") or [], [(n, bundle.artifact(n).sha256) for n in names])
     summary["step_buckets"] = doc | {"artifacts": names, "weights_file": weights_name, "shared_bytes": len(blob),
-                                     "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names]}
+                                     "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names], "binding": binding}
     return out
 
 

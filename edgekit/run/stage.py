@@ -19,7 +19,7 @@ from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
 from edgekit.evaluate import cond_file_rows, conditions, load_condition_data, pad_rows, score
-from edgekit.limits import MAX_ROWS, check_count
+from edgekit.limits import MAX_ROWS, check_count, check_option
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -36,6 +36,10 @@ class RunRequest:
     target: str | None = None  # a target name/TOML: its engine (edgekit build) instead of --runtime
     rebuild: bool = False  # rebuild a stale engine for the target instead of refusing it
     graph: str = "host"  # host: per-step network + host loop; step|unrolled: a fused graph (export --graph)
+
+    def __post_init__(self) -> None:
+        for flag, value, bound in (("--seed", self.seed, "seed"), ("--batch", self.batch, "rows"), ("--threads", self.threads, "threads")):
+            check_option(flag, value, bound)
 
 
 def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:

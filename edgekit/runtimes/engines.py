@@ -18,7 +18,7 @@ from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts
-from edgekit.runtimes.bucketed import open_paths, step_buckets
+from edgekit.runtimes.bucketed import bucket_binding, open_paths, step_buckets
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
 
@@ -96,10 +96,15 @@ def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, d
             f"{entry.get('source')} now {bundle.artifact(source).sha256[:12]}…)"
         )
     buckets = entry.get("buckets")
-    for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # a step-bucketed engine's other files
+    subs = (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []
+    for sub in subs:  # a step-bucketed engine's other files
         sub_path = bundle.root / str(sub.get("path", ""))
         if root not in sub_path.resolve().parents or not sub_path.is_file() or sha256_file(sub_path) != sub.get("sha256"):
             problems.append(f"step bucket engine file {sub.get('path')} is missing or changed since it was built")
+    if isinstance(buckets, Mapping):  # each bucket's engine bound to its place, as quantize binds the graphs
+        graphs = [(source, entry.get("sha256")), *((sub.get("source"), sub.get("sha256")) for sub in subs)]
+        if buckets.get("binding") != bucket_binding(buckets.get("by", ""), buckets.get("boundaries") or [], graphs):
+            problems.append("its step bucket engines do not match the boundaries they were built for (swapped or edited in the manifest)")
     runtime = entry.get("runtime")
     hooks = backend(runtime if runtime in names() else "ort").engine
     return problems + (hooks.problems(path, entry, host, target, device_facts) if hooks is not None else [])

@@ -19,6 +19,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.limits import MAX_THREADS
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
@@ -47,8 +48,8 @@ GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {
 _LOAD_ERRORS = ("InvalidProtobuf", "InvalidGraph", "NoModel", "Fail", "InvalidArgument", "NotImplemented")
 
 
-# More threads than any board has cores only costs thread creation (100,000 hung session setup).
-MAX_THREADS = 1024
+# More threads than any board has cores only costs thread creation (100,000 hung session setup):
+# limits.MAX_THREADS, the bound of every --threads.
 
 
 @dataclass(frozen=True)

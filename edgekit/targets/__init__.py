@@ -25,6 +25,7 @@ from edgekit.host import ISA_CLASSES
 from edgekit.output import jsonable
 from edgekit.targets.aihub import AihubSettings, check_aihub
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
+from edgekit.userfiles import read_user_text
 from edgekit.vocabulary import PRECISIONS, TARGET_RUNTIMES
 
 DEFAULT_TARGET = "cpu"
@@ -202,9 +203,10 @@ def load_target(name_or_path: "str | Path | Target" = DEFAULT_TARGET) -> Target:
         return parse_target(data, f"builtin:{text}", default_name=text)
     path = Path(text).expanduser()
     if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"target file {path} does not exist", hint=f"pass a built-in target ({', '.join(names)}) or a path to a .toml file")
-        return parse_target(path.read_text(encoding="utf-8"), str(path), default_name=path.stem)
+        # A regular file of bounded size: a FIFO or /dev/zero named as a target is one line.
+        return parse_target(read_user_text(path, "target file"), str(path), default_name=path.stem)
     raise UsageError(
         f"target {text!r} is unknown; valid: {', '.join(names)} or a path to a .toml file",
         hint="list them with `edgekit targets`",

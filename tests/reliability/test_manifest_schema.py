@@ -144,7 +144,7 @@ def test_inspect_and_run_on_a_manifest_with_a_wrong_type_are_clean(base, tmp_pat
     (("verification", "fp32"), 1, "verification.fp32", "expected an object, found integer 1"),
     (("model", "ground_truth"), "imagenet", "model.ground_truth", "corpus-tokens, corpus-frames, found string 'imagenet'"),
     (("engines", "cpu/fp32", "config"), ["CPU"], "engines['cpu/fp32'].config", "found list ['CPU']"),
-    (("quantization", "budget", "eval", "samples"), "4", "quantization.budget.eval.samples", "expected an integer >= 1, found string '4'"),
+    (("quantization", "budget", "eval", "samples"), "4", "quantization.budget.eval.samples", "expected an integer from 1 to 65536, found string '4'"),
     (("decode_defaults", "steps"), "ten", "decode_defaults.steps", "found string 'ten'"),
 ])
 def test_the_issues_malformed_fields_name_field_type_and_value(base, tmp_path, path, value, field, expected):
