@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import side_files_beside
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
@@ -201,7 +202,7 @@ def range_drift(
     onnx = require("onnx")
     ort = require("onnxruntime")
     helper = onnx.helper
-    model = onnx.load(str(model_path))
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights stay in their side file
     taps = []
     for i, name in enumerate(tensors):
         lo, hi = f"edgekit_drift_min_{i}", f"edgekit_drift_max_{i}"
@@ -212,10 +213,12 @@ def range_drift(
         taps += [lo, hi]
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    with tempfile.TemporaryDirectory(prefix="edgekit-drift-") as tmp:
+    # Written beside the model: a graph whose weights are in a side file reads them from there.
+    with tempfile.TemporaryDirectory(prefix="edgekit-drift-", dir=model_path.parent) as tmp:
         path = Path(tmp) / "drift.onnx"
-        onnx.save(model, str(path))
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        with side_files_beside(model_path, Path(tmp)):
+            onnx.save(model, str(path))
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     row = {c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))}  # a thinned recording keeps every n-th call
     steps = len(row)
     amax = np.zeros((steps, len(tensors)))

@@ -24,6 +24,7 @@ from edgekit._deps import require
 from edgekit.quantize.budget import check, worst_margin
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.runtimes.onnx_file import needs_side_file
 
 
 # ---- sensitivity -------------------------------------------------------------------------------
@@ -49,9 +50,11 @@ def node_sensitivity(
     op_types = sorted({n.op_type for n in nodes.values()})
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():
         aug_f, aug_q = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types)
+        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types,
+                                                     save_as_external_data=needs_side_file(float_model))
         dbg.modify_model_output_intermediate_tensors(
-            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"]
+            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"],
+            save_as_external_data=needs_side_file(qdq_model),
         )
         float_acts = dbg.collect_activations(str(aug_f), calibration_reader(feeds))
         qdq_acts = dbg.collect_activations(str(aug_q), calibration_reader(feeds))

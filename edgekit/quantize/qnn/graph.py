@@ -12,10 +12,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import place_side_files
 from edgekit.errors import EdgekitError
 from edgekit.quantize.config import METHODS
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.runtimes.onnx_file import save_onnx
 
 
 def prepare_qnn(fp32_path: Path, out: Path) -> Path:
@@ -27,8 +28,7 @@ def prepare_qnn(fp32_path: Path, out: Path) -> Path:
         changed = qnn.qnn_preprocess_model(str(fp32_path), str(out))
     if not changed:
         shutil.copyfile(fp32_path, out)
-        for side in external_data_locations(fp32_path):  # weights in a side file: the copy reads them beside it
-            shutil.copyfile(fp32_path.parent / side, out.parent / side)
+        place_side_files(fp32_path, out.parent)  # weights in a side file: the copy reads them beside it
     gemm_as_matmul(out)
     return out
 
@@ -71,7 +71,7 @@ def gemm_as_matmul(path: Path) -> int:
         used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
         for init in [i for i in graph.initializer if i.name in replaced and i.name not in used]:
             graph.initializer.remove(init)
-        onnx.save(model, str(path))
+        save_onnx(model, path)  # over the threshold (or 2 GiB) its weights go to a side file
     return rewritten
 
 
