@@ -32,6 +32,7 @@ from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
+from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
 from edgekit.runtimes.memo import MemoRuntime
@@ -84,6 +85,7 @@ def quantize_bundle(
                      f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
                      "or a looser --budget")
         doc = summary(run, result)
+        doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
     return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
@@ -103,12 +105,30 @@ def fp32_answers(run: QuantizeRun) -> MemoRuntime:
 
 def record_fp32(run: QuantizeRun) -> None:
     """FP32 decodes: every network call of the calibration decodes (on the session itself: those
-    questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``)."""
+    questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``). The
+    first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest."""
     cfg = run.cfg
+    batch = run.bundle.batch
+    run.schedule = Plan(calibration=-(-run.n_calib // batch), heldout=-(-run.n_eval // batch), per_candidate=2 * -(-run.n_eval // batch),
+                        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1))
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
+    start = time.perf_counter()
+    calib = Eta("FP32 calibration decode", run.schedule.calibration, run.say)
+
+    def each(i: int) -> None:
+        if i == 1 and run.decode_s is None:  # the first decode is done: now the plan has a clock
+            run.decode_s = time.perf_counter() - start
+            run.say(run.schedule.describe(run.decode_s))
+        calib(i)
+
     with run.timed("fp32_decode_s"):
-        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode, rows=run.calib_rows)
-        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows)
+        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode,
+                                       rows=run.calib_rows, each_batch=each)
+        if run.decode_s is None:  # one decode only
+            run.decode_s = time.perf_counter() - start
+            run.say(run.schedule.describe(run.decode_s))
+        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows,
+                                        each_batch=Eta("held-out FP32 decode", run.schedule.heldout, run.say))
     run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
