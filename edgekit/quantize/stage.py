@@ -15,6 +15,7 @@ sensitive tensors promoted to 16 bit, budget on the HTP).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -22,6 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit._lock import owned_tempdir, writes_bundle
+from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.host import HostFacts
@@ -35,6 +37,7 @@ from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
+from edgekit.resources import BASE_MEMORY, QUANTIZE_BUNDLE_DISK, QUANTIZE_MEMORY, QUANTIZE_SCRATCH_DISK, Need, file_bytes, gib, preflight
 from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -61,6 +64,7 @@ def quantize_bundle(
     decode_config(bundle.kind, bundle.decode_defaults, cfg.decode)  # bad options fail here
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
+    preflight("quantize", quantize_needs(bundle), warn or say)
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         run = QuantizeRun(bundle, cfg, tmp, budget, say, warn or say, calib_rows, eval_rows, cond_doc)
         profile = cfg.entry.hooks(run)
@@ -89,6 +93,18 @@ def quantize_bundle(
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
     return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
+
+
+def quantize_needs(bundle: Bundle) -> list[Need]:
+    """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
+    real size, ``resources.py``): memory, the scratch copies in TMPDIR, the int8 graph(s)."""
+    fp32 = Path(bundle.path_of("fp32"))
+    weights = file_bytes([fp32, *(fp32.parent / name for name in external_data_locations(fp32))])
+    return [
+        Need("memory", int(QUANTIZE_MEMORY * weights) + BASE_MEMORY, f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights"),
+        Need("disk", int(QUANTIZE_SCRATCH_DISK * weights), "the scratch copies", Path(tempfile.gettempdir())),
+        Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
+    ]
 
 
 def fp32_answers(run: QuantizeRun) -> MemoRuntime:
