@@ -105,11 +105,14 @@ MAX_STREAMS = 64  # threads and memory: far above what one device serves
 MAX_STEPS = 10_000
 # Lengths of profile's architecture-only crossover sweep (a model is exported at each).
 MAX_SWEEP_LENGTH = 8192
+# Budget fallbacks of quantize's search: far above any model's weighted node count.
+MAX_FALLBACKS = 100_000
 
 BOUNDS: dict[str, Bound] = {
     "rows": Bound(1, MAX_ROWS, True, "rows"),  # check/debug --n, run/profile --batch, profile --frontier-n
     "replay-rows": Bound(1, MAX_REPLAY_ROWS, True, "rows"),  # debug --rows
     "samples": Bound(1, MAX_SAMPLES, True, "decodes"),  # quantize --calib-samples, --eval-samples
+    "fallbacks": Bound(0, MAX_FALLBACKS, True, "nodes"),  # quantize --max-fallback
     "iters": Bound(1, MAX_ITERS, True, "decodes"),  # profile --iters
     "warmup": Bound(0, MAX_WARMUP, True, "decodes"),  # profile --warmup
     "seconds": Bound(0, MAX_SECONDS, False, "s"),  # profile --min-seconds

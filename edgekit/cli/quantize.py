@@ -33,6 +33,7 @@ def quantize(
     budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
     decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
     fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
+    max_fallback: Annotated[Optional[int], typer.Option("--max-fallback", callback=bounded("fallbacks"), help="At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.")] = None,
     preprocess: Annotated[bool, typer.Option("--preprocess/--no-preprocess", help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).")] = True,
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
@@ -65,7 +66,7 @@ def quantize(
 
     cfg = QuantizeConfig(overrides=load_overrides(overrides) if overrides is not None else (), step_buckets=step_buckets,
         **({} if bucket_memory is None else {"bucket_memory": bucket_memory}), runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
-        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, threads=threads,
+        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, max_fallback=max_fallback, threads=threads,
         preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
     )
     LOCK_WAIT.set(wait)

@@ -50,6 +50,14 @@ def test_budget_miss_exits_4_with_one_line(masked):
     assert "Traceback" not in r.output
 
 
+def test_max_fallback_bounds_the_search_and_the_verdict_says_the_budget_failed(masked):
+    """An unreachable budget: the search stops after --max-fallback nodes instead of floating every layer."""
+    r = invoke("quantize", masked, *FAST, "--max-fallback", "2", "--budget", "lockstep_token_agreement=1.01", "--json")
+    assert r.exit_code == 4, r.output
+    doc = json.loads(r.stdout)
+    assert doc["passed"] is False and len(doc["fallback"]) == 2
+
+
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -58,6 +66,7 @@ def test_budget_miss_exits_4_with_one_line(masked):
         (["--budget", "accuracy=1"], "valid keys"),
         (["--budget", "snr_db=20"], "does not apply to the masked model"),
         (["--exclude", "blocks.9"], "matches no node"),
+        (["--max-fallback", "-1"], "--max-fallback -1 is out of bounds; valid: an integer from 0 to"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(demo_bundles, args, needle):
