@@ -166,7 +166,7 @@ def int8_weight_pairs(path: Path) -> dict[str, int]:
     u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate).
     Weight-only nodes compute in float and are not listed. Reads the file with onnx."""
     onnx = require("onnx")
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # each weight read when it is checked
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     int8 = quantized_nodes(model)
@@ -178,7 +178,7 @@ def int8_weight_pairs(path: Path) -> dict[str, int]:
         init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
         if init is None or init.data_type != onnx.TensorProto.INT8:
             continue
-        q = onnx.numpy_helper.to_array(init)
+        q = onnx.numpy_helper.to_array(init, base_dir=str(Path(path).parent))
         axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % max(q.ndim, 1)
         trans_b = any(a.name == "transB" and a.i for a in node.attribute)
         out[node.name] = max_pair_sum(q, axis, k_axis(node.op_type, q, axis, trans_b))

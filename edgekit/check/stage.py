@@ -44,15 +44,6 @@ from edgekit.evaluate.thresholds import (
     save_baseline,
 )
 from edgekit.evaluate.verdict import compare
-from edgekit.decode.dispatch import decode, decode_config
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.evaluate import (
-    check_rows,
-    conditions,
-    load_condition_data,
-    score,
-    stored_rows,
-)
 from edgekit.limits import check_option
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names

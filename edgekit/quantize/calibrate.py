@@ -12,11 +12,12 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import side_files_beside
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
@@ -121,16 +122,24 @@ class Trajectories:
 def record_trajectories(
     bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None,
     rows: Mapping[str, np.ndarray] | None = None, max_bytes: int | None = RECORD_MAX_BYTES,
+    each_batch: Callable[[int], None] | None = None,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
     evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
     data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges).
-    ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept."""
+    ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept.
+    ``each_batch(i)``: before decode i, as ``evaluate`` calls it."""
 
     recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta, max_bytes=max_bytes)
     decodes = -(-samples // bundle.batch)
-    evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=lambda i: recorder.begin_decode())
+
+    def begin(i: int) -> None:
+        recorder.begin_decode()
+        if each_batch is not None:
+            each_batch(i)
+
+    evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=begin)
     return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}), recorder.every)
 
 
@@ -201,7 +210,7 @@ def range_drift(
     onnx = require("onnx")
     ort = require("onnxruntime")
     helper = onnx.helper
-    model = onnx.load(str(model_path))
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights stay in their side file
     taps = []
     for i, name in enumerate(tensors):
         lo, hi = f"edgekit_drift_min_{i}", f"edgekit_drift_max_{i}"
@@ -212,10 +221,12 @@ def range_drift(
         taps += [lo, hi]
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    with tempfile.TemporaryDirectory(prefix="edgekit-drift-") as tmp:
+    # Written beside the model: a graph whose weights are in a side file reads them from there.
+    with tempfile.TemporaryDirectory(prefix="edgekit-drift-", dir=model_path.parent) as tmp:
         path = Path(tmp) / "drift.onnx"
-        onnx.save(model, str(path))
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        with side_files_beside(model_path, Path(tmp)):
+            onnx.save(model, str(path))
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     row = {c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))}  # a thinned recording keeps every n-th call
     steps = len(row)
     amax = np.zeros((steps, len(tensors)))

@@ -81,7 +81,7 @@ def analyse_graph(model_path: Path, time_input: str | None = None, labels: Mappi
     time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
     labels: node name -> module path (``module_labels`` of the original graph)."""
     onnx = require("onnx")
-    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path)))
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))  # shapes need no weights
     graph = model.graph
     labels = dict(labels or {})
     shapes, types = _value_shapes(onnx, model)

@@ -17,6 +17,7 @@ from edgekit.output import jsonable
 from edgekit.quantize.buckets.shared import share_weights
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.runtimes.bucketed import bucket_binding
+from edgekit.runtimes.onnx_file import finalize_side_file, load_onnx, needs_side_file, save_onnx
 
 
 def record_result(
@@ -28,7 +29,9 @@ def record_result(
     rows the budget judged, which `edgekit check` then decodes by default) into the bundle,
     record the summary as manifest["quantization"] and save: the previous int8 artifact goes
     only then."""
-    staged = bundle.staging_path("int8.onnx")
+    workdir = bundle.staging_path("int8")  # the graph and, for a large model, its weights file beside it
+    workdir.mkdir()
+    staged = workdir / "int8.onnx"
     staged_table = None
     staged_cond = None
     try:
@@ -47,8 +50,8 @@ def record_result(
         else:
             for stale in [n for n in bundle.artifact_names if n.startswith(BUCKET_ARTIFACT)]:
                 bundle.remove_artifact(stale)
-            shutil.copyfile(model, staged)
-            art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx")
+            sides = stage_model(model, staged)
+            art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx", side_files=sides)
             summary["artifact"] = {"int8": art.path}
         if staged_table is not None:
             table = bundle.add_artifact(
@@ -61,14 +64,28 @@ def record_result(
             bundle.remove_artifact("int8-calibration")
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
+        decode_s = (summary.get("plan") or {}).get("fp32_decode_s")
+        # What the run cost in FP32 decodes of this model (one graph batch): comparable across machines.
+        summary["fp32_decodes"] = round(clock["total_s"] / decode_s, 1) if decode_s else None
         bundle.record("quantization", jsonable(summary))
         bundle.save()
     finally:
-        staged.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
         if staged_cond is not None:
             staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
+
+
+def stage_model(model: Path, staged: Path) -> list[Path]:
+    """``model`` written at ``staged`` as the bundle stores it: one file, or (weights over the
+    threshold, or already in a side file) the graph and one weights file beside it under its
+    content-addressed name, which is returned for ``add_artifact``."""
+    if not needs_side_file(model):
+        shutil.copyfile(model, staged)
+        return []
+    save_onnx(load_onnx(model, "the int8 model", external_data=True), staged, external=True)
+    return finalize_side_file(staged)
 
 
 # Artifact names of step bucket 1.. (bucket 0 is "int8" itself, so every reader of "int8" that

@@ -4,10 +4,13 @@ protobuf as a traceback. The one ``load_onnx`` every room uses; ``onnx`` is impo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
+from edgekit._sidefiles import PROTOBUF_LIMIT, external_data_locations, model_bytes, wants_external_data
+from edgekit.bundle import sha256_file
 from edgekit.errors import BundleError
 
 
@@ -30,3 +33,68 @@ def load_onnx(path: str | Path, what: str | None = None, *, external_data: bool 
     if not model.graph.node and not model.graph.output:
         raise BundleError(f"{name} is not a readable ONNX model (no graph)", hint=fix)
     return model
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of ``model``'s initializers as it holds them (in memory, or in its side file)."""
+    total = 0
+    for tensor in model.graph.initializer:
+        if tensor.HasField("raw_data"):
+            total += len(tensor.raw_data)
+        else:
+            length = next((int(e.value) for e in tensor.external_data if e.key == "length"), None)
+            total += length if length is not None else tensor.ByteSize()
+    return total
+
+
+def needs_side_file(path: str | Path) -> bool:
+    """Whether a model derived from the one at ``path`` is written with its weights in a side
+    file: where it has one already, or its weights are over the threshold
+    (``_sidefiles.wants_external_data``)."""
+    path = Path(path)
+    return bool(external_data_locations(path)) or wants_external_data(model_bytes(path))
+
+
+def save_onnx(model: Any, path: str | Path, external: bool | None = None) -> Path:
+    """Write ``model`` to ``path``; its weights to one side file beside it (``<name>.data``) when
+    ``external`` (None: when they are over the threshold, ``_sidefiles.wants_external_data``;
+    always over protobuf's 2 GiB, which cannot serialize them inline). A model read without its
+    weights keeps pointing at its side file: write it where that file is."""
+    onnx = require("onnx")
+
+    path = Path(path)
+    size = weight_bytes(model)
+    loaded = all(not t.external_data for t in model.graph.initializer)
+    if external is None:
+        external = size >= PROTOBUF_LIMIT or wants_external_data(size)
+    if external and loaded:
+        data = path.with_name(path.name + ".data")
+        data.unlink(missing_ok=True)  # onnx appends to an existing one
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name,
+                        size_threshold=1024)
+    else:
+        onnx.save_model(model, str(path))
+    return path
+
+
+def finalize_side_file(path: Path) -> list[Path]:
+    """Give the one side file the ONNX model at ``path`` reads its content-addressed name
+    (``<stem>-<sha8>.onnx.data``, beside it) and point the graph at it, so a bundle can move
+    both in and hash both; [] for a model without one."""
+    onnx = require("onnx")
+
+    names = sorted(external_data_locations(path))
+    if not names:
+        return []
+    if len(names) > 1:
+        raise ValueError(f"{path.name} reads weights from {len(names)} files; edgekit writes one")
+    data = path.parent / names[0]
+    final = path.with_name(f"{path.stem}-{sha256_file(data)[:8]}.onnx.data")
+    os.replace(data, final)
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in [*model.graph.initializer, *(a.t for n in model.graph.node for a in n.attribute if a.HasField("t"))]:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = final.name
+    onnx.save_model(model, str(path))
+    return [final]

@@ -15,6 +15,7 @@ from edgekit.builder import build_bundle
 from edgekit.bundle import Bundle
 from edgekit.cli import app
 from edgekit.profile import ProfileConfig, profile_bundle
+from edgekit.runtimes.bucketed import bucket_binding
 from tests.fakes.aihub import FakeHub
 
 S24, QRD, XELITE = "Samsung Galaxy S24 (Family)", "Snapdragon 8 Gen 3 QRD", "Snapdragon X Elite CRD"
@@ -79,8 +80,10 @@ def test_step_bucket_graphs_are_profiled_one_job_each_and_weighted_by_their_call
     staged = bundle.staging_path("int8-bucket-1.onnx")
     staged.write_bytes(bundle.path_of("int8").read_bytes())
     bundle.add_artifact("int8-bucket-1", staged, made_by="test", config={"profile": "qnn"}, suffix=".onnx")
+    names = ["int8", "int8-bucket-1"]
+    binding = bucket_binding("mask_share", [0.6], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
     bundle.record("quantization", {"profile": "qnn", "step_buckets": {"n": 2, "by": "mask_share", "boundaries": [0.6],
-                                                                      "artifacts": ["int8", "int8-bucket-1"]}})
+                                                                      "artifacts": names, "binding": binding}})
     bundle.save()
     build_bundle(root, "snapdragon-8-gen-3", "int8", runtime="aihub")
     doc, _ = _profile(root, kit, (S24,))

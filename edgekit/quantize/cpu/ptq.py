@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import place_side_files
 from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
@@ -23,6 +24,7 @@ from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph, module_labels
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
@@ -37,22 +39,35 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     MatMul+Add stays unfused, never a crash."""
     onnx = require("onnx")
     skipped = "--no-preprocess" if not preprocess else None
+    big = needs_side_file(fp32_path)
     if preprocess:
         quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
-        try:
-            with quiet_ort_logging():
-                quant_pre_process(str(fp32_path), str(out_path))
-            return out_path, None
-        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped = f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-    model = onnx.load(str(fp32_path))
+        # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
+        where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data") if big else {}
+        # ORT's symbolic shape inference runs ONNX's on the whole model in memory, which stops at
+        # 2 GiB (a 2.25 GiB masked transformer: ReduceMean without a shape); the optimization,
+        # what the quantizer needs (MatMul+Add -> Gemm), runs without it. Under 2 GiB a failure of
+        # the shape inference is the model's (an op it does not know) and the fallback below says so.
+        for skip_symbolic in (False, True) if big else (False,):
+            try:
+                with quiet_ort_logging():
+                    quant_pre_process(str(fp32_path), str(out_path), skip_symbolic_shape=skip_symbolic, **where)
+                return out_path, None
+            except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+                first = (str(exc).strip().splitlines() or [""])[0][:160]
+                skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
+                out_path.unlink(missing_ok=True)
+                out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
+    # The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
+    # written beside the fp32 weights it keeps reading where they are in a side file.
+    model = onnx.load(str(fp32_path), load_external_data=not big)
     try:
         model = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # shapes are only a help to the quantizer; ORT infers the rest itself
+    except Exception:
         pass
-    onnx.save(model, str(out_path))
+    if big:
+        place_side_files(fp32_path, out_path.parent)
+    save_onnx(model, out_path, external=False if big else None)
     return out_path, skipped
 
 
@@ -89,11 +104,43 @@ def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> 
             list(cfg.op_types),
             augmented_model_path=str(Path(tmp) / "augmented.onnx"),
             calibrate_method=getattr(calib.CalibrationMethod, METHODS[cfg.method]),
+            use_external_data_format=needs_side_file(prepared),
             extra_options=options,
         )
-        calibrator.collect_data(reader)
+        # MinMax keeps two numbers per tensor and call; the histogram methods keep every call's
+        # tensors until collect_data returns, so they collect in chunks that fit in memory (each
+        # chunk's histograms merged into the running ones: the statistics grow, the memory does not).
+        n = len(reader)
+        step = n if cfg.method == "minmax" else max(1, CALIB_CHUNK_BYTES // max(activation_bytes(prepared, cfg.op_types), 1))
+        for start in range(0, n, step):
+            reader.set_range(start, start + step)
+            calibrator.collect_data(reader)
+        reader.set_range(0, n)
         calib.save_tensors_data(calibrator.compute_data(), cache)
     return True
+
+
+# What one chunk of the histogram calibrators' collection may hold: every float tensor of the
+# calibrated ops, per call (a 600 M-parameter transformer: ~0.3 GB a call; the demos: < 1 MB).
+CALIB_CHUNK_BYTES = 1 << 30
+
+
+def activation_bytes(prepared: Path, op_types: Sequence[str]) -> int:
+    """Bytes of the float tensors ORT's calibrator reads per call: the inputs and outputs of the
+    ``op_types`` nodes, from the graph's inferred shapes (weights excluded)."""
+    onnx = require("onnx")
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(prepared), load_external_data=False))
+    inits = {i.name for i in model.graph.initializer}
+    shapes = {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+    wanted = {t for n in model.graph.node if n.op_type in op_types for t in [*n.input, *n.output] if t and t not in inits}
+    total = 0
+    for name in wanted:
+        t = shapes.get(name)
+        if t is None or t.elem_type != onnx.TensorProto.FLOAT:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        total += 4 * int(np.prod(dims, dtype=np.int64))
+    return total
 
 
 def quantize_model(
@@ -153,6 +200,7 @@ def quantize_model(
                 nodes_to_quantize=list(nodes),
                 calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
                 extra_options=extra,
+                use_external_data_format=needs_side_file(prepared),
                 **kwargs,
             )
     except (ValueError, RuntimeError) as exc:
@@ -169,7 +217,7 @@ def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list
     ``nodes`` per-channel ranges ``±arithmetic.pair_range``: symmetric int8 weights whose pairs
     the AVX2 u8s8 kernel sums never pass 128, so its int16 pair sums never saturate."""
     onnx = require("onnx")
-    model = onnx.load(str(prepared))
+    model = onnx.load(str(prepared), load_external_data=False)  # each weight read when needed
     inits = {i.name: i for i in model.graph.initializer}
     wanted = set(nodes)
     out: dict[str, list[dict[str, Any]]] = {}
@@ -179,7 +227,7 @@ def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list
         init = inits.get(node.input[1])
         if init is None or init.data_type != FLOAT:
             continue
-        w = onnx.numpy_helper.to_array(init)
+        w = onnx.numpy_helper.to_array(init, base_dir=str(prepared.parent))
         trans_b = any(a.name == "transB" and a.i for a in node.attribute)
         # ORT's per-channel axes: MatMul the last, Gemm the output channel, Conv 0.
         axis = (0 if trans_b else 1) if node.op_type == "Gemm" else (w.ndim - 1 if node.op_type == "MatMul" else 0)
@@ -234,7 +282,7 @@ def _weight_only(path: Path, names: Sequence[str]) -> None:
     if new_nodes:
         for dq in reversed(new_nodes):  # producers first: keep the graph topologically sorted
             model.graph.node.insert(0, dq)
-        onnx.save(model, str(path))
+        save_onnx(model, path, external=needs_side_file(path))
 
 
 def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs: Sequence[str]) -> None:
@@ -243,7 +291,7 @@ def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs:
     ``k_proj``). Point those back at the float tensor. DQs of outputs the profile quantizes on
     purpose (CPU: Conv, for QLinearConv) stay: their consumers are why the Q is there."""
     onnx = require("onnx")
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # rewires the graph: weights stay where they are
     inits = {i.name for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     source: dict[str, str] = {}  # activation DQ output -> the float tensor its Q reads

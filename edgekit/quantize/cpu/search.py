@@ -21,9 +21,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import external_data_locations
 from edgekit.quantize.budget import check, worst_margin
-from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.runtimes.onnx_file import needs_side_file
 
 
 # ---- sensitivity -------------------------------------------------------------------------------
@@ -42,43 +43,63 @@ def node_sensitivity(
 
     input/output: SQNR of the QDQ graph's tensor against the float graph's (the error that has
     reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
-    added: the noise this node adds, output minus input noise power, in dB."""
+    added: the noise this node adds, output minus input noise power, in dB.
+
+    Memory is one feed's activations, not all of them: each feed's tensors are compared and
+    dropped (signal and noise power summed over the feeds: qdq_loss_debug's SQNR over the
+    concatenated feeds), and the QDQ graph does not output its dequantized weights (the whole
+    model again per feed: 2.4 GB a feed on a 600 M-parameter model)."""
     onnx = require("onnx")
+    ort = require("onnxruntime")
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
 
     op_types = sorted({n.op_type for n in nodes.values()})
+    graph = {n.name: n for n in onnx.load(str(float_model), load_external_data=False).graph.node}
+    wanted = {(x, False) for info in nodes.values() for x in info.activations}
+    wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
+    own_names = {x for info in nodes.values() for x in info.activations}
+    cross_sums: dict[tuple[str, bool], list[float]] = {}
+    own_sums: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():
         aug_f, aug_q = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types)
+        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types,
+                                                     save_as_external_data=needs_side_file(float_model))
         dbg.modify_model_output_intermediate_tensors(
-            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"]
+            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"],
+            save_as_external_data=needs_side_file(qdq_model),
         )
-        float_acts = dbg.collect_activations(str(aug_f), calibration_reader(feeds))
-        qdq_acts = dbg.collect_activations(str(aug_q), calibration_reader(feeds))
-    matched = dbg.create_activation_matching(qdq_acts, float_acts)
-    graph = {n.name: n for n in onnx.load(str(float_model), load_external_data=False).graph.node}
-    sqnr = dbg.compute_signal_to_quantization_noice_ratio
-
-    def cross(name: str, post: bool) -> float | None:
-        ref = float_acts.get(name)
-        if ref is None:
-            return None
-        cand = matched[name]["post_qdq"] if post and name in matched else qdq_acts.get(name)
-        return None if cand is None else float(sqnr(ref, cand))
+        _drop_saved_weights(aug_q)
+        opts = ort.SessionOptions()
+        f_session = ort.InferenceSession(str(aug_f), opts, providers=["CPUExecutionProvider"])
+        q_session = ort.InferenceSession(str(aug_q), opts, providers=["CPUExecutionProvider"])
+        for feed in feeds:
+            float_acts, qdq_acts = _saved(f_session, feed), _saved(q_session, feed)
+            matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
+            for name, post in wanted:
+                ref = float_acts.get(name)
+                cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                if ref is not None and cand is not None:
+                    _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
+            for x in own_names & matched.keys():
+                pair = matched[x]
+                if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
+                    _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
+            del float_acts, qdq_acts, matched
+        del f_session, q_session
 
     out: dict[str, dict[str, float]] = {}
     for name, info in nodes.items():
         node = graph.get(name)
         if node is None:
             continue
-        ins = [v for v in (cross(x, post=False) for x in info.activations) if v is not None]
-        outs = [v for v in (cross(y, post=True) for y in node.output) if v is not None]
+        ins = [_db(cross_sums[(x, False)]) for x in info.activations if (x, False) in cross_sums]
+        outs = [_db(cross_sums[(y, True)]) for y in node.output if (y, True) in cross_sums]
         if not outs:
             continue
         in_db = min(ins) if ins else math.inf
         out_db = min(outs)
         added = max(_power(out_db) - (_power(in_db) if math.isfinite(in_db) else 0.0), 1e-15)
-        own = [float(sqnr(matched[x]["pre_qdq"], matched[x]["post_qdq"])) for x in info.activations if x in matched]
+        own = [_db(own_sums[x]) for x in info.activations if x in own_sums]
         out[name] = {
             "input_sqnr_db": in_db,
             "output_sqnr_db": out_db,
@@ -86,6 +107,54 @@ def node_sensitivity(
             "tensor_sqnr_db": min(own) if own else math.inf,
         }
     return out
+
+
+# qdq_loss_debug names each saved tensor <name>_ReshapedSavedOutput (a flattening Reshape).
+_SAVED = "_ReshapedSavedOutput"
+
+
+def _saved(session: Any, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One feed's saved tensors of an augmented session, by their graph names (flattened)."""
+    names = [o.name for o in session.get_outputs() if o.name.endswith(_SAVED)]
+    inputs = {i.name for i in session.get_inputs()}
+    values = session.run(names, {k: v for k, v in feed.items() if k in inputs})
+    return {n[: -len(_SAVED)]: v for n, v in zip(names, values)}
+
+
+def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:
+    """Signal and noise power of one feed's tensor, added to ``sums``."""
+    ref64 = np.asarray(ref, np.float64).ravel()
+    sums[0] += float(np.dot(ref64, ref64))
+    diff = ref64 - np.asarray(cand, np.float64).ravel()
+    sums[1] += float(np.dot(diff, diff))
+
+
+def _db(sums: list[float]) -> float:
+    """qdq_loss_debug's SQNR (20 log10 of the norms' ratio, each floored at float eps) from the
+    summed powers."""
+    eps = float(np.finfo(float).eps)
+    return 20.0 * math.log10(max(math.sqrt(sums[0]), eps) / max(math.sqrt(sums[1]), eps))
+
+
+def _drop_saved_weights(path: Path) -> None:
+    """Remove from the augmented QDQ graph at ``path`` the saved outputs of DequantizeLinear nodes
+    that read an initializer (the dequantized weights: constant, as large as the model, and no
+    activation of any node). The graph is rewritten in place; its weights stay where they are."""
+    onnx = require("onnx")
+    model = onnx.load(str(path), load_external_data=False)
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
+    drop = {w + _SAVED for w in weights}
+    if not drop:
+        return
+    kept_nodes = [n for n in g.node if not (n.op_type == "Reshape" and n.output and n.output[0] in drop)]
+    kept_outputs = [o for o in g.output if o.name not in drop]
+    del g.node[:]
+    g.node.extend(kept_nodes)
+    del g.output[:]
+    g.output.extend(kept_outputs)
+    onnx.save(model, str(path))
 
 
 def isolated_output_sqnr(
@@ -106,15 +175,48 @@ def isolated_output_sqnr(
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return [session.run([output], dict(f))[0] for f in feeds]
 
+    def alone(node: str) -> float:
+        path = build([node])
+        try:
+            return float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(path)))
+        finally:  # each is nearly the whole float model again (2.25 GiB at 600 M parameters): one at a time on disk
+            for side in external_data_locations(path):
+                if side.startswith(path.name):  # its own (int8-N.onnx.data), never the prepared model's
+                    (path.parent / side).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+
     reference = outputs(float_model)
-    return {n: float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(build([n])))) for n in nodes}
+    return {n: alone(n) for n in nodes}
+
+
+# The one-layer-at-a-time measurement is one quantize_static and one session per node: seconds on
+# the demos (every node measured: at most 33 weighted nodes), minutes per node on a 2.25 GiB model
+# of ~200. Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds)
+# screens them and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the
+# FP32 weights pass LARGE_BYTES.
+SCREEN_NODES = 40
+SCREEN_LARGE = 8
+LARGE_BYTES = 256 * 1024**2
+
+
+def screen(scores: Mapping[str, Mapping[str, float]], nodes: Sequence[str], weight_bytes: int) -> list[str]:
+    """The nodes worth measuring alone: all of them up to the screen's size, else the ones that
+    add the most noise (lowest added SQNR; a node the pass did not score counts as noisiest)."""
+    size = SCREEN_LARGE if weight_bytes > LARGE_BYTES else SCREEN_NODES
+    if len(nodes) <= size:
+        return list(nodes)
+    noisiest = sorted(nodes, key=lambda n: scores.get(n, {}).get("added_sqnr_db", float("-inf")))
+    return noisiest[:size]
 
 
 def rank_by_sensitivity(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """Node names, most sensitive first: lowest one-layer-at-a-time output SQNR where measured,
-    else lowest added SQNR (qdq_loss_debug)."""
-    key = "isolated_output_sqnr_db" if all("isolated_output_sqnr_db" in v for v in scores.values()) else "added_sqnr_db"
-    return sorted(scores, key=lambda n: scores[n][key])
+    """Node names, most sensitive first: the ones measured alone by their one-layer-at-a-time
+    output SQNR (lowest first), then the rest (screened out, or none measured) by the added SQNR
+    of qdq_loss_debug."""
+    alone = sorted((n for n in scores if "isolated_output_sqnr_db" in scores[n]), key=lambda n: scores[n]["isolated_output_sqnr_db"])
+    rest = sorted((n for n in scores if "isolated_output_sqnr_db" not in scores[n]),
+                  key=lambda n: scores[n].get("added_sqnr_db", float("-inf")))
+    return alone + rest
 
 
 # ---- the fallback loop -------------------------------------------------------------------------

@@ -38,14 +38,15 @@ def qdq_structure(path: Path) -> dict[str, Any]:
     """Op counts, quantized nodes and the zero points/dtypes of every Q/DQ node of a QDQ model."""
     onnx = require("onnx")
     numpy_helper = onnx.numpy_helper
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the graph; a scale read where it is needed
+    base = str(path.parent)
     inits = {i.name: i for i in model.graph.initializer}
     qdq = []
     for node in model.graph.node:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
-        scale = numpy_helper.to_array(inits[node.input[1]]) if node.input[1] in inits else None
-        zp = numpy_helper.to_array(inits[node.input[2]]) if len(node.input) > 2 and node.input[2] in inits else None
+        scale = numpy_helper.to_array(inits[node.input[1]], base) if node.input[1] in inits else None
+        zp = numpy_helper.to_array(inits[node.input[2]], base) if len(node.input) > 2 and node.input[2] in inits else None
         qdq.append(
             {
                 "name": node.name,
@@ -56,7 +57,8 @@ def qdq_structure(path: Path) -> dict[str, Any]:
                 "axis": next((a.i for a in node.attribute if a.name == "axis"), None),
                 "zero_point_dtype": None if zp is None else str(zp.dtype),
                 "zero_point_max_abs": None if zp is None else int(np.abs(zp.astype(np.int64)).max(initial=0)),
-                "quantized_dtype": str(numpy_helper.to_array(inits[node.input[0]]).dtype) if node.input[0] in inits else None,
+                "quantized_dtype": str(onnx.helper.tensor_dtype_to_np_dtype(inits[node.input[0]].data_type))
+                if node.input[0] in inits else None,
             }
         )
     return {
@@ -71,7 +73,7 @@ def trt_violations(path: Path) -> list[str]:
     """Where a QDQ model breaks TensorRT's explicit-quantization rules (empty = none): every
     zero point int8 and 0; weights per-channel (one scale per output channel); no bias Q/DQ."""
     onnx = require("onnx")
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the graph: what is quantized, not the weights
     struct = qdq_structure(path)
     problems = []
     for q in struct["qdq"]:

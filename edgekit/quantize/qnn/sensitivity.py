@@ -29,6 +29,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.quantize.qnn.graph import float_name
+from edgekit.runtimes.onnx_file import save_onnx
 
 GATE_PREFIX = "edgekit_gate_"
 # ORT's quantizer names a quantized initializer W as W + this suffix (onnx_quantizer's TENSOR_NAME_QUANT_SUFFIX).
@@ -160,7 +161,9 @@ def output_sensitivity_per_graph(
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # From a file beside the QDQ graph: protobuf cannot serialize a model over 2 GiB in memory.
+        gated = save_onnx(model, qdq_model.with_name(f"{qdq_model.stem}-gated.onnx"))
+        session = ort.InferenceSession(str(gated), options, providers=["CPUExecutionProvider"])
         names = {i.name for i in session.get_inputs()}
         off = {g: np.zeros(1, np.float32) for g in gates.values()}
         on = np.ones(1, np.float32)

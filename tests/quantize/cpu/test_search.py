@@ -41,6 +41,25 @@ def test_rank_by_sensitivity_lowest_added_sqnr_first():
     assert rank_by_sensitivity({"x": {"added_sqnr_db": 40.0}, "y": {"added_sqnr_db": 12.0}}) == ["y", "x"]
 
 
+def test_nodes_measured_alone_rank_first_and_the_screened_out_after_them():
+    scores = {"a": {"added_sqnr_db": 30.0, "isolated_output_sqnr_db": 25.0},
+              "b": {"added_sqnr_db": 10.0, "isolated_output_sqnr_db": 35.0},
+              "c": {"added_sqnr_db": 45.0}, "d": {"added_sqnr_db": 40.0}}
+    assert rank_by_sensitivity(scores) == ["a", "b", "d", "c"]
+
+
+def test_the_screen_keeps_every_node_of_a_small_model_and_the_noisiest_of_a_large_one():
+    from edgekit.quantize.cpu.search import LARGE_BYTES, SCREEN_LARGE, SCREEN_NODES, screen
+
+    nodes = [f"n{i}" for i in range(60)]
+    scores = {n: {"added_sqnr_db": 60.0 - i} for i, n in enumerate(nodes)}  # the later, the noisier
+    assert screen(scores, nodes[:SCREEN_NODES], weight_bytes=1 << 20) == nodes[:SCREEN_NODES]  # the demos: all alone
+    assert screen(scores, nodes, weight_bytes=1 << 20) == nodes[::-1][:SCREEN_NODES]
+    big = screen({k: v for k, v in scores.items() if k != "n3"}, nodes, weight_bytes=LARGE_BYTES + 1)
+    assert len(big) == SCREEN_LARGE and big[0] == "n3"  # a node the pass did not score counts as noisiest
+    assert big[1:] == nodes[::-1][:SCREEN_LARGE - 1]
+
+
 NAIVE_OPS = ("MatMul", "Gemm", "Conv", "LayerNormalization", "Softmax", "Sin", "Cos")
 
 
@@ -89,3 +108,46 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
     assert out.ranking["sin"]["isolated_output_sqnr_db"] < 25 < 30 < out.ranking["ln"]["isolated_output_sqnr_db"]
     assert set(out.quantized) == set(chosen) - set(fell)
     assert all(f["reason"].startswith("budget fallback #") for f in out.fallback)
+
+
+def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
+    """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
+    runs saves activations only (no dequantized weight: the whole model again per feed)."""
+    ort = pytest.importorskip("onnxruntime")
+    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+    from edgekit.quantize import graph as qgraph
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import ptq, search
+    from edgekit.quantize.cpu.select import select_nodes
+
+    model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
+    cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
+    plan = qgraph.analyse_graph(model, time_input="t")
+    chosen, _ = select_nodes(plan, cfg)
+    calib = tiny_feeds(8, seed=1)
+    qdq = tmp_path / "int8.onnx"
+    ptq.quantize_model(model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json")
+    saved_outputs: list[list[str]] = []
+    real_saved = search._saved
+    monkeypatch.setattr(search, "_saved", lambda s, f: saved_outputs.append([o.name for o in s.get_outputs()]) or real_saved(s, f))
+    nodes = {k: plan.by_name()[k] for k in chosen}
+    scores = search.node_sensitivity(model, qdq, calib[:4], nodes)
+    assert len(saved_outputs) == 8  # two sessions, one run each per feed
+    import onnx
+
+    inits = {i.name for i in onnx.load(str(qdq)).graph.initializer}
+    weights = {n.output[0] for n in onnx.load(str(qdq)).graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
+    assert weights and not any(name[: -len("_ReshapedSavedOutput")] in weights for name in saved_outputs[1])
+    # ORT's own path, every feed collected at once
+    aug_f, aug_q = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    dbg.modify_model_output_intermediate_tensors(str(model), str(aug_f), op_types_for_saving=sorted({n.op_type for n in nodes.values()}))
+    dbg.modify_model_output_intermediate_tensors(str(qdq), str(aug_q),
+                                                 op_types_for_saving=[*sorted({n.op_type for n in nodes.values()}), "QuantizeLinear", "DequantizeLinear"])
+    f_acts = dbg.collect_activations(str(aug_f), calibration_reader(calib[:4]))
+    q_acts = dbg.collect_activations(str(aug_q), calibration_reader(calib[:4]))
+    matched = dbg.create_activation_matching(q_acts, f_acts)
+    graph = {n.name: n for n in onnx.load(str(model)).graph.node}
+    for name in ("proj", "qk", "time_mlp"):
+        y = graph[name].output[0]
+        expected = float(dbg.compute_signal_to_quantization_noice_ratio(f_acts[y], matched[y]["post_qdq"] if y in matched else q_acts[y]))
+        assert scores[name]["output_sqnr_db"] == pytest.approx(expected, abs=1e-3)
