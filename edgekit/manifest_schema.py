@@ -255,6 +255,9 @@ MANIFEST_SCHEMA = Table({
         "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
         "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
         "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),
+        # ORT: what edgekit changed in the graph file, and the session options an app loads it with (builder/ort.py).
+        "graph_changes": Nullable(Table({"fusions": MapOf(Int(0)), "disabled_optimizers": ListOf(Str())})),
+        "session_options": Nullable(Table({"graph_optimization_level": OneOf("disable", "basic", "extended", "all"), "config_entries": MapOf(Str()), "note": Str()})),
         # A step-bucketed int8 model's engines: bucket 0 is the entry itself (``builder.stage``).
         "buckets": Nullable(Table({"by": Nullable(Str()), "boundaries": ListOf(Number()), "binding": Str(),
                                    "engines": ListOf(Table({"path": Str(), "sha256": HASH, "source": Str()}, required=("path", "source")))})),

@@ -10,7 +10,7 @@ every reason. Rebuilding a stale engine is the build stage's job (``edgekit.buil
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -136,6 +136,10 @@ class EngineChoice:
     # the position edges between them (runtimes.bucketed); () for one-scale models.
     bucket_paths: tuple[Path, ...] = ()
     boundaries: tuple[float, ...] = ()
+    # What the build recorded for loading the file (the entry's ``session_options``: ORT's
+    # optimization level and session config entries); None for the bundle's own ONNX and for
+    # engines built before edgekit recorded it.
+    session_options: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def open(self, threads: int = 0, bundle: Bundle | None = None) -> Any:
         """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``); a
@@ -216,8 +220,10 @@ def find_engine(
         compiled = (entry.get("session_seconds") or {}).get("compile")
         bk = entry.get("buckets") if isinstance(entry.get("buckets"), dict) else None
         paths = (b.root / entry["path"], *(b.root / e["path"] for e in bk["engines"])) if bk else ()
+        recorded = entry.get("session_options")
         return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings), compiled,
-                            bucket_paths=paths, boundaries=tuple(bk["boundaries"]) if bk else ())
+                            bucket_paths=paths, boundaries=tuple(bk["boundaries"]) if bk else (),
+                            session_options=dict(recorded) if isinstance(recorded, Mapping) else None)
     raise TargetUnavailable(
         f"this host can run none of target {target.name}'s runtimes ({', '.join(target.runtimes)}) in {precision}"
         + (f": {'; '.join(warnings)}" if warnings else ""),

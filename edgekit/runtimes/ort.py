@@ -24,11 +24,7 @@ from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
-from edgekit.runtimes.ort_fusions import (
-    CPU_DISABLED_OPTIMIZERS,
-    FUSION_PROVIDERS,
-    fuse_fast_gelu,
-)
+from edgekit.runtimes.ort_fusions import apply_contrib_fusions, engine_session_options, graph_changes
 from edgekit.runtimes.registry import (
     Backend,
     EngineHooks,
@@ -80,6 +76,9 @@ class OrtOptions:
     # CPU-only session the ones in ort_fusions.CPU_DISABLED_OPTIMIZERS (slower on ORT's CPU
     # kernels), none otherwise.
     disabled_optimizers: tuple[str, ...] | None = None
+    # Session config entries (key, value) as an app adds them (``add_session_config_entry``):
+    # what a built engine's entry says its file needs (``session_options.config_entries``).
+    session_config: tuple[tuple[str, str], ...] = ()
     # ORT's per-node profiler: every run's kernel times go to a JSON trace (chrome://tracing
     # format) that ``end_profiling()`` closes and names; for finding which op dominates.
     profiling: bool = False
@@ -154,6 +153,8 @@ class OrtRuntime(BaseRuntime):
             session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         elif not options.spin_between_runs:
             session_options.add_session_config_entry("session.force_spinning_stop", "1")
+        for key, value in options.session_config:
+            session_options.add_session_config_entry(str(key), str(value))
         if options.optimized_model_path is not None:
             Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             session_options.optimized_model_filepath = str(options.optimized_model_path)
@@ -162,7 +163,7 @@ class OrtRuntime(BaseRuntime):
             session_options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(self.model_path.parent))
         disabled = options.disabled_optimizers
         if disabled is None:
-            disabled = CPU_DISABLED_OPTIMIZERS if providers == ["CPUExecutionProvider"] else ()
+            disabled = graph_changes(providers).disabled_optimizers
         self.disabled_optimizers: tuple[str, ...] = tuple(disabled)
         self.session = _create_session(
             ort, self.model_path, session_options, providers, provider_options, model=model, disabled=self.disabled_optimizers
@@ -282,17 +283,15 @@ def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple
     session reads them from the model's folder (a session option OrtRuntime sets), so sessions over one weights
     file (step buckets) share its mapped pages. (Skipping the fusion for such models made a
     bucketed masked demo decode 1.13x slower than its one-scale twin, which had it.)"""
-    if not options.contrib_fusions or not set(providers) <= FUSION_PROVIDERS:
+    if not options.contrib_fusions or not graph_changes(providers).contrib_fusions:
         return None, {}
     onnx = require("onnx")
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - not a model: _create_session says so in one line
+    except Exception:  # noqa: BLE001 - not a model (or an .ort file): _create_session says so in one line
         return None, {}
-    if not any(n.op_type == "Tanh" for n in model.graph.node):
-        return None, {}
-    count = fuse_fast_gelu(model)
-    return (model.SerializeToString(), {"FastGelu": count}) if count else (None, {})
+    fused = apply_contrib_fusions(model)
+    return (model.SerializeToString(), fused) if fused else (None, {})
 
 
 def _create_session(
@@ -367,7 +366,16 @@ def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: An
 def _open_engine(choice: Any, threads: int) -> OrtRuntime:
     ort = choice.target.ort
     options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
-    return OrtRuntime(choice.path, taking_turns(options, bool(choice.bucket_paths)))
+    recorded = choice.session_options
+    if recorded:
+        # The built file carries edgekit's graph changes: open it exactly as its entry tells an
+        # app to (same graph, same outputs as the app's plain session), nothing more in memory.
+        options = replace(options, **engine_session_options(recorded))
+    runtime = OrtRuntime(choice.path, taking_turns(options, bool(choice.bucket_paths)))
+    if choice.built and not recorded:
+        runtime.warn(f"engine {choice.key} was built by an older edgekit: its file lacks the graph changes edgekit applies "
+                     "in memory (an app's plain session on it runs slower than `edgekit run`); rebuild it with --rebuild")
+    return runtime
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

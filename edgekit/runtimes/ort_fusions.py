@@ -11,12 +11,18 @@ INT8 7.4 -> 6.4 ms; outputs move by < 1e-5.
 Contrib ops run only on ORT's CPU and CUDA providers: a graph meant for TensorRT, NNAPI, CoreML
 or QNN must stay standard ONNX (those would fall back to the CPU for every fused node), so the
 callers apply this for CPU/CUDA sessions and the ``cpu`` quantize profile only.
+
+``graph_changes(providers)`` is the one rule for what edgekit changes in a graph for a provider
+list: ``OrtRuntime`` applies it in memory to the bundle's models, ``edgekit build`` bakes it into
+the engine file it ships for an ORT target (so an app's plain session gets the same graph), and
+says in the engine entry which session options the file cannot carry.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from edgekit._deps import require
 
@@ -28,6 +34,49 @@ FUSION_PROVIDERS: frozenset[str] = frozenset({"CPUExecutionProvider", "CUDAExecu
 # LayerNormalization + Add it replaces took 0.07 ms: FP32 forwards 2-3 % faster without it
 # (masked batch 2 and 8, flow; AR unchanged).
 CPU_DISABLED_OPTIMIZERS: tuple[str, ...] = ("SkipLayerNormFusion",)
+# The session config entry that switches ORT optimizers off by name (comma-separated), from every
+# language binding (C/C++ AddConfigEntry, Java addConfigEntry, C# AddSessionConfigEntry); the
+# Python ``disabled_optimizers`` argument does the same. A file cannot carry it.
+DISABLE_OPTIMIZERS_ENTRY = "optimization.disable_specified_optimizers"
+
+
+@dataclass(frozen=True)
+class GraphChanges:
+    """What edgekit changes in a graph for ONNX Runtime on one provider list."""
+
+    # fuse_fast_gelu (and any later contrib fusion): only when every provider implements contrib ops.
+    contrib_fusions: bool
+    # ORT graph transformers switched off by name (slower on the providers that would run them).
+    disabled_optimizers: tuple[str, ...]
+
+
+def graph_changes(providers: Sequence[str]) -> GraphChanges:
+    """The changes for a session over ``providers`` (a CPU-only session: the contrib fusions and
+    CPU_DISABLED_OPTIMIZERS; CPU + CUDA: the fusions; any other provider listed: none, the graph
+    stays standard ONNX for it)."""
+    providers = list(providers)
+    return GraphChanges(
+        contrib_fusions=bool(providers) and set(providers) <= FUSION_PROVIDERS,
+        disabled_optimizers=CPU_DISABLED_OPTIMIZERS if providers == ["CPUExecutionProvider"] else (),
+    )
+
+
+def apply_contrib_fusions(model: Any) -> dict[str, int]:
+    """Every contrib fusion on ``model`` (an ``onnx.ModelProto``, edited in place): {fusion: count}
+    of those that matched (empty: the graph is unchanged)."""
+    if not any(n.op_type == "Tanh" for n in model.graph.node):
+        return {}
+    count = fuse_fast_gelu(model)
+    return {"FastGelu": count} if count else {}
+
+def engine_session_options(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """``OrtOptions`` fields from a built engine's ``session_options`` entry (``builder.ort``
+    records it; the manifest schema checks the level): the level and config entries the file is
+    loaded with, and nothing changed in memory (the file carries the changes)."""
+    entries = recorded.get("config_entries") or {}
+    return {"graph_optimization": str(recorded.get("graph_optimization_level") or "all"), "contrib_fusions": False,
+            "disabled_optimizers": (), "session_config": tuple((str(k), str(v)) for k, v in entries.items())}
+
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _TOL = 1e-4

@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # noqa: E402
-from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, fuse_fast_gelu  # noqa: E402
+from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, fuse_fast_gelu, graph_changes  # noqa: E402
 
 SHAPE = [2, 3, 8]
 
@@ -150,3 +150,45 @@ def test_a_model_with_external_weights_is_fused_and_reads_them_from_its_folder(t
     with OrtRuntime(tmp_path / "m" / "model.onnx", OrtOptions(intra_op_threads=1)) as rt:
         assert rt.fusions == {"FastGelu": 1}
         np.testing.assert_allclose(rt.run({"x": x})["y"], _gelu_tanh(x @ w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("providers, fusions, disabled", [
+    (["CPUExecutionProvider"], True, CPU_DISABLED_OPTIMIZERS),
+    (["CUDAExecutionProvider", "CPUExecutionProvider"], True, ()),  # SkipLayerNorm is CUDA's fast path
+    (["NnapiExecutionProvider", "CPUExecutionProvider"], False, ()),  # NNAPI runs no contrib op: standard ONNX
+    (["QNNExecutionProvider", "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"], False, ()),
+])
+def test_one_rule_says_what_a_provider_list_gets(providers, fusions, disabled):
+    """The runtime (in memory) and `edgekit build` (in the engine file) ask the same rule."""
+    changes = graph_changes(providers)
+    assert changes.contrib_fusions is fusions and changes.disabled_optimizers == disabled
+
+
+def test_a_built_engines_recorded_options_open_it_as_recorded_with_nothing_changed_in_memory(tmp_path):
+    """A built engine's file carries the changes: its recorded options open it without the
+    in-memory fusion or optimizer list, at the recorded level, with the recorded config entries
+    set as an app sets them (here the entry that keeps ORT's SkipLayerNormFusion off)."""
+    from edgekit.runtimes.ort_fusions import DISABLE_OPTIMIZERS_ENTRY, engine_session_options
+
+    nodes = [helper.make_node("Add", ["x", "r"], ["h"]), helper.make_node("LayerNormalization", ["h", "s", "b"], ["y"], axis=-1)]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, SHAPE) for n in ("x", "r")]
+    inits = [numpy_helper.from_array(np.full(8, 2, np.float32), "s"), numpy_helper.from_array(np.ones(8, np.float32), "b")]
+    path = save_model(tmp_path / "ln.onnx", nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits)
+    recorded = {"graph_optimization_level": "extended", "config_entries": {DISABLE_OPTIMIZERS_ENTRY: "SkipLayerNormFusion"}}
+    fields = engine_session_options(recorded)
+    assert fields == {"graph_optimization": "extended", "contrib_fusions": False, "disabled_optimizers": (),
+                      "session_config": ((DISABLE_OPTIMIZERS_ENTRY, "SkipLayerNormFusion"),)}
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(SHAPE).astype(np.float32) for n in ("x", "r")}
+    h = feeds["x"] + feeds["r"]
+    want = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * 2 + 1
+    ops = {}
+    for name, entries in (("recorded", fields["session_config"]), ("without", ())):
+        saved = tmp_path / f"{name}.onnx"
+        options = OrtOptions(intra_op_threads=1, **{**fields, "session_config": entries}, optimized_model_path=str(saved))
+        with OrtRuntime(path, options) as rt:
+            assert rt.fusions == {} and rt.disabled_optimizers == ()
+            np.testing.assert_allclose(rt.run(feeds)["y"], want, atol=1e-4)
+        ops[name] = [n.op_type for n in onnx.load(str(saved)).graph.node]
+    assert ops["recorded"] == ["Add", "LayerNormalization"]
+    assert ops["without"] == ["SkipLayerNormalization"]  # ORT's own fusion ran: the entry is what kept it off
