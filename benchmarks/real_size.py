@@ -5,6 +5,7 @@ build -> run (the built engine) -> profile, stage by stage.
     python benchmarks/real_size.py [--models amused-256,matcha-decoder,f5-dit,ar-gpt-medium]
         [--out DIR] [--stages export,run,quantize,check,build,run-engine,profile]
         [--quantize-args "--calib-samples 4 --eval-samples 4"] [--record]
+    python benchmarks/real_size.py --table      # the recorded runs as the docs' markdown table
 
 Each stage is the CLI itself in a child process (``python -m edgekit.cli STAGE ... --json``),
 measured from outside: wall time, peak resident memory of that process (``wait4``'s
@@ -162,6 +163,27 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def table(path: Path = HERE / "real_size_runs.jsonl") -> str:
+    """The recorded runs as the markdown table the large-models page shows: per model and stage,
+    exit code, wall time, peak RSS, bytes written and FP32-decode equivalents (the newest run of
+    each model and stage wins), with the machine and date of each row."""
+    rows: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        report = json.loads(line)
+        for stage, row in report["stages"].items():
+            rows[(report["model"], stage)] = (report, row)
+    out = ["| model | FP32 | stage | exit | wall | peak RSS | written | FP32 decodes | machine, date |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    order = {s: i for i, s in enumerate(STAGES)}
+    for (name, stage), (report, row) in sorted(rows.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
+        m = report["machine"]
+        decodes = "" if row.get("fp32_decodes") is None else f"{row['fp32_decodes']:g}"
+        out.append(f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB | `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
+                   f"| {row['peak_rss_mb'] / 1024:.1f} GB | {row['bytes_written'] / 2**30:.2f} GiB | {decodes} "
+                   f"| {m['cpu']} ({m['cores']} cores, {m['isa_class']}), {report['date'][:10]} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(ZOO))
@@ -173,7 +195,11 @@ def main() -> None:
     ap.add_argument("--profile-runtimes", default="ort,openvino")
     ap.add_argument("--profile-args", default="--iters 3 --warmup 1")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--table", action="store_true", help="print the recorded runs as a markdown table and exit")
     opts = ap.parse_args()
+    if opts.table:
+        print(table())
+        return
     opts.stages = [s for s in opts.stages.split(",") if s]
     unknown = [s for s in opts.stages if s not in STAGES] + [m for m in opts.models.split(",") if m not in ZOO]
     if unknown:
