@@ -32,6 +32,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts
+from edgekit.manifest_sections import QuantizationSummary
 
 INT16_MAX = 32767
 # The largest |w_2i| + |w_2i+1| that keeps a u8 activation's pair sum inside int16: 255 · 128 = 32640.
@@ -222,18 +223,17 @@ def saturation(a: np.ndarray, w: np.ndarray) -> Mapping[str, float]:
 
 
 # ---- where an int8 model meets another CPU --------------------------------------------------------
-def host_warning(quantization: Mapping[str, object] | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
+def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
     """One line when a cpu-profile int8 model runs on a CPU class other than the one its budget
-    was measured on (``manifest["quantization"]``): whether its accuracy carries over (the scheme
+    was measured on (``Bundle.quantization``): whether its accuracy carries over (the scheme
     computes the same integers on both) or not (its u8s8 GEMMs saturate here). None when the
     classes match or the model is not a cpu-profile one."""
-    q = quantization if isinstance(quantization, Mapping) else {}
-    if q.get("profile") != "cpu":
+    if q is None or q.profile != "cpu":
         return None
-    arith = q.get("arithmetic")
-    if isinstance(arith, Mapping):
-        scheme = SCHEMES.get(str((arith.get("scheme") or {}).get("name") if isinstance(arith.get("scheme"), Mapping) else ""))
-        validated = str(arith.get("validated_on") or "unknown")
+    arith = q.arithmetic
+    if arith is not None:
+        scheme = SCHEMES.get(arith.scheme or "")
+        validated = arith.validated_on or "unknown"
     else:  # quantized before edgekit recorded the arithmetic: full-range u8s8, class unknown
         scheme, validated = SCHEMES["u8s8"], "unknown"
     if scheme is None or validated == host_isa:
@@ -247,7 +247,7 @@ def host_warning(quantization: Mapping[str, object] | None, host_isa: str, bundl
             f"integers on both, so its measured accuracy holds here (its speed does not: `edgekit profile {bundle}`)")
 
 
-def int8_host_warnings(quantization: Mapping[str, object] | None, precisions: "tuple[str, ...] | list[str] | set[str]",
+def int8_host_warnings(quantization: QuantizationSummary | None, precisions: "tuple[str, ...] | list[str] | set[str]",
                        bundle: str = "BUNDLE") -> list[str]:
     """``host_warning`` for this host, when one of ``precisions`` is int8: what run, check and
     profile add to their warnings (once, and in ``--json``)."""

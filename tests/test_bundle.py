@@ -135,4 +135,5 @@ def test_bundle_says_what_it_holds(tmp_path):
     assert b.decode_defaults == {"steps": 8} and b.conditioning == {"class_id": {"uncond": 8}}
     b.record_entry("engines", "cpu/int8", {"path": "engines/cpu/x.ort"})
     b.record("quantization", {"profile": "cpu"})
-    assert b.engines == {"cpu/int8": {"path": "engines/cpu/x.ort"}} and b.quantization == {"profile": "cpu"}
+    assert b.engines["cpu/int8"].path == "engines/cpu/x.ort" and b.engines["cpu/int8"].target == "cpu"
+    assert b.quantization.profile == "cpu" and b.quantization.as_recorded == {"profile": "cpu"}

@@ -79,7 +79,8 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     if not bad:
         return []
     worst = max(bad.values())
-    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
+    q = bundle.quantization
+    made_for = (q.arithmetic.isa if q is not None and q.arithmetic is not None else None) or "an unrecorded CPU class"
     return [Finding(
         "error", "int8-arithmetic", "int8",
         f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
@@ -92,5 +93,5 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
 
 def quantization_profile_of(bundle: Bundle) -> str | None:
     """The ``edgekit quantize --profile`` the bundle's int8 model came from, if recorded."""
-    profile = (bundle.quantization or {}).get("profile")
-    return profile or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)
+    q = bundle.quantization
+    return (q.profile if q is not None else None) or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)

@@ -64,21 +64,6 @@ class BucketedRuntime:
         self.close()
 
 
-def step_buckets(bundle: Bundle, artifact: str = "int8") -> dict[str, Any] | None:
-    """The step buckets ``artifact`` was quantized with ({"n", "by", "boundaries", "artifacts"}:
-    bucket 0 is ``artifact`` itself), or None for a one-scale model (or another artifact)."""
-    if artifact != "int8":
-        return None
-    doc = (bundle.quantization or {}).get("step_buckets")
-    if not isinstance(doc, Mapping) or int(doc.get("n") or 1) < 2 or not doc.get("artifacts"):
-        return None
-    missing = [a for a in doc["artifacts"] if not bundle.has(a)]
-    if missing or len(doc["artifacts"]) != len(doc.get("boundaries") or ()) + 1:
-        raise BundleError(f"bundle {bundle.root}: its int8 model's step bucket graph {missing[:1] or doc['artifacts']} is not in the manifest",
-                          hint=f"re-quantize with `edgekit quantize {bundle.root} --step-buckets {doc.get('n')}`")
-    return dict(doc)
-
-
 # opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT opens
 # them with ``runtimes.ort.taking_turns``: spinning inside runs only, one shared arena).
 PathOpener = Callable[[Path, bool], Runtime]
@@ -87,10 +72,10 @@ PathOpener = Callable[[Path, bool], Runtime]
 def open_artifact(bundle: Bundle, artifact: str, open_path: PathOpener) -> Runtime:
     """The runtime over a bundle artifact: one file, or every step bucket's graph behind a
     ``BucketedRuntime`` when the int8 model was quantized with ``--step-buckets``."""
-    buckets = step_buckets(bundle, artifact)
+    buckets = bundle.step_buckets(artifact)
     if buckets is None:
         return open_path(bundle.path_of(artifact), False)
-    return open_paths([bundle.path_of(a) for a in buckets["artifacts"]], buckets["boundaries"], bundle, open_path)
+    return open_paths([bundle.path_of(a) for a in buckets.graphs], buckets.boundaries, bundle, open_path)
 
 
 def open_paths(paths: Sequence[Path], boundaries: Sequence[float], bundle: Bundle, open_path: PathOpener) -> Runtime:

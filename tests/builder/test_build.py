@@ -168,10 +168,10 @@ def test_other_device_and_older_runtime_are_refused(tiny_bundle):
     b = Bundle.load(bundle.root)
     b.manifest["engines"]["arm64-cpu/fp32"]["runtime_version"] = "99.0.0"
     b.save()
-    problems = engine_problems(Bundle.load(bundle.root), b.manifest["engines"]["arm64-cpu/fp32"], X86)
+    problems = engine_problems(Bundle.load(bundle.root), b.engines["arm64-cpu/fp32"], X86)
     assert problems == [f"ONNX Runtime version: built with 99.0.0, this host has older {ort.__version__}"]
     (bundle.root / b.manifest["engines"]["cpu/fp32"]["path"]).write_bytes(b"tampered")
-    assert "changed since it was built" in engine_problems(Bundle.load(bundle.root), b.manifest["engines"]["cpu/fp32"], X86)[0]
+    assert "changed since it was built" in engine_problems(Bundle.load(bundle.root), b.engines["cpu/fp32"], X86)[0]
 
 
 # ---- selection --------------------------------------------------------------------------------------
