@@ -24,7 +24,6 @@ weights can sum to in them (``lint`` checks a target's class with it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -162,12 +161,12 @@ def quantized_nodes(model: Any) -> set[str]:
     }
 
 
-def int8_weight_pairs(path: Path) -> dict[str, int]:
+def int8_weight_pairs(model: Any) -> dict[str, int]:
     """{INT8 node (quantized activation and s8 weight): the largest |q_2i| + |q_2i+1| the AVX2
-    u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate).
-    Weight-only nodes compute in float and are not listed. Reads the file with onnx."""
+    u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate) of an
+    INT8 ``onnx.ModelProto`` loaded with its weights. Weight-only nodes compute in float and are
+    not listed."""
     onnx = require("onnx")
-    model = onnx.load(str(path))
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     int8 = quantized_nodes(model)

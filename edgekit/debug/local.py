@@ -21,6 +21,7 @@ from edgekit.debug.replay import Trajectory
 from edgekit.debug.taps import Tapped
 from edgekit.debug.topology import Op, Topology, region
 from edgekit.evaluate import power_ratio_db as sqnr_db
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 
 
@@ -30,7 +31,8 @@ class LocalJudge:
 
     def __init__(self, fp32: Path, topo: Topology, traj: Trajectory, ref: Tapped, cand: Tapped, tmp: Path, threads: int = 0):
         onnx = require("onnx")
-        self.model = onnx.shape_inference.infer_shapes(onnx.load(str(fp32)))
+        # With its weights: the regions cut from it run as graphs of their own.
+        self.model = onnx.shape_inference.infer_shapes(load_onnx(fp32, "artifact 'fp32'", external_data=True))
         self.topo, self.traj, self.ref, self.cand, self.tmp, self.threads = topo, traj, ref, cand, tmp, threads
         self.inputs = {i.name for i in self.model.graph.input}
         self.constants = {i.name for i in self.model.graph.initializer} | set(topo.exact) - self.inputs

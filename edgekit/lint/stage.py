@@ -11,6 +11,7 @@ from edgekit.bundle import Bundle
 from edgekit.host import HostFacts
 from edgekit.lint.findings import SEVERITIES, Finding, sort_findings
 from edgekit.lint.graph import lint_onnx
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.targets import Target, load_target
 
 LINT_SCHEMA = "edgekit.lint/1"
@@ -75,7 +76,8 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     isa = HostFacts.detect().isa_class if target.isa == "host" else target.isa
     if not arithmetic_for(isa).saturating_pairs:
         return []
-    bad = {n: p for n, p in int8_weight_pairs(bundle.path_of("int8")).items() if p > PAIR_LIMIT}
+    model = load_onnx(bundle.path_of("int8"), "artifact 'int8'", external_data=True)  # the weights are what is read
+    bad = {n: p for n, p in int8_weight_pairs(model).items() if p > PAIR_LIMIT}
     if not bad:
         return []
     worst = max(bad.values())

@@ -18,6 +18,7 @@ from edgekit.host import HostFacts
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import JobBook
 from edgekit.runtimes.engines import engine_problems
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.registry import backend
 
 # The one file format every AI Hub device of a chipset loads (DLCs when buckets are linked into one).
@@ -41,7 +42,7 @@ def upload_form(model_path: Path, workdir: Path) -> str:
     if not external_data_locations(model_path):
         return str(model_path)
     onnx = require("onnx")
-    model = onnx.load(str(model_path))  # reads the external weights from beside the model
+    model = load_onnx(model_path, "the model to upload", external_data=True)  # reads the external weights from beside the model
     folder = workdir / f"upload-{model_path.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     big = model.ByteSize() > INLINE_LIMIT
