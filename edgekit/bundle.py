@@ -33,15 +33,16 @@ from edgekit.manifest import (
     sha256_file,
     write_json_atomic,
 )
-from edgekit.manifest_sections import ARTIFACT_FIELDS, Artifact, BucketGraphs, EngineRecord, QuantizationSummary, Verification
+from edgekit.manifest_sections import (ARTIFACT_FIELDS, Artifact, BucketGraphs, EngineRecord, QuantizationSummary,
+                                       Verification)
 from edgekit.manifest_schema import validate_manifest
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
 COMMITTED: list[str] = []
 
-__all__ = ["Artifact", "BucketGraphs", "Bundle", "EngineRecord", "MANIFEST", "QuantizationSummary", "SCHEMA", "STAGING_PREFIX",
-           "Verification", "inside", "now_iso", "sha256_file", "write_json_atomic"]
+__all__ = ["Artifact", "BucketGraphs", "Bundle", "EngineRecord", "MANIFEST", "QuantizationSummary", "SCHEMA",
+           "STAGING_PREFIX", "Verification", "inside", "now_iso", "sha256_file", "write_json_atomic"]
 _TAMPERED = "re-run the stage that makes it (edgekit never loads a tampered artifact)"
 
 
@@ -195,7 +196,8 @@ class Bundle:
     @property
     def engines(self) -> dict[str, EngineRecord]:
         """{"<target>/<precision>": the engine built for it (path, runtime, compatibility keys, ...)}."""
-        return {k: EngineRecord.from_json(k, e) for k, e in (self.manifest.get("engines") or {}).items() if isinstance(e, dict)}
+        engines = self.manifest.get("engines") or {}
+        return {k: EngineRecord.from_json(k, e) for k, e in engines.items() if isinstance(e, dict)}
 
     def engine_for(self, runtime: str, precision: str) -> EngineRecord | None:
         """The first engine built for ``runtime`` in ``precision`` (any target's), or None."""
@@ -221,14 +223,16 @@ class Bundle:
             return None
         missing = [a for a in buckets.graphs if not self.has(a)]
         if missing or len(buckets.graphs) != len(buckets.boundaries) + 1:
-            raise BundleError(f"bundle {self.root}: its int8 model's step bucket graph {missing[:1] or list(buckets.graphs)} is not "
-                              "in the manifest", hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {buckets.n}`")
+            raise BundleError(f"bundle {self.root}: its int8 model's step bucket graph {missing[:1] or list(buckets.graphs)} "
+                              "is not in the manifest",
+                              hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {buckets.n}`")
         return dataclasses.replace(buckets, hashes=tuple(self.artifact(a).sha256 for a in buckets.graphs))
 
     @property
     def verification(self) -> dict[str, Verification]:
         """{artifact name: the export-time check of that graph against its reference}."""
-        return {k: Verification.from_json(v) for k, v in (self.manifest.get("verification") or {}).items() if isinstance(v, dict)}
+        checks = self.manifest.get("verification") or {}
+        return {k: Verification.from_json(v) for k, v in checks.items() if isinstance(v, dict)}
 
     @property
     def flow_quality(self) -> dict[str, Any] | None:

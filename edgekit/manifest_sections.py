@@ -108,12 +108,12 @@ class Verification:
     def from_json(cls, doc: Mapping[str, Any]) -> "Verification":
         def error(o: dict[str, Any]) -> OutputError:
             nan = float("nan")  # not recorded: no number to show
-            return OutputError(*(_or(_number(o.get(k)), nan) for k in ("max_abs", "max_rel", "tolerance")), o.get("passed") is True,
-                               _or(_int(o.get("nonfinite")), 0))
+            errors = (_or(_number(o.get(k)), nan) for k in ("max_abs", "max_rel", "tolerance"))
+            return OutputError(*errors, o.get("passed") is True, _or(_int(o.get("nonfinite")), 0))
 
         outputs = doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {}
-        return cls(doc.get("passed") is True, _text(doc.get("reference")), _text(doc.get("candidate")), _int(doc.get("samples")),
-                   {str(k): error(v) for k, v in outputs.items() if isinstance(v, dict)})
+        return cls(doc.get("passed") is True, _text(doc.get("reference")), _text(doc.get("candidate")),
+                   _int(doc.get("samples")), {str(k): error(v) for k, v in outputs.items() if isinstance(v, dict)})
 
 
 @dataclass(frozen=True)
@@ -259,10 +259,12 @@ class EngineRecord:
             runtime_version=_text(doc.get("runtime_version")), device=_text(doc.get("device")),
             device_name=_text(doc.get("device_name")), cpu_isa=_texts(cpu_isa),
             portable=bool(doc.get("portable", True)), config=_object(doc.get("config")), qnn=_object(doc.get("qnn")),
-            aihub=_object(doc.get("aihub")), compile_seconds=_number(_object(doc.get("session_seconds")).get("compile")),
+            aihub=_object(doc.get("aihub")),
+            compile_seconds=_number(_object(doc.get("session_seconds")).get("compile")),
             side_files={r: f for r in ENGINE_SIDE_FILES if (f := EngineFile.from_json(doc.get(r))) is not None},
             bucket_boundaries=_numbers(buckets.get("boundaries")),
-            bucket_engines=tuple(cls.from_json(f"{key}#bucket{i + 1}", s) for i, s in enumerate(subs) if isinstance(s, dict)),
+            bucket_engines=tuple(cls.from_json(f"{key}#bucket{i + 1}", s)
+                                 for i, s in enumerate(subs) if isinstance(s, dict)),
             bucketed=bool(buckets), as_recorded=copy.deepcopy(dict(doc)),
         )
 

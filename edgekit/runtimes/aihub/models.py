@@ -76,7 +76,8 @@ class DeviceModel:
 
 def built_devices(bundle: Bundle) -> list[str]:
     """The AI Hub devices the bundle's aihub engines were compiled for, in manifest order."""
-    return list(dict.fromkeys(str(e.aihub["device"]) for e in bundle.engines.values() if e.runtime == "aihub" and e.aihub.get("device")))
+    built = [e.aihub.get("device") for e in bundle.engines.values() if e.runtime == "aihub"]
+    return list(dict.fromkeys(str(d) for d in built if d))
 
 
 def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: Any, book: JobBook) -> dict[str, DeviceModel]:
