@@ -166,7 +166,8 @@ def run_fix(bundle: Bundle, s: Settings, cfg: DebugConfig, entry: Entry | None, 
     if entry is None:
         return {"tried": [], "unavailable": [], "winner": None, "why": "no tensor of the two variants could be compared"}
     base = recorded_config(bundle)
-    profile = str((bundle.quantization or {}).get("profile") or base.profile)
+    q = bundle.quantization
+    profile = str((q.profile if q is not None else None) or base.profile)
     source = f"edgekit debug {bundle.root} --fix ({s.cand} vs {s.ref})"
     bucket = step_bucket(base)
     unavailable = [bucket] if isinstance(bucket, dict) else []

@@ -35,7 +35,7 @@ from edgekit.runtimes import (
     trt as trt_backend,  # imports tensorrt only when a function runs
 )
 from edgekit.runtimes.base import Runtime, RuntimeProxy
-from edgekit.runtimes.bucketed import BucketedRuntime, step_buckets
+from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.openvino import (  # lazy: openvino
     OpenVinoRuntime,
@@ -90,10 +90,8 @@ def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
 def buckets_of(bundle: Bundle, precision: str) -> tuple[list[str], list[float]] | None:
     """(the int8 graphs' artifacts, the step boundaries) of a step-bucketed int8 model
     (``quantize --step-buckets``), else None."""
-    doc = step_buckets(bundle) if precision == "int8" else None  # the record checked whole (its binding too)
-    if doc is None:
-        return None
-    return list(doc["artifacts"]), [float(b) for b in doc["boundaries"]]
+    buckets = bundle.step_buckets() if precision == "int8" else None  # the record checked whole (its binding too)
+    return (list(buckets.graphs), list(buckets.boundaries)) if buckets is not None else None
 
 
 def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str | None:
@@ -189,7 +187,7 @@ def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, thread
         return _qnn(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     if target is not None and runtime in load_target(target).runtimes:
         return open_runtime(bundle, runtime, precision, threads=threads, target=target)
-    if runtime == "trt" and not any(e.get("runtime") == "trt" and e.get("precision") == precision for e in bundle.engines.values()):
+    if runtime == "trt" and bundle.engine_for("trt", precision) is None:
         return _trt(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     return open_runtime(bundle, runtime, precision, threads=threads)
 

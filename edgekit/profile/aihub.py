@@ -24,7 +24,7 @@ from edgekit.profile.measure import measure_decodes
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import Handle, JobBook
-from edgekit.runtimes.aihub.models import DeviceModel, device_models
+from edgekit.runtimes.aihub.models import DeviceModel, built_devices, device_models
 from edgekit.runtimes.registry import backend
 from edgekit.targets import builtin_names, load_target
 
@@ -44,7 +44,8 @@ def aihub_precisions(bundle: Bundle, cfg: ProfileConfig) -> tuple[str, ...]:
             raise UsageError(f"--runtime aihub runs {', '.join(runs)}, none of --precision {','.join(cfg.precisions)}",
                              hint="add --precision int8 (a model from `edgekit quantize --profile qnn`) or fp16")
         return chosen
-    qnn_int8 = bundle.has("int8") and (bundle.quantization or {}).get("profile") == "qnn"
+    q = bundle.quantization
+    qnn_int8 = bundle.has("int8") and q is not None and q.profile == "qnn"
     return ("int8",) if qnn_int8 else ("fp16",)
 
 
@@ -62,7 +63,7 @@ def device_names(items: Sequence[str], bundle: Bundle) -> list[str]:
         else:
             names.append(item)
     if not names:
-        names = [e["aihub"]["device"] for e in bundle.engines.values() if e.get("runtime") == AIHUB and e.get("aihub")]
+        names = built_devices(bundle)
     if not names:
         raise UsageError("--runtime aihub: name the AI Hub devices to profile on",
                          hint='e.g. --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" (device names or Snapdragon targets)')

@@ -219,9 +219,8 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         require(b.requires.module)  # a missing package fails here, not after minutes of measuring
         if b.engine is None or b.engine.runs_unbuilt:
             continue
-        engines = bundle.engines.values()
         for p in (p for p in precisions if p in b.precisions):
-            if not any(e.get("runtime") == name and e.get("precision") == p for e in engines):
+            if bundle.engine_for(name, p) is None:
                 raise BundleError(
                     f"--runtime {name}: bundle {bundle.root} has no {b.title} {p} engine",
                     hint=f"build one on the device with `edgekit build {bundle.root} --target TARGET --precision {p}` (targets: `edgekit targets`)",

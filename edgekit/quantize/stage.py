@@ -86,7 +86,8 @@ def quantize_bundle(
         doc = summary(run, result)
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
-    return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
+    q = bundle.quantization
+    return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
 def fp32_answers(run: QuantizeRun) -> MemoRuntime:

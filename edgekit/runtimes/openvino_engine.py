@@ -7,10 +7,11 @@ function runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.openvino import (
@@ -94,25 +95,24 @@ def op_support(model_path: str | Path, device: str) -> tuple[dict[str, str], set
     return ops, set(core.query_model(model, device))
 
 
-def blob_problems(entry: Mapping[str, Any], cpu_isa: list[str] | tuple[str, ...] | None) -> list[str]:
-    """Every reason the blob of a manifest engine ``entry`` cannot be imported here (empty: it
+def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Every reason the blob of a bundle's engine ``entry`` cannot be imported here (empty: it
     can): another OpenVINO release, the device missing or another one, or (CPU) another
     instruction set than the CPU that compiled it (the plugin picks kernels and precisions by ISA)."""
     problems = []
-    built = str(entry.get("runtime_version"))
+    built = str(entry.runtime_version)
     here = openvino_version()
     if built != here:
         problems.append(f"OpenVINO version: built with {built}, this host has {here} (a blob imports only into its own release)")
-    config = entry.get("config") or {}
-    device = str(config.get("device") or "CPU")
+    device = str(entry.config.get("device") or "CPU")
     if device.split(".")[0] not in {d.split(".")[0] for d in available_devices()}:
-        return problems + [f"device: built for {device} ({entry.get('device_name')}), which this host does not have"]
+        return problems + [f"device: built for {device} ({entry.device_name}), which this host does not have"]
     name = device_name(device)
-    if entry.get("device_name") and entry.get("device_name") != name:
-        problems.append(f"device: built for {entry.get('device_name')}, this host's {device} is {name}")
-    if device == "CPU" and cpu_isa is not None and entry.get("cpu_isa") is not None and list(entry["cpu_isa"]) != list(cpu_isa):
-        gone = [f for f in entry["cpu_isa"] if f not in cpu_isa]
-        new = [f for f in cpu_isa if f not in entry["cpu_isa"]]
+    if entry.device_name and entry.device_name != name:
+        problems.append(f"device: built for {entry.device_name}, this host's {device} is {name}")
+    if device == "CPU" and cpu_isa is not None and entry.cpu_isa is not None and list(entry.cpu_isa) != list(cpu_isa):
+        gone = [f for f in entry.cpu_isa if f not in cpu_isa]
+        new = [f for f in cpu_isa if f not in entry.cpu_isa]
         problems.append(
             "CPU instruction set: "
             + "; ".join(x for x in (f"lacks {', '.join(gone)}" if gone else "", f"adds {', '.join(new)}" if new else "") if x)
@@ -137,7 +137,7 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     if not OPENVINO.requires.available():
         return [f"openvino is not installed ({OPENVINO.requires.install})"]
     return blob_problems(entry, host.isa)

@@ -20,6 +20,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.limits import MAX_THREADS
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
@@ -352,15 +353,15 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     ort = require("onnxruntime")
     problems = []
-    built = str(entry.get("runtime_version") or "0")
+    built = str(entry.runtime_version or "0")
     if _version_tuple(ort.__version__) < _version_tuple(built):
         # Newer ORT reads older optimized graphs and .ort files, not the other way round.
         problems.append(f"ONNX Runtime version: built with {built}, this host has older {ort.__version__}")
-    if not entry.get("portable", True) and entry.get("device") != host.cpu_key:
-        problems.append(f"device: optimized for {entry.get('device')}, this host is {host.cpu_key}")
+    if not entry.portable and entry.device != host.cpu_key:
+        problems.append(f"device: optimized for {entry.device}, this host is {host.cpu_key}")
     return problems
 
 

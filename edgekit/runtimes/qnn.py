@@ -31,6 +31,7 @@ from typing import Any, Iterator
 from edgekit._deps import require
 from edgekit.bundle import sha256_file
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
@@ -324,7 +325,8 @@ def _check_artifact(bundle: Any, precision: str) -> None:
     if not bundle.has("int8"):
         raise EdgekitError(f"bundle {bundle.root} has no int8 model for the HTP",
                            hint=f"make one with `edgekit quantize {bundle.root} --profile qnn`")
-    profile = (bundle.quantization or {}).get("profile")
+    q = bundle.quantization
+    profile = q.profile if q is not None else None
     if profile not in (None, "qnn"):
         raise UsageError(
             f"bundle {bundle.root}'s int8 model comes from quantize profile {profile!r}, which leaves ops in float "
@@ -344,12 +346,12 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, (emulated_here if target.arch != host.arch else []) + cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Any, host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     """A QNN context binary loads only with the QNN SDK that compiled it (onnxruntime-qnn ships
     one) and only on the SoC it was compiled for."""
     if not QNN.requires.available():
         return [f"onnxruntime-qnn is not installed ({QNN.requires.install})"]
-    built = entry.get("qnn") or {}
+    built = entry.qnn
     now = versions()
     problems = [
         f"{what} version: compiled with {built.get(key)}, this host has {now[key]}"

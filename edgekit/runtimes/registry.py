@@ -22,7 +22,7 @@ from edgekit.vocabulary import PRECISION_NOTES, PRECISIONS
 if TYPE_CHECKING:  # types only: the registry imports no backend
     from pathlib import Path
 
-    from edgekit.bundle import Bundle
+    from edgekit.bundle import Bundle, EngineRecord
     from edgekit.runtimes.base import Runtime
 
 
@@ -46,9 +46,9 @@ class EngineHooks:
     # (target, host, precision) -> (why this host skips the runtime for the target, or None;
     # notes for the report). May raise MissingDependency where skipping would hide the cause.
     check_host: Callable[[Any, Any, str], tuple[str | None, list[str]]]
-    # (engine file, manifest entry, host, target or None, device facts a stage already read or
-    # None) -> every reason the built engine cannot be loaded here.
-    problems: Callable[[Any, Mapping[str, Any], Any, Any, Any], list[str]]
+    # (engine file, the bundle's record of it, host, target or None, device facts a stage already
+    # read or None) -> every reason the built engine cannot be loaded here.
+    problems: Callable[[Any, "EngineRecord", Any, Any, Any], list[str]]
     # (runtimes.engines.EngineChoice, threads) -> the ready Runtime.
     open: Callable[[Any, int], "Runtime"]
     # True: with no engine built, the target runs the bundle's own model (``artifacts``);

@@ -121,7 +121,7 @@ def test_a_registered_profile_quantizes_through_the_pipeline(fake_profile, tiny_
     assert s["selection"]["int8"], s["selection"]
     int8 = Bundle.load(root).path_of("int8")
     assert _activation_zero_point_dtypes(int8) == {"int8"}  # the entry's settings made the graph
-    assert Bundle.load(root).quantization["profile"] == "fake"
+    assert Bundle.load(root).quantization.profile == "fake"
     with pytest.raises(EdgekitError, match="--exclude does not apply to --profile fake"):  # its own check hook
         quantize_bundle(root, dataclasses.replace(cfg, exclude=("Gemm",)))
 

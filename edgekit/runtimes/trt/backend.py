@@ -4,12 +4,13 @@ this host, a target's engine is checked against this GPU and TensorRT, and none 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import edgekit.runtimes.trt.metadata as metadata  # module attributes: tests fake the host
 import edgekit.runtimes.trt.runtime as trt_runtime
 from edgekit._deps import require
 from edgekit.errors import BundleError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.engines import device_problems, find_engine
 from edgekit.runtimes.registry import (
@@ -23,13 +24,13 @@ from edgekit.runtimes.registry import (
 def open_trt(bundle: Any, precision: str, threads: int = 0) -> Runtime:
     """The bundle's TensorRT engine of ``precision`` built for this host (any target's)."""
     require("tensorrt")
-    match = [e for e in bundle.engines.values() if e.get("runtime") == "trt" and e.get("precision") == precision]
-    if not match:
+    match = bundle.engine_for("trt", precision)
+    if match is None:
         raise BundleError(
             f"bundle {bundle.root} has no TensorRT {precision} engine",
             hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
         )
-    return find_engine(bundle, match[0]["target"], precision).open()
+    return find_engine(bundle, match.target, precision).open()
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -39,7 +40,7 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, []
 
 
-def _engine_problems(plan: Path, entry: Mapping[str, Any], host: Any, target: Any, trt_host: Any) -> list[str]:
+def _engine_problems(plan: Path, entry: EngineRecord, host: Any, target: Any, trt_host: Any) -> list[str]:
     if not plan.is_file():
         return []
     try:
@@ -48,7 +49,7 @@ def _engine_problems(plan: Path, entry: Mapping[str, Any], host: Any, target: An
         return [f"no usable metadata sidecar ({exc.message})"]
     trt_host = trt_host if trt_host is not None else metadata.host_metadata()
     # The source check is done against the manifest; the precision must match the key.
-    return metadata.check_compatible(meta, trt_host, None, entry.get("precision"))
+    return metadata.check_compatible(meta, trt_host, None, entry.precision)
 
 
 def _open_engine(choice: Any, threads: int) -> Runtime:
