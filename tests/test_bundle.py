@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from edgekit.bundle import MANIFEST, SCHEMA, STAGING_PREFIX, Bundle, sha256_file
+from edgekit.bundle import MANIFEST, SCHEMA, STAGING_PREFIX, Bundle, bucket_binding, sha256_file
 from edgekit.errors import BundleError
 from edgekit.spec import TensorSpec
 
@@ -146,13 +146,15 @@ def _with_int8_buckets(root):
         staged = b.staging_path(f"{name}.onnx")
         staged.write_bytes(payload)
         b.add_artifact(name, staged, made_by="quantize", config={}, suffix=".onnx")
+    graphs = [(a, b.artifact(a).sha256) for a in ("int8", "int8-bucket-1", "int8-bucket-2")]
     b.record("quantization", {
         "profile": "cpu", "passed": True, "config": {"profile": "cpu", "exclude": ["fc2"]},
         "arithmetic": {"isa": "avx2", "validated_on": "avx512-vnni", "scheme": {"name": "u8s8-pair"}},
         "speed": {"measured": True, "isa": "avx2", "runtime": "ort", "int8_speedup": 1.4},
         "fallback": [{"label": "blocks.0.fc2", "node": "/fc2/MatMul"}],
         "budget": {"eval": {"samples": 8, "seed": 3, "decode": {"steps": 6}}},
-        "step_buckets": {"n": 3, "by": "mask share", "boundaries": [0.25, 0.75], "artifacts": ["int8", "int8-bucket-1", "int8-bucket-2"]},
+        "step_buckets": {"n": 3, "by": "mask share", "boundaries": [0.25, 0.75], "artifacts": ["int8", "int8-bucket-1", "int8-bucket-2"],
+                         "binding": bucket_binding("mask share", [0.25, 0.75], graphs)},
     })
     b.record_entry("engines", "cpu/int8", {
         "path": "engines/cpu/int8-a.ort", "sha256": "a" * 64, "runtime": "ort", "precision": "int8", "source": "int8",
@@ -176,6 +178,7 @@ def test_the_sections_stages_read_come_back_typed(tmp_path):
     buckets = b.step_buckets()
     assert buckets.graphs == ("int8", "int8-bucket-1", "int8-bucket-2") and buckets.boundaries == (0.25, 0.75)
     assert buckets.n == 3 and buckets.by == "mask share" and buckets.hashes == tuple(b.artifact(a).sha256 for a in buckets.graphs)
+    assert buckets.binding == b.manifest["quantization"]["step_buckets"]["binding"]
     assert b.step_buckets("fp32") is None
     cpu = b.engine_for("ort", "int8")
     assert cpu.key == "cpu/int8" and cpu.target == "cpu" and cpu.source == "int8" and not cpu.portable
@@ -193,7 +196,7 @@ def test_the_sections_stages_read_come_back_typed(tmp_path):
 def test_step_buckets_whose_graph_is_gone_are_one_line(tmp_path):
     b = _with_int8_buckets(tmp_path / "b")
     b.remove_artifact("int8-bucket-2")
-    with pytest.raises(BundleError, match=r"step bucket graph \['int8-bucket-2'\] is not in the manifest") as err:
+    with pytest.raises(BundleError, match=r"step buckets name graph 'int8-bucket-2', which is not in the manifest") as err:
         b.step_buckets()
     assert "--step-buckets 3" in err.value.hint
 
