@@ -194,6 +194,11 @@ def bundle_files(root: Path) -> frozenset[str]:
     return frozenset(out)
 
 
+# Records a failed stage keeps: AI Hub's job book (runtimes/aihub/jobs.py) names jobs that go on
+# running on the service after Ctrl-C or an error, and `--resume` collects them from it.
+JOURNALS = frozenset({"aihub/jobs.json", "aihub/.jobs.lock"})
+
+
 def sweep_unlisted(root: Path, before: frozenset[str]) -> list[str]:
     """After a failed stage (lock held): remove the files it added under ``root`` that the
     manifest on disk does not list (an engine installed before the save was refused, an artifact
@@ -207,7 +212,7 @@ def sweep_unlisted(root: Path, before: frozenset[str]) -> list[str]:
         listed = set()
     try:
         base = root.resolve()
-        for rel in sorted(bundle_files(root) - before - listed - {MANIFEST, LOCK_NAME}):
+        for rel in sorted(bundle_files(root) - before - listed - {MANIFEST, LOCK_NAME} - JOURNALS):
             path = root / rel
             path.unlink(missing_ok=True)
             removed.append(rel)

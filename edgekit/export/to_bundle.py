@@ -19,6 +19,7 @@ from edgekit.export.config import ExportConfig
 from edgekit.export.onnx_export import export_onnx
 from edgekit.export.verify import compare, verification_feeds
 from edgekit.models import resolve_source
+from edgekit.resources import BASE_MEMORY, EXPORT_DISK, EXPORT_MEMORY, Need, gib, preflight
 from edgekit.runtimes.ort import OrtRuntime
 from edgekit.runtimes.torch_ref import TorchRuntime
 from edgekit.spec import ModelSpec
@@ -55,7 +56,17 @@ def export_bundle(spec: ModelSpec, out: Path, cfg: ExportConfig = ExportConfig()
 
     check_spec(spec)  # before the bundle directory is even created
     external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB too
+    preflight("export", export_needs(spec, Path(out)))
     return _export_locked(spec, Path(out), cfg, source)
+
+
+def export_needs(spec: ModelSpec, out: Path) -> list[Need]:
+    """What export will hold of this host for ``spec``'s weights (parameters and buffers, as the
+    FP32 graph stores them; factors measured at real size, ``resources.py``)."""
+    weights = sum(t.numel() * 4 for t in (*spec.module.parameters(), *spec.module.buffers()) if t.is_floating_point())
+    weights += sum(t.numel() * t.element_size() for t in spec.module.buffers() if not t.is_floating_point())
+    return [Need("memory", int(EXPORT_MEMORY * weights) + BASE_MEMORY, f"{EXPORT_MEMORY}x its {gib(weights)} of FP32 weights"),
+            Need("disk", int(EXPORT_DISK * weights), "the FP32 graph", out)]
 
 
 @writes_bundle("export", "out", create=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -107,18 +107,21 @@ class EvalRun:
 
 def decode_eval_set(
     bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None,
-    rows: Mapping[str, np.ndarray] | None = None,
+    rows: Mapping[str, np.ndarray] | None = None, each_batch: Callable[[int], None] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
     ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
-    ``rows``: the held-out conditions [n, ...]; None = the bundle's seeded rule."""
+    ``rows``: the held-out conditions [n, ...]; None = the bundle's seeded rule. ``each_batch(i)``:
+    before each decode of a graph batch, counted over both passes."""
 
-    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=rows)
+    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=rows, each_batch=each_batch)
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
         cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
-        evaluate(bundle, lock, n, seed, dict(decode_options), cond=rows)
+        first = -(-n // bundle.batch)
+        evaluate(bundle, lock, n, seed, dict(decode_options), cond=rows,
+                 each_batch=None if each_batch is None else lambda i: each_batch(first + i))
         decisions = (lock.agreeing, lock.total)
         return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total))
     return EvalRun(sampled, decisions)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -122,16 +122,24 @@ class Trajectories:
 def record_trajectories(
     bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None,
     rows: Mapping[str, np.ndarray] | None = None, max_bytes: int | None = RECORD_MAX_BYTES,
+    each_batch: Callable[[int], None] | None = None,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
     evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
     data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges).
-    ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept."""
+    ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept.
+    ``each_batch(i)``: before decode i, as ``evaluate`` calls it."""
 
     recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta, max_bytes=max_bytes)
     decodes = -(-samples // bundle.batch)
-    evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=lambda i: recorder.begin_decode())
+
+    def begin(i: int) -> None:
+        recorder.begin_decode()
+        if each_batch is not None:
+            each_batch(i)
+
+    evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=begin)
     return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}), recorder.every)
 
 

@@ -21,6 +21,7 @@ from edgekit.quantize.calibrate import Trajectories
 from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.graph import GraphPlan
+from edgekit.quantize.plan import Eta, Plan
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.memo import MemoRuntime
 
@@ -49,6 +50,8 @@ class QuantizeRun:
     reader: Any = None  # rewindable calibration reader over ``traj``
     fp32_rt: MemoRuntime | None = None  # FP32, answering the held-out questions it was asked before
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
+    schedule: Plan | None = None  # the decodes this run makes (plan.Plan), and one FP32 decode's seconds
+    decode_s: float | None = None
     candidates: int = 0  # INT8 candidates measured
     calls_run: int = 0  # their network calls run, and answered again from what was kept
     calls_answered: int = 0
@@ -91,7 +94,9 @@ class QuantizeRun:
         self.candidates += 1
         candidate = MemoRuntime(runtime, folder=self.tmp / f"candidate-{self.candidates}-answers", name=runtime.name)
         try:
-            run = decode_eval_set(self.bundle, candidate, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt, rows=self.eval_rows)
+            eta = Eta(f"candidate {self.candidates}: INT8 decode", self.schedule.per_candidate, self.say) if self.schedule else None
+            run = decode_eval_set(self.bundle, candidate, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt,
+                                  rows=self.eval_rows, each_batch=eta)
             metrics = compare(self.kind, self.reference, run)
             if gate:
                 metrics |= gate_metrics(gate_runtimes(self.bundle, self.fp32_rt, candidate, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows))

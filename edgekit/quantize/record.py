@@ -63,6 +63,9 @@ def record_result(
             bundle.remove_artifact("int8-calibration")
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
+        decode_s = (summary.get("plan") or {}).get("fp32_decode_s")
+        # What the run cost in FP32 decodes of this model (one graph batch): comparable across machines.
+        summary["fp32_decodes"] = round(clock["total_s"] / decode_s, 1) if decode_s else None
         bundle.record("quantization", jsonable(summary))
         bundle.save()
     finally:

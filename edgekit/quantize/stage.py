@@ -15,6 +15,7 @@ sensitive tensors promoted to 16 bit, budget on the HTP).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -22,6 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit._lock import owned_tempdir, writes_bundle
+from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.host import HostFacts
@@ -32,8 +34,10 @@ from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
+from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
+from edgekit.resources import BASE_MEMORY, QUANTIZE_BUNDLE_DISK, QUANTIZE_MEMORY, QUANTIZE_SCRATCH_DISK, Need, file_bytes, gib, preflight
 from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -60,6 +64,7 @@ def quantize_bundle(
     decode_config(bundle.kind, bundle.decode_defaults, cfg.decode)  # bad options fail here
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
+    preflight("quantize", quantize_needs(bundle), warn or say)
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         run = QuantizeRun(bundle, cfg, tmp, budget, say, warn or say, calib_rows, eval_rows, cond_doc)
         profile = cfg.entry.hooks(run)
@@ -84,10 +89,23 @@ def quantize_bundle(
                      f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
                      "or a looser --budget")
         doc = summary(run, result)
+        doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
     q = bundle.quantization
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
+
+
+def quantize_needs(bundle: Bundle) -> list[Need]:
+    """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
+    real size, ``resources.py``): memory, the scratch copies in TMPDIR, the int8 graph(s)."""
+    fp32 = Path(bundle.path_of("fp32"))
+    weights = file_bytes([fp32, *(fp32.parent / name for name in external_data_locations(fp32))])
+    return [
+        Need("memory", int(QUANTIZE_MEMORY * weights) + BASE_MEMORY, f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights"),
+        Need("disk", int(QUANTIZE_SCRATCH_DISK * weights), "the scratch copies", Path(tempfile.gettempdir())),
+        Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
+    ]
 
 
 def fp32_answers(run: QuantizeRun) -> MemoRuntime:
@@ -104,12 +122,30 @@ def fp32_answers(run: QuantizeRun) -> MemoRuntime:
 
 def record_fp32(run: QuantizeRun) -> None:
     """FP32 decodes: every network call of the calibration decodes (on the session itself: those
-    questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``)."""
+    questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``). The
+    first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest."""
     cfg = run.cfg
+    batch = run.bundle.batch
+    run.schedule = Plan(calibration=-(-run.n_calib // batch), heldout=-(-run.n_eval // batch), per_candidate=2 * -(-run.n_eval // batch),
+                        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1))
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
+    start = time.perf_counter()
+    calib = Eta("FP32 calibration decode", run.schedule.calibration, run.say)
+
+    def each(i: int) -> None:
+        if i == 1 and run.decode_s is None:  # the first decode is done: now the plan has a clock
+            run.decode_s = time.perf_counter() - start
+            run.say(run.schedule.describe(run.decode_s))
+        calib(i)
+
     with run.timed("fp32_decode_s"):
-        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode, rows=run.calib_rows)
-        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows)
+        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode,
+                                       rows=run.calib_rows, each_batch=each)
+        if run.decode_s is None:  # one decode only
+            run.decode_s = time.perf_counter() - start
+            run.say(run.schedule.describe(run.decode_s))
+        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows,
+                                        each_batch=Eta("held-out FP32 decode", run.schedule.heldout, run.say))
     run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 

@@ -20,7 +20,7 @@ from edgekit.builder import (
     engine_problems,
     select_engine,
 )
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, bucket_binding, sha256_file
 from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes import trt as trt_backend
 from edgekit.targets import load_target
@@ -127,12 +127,14 @@ def test_a_step_bucketed_engine_packs_and_loads_with_every_bucket(tiny_bundle, t
 
     bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.uint8)), profile="cpu")
     add_model(bundle, "int8-bucket-1", tiny_model(qdq_zero_point=np.array(0, np.uint8), scale=0.5), {"profile": "cpu"})
+    names = ["int8", "int8-bucket-1"]
+    binding = bucket_binding("mask share", [0.5], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
     bundle.record("quantization", {"profile": "cpu", "step_buckets": {"n": 2, "by": "mask share", "boundaries": [0.5],
-                                                                      "artifacts": ["int8", "int8-bucket-1"]}})
+                                                                      "artifacts": names, "binding": binding}})
     bundle.save()
     build_bundle(bundle.root, "cpu", "int8", host=X86)
     engine = Bundle.load(bundle.root).engines["cpu/int8"]
-    assert len(engine.bucket_engines) == 1 and engine.bucket_boundaries == (0.5,)
+    assert len(engine.bucket_engines) == 1 and engine.bucket_boundaries == (0.5,) and engine.bucket_binding
     doc = pack_bundle(bundle.root, tmp_path / "cpu.tar.gz", "cpu")
     assert set(engine.files) <= set(doc["files"])
     unpacked = unpack_bundle(tmp_path / "cpu.tar.gz", tmp_path / "device")["bundle"]

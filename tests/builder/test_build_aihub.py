@@ -13,7 +13,7 @@ from build_helpers import add_model, tiny_model
 from typer.testing import CliRunner
 
 from edgekit.builder import build_bundle
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, bucket_binding, sha256_file
 from edgekit.cli import app
 from edgekit.errors import EdgekitError, TargetUnavailable
 from tests.fakes.aihub import QAIRT, FakeHub
@@ -53,8 +53,10 @@ def test_step_buckets_compile_to_dlcs_and_link_into_one_context_binary(tiny_bund
     hub = FakeHub(monkeypatch)
     bundle = tiny_bundle(int8=tiny_model(), profile="qnn")
     add_model(bundle, "int8-bucket-1", tiny_model(scale=0.5), {"profile": "qnn"})
+    names = ["int8", "int8-bucket-1"]
+    binding = bucket_binding("mask_share", [0.5], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
     bundle.record("quantization", {"profile": "qnn", "step_buckets": {"n": 2, "by": "mask_share", "boundaries": [0.5],
-                                                                      "artifacts": ["int8", "int8-bucket-1"]}})
+                                                                      "artifacts": names, "binding": binding}})
     bundle.save()
     doc = build_bundle(bundle.root, TARGET, "int8", runtime="aihub")
     compiles = hub.calls("submit_compile_job")

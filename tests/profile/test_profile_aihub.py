@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit.builder import build_bundle
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, bucket_binding
 from edgekit.cli import app
 from edgekit.profile import ProfileConfig, profile_bundle
 from tests.fakes.aihub import FakeHub
@@ -79,8 +79,10 @@ def test_step_bucket_graphs_are_profiled_one_job_each_and_weighted_by_their_call
     staged = bundle.staging_path("int8-bucket-1.onnx")
     staged.write_bytes(bundle.path_of("int8").read_bytes())
     bundle.add_artifact("int8-bucket-1", staged, made_by="test", config={"profile": "qnn"}, suffix=".onnx")
+    names = ["int8", "int8-bucket-1"]
+    binding = bucket_binding("mask_share", [0.6], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
     bundle.record("quantization", {"profile": "qnn", "step_buckets": {"n": 2, "by": "mask_share", "boundaries": [0.6],
-                                                                      "artifacts": ["int8", "int8-bucket-1"]}})
+                                                                      "artifacts": names, "binding": binding}})
     bundle.save()
     build_bundle(root, "snapdragon-8-gen-3", "int8", runtime="aihub")
     doc, _ = _profile(root, kit, (S24,))

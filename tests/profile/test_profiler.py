@@ -27,9 +27,9 @@ from edgekit.profile import (
     [
         ({"runtimes": ("onnx",)}, "--runtime 'onnx' is unknown; valid: ort, torch, trt"),
         ({"precisions": ("int4",)}, "--precision 'int4' is unknown"),
-        ({"steps": (0,)}, "--steps [0] is invalid"),
+        ({"steps": (0,)}, "--steps 0 is out of bounds; valid: an integer from 1 to"),
         ({"power": "battery"}, "--power 'battery' is unknown; valid: off, auto"),
-        ({"sweep_lengths": (1,)}, "--sweep [1] is invalid"),
+        ({"sweep_lengths": (1,)}, "--sweep 1 is out of bounds; valid: an integer from 2 to"),
         ({"sweep_precision": "fp16"}, "--sweep-precision 'fp16' is unknown; valid: fp32, int8"),
     ],
 )

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._sidefiles import external_data_locations
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
@@ -36,12 +37,14 @@ from edgekit.quantize.cpu.search import (
     isolated_output_sqnr,
     node_sensitivity,
     rank_by_sensitivity,
+    screen,
 )
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.result import notable_float_ops
+from edgekit.resources import file_bytes
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
@@ -144,10 +147,14 @@ class FallbackProfile:
         try:
             single = self.build(nodes) if current is not None else model
             scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
-            alone = isolated_output_sqnr(run.prepared, self.build, nodes, chosen, KIND_IO[run.kind][1][0])
+            suspects = screen(scores, nodes, file_bytes([run.fp32_path, *(run.fp32_path.parent / f for f in external_data_locations(run.fp32_path))]))
+            if len(suspects) < len(nodes):
+                run.say(f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
+                        "are measured one at a time")
+            alone = isolated_output_sqnr(run.prepared, self.build, suspects, chosen, KIND_IO[run.kind][1][0])
         finally:
             self.buckets.current = current
-        return {n: scores.get(n, {}) | {"isolated_output_sqnr_db": alone[n]} for n in nodes}
+        return {n: scores.get(n, {}) | ({"isolated_output_sqnr_db": alone[n]} if n in alone else {}) for n in nodes}
 
     # ---- the search ----------------------------------------------------------------------------
     def _loop(self) -> tuple[Path, BudgetOutcome]:

@@ -46,8 +46,9 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
         where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data") if big else {}
         # ORT's symbolic shape inference runs ONNX's on the whole model in memory, which stops at
         # 2 GiB (a 2.25 GiB masked transformer: ReduceMean without a shape); the optimization,
-        # what the quantizer needs (MatMul+Add -> Gemm), runs without it.
-        for skip_symbolic in (False, True):
+        # what the quantizer needs (MatMul+Add -> Gemm), runs without it. Under 2 GiB a failure of
+        # the shape inference is the model's (an op it does not know) and the fallback below says so.
+        for skip_symbolic in (False, True) if big else (False,):
             try:
                 with quiet_ort_logging():
                     quant_pre_process(str(fp32_path), str(out_path), skip_symbolic_shape=skip_symbolic, **where)

@@ -113,11 +113,34 @@ def isolated_output_sqnr(
     return {n: float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(build([n])))) for n in nodes}
 
 
+# The one-layer-at-a-time measurement is one quantize_static and one session per node: seconds on
+# the demos (every node measured: at most 33 weighted nodes), minutes per node on a 2.25 GiB model
+# of ~200. Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds)
+# screens them and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the
+# FP32 weights pass LARGE_BYTES.
+SCREEN_NODES = 40
+SCREEN_LARGE = 8
+LARGE_BYTES = 256 * 1024**2
+
+
+def screen(scores: Mapping[str, Mapping[str, float]], nodes: Sequence[str], weight_bytes: int) -> list[str]:
+    """The nodes worth measuring alone: all of them up to the screen's size, else the ones that
+    add the most noise (lowest added SQNR; a node the pass did not score counts as noisiest)."""
+    size = SCREEN_LARGE if weight_bytes > LARGE_BYTES else SCREEN_NODES
+    if len(nodes) <= size:
+        return list(nodes)
+    noisiest = sorted(nodes, key=lambda n: scores.get(n, {}).get("added_sqnr_db", float("-inf")))
+    return noisiest[:size]
+
+
 def rank_by_sensitivity(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """Node names, most sensitive first: lowest one-layer-at-a-time output SQNR where measured,
-    else lowest added SQNR (qdq_loss_debug)."""
-    key = "isolated_output_sqnr_db" if all("isolated_output_sqnr_db" in v for v in scores.values()) else "added_sqnr_db"
-    return sorted(scores, key=lambda n: scores[n][key])
+    """Node names, most sensitive first: the ones measured alone by their one-layer-at-a-time
+    output SQNR (lowest first), then the rest (screened out, or none measured) by the added SQNR
+    of qdq_loss_debug."""
+    alone = sorted((n for n in scores if "isolated_output_sqnr_db" in scores[n]), key=lambda n: scores[n]["isolated_output_sqnr_db"])
+    rest = sorted((n for n in scores if "isolated_output_sqnr_db" not in scores[n]),
+                  key=lambda n: scores[n].get("added_sqnr_db", float("-inf")))
+    return alone + rest
 
 
 # ---- the fallback loop -------------------------------------------------------------------------

@@ -12,11 +12,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import place_side_files
 from edgekit.errors import EdgekitError
 from edgekit.quantize.config import METHODS
 from edgekit.quantize.quiet import quiet_ort_logging
-from edgekit.runtimes.onnx_file import save_onnx
+from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
 
 
 def prepare_qnn(fp32_path: Path, out: Path) -> Path:
@@ -24,11 +23,16 @@ def prepare_qnn(fp32_path: Path, out: Path) -> Path:
     into ``out``, or a copy when it changed nothing; then every Gemm with a constant weight as
     MatMul + Add (``gemm_as_matmul``)."""
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
+    big = needs_side_file(fp32_path)
+    where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out.name + ".data") if big else {}
     with quiet_ort_logging():
-        changed = qnn.qnn_preprocess_model(str(fp32_path), str(out))
-    if not changed:
+        changed = qnn.qnn_preprocess_model(str(fp32_path), str(out), **where)
+    if not changed and big:
+        # A copy with its own side file: a hard link to the bundle's weights would make onnx
+        # refuse both files ("hardlink attack") while the link lives, and gemm_as_matmul reads it.
+        save_onnx(require("onnx").load(str(fp32_path)), out, external=True)
+    elif not changed:
         shutil.copyfile(fp32_path, out)
-        place_side_files(fp32_path, out.parent)  # weights in a side file: the copy reads them beside it
     gemm_as_matmul(out)
     return out
 

@@ -41,6 +41,25 @@ def test_rank_by_sensitivity_lowest_added_sqnr_first():
     assert rank_by_sensitivity({"x": {"added_sqnr_db": 40.0}, "y": {"added_sqnr_db": 12.0}}) == ["y", "x"]
 
 
+def test_nodes_measured_alone_rank_first_and_the_screened_out_after_them():
+    scores = {"a": {"added_sqnr_db": 30.0, "isolated_output_sqnr_db": 25.0},
+              "b": {"added_sqnr_db": 10.0, "isolated_output_sqnr_db": 35.0},
+              "c": {"added_sqnr_db": 45.0}, "d": {"added_sqnr_db": 40.0}}
+    assert rank_by_sensitivity(scores) == ["a", "b", "d", "c"]
+
+
+def test_the_screen_keeps_every_node_of_a_small_model_and_the_noisiest_of_a_large_one():
+    from edgekit.quantize.cpu.search import LARGE_BYTES, SCREEN_LARGE, SCREEN_NODES, screen
+
+    nodes = [f"n{i}" for i in range(60)]
+    scores = {n: {"added_sqnr_db": 60.0 - i} for i, n in enumerate(nodes)}  # the later, the noisier
+    assert screen(scores, nodes[:SCREEN_NODES], weight_bytes=1 << 20) == nodes[:SCREEN_NODES]  # the demos: all alone
+    assert screen(scores, nodes, weight_bytes=1 << 20) == nodes[::-1][:SCREEN_NODES]
+    big = screen({k: v for k, v in scores.items() if k != "n3"}, nodes, weight_bytes=LARGE_BYTES + 1)
+    assert len(big) == SCREEN_LARGE and big[0] == "n3"  # a node the pass did not score counts as noisiest
+    assert big[1:] == nodes[::-1][:SCREEN_LARGE - 1]
+
+
 NAIVE_OPS = ("MatMul", "Gemm", "Conv", "LayerNormalization", "Softmax", "Sin", "Cos")
 
 

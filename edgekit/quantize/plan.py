@@ -1,0 +1,82 @@
+"""What a quantize run will cost, said before it starts, and how far each long step is.
+
+A 600 M-parameter model decodes in tens of seconds on a small CPU, and quantize decodes it many
+times: the plan counts those decodes (calibration, the held-out reference, two INT8 passes per
+candidate) and, once the first FP32 decode is timed, says about how long each part will take;
+``Eta`` then says, at most every ``INTERVAL_S``, how far a step of many decodes is and about when
+it ends. The summary keeps the plan beside what the run really cost, in FP32 decodes of the model
+(``fp32_decodes``): the unit a user can compare across machines.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# A step that runs longer than this says how far it is (and no more often than this).
+INTERVAL_S = 10.0
+
+
+def clock_text(seconds: float) -> str:
+    """``1:05`` / ``1:02:05``."""
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Eta:
+    """``eta(done)`` after each of ``total`` units of a step (decodes, layers): says, at most every
+    ``interval`` seconds, "label done/total, elapsed, about T left", from the mean time per unit so
+    far. ``clock``: a stand-in in tests."""
+
+    def __init__(self, label: str, total: int, say: Callable[[str], None], clock: Callable[[], float] = time.perf_counter,
+                 interval: float = INTERVAL_S):
+        self.label, self.total, self.say, self.clock, self.interval = label, total, say, clock, interval
+        self.start = self.last = clock()
+
+    def __call__(self, done: int) -> None:
+        now = self.clock()
+        if done <= 0 or done >= self.total or now - self.last < self.interval:
+            return
+        self.last = now
+        elapsed = now - self.start
+        left = elapsed / done * (self.total - done)
+        self.say(f"{self.label} {done}/{self.total}: {clock_text(elapsed)} so far, about {clock_text(left)} left")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decodes one quantize run makes, in graph batches of the model."""
+
+    calibration: int  # FP32 decodes whose every call is recorded
+    heldout: int  # FP32 decodes of the held-out set: the reference every candidate is judged against
+    per_candidate: int  # INT8 decodes per candidate (its own decode; its answers on FP32's trajectory)
+    speed: int  # decodes timing INT8 against FP32 at the end (0: not timed, an emulated device)
+
+    def estimate(self, decode_s: float) -> dict[str, float]:
+        """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an
+        upper bound where INT8 is faster). Calibration reads every recorded call once more."""
+        return {
+            "fp32_decodes_s": (self.calibration + self.heldout) * decode_s,
+            "calibrate_s": self.calibration * decode_s,
+            "per_candidate_s": self.per_candidate * decode_s,
+            "speed_s": self.speed * decode_s,
+        }
+
+    def describe(self, decode_s: float) -> str:
+        e = self.estimate(decode_s)
+        first = e["fp32_decodes_s"] + e["calibrate_s"] + e["per_candidate_s"]
+        return (f"plan: {self.calibration} calibration + {self.heldout} held-out FP32 decodes ({decode_s:.1f} s each), "
+                f"then {self.per_candidate} INT8 decodes per candidate (FP32 answered from the reference): about "
+                f"{clock_text(first)} until the first candidate is judged, about {clock_text(e['per_candidate_s'])} more "
+                "for each fallback the budget needs")
+
+    def to_json(self, decode_s: float | None) -> dict[str, Any]:
+        doc: dict[str, Any] = {"calibration_decodes": self.calibration, "heldout_decodes": self.heldout,
+                               "int8_decodes_per_candidate": self.per_candidate, "speed_decodes": self.speed,
+                               "fp32_decode_s": decode_s}
+        if decode_s:
+            doc["estimate_s"] = self.estimate(decode_s)
+        return doc

@@ -1,0 +1,54 @@
+"""quantize states its plan before it starts and how far each long step is (plan.py): the ETA
+lines come from a stand-in clock, never a timed assertion."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from edgekit.quantize import QuantizeConfig, quantize_bundle
+from edgekit.quantize.plan import Eta, Plan, clock_text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_eta_speaks_at_most_every_interval_from_the_mean_pace():
+    clock, said = FakeClock(), []
+    eta = Eta("held-out FP32 decode", 10, said.append, clock=clock, interval=10.0)
+    for done, now in ((1, 4.0), (2, 8.0), (3, 12.0), (4, 16.0), (5, 20.0), (10, 40.0)):
+        clock.now = now
+        eta(done)
+    # 12 s: the first line (3 of 10 at 4 s each: 28 s left); 16 s: too soon; 20 s: 8 s after... no, 8 < 10
+    assert said == ["held-out FP32 decode 3/10: 0:12 so far, about 0:28 left"]
+    clock.now = 32.0
+    eta(8)
+    assert said[-1] == "held-out FP32 decode 8/10: 0:32 so far, about 0:08 left"
+
+
+def test_the_plan_counts_the_decodes_and_prices_them_from_one():
+    plan = Plan(calibration=4, heldout=8, per_candidate=16, speed=12)
+    e = plan.estimate(2.0)
+    assert e == {"fp32_decodes_s": 24.0, "calibrate_s": 8.0, "per_candidate_s": 32.0, "speed_s": 24.0}
+    text = plan.describe(2.0)
+    assert "4 calibration + 8 held-out FP32 decodes (2.0 s each)" in text and clock_text(64.0) in text
+    assert clock_text(3725) == "1:02:05"
+
+
+@pytest.mark.parametrize("kind", ["masked", "flow"])
+def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, tiny_bundles, tmp_path):
+    said = []
+    s = quantize_bundle(shutil.copytree(tiny_bundles[kind], tmp_path / kind),
+                        QuantizeConfig(calib_samples=4, eval_samples=4), progress=said.append)
+    batch = 2
+    assert any(line.startswith("plan: 2 calibration + 2 held-out FP32 decodes") for line in said), said
+    plan = s["plan"]
+    assert plan["calibration_decodes"] == 4 // batch and plan["heldout_decodes"] == 4 // batch
+    assert plan["int8_decodes_per_candidate"] == 2 * plan["heldout_decodes"]
+    assert plan["fp32_decode_s"] > 0 and s["fp32_decodes"] == pytest.approx(s["timing_s"]["total_s"] / plan["fp32_decode_s"], rel=0.01)
