@@ -33,6 +33,7 @@ from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.manifest_sections import QuantizationSummary
+from edgekit.targets import QUANTIZATION_PROFILES
 
 INT16_MAX = 32767
 # The largest |w_2i| + |w_2i+1| that keeps a u8 activation's pair sum inside int16: 255 · 128 = 32640.
@@ -225,11 +226,13 @@ def saturation(a: np.ndarray, w: np.ndarray) -> Mapping[str, float]:
 
 # ---- where an int8 model meets another CPU --------------------------------------------------------
 def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
-    """One line when a cpu-profile int8 model runs on a CPU class other than the one its budget
-    was measured on (``Bundle.quantization``): whether its accuracy carries over (the scheme
-    computes the same integers on both) or not (its u8s8 GEMMs saturate here). None when the
-    classes match or the model is not a cpu-profile one."""
-    if q is None or q.profile != "cpu":
+    """One line when an int8 model of a profile with CPU arithmetic (``targets.ProfileFacts``: the
+    cpu profile) runs on a CPU class other than the one its budget was measured on
+    (``Bundle.quantization``): whether its accuracy carries over (the scheme computes the same
+    integers on both) or not (its u8s8 GEMMs saturate here). None when the classes match or the
+    model's profile runs on no CPU's int8 kernels."""
+    facts = QUANTIZATION_PROFILES.get(str(q.profile)) if q is not None else None
+    if q is None or facts is None or not facts.cpu_arithmetic:
         return None
     arith = q.arithmetic
     if arith is not None:

@@ -25,7 +25,7 @@ def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = No
         return fallback, f"the int8 model is profile {q.profile!r}; target {target.name} needs {target.quantization_profile!r}"
     if not q.passed:
         return fallback, "the int8 model missed its accuracy budget"
-    if target.quantization_profile != "cpu":
+    if not target.profile_facts.cpu_arithmetic:
         return "int8", f"the int8 model met its budget ({target.quantization_profile} profile); INT8 is not timed before the device runs it"
     isa = (host or HostFacts.detect()).isa_class if target.isa == "host" else target.isa
     recorded = q.arithmetic.scheme if q.arithmetic is not None else None

@@ -32,13 +32,13 @@ from edgekit.debug.topology import Entry
 from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+from edgekit.runtimes.registry import backend
 
 # Rows of the activation the kernel model multiplies (its pair products are M·K/2·N int64s).
 MAX_KERNEL_ROWS = 512
-CPU_KERNEL_RUNTIMES = ("ort",)
 # An op whose output SQNR spreads over more than this across the steps has a step-dependent error
 # (range drift: a per-step-range scale, ``quantize --step-buckets``, is the fix to try first).
-STEP_DEPENDENT_DB = 10.0  # runtimes whose int8 GEMM is MLAS's (arithmetic.py models it)
+STEP_DEPENDENT_DB = 10.0
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,10 @@ def _matmul_parts(node: Any, x: np.ndarray, w: np.ndarray, xq: np.ndarray, wq: n
 
 def accumulation(node: Any, act: QdqInput | None, x: np.ndarray | None, weight: QdqInput | None, wq_int: np.ndarray | None,
                  runtime: str, isa: str) -> dict[str, Any]:
-    """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a CPU runtime."""
-    if runtime not in CPU_KERNEL_RUNTIMES or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
+    """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a runtime whose int8
+    GEMM is MLAS's (its registry entry's ``DebugHooks.mlas_kernels``: arithmetic.py models it)."""
+    hooks = backend(runtime).debug
+    if hooks is None or not hooks.mlas_kernels or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
         return {"isa": isa, "modelled": False, "why": f"no u8·s8 CPU kernel model for {node.op_type} on {runtime}"}
     if act.qdtype != "uint8" or weight.qdtype != "int8" or x is None or wq_int is None:
         return {"isa": isa, "modelled": False, "why": f"{act.qdtype}·{weight.qdtype}: exact widening kernel"}

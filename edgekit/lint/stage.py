@@ -71,7 +71,7 @@ def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Findi
 def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     """An int8 model whose u8s8 GEMMs can saturate the target CPU's kernels (x86 without VNNI:
     int16 pair sums), with the command that re-quantizes it for the target."""
-    if target.quantization_profile != "cpu" or quantization_profile_of(bundle) not in (None, "cpu"):
+    if not target.profile_facts.cpu_arithmetic or quantization_profile_of(bundle) not in (None, target.quantization_profile):
         return []
     isa = HostFacts.detect().isa_class if target.isa == "host" else target.isa
     if not arithmetic_for(isa).saturating_pairs:

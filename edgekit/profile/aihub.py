@@ -25,6 +25,7 @@ from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import Handle, JobBook
 from edgekit.runtimes.aihub.models import DeviceModel, built_devices, device_models
+from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.registry import backend
 from edgekit.targets import builtin_names, load_target
 
@@ -45,7 +46,7 @@ def aihub_precisions(bundle: Bundle, cfg: ProfileConfig) -> tuple[str, ...]:
                              hint="add --precision int8 (a model from `edgekit quantize --profile qnn`) or fp16")
         return chosen
     q = bundle.quantization
-    qnn_int8 = bundle.has("int8") and q is not None and q.profile == "qnn"
+    qnn_int8 = bundle.has("int8") and q is not None and q.profile == backend(AIHUB).quantize_profile
     return ("int8",) if qnn_int8 else ("fp16",)
 
 
@@ -127,7 +128,7 @@ def host_loop(bundle: Bundle, precision: str, cond: Mapping[str, np.ndarray], cf
     tick = (lambda done, total: progress(label, done, total)) if progress else None
     with open_runtime(bundle, "ort", HOST_PRECISION[precision], threads=cfg.threads) as rt:
         doc = measure_decodes(model, rt, cond, decode_cfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False)
-        bucket_calls = list(getattr(rt, "calls", []) or [])
+        bucket_calls = list(rt.calls) if isinstance(rt, BucketedRuntime) else []  # per step bucket: what the loop used
     calls = int(doc["decode"]["runtime_calls"])
     per_bucket = [calls * c / sum(bucket_calls) for c in bucket_calls] if sum(bucket_calls) else None
     return {"calls": calls, "calls_per_bucket": per_bucket, "steps": doc["decode"]["steps"], "host_ms": doc["breakdown"]["median_host_ms"],

@@ -37,10 +37,26 @@ class BucketedRuntime:
     def warnings(self) -> list[str]:
         return [w for rt in self.runtimes for w in rt.warnings]
 
-    def __getattr__(self, attr: str) -> Any:  # settings, timing_note, session_info, ...: the first graph's
-        if attr in ("runtimes", "edges"):
-            raise AttributeError(attr)
-        return getattr(self.runtimes[0], attr)
+    # What the engine says (settings, timing note, session, files): the first graph's.
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.runtimes[0].settings
+
+    @property
+    def timing_note(self) -> str | None:
+        return self.runtimes[0].timing_note
+
+    @property
+    def session_info(self) -> Mapping[str, Any] | None:
+        return self.runtimes[0].session_info
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        return self.runtimes[0].model_files
+
+    @property
+    def outputs_stay_valid(self) -> int:  # each graph keeps its own outputs: the least of them
+        return min(rt.outputs_stay_valid for rt in self.runtimes)
 
     def bucket(self, feeds: Mapping[str, np.ndarray]) -> int:
         position = step_position(self.kind, feeds, self.meta)

@@ -18,6 +18,7 @@ from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle, EngineRecord, bucket_binding, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts
+from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.bucketed import open_paths
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
@@ -134,21 +135,24 @@ class EngineChoice:
     bucket_paths: tuple[Path, ...] = ()
     boundaries: tuple[float, ...] = ()
 
-    def open(self, threads: int = 0, bundle: Bundle | None = None) -> Any:
-        """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``); a
-        step-bucketed engine opens every bucket's file behind one runtime."""
+    def open(self, threads: int = 0, bundle: Bundle | None = None) -> Runtime:
+        """The ready ``Runtime`` (the choice's warnings added to its ``warnings``, once: a
+        step-bucketed engine opens every bucket's file behind one runtime, which lists every
+        graph's warnings, and the first graph holds them)."""
         hooks = backend(self.runtime).engine
         if hooks is None:
             raise UsageError(f"runtime {self.runtime} has no engines a target can load")
+
+        def opened(path: Path) -> Runtime:
+            runtime = hooks.open(dataclasses.replace(self, path=path), threads)
+            if path == self.path:
+                runtime.warnings.extend(self.warnings)
+            return runtime
+
         if self.bucket_paths:
             b = bundle if bundle is not None else Bundle.load(self.source.parent)
-            runtime = open_paths(self.bucket_paths, self.boundaries, b,
-                                 lambda path, shared: hooks.open(dataclasses.replace(self, path=path), threads))
-        else:
-            runtime = hooks.open(self, threads)
-        for warning in self.warnings:
-            runtime.warn(warning)
-        return runtime
+            return open_paths(self.bucket_paths, self.boundaries, b, lambda path, shared: opened(path))
+        return opened(self.path)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target.name, "runtime": self.runtime, "precision": self.precision, "path": str(self.path),

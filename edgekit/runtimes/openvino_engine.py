@@ -25,7 +25,9 @@ from edgekit.runtimes.openvino import (
 )
 from edgekit.runtimes.registry import (
     Backend,
+    DebugHooks,
     EngineHooks,
+    FileOptions,
     Requirement,
     register_backend,
 )
@@ -127,8 +129,8 @@ def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | No
 ARTIFACTS = {"fp32": "fp32", "int8": "int8", "bf16": "fp32", "fp16": "fp32"}
 
 
-def _open_graph(path: Path, precision: str, threads: int) -> OpenVinoRuntime:
-    return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
+def _open_file(path: Path, o: FileOptions) -> OpenVinoRuntime:
+    return OpenVinoRuntime(path, OvOptions(threads=o.threads, inference_precision=inference_precision_for(o.precision)))
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -152,10 +154,12 @@ def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
 OPENVINO = register_backend(Backend(
     name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
     precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
-    open=lambda bundle, precision, threads: open_artifact(bundle, ARTIFACTS[precision], lambda path, shared: _open_graph(path, precision, threads)),
-    open_graph=_open_graph, graph_precisions=("fp32", "bf16"),
+    open=lambda bundle, precision, threads: open_artifact(
+        bundle, ARTIFACTS[precision], lambda path, shared: _open_file(path, FileOptions(precision, threads))),
+    open_file=_open_file, graph_precisions=("fp32", "bf16"),
     requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"), reference_rank=1,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, compiled by OpenVINO"),
 ))
 
 __all__ = ["ConversionError", "OPENVINO", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]

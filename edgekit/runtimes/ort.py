@@ -32,7 +32,9 @@ from edgekit.runtimes.ort_fusions import (
 )
 from edgekit.runtimes.registry import (
     Backend,
+    DebugHooks,
     EngineHooks,
+    FileOptions,
     Requirement,
     register_backend,
 )
@@ -343,8 +345,8 @@ def _register_env_arena(ort: Any) -> None:
 
 
 # ---- the registry entry -----------------------------------------------------------------------
-def _open_graph(path: Path, precision: str, threads: int) -> OrtRuntime:
-    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
+def _open_file(path: Path, o: FileOptions) -> OrtRuntime:
+    return OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=o.threads, spin_between_runs=o.spin), o.shared))
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -385,7 +387,11 @@ register_backend(Backend(
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
     open=lambda bundle, precision, threads: open_artifact(
         bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=threads), shared))),
-    open_graph=_open_graph, graph_precisions=("fp32",),
+    open_file=_open_file, graph_precisions=("fp32",),
     requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+    # Tensors are matched by name between the float and the QDQ graph, as onnxruntime's
+    # ``quantization.qdq_loss_debug`` matches them (the quantizer keeps the names it does not create).
+    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, run by onnxruntime with its own kernels and fusions",
+                     mlas_kernels=True),
 ))

@@ -67,7 +67,7 @@ AIHUB = register_backend(Backend(
     help="Qualcomm AI Hub's hosted Snapdragon devices: compile, profile and check jobs through the qai-hub client",
     precisions=("int8", "fp16"), artifacts={"int8": "int8", "fp16": "fp32"}, check_artifact=_check_artifact,
     open=_not_in_process, lacks="the Hexagon NPU computes in integers or float16",
-    requires=Requirement("qai_hub", INSTALL, extra="aihub"),
+    requires=Requirement("qai_hub", INSTALL, extra="aihub"), quantize_profile="qnn", hosted=True,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_not_in_process, runs_unbuilt=False),
 ))
 

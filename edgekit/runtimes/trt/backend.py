@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import edgekit.runtimes.trt.builder as trt_builder
 import edgekit.runtimes.trt.metadata as metadata  # module attributes: tests fake the host
 import edgekit.runtimes.trt.runtime as trt_runtime
 from edgekit._deps import require
@@ -15,7 +16,9 @@ from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.engines import device_problems, find_engine
 from edgekit.runtimes.registry import (
     Backend,
+    DebugHooks,
     EngineHooks,
+    FileOptions,
     Requirement,
     register_backend,
 )
@@ -56,12 +59,23 @@ def _open_engine(choice: Any, threads: int) -> Runtime:
     return trt_runtime.load_engine(choice.path, source_onnx=choice.source, precision=choice.precision)
 
 
+def _open_file(path: Path, o: FileOptions) -> Runtime:
+    """An engine built here from ``path`` into ``o.scratch`` (no target's engine: a scratch copy)."""
+    plan = (o.scratch or path.parent) / f"{path.stem}.plan"
+    trt_builder.build_engine(path, plan, trt_builder.TrtBuildConfig(precision=o.precision))
+    return trt_runtime.TrtRuntime(plan)
+
+
 TRT = register_backend(Backend(
     name="trt", title="TensorRT",
     help="the TensorRT engine `edgekit build` made on the NVIDIA device",
     precisions=("fp32", "fp16", "int8"), open=open_trt, lacks="TensorRT engines are fp32, fp16 or int8",
     requires=Requirement("tensorrt", "pip install 'edgekit[trt]'", extra="trt"),  # Jetson: comes with JetPack
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine, runs_unbuilt=False),
+    open_file=_open_file, quantize_profile="trt",
+    # A marked tensor can keep TensorRT from fusing across it: debug's replay checks that the
+    # final outputs are unchanged.
+    debug=DebugHooks(capture="an engine built from a copy of the ONNX with the tensors marked as outputs"),
 ))
 
 __all__ = ["TRT", "open_trt"]
