@@ -34,6 +34,7 @@ from edgekit.quantize.cpu.ptq import prepare_model, quantize_model
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 BATCH = {"masked": 8, "flow": 2, "ar": 8}
@@ -55,7 +56,7 @@ def _export(kind: str, out: Path) -> Bundle:
 def _max_pair(path: Path) -> int:
     """The largest |q_2i| + |q_2i+1| the u8s8 kernel can form from the int8 weights of the
     model's INT8 layers (weight-only layers compute in float: not counted); 0 for u8 weights."""
-    return max(int8_weight_pairs(path).values(), default=0)
+    return max(int8_weight_pairs(load_onnx(path), path.parent).values(), default=0)
 
 
 def _speed(paths: dict[str, Path], feed: dict[str, np.ndarray], runtime: str, rounds: int) -> dict[str, float]:

@@ -201,8 +201,7 @@ def main() -> None:
     root = export_bundle(load_spec("flow-demo", batch=2), tmp / "flow", source="flow-demo").root
     quantize_bundle(root, QuantizeConfig(step_buckets=args.buckets, bucket_memory=0))
     b = Bundle.load(root)
-    doc = b.quantization["step_buckets"]
-    graphs = [b.path_of(a) for a in doc["artifacts"]]
+    graphs = [b.path_of(a) for a in b.step_buckets().graphs]
     # One real decode call per bucket: the first call of the held-out decode whose t falls in it.
     with open_runtime(b, "ort", "int8") as rt:
         recorder = RecordingRuntime(rt, b.kind, b.meta)

@@ -60,10 +60,10 @@ def main() -> int:
     if root is None:
         ap.error("give BUNDLE or --tiny")
     bundle = Bundle.load(root)
-    buckets = (bundle.quantization or {}).get("step_buckets") or {}
-    if int(buckets.get("n") or 1) < 2:
+    buckets = bundle.step_buckets()
+    if buckets is None:
         ap.error(f"{root}: its int8 model has no step buckets (quantize it with --profile qnn --step-buckets N)")
-    graphs = [bundle.path_of(a) for a in buckets["artifacts"]]
+    graphs = [bundle.path_of(a) for a in buckets.graphs]
     devices = register(ort)
     provider = QnnOptions().provider_options()
 

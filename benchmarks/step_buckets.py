@@ -72,7 +72,8 @@ def _export(kind: str, out: Path, batch: int | None = None) -> Path:
 
 def _int8_bytes(root: Path) -> int:
     b = Bundle.load(root)
-    names = (b.quantization.get("step_buckets") or {}).get("artifacts") or ["int8"]
+    buckets = b.step_buckets()
+    names = list(buckets.graphs) if buckets is not None else ["int8"]
     total = 0
     for name in names:
         art = b.manifest["artifacts"][name]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.manifest import sha256_file
 
 FORMS = "package.module:function or path/to/file.py:function"
 # Set by the CLI's --trust-code: run code a manifest names even when this user did not export it.
@@ -136,7 +137,7 @@ def code_origin(ref: str) -> dict[str, Any]:
     target = ref.rpartition(":")[0]
     if target.endswith(".py"):
         path = Path(target)
-        return {"sha256": _sha256(path) if path.is_file() else None, "path": None}
+        return {"sha256": sha256_file(path) if path.is_file() else None, "path": None}
     try:  # a top-level name is found without running anything
         spec = importlib.util.find_spec(target.partition(".")[0])
     except (ImportError, ValueError):
@@ -180,10 +181,6 @@ def _recorded(root: Path) -> dict[str, Any]:
         return {}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _inside(path: Path, root: Path) -> bool:
     try:
         return Path(path).resolve().is_relative_to(Path(root).resolve())
@@ -218,7 +215,7 @@ def bundle_code_problem(root: Path, ref: str, recorded_sha256: str | None = None
             return "the bundle was not exported by you here (copied, unpacked or edited)"
         if not path.is_file():
             return None  # importing says the file is missing
-        now = _sha256(path)
+        now = sha256_file(path)
         was = {entry.get("sha256"), recorded_sha256} - {None}
         if was and was != {now}:
             return f"the file changed since export (sha256 {sorted(was)[0][:12]}… recorded, {now[:12]}… now)"

@@ -32,6 +32,8 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts
+from edgekit.manifest_sections import QuantizationSummary
+from edgekit.targets import QUANTIZATION_PROFILES
 
 INT16_MAX = 32767
 # The largest |w_2i| + |w_2i+1| that keeps a u8 activation's pair sum inside int16: 255 · 128 = 32640.
@@ -161,12 +163,13 @@ def quantized_nodes(model: Any) -> set[str]:
     }
 
 
-def int8_weight_pairs(path: Path) -> dict[str, int]:
+def int8_weight_pairs(model: Any, base_dir: str | Path = "") -> dict[str, int]:
     """{INT8 node (quantized activation and s8 weight): the largest |q_2i| + |q_2i+1| the AVX2
-    u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate).
-    Weight-only nodes compute in float and are not listed. Reads the file with onnx."""
+    u8s8 kernel can form from its weight} (``PAIR_LIMIT`` or less: it cannot saturate) of an
+    INT8 ``onnx.ModelProto``. Weight-only nodes compute in float and are not listed. A model
+    loaded without its external data (``load_onnx`` without ``external_data``) reads each weight
+    from ``base_dir`` (the model file's folder) when it is checked: one tensor in memory at a time."""
     onnx = require("onnx")
-    model = onnx.load(str(path), load_external_data=False)  # each weight read when it is checked
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     int8 = quantized_nodes(model)
@@ -178,7 +181,7 @@ def int8_weight_pairs(path: Path) -> dict[str, int]:
         init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
         if init is None or init.data_type != onnx.TensorProto.INT8:
             continue
-        q = onnx.numpy_helper.to_array(init, base_dir=str(Path(path).parent))
+        q = onnx.numpy_helper.to_array(init, base_dir=str(base_dir))
         axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % max(q.ndim, 1)
         trans_b = any(a.name == "transB" and a.i for a in node.attribute)
         out[node.name] = max_pair_sum(q, axis, k_axis(node.op_type, q, axis, trans_b))
@@ -222,18 +225,19 @@ def saturation(a: np.ndarray, w: np.ndarray) -> Mapping[str, float]:
 
 
 # ---- where an int8 model meets another CPU --------------------------------------------------------
-def host_warning(quantization: Mapping[str, object] | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
-    """One line when a cpu-profile int8 model runs on a CPU class other than the one its budget
-    was measured on (``manifest["quantization"]``): whether its accuracy carries over (the scheme
-    computes the same integers on both) or not (its u8s8 GEMMs saturate here). None when the
-    classes match or the model is not a cpu-profile one."""
-    q = quantization if isinstance(quantization, Mapping) else {}
-    if q.get("profile") != "cpu":
+def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BUNDLE") -> str | None:
+    """One line when an int8 model of a profile with CPU arithmetic (``targets.ProfileFacts``: the
+    cpu profile) runs on a CPU class other than the one its budget was measured on
+    (``Bundle.quantization``): whether its accuracy carries over (the scheme computes the same
+    integers on both) or not (its u8s8 GEMMs saturate here). None when the classes match or the
+    model's profile runs on no CPU's int8 kernels."""
+    facts = QUANTIZATION_PROFILES.get(str(q.profile)) if q is not None else None
+    if q is None or facts is None or not facts.cpu_arithmetic:
         return None
-    arith = q.get("arithmetic")
-    if isinstance(arith, Mapping):
-        scheme = SCHEMES.get(str((arith.get("scheme") or {}).get("name") if isinstance(arith.get("scheme"), Mapping) else ""))
-        validated = str(arith.get("validated_on") or "unknown")
+    arith = q.arithmetic
+    if arith is not None:
+        scheme = SCHEMES.get(arith.scheme or "")
+        validated = arith.validated_on or "unknown"
     else:  # quantized before edgekit recorded the arithmetic: full-range u8s8, class unknown
         scheme, validated = SCHEMES["u8s8"], "unknown"
     if scheme is None or validated == host_isa:
@@ -247,7 +251,7 @@ def host_warning(quantization: Mapping[str, object] | None, host_isa: str, bundl
             f"integers on both, so its measured accuracy holds here (its speed does not: `edgekit profile {bundle}`)")
 
 
-def int8_host_warnings(quantization: Mapping[str, object] | None, precisions: "tuple[str, ...] | list[str] | set[str]",
+def int8_host_warnings(quantization: QuantizationSummary | None, precisions: "tuple[str, ...] | list[str] | set[str]",
                        bundle: str = "BUNDLE") -> list[str]:
     """``host_warning`` for this host, when one of ``precisions`` is int8: what run, check and
     profile add to their warnings (once, and in ``--json``)."""

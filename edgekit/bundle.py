@@ -9,72 +9,44 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit._sidefiles import check_side_files_listed
 from edgekit.errors import BundleError
-from edgekit.manifest import MANIFEST, SCHEMA, inside, live_paths, merge_manifest, provenance, read_json, write_json_atomic
+from edgekit.manifest import (
+    MANIFEST,
+    SCHEMA,
+    inside,
+    live_paths,
+    merge_manifest,
+    narrowed,
+    prune_empty,
+    provenance,
+    read_json,
+    sha256_file,
+    write_json_atomic,
+)
+from edgekit.manifest_sections import (ARTIFACT_FIELDS, Artifact, BucketGraphs, EngineRecord, QuantizationSummary,
+                                       Verification, bucket_binding, step_bucket_problem)
 from edgekit.manifest_schema import validate_manifest
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
 COMMITTED: list[str] = []
 
-__all__ = ["Artifact", "Bundle", "MANIFEST", "SCHEMA", "STAGING_PREFIX", "inside", "now_iso", "sha256_file", "write_json_atomic"]
-_CHUNK = 1 << 20
+__all__ = ["Artifact", "BucketGraphs", "Bundle", "EngineRecord", "MANIFEST", "QuantizationSummary", "SCHEMA",
+           "STAGING_PREFIX", "Verification", "bucket_binding", "inside", "now_iso", "sha256_file", "write_json_atomic"]
 _TAMPERED = "re-run the stage that makes it (edgekit never loads a tampered artifact)"
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One file of a bundle. ``path`` is relative to the bundle root."""
-
-    name: str
-    path: str
-    sha256: str
-    bytes: int
-    made_by: str
-    config: Mapping[str, Any] = field(default_factory=dict)
-    created: str = ""
-    # Files the artifact reads beside itself (ONNX external data): [{"path", "sha256", "bytes"}].
-    side_files: tuple[Mapping[str, Any], ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        doc = {
-            "path": self.path,
-            "sha256": self.sha256,
-            "bytes": self.bytes,
-            "made_by": self.made_by,
-            "config": dict(self.config),
-            "created": self.created,
-        }
-        if self.side_files:
-            doc["side_files"] = [dict(f) for f in self.side_files]
-        return doc
-
-
-_ARTIFACT_FIELDS = tuple(f.name for f in fields(Artifact) if f.name != "name")
 
 
 class Bundle:
@@ -221,9 +193,14 @@ class Bundle:
         return copy.deepcopy(self.manifest.get("decode_defaults") or {})
 
     @property
-    def engines(self) -> dict[str, dict[str, Any]]:
-        """{"<target>/<precision>": engine entry (path, runtime, compatibility keys, ...)}."""
-        return copy.deepcopy(self.manifest.get("engines") or {})
+    def engines(self) -> dict[str, EngineRecord]:
+        """{"<target>/<precision>": the engine built for it (path, runtime, compatibility keys, ...)}."""
+        engines = self.manifest.get("engines") or {}
+        return {k: EngineRecord.from_json(k, e) for k, e in engines.items() if isinstance(e, dict)}
+
+    def engine_for(self, runtime: str, precision: str) -> EngineRecord | None:
+        """The first engine built for ``runtime`` in ``precision`` (any target's), or None."""
+        return next((e for e in self.engines.values() if e.runtime == runtime and e.precision == precision), None)
 
     @property
     def fused(self) -> dict[str, dict[str, Any]]:
@@ -231,14 +208,34 @@ class Bundle:
         return copy.deepcopy(self.manifest.get("fused") or {})
 
     @property
-    def quantization(self) -> dict[str, Any] | None:
-        """The summary ``edgekit quantize`` recorded (profile, budget, promotions, ...), or None."""
-        return copy.deepcopy(self.manifest.get("quantization")) or None
+    def quantization(self) -> QuantizationSummary | None:
+        """The summary ``edgekit quantize`` recorded (profile, budget, arithmetic, ...), or None."""
+        doc = self.manifest.get("quantization")
+        return QuantizationSummary.from_json(doc) if isinstance(doc, dict) and doc else None
+
+    def step_buckets(self, artifact: str = "int8") -> BucketGraphs | None:
+        """The step buckets ``artifact`` was quantized with (bucket 0 is ``artifact`` itself, each
+        graph's sha256 filled in), or None for a one-scale model (or another artifact). A record
+        whose parts disagree (counts, order, edges, its binding) is a BundleError."""
+        q = self.manifest.get("quantization")
+        doc = q.get("step_buckets") if artifact == "int8" and isinstance(q, dict) else None
+        if not isinstance(doc, dict) or (not doc.get("artifacts") and (doc.get("n") or 1) < 2):
+            return None
+        problem = step_bucket_problem(doc, artifact, lambda a: self.artifact(a).sha256 if self.has(a) else None)
+        if problem is not None:
+            n = max(len(doc.get("artifacts") or []), 2)
+            raise BundleError(f"bundle {self.root}: the int8 model's step buckets {problem}",
+                              hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {n}`")
+        graphs = tuple(str(a) for a in doc["artifacts"])
+        return BucketGraphs(len(graphs), doc.get("by") if isinstance(doc.get("by"), str) else None,
+                            tuple(float(e) for e in doc["boundaries"]), graphs,
+                            tuple(self.artifact(a).sha256 for a in graphs), doc.get("binding"))
 
     @property
-    def verification(self) -> dict[str, Any]:
+    def verification(self) -> dict[str, Verification]:
         """{artifact name: the export-time check of that graph against its reference}."""
-        return copy.deepcopy(self.manifest.get("verification") or {})
+        checks = self.manifest.get("verification") or {}
+        return {k: Verification.from_json(v) for k, v in checks.items() if isinstance(v, dict)}
 
     @property
     def flow_quality(self) -> dict[str, Any] | None:
@@ -252,6 +249,21 @@ class Bundle:
     def has(self, artifact: str) -> bool:
         """Whether the manifest lists ``artifact`` ("fp32", "int8", "conditions", ...)."""
         return artifact in self.manifest["artifacts"]
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole manifest, a copy (``inspect``'s and ``export``'s document)."""
+        return copy.deepcopy(self.manifest)
+
+    def named_files(self) -> set[str]:
+        """Every bundle-relative file the manifest names (artifacts, side files, engines, fused)."""
+        return live_paths(self.manifest)
+
+    def subset(self, artifacts: Iterable[str], engines: Iterable[str] | None, *, fused: bool = True,
+               **sections: Any) -> dict[str, Any]:
+        """A copy of the manifest naming only ``artifacts`` and ``engines`` (None: no engines
+        section), the fused graphs only if ``fused``, with ``sections`` set: what a packed bundle
+        or a scratch copy holds."""
+        return narrowed(self.manifest, artifacts, engines, fused=fused) | sections
 
     def record(self, section: str, doc: Any) -> None:
         """Set a whole top-level section (in memory; ``save`` commits it)."""
@@ -269,7 +281,7 @@ class Bundle:
             have = ", ".join(self.manifest["artifacts"]) or "none"
             raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=self._remake_hint(name, "first"))
         # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
-        return Artifact(name=name, **{k: doc[k] for k in _ARTIFACT_FIELDS if k in doc})
+        return Artifact(name=name, **{k: doc[k] for k in ARTIFACT_FIELDS if k in doc})
 
     def _remake_hint(self, name: str, when: str = "again") -> str:
         """The command that (re)makes artifact ``name`` ("int8", "int8-bucket-N": quantize)."""
@@ -376,7 +388,7 @@ class Bundle:
                     continue
                 if rel not in live:
                     path.unlink(missing_ok=True)
-                    _prune_empty(path.parent, root)
+                    prune_empty(path.parent, root)
             self._superseded.clear()
 
     def discard_staging(self) -> None:
@@ -386,14 +398,3 @@ class Bundle:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-
-
-def _prune_empty(folder: Path, root: Path) -> None:
-    """Remove ``folder`` and its parents up to (not including) ``root`` while they are empty."""
-    folder = folder.resolve()
-    while folder != root and root in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent

@@ -144,8 +144,8 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
         report["stages"].setdefault("export", {})[name] = {
             "bundle": str(b.root),
             "bytes": b.artifact("fp32").bytes,
-            "verified": ver["passed"],
-            "max_abs_error": max(o["max_abs"] for o in ver["outputs"].values()),
+            "verified": ver.passed,
+            "max_abs_error": max(o.max_abs for o in ver.outputs.values()),
         }
     quality: dict[str, Any] = {}
     step("decode masked-demo (MaskGIT) on ort fp32", stage="decode")

@@ -1,17 +1,19 @@
-"""The manifest file as data: reading and writing it safely (its schema: ``manifest_schema``),
-the files it names, and merging one stage's changes into the manifest as it is on disk."""
+"""The manifest file as data: reading and writing it safely (its schema: ``manifest_schema``;
+what its sections hold, typed: ``manifest_sections``), the files it names and their sha256, and
+merging one stage's changes into the manifest as it is on disk."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import platform
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from edgekit.errors import BundleError
 from edgekit.userfiles import MAX_MANIFEST_BYTES, check_utf8_path, read_user_text
@@ -24,6 +26,16 @@ STAGING_PREFIX = ".staging-"
 # not drop entries another stage committed meanwhile); every other top-level key is replaced whole.
 _MERGED_SECTIONS = ("artifacts", "engines", "fused", "verification", "graph")
 _MISSING = object()
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _version(dist: str) -> str | None:
@@ -104,6 +116,34 @@ def live_paths(manifest: Mapping[str, Any]) -> set[str]:
     for section in ("artifacts", "engines", "fused"):
         walk(manifest.get(section) or {})
     return out
+
+
+def narrowed(manifest: Mapping[str, Any], artifacts: Iterable[str], engines: Iterable[str] | None, *,
+             fused: bool = True) -> dict[str, Any]:
+    """A copy of ``manifest`` naming only ``artifacts`` and ``engines`` (None: no engines section),
+    and the fused graphs only if ``fused``."""
+    doc = copy.deepcopy(dict(manifest))
+    keep = set(artifacts)
+    doc["artifacts"] = {k: v for k, v in doc["artifacts"].items() if k in keep}
+    if engines is None:
+        doc.pop("engines", None)
+    elif isinstance(doc.get("engines"), dict):
+        kept = set(engines)
+        doc["engines"] = {k: v for k, v in doc["engines"].items() if k in kept}
+    if not fused:
+        doc.pop("fused", None)
+    return doc
+
+
+def prune_empty(folder: Path, root: Path) -> None:
+    """Remove ``folder`` and its parents up to (not including) ``root`` while they are empty."""
+    folder = folder.resolve()
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def merge_manifest(base: Mapping[str, Any], mine: Mapping[str, Any], disk: Mapping[str, Any]) -> dict[str, Any]:

@@ -221,25 +221,84 @@ def test_the_rules_see_a_broken_house():
         globals()["EDGES"] = globals_backup
 
 
-# Raw reads of the manifest dict (``bundle.manifest["engines"]``, ``.get``/``.setdefault``/``.pop``)
-# outside the two modules that own it: stages ask the Bundle (batch, decode_defaults, engines,
-# has(), ...), so a section's shape is said once. The ceiling only goes down.
-MANIFEST_OWNERS = ("bundle.py", "manifest.py")
-MAX_RAW_MANIFEST_READS = 1
+# Raw reads of the manifest (``bundle.manifest["engines"]``, ``.get``/``.setdefault``/``.pop``) outside
+# the modules that own it (``bundle.py`` and ``manifest*.py``), copies included: a name bound to the
+# manifest or to a section the Bundle hands back as a dict (``manifest = copy.deepcopy(b.manifest)``,
+# ``fused = b.fused or {}``, ``for e in fused.values()``) and then read by key counts as well. Typed
+# sections (``artifact``, ``quantization``, ``step_buckets``, ``engines``, ``verification``) have no keys
+# to read; ``as_recorded`` (a section as written, for documents) does. The kind's ``meta`` and
+# ``conditioning`` are the decode loops' contract (``spec``), handed over whole, and not counted.
+# The ceiling only goes down.
+MANIFEST_OWNERS = ("bundle.py", "manifest.py", "manifest_schema.py", "manifest_sections.py")
+RAW_SECTIONS = ("manifest", "as_recorded", "decode_defaults", "fused", "flow_quality")
+MAX_RAW_MANIFEST_READS = 8
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _unwrapped(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):  # ``section or {}``
+        node = node.values[0]
+    return node
+
+
+def _is_raw(node: ast.AST, copies: set[str]) -> bool:
+    node = _unwrapped(node)
+    return (isinstance(node, ast.Attribute) and node.attr in RAW_SECTIONS) or (isinstance(node, ast.Name) and node.id in copies)
+
+
+def _copies_raw(node: ast.AST, copies: set[str]) -> bool:
+    """Whether ``node`` evaluates to (part of) a raw section: the section, a key of it, its
+    values, or a copy (``copy.deepcopy``, ``dict``, ``json.loads(json.dumps(...))``)."""
+    node = _unwrapped(node)
+    if _is_raw(node, copies):
+        return True
+    if isinstance(node, ast.Subscript):
+        return _copies_raw(node.value, copies)
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("get", "values", "items", "copy"):
+            return _copies_raw(func.value, copies)
+        copier = (isinstance(func, ast.Attribute) and func.attr in ("deepcopy", "loads", "dumps")) or (
+            isinstance(func, ast.Name) and func.id in ("dict", "list"))
+        return copier and bool(node.args) and _copies_raw(node.args[0], copies)
+    return False
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of one scope, without the bodies of the functions defined in it."""
+    out, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, _FUNCTIONS):
+            todo += ast.iter_child_nodes(node)
+    return out
 
 
 def _raw_manifest_reads(source: str) -> list[int]:
-    """Lines of ``source`` that subscript (or .get/.setdefault/.pop) an attribute named ``manifest``."""
+    """The line of every subscript (or .get/.setdefault/.pop) of a raw manifest section or a name
+    bound to a copy of one, in its function or in the functions inside it."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Subscript):
-            target = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
-            target = node.func.value
-        else:
-            continue
-        if isinstance(target, ast.Attribute) and target.attr == "manifest":
-            lines.append(node.lineno)
+    scopes: list[tuple[ast.AST, set[str]]] = [(ast.parse(source), set())]
+    while scopes:
+        scope, inherited = scopes.pop()
+        nodes, copies = _scope_nodes(scope), set(inherited)
+        for _ in range(3):  # a copy of a copy
+            for node in nodes:
+                bound = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
+                    [(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else [])
+                copies |= {n.id for target, value in bound if _copies_raw(value, copies) for n in ast.walk(target)
+                           if isinstance(n, ast.Name)}
+        for node in nodes:
+            if isinstance(node, ast.Subscript):
+                target = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+                target = node.func.value
+            else:
+                continue
+            if _is_raw(target, copies):
+                lines.append(node.lineno)
+        scopes += [(node, copies) for node in nodes if isinstance(node, _FUNCTIONS)]
     return sorted(lines)
 
 
@@ -252,9 +311,26 @@ def test_stages_read_the_manifest_through_the_bundle():
         + ", ".join(reads))
 
 
-def test_the_manifest_count_sees_a_raw_read():
-    source = 'a = b.manifest["engines"]\nc = b.manifest.get("fused") or {}\nb.manifest.setdefault("x", {})[k] = 1\nd = b.decode_defaults\n'
-    assert _raw_manifest_reads(source) == [1, 2, 3]
+def test_the_manifest_count_sees_a_raw_read_and_its_copies():
+    source = (
+        'a = b.manifest["engines"]\n'
+        'c = b.manifest.get("fused") or {}\n'
+        'b.manifest.setdefault("x", {})[k] = 1\n'
+        'd = b.decode_defaults\n'
+        'def f(b):\n'
+        '    m = copy.deepcopy(b.manifest)\n'
+        '    m["artifacts"]["fp32"]["path"]\n'
+        '    g = b.fused or {}\n'
+        '    for e in g.values():\n'
+        '        e.get("path")\n'
+        '    x = (b.flow_quality or {}).get("table")\n'
+        '    q = b.quantization\n'
+        '    q.profile, b.engines[k], b.engine_for("trt", "int8")\n'
+        '    lambda: m.pop("fused")\n'
+        'def h(m):\n'
+        '    return m["x"]\n'  # a parameter: not known to be the manifest
+    )
+    assert _raw_manifest_reads(source) == [1, 2, 3, 7, 10, 11, 14]
 
 
 MAX_FUNCTION_LINES = {"edgekit.quantize": 80}

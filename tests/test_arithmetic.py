@@ -21,6 +21,7 @@ from edgekit.arithmetic import (
     saturation,
 )
 from edgekit.host import HostFacts, isa_class
+from edgekit.manifest_sections import QuantizationSummary
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -126,8 +127,17 @@ def test_isa_class_from_arm_features():
     assert isa_class("riscv64", ()) == "unknown"
 
 
-def _quant(validated_on: str, scheme: str = "u8s8") -> dict:
+def _quant(validated_on: str, scheme: str = "u8s8") -> QuantizationSummary:
+    return _summary(_recorded(validated_on, scheme))
+
+
+def _recorded(validated_on: str, scheme: str = "u8s8") -> dict:
     return {"profile": "cpu", "arithmetic": {"isa": validated_on, "scheme": SCHEMES[scheme].to_json(), "validated_on": validated_on}}
+
+
+def _summary(doc: dict) -> QuantizationSummary:
+    """``manifest["quantization"]`` as ``Bundle.quantization`` answers it."""
+    return QuantizationSummary.from_json(doc)
 
 
 def test_a_model_validated_on_another_class_says_whether_its_accuracy_holds():
@@ -141,9 +151,9 @@ def test_a_model_validated_on_another_class_says_whether_its_accuracy_holds():
     line = host_warning(_quant("avx2", "u8s8-pair"), "amx")
     assert "accuracy holds" in line and "edgekit profile" in line
     # A model from before the record: assume full range, say it may saturate on AVX2.
-    assert "saturate" in host_warning({"profile": "cpu", "config": {}}, "avx2")
-    assert host_warning({"profile": "cpu"}, "amx").startswith("the int8 model was validated on a CPU edgekit did not record")
-    assert host_warning({"profile": "qnn"}, "avx2") is None and host_warning(None, "avx2") is None
+    assert "saturate" in host_warning(_summary({"profile": "cpu", "config": {}}), "avx2")
+    assert host_warning(_summary({"profile": "cpu"}), "amx").startswith("the int8 model was validated on a CPU edgekit did not record")
+    assert host_warning(_summary({"profile": "qnn"}), "avx2") is None and host_warning(None, "avx2") is None
 
 
 def test_run_warns_once_when_the_int8_model_meets_another_class(tmp_path, monkeypatch, demo_bundles):
@@ -166,7 +176,7 @@ def test_run_warns_once_when_the_int8_model_meets_another_class(tmp_path, monkey
     feeds = [{"tokens": np.full(b.inputs["tokens"].shape, 3), "class_id": np.zeros(b.inputs["class_id"].shape, np.int64)}]
     quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme="u8s8"))
     b.add_artifact("int8", staged, made_by="quantize", config={}, suffix=".onnx")
-    b.manifest["quantization"] = _quant("avx512-vnni")
+    b.record("quantization", _recorded("avx512-vnni"))
     b.save()
     monkeypatch.setattr(HostFacts, "detect", classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))))
     runner = CliRunner()
@@ -195,7 +205,7 @@ def test_lint_reports_an_int8_model_that_saturates_the_targets_class(tmp_path, d
         staged = b.staging_path("int8.onnx")
         quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme=scheme))
         b.add_artifact("int8", staged, made_by="quantize", config={"profile": "cpu"}, suffix=".onnx")
-        b.manifest["quantization"] = _quant("avx512-vnni", scheme)
+        b.record("quantization", _recorded("avx512-vnni", scheme))
         b.save()
         return root
 

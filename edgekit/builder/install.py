@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgekit.bundle import Bundle, inside, sha256_file
+from edgekit.bundle import Bundle, EngineRecord, inside, sha256_file
 from edgekit.errors import BundleError
 from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
@@ -54,23 +54,12 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     return entry
 
 
-def _entry_files(entry: Mapping[str, Any] | None) -> set[str]:
-    if not entry:
-        return set()
-    files = {entry.get("path")}
-    files |= {entry[role]["path"] for role in (*_SUFFIXES, *_NAMED_BY_MODEL) if isinstance(entry.get(role), dict)}
-    buckets = entry.get("buckets")
-    for sub in (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []:  # step bucket 1.. engines
-        files |= _entry_files(sub)
-    return {f for f in files if f}
-
-
-def remove_superseded(bundle: Bundle, old: Mapping[str, Any] | None) -> None:
+def remove_superseded(bundle: Bundle, old: EngineRecord | None) -> None:
     """Delete an old engine's files once the manifest no longer names them (only ever inside
     ``engines/`` of this bundle, whatever the manifest said)."""
-    live = set().union(*(_entry_files(e) for e in bundle.engines.values()))
+    live = {f for e in bundle.engines.values() for f in e.files}
     engines = (bundle.root / ENGINES_DIR).resolve()
-    for rel in _entry_files(old) - live:
+    for rel in set(old.files if old is not None else ()) - live:
         path = (bundle.root / rel).resolve()
         if engines in path.parents:
             path.unlink(missing_ok=True)

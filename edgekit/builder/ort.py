@@ -29,6 +29,7 @@ from edgekit._sidefiles import (
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import GRAPH_OPTIMIZATION_LEVELS
 from edgekit.runtimes.ort_fusions import DISABLE_OPTIMIZERS_ENTRY, GraphChanges, apply_contrib_fusions, graph_changes
 from edgekit.targets import Target
@@ -44,7 +45,7 @@ def fix_dynamic_shapes(onnx_path: Path, bundle: Bundle, workdir: Path) -> tuple[
         make_input_shape_fixed,
     )
 
-    model = onnx.load(str(onnx_path), load_external_data=False)  # the graph: weights in a side file stay there
+    model = load_onnx(onnx_path, "the model to build")  # the graph: weights in a side file stay there
     initializers = {i.name for i in model.graph.initializer}
     manifest_shapes = {n: list(s.shape) for n, s in bundle.inputs.items()}
     fixed: dict[str, list[int]] = {}

@@ -32,11 +32,10 @@ from edgekit.builder.ort import build_ort, fix_dynamic_shapes
 from edgekit.builder.precision import choose_precision
 from edgekit.builder.qnn import build_qnn
 from edgekit.builder.trt import build_trt, prepare_trt
-from edgekit.bundle import STAGING_PREFIX, Bundle, now_iso
+from edgekit.bundle import STAGING_PREFIX, Bundle, bucket_binding, now_iso
 from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.host import HostFacts
 from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
-from edgekit.runtimes.bucketed import bucket_binding, step_buckets
 from edgekit.runtimes.engines import (
     EngineChoice,
     EngineNeedsBuild,
@@ -179,7 +178,7 @@ def build_bundle(
     if old is not None and not rebuild:
         problems = engine_problems(bundle, old, host, device_facts, target=target)
         if not problems:
-            return _document(bundle, target, precision, old, "up-to-date", [], choice, key)
+            return _document(bundle, target, precision, old.as_recorded, "up-to-date", [], choice, key)
         raise EdgekitError(
             f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
             hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision}{again} --rebuild`",
@@ -187,11 +186,11 @@ def build_bundle(
 
     source_name = _source_artifact(bundle, target, precision)
     source = bundle.artifact(source_name)
-    buckets = step_buckets(bundle, source_name)
+    buckets = bundle.step_buckets(source_name)
     check_engine_folder(bundle, target)  # a file where engines/<target>/ goes: said before the build
     workdir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=bundle.root))
     try:
-        names = [source_name] + (buckets["artifacts"][1:] if buckets else [])
+        names = [source_name] + (list(buckets.graphs[1:]) if buckets else [])
         if builder.build_linked is not None:  # every bucket's graph in one engine (AI Hub's link job)
             ready = [_prepared(bundle, name, target, builder, workdir / str(i)) for i, name in enumerate(names)]
             files, facts = builder.build_linked([BuildJob(p[0], p[1], target, precision, host, workdir / str(i), bundle, resume, progress)
@@ -206,10 +205,10 @@ def build_bundle(
     entry, facts, fixed, findings = built[0]
     entry.update(facts)
     if buckets:
-        subs = [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets["artifacts"][1:])]
+        subs = [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets.graphs[1:])]
         graphs = [(source_name, entry["sha256"]), *((s["source"], s["sha256"]) for s in subs)]
-        entry["buckets"] = {"by": buckets.get("by"), "boundaries": list(buckets["boundaries"]), "engines": subs,
-                            "binding": bucket_binding(buckets.get("by", ""), buckets["boundaries"], graphs)}
+        entry["buckets"] = {"by": buckets.by, "boundaries": list(buckets.boundaries), "engines": subs,
+                            "binding": bucket_binding(buckets.by or "", buckets.boundaries, graphs)}
     entry.update({
         "target": target.name,
         "precision": precision,

@@ -32,7 +32,7 @@ from edgekit.evaluate import check_rows, conditions
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import JobBook
-from edgekit.runtimes.aihub.models import device_models
+from edgekit.runtimes.aihub.models import built_devices, device_models
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import step_position
 from edgekit.targets import builtin_names, load_target
@@ -66,7 +66,7 @@ def device_name(device: str | None, target: str | None, bundle: Bundle) -> str:
         return t.aihub.devices[0]
     if item is not None:
         return item
-    built = sorted({e["aihub"]["device"] for e in bundle.engines.values() if e.get("runtime") == "aihub" and e.get("aihub")})
+    built = built_devices(bundle)
     if len(built) != 1:
         raise UsageError("--runtime aihub: name the AI Hub device to check on with --device",
                          hint='e.g. --device "Samsung Galaxy S24 (Family)" or --device snapdragon-8-gen-3')

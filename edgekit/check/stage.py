@@ -45,6 +45,7 @@ from edgekit.evaluate.thresholds import (
 )
 from edgekit.evaluate.verdict import compare
 from edgekit.limits import check_option
+from edgekit.manifest_sections import BudgetEval
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import load_target
@@ -125,12 +126,13 @@ class CheckConfig:
     def resolved(self, bundle: Bundle) -> "CheckConfig":
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
         default check judges the very set quantize gated), else 16 rows, seed 0, no overrides."""
-        gated = ((bundle.quantization or {}).get("budget") or {}).get("eval") or {}
+        q = bundle.quantization
+        gated = q.budget_eval if q is not None else BudgetEval()
         return dataclasses.replace(
             self,
-            n=self.n if self.n is not None else int(gated.get("samples", DEFAULT_N)),
-            seed=self.seed if self.seed is not None else int(gated.get("seed", 0)),
-            decode=self.decode if self.decode is not None else dict(gated.get("decode") or {}),
+            n=self.n if self.n is not None else (gated.samples if gated.samples is not None else DEFAULT_N),
+            seed=self.seed if self.seed is not None else (gated.seed if gated.seed is not None else 0),
+            decode=self.decode if self.decode is not None else gated.decode,
         )
 
 

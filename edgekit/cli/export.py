@@ -49,5 +49,5 @@ def export(
                         context=context, lookahead=lookahead, overwrite=overwrite, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
     LOCK_WAIT.set(wait)
     bundle, fused = export_model(req, progress=o.info)
-    o.document(bundle.manifest)
+    o.document(bundle.to_json())
     print_export(o, bundle, fused)

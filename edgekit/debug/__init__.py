@@ -9,6 +9,5 @@ range, accumulation), whether it compounds, and with ``--fix`` the smallest chan
 
 from edgekit.debug.config import DEFAULT_THRESHOLD_DB, SCHEMA, DebugConfig
 from edgekit.debug.stage import debug_bundle
-from edgekit.debug.taps import TAP_METHODS
 
-__all__ = ["DEFAULT_THRESHOLD_DB", "SCHEMA", "TAP_METHODS", "DebugConfig", "debug_bundle"]
+__all__ = ["DEFAULT_THRESHOLD_DB", "SCHEMA", "DebugConfig", "debug_bundle"]

@@ -30,14 +30,15 @@ from edgekit._sidefiles import side_files_beside
 from edgekit.arithmetic import arithmetic_for, saturation
 from edgekit.debug.topology import Entry
 from edgekit.evaluate import power_ratio_db as sqnr_db
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
+from edgekit.runtimes.registry import backend
 
 # Rows of the activation the kernel model multiplies (its pair products are M·K/2·N int64s).
 MAX_KERNEL_ROWS = 512
-CPU_KERNEL_RUNTIMES = ("ort",)
 # An op whose output SQNR spreads over more than this across the steps has a step-dependent error
 # (range drift: a per-step-range scale, ``quantize --step-buckets``, is the fix to try first).
-STEP_DEPENDENT_DB = 10.0  # runtimes whose int8 GEMM is MLAS's (arithmetic.py models it)
+STEP_DEPENDENT_DB = 10.0
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def capture(model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[st
     """The float values of ``tensors`` in the QDQ graph (CPU EP, no fusions: the QDQ simulation),
     stacked over ``feeds``."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights in a side file stay there
+    model = load_onnx(model_path, "the candidate's graph")  # the graph; weights in a side file stay there
     have = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in dict.fromkeys(tensors) if t not in have)
     path = tmp / "attribution.onnx"
@@ -199,8 +200,10 @@ def _matmul_parts(node: Any, x: np.ndarray, w: np.ndarray, xq: np.ndarray, wq: n
 
 def accumulation(node: Any, act: QdqInput | None, x: np.ndarray | None, weight: QdqInput | None, wq_int: np.ndarray | None,
                  runtime: str, isa: str) -> dict[str, Any]:
-    """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a CPU runtime."""
-    if runtime not in CPU_KERNEL_RUNTIMES or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
+    """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a runtime whose int8
+    GEMM is MLAS's (its registry entry's ``DebugHooks.mlas_kernels``: arithmetic.py models it)."""
+    hooks = backend(runtime).debug
+    if hooks is None or not hooks.mlas_kernels or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
         return {"isa": isa, "modelled": False, "why": f"no u8·s8 CPU kernel model for {node.op_type} on {runtime}"}
     if act.qdtype != "uint8" or weight.qdtype != "int8" or x is None or wq_int is None:
         return {"isa": isa, "modelled": False, "why": f"{act.qdtype}·{weight.qdtype}: exact widening kernel"}
@@ -269,15 +272,14 @@ def attribute(cand_path: Path, ref_path: Path, entry: Entry, feeds: Sequence[Map
               isa: str, tmp: Path) -> dict[str, Any]:
     """The components of the candidate node behind ``entry`` on ``feeds`` (the calls of its
     step), and the cause: {"node", "op", "activation", "weights", "accumulation", "cause", "why"}."""
-    onnx = require("onnx")
-    model = onnx.load(str(cand_path), load_external_data=False)  # tensors read from disk as needed
+    model = load_onnx(cand_path, "the candidate's graph")  # tensors read from disk as needed
     node = find_node(model, entry)
     pairs = qdq_of(model, node, cand_path.parent) if node is not None else []
     if not pairs:
         return {"node": getattr(node, "name", None), "cause": "precision",
                 "why": "the op has no Q/DQ pair here: it computes in this variant's float precision"}
     values = capture(cand_path, [p.tensor for p in pairs if p.role != "weight"], feeds, tmp)
-    reference = _Weights(onnx.load(str(ref_path), load_external_data=False), ref_path.parent)
+    reference = _Weights(load_onnx(ref_path, "artifact 'fp32'"), ref_path.parent)
     doc = {"node": node.name, "op": node.op_type, "measured_on": "the QDQ graph on onnxruntime's CPU EP, no fusions (QDQ simulation)"}
     doc |= components(node, pairs, values, reference, runtime, isa)
     doc["cause"], doc["why"] = cause(doc)

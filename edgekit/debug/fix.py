@@ -63,7 +63,8 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
     """The QuantizeConfig ``edgekit quantize`` recorded for the bundle's int8 model. The manifest
     schema checked its types when the bundle loaded; a value QuantizeConfig refuses is one line
     naming the manifest field (the user passed no --isa or --profile: the manifest holds it)."""
-    doc = (bundle.quantization or {}).get("config") or {}
+    q = bundle.quantization
+    doc = q.config if q is not None else {}
     if not doc:
         raise UsageError(f"bundle {bundle.root} records no quantize config: --fix re-quantizes with it",
                          hint=f"quantize first: `edgekit quantize {bundle.root}`")
@@ -75,7 +76,7 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
     kw["overrides"] = tuple(dict(o) for o in kw.get("overrides") or ())
     # "host" meant the machine that quantized: the trials and the reproduce line quantize for the
     # CPU class the int8 model was made for, wherever debug runs (another class picks another scheme).
-    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa")
+    made_for = q.arithmetic.isa if q is not None and q.arithmetic is not None else None
     if kw.get("isa", "host") == "host" and made_for in ISA_CLASSES:
         kw["isa"], fields["isa"] = made_for, "quantization.arithmetic.isa"
     try:
@@ -149,15 +150,12 @@ def reproduce(path: Path, artifact: str, cfg: QuantizeConfig) -> str:
 def scratch_copy(bundle: Bundle, dest: Path) -> Path:
     """A bundle at ``dest`` with only what quantize reads (fp32 model, stored conditions)."""
     dest.mkdir(parents=True)
-    manifest = json.loads(json.dumps(bundle.manifest))
-    manifest["artifacts"] = {k: v for k, v in manifest["artifacts"].items() if k in SCRATCH_KEEPS}
-    for section in ("engines", "fused"):  # built from the int8/fp32 graphs a trial replaces or does not need
-        manifest.pop(section, None)
-    for doc in manifest["artifacts"].values():
-        for rel in [doc["path"], *[s["path"] for s in doc.get("side_files") or []]]:
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(bundle.root / rel, dest / rel)
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    keep = [name for name in bundle.artifact_names if name in SCRATCH_KEEPS]
+    for rel in [f for name in keep for f in bundle.artifact(name).files]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(bundle.root / rel, dest / rel)
+    # No engines, no fused graphs: built from the int8/fp32 graphs a trial replaces or does not need.
+    (dest / MANIFEST).write_text(json.dumps(bundle.subset(keep, None, fused=False), indent=1))
     return dest
 
 

@@ -22,6 +22,7 @@ from edgekit.debug.replay import Trajectory
 from edgekit.debug.taps import Tapped
 from edgekit.debug.topology import Op, Topology, region
 from edgekit.evaluate import power_ratio_db as sqnr_db
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
 
 
@@ -32,7 +33,7 @@ class LocalJudge:
     def __init__(self, fp32: Path, topo: Topology, traj: Trajectory, ref: Tapped, cand: Tapped, tmp: Path, threads: int = 0):
         onnx = require("onnx")
         # The graph alone (weights in a side file stay there: each cut reads its own from it).
-        self.model = onnx.shape_inference.infer_shapes(onnx.load(str(fp32), load_external_data=False))
+        self.model = onnx.shape_inference.infer_shapes(load_onnx(fp32, "artifact 'fp32'"))
         self.fp32 = fp32
         self.topo, self.traj, self.ref, self.cand, self.tmp, self.threads = topo, traj, ref, cand, tmp, threads
         self.inputs = {i.name for i in self.model.graph.input}

@@ -41,7 +41,7 @@ from edgekit.debug.fix import (
 )
 from edgekit.debug.local import LocalJudge
 from edgekit.debug.replay import Replay, Trajectory, free_running, record, replay
-from edgekit.debug.taps import artifact_at, open_tapped, open_variant
+from edgekit.debug.taps import artifact_at, debug_hooks, open_tapped, open_variant
 from edgekit.debug.topology import (
     Entry,
     Topology,
@@ -91,6 +91,8 @@ def resolve(bundle: Bundle, cfg: DebugConfig) -> Settings:
     cand = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
     if ref == cand:
         raise UsageError(f"--reference and --candidate are both {ref}: nothing to compare", hint="e.g. --reference ort:fp32 --candidate ort:int8")
+    debug_hooks(ref.runtime, "--reference")  # a runtime debug cannot tap: one line now, not after the gate
+    debug_hooks(cand.runtime, "--candidate")
     if cfg.fix and cand.precision != "int8":
         raise UsageError(f"--fix re-quantizes the int8 model; --candidate {cand} is not one", hint="debug an int8 variant, e.g. --candidate ort:int8")
     check = CheckConfig(n=cfg.n, seed=cfg.seed, cond_data=cfg.cond_data).resolved(bundle)
@@ -166,7 +168,8 @@ def run_fix(bundle: Bundle, s: Settings, cfg: DebugConfig, entry: Entry | None, 
     if entry is None:
         return {"tried": [], "unavailable": [], "winner": None, "why": "no tensor of the two variants could be compared"}
     base = recorded_config(bundle)
-    profile = str((bundle.quantization or {}).get("profile") or base.profile)
+    q = bundle.quantization
+    profile = str((q.profile if q is not None else None) or base.profile)
     source = f"edgekit debug {bundle.root} --fix ({s.cand} vs {s.ref})"
     bucket = step_bucket(base)
     unavailable = [bucket] if isinstance(bucket, dict) else []

@@ -1,21 +1,15 @@
 """Intermediate tensors out of each runtime: a variant opened so that ``run`` also returns the
-tensors of the reference graph it computes (``Tapped``), by whatever that backend allows.
+tensors of the reference graph it computes (``Tapped``), as the backend's registry entry allows
+(``runtimes.registry.DebugHooks``; the document says how, its ``capture`` line):
 
-How each runtime is tapped (``TAP_METHODS``; the document says which one ran):
-
-- ORT, OpenVINO: the captured tensors as extra graph outputs of a copy of the ONNX, run by the
-  backend with its own kernels and fusions. Tensors are matched by name between the float and the
-  QDQ graph, as onnxruntime's ``quantization.qdq_loss_debug`` matches them (the quantizer keeps
-  the names of the tensors it does not create).
-- QNN (HTP backend): graph outputs on the ``DequantizeLinear`` after each captured tensor of a
-  copy of the QDQ graph: the value the HTP holds. Outputs on the float tensors *before* their
-  ``QuantizeLinear`` compiled too, but changed the HTP's results (max |Δ logits| 22 on the test
-  model), so they are never used; outputs on the DQ left them bit-identical. (Cut graphs would
-  need one HTP compile per tensor.)
-- TensorRT: an engine built from a copy of the ONNX with the tensors marked as outputs (a marked
-  tensor can keep TensorRT from fusing across it: the replay checks the final outputs are unchanged).
-- torch (a reference): forward hooks on the modules, each mapped to the tensor its module's last
-  ONNX node produces (module paths from the export metadata, ``quantize.module_labels``).
+- an ONNX backend (ORT, OpenVINO, QNN, TensorRT, a plugin's): the captured tensors as extra graph
+  outputs of a copy of the ONNX, opened with the entry's ``open_file`` (its own kernels and
+  fusions; TensorRT builds an engine of the copy). Tensors are matched by name between the float
+  and the QDQ graph (``capture_names``: where a quantized op hands its output on only through a
+  Q -> DQ, the DQ's output).
+- a backend that runs the module (torch, a reference): the entry's ``open_hooked`` with each
+  module path mapped to the tensor its module's last ONNX node produces (module paths from the
+  export metadata, ``quantize.module_labels``).
 """
 
 from __future__ import annotations
@@ -30,36 +24,16 @@ from edgekit._deps import require
 from edgekit._sidefiles import side_files_beside
 from edgekit.bundle import Bundle
 from edgekit.debug.topology import Topology
+from edgekit.errors import UsageError
 from edgekit.runtimes import open_runtime
-from edgekit.runtimes import (
-    trt as trt_backend,  # imports tensorrt only when a function runs
-)
-from edgekit.runtimes.base import Runtime, RuntimeProxy
-from edgekit.runtimes.bucketed import BucketedRuntime, step_buckets
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.onnx_file import load_onnx
-from edgekit.runtimes.openvino import (  # lazy: openvino
-    OpenVinoRuntime,
-    OvOptions,
-    inference_precision_for,
-)
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime  # lazy: onnxruntime
-from edgekit.runtimes.qnn import (  # lazy: onnxruntime-qnn
-    QnnOptions,
-    QnnRuntime,
-    qnn_options_for,
-)
-from edgekit.runtimes.registry import backend
+from edgekit.runtimes.registry import Backend, DebugHooks, FileOptions, backend
+from edgekit.runtimes.registry import names as runtime_names
 from edgekit.spec import step_position
 from edgekit.targets import load_target
 
-TAP_METHODS: dict[str, str] = {
-    "ort": "graph outputs added to a copy of the ONNX, run by onnxruntime with its own kernels and fusions",
-    "openvino": "graph outputs added to a copy of the ONNX, compiled by OpenVINO",
-    "qnn": "graph outputs on the DequantizeLinear after each tensor of a copy of the QDQ graph (the value the HTP "
-           "holds), compiled by the HTP backend; outputs before the QuantizeLinear change the HTP's results",
-    "trt": "an engine built from a copy of the ONNX with the tensors marked as outputs",
-    "torch": "forward hooks on the modules, each mapped to the tensor its module's last ONNX node produces",
-}
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
@@ -76,11 +50,19 @@ class Tapped:
         self.runtime.close()
 
 
-def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
+def debug_hooks(runtime: str, flag: str = "--runtime") -> DebugHooks:
+    """What ``runtime``'s registry entry gives debug; one error naming the runtimes debug takes."""
+    hooks = backend(runtime, flag).debug
+    if hooks is None:
+        takes = [n for n in runtime_names() if backend(n).debug is not None]
+        raise UsageError(f"{flag}: debug cannot capture the tensors runtime {runtime!r} computes; valid: {', '.join(takes)}",
+                         hint="debug the same model on one of those (e.g. --candidate ort:int8)")
+    return hooks
+
+
+def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str:
     """The bundle ONNX a variant computes, as its registry entry names it (checked: qnn takes only
-    a qnn-profile int8 model); an engine's source ONNX for TensorRT; None: the PyTorch module."""
-    if runtime == "torch":
-        return None
+    a qnn-profile int8 model); an engine's source ONNX where the entry names none (TensorRT)."""
     entry = backend(runtime)
     if precision in entry.artifacts:
         return entry.artifact(bundle, precision)
@@ -90,13 +72,11 @@ def artifact_for(bundle: Bundle, runtime: str, precision: str) -> str | None:
 def buckets_of(bundle: Bundle, precision: str) -> tuple[list[str], list[float]] | None:
     """(the int8 graphs' artifacts, the step boundaries) of a step-bucketed int8 model
     (``quantize --step-buckets``), else None."""
-    doc = step_buckets(bundle) if precision == "int8" else None  # the record checked whole (its binding too)
-    if doc is None:
-        return None
-    return list(doc["artifacts"]), [float(b) for b in doc["boundaries"]]
+    buckets = bundle.step_buckets() if precision == "int8" else None  # the record checked whole (its binding too)
+    return (list(buckets.graphs), list(buckets.boundaries)) if buckets is not None else None
 
 
-def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str | None:
+def artifact_at(bundle: Bundle, runtime: str, precision: str, feeds: Mapping[str, np.ndarray]) -> str:
     """The artifact that computes a call with ``feeds``: its step bucket's graph where there are buckets."""
     buckets = buckets_of(bundle, precision)
     if buckets is None:
@@ -153,52 +133,41 @@ def tapped_copy(model: Any, dst: Path, tensors: list[str]) -> Path:
     return dst
 
 
-def _ort(path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
-    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
-
-
-def _openvino(path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
-    return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
-
-
-def _qnn(path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
-    options = qnn_options_for(load_target(target), precision) if target else QnnOptions(fp16=precision == "fp16")
-    return QnnRuntime(path, options, threads=threads)
-
-
-def _trt(path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
-    plan = tmp / f"{path.stem}.plan"
-    trt_backend.build_engine(path, plan, trt_backend.TrtBuildConfig(precision=precision))
-    return trt_backend.TrtRuntime(plan)
-
-
-# runtime name -> how a tapped ONNX copy is opened on it (onnxruntime's plain-dict registry style).
-OPENERS = {"ort": _ort, "openvino": _openvino, "qnn": _qnn, "trt": _trt}
+def _open_file(entry: Backend, path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
+    if entry.open_file is None:  # the callers ask first; registration checks it of a debug entry without open_hooked
+        raise ValueError(f"backend {entry.name!r} opens no ONNX file")
+    return entry.open_file(path, FileOptions(precision, threads, target=target, scratch=tmp))
 
 
 def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, threads: int = 0, target: str | None = None) -> Runtime:
     """The variant as ``check`` runs it: ``open_runtime`` (a target's built engine where the target
-    lists the runtime); qnn with a target: the int8 model on that target's HTP; trt without a
-    built engine (a scratch copy): an engine built here from the bundle's ONNX; a step-bucketed
-    int8 model: each bucket's graph behind ``BucketedRuntime``."""
+    lists the runtime); with a target and an entry whose files take the target's options
+    (``DebugHooks.target_options``, qnn): the bundle's model opened so; a runtime that runs only
+    built engines with none built for ``precision`` (TensorRT on a scratch copy): the bundle's ONNX
+    opened with ``open_file`` (an engine built here); a step-bucketed int8 model: each bucket's
+    graph behind ``BucketedRuntime``."""
+    entry = backend(runtime)
+    hooks = entry.debug
     buckets = buckets_of(bundle, precision)
-    if buckets is not None and runtime in OPENERS:
-        graphs = [OPENERS[runtime](bundle.path_of(a), precision, threads, target, tmp) for a in buckets[0]]
+    if buckets is not None and entry.open_file is not None:
+        graphs = [_open_file(entry, bundle.path_of(a), precision, threads, target, tmp) for a in buckets[0]]
         return BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta)
-    if runtime == "qnn" and target:
-        return _qnn(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
+    if hooks is not None and hooks.target_options and target and entry.open_file is not None:
+        return _open_file(entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     if target is not None and runtime in load_target(target).runtimes:
         return open_runtime(bundle, runtime, precision, threads=threads, target=target)
-    if runtime == "trt" and not any(e.get("runtime") == "trt" and e.get("precision") == precision for e in bundle.engines.values()):
-        return _trt(bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
+    unbuilt = entry.engine is not None and not entry.engine.runs_unbuilt and entry.open_file is not None
+    if unbuilt and bundle.engine_for(runtime, precision) is None:
+        return _open_file(entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
     return open_runtime(bundle, runtime, precision, threads=threads)
 
 
 def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tmp: Path, threads: int = 0,
                 target: str | None = None) -> Tapped:
     """The variant ``runtime:precision`` of ``bundle`` with ``topo``'s float tensors captured."""
-    if runtime == "torch":
-        return _torch(bundle, topo, threads)
+    entry, hooks = backend(runtime), debug_hooks(runtime)
+    if hooks.open_hooked is not None:
+        return _hooked(bundle, precision, hooks, topo, threads)
     buckets = buckets_of(bundle, precision)
     graphs, names = [], {}
     for art in buckets[0] if buckets else [artifact_for(bundle, runtime, precision)]:
@@ -207,51 +176,17 @@ def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tm
         names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
         path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
         with side_files_beside(bundle.path_of(art), tmp):
-            graphs.append(OPENERS[runtime](path, precision, threads, target, tmp))
+            graphs.append(_open_file(entry, path, precision, threads, target, tmp))
     rt = BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta) if buckets else graphs[0]
-    method = TAP_METHODS[runtime] + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")
+    method = hooks.capture + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")
     return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, method)
 
 
-class HookedTorch(RuntimeProxy):
-    """The torch reference with forward hooks: ``run`` adds each hooked module's output under the
-    ONNX tensor name it stands for."""
-
-    def __init__(self, inner: Any, modules: Mapping[str, Any]):
-        super().__init__(inner, name="torch (hooked)")
-        self.seen: dict[str, np.ndarray] = {}
-        self.handles = [m.register_forward_hook(self._hook(t)) for t, m in modules.items()]
-
-    def _hook(self, tensor: str):
-        def keep(module: Any, args: Any, output: Any) -> None:
-            first = output[0] if isinstance(output, (tuple, list)) else output
-            self.seen[tensor] = first.detach().cpu().numpy().astype(np.float32, copy=True)
-        return keep
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.seen = {}
-        return dict(self.inner.run(feeds)) | self.seen
-
-    def close(self) -> None:
-        for h in self.handles:
-            h.remove()
-        super().close()
-
-
-def _torch(bundle: Bundle, topo: Topology, threads: int) -> Tapped:
-    rt = open_runtime(bundle, "torch", "fp32", threads=threads)
+def _hooked(bundle: Bundle, precision: str, hooks: DebugHooks, topo: Topology, threads: int) -> Tapped:
+    """The module with each op's module path hooked: the tensor its last ONNX node produces."""
     last: dict[str, str] = {}  # module path -> the tensor its last node produces
     for op in topo.ops:
         if op.label != op.name and op.outputs and op.outputs[0] in set(topo.floats):
             last[op.label] = op.outputs[0]
-    named = dict(rt.module.named_modules())
-    # The exported module may sit inside the spec's (an adapter): match the path's tail.
-    modules = {t: m for label, t in last.items() if (m := _module(named, label)) is not None}
-    return Tapped(HookedTorch(rt, modules), {t: t for t in modules} | {o: o for o in rt.outputs}, TAP_METHODS["torch"])
-
-
-def _module(named: Mapping[str, Any], label: str) -> Any:
-    if label in named:
-        return named[label]
-    hits = [m for path, m in named.items() if path.endswith("." + label)]
-    return hits[0] if len(hits) == 1 else None
+    rt, hooked = hooks.open_hooked(bundle, precision, threads, last)  # type: ignore[misc]
+    return Tapped(rt, {t: t for t in hooked} | {o: o for o in rt.outputs}, hooks.capture)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.runtimes.onnx_file import load_onnx
 
 # Ops whose output SQNR is more than this above the threshold cannot have added noise below it.
 SUSPECT_MARGIN_DB = 6.0
@@ -57,7 +58,7 @@ class Topology:
 def read_topology(model_path: Path, labels: Mapping[str, str]) -> Topology:
     """The float graph at ``model_path`` (the bundle's fp32 ONNX), shape-inferred for the types."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)  # the graph: types and names, no weights
+    model = load_onnx(model_path, "artifact 'fp32'")  # the graph: types and names, no weights
     inferred = onnx.shape_inference.infer_shapes(model).graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
     exact = {i.name for i in model.graph.initializer} | {i.name for i in model.graph.input}

@@ -5,7 +5,6 @@ member that would land outside the destination."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import os
@@ -21,7 +20,6 @@ from typing import Any
 from edgekit._lock import bundle_lock
 from edgekit._userhooks import forget_bundle
 from edgekit.bundle import MANIFEST, STAGING_PREFIX, Bundle, now_iso, sha256_file
-from edgekit.manifest import live_paths
 from edgekit.errors import BundleError, UsageError
 from edgekit.targets import Target, load_target
 
@@ -32,33 +30,32 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
     """``(files, manifest, left_out)``: the bundle-relative files ``target`` needs, the manifest
     that names exactly those, and what was left out. ``target`` None: every artifact and engine
     (and nothing the manifest does not name). ``engines`` False: no engines at all."""
-    manifest = copy.deepcopy(bundle.manifest)
     keep_models = None if target is None else {"fp32", *target.precisions}
     left_out: list[str] = []
     files: list[str] = []
-    for name in list(manifest["artifacts"]):
-        if keep_models is not None and _artifact_precision(name) not in keep_models:
-            left_out.append(f"artifact {name} ({manifest['artifacts'][name]['path']})")
-            del manifest["artifacts"][name]
+    kept: list[str] = []
+    for art in [bundle.artifact(name) for name in bundle.artifact_names]:
+        if keep_models is not None and _artifact_precision(art.name) not in keep_models:
+            left_out.append(f"artifact {art.name} ({art.path})")
             continue
-        files.append(manifest["artifacts"][name]["path"])
-        files += [side["path"] for side in manifest["artifacts"][name].get("side_files") or []]
-    for key in list(manifest.get("engines") or {}):
-        entry = manifest["engines"][key]
-        if not engines or (target is not None and entry.get("target", key.split("/")[0]) != target.name):
-            left_out.append(f"engine {key} ({entry.get('path')})")
-            del manifest["engines"][key]
+        kept.append(art.name)
+        files += art.files
+    kept_engines: list[str] = []
+    for key, entry in bundle.engines.items():
+        if not engines or (target is not None and entry.target != target.name):
+            left_out.append(f"engine {key} ({entry.path})")
             continue
-        files += [f["path"] for f in _engine_files(entry)]  # its sidecars, weights file and step-bucket engines too
+        kept_engines.append(key)
+        files += entry.files  # its sidecars, weights file and step-bucket engines too
     files = list(dict.fromkeys(files))  # a side file several artifacts share (step buckets' weights) is packed once
     root = bundle.root.resolve()
     for rel in files:
         path = (bundle.root / rel).resolve()
         if root not in path.parents or not path.is_file():
             raise BundleError(f"bundle {bundle.root}: {rel} is missing or outside the bundle", hint="re-run the stage that makes it")
-    left_out += _unnamed_files(bundle.root, live_paths(bundle.manifest))
-    manifest["packed"] = {"target": target.name if target else None, "from": str(bundle.root), "created": now_iso(), "left_out": left_out}
-    return files, manifest, left_out
+    left_out += _unnamed_files(bundle.root, bundle.named_files())
+    packed = {"target": target.name if target else None, "from": str(bundle.root), "created": now_iso(), "left_out": left_out}
+    return files, bundle.subset(kept, kept_engines, packed=packed), left_out
 
 
 def _unnamed_files(root: Path, named: set[str], most: int = 20) -> list[str]:
@@ -280,8 +277,8 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
         except BundleError as exc:
             raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
                               hint="copy the archive again, or pack it anew with `edgekit pack`") from None
-        _refuse_unlisted(archive, staging / top, paths, bundle.manifest)
-        _verify_engines(archive, staging / top, bundle.manifest)
+        _refuse_unlisted(archive, staging / top, paths, bundle.named_files())
+        _verify_engines(archive, bundle)
         dest = out / top
         if dest.exists() or dest.is_symlink():
             if dest.is_symlink() or not (dest / MANIFEST).is_file():
@@ -308,33 +305,23 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
     return {"schema": "edgekit.unpack/1", "archive": str(archive), "out": str(out), "bundle": str(dest), "files": files}
 
 
-def _engine_files(entry: Any) -> list[dict[str, Any]]:
-    """An engine entry's recorded files ({path, sha256[, bytes]}): the engine, its sidecars and the
-    weights file its model reads, and each step bucket's engine."""
-    if not isinstance(entry, dict):
-        return []
-    files = [entry] + [entry[r] for r in ("metadata", "required_operators", "external_data") if isinstance(entry.get(r), dict)]
-    buckets = entry.get("buckets")
-    return files + [f for sub in ((buckets or {}).get("engines") or [] if isinstance(buckets, dict) else []) for f in _engine_files(sub)]
-
-
-def _verify_engines(archive: Any, root: Path, manifest: dict[str, Any]) -> None:
+def _verify_engines(archive: Any, bundle: Bundle) -> None:
     """Every engine file the archive holds matches its recorded size and sha256 (``Bundle.load``
     checks the artifacts; an engine's weights file changed in transit is refused here, not only
     when a target picks the engine)."""
-    for key, entry in (manifest.get("engines") or {}).items():
-        for f in _engine_files(entry):
-            path = root / str(f.get("path"))  # (pack leaves another target's engines out of the manifest too)
-            if not path.is_file() or ("bytes" in f and path.stat().st_size != f["bytes"]) or (
-                    "sha256" in f and sha256_file(path) != f["sha256"]):
-                raise BundleError(f"{archive}: engine {key}'s file {f['path']} is missing or does not match its recorded sha256",
+    for key, entry in bundle.engines.items():
+        for f in entry.recorded_files:  # (pack leaves another target's engines out of the manifest too)
+            path = bundle.root / f.path
+            if not path.is_file() or (f.bytes is not None and path.stat().st_size != f.bytes) or (
+                    f.sha256 is not None and sha256_file(path) != f.sha256):
+                raise BundleError(f"{archive}: engine {key}'s file {f.path} is missing or does not match its recorded sha256",
                                   hint="copy the archive again, or pack it anew with `edgekit pack`")
 
 
-def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], manifest: dict[str, Any]) -> None:
+def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], named: set[str]) -> None:
     """Every file in the archive is one the manifest names (a payload.py riding along with a
     bundle is refused: nothing unhashed lands beside it)."""
-    listed = live_paths(manifest) | {MANIFEST}
+    listed = named | {MANIFEST}
     for path in paths:
         rel = path.relative_to(root).as_posix() if path != root and root in path.parents else None
         if rel is None or path.is_dir():

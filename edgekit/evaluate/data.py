@@ -151,7 +151,7 @@ def _header(fh: Any) -> tuple[tuple[int, ...], np.dtype]:
 
 def stored_rows(bundle: Bundle) -> dict[str, np.ndarray] | None:
     """The held-out condition rows ``edgekit quantize`` gated on (artifact ``conditions``), or None."""
-    if "conditions" not in (bundle.manifest.get("artifacts") or {}):
+    if not bundle.has("conditions"):
         return None
     with np.load(bundle.path_of("conditions"), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}

@@ -10,8 +10,8 @@ from edgekit.output import Output
 def print_verification(o: Output, bundle: Any) -> None:
     """ONNX-vs-torch error per output, and where the graph was written."""
     ver = bundle.verification["fp32"]
-    rows = [(n, e["max_abs"], e["max_rel"], e["tolerance"], "pass" if e["passed"] else "FAIL") for n, e in ver["outputs"].items()]
-    o.table(f"{bundle.name}: ONNX vs torch on {ver['samples']} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows)
+    rows = [(n, e.max_abs, e.max_rel, e.tolerance, "pass" if e.passed else "FAIL") for n, e in ver.outputs.items()]
+    o.table(f"{bundle.name}: ONNX vs torch on {ver.samples} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows)
     art = bundle.artifact("fp32")
     o.line(f"wrote {bundle.root / art.path} ({art.bytes / 1e6:.1f} MB), manifest {bundle.root / 'edgekit.json'}")
 

@@ -17,7 +17,6 @@ from edgekit.export.chunk import window_spec
 from edgekit.export.config import ExportConfig
 from edgekit.export.fused import baked_options, fused_bundle
 from edgekit.export.to_bundle import export_bundle
-from edgekit.manifest import read_json
 from edgekit.models import load_spec
 from edgekit.spec import check_graph_kind
 
@@ -74,20 +73,21 @@ def refuse_replacing(out: Path) -> None:
     if not (out / MANIFEST).is_file():
         return
     try:
-        manifest = read_json(out / MANIFEST)
+        old: Bundle | None = Bundle.load(out, verify=False)
     except BundleError:  # an unreadable manifest is still someone's bundle: refuse without details
-        manifest = {}
-    lost = replaced_contents(manifest if isinstance(manifest, dict) else {})
-    model = ((manifest or {}).get("model") or {}).get("name", "?") if isinstance(manifest, dict) else "?"
+        old = None
+    lost = replaced_contents(old)
+    model = old.name if old is not None else "?"
     raise UsageError(
         f"-o {out} already holds a bundle (model {model}); exporting would replace it and lose: {', '.join(lost)}",
         hint="pass --overwrite to replace it, or export to a new folder (-o another path)",
     )
 
 
-def replaced_contents(manifest: Mapping[str, Any]) -> list[str]:
-    """What re-exporting over ``manifest``'s bundle would drop, in words (the fp32 model first)."""
-    artifacts = manifest.get("artifacts") or {}
+def replaced_contents(bundle: Bundle | None) -> list[str]:
+    """What re-exporting over ``bundle`` would drop, in words (the fp32 model first; None: a
+    bundle whose manifest does not load, its fp32 model at least)."""
+    artifacts = bundle.artifact_names if bundle is not None else ()
     words = {"fp32": "its fp32 model", "int8": "the int8 model", "conditions": "the held-out condition rows quantize stored",
              "int8-calibration": "the int8 calibration table", "quantize-overrides": "the quantize overrides (edgekit debug --fix)"}
     lost = [words["fp32"]] if "fp32" in artifacts or not artifacts else []
@@ -101,9 +101,9 @@ def replaced_contents(manifest: Mapping[str, Any]) -> list[str]:
             lost.append(words.get(name, f"artifact {name}"))
         if name == "int8" and buckets:
             lost[-1] += f" ({len(buckets) + 1} step buckets)"
-    engines = list(manifest.get("engines") or {})
+    engines = list(bundle.engines) if bundle is not None else []
     if engines:
         lost.append(f"{len(engines)} engine{'s' if len(engines) > 1 else ''} ({', '.join(engines)})")
-    if manifest.get("flow_quality"):
+    if bundle is not None and bundle.flow_quality:
         lost.append("the measured flow quality table (run --latency-budget-ms)")
     return lost

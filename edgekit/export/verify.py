@@ -7,13 +7,13 @@ KV caches filled by running the step itself), where the numerics that matter liv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from edgekit.decode.ar import ARDecodeConfig, decode_ar
 from edgekit.export.config import VerifyConfig
+from edgekit.manifest_sections import OutputError
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 from edgekit.spec import ModelSpec, TensorSpec
 
@@ -81,15 +81,6 @@ def _filled_cache(spec: ModelSpec, reference: Runtime, rng: np.random.Generator,
     probe = _FeedAt(reference, steps)
     decode_ar(probe, spec.meta, cond, ARDecodeConfig(length=steps + 1, temperature=0.0))
     return probe.feed
-
-
-@dataclass(frozen=True)
-class OutputError:
-    max_abs: float
-    max_rel: float  # max |a - b| / max |b|: relative to the output's scale, robust to zeros
-    tolerance: float
-    passed: bool
-    nonfinite: int = 0  # NaN/Inf values in either output over all feeds: any one fails verification
 
 
 def compare(reference: Runtime, candidate: Runtime, feeds: list[dict[str, np.ndarray]], cfg: VerifyConfig) -> dict[str, Any]:

@@ -12,5 +12,5 @@ def print_bundle(o: Output, b: Bundle) -> None:
     arts = [b.artifact(n) for n in b.artifact_names]
     o.table("artifacts", ["name", "path", "MB", "sha256", "made by"], [(a.name, a.path, a.bytes / 1e6, a.sha256[:12], a.made_by) for a in arts])
     for name, ver in b.verification.items():
-        status = "passed" if ver.get("passed") else "FAILED"
-        o.line(f"verification of {name}: {status} ({ver.get('reference')} vs {ver.get('candidate')}, {ver.get('samples')} inputs)")
+        status = "passed" if ver.passed else "FAILED"
+        o.line(f"verification of {name}: {status} ({ver.reference} vs {ver.candidate}, {ver.samples} inputs)")

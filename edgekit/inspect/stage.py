@@ -12,4 +12,4 @@ from edgekit.bundle import Bundle
 def inspect_bundle(path: Path | str) -> tuple[Bundle, dict[str, Any]]:
     """(the loaded bundle, its manifest: the ``--json`` document)."""
     bundle = Bundle.load(path)
-    return bundle, bundle.manifest
+    return bundle, bundle.to_json()

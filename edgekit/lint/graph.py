@@ -86,7 +86,7 @@ def lint_onnx(
         *_memory_findings(model, model_path, target, name),
         *_format_findings(model_path, target, name),
     ]
-    if target.quantization_profile == "trt" or rules.supported_ops == "tensorrt":
+    if target.profile_facts.tensorrt_qdq or rules.supported_ops == "tensorrt":
         findings += trt_qdq_findings(nodes, consts, name)
     findings += OP_SUPPORT[rules.supported_ops](model_path, nodes, target, name)
     return sort_findings(findings)

@@ -11,6 +11,7 @@ from edgekit.bundle import Bundle
 from edgekit.host import HostFacts
 from edgekit.lint.findings import SEVERITIES, Finding, sort_findings
 from edgekit.lint.graph import lint_onnx
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.targets import Target, load_target
 
 LINT_SCHEMA = "edgekit.lint/1"
@@ -70,16 +71,19 @@ def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Findi
 def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     """An int8 model whose u8s8 GEMMs can saturate the target CPU's kernels (x86 without VNNI:
     int16 pair sums), with the command that re-quantizes it for the target."""
-    if target.quantization_profile != "cpu" or quantization_profile_of(bundle) not in (None, "cpu"):
+    if not target.profile_facts.cpu_arithmetic or quantization_profile_of(bundle) not in (None, target.quantization_profile):
         return []
     isa = HostFacts.detect().isa_class if target.isa == "host" else target.isa
     if not arithmetic_for(isa).saturating_pairs:
         return []
-    bad = {n: p for n, p in int8_weight_pairs(bundle.path_of("int8")).items() if p > PAIR_LIMIT}
+    int8 = bundle.path_of("int8")
+    model = load_onnx(int8, "artifact 'int8'")  # without its weights: each is read from beside it when checked
+    bad = {n: p for n, p in int8_weight_pairs(model, int8.parent).items() if p > PAIR_LIMIT}
     if not bad:
         return []
     worst = max(bad.values())
-    made_for = ((bundle.quantization or {}).get("arithmetic") or {}).get("isa", "an unrecorded CPU class")
+    q = bundle.quantization
+    made_for = (q.arithmetic.isa if q is not None and q.arithmetic is not None else None) or "an unrecorded CPU class"
     return [Finding(
         "error", "int8-arithmetic", "int8",
         f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
@@ -92,5 +96,5 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
 
 def quantization_profile_of(bundle: Bundle) -> str | None:
     """The ``edgekit quantize --profile`` the bundle's int8 model came from, if recorded."""
-    profile = (bundle.quantization or {}).get("profile")
-    return profile or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)
+    q = bundle.quantization
+    return (q.profile if q is not None else None) or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)

@@ -6,14 +6,13 @@ Importing this package imports no torch; building a model does.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import inspect
 from pathlib import Path
 from typing import Callable
 
 from edgekit._deps import require
 from edgekit._userhooks import load_bundle_callable, load_callable
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, sha256_file
 from edgekit.errors import EdgekitError
 from edgekit.spec import ModelSpec
 
@@ -47,7 +46,7 @@ def resolve_source(ref: str) -> dict[str, str | None]:
     target, sep, func = ref.rpartition(":")
     if sep and target.endswith(".py") and Path(target).is_file():
         path = Path(target).resolve()
-        return {"source": f"{path}:{func}", "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        return {"source": f"{path}:{func}", "source_sha256": sha256_file(path)}
     return {"source": ref, "source_sha256": None}
 
 

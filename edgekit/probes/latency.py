@@ -303,12 +303,6 @@ class TimedRuntime(RuntimeProxy):
         self._open_start = 0
         self.decodes: list[DecodeTiming] = []
 
-    def __getattr__(self, attr: str) -> Any:
-        # Anything else a caller reads from a backend (providers, engine info) comes from it.
-        if attr == "inner":
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
-
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         t0 = self._clock()
         out = self.inner.run(feeds)

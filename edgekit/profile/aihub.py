@@ -24,7 +24,8 @@ from edgekit.profile.measure import measure_decodes
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import Handle, JobBook
-from edgekit.runtimes.aihub.models import DeviceModel, device_models
+from edgekit.runtimes.aihub.models import DeviceModel, built_devices, device_models
+from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.registry import backend
 from edgekit.targets import builtin_names, load_target
 
@@ -44,7 +45,8 @@ def aihub_precisions(bundle: Bundle, cfg: ProfileConfig) -> tuple[str, ...]:
             raise UsageError(f"--runtime aihub runs {', '.join(runs)}, none of --precision {','.join(cfg.precisions)}",
                              hint="add --precision int8 (a model from `edgekit quantize --profile qnn`) or fp16")
         return chosen
-    qnn_int8 = bundle.has("int8") and (bundle.quantization or {}).get("profile") == "qnn"
+    q = bundle.quantization
+    qnn_int8 = bundle.has("int8") and q is not None and q.profile == backend(AIHUB).quantize_profile
     return ("int8",) if qnn_int8 else ("fp16",)
 
 
@@ -62,7 +64,7 @@ def device_names(items: Sequence[str], bundle: Bundle) -> list[str]:
         else:
             names.append(item)
     if not names:
-        names = [e["aihub"]["device"] for e in bundle.engines.values() if e.get("runtime") == AIHUB and e.get("aihub")]
+        names = built_devices(bundle)
     if not names:
         raise UsageError("--runtime aihub: name the AI Hub devices to profile on",
                          hint='e.g. --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" (device names or Snapdragon targets)')
@@ -126,7 +128,7 @@ def host_loop(bundle: Bundle, precision: str, cond: Mapping[str, np.ndarray], cf
     tick = (lambda done, total: progress(label, done, total)) if progress else None
     with open_runtime(bundle, "ort", HOST_PRECISION[precision], threads=cfg.threads) as rt:
         doc = measure_decodes(model, rt, cond, decode_cfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False)
-        bucket_calls = list(getattr(rt, "calls", []) or [])
+        bucket_calls = list(rt.calls) if isinstance(rt, BucketedRuntime) else []  # per step bucket: what the loop used
     calls = int(doc["decode"]["runtime_calls"])
     per_bucket = [calls * c / sum(bucket_calls) for c in bucket_calls] if sum(bucket_calls) else None
     return {"calls": calls, "calls_per_bucket": per_bucket, "steps": doc["decode"]["steps"], "host_ms": doc["breakdown"]["median_host_ms"],

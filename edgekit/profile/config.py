@@ -149,8 +149,10 @@ class ProfileConfig:
         object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
         Tolerance.parse(self.frontier_tolerance)
         object.__setattr__(self, "devices", tuple(self.devices))
-        if (self.devices or self.require_npu) and "aihub" not in self.runtimes:
-            raise UsageError(f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime aihub")
+        hosted = [r for r in self.runtimes if backend(r).hosted]
+        if (self.devices or self.require_npu) and not hosted:
+            clouds = [n for n in names() if backend(n).hosted]
+            raise UsageError(f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime {' or '.join(clouds)}")
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -206,10 +208,12 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         )
     if "int8" in precisions and not has_artifact(bundle, "int8"):
         have = ", ".join(p for p in ("fp32", "int8") if has_artifact(bundle, p)) or "none"
-        # The quantize profile whose int8 model this runtime loads (`quantize --profile`, named
-        # like the runtime): the qnn runtime refuses a cpu-profile model, so the hint must say so.
-        prof = next((r for r in cfg.runtimes if r in ("qnn", "trt")), None)
-        other = "fp16" if prof == "qnn" else "fp32"
+        # The quantize profile whose int8 model a runtime loads (its registry entry's
+        # ``quantize_profile``): the qnn runtime refuses a cpu-profile model, so the hint must say
+        # so, and offers the float precision that runtime runs instead.
+        wants = next((backend(r) for r in cfg.runtimes if backend(r).quantize_profile), None)
+        prof = wants.quantize_profile if wants else None
+        other = next((p for p in wants.precisions if p != "int8"), "fp32") if wants else "fp32"
         raise BundleError(
             f"--precision int8: bundle {bundle.root} has no int8 artifact (precisions it has: {have})",
             hint=f"run `edgekit quantize {bundle.root}{f' --profile {prof}' if prof else ''}` first, or profile --precision {other}",
@@ -219,9 +223,8 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         require(b.requires.module)  # a missing package fails here, not after minutes of measuring
         if b.engine is None or b.engine.runs_unbuilt:
             continue
-        engines = bundle.engines.values()
         for p in (p for p in precisions if p in b.precisions):
-            if not any(e.get("runtime") == name and e.get("precision") == p for e in engines):
+            if bundle.engine_for(name, p) is None:
                 raise BundleError(
                     f"--runtime {name}: bundle {bundle.root} has no {b.title} {p} engine",
                     hint=f"build one on the device with `edgekit build {bundle.root} --target TARGET --precision {p}` (targets: `edgekit targets`)",

@@ -31,8 +31,7 @@ from edgekit.quantize import quantize_unbudgeted
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.recording import RecordingRuntime
-from edgekit.runtimes.registry import backend, names
-from edgekit.runtimes.torch_ref import TorchRuntime
+from edgekit.runtimes.registry import FileOptions, backend, names
 from edgekit.spec import TensorSpec, ar_cache_form
 
 
@@ -80,14 +79,15 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
 
 
 def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
-    """A runtime for an architecture-only spec: its ONNX export (cached by name and batch) on a
-    runtime that opens ONNX files (registry ``open_graph``: ort, openvino), the module itself on
-    torch. ``precision`` int8: the export quantized by ``quantize_unbudgeted``, calibrated on the
-    feeds ``calibrate(fp32 runtime)`` records."""
-    if runtime == "torch":
-        return TorchRuntime(spec.module, spec.inputs, spec.outputs)
-    open_graph = backend(runtime).open_graph
-    if open_graph is None:
+    """A runtime for an architecture-only spec: the module itself on a runtime that runs modules
+    (registry ``open_module``: torch), else its ONNX export (cached by name and batch) on one that
+    runs exported graphs (``open_file`` with ``graph_precisions``: ort, openvino). ``precision``
+    int8: the export quantized by ``quantize_unbudgeted``, calibrated on the feeds
+    ``calibrate(fp32 runtime)`` records."""
+    entry = backend(runtime)
+    if entry.open_module is not None:
+        return entry.open_module(spec.module, spec.inputs, spec.outputs)
+    if entry.open_file is None or not entry.graph_precisions:
         raise UsageError(f"the length sweep runs on {', '.join(_sweep_runtimes())}, not {runtime!r}")
 
     # Keyed by the architecture (module repr lists every layer and size) and the IO: a cache kept
@@ -111,12 +111,18 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: st
             quantize_unbudgeted(path, staged, feeds)
             staged.replace(int8)
         path = int8
-    return open_graph(path, precision, threads)
+    return entry.open_file(path, FileOptions(precision, threads))
 
 
 def _sweep_runtimes() -> list[str]:
-    """Runtimes the sweep's architecture-only models run on: the ONNX openers and torch."""
-    return [n for n in names() if backend(n).open_graph is not None] + ["torch"]
+    """Runtimes the sweep's architecture-only models run on: those that run exported graphs, then
+    those that run the module."""
+    return [n for n in names() if backend(n).graph_precisions] + [n for n in names() if backend(n).open_module is not None]
+
+
+def _exports(runtime: str) -> bool:
+    """Whether the sweep exports its models to ONNX for ``runtime`` (it does not run the module)."""
+    return backend(runtime).open_module is None
 
 
 def length_sweep(
@@ -148,17 +154,17 @@ def length_sweep(
         }
     if runtime not in _sweep_runtimes():
         return {"available": False, "reason": f"the sweep runs on {', '.join(_sweep_runtimes())}, not {runtime}", "points": []}
-    if cfg.sweep_precision == "int8" and runtime == "torch":
+    if cfg.sweep_precision == "int8" and not _exports(runtime):
         return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort and openvino; the sweep here runs on {runtime}", "points": []}
     try:
         require("torch")
-        if runtime != "torch":
+        if _exports(runtime):
             require("onnxscript")
     except EdgekitError as exc:
         return {"available": False, "reason": f"the sweep builds models with torch: {exc}", "points": []}
     how = (
         "architecture-only models (random weights: latency does not depend on them) of the bundles' "
-        f"architectures at each length, {'exported to ONNX and ' if runtime != 'torch' else ''}decoded on "
+        f"architectures at each length, {'exported to ONNX and ' if _exports(runtime) else ''}decoded on "
         f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
         + (f" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
            if cfg.sweep_precision == "int8" else "")

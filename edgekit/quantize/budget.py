@@ -30,40 +30,38 @@ from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.evaluate import evaluate, snr_db
 from edgekit.quantize.config import BUDGET_RULES
+from edgekit.runtimes.base import Runtime, RuntimeProxy
 
 TOKEN_KINDS = ("masked", "ar")
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
-class LockstepRuntime:
+class LockstepRuntime(RuntimeProxy):
     """A ``Runtime`` for the decode loop that runs ``reference`` (FP32) and ``candidate`` (INT8)
     on every feed and hands the loop FP32's outputs: the loop follows FP32's trajectory and INT8
-    is asked the same question at every step. Counts the token decisions both make alike.
+    is asked the same question at every step (it is ``reference`` to the loop, which it never
+    closes). Counts the token decisions both make alike.
 
     Decisions: logits (rows, [L,] W) -> argmax over the codebook of logits / temperature + g,
     g Gumbel noise shared by both (none when temperature is 0); masked: only positions whose
     input is the mask id (the ones being decided). Rows are compared as the network runs them
     (with CFG, conditional and unconditional rows each)."""
 
-    def __init__(self, reference: Any, candidate: Any, kind: str, meta: Mapping[str, Any], temperature: float, seed: int):
+    def __init__(self, reference: Runtime, candidate: Runtime, kind: str, meta: Mapping[str, Any], temperature: float, seed: int):
+        super().__init__(reference, name=f"lockstep({reference.name}, {candidate.name})", owns_inner=False)
         self.reference, self.candidate = reference, candidate
         self.kind = kind
         self.vocab = int(meta["vocab_size"])
         self.mask_id = meta.get("mask_id")
         self.temperature = float(temperature)
         self.rng = np.random.default_rng(seed)
-        self.name = f"lockstep({getattr(reference, 'name', 'fp32')}, {getattr(candidate, 'name', 'int8')})"
         self.agreeing = 0
         self.total = 0
         self.top1_agreeing = 0  # argmax of the logits alone (no noise): what `check` gates as top-1
 
     @property
-    def inputs(self):
-        return self.reference.inputs
-
-    @property
-    def outputs(self):
-        return self.reference.outputs
+    def outputs_stay_valid(self) -> int:  # the loop copies what it feeds back (run returns fresh arrays anyway)
+        return 1
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ref = {k: np.array(v) for k, v in self.reference.run(feeds).items()}
@@ -89,9 +87,6 @@ class LockstepRuntime:
         if self.temperature > 0 and not noise_free:
             x = x / self.temperature + noise
         return np.argmax(x, axis=-1)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.runtimes.onnx_file import load_onnx
 
 FLOAT = 1  # onnx.TensorProto.FLOAT
 
@@ -56,8 +57,7 @@ class GraphPlan:
 def module_labels(fp32_path: Path) -> dict[str, str]:
     """Node name -> module path, from the exporter's name-scope metadata of the original graph
     (``quant_pre_process`` drops metadata but keeps names, adding ``/<Fusion>`` suffixes)."""
-    onnx = require("onnx")
-    model = onnx.load(str(fp32_path), load_external_data=False)
+    model = load_onnx(fp32_path, "artifact 'fp32'")
     labels = {}
     for node in model.graph.node:
         meta = {p.key: p.value for p in node.metadata_props}
@@ -81,7 +81,7 @@ def analyse_graph(model_path: Path, time_input: str | None = None, labels: Mappi
     time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
     labels: node name -> module path (``module_labels`` of the original graph)."""
     onnx = require("onnx")
-    model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))  # shapes need no weights
+    model = onnx.shape_inference.infer_shapes(load_onnx(model_path, "the prepared float graph"))  # shapes need no weights
     graph = model.graph
     labels = dict(labels or {})
     shapes, types = _value_shapes(onnx, model)

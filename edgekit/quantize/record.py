@@ -12,11 +12,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, bucket_binding
 from edgekit.output import jsonable
 from edgekit.quantize.buckets.shared import share_weights
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.runtimes.bucketed import bucket_binding
 from edgekit.runtimes.onnx_file import finalize_side_file, load_onnx, needs_side_file, save_onnx
 
 

@@ -92,7 +92,8 @@ def quantize_bundle(
         doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
         record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
                       doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
-    return (bundle.quantization or {}) | {"bundle": str(bundle.root)}
+    q = bundle.quantization
+    return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
 def quantize_needs(bundle: Bundle) -> list[Need]:

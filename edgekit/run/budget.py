@@ -18,6 +18,7 @@ import numpy as np
 
 from edgekit._lock import writes_bundle
 from edgekit.bundle import Bundle, now_iso
+from edgekit.decode.dispatch import decode_config
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS, FlowDecodeConfig, decode_flow
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.evaluate import conditions, snr_db
@@ -75,9 +76,9 @@ def measure_flow_quality(
     the bundle's fp32 graph on ORT); ``cond``: conditioning [B, ...] for every seed (default: the
     demo evaluation set through evaluate.conditions, one draw per seed)."""
     bundle = _flow_bundle(path)
-    defaults = bundle.decode_defaults
-    grid = cfg.grid or defaults.get("grid", FlowDecodeConfig.grid)
-    sway = float(cfg.sway if cfg.sway is not None else defaults.get("sway", FlowDecodeConfig.sway))
+    defaults = decode_config("flow", bundle.decode_defaults, {})  # the bundle's grid and sway, checked
+    grid = cfg.grid or defaults.grid
+    sway = float(cfg.sway if cfg.sway is not None else defaults.sway)
     own = runtime is None
     rt = open_runtime(bundle) if own else runtime
     try:

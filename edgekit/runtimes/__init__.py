@@ -15,7 +15,7 @@ from edgekit.errors import UsageError
 from edgekit.runtimes import ort, torch_ref, trt, openvino_engine, qnn, aihub  # noqa: F401  (register the built-in backends)
 from edgekit.runtimes.base import BaseRuntime, Runtime, validate_feeds
 from edgekit.runtimes.engines import find_engine
-from edgekit.runtimes.registry import backend, check_precision, names
+from edgekit.runtimes.registry import FileOptions, backend, check_precision, names
 from edgekit.spec import check_graph_kind
 from edgekit.vocabulary import PRECISIONS, RUNTIMES
 
@@ -67,10 +67,10 @@ def open_fused(
         )
     path = bundle.path_of(entry["artifact"])
     found = backend(runtime)
-    if found.open_graph is None or precision not in found.graph_precisions:
-        runs = [f"{n} ({', '.join(backend(n).graph_precisions)})" for n in names() if backend(n).open_graph is not None]
+    if found.open_file is None or precision not in found.graph_precisions:
+        runs = [f"{n} ({', '.join(backend(n).graph_precisions)})" for n in names() if backend(n).graph_precisions]
         raise UsageError(
             f"--graph {graph} runs the fused fp32 graph on {' or '.join(runs)}, not {runtime} {precision}",
             hint="use --runtime ort or openvino with --precision fp32 (openvino: or bf16), or --graph host",
         )
-    return found.open_graph(path, precision, threads), dict(entry)
+    return found.open_file(path, FileOptions(precision, threads)), dict(entry)

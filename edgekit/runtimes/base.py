@@ -60,10 +60,8 @@ class Runtime(Protocol):
 
 def can_ping_pong(runtime: Runtime) -> bool:
     """Whether a loop may feed ``runtime``'s outputs straight back as the next run's inputs
-    (``outputs_stay_valid`` >= 2); otherwise it copies them into arrays it owns. Decode loops
-    also take plain objects with ``inputs``/``outputs``/``run`` (quantize's lock-step pair):
-    those count as 1."""
-    return getattr(runtime, "outputs_stay_valid", 1) >= 2
+    (``outputs_stay_valid`` >= 2); otherwise it copies them into arrays it owns."""
+    return runtime.outputs_stay_valid >= 2
 
 
 def model_files_of(path: str | Path) -> tuple[Path, ...]:

@@ -5,9 +5,6 @@ position). The decode loops stay as they are: they never say which step they are
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,10 +37,26 @@ class BucketedRuntime:
     def warnings(self) -> list[str]:
         return [w for rt in self.runtimes for w in rt.warnings]
 
-    def __getattr__(self, attr: str) -> Any:  # settings, timing_note, session_info, ...: the first graph's
-        if attr in ("runtimes", "edges"):
-            raise AttributeError(attr)
-        return getattr(self.runtimes[0], attr)
+    # What the engine says (settings, timing note, session, files): the first graph's.
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.runtimes[0].settings
+
+    @property
+    def timing_note(self) -> str | None:
+        return self.runtimes[0].timing_note
+
+    @property
+    def session_info(self) -> Mapping[str, Any] | None:
+        return self.runtimes[0].session_info
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        return self.runtimes[0].model_files
+
+    @property
+    def outputs_stay_valid(self) -> int:  # each graph keeps its own outputs: the least of them
+        return min(rt.outputs_stay_valid for rt in self.runtimes)
 
     def bucket(self, feeds: Mapping[str, np.ndarray]) -> int:
         position = step_position(self.kind, feeds, self.meta)
@@ -67,44 +80,6 @@ class BucketedRuntime:
         self.close()
 
 
-def bucket_binding(by: str, boundaries: Sequence[float], graphs: Sequence[tuple[str, str]]) -> str:
-    """The sha256 that binds each step bucket's graph to its place: the position axis, the edges
-    and, in bucket order, each graph's (name, file sha256). ``quantize`` records it with the
-    buckets (and ``build`` with their engines); a reader recomputes it from the hashes it verified,
-    so graphs swapped in the manifest (paths and hashes moved together, each file still
-    verifying) or edges edited are refused, never run at the wrong steps."""
-    doc = {"by": str(by), "boundaries": [float(b) for b in boundaries], "graphs": [[str(n), str(s)] for n, s in graphs]}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def step_buckets(bundle: Bundle, artifact: str = "int8") -> dict[str, Any] | None:
-    """The step buckets ``artifact`` was quantized with ({"n", "by", "boundaries", "artifacts",
-    "binding"}: bucket 0 is ``artifact`` itself), or None for a one-scale model (or another
-    artifact). A record whose parts disagree (counts, order, edges, its binding) is a BundleError."""
-    if artifact != "int8":
-        return None
-    doc = (bundle.quantization or {}).get("step_buckets")
-    if not isinstance(doc, Mapping) or (not doc.get("artifacts") and (doc.get("n") or 1) < 2):
-        return None
-    names, edges = list(doc.get("artifacts") or []), list(doc.get("boundaries") or [])
-    missing = [a for a in names if not bundle.has(a)]
-    if len(names) < 2 or names[0] != artifact or len(set(names)) != len(names) or doc.get("n") != len(names) \
-            or len(edges) != len(names) - 1:
-        problem = (f"record {doc.get('n')} buckets over graphs {names[:9]} with {len(edges)} boundaries "
-                   f"(valid: n graphs, the first {artifact!r}, and n - 1 boundaries)")
-    elif not all(math.isfinite(e) for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
-        problem = f"have boundaries {edges[:9]}, which are not ascending finite positions"
-    elif missing:
-        problem = f"name graph {missing[0]!r}, which is not in the manifest"
-    elif doc.get("binding") != bucket_binding(doc.get("by", ""), edges, [(n, bundle.artifact(n).sha256) for n in names]):
-        problem = ("do not match what quantize recorded: the graphs or their boundaries changed in the manifest "
-                   "(each bucket's graph is bound to its place)")
-    else:
-        return dict(doc)
-    raise BundleError(f"bundle {bundle.root}: the int8 model's step buckets {problem}",
-                      hint=f"re-quantize with `edgekit quantize {bundle.root} --step-buckets {max(len(names), 2)}`")
-
-
 # opener(path, shared): ``shared`` True when several sessions take turns in one decode (ORT opens
 # them with ``runtimes.ort.taking_turns``: spinning inside runs only, one shared arena).
 PathOpener = Callable[[Path, bool], Runtime]
@@ -113,10 +88,10 @@ PathOpener = Callable[[Path, bool], Runtime]
 def open_artifact(bundle: Bundle, artifact: str, open_path: PathOpener) -> Runtime:
     """The runtime over a bundle artifact: one file, or every step bucket's graph behind a
     ``BucketedRuntime`` when the int8 model was quantized with ``--step-buckets``."""
-    buckets = step_buckets(bundle, artifact)
+    buckets = bundle.step_buckets(artifact)
     if buckets is None:
         return open_path(bundle.path_of(artifact), False)
-    return open_paths([bundle.path_of(a) for a in buckets["artifacts"]], buckets["boundaries"], bundle, open_path)
+    return open_paths([bundle.path_of(a) for a in buckets.graphs], buckets.boundaries, bundle, open_path)
 
 
 def open_paths(paths: Sequence[Path], boundaries: Sequence[float], bundle: Bundle, open_path: PathOpener) -> Runtime:

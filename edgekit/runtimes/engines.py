@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit._sidefiles import external_data_locations
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, EngineRecord, bucket_binding, sha256_file
 from edgekit.errors import BundleError, TargetUnavailable, UsageError
 from edgekit.host import HostFacts
-from edgekit.runtimes.bucketed import bucket_binding, open_paths, step_buckets
+from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.bucketed import open_paths
 from edgekit.runtimes.registry import backend, names
 from edgekit.targets import Target, jetpack_of, load_target, targets_for_l4t
 
@@ -61,51 +62,48 @@ def device_problems(target: Target, host: HostFacts) -> list[str]:
 
 
 
-def engine_problems(bundle: Bundle, entry: Mapping[str, Any], host: HostFacts, device_facts: Any = None,
+def engine_problems(bundle: Bundle, entry: EngineRecord, host: HostFacts, device_facts: Any = None,
                     target: Target | None = None) -> list[str]:
-    """Every reason ``entry`` (a manifest engine) should not be loaded on this host (empty: load
+    """Every reason ``entry`` (a bundle's engine) should not be loaded on this host (empty: load
     it): the file and its source model, then the entry's runtime's own checks (registry
     ``EngineHooks.problems``). ``device_facts``: what the caller already read about the device
     (TensorRT's host metadata; read when None). ``target``: the target as it is now (a QNN context
     binary is tied to its htp_arch/soc_model)."""
     problems = []
-    path = bundle.root / str(entry.get("path", ""))
+    path = bundle.root / entry.path
     root = bundle.root.resolve()
     if root not in path.resolve().parents:
-        return [f"its path {entry.get('path')!r} points outside the bundle"]
+        return [f"its path {entry.path!r} points outside the bundle"]
     if not path.is_file():
-        problems.append(f"engine file {entry.get('path')} is missing")
-    elif sha256_file(path) != entry.get("sha256"):
-        problems.append(f"engine file {entry.get('path')} changed since it was built (sha256 mismatch)")
-    side = entry.get("external_data")  # the file the engine's model reads beside itself (weights, a QNN context binary)
-    if isinstance(side, dict):
-        spath = bundle.root / str(side.get("path", ""))
+        problems.append(f"engine file {entry.path} is missing")
+    elif sha256_file(path) != entry.sha256:
+        problems.append(f"engine file {entry.path} changed since it was built (sha256 mismatch)")
+    side = entry.side_files.get("external_data")  # the file the engine's model reads beside itself (weights, a QNN context binary)
+    if side is not None:
+        spath = bundle.root / side.path
         if (root not in spath.resolve().parents or not spath.is_file()
-                or ("bytes" in side and spath.stat().st_size != side["bytes"]) or sha256_file(spath) != side.get("sha256")):
-            problems.append(f"engine weights file {side.get('path')} is missing or changed since it was built")
+                or (side.bytes is not None and spath.stat().st_size != side.bytes) or sha256_file(spath) != side.sha256):
+            problems.append(f"engine weights file {side.path} is missing or changed since it was built")
     if path.suffix == ".onnx" and path.is_file():
-        unrecorded = external_data_locations(path) - ({Path(str(side.get("path"))).name} if isinstance(side, dict) else set())
+        unrecorded = external_data_locations(path) - ({Path(side.path).name} if side is not None else set())
         if unrecorded:
             problems.append(f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record (built by an older edgekit)")
-    source = str(entry.get("source", "fp32"))
-    if not bundle.has(source):
-        problems.append(f"its source model {entry.get('source')!r} is no longer in the bundle")
-    elif bundle.artifact(source).sha256 != entry.get("source_onnx_sha256"):
+    if not bundle.has(entry.source):
+        problems.append(f"its source model {entry.source!r} is no longer in the bundle")
+    elif bundle.artifact(entry.source).sha256 != entry.source_onnx_sha256:
         problems.append(
-            f"source ONNX changed (engine from sha256 {str(entry.get('source_onnx_sha256'))[:12]}…, "
-            f"{entry.get('source')} now {bundle.artifact(source).sha256[:12]}…)"
+            f"source ONNX changed (engine from sha256 {str(entry.source_onnx_sha256)[:12]}…, "
+            f"{entry.source} now {bundle.artifact(entry.source).sha256[:12]}…)"
         )
-    buckets = entry.get("buckets")
-    subs = (buckets.get("engines") or []) if isinstance(buckets, Mapping) else []
-    for sub in subs:  # a step-bucketed engine's other files
-        sub_path = bundle.root / str(sub.get("path", ""))
-        if root not in sub_path.resolve().parents or not sub_path.is_file() or sha256_file(sub_path) != sub.get("sha256"):
-            problems.append(f"step bucket engine file {sub.get('path')} is missing or changed since it was built")
-    if isinstance(buckets, Mapping):  # each bucket's engine bound to its place, as quantize binds the graphs
-        graphs = [(source, entry.get("sha256")), *((sub.get("source"), sub.get("sha256")) for sub in subs)]
-        if buckets.get("binding") != bucket_binding(buckets.get("by", ""), buckets.get("boundaries") or [], graphs):
+    for sub in entry.bucket_engines:  # a step-bucketed engine's other files
+        sub_path = bundle.root / sub.path
+        if root not in sub_path.resolve().parents or not sub_path.is_file() or sha256_file(sub_path) != sub.sha256:
+            problems.append(f"step bucket engine file {sub.path} is missing or changed since it was built")
+    if entry.bucketed:  # each bucket's engine bound to its place, as quantize binds the graphs
+        graphs = [(entry.source, entry.sha256), *((sub.source, sub.sha256) for sub in entry.bucket_engines)]
+        if entry.bucket_binding != bucket_binding(entry.bucket_by, entry.bucket_boundaries, graphs):
             problems.append("its step bucket engines do not match the boundaries they were built for (swapped or edited in the manifest)")
-    runtime = entry.get("runtime")
+    runtime = entry.runtime
     hooks = backend(runtime if runtime in names() else "ort").engine
     return problems + (hooks.problems(path, entry, host, target, device_facts) if hooks is not None else [])
 
@@ -141,21 +139,24 @@ class EngineChoice:
     # engines built before edgekit recorded it.
     session_options: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
-    def open(self, threads: int = 0, bundle: Bundle | None = None) -> Any:
-        """The ready ``Runtime`` (the choice's warnings copied into ``runtime.warnings``); a
-        step-bucketed engine opens every bucket's file behind one runtime."""
+    def open(self, threads: int = 0, bundle: Bundle | None = None) -> Runtime:
+        """The ready ``Runtime`` (the choice's warnings added to its ``warnings``, once: a
+        step-bucketed engine opens every bucket's file behind one runtime, which lists every
+        graph's warnings, and the first graph holds them)."""
         hooks = backend(self.runtime).engine
         if hooks is None:
             raise UsageError(f"runtime {self.runtime} has no engines a target can load")
+
+        def opened(path: Path) -> Runtime:
+            runtime = hooks.open(dataclasses.replace(self, path=path), threads)
+            if path == self.path:
+                runtime.warnings.extend(self.warnings)
+            return runtime
+
         if self.bucket_paths:
             b = bundle if bundle is not None else Bundle.load(self.source.parent)
-            runtime = open_paths(self.bucket_paths, self.boundaries, b,
-                                 lambda path, shared: hooks.open(dataclasses.replace(self, path=path), threads))
-        else:
-            runtime = hooks.open(self, threads)
-        for warning in self.warnings:
-            runtime.warn(warning)
-        return runtime
+            return open_paths(self.bucket_paths, self.boundaries, b, lambda path, shared: opened(path))
+        return opened(self.path)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target.name, "runtime": self.runtime, "precision": self.precision, "path": str(self.path),
@@ -194,16 +195,16 @@ def find_engine(
             continue
         warnings += notes
         entry = b.engines.get(key)
-        if entry is not None and entry.get("runtime") != runtime:
+        if entry is not None and entry.runtime != runtime:
             entry = None  # e.g. an ORT fallback entry while TensorRT is usable here
         if entry is None and be.engine.runs_unbuilt:
             # No engine built: the bundle's own model (QNN: compiled at load, what `build` saves).
             artifact = be.artifact(b, precision)
             source = b.path_of(artifact)
-            buckets = step_buckets(b, artifact)
-            paths = tuple(b.path_of(a) for a in buckets["artifacts"]) if buckets else ()
+            buckets = b.step_buckets(artifact)
+            paths = tuple(b.path_of(a) for a in buckets.graphs) if buckets else ()
             return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings),
-                                bucket_paths=paths, boundaries=tuple(buckets["boundaries"]) if buckets else ())
+                                bucket_paths=paths, boundaries=buckets.boundaries if buckets else ())
         if entry is None:
             raise EngineNeedsBuild(
                 f"bundle {b.root} has no {be.title} {precision} engine for target {target.name}",
@@ -216,14 +217,11 @@ def find_engine(
                 hint=f"pass --rebuild, or run `edgekit build {b.root} --target {target.name} --precision {precision} --rebuild`",
                 stale=True,
             )
-        source = b.root / b.artifact(entry["source"]).path
-        compiled = (entry.get("session_seconds") or {}).get("compile")
-        bk = entry.get("buckets") if isinstance(entry.get("buckets"), dict) else None
-        paths = (b.root / entry["path"], *(b.root / e["path"] for e in bk["engines"])) if bk else ()
-        recorded = entry.get("session_options")
-        return EngineChoice(target, runtime, precision, b.root / entry["path"], source, True, key, tuple(warnings), compiled,
-                            bucket_paths=paths, boundaries=tuple(bk["boundaries"]) if bk else (),
-                            session_options=dict(recorded) if isinstance(recorded, Mapping) else None)
+        source = b.root / b.artifact(entry.source).path
+        paths = (b.root / entry.path, *(b.root / e.path for e in entry.bucket_engines)) if entry.bucketed else ()
+        return EngineChoice(target, runtime, precision, b.root / entry.path, source, True, key, tuple(warnings), entry.compile_seconds,
+                            bucket_paths=paths, boundaries=entry.bucket_boundaries if entry.bucketed else (),
+                            session_options=entry.session_options)
     raise TargetUnavailable(
         f"this host can run none of target {target.name}'s runtimes ({', '.join(target.runtimes)}) in {precision}"
         + (f": {'; '.join(warnings)}" if warnings else ""),

@@ -7,10 +7,11 @@ function runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.openvino import (
@@ -24,7 +25,9 @@ from edgekit.runtimes.openvino import (
 )
 from edgekit.runtimes.registry import (
     Backend,
+    DebugHooks,
     EngineHooks,
+    FileOptions,
     Requirement,
     register_backend,
 )
@@ -94,25 +97,24 @@ def op_support(model_path: str | Path, device: str) -> tuple[dict[str, str], set
     return ops, set(core.query_model(model, device))
 
 
-def blob_problems(entry: Mapping[str, Any], cpu_isa: list[str] | tuple[str, ...] | None) -> list[str]:
-    """Every reason the blob of a manifest engine ``entry`` cannot be imported here (empty: it
+def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Every reason the blob of a bundle's engine ``entry`` cannot be imported here (empty: it
     can): another OpenVINO release, the device missing or another one, or (CPU) another
     instruction set than the CPU that compiled it (the plugin picks kernels and precisions by ISA)."""
     problems = []
-    built = str(entry.get("runtime_version"))
+    built = str(entry.runtime_version)
     here = openvino_version()
     if built != here:
         problems.append(f"OpenVINO version: built with {built}, this host has {here} (a blob imports only into its own release)")
-    config = entry.get("config") or {}
-    device = str(config.get("device") or "CPU")
+    device = str(entry.config.get("device") or "CPU")
     if device.split(".")[0] not in {d.split(".")[0] for d in available_devices()}:
-        return problems + [f"device: built for {device} ({entry.get('device_name')}), which this host does not have"]
+        return problems + [f"device: built for {device} ({entry.device_name}), which this host does not have"]
     name = device_name(device)
-    if entry.get("device_name") and entry.get("device_name") != name:
-        problems.append(f"device: built for {entry.get('device_name')}, this host's {device} is {name}")
-    if device == "CPU" and cpu_isa is not None and entry.get("cpu_isa") is not None and list(entry["cpu_isa"]) != list(cpu_isa):
-        gone = [f for f in entry["cpu_isa"] if f not in cpu_isa]
-        new = [f for f in cpu_isa if f not in entry["cpu_isa"]]
+    if entry.device_name and entry.device_name != name:
+        problems.append(f"device: built for {entry.device_name}, this host's {device} is {name}")
+    if device == "CPU" and cpu_isa is not None and entry.cpu_isa is not None and list(entry.cpu_isa) != list(cpu_isa):
+        gone = [f for f in entry.cpu_isa if f not in cpu_isa]
+        new = [f for f in cpu_isa if f not in entry.cpu_isa]
         problems.append(
             "CPU instruction set: "
             + "; ".join(x for x in (f"lacks {', '.join(gone)}" if gone else "", f"adds {', '.join(new)}" if new else "") if x)
@@ -127,8 +129,8 @@ def blob_problems(entry: Mapping[str, Any], cpu_isa: list[str] | tuple[str, ...]
 ARTIFACTS = {"fp32": "fp32", "int8": "int8", "bf16": "fp32", "fp16": "fp32"}
 
 
-def _open_graph(path: Path, precision: str, threads: int) -> OpenVinoRuntime:
-    return OpenVinoRuntime(path, OvOptions(threads=threads, inference_precision=inference_precision_for(precision)))
+def _open_file(path: Path, o: FileOptions) -> OpenVinoRuntime:
+    return OpenVinoRuntime(path, OvOptions(threads=o.threads, inference_precision=inference_precision_for(o.precision)))
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -137,7 +139,7 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     if not OPENVINO.requires.available():
         return [f"openvino is not installed ({OPENVINO.requires.install})"]
     return blob_problems(entry, host.isa)
@@ -152,10 +154,12 @@ def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
 OPENVINO = register_backend(Backend(
     name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
     precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
-    open=lambda bundle, precision, threads: open_artifact(bundle, ARTIFACTS[precision], lambda path, shared: _open_graph(path, precision, threads)),
-    open_graph=_open_graph, graph_precisions=("fp32", "bf16"),
+    open=lambda bundle, precision, threads: open_artifact(
+        bundle, ARTIFACTS[precision], lambda path, shared: _open_file(path, FileOptions(precision, threads))),
+    open_file=_open_file, graph_precisions=("fp32", "bf16"),
     requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"), reference_rank=1,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, compiled by OpenVINO"),
 ))
 
 __all__ = ["ConversionError", "OPENVINO", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]

@@ -20,6 +20,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.limits import MAX_THREADS
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
@@ -27,7 +28,9 @@ from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort_fusions import apply_contrib_fusions, engine_session_options, graph_changes
 from edgekit.runtimes.registry import (
     Backend,
+    DebugHooks,
     EngineHooks,
+    FileOptions,
     Requirement,
     register_backend,
 )
@@ -341,8 +344,8 @@ def _register_env_arena(ort: Any) -> None:
 
 
 # ---- the registry entry -----------------------------------------------------------------------
-def _open_graph(path: Path, precision: str, threads: int) -> OrtRuntime:
-    return OrtRuntime(path, OrtOptions(intra_op_threads=threads))
+def _open_file(path: Path, o: FileOptions) -> OrtRuntime:
+    return OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=o.threads, spin_between_runs=o.spin), o.shared))
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -351,15 +354,15 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
     return None, cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     ort = require("onnxruntime")
     problems = []
-    built = str(entry.get("runtime_version") or "0")
+    built = str(entry.runtime_version or "0")
     if _version_tuple(ort.__version__) < _version_tuple(built):
         # Newer ORT reads older optimized graphs and .ort files, not the other way round.
         problems.append(f"ONNX Runtime version: built with {built}, this host has older {ort.__version__}")
-    if not entry.get("portable", True) and entry.get("device") != host.cpu_key:
-        problems.append(f"device: optimized for {entry.get('device')}, this host is {host.cpu_key}")
+    if not entry.portable and entry.device != host.cpu_key:
+        problems.append(f"device: optimized for {entry.device}, this host is {host.cpu_key}")
     return problems
 
 
@@ -392,7 +395,11 @@ register_backend(Backend(
     precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
     open=lambda bundle, precision, threads: open_artifact(
         bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=threads), shared))),
-    open_graph=_open_graph, graph_precisions=("fp32",),
+    open_file=_open_file, graph_precisions=("fp32",),
     requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+    # Tensors are matched by name between the float and the QDQ graph, as onnxruntime's
+    # ``quantization.qdq_loss_debug`` matches them (the quantizer keeps the names it does not create).
+    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, run by onnxruntime with its own kernels and fusions",
+                     mlas_kernels=True),
 ))

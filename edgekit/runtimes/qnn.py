@@ -31,19 +31,16 @@ from typing import Any, Iterator
 from edgekit._deps import require
 from edgekit.bundle import sha256_file
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime, _check_model_file
 from edgekit.runtimes.qnn_nodes import float_nodes, refused_nodes  # noqa: F401 (float_nodes: part of this module's API)
-from edgekit.runtimes.registry import (
-    Backend,
-    EngineHooks,
-    Requirement,
-    register_backend,
-)
+from edgekit.runtimes.registry import Backend, DebugHooks, EngineHooks, FileOptions, Requirement, register_backend
 from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
+from edgekit.targets import load_target
 
 EP_NAME = "QNNExecutionProvider"
 # Hexagon generations with float16 HTP arithmetic (enable_htp_fp16_precision).
@@ -312,24 +309,25 @@ def qnn_options_for(target: Any, precision: str) -> QnnOptions:
                       vtcm_mb=q.vtcm_mb, fp16=precision == "fp16")
 
 
-# The bundle artifact the HTP runs per precision: int8 -> the ``int8`` model (from ``quantize
-# --profile qnn``: every op QDQ); fp16 -> ``fp32``, computed in float16. No fp32: the NPU has none.
+# The artifact the HTP runs per precision: int8 -> ``int8`` (``quantize --profile qnn``: every op QDQ); fp16 -> ``fp32``
+# in float16. No fp32: the NPU has none.
 ARTIFACTS = {"int8": "int8", "fp16": "fp32"}
 
 
 def _check_artifact(bundle: Any, precision: str) -> None:
-    """The HTP takes only an int8 model of the qnn quantize profile."""
+    """The HTP takes only an int8 model of its quantize profile (``QNN.quantize_profile``)."""
     if precision != "int8":
         return
     if not bundle.has("int8"):
         raise EdgekitError(f"bundle {bundle.root} has no int8 model for the HTP",
-                           hint=f"make one with `edgekit quantize {bundle.root} --profile qnn`")
-    profile = (bundle.quantization or {}).get("profile")
-    if profile not in (None, "qnn"):
+                           hint=f"make one with `edgekit quantize {bundle.root} --profile {QNN.quantize_profile}`")
+    q = bundle.quantization
+    profile = q.profile if q is not None else None
+    if profile not in (None, QNN.quantize_profile):
         raise UsageError(
             f"bundle {bundle.root}'s int8 model comes from quantize profile {profile!r}, which leaves ops in float "
             "and int8 weights the HTP cannot take",
-            hint=f"re-quantize with `edgekit quantize {bundle.root} --profile qnn`",
+            hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {QNN.quantize_profile}`",
         )
 
 
@@ -338,18 +336,24 @@ def _open(bundle: Any, precision: str, threads: int) -> QnnRuntime:
     return open_artifact(bundle, QNN.artifact(bundle, precision), lambda path, shared: QnnRuntime(path, options, threads=threads))
 
 
+def _open_file(path: Path, o: FileOptions) -> QnnRuntime:
+    """An ONNX file on the HTP: compiled for ``o.target``'s SoC where one is given, else the default one."""
+    options = qnn_options_for(load_target(o.target), o.precision) if o.target else QnnOptions(fp16=o.precision == "fp16")
+    return QnnRuntime(path, options, threads=o.threads)
+
+
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
     require("onnxruntime_qnn")  # exit 3 with the install line: the target names no other runtime
     emulated_here = [f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not"]
     return None, (emulated_here if target.arch != host.arch else []) + cross_arch_notes(target, host)
 
 
-def _engine_problems(path: Path, entry: Any, host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     """A QNN context binary loads only with the QNN SDK that compiled it (onnxruntime-qnn ships
     one) and only on the SoC it was compiled for."""
     if not QNN.requires.available():
         return [f"onnxruntime-qnn is not installed ({QNN.requires.install})"]
-    built = entry.get("qnn") or {}
+    built = entry.qnn
     now = versions()
     problems = [
         f"{what} version: compiled with {built.get(key)}, this host has {now[key]}"
@@ -382,4 +386,10 @@ QNN = register_backend(Backend(
     lacks="the Hexagon NPU computes in integers or float16",
     requires=Requirement("onnxruntime_qnn", "pip install 'edgekit[qnn]'", extra="qnn"),
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+    open_file=_open_file, quantize_profile="qnn",
+    # Debug taps the DQ after each tensor (``debug.taps.capture_names``): outputs on the float tensor before its Q
+    # changed the HTP's results (max |Δ logits| 22 on the test model), on the DQ bit-identical; cut graphs: 1 compile each.
+    debug=DebugHooks(capture="graph outputs on the DequantizeLinear after each tensor of a copy of the QDQ graph (the value the HTP "
+                             "holds), compiled by the HTP backend; outputs before the QuantizeLinear change the HTP's results",
+                     target_options=True),
 ))

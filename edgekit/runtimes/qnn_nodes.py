@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from edgekit._deps import require
+from edgekit.runtimes.onnx_file import load_onnx
 
 _UNSUPPORTED = re.compile(r"\{ name: ([^,]+), type: ([^ }]+) \}")
 _VALIDATE = re.compile(r"failed for node `([^`]+)` of type `([^`]+)`")
@@ -35,7 +36,7 @@ def float_nodes(model_path: Path) -> list[dict[str, str]]:
     DequantizeLinear output (data movement, ``DATA_MOVEMENT_OPS``, aside). The HTP has no float32
     arithmetic: it runs such a node in fp16 (v73+, the soc_model set) or not at all."""
     onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)
+    model = load_onnx(model_path)
     graph = model.graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*graph.input, *graph.output, *graph.value_info]}
     types.update({i.name: i.data_type for i in graph.initializer})

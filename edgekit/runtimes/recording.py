@@ -37,7 +37,7 @@ class RecordingRuntime(RuntimeProxy):
     calls, an even ``every`` keeps one kind only: the cap is for long decodes, not the usual sizes.)"""
 
     def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any], every: int = 1, max_bytes: int | None = None):
-        super().__init__(runtime, name=f"recording({getattr(runtime, 'name', 'runtime')})")
+        super().__init__(runtime, name=f"recording({runtime.name})")
         self.kind = kind
         self.meta = meta
         self.every = max(1, int(every))

@@ -4,8 +4,8 @@ runtime a target can list) how its engines are chosen, checked and opened.
 
 Each backend registers itself with one ``register_backend(...)`` call in its own module
 (importing ``edgekit.runtimes`` imports the built-in ones); everything else reads this table:
-``open_runtime``, ``runtimes.engines``, profile's and check's variants, ``doctor``, and the CLI's
-``--runtime``/``--precision`` choices and help. The names and precisions themselves are the
+``open_runtime``, ``runtimes.engines``, profile's and check's variants, debug's taps, quantize's
+budget runtime, ``doctor``, and the CLI's ``--runtime``/``--precision`` choices and help. The names and precisions themselves are the
 hallway's vocabulary (``edgekit.vocabulary``). Importing this module imports nothing heavy: an
 entry's functions import their dependency when they run.
 """
@@ -22,7 +22,7 @@ from edgekit.vocabulary import PRECISION_NOTES, PRECISIONS
 if TYPE_CHECKING:  # types only: the registry imports no backend
     from pathlib import Path
 
-    from edgekit.bundle import Bundle
+    from edgekit.bundle import Bundle, EngineRecord
     from edgekit.runtimes.base import Runtime
 
 
@@ -46,14 +46,49 @@ class EngineHooks:
     # (target, host, precision) -> (why this host skips the runtime for the target, or None;
     # notes for the report). May raise MissingDependency where skipping would hide the cause.
     check_host: Callable[[Any, Any, str], tuple[str | None, list[str]]]
-    # (engine file, manifest entry, host, target or None, device facts a stage already read or
-    # None) -> every reason the built engine cannot be loaded here.
-    problems: Callable[[Any, Mapping[str, Any], Any, Any, Any], list[str]]
+    # (engine file, the bundle's record of it, host, target or None, device facts a stage already
+    # read or None) -> every reason the built engine cannot be loaded here.
+    problems: Callable[[Any, "EngineRecord", Any, Any, Any], list[str]]
     # (runtimes.engines.EngineChoice, threads) -> the ready Runtime.
     open: Callable[[Any, int], "Runtime"]
     # True: with no engine built, the target runs the bundle's own model (``artifacts``);
     # False: an engine must be built first (TensorRT).
     runs_unbuilt: bool = True
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """How a stage opens one ONNX file on a backend (``Backend.open_file``): a fused graph, a step
+    bucket's graph, a quantize candidate, debug's copy with tensors added as outputs."""
+
+    precision: str = "fp32"  # what the file computes in (OpenVINO: its inference precision; QNN fp16)
+    threads: int = 0  # intra-op threads; 0 = the runtime's default
+    # One of several sessions that take turns in one decode (step buckets): ORT's threads stop
+    # spinning when a run returns and the sessions share one arena (``runtimes.ort.taking_turns``).
+    shared: bool = False
+    spin: bool = True  # ORT: threads spin between runs (False where other work runs in between)
+    target: str | None = None  # a target name or TOML whose options the file compiles with (QNN: HTP arch, SoC)
+    scratch: Path | None = None  # a folder for what opening builds (TensorRT: the engine); None = the file's
+
+
+@dataclass(frozen=True)
+class DebugHooks:
+    """What ``edgekit debug`` needs of a backend to capture the tensors a variant computes (a
+    backend without it is refused by ``debug``): an ONNX backend runs a copy of the graph with the
+    tensors as extra outputs through ``Backend.open_file``; one that runs the module itself hooks it."""
+
+    capture: str  # one line for the debug document (``capture``): how the tensors come out
+    # A backend without an ONNX graph (torch): (bundle, precision, threads, {module path: the
+    # tensor its output stands for}) -> (a Runtime whose ``run`` also returns each hooked
+    # module's output under that tensor's name, the tensors it hooked).
+    open_hooked: Callable[["Bundle", str, int, Mapping[str, str]], "tuple[Runtime, tuple[str, ...]]"] | None = None
+    # With a target, True: the variant is the bundle's model opened with the target's options
+    # (``FileOptions.target``), not the target's built engine, so the tapped copy and the plain
+    # variant compile alike (the QNN HTP's arch and SoC).
+    target_options: bool = False
+    # Its int8 MatMul/Gemm run MLAS's u8·s8 kernels, whose accumulation ``arithmetic`` models per
+    # CPU class: debug's attribution takes the accumulation apart.
+    mlas_kernels: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,11 +108,22 @@ class Backend:
     # (bundle, precision) -> raise when the artifact cannot run here (e.g. the HTP refuses an int8
     # model of another quantization profile); None = any artifact of the precision runs.
     check_artifact: Callable[["Bundle", str], None] | None = None
-    # Fused graphs (export --graph): (ONNX file, precision, threads) -> Runtime, and the
-    # precisions it runs them in (they are fp32 ONNX).
-    open_graph: Callable[["Path", str, int], "Runtime"] | None = None
+    # Any ONNX file of the bundle's model: (file, FileOptions) -> Runtime (fused graphs, quantize's
+    # budget candidates, debug's tapped copies); None: it opens no ONNX file itself.
+    open_file: Callable[["Path", FileOptions], "Runtime"] | None = None
+    # The precisions it runs fused graphs (export --graph, fp32 ONNX) in through ``open_file``.
     graph_precisions: tuple[str, ...] = ()
+    # A backend that runs a torch module itself: (module, inputs, outputs) -> Runtime at the
+    # framework's default threads (profile's length sweep times architecture-only modules so).
+    open_module: Callable[[Any, Mapping[str, Any], Mapping[str, Any]], "Runtime"] | None = None
     engine: EngineHooks | None = None
+    debug: DebugHooks | None = None
+    # The quantize profile whose int8 model it runs (``quantize --profile``: its hints name it);
+    # None: any profile's.
+    quantize_profile: str | None = None
+    # It runs as jobs on a device cloud's hosted devices, never in this process (AI Hub): the
+    # commands that drive it take the devices (``--devices``) and branch to its own modules.
+    hosted: bool = False
     # Side-by-side ratios put the deployment candidate over its reference: 0 = a device runtime
     # (TensorRT, the NPU), higher = more of a reference (ORT 2, the torch eager module 3).
     reference_rank: int = 0
@@ -102,6 +148,10 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
     missing = [p for p in backend.artifacts if p not in backend.precisions]
     if missing:
         raise ValueError(f"backend {backend.name!r}: artifacts for precisions it does not run: {missing}")
+    if backend.graph_precisions and backend.open_file is None:
+        raise ValueError(f"backend {backend.name!r}: graph_precisions {list(backend.graph_precisions)} without open_file")
+    if backend.debug is not None and backend.open_file is None and backend.debug.open_hooked is None:
+        raise ValueError(f"backend {backend.name!r}: debug taps a copy of the graph through open_file, or the module through open_hooked")
     if backend.name in _BACKENDS and not replace:
         raise ValueError(f"a backend named {backend.name!r} is already registered")
     _BACKENDS[backend.name] = backend
@@ -183,6 +233,6 @@ def precision_help() -> str:
 
 
 __all__ = [
-    "Backend", "EngineHooks", "Requirement", "backend", "backends", "check_precision", "check_precisions",
+    "Backend", "DebugHooks", "EngineHooks", "FileOptions", "Requirement", "backend", "backends", "check_precision", "check_precisions",
     "check_runtimes", "names", "precision_help", "register_backend", "runs", "runtime_help", "unregister_backend",
 ]

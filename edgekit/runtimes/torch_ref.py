@@ -12,8 +12,8 @@ import numpy as np
 from edgekit._deps import require
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.models import load_bundle_spec
-from edgekit.runtimes.base import BaseRuntime, describe
-from edgekit.runtimes.registry import Backend, Requirement, register_backend
+from edgekit.runtimes.base import BaseRuntime, RuntimeProxy, describe
+from edgekit.runtimes.registry import Backend, DebugHooks, Requirement, register_backend
 from edgekit.spec import TensorSpec
 
 
@@ -110,10 +110,55 @@ def _window_of(model: Any, window: Any) -> bool:
     return True
 
 
+class HookedTorch(RuntimeProxy):
+    """The torch module with forward hooks: ``run`` adds each hooked module's output under the
+    tensor name it stands for ({tensor: module})."""
+
+    def __init__(self, inner: TorchRuntime, modules: Mapping[str, Any]):
+        super().__init__(inner, name="torch (hooked)")
+        self.seen: dict[str, np.ndarray] = {}
+        self.handles = [m.register_forward_hook(self._hook(t)) for t, m in modules.items()]
+
+    def _hook(self, tensor: str):
+        def keep(module: Any, args: Any, output: Any) -> None:
+            first = output[0] if isinstance(output, (tuple, list)) else output
+            self.seen[tensor] = first.detach().cpu().numpy().astype(np.float32, copy=True)
+        return keep
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.seen = {}
+        return dict(self.inner.run(feeds)) | self.seen
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+        super().close()
+
+
+def open_hooked(bundle: Any, precision: str, threads: int, tensors: Mapping[str, str]) -> tuple[HookedTorch, tuple[str, ...]]:
+    """``bundle``'s module with a forward hook on each module path of ``tensors`` ({module path:
+    tensor}) it has, and the tensors hooked. The exported module may sit inside the spec's (an
+    adapter): a path matches the one module whose path ends with it."""
+    rt = open_torch(bundle, precision, threads)
+    named = dict(rt.module.named_modules())
+    modules = {t: m for path, t in tensors.items() if (m := _module(named, path)) is not None}
+    return HookedTorch(rt, modules), tuple(modules)
+
+
+def _module(named: Mapping[str, Any], path: str) -> Any:
+    if path in named:
+        return named[path]
+    hits = [m for name, m in named.items() if name.endswith("." + path)]
+    return hits[0] if len(hits) == 1 else None
+
+
 # No engine: torch runs the module in this process (the reference and eager baseline), so no
 # target lists it.
 register_backend(Backend(
     name="torch", title="PyTorch", help="the PyTorch module, eager: the reference",
     precisions=("fp32",), lacks="the PyTorch module runs in fp32", open=open_torch,
     requires=Requirement("torch", "pip install 'edgekit[export]'", extra="export"), reference_rank=3,
+    open_module=lambda module, inputs, outputs: TorchRuntime(module, inputs, outputs),
+    debug=DebugHooks(capture="forward hooks on the modules, each mapped to the tensor its module's last ONNX node produces",
+                     open_hooked=open_hooked),
 ))

@@ -168,9 +168,9 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
     # measured quality-per-NFE front below it.
     snr_top = next((float(r["snr_db"]) for r in quality["table"] if (r["solver"], int(r["steps"])) == (top.solver, top.steps)), None)
     rungs = [r for r in ladder(quality["table"], max_nfe=top.nfe) if r.nfe < top.nfe] + [rung(top.solver, top.steps, snr_top)]
-    defaults = flow_b.decode_defaults
-    flow_cfg = FlowDecodeConfig(grid=defaults.get("grid", "cosine"), sway=float(defaults.get("sway", -1.0)),
-                                temperature=float(defaults.get("temperature", 1.0)), seed=cfg.seed)
+    defaults = decode_config("flow", flow_b.decode_defaults, {}, seed=cfg.seed)  # the policy picks solver and steps
+    flow_cfg = FlowDecodeConfig(grid=defaults.grid, sway=float(defaults.sway), temperature=float(defaults.temperature),
+                                seed=cfg.seed)
     token_precision = tokens_precision(cfg.runtime)
     token_rt = open_runtime(tokens_b, cfg.runtime, token_precision, threads=cfg.threads)  # --precision is the flow graph's
     try:

@@ -25,13 +25,13 @@ from edgekit.host import ISA_CLASSES
 from edgekit.output import jsonable
 from edgekit.targets.aihub import AihubSettings, check_aihub
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings, check_qnn
+from edgekit.targets.quantization import QUANTIZATION_PROFILES, ProfileFacts
 from edgekit.userfiles import read_user_text
 from edgekit.vocabulary import PRECISIONS, TARGET_RUNTIMES
 
 DEFAULT_TARGET = "cpu"
 # The power probes a target may name (edgekit.probes.power implements each one).
 POWER_PROBES: tuple[str, ...] = ("off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi")
-QUANTIZATION_PROFILES: tuple[str, ...] = ("cpu", "trt", "qnn")
 ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
 ORT_OPTIMIZATION_STYLES: tuple[str, ...] = ("runtime", "fixed")
@@ -160,6 +160,11 @@ class Target:
     lint: LintRules = field(default_factory=LintRules)
     # Where it was loaded from ("builtin:cpu" or a file path): for messages, not from the file.
     source: str = ""
+
+    @property
+    def profile_facts(self) -> ProfileFacts:
+        """What its quantization profile means to lint and build (``QUANTIZATION_PROFILES``)."""
+        return QUANTIZATION_PROFILES[self.quantization_profile]
 
     @property
     def uses_trt(self) -> bool:
@@ -315,7 +320,7 @@ def _check_values(t: Target, source: str) -> None:
         for v in values:
             one_of(key, v, valid)
     one_of("arch", t.arch, ARCHES)
-    one_of("quantization_profile", t.quantization_profile, QUANTIZATION_PROFILES)
+    one_of("quantization_profile", t.quantization_profile, tuple(QUANTIZATION_PROFILES))
     one_of("isa", t.isa, ("host", *ISA_CLASSES))
     one_of("power_probe", t.power_probe, POWER_PROBES)
     one_of("ort.graph_optimization", t.ort.graph_optimization, GRAPH_OPTIMIZATIONS)
@@ -377,6 +382,8 @@ __all__ = [
     "LintRules",
     "OpenVinoSettings",
     "OrtSettings",
+    "ProfileFacts",
+    "QUANTIZATION_PROFILES",
     "QnnSettings",
     "Target",
     "TrtSettings",

@@ -20,7 +20,7 @@ from edgekit.builder import (
     engine_problems,
     select_engine,
 )
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, bucket_binding, sha256_file
 from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes import trt as trt_backend
 from edgekit.targets import load_target
@@ -120,6 +120,28 @@ def test_int8_needs_quantize_and_the_right_profile(tiny_bundle):
     assert doc["engine"]["source"] == "int8" and doc["key"] == "cpu/int8"
 
 
+def test_a_step_bucketed_engine_packs_and_loads_with_every_bucket(tiny_bundle, tmp_path):
+    """One engine per step bucket; `pack --target` carries every bucket's file (the bundle's one
+    list of an engine's files, ``EngineRecord.files``), and the unpacked engine loads with them."""
+    from edgekit.deploy import pack_bundle, unpack_bundle
+
+    bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.uint8)), profile="cpu")
+    add_model(bundle, "int8-bucket-1", tiny_model(qdq_zero_point=np.array(0, np.uint8), scale=0.5), {"profile": "cpu"})
+    names = ["int8", "int8-bucket-1"]
+    binding = bucket_binding("mask share", [0.5], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
+    bundle.record("quantization", {"profile": "cpu", "step_buckets": {"n": 2, "by": "mask share", "boundaries": [0.5],
+                                                                      "artifacts": names, "binding": binding}})
+    bundle.save()
+    build_bundle(bundle.root, "cpu", "int8", host=X86)
+    engine = Bundle.load(bundle.root).engines["cpu/int8"]
+    assert len(engine.bucket_engines) == 1 and engine.bucket_boundaries == (0.5,) and engine.bucket_binding
+    doc = pack_bundle(bundle.root, tmp_path / "cpu.tar.gz", "cpu")
+    assert set(engine.files) <= set(doc["files"])
+    unpacked = unpack_bundle(tmp_path / "cpu.tar.gz", tmp_path / "device")["bundle"]
+    choice = select_engine(unpacked, "cpu", "int8", host=X86)
+    assert choice.built and len(choice.bucket_paths) == 2 and all(p.is_file() for p in choice.bucket_paths)
+
+
 def test_precision_must_be_one_the_target_runs(tiny_bundle):
     bundle = tiny_bundle()
     with pytest.raises(UsageError, match="--precision 'fp16' is not one target cpu runs; valid: fp32, int8"):
@@ -168,10 +190,10 @@ def test_other_device_and_older_runtime_are_refused(tiny_bundle):
     b = Bundle.load(bundle.root)
     b.manifest["engines"]["arm64-cpu/fp32"]["runtime_version"] = "99.0.0"
     b.save()
-    problems = engine_problems(Bundle.load(bundle.root), b.manifest["engines"]["arm64-cpu/fp32"], X86)
+    problems = engine_problems(Bundle.load(bundle.root), b.engines["arm64-cpu/fp32"], X86)
     assert problems == [f"ONNX Runtime version: built with 99.0.0, this host has older {ort.__version__}"]
     (bundle.root / b.manifest["engines"]["cpu/fp32"]["path"]).write_bytes(b"tampered")
-    assert "changed since it was built" in engine_problems(Bundle.load(bundle.root), b.manifest["engines"]["cpu/fp32"], X86)[0]
+    assert "changed since it was built" in engine_problems(Bundle.load(bundle.root), b.engines["cpu/fp32"], X86)[0]
 
 
 # ---- selection --------------------------------------------------------------------------------------

@@ -13,10 +13,9 @@ from build_helpers import add_model, tiny_model
 from typer.testing import CliRunner
 
 from edgekit.builder import build_bundle
-from edgekit.bundle import Bundle, sha256_file
+from edgekit.bundle import Bundle, bucket_binding, sha256_file
 from edgekit.cli import app
 from edgekit.errors import EdgekitError, TargetUnavailable
-from edgekit.runtimes.bucketed import bucket_binding
 from tests.fakes.aihub import QAIRT, FakeHub
 
 TARGET = "snapdragon-8-gen-3"

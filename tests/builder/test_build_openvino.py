@@ -57,8 +57,8 @@ def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle):
     with pytest.raises(EdgekitError, match=r"cannot be used here: CPU instruction set: lacks avx512f, avx512_vnni .*--rebuild"):
         select_engine(bundle.root, "intel-cpu", "fp32", host=other)
     b = Bundle.load(bundle.root)
-    entry = b.manifest["engines"]["intel-cpu/fp32"]
-    assert engine_problems(b, entry | {"runtime_version": "2025.0.0"}, HOST) == [
+    entry = b.engines["intel-cpu/fp32"]
+    assert engine_problems(b, dataclasses.replace(entry, runtime_version="2025.0.0"), HOST) == [
         f"OpenVINO version: built with 2025.0.0, this host has {openvino_version()} (a blob imports only into its own release)"
     ]
     with pytest.raises(EdgekitError, match="is stale: CPU instruction set"):

@@ -11,6 +11,7 @@ import pytest
 from edgekit.arithmetic import SCHEMES
 from edgekit.builder.precision import choose_precision
 from edgekit.host import HostFacts
+from edgekit.manifest_sections import QuantizationSummary
 from edgekit.targets import load_target
 
 AVX2 = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
@@ -21,7 +22,7 @@ def _bundle(passed=True, scheme="u8s8-pair", speed_isa="avx2", ratio=1.3, profil
     q = {"profile": profile, "passed": passed,
          "arithmetic": {"isa": speed_isa, "scheme": SCHEMES[scheme].to_json(), "validated_on": speed_isa},
          "speed": {"measured": True, "isa": speed_isa, "runtime": "ort", "int8_speedup": ratio}}
-    return SimpleNamespace(root="b", quantization=q, has=lambda name: name == "fp32" or (int8 and name == "int8"))
+    return SimpleNamespace(root="b", quantization=QuantizationSummary.from_json(q), has=lambda name: name == "fp32" or (int8 and name == "int8"))
 
 
 @pytest.mark.parametrize("case,host,target,want,says", [

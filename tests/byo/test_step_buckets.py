@@ -72,7 +72,7 @@ def test_the_bucketed_runtime_uses_each_bucket_for_its_own_steps(byo_bundles, tm
     invoke_json("quantize", root, *FAST, *LOOSE, "--budget", "snr_db=0", "--no-fallback", "--step-buckets", "3",
                 "--cond-data", tmp_path / "cond.npz")
     bundle = Bundle.load(root)
-    edges = bundle.quantization["step_buckets"]["boundaries"]
+    edges = list(bundle.step_buckets().boundaries)
     with open_runtime(bundle, "ort", "int8") as rt:
         assert isinstance(rt, BucketedRuntime) and len(rt.runtimes) == 3
         # The bucket sessions take turns: one arena between them, threads that spin inside runs only.

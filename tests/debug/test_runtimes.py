@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from edgekit.debug import TAP_METHODS, DebugConfig, debug_bundle
+from edgekit.debug import DebugConfig, debug_bundle
+from edgekit.runtimes.registry import backend
 from tests.debug.conftest import copy_bundle
 
 
 def test_openvino_int8_finds_the_same_layer(outlier):
     pytest.importorskip("openvino")
     doc = debug_bundle(outlier, DebugConfig(candidate="openvino:int8"))
-    assert doc["capture"]["candidate"] == TAP_METHODS["openvino"]
+    assert doc["capture"]["candidate"] == backend("openvino").debug.capture
     assert doc["entry"]["module"] == "fc2" and not doc["passed"]
     assert doc["capture"]["outputs_changed_by_taps"] < 1e-4
 
@@ -26,7 +27,7 @@ def test_torch_reference_through_forward_hooks(outlier):
         doc = debug_bundle(outlier, DebugConfig(reference="torch:fp32", candidate="ort:int8"))
     finally:
         TRUST_CODE.reset(token)
-    assert doc["capture"]["reference"] == TAP_METHODS["torch"]
+    assert doc["capture"]["reference"] == backend("torch").debug.capture
     # Hooks capture module outputs only: every captured tensor is a module's.
     assert set(doc["sqnr"]["modules"]) <= {"tok", "ctx", "cls", "fc1", "fc2", "head"}
     assert doc["entry"]["module"] == "fc2"
@@ -41,7 +42,7 @@ def test_tensorrt_through_the_recording_fakes(outlier, monkeypatch):
     host = trt_backend.HostMetadata("10.3.0", "Orin", "8.7", None)
     monkeypatch.setattr(trt_metadata, "host_metadata", lambda *a, **k: host)
     doc = debug_bundle(outlier, DebugConfig(candidate="trt:int8"))
-    assert doc["capture"]["candidate"] == TAP_METHODS["trt"] and doc["devices"]["candidate"] == "cuda:0"
+    assert doc["capture"]["candidate"] == backend("trt").debug.capture and doc["devices"]["candidate"] == "cuda:0"
     assert doc["entry"]["module"] == "fc2" and doc["capture"]["outputs_changed_by_taps"] < 1e-4
 
 
@@ -57,7 +58,7 @@ def qnn_outlier(exported, tmp_path_factory):
 
 def test_qnn_htp_captures_the_dequantized_tensors_without_changing_the_result(qnn_outlier):
     doc = debug_bundle(qnn_outlier, DebugConfig(candidate="qnn:int8"))
-    assert doc["capture"]["candidate"] == TAP_METHODS["qnn"] and "HTP" in doc["devices"]["candidate"]
+    assert doc["capture"]["candidate"] == backend("qnn").debug.capture and "HTP" in doc["devices"]["candidate"]
     assert doc["capture"]["outputs_changed_by_taps"] == 0.0
     # The qnn profile quantizes the embedding table too (uint8, one scale for the table): the mask
     # token's row is 20x smaller than the others, so at step 1 (every token masked) the first op

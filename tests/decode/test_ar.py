@@ -134,7 +134,9 @@ def test_ping_pong_caches_decode_what_copied_caches_do(demo_bundles, temperature
 
     bundle = Bundle.load(demo_bundles["ar"])
 
-    class SingleBuffered:  # forwards run, hides outputs_stay_valid: the loop must copy
+    class SingleBuffered:  # forwards run, says its outputs last one run: the loop must copy
+        outputs_stay_valid = 1
+
         def __init__(self, inner):
             self.inner, self.inputs, self.outputs, self.name = inner, inner.inputs, inner.outputs, "single"
 

@@ -155,12 +155,13 @@ def test_export_refuses_to_replace_a_bundle_and_names_what_would_be_lost(masked,
     assert Bundle.load(masked).engines == {}  # replaced: the old graph's engine went with it
 
 
-def test_what_a_replaced_bundle_loses_in_words():
+def test_what_a_replaced_bundle_loses_in_words(tmp_path):
     from edgekit.export.stage import replaced_contents
 
     manifest = {"artifacts": {"fp32": {}, "int8": {}, "int8-bucket-1": {}, "conditions": {}, "fused-step": {}, "quantize-overrides": {}},
                 "engines": {"cpu/fp32": {}, "cpu/int8": {}}, "flow_quality": {"rungs": []}}
-    assert replaced_contents(manifest) == [
+    assert replaced_contents(None) == ["its fp32 model"]  # a manifest that does not load: its model at least
+    assert replaced_contents(Bundle(tmp_path, manifest)) == [
         "its fp32 model", "the int8 model (2 step buckets)", "the held-out condition rows quantize stored", "the fused step graph",
         "the quantize overrides (edgekit debug --fix)", "2 engines (cpu/fp32, cpu/int8)", "the measured flow quality table (run --latency-budget-ms)",
     ]

@@ -12,10 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit.builder import build_bundle
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, bucket_binding
 from edgekit.cli import app
 from edgekit.profile import ProfileConfig, profile_bundle
-from edgekit.runtimes.bucketed import bucket_binding
 from tests.fakes.aihub import FakeHub
 
 S24, QRD, XELITE = "Samsung Galaxy S24 (Family)", "Snapdragon 8 Gen 3 QRD", "Snapdragon X Elite CRD"

@@ -121,7 +121,7 @@ def test_a_registered_profile_quantizes_through_the_pipeline(fake_profile, tiny_
     assert s["selection"]["int8"], s["selection"]
     int8 = Bundle.load(root).path_of("int8")
     assert _activation_zero_point_dtypes(int8) == {"int8"}  # the entry's settings made the graph
-    assert Bundle.load(root).quantization["profile"] == "fake"
+    assert Bundle.load(root).quantization.profile == "fake"
     with pytest.raises(EdgekitError, match="--exclude does not apply to --profile fake"):  # its own check hook
         quantize_bundle(root, dataclasses.replace(cfg, exclude=("Gemm",)))
 
@@ -156,6 +156,10 @@ def test_registering_checks_the_entry_and_refuses_a_second_of_a_name(fake_profil
 
 
 def test_every_profile_a_target_may_name_is_registered():
-    """Target files are checked in the hallway (targets.QUANTIZATION_PROFILES); each name must have an entry."""
+    """Target files are checked in the hallway (targets.QUANTIZATION_PROFILES); each name must have an
+    entry, and the facts lint and build read there are the entry's."""
     assert set(QUANTIZATION_PROFILES) <= set(profile_names())
+    for name, facts in QUANTIZATION_PROFILES.items():
+        entry = quantize_profile(name)
+        assert (facts.cpu_arithmetic, facts.tensorrt_qdq) == (entry.cpu_arithmetic, entry.graph_rules is not None), name
     assert [p for p in profile_names() if quantize_profile(p).emulated] == ["qnn"]

@@ -120,7 +120,6 @@ def test_every_field_with_every_wrong_type_loads_or_is_one_line_and_fix_config_t
     and every JSON type it does not have: a one-line error naming the manifest, or values every
     reader takes (the recorded config builds; the step buckets parse)."""
     from edgekit.debug.fix import recorded_config
-    from edgekit.runtimes.bucketed import step_buckets
     from edgekit.runtimes.engines import find_engine
 
     root, doc = base
@@ -136,9 +135,9 @@ def test_every_field_with_every_wrong_type_loads_or_is_one_line_and_fix_config_t
             _write(work, _mutated(doc, path, value))
             try:
                 b = Bundle.load(work, verify=False)
-                if b.quantization and b.quantization.get("config"):
+                if b.quantization and b.quantization.config:
                     recorded_config(b)
-                step_buckets(b)
+                b.step_buckets()
                 if path[0] == "engines":  # what run/check/profile --target read of an engine entry
                     find_engine(work, "cpu", "int8")
             except EdgekitError as exc:

@@ -1,6 +1,6 @@
 """Step-bucket graphs are bound to their boundaries (issue #45, point 7): quantize records a
 sha256 of the position axis, the edges and each bucket's (graph, file sha256) in order
-(``runtimes.bucketed.bucket_binding``); a manifest whose bucket graphs were swapped consistently
+(``bundle.bucket_binding``); a manifest whose bucket graphs were swapped consistently
 (paths and hashes moved together, every file still verifying: 0<->1 used to pass check) or whose
 edges were edited is refused, and so are engines built from the buckets."""
 
@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.cli import app
 from edgekit.errors import BundleError
-from edgekit.runtimes.bucketed import step_buckets
 
 runner = CliRunner()
 RUN = ["--precision", "int8", "--cond", "class_id=1"]
@@ -62,8 +61,8 @@ def _drop_binding(doc):
 
 
 def test_the_intact_bucketed_bundle_runs_and_its_record_is_bound(bucketed):
-    doc = step_buckets(Bundle.load(bucketed))
-    assert doc["artifacts"] == ["int8", "int8-bucket-1"] and len(doc["binding"]) == 64
+    buckets = Bundle.load(bucketed).step_buckets()
+    assert buckets.graphs == ("int8", "int8-bucket-1") and len(buckets.binding) == 64
     assert runner.invoke(app, ["run", str(bucketed), *RUN]).exit_code == 0
     assert runner.invoke(app, ["run", str(bucketed), "--target", "cpu", *RUN]).exit_code == 0
 
@@ -73,7 +72,7 @@ def test_a_swap_or_an_edited_edge_is_refused_by_every_reader(bucketed, tmp_path,
     root = _edited(bucketed, tmp_path / "b", change)
     Bundle.load(root)  # every file still matches its hash: only the binding tells
     with pytest.raises(BundleError, match="step buckets"):
-        step_buckets(Bundle.load(root))
+        Bundle.load(root).step_buckets()
     for args in (["run", str(root), *RUN], ["check", str(root)], ["debug", str(root)], ["build", str(root), "--target", "cpu",
                                                                                        "--precision", "int8", "--rebuild"]):
         r = runner.invoke(app, args)
@@ -100,7 +99,7 @@ def test_bucket_engines_swapped_or_edited_are_not_loaded(bucketed, tmp_path, cha
 
 
 def test_the_binding_covers_order_edges_and_hashes():
-    from edgekit.runtimes.bucketed import bucket_binding
+    from edgekit.bundle import bucket_binding
 
     graphs = [("int8", "a" * 64), ("int8-bucket-1", "b" * 64)]
     base = bucket_binding("t", [0.5], graphs)

@@ -1,8 +1,8 @@
 """A new backend from the files docs/ARCHITECTURE.md names ("A new backend"), and nothing else:
-its ``Runtime`` (``runtimes/base.py``), its one ``register_backend`` call (``runtimes/registry.py``),
-its builder entry (``builder/stage.py``) and its lint entry (``lint/graph.py``). Then `edgekit run`,
-`edgekit profile` and `edgekit check` take it through the CLI like a built-in one, and its help
-lists it."""
+its ``Runtime`` (``runtimes/base.py``), its one ``register_backend`` call (``runtimes/registry.py``:
+with ``open_file`` and ``DebugHooks``), its builder entry (``builder/stage.py``) and its lint entry
+(``lint/graph.py``). Then `edgekit run`, `edgekit profile`, `edgekit check` and `edgekit debug`
+take it through the CLI like a built-in one, and its help lists it."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from edgekit.builder.stage import BUILDERS, NoBuilder
 from edgekit.cli import app
 from edgekit.lint.graph import RUNTIME_LINT, NoLint
 from edgekit.runtimes.base import BaseRuntime, model_files_of
-from edgekit.runtimes.registry import Backend, Requirement, register_backend, unregister_backend
+from edgekit.runtimes.registry import Backend, DebugHooks, Requirement, register_backend, unregister_backend
 
 NAME = "fakenp"
+CAPTURE = "graph outputs added to a copy of the ONNX, run by the fake backend"
 COND = ["--cond", "class_id=1"]  # the tiny masked model has no demo evaluation set
 
 
@@ -60,6 +61,7 @@ def fake_backend(monkeypatch):
         precisions=("fp32",), artifacts={"fp32": "fp32"}, lacks="the fake runs fp32 only",
         open=lambda bundle, precision, threads: NumpyRuntime(bundle.path_of("fp32"), threads),
         requires=Requirement("numpy", "pip install numpy"),
+        open_file=lambda path, options: NumpyRuntime(path, options.threads), debug=DebugHooks(capture=CAPTURE),
     ))
     monkeypatch.setitem(BUILDERS, NAME, NoBuilder("the fake backend runs the bundle's ONNX as it is"))
     monkeypatch.setitem(RUNTIME_LINT, NAME, NoLint("the fake backend runs any graph ONNX Runtime runs"))
@@ -95,6 +97,23 @@ def test_run_profile_and_check_take_a_registered_backend(fake_backend, tiny_bund
     assert r.exit_code == 0, r.output
     check = json.loads(r.stdout)
     assert check["passed"] and check["candidate"] == f"{NAME}:fp32" and check["reference"] == "ort:fp32"
+
+
+def test_debug_taps_a_registered_backend(fake_backend, tiny_bundles, tmp_path):
+    """`edgekit debug` opens, taps and replays the fake through its registry entry alone: every
+    tensor the reference computes comes out of the fake's tapped copy, the taps change none of its
+    outputs, and fp32 against fp32 adds no noise anywhere."""
+    rows = tmp_path / "rows.npz"
+    np.savez(rows, class_id=np.array([1, 2]))  # the tiny masked model has no demo evaluation set
+    r = invoke("debug", tiny_bundles["masked"], "--reference", "ort:fp32", "--candidate", f"{NAME}:fp32",
+               "--cond-data", rows, "--n", 2, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["candidate"] == f"{NAME}:fp32" and doc["devices"]["candidate"] == "numpy (fake NPU)"
+    assert doc["capture"]["candidate"] == CAPTURE and doc["capture"]["tensors"] > 3
+    assert doc["capture"]["outputs_changed_by_taps"] < 1e-4  # float rounding of other fusions at most
+    assert doc["passed"] and not doc["entry"]["crossed_threshold"]
+    assert all(float(db) > 100 for step in doc["sqnr"]["per_step"] for db in step)  # the same kernels: no added noise ("inf")
 
 
 def test_the_cli_lists_and_checks_it_like_a_built_in_one(fake_backend, tiny_bundles):

@@ -24,20 +24,20 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime, taking_turns
+from edgekit.runtimes.registry import FileOptions, backend
 
 CHILD_TIMEOUT_S = 600
 
 
 def open_graph(runtime: str, model: Path, threads: int, spin: bool = True, bucket: bool = False) -> Any:
-    """One graph of a candidate on the budget runtime (``ort`` or ``openvino``). ORT's threads spin
-    inside runs always, and between runs unless ``spin`` is False or ``bucket``: one of several
-    bucket sessions that take turns in one decode, which also share one arena (as the registry
-    opens them)."""
-    if runtime == "openvino":
-        return OpenVinoRuntime(model, OvOptions(threads=threads))
-    return OrtRuntime(model, taking_turns(OrtOptions(intra_op_threads=threads, spin_between_runs=spin), bucket))
+    """One INT8 graph of a candidate on the budget runtime, as its registry entry opens a file
+    (``open_file``). ORT's threads spin inside runs always, and between runs unless ``spin`` is
+    False or ``bucket``: one of several bucket sessions that take turns in one decode, which also
+    share one arena (as the registry opens them)."""
+    entry = backend(runtime, "--runtime")
+    if entry.open_file is None:
+        raise EdgekitError(f"--runtime {runtime} opens no ONNX file: it cannot decode a candidate for the budget")
+    return entry.open_file(model, FileOptions("int8", threads, shared=bucket, spin=spin))
 
 
 def added_rss(runtime: str, graphs: Sequence[Path], feeds: Sequence[Mapping[str, np.ndarray]], threads: int) -> int | None:

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.evaluate import power_ratio_db
 from edgekit.quantize.qnn.graph import float_name
 from edgekit.runtimes.onnx_file import save_onnx
 
@@ -47,16 +48,12 @@ class Sensitivity:
     def snr_db(self) -> dict[str, float]:
         """{tensor: outputs' SNR (dB) with only that tensor at 8 bit} (inf: no measurable effect;
         a candidate the graphs do not quantize is absent)."""
-        return {t: _db(self.signal, n) for t, n in self.noise.items()}
+        return {t: power_ratio_db(self.signal, n) for t, n in self.noise.items()}
 
     def predicted_snr_db(self, quantized: Sequence[str]) -> float:
         """The outputs' SNR with ``quantized`` at 8 bit and every other candidate in float (16 bit),
         if their errors add in power."""
-        return _db(self.signal, sum(self.noise.get(t, 0.0) for t in quantized))
-
-
-def _db(signal: float, noise: float) -> float:
-    return float(10 * np.log10(signal / noise)) if noise > 0 and signal > 0 else float("inf")
+        return power_ratio_db(self.signal, sum(self.noise.get(t, 0.0) for t in quantized))
 
 
 def gated_graph(qdq_model: Path, float_model: Path, candidates: Sequence[str]) -> tuple[Any, dict[str, str]]:

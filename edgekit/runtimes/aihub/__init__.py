@@ -12,9 +12,10 @@ Importing this package imports nothing heavy; the client loads when a job is sub
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit.errors import UsageError
+from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes.registry import (
     Backend,
     EngineHooks,
@@ -47,10 +48,10 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
             "`edgekit profile/check BUNDLE --runtime aihub`"), []
 
 
-def _engine_problems(path: Path, entry: Mapping[str, Any], host: Any, target: Any, facts: Any) -> list[str]:
+def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     """A context binary from AI Hub runs on the chipset it was compiled for; the target may since
     name devices of another one."""
-    built = entry.get("aihub") or {}
+    built = entry.aihub
     if target is None or not target.aihub.devices:
         return []
     same_device = built.get("device") in target.aihub.devices
@@ -66,7 +67,7 @@ AIHUB = register_backend(Backend(
     help="Qualcomm AI Hub's hosted Snapdragon devices: compile, profile and check jobs through the qai-hub client",
     precisions=("int8", "fp16"), artifacts={"int8": "int8", "fp16": "fp32"}, check_artifact=_check_artifact,
     open=_not_in_process, lacks="the Hexagon NPU computes in integers or float16",
-    requires=Requirement("qai_hub", INSTALL, extra="aihub"),
+    requires=Requirement("qai_hub", INSTALL, extra="aihub"), quantize_profile="qnn", hosted=True,
     engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_not_in_process, runs_unbuilt=False),
 ))
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations
-from edgekit.bundle import Bundle
+from edgekit.bundle import Bundle, EngineRecord
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.host import HostFacts
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import JobBook
-from edgekit.runtimes.bucketed import step_buckets
 from edgekit.runtimes.engines import engine_problems
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.registry import backend
 
 # The one file format every AI Hub device of a chipset loads (DLCs when buckets are linked into one).
@@ -42,7 +42,7 @@ def upload_form(model_path: Path, workdir: Path) -> str:
     if not external_data_locations(model_path):
         return str(model_path)
     onnx = require("onnx")
-    model = onnx.load(str(model_path))  # reads the external weights from beside the model
+    model = load_onnx(model_path, "the model to upload", external_data=True)  # reads the external weights from beside the model
     folder = workdir / f"upload-{model_path.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     big = model.ByteSize() > INLINE_LIMIT
@@ -74,12 +74,18 @@ class DeviceModel:
     error: str | None = None
 
 
+def built_devices(bundle: Bundle) -> list[str]:
+    """The AI Hub devices the bundle's aihub engines were compiled for, in manifest order."""
+    built = [e.aihub.get("device") for e in bundle.engines.values() if e.runtime == "aihub"]
+    return list(dict.fromkeys(str(d) for d in built if d))
+
+
 def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: Any, book: JobBook) -> dict[str, DeviceModel]:
     """Per device name: the bundle's AI Hub engine of ``precision`` compiled for that device (or
     its chipset: a context binary runs on every device of one), else a compile job for it,
     submitted for every such device at once. A step-bucketed model needs its engine built
     (`edgekit build --runtime aihub`: the buckets are linked into one binary)."""
-    engines = [(k, e) for k, e in bundle.engines.items() if e.get("runtime") == "aihub" and e.get("precision") == precision]
+    engines = [e for e in bundle.engines.values() if e.runtime == "aihub" and e.precision == precision]
     artifact = backend("aihub").artifact(bundle, precision)
     out: dict[str, DeviceModel] = {}
     missing: list[tuple[str, str | None]] = []
@@ -90,17 +96,15 @@ def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: 
         if match is None:
             missing.append((name, chipset))
             continue
-        key, entry = match
-        problems = engine_problems(bundle, entry, host)
+        problems = engine_problems(bundle, match, host)
         if problems:
-            raise EdgekitError(f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-                               hint=f"rebuild it with `edgekit build {bundle.root} --target {entry.get('target')} --precision {precision} --runtime aihub --rebuild`")
-        a = entry["aihub"]
+            raise EdgekitError(f"engine {match.key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
+                               hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} --runtime aihub --rebuild`")
+        a = match.aihub
         model = hub_client.call(f"fetching model {a['model_id']}", client.get_model, a["model_id"])
-        buckets = entry.get("buckets") or {}
-        out[name] = DeviceModel(name, chipset, model, tuple(a.get("graphs") or ()) if buckets else (),
-                                tuple(buckets.get("boundaries") or ()), f"engine {key}")
-    if missing and step_buckets(bundle, artifact):
+        out[name] = DeviceModel(name, chipset, model, tuple(a.get("graphs") or ()) if match.bucketed else (),
+                                match.bucket_boundaries, f"engine {match.key}")
+    if missing and bundle.step_buckets(artifact):
         raise UsageError(f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context binary, "
                          f"which `edgekit build` makes; none is built for {missing[0][0]}",
                          hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` for a target whose [aihub] devices name it")
@@ -109,13 +113,13 @@ def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: 
     return out
 
 
-def _engine_for(engines: list[tuple[str, Mapping[str, Any]]], name: str, chipset: str | None) -> tuple[str, Mapping[str, Any]] | None:
-    for key, entry in engines:
-        if (entry.get("aihub") or {}).get("device") == name:
-            return key, entry
-    for key, entry in engines:
-        if chipset and (entry.get("aihub") or {}).get("chipset") == chipset:
-            return key, entry
+def _engine_for(engines: list[EngineRecord], name: str, chipset: str | None) -> EngineRecord | None:
+    for entry in engines:
+        if entry.aihub.get("device") == name:
+            return entry
+    for entry in engines:
+        if chipset and entry.aihub.get("chipset") == chipset:
+            return entry
     return None
 
 
