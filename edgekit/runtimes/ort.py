@@ -26,14 +26,7 @@ from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort_fusions import apply_contrib_fusions, engine_session_options, graph_changes
-from edgekit.runtimes.registry import (
-    Backend,
-    DebugHooks,
-    EngineHooks,
-    FileOptions,
-    Requirement,
-    register_backend,
-)
+from edgekit.runtimes.registry import Backend, DebugHooks, EngineHooks, FileOptions, Requirement, register_backend
 
 # OrtOptions.graph_optimization -> onnxruntime.GraphOptimizationLevel member.
 GRAPH_OPTIMIZATION_LEVELS: dict[str, str] = {

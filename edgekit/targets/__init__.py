@@ -381,6 +381,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "LintRules",
     "OpenVinoSettings",
+    "QNN_PERFORMANCE_MODES",
     "OrtSettings",
     "ProfileFacts",
     "QUANTIZATION_PROFILES",
