@@ -30,6 +30,7 @@ from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.cpu.optimize import over_protobuf_limit
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.cpu.search import (
     BudgetOutcome,
@@ -78,8 +79,9 @@ class FallbackProfile:
     def prepare(self) -> None:
         run = self.run
         prepared, skipped = prepare_model(run.fp32_path, run.tmp / "prepared.onnx", run.cfg.preprocess)
-        if skipped is None:
-            run.say("prepared the graph with quant_pre_process")
+        if skipped is None:  # over 2 GiB the same optimization runs from files (cpu/optimize.py)
+            run.say("prepared the graph with " + ("ORT's graph optimization from files (over 2 GiB)"
+                                                  if over_protobuf_limit(run.fp32_path) else "quant_pre_process"))
         elif run.cfg.preprocess:  # the one warning line: what was skipped and why
             run.warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
         run.prepared, run.preprocess = prepared, {"applied": skipped is None, "skipped_because": skipped}

@@ -21,6 +21,7 @@ from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
+from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph, module_labels
 from edgekit.quantize.quiet import quiet_ort_logging
@@ -40,24 +41,29 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     onnx = require("onnx")
     skipped = "--no-preprocess" if not preprocess else None
     big = needs_side_file(fp32_path)
-    if preprocess:
+    if preprocess and over_protobuf_limit(fp32_path):
+        # quant_pre_process holds two copies of the model in memory (7.2 GB peak at 2.25 GiB) and
+        # its symbolic shape inference cannot run over 2 GiB: the same optimization from files.
+        try:
+            return optimize_from_files(fp32_path, out_path), None
+        except Exception as exc:  # ORT refuses the graph: the plain copy below, said as for the small path
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            skipped = f"ORT's graph optimization failed ({type(exc).__name__}{': ' + first if first else ''})"
+            out_path.unlink(missing_ok=True)
+            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
+    elif preprocess:
         quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
         # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
         where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data") if big else {}
-        # ORT's symbolic shape inference runs ONNX's on the whole model in memory, which stops at
-        # 2 GiB (a 2.25 GiB masked transformer: ReduceMean without a shape); the optimization,
-        # what the quantizer needs (MatMul+Add -> Gemm), runs without it. Under 2 GiB a failure of
-        # the shape inference is the model's (an op it does not know) and the fallback below says so.
-        for skip_symbolic in (False, True) if big else (False,):
-            try:
-                with quiet_ort_logging():
-                    quant_pre_process(str(fp32_path), str(out_path), skip_symbolic_shape=skip_symbolic, **where)
-                return out_path, None
-            except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
-                first = (str(exc).strip().splitlines() or [""])[0][:160]
-                skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
-                out_path.unlink(missing_ok=True)
-                out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
+        try:
+            with quiet_ort_logging():
+                quant_pre_process(str(fp32_path), str(out_path), **where)
+            return out_path, None
+        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
+            out_path.unlink(missing_ok=True)
+            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
     # The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
     # written beside the fp32 weights it keeps reading where they are in a side file.
     model = onnx.load(str(fp32_path), load_external_data=not big)

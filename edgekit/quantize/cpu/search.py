@@ -260,7 +260,7 @@ def fallback_until_within_budget(
     passed, rows = check(metrics, budget)
     history = [{"fallback": 0, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed}]
     outcome = BudgetOutcome(passed, metrics, rows, nodes, history=history)
-    if passed or not enabled or not nodes:
+    if passed or not enabled or not nodes or max_fallback == 0:  # --max-fallback 0: no ranking to pay for
         return model, outcome
     say(f"budget not met ({_describe(rows)}): ranking {len(nodes)} INT8 nodes by sensitivity")
     scores = sensitivity(model, nodes)

@@ -33,6 +33,10 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
     assert model == "model3"
     _, capped = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1)
     assert not capped.passed and len(capped.fallback) == 1
+    ranked: list[str] = []
+    _, none = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure,
+                                           lambda m, n: ranked.append(m) or sensitivity(m, n), max_fallback=0)
+    assert not none.passed and none.fallback == [] and ranked == []  # nothing to move: nothing ranked
     _, off = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, enabled=False)
     assert not off.passed and off.fallback == [] and len(off.history) == 1
 

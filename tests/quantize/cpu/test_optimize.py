@@ -1,0 +1,67 @@
+"""Over 2 GiB the cpu profile prepares the graph with ORT's optimization from files
+(``quantize/cpu/optimize.py``) instead of ``quant_pre_process`` (two copies of the model in
+memory). The suite cannot hold 2 GiB: a tiny model with its weights in a side file, and the
+limit test stood in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.quantize.conftest import build_tiny_model, tiny_feeds
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _external(tmp_path: Path) -> Path:
+    model = onnx.load(str(build_tiny_model(tmp_path / "src.onnx", seed=3)))
+    path = tmp_path / "fp32.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="fp32.onnx.data", size_threshold=256)
+    return path
+
+
+def test_optimize_from_files_writes_what_quant_pre_process_would(tmp_path):
+    from edgekit.quantize.cpu.optimize import PRE_PROCESS_KEY, optimize_from_files
+
+    fp32 = _external(tmp_path)
+    out = optimize_from_files(fp32, tmp_path / "prepared.onnx")
+    graph = onnx.load(str(out), load_external_data=False)
+    assert {p.key: p.value for p in graph.metadata_props}[PRE_PROCESS_KEY] == "onnxruntime.quant"
+    assert (tmp_path / "prepared.onnx.data").is_file()  # the weights stay in a side file
+    assert any(t.external_data for t in graph.graph.initializer)
+    assert graph.graph.value_info  # shapes inferred
+    feed = tiny_feeds(1)[0]
+    ref = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_prepare_model_takes_the_file_path_over_the_limit_and_quant_pre_process_under_it(tmp_path, monkeypatch):
+    from edgekit.quantize.cpu import ptq
+
+    fp32 = _external(tmp_path)
+    called: list[str] = []
+    monkeypatch.setattr("onnxruntime.quantization.shape_inference.quant_pre_process",
+                        lambda *a, **k: called.append("quant_pre_process") or (_ for _ in ()).throw(RuntimeError("stop")))
+    monkeypatch.setattr(ptq, "over_protobuf_limit", lambda path: True)
+    prepared, skipped = ptq.prepare_model(fp32, tmp_path / "prepared.onnx")
+    assert skipped is None and called == [] and prepared == tmp_path / "prepared.onnx"
+    monkeypatch.setattr(ptq, "over_protobuf_limit", lambda path: False)
+    (tmp_path / "b").mkdir()
+    _, skipped = ptq.prepare_model(fp32, tmp_path / "b" / "prepared.onnx")
+    assert called == ["quant_pre_process"] and skipped.startswith("quant_pre_process failed")
+
+
+def test_over_protobuf_limit_counts_the_side_files(tmp_path, monkeypatch):
+    from edgekit.quantize.cpu import optimize
+
+    fp32 = _external(tmp_path)
+    graph, data = fp32.stat().st_size, (tmp_path / "fp32.onnx.data").stat().st_size
+    monkeypatch.setattr(optimize, "PROTOBUF_LIMIT", graph + data)
+    assert optimize.over_protobuf_limit(fp32)
+    monkeypatch.setattr(optimize, "PROTOBUF_LIMIT", graph + data + 1)
+    assert not optimize.over_protobuf_limit(fp32)
