@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgekit.errors import BundleError
-from edgekit.manifest import MANIFEST, STAGING_PREFIX, live_paths
+from edgekit.manifest import MANIFEST, STAGING_PREFIX, live_paths, prune_empty
 from edgekit.userfiles import check_utf8_path
 
 try:  # POSIX; elsewhere bundles are written without a lock (one process at a time is on the user)
@@ -216,13 +216,7 @@ def sweep_unlisted(root: Path, before: frozenset[str]) -> list[str]:
             path = root / rel
             path.unlink(missing_ok=True)
             removed.append(rel)
-            folder = path.parent.resolve()
-            while folder != base and base in folder.parents:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-                folder = folder.parent
+            prune_empty(path.parent, base)
     except OSError:
         pass
     return removed

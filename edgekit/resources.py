@@ -89,13 +89,18 @@ def available_memory() -> int | None:
     return min(known) if known else None
 
 
-def free_disk(folder: Path) -> int | None:
-    """Free bytes on the file system ``folder`` is (or will be) on."""
+def existing(folder: Path) -> Path:
+    """``folder``, or its nearest parent that exists (where a folder still to be made will be)."""
     probe = Path(folder).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    return probe
+
+
+def free_disk(folder: Path) -> int | None:
+    """Free bytes on the file system ``folder`` is (or will be) on."""
     try:
-        return shutil.disk_usage(probe).free
+        return shutil.disk_usage(existing(folder)).free
     except OSError:
         return None
 
@@ -120,10 +125,7 @@ def preflight(stage: str, needs: Sequence[Need], warn: Callable[[str], None] | N
     by_device: dict[int, list[Need]] = {}
     for n in needs:
         if n.kind == "disk" and n.folder is not None:
-            probe = Path(n.folder).absolute()
-            while not probe.exists() and probe != probe.parent:
-                probe = probe.parent
-            by_device.setdefault(os.stat(probe).st_dev, []).append(n)
+            by_device.setdefault(os.stat(existing(n.folder)).st_dev, []).append(n)
     for group in by_device.values():
         want = sum(n.bytes for n in group)
         free = (disk or free_disk)(group[0].folder)  # type: ignore[arg-type]
@@ -144,11 +146,6 @@ def _stderr(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr)  # a stage without a warn channel (export)
 
 
-def file_bytes(paths: Sequence[Path]) -> int:
-    """Sizes of the files that exist among ``paths``."""
-    return sum(p.stat().st_size for p in paths if p.is_file())
-
-
 __all__ = ["BASE_MEMORY", "EXPORT_DISK", "EXPORT_MEMORY", "ENV_SKIP", "HostTooSmall", "Need", "QUANTIZE_BUNDLE_DISK",
-           "QUANTIZE_MEMORY", "QUANTIZE_SCRATCH_DISK", "available_memory", "cgroup_available", "file_bytes", "free_disk",
+           "QUANTIZE_MEMORY", "QUANTIZE_SCRATCH_DISK", "available_memory", "cgroup_available", "existing", "free_disk",
            "gib", "meminfo_available", "preflight"]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from edgekit._lock import owned_tempdir, writes_bundle
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.host import HostFacts
@@ -37,7 +37,15 @@ from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
-from edgekit.resources import BASE_MEMORY, QUANTIZE_BUNDLE_DISK, QUANTIZE_MEMORY, QUANTIZE_SCRATCH_DISK, Need, file_bytes, gib, preflight
+from edgekit.resources import (
+    BASE_MEMORY,
+    QUANTIZE_BUNDLE_DISK,
+    QUANTIZE_MEMORY,
+    QUANTIZE_SCRATCH_DISK,
+    Need,
+    gib,
+    preflight,
+)
 from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -100,7 +108,7 @@ def quantize_needs(bundle: Bundle) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
     real size, ``resources.py``): memory, the scratch copies in TMPDIR, the int8 graph(s)."""
     fp32 = Path(bundle.path_of("fp32"))
-    weights = file_bytes([fp32, *(fp32.parent / name for name in external_data_locations(fp32))])
+    weights = model_bytes(fp32)
     return [
         Need("memory", int(QUANTIZE_MEMORY * weights) + BASE_MEMORY, f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights"),
         Need("disk", int(QUANTIZE_SCRATCH_DISK * weights), "the scratch copies", Path(tempfile.gettempdir())),

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
@@ -45,7 +45,6 @@ from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.result import notable_float_ops
-from edgekit.resources import file_bytes
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
@@ -149,7 +148,7 @@ class FallbackProfile:
         try:
             single = self.build(nodes) if current is not None else model
             scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
-            suspects = screen(scores, nodes, file_bytes([run.fp32_path, *(run.fp32_path.parent / f for f in external_data_locations(run.fp32_path))]))
+            suspects = screen(scores, nodes, model_bytes(run.fp32_path))
             if len(suspects) < len(nodes):
                 run.say(f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
                         "are measured one at a time")

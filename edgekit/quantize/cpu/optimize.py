@@ -17,9 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit._deps import require
-from edgekit._sidefiles import PROTOBUF_LIMIT, external_data_locations
+from edgekit._sidefiles import PROTOBUF_LIMIT, model_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
-from edgekit.resources import file_bytes
 
 # What quant_pre_process records (onnxruntime.quantization.quant_utils.add_pre_process_metadata):
 # quantize_static warns "consider pre-processing" on a model without it.
@@ -28,7 +27,7 @@ PRE_PROCESS_KEY, PRE_PROCESS_VALUE = "onnx.quant.pre_process", "onnxruntime.quan
 
 def over_protobuf_limit(path: Path) -> bool:
     """Whether the ONNX model at ``path`` (its graph and the side files it reads) is over 2 GiB."""
-    return file_bytes([path, *(path.parent / n for n in external_data_locations(path))]) >= PROTOBUF_LIMIT
+    return model_bytes(path) >= PROTOBUF_LIMIT
 
 
 def optimize_from_files(fp32_path: Path, out_path: Path) -> Path:
