@@ -17,16 +17,18 @@ from pathlib import Path
 import torch
 
 from edgekit.bundle import Bundle
+from edgekit.evaluate import evaluate
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.models.demo import build_module
-from edgekit.evaluate import evaluate
 from edgekit.runtimes.torch_ref import TorchRuntime
 
 
 def _bundle(spec, root: Path) -> Bundle:
     model = {"name": spec.name, "kind": spec.kind, "meta": dict(spec.meta), "ground_truth": spec.ground_truth}
-    return Bundle.new(root / spec.name, model=model, inputs=spec.inputs, outputs=spec.outputs, decode_defaults=spec.decode_defaults)
+    return Bundle.new(
+        root / spec.name, model=model, inputs=spec.inputs, outputs=spec.outputs, decode_defaults=spec.decode_defaults
+    )
 
 
 def main() -> None:

@@ -44,7 +44,13 @@ def machine() -> dict[str, object]:
     from edgekit.host import HostFacts, cpu_identity
 
     facts, cpu = HostFacts.detect(), cpu_identity()
-    return {"cpu": cpu["model"], "cores": cpu["cores"], "arch": facts.arch, "isa_class": facts.isa_class, "isa": list(facts.isa)}
+    return {
+        "cpu": cpu["model"],
+        "cores": cpu["cores"],
+        "arch": facts.arch,
+        "isa_class": facts.isa_class,
+        "isa": list(facts.isa),
+    }
 
 
 def measure(extra: list[str]) -> dict[str, object]:
@@ -84,7 +90,9 @@ def measure(extra: list[str]) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="time `edgekit demo --full` (the complete sizes and the NPU stage)")
+    ap.add_argument(
+        "--full", action="store_true", help="time `edgekit demo --full` (the complete sizes and the NPU stage)"
+    )
     ap.add_argument("--out", type=Path, default=HERE / "results" / "demo_time.json")
     ap.add_argument("--record", action="store_true", help="append the document to benchmarks/demo_time_runs.jsonl")
     args = ap.parse_args()
@@ -95,9 +103,11 @@ def main() -> None:
         with open(HERE / "demo_time_runs.jsonl", "a") as f:
             f.write(json.dumps(doc) + "\n")
     m = doc["machine"]
-    print(f"{doc['command']}: {doc['wall_s']:.0f} s wall, {doc['cpu_s']:.0f} s CPU on {m['cpu']} ({m['cores']} cores, "
-          f"{m['isa_class']}), load {doc['load_avg_before'][0]:g} -> {doc['load_avg_after'][0]:g}; "
-          f"{'within' if doc['within_goal'] else 'over'} the {GOAL_S:.0f} s goal")
+    print(
+        f"{doc['command']}: {doc['wall_s']:.0f} s wall, {doc['cpu_s']:.0f} s CPU on {m['cpu']} ({m['cores']} cores, "
+        f"{m['isa_class']}), load {doc['load_avg_before'][0]:g} -> {doc['load_avg_after'][0]:g}; "
+        f"{'within' if doc['within_goal'] else 'over'} the {GOAL_S:.0f} s goal"
+    )
     for name, t in doc["stages"].items():
         print(f"  {name:10s} {t['wall_s']:7.1f} s wall {t['cpu_s']:7.1f} s CPU")
     print(f"-> {args.out}")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,10 +20,22 @@ from edgekit.bundle import Bundle
 from edgekit.export.verify import random_feed
 
 # ORT kernels that carry a weight matrix (FP32, INT8 QDQ-fused, weight-only INT8): what INT8 speeds up.
-WEIGHTED_KERNELS = frozenset({
-    "Gemm", "QGemm", "FusedGemm", "MatMulNBits", "MatMulInteger", "MatMulIntegerToFloat",
-    "DynamicQuantizeMatMul", "QLinearMatMul", "Conv", "FusedConv", "QLinearConv", "NhwcFusedConv",
-})
+WEIGHTED_KERNELS = frozenset(
+    {
+        "Gemm",
+        "QGemm",
+        "FusedGemm",
+        "MatMulNBits",
+        "MatMulInteger",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "QLinearMatMul",
+        "Conv",
+        "FusedConv",
+        "QLinearConv",
+        "NhwcFusedConv",
+    }
+)
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], n: int, warmup: int = 3) -> dict[str, list[float]]:
@@ -105,10 +118,9 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
     overhead share (decode time outside ``Runtime.run`` / decode time)."""
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.decode.fused import decode_fused
-    from edgekit.runtimes import open_fused
     from edgekit.evaluate import conditions
     from edgekit.probes.latency import TimedRuntime
-    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes import open_fused, open_runtime
 
     bundle = Bundle.load(bundle_path)
     kind = bundle.kind
@@ -121,7 +133,9 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
         rt, entries[g] = open_fused(bundle, g, threads=threads)
         timed[g] = TimedRuntime(rt)
     try:
-        fns: dict[str, Callable[[], object]] = {"host": timed["host"].timed_decodes(lambda: decode(kind, timed["host"], bundle.meta, cond, cfg))}
+        fns: dict[str, Callable[[], object]] = {
+            "host": timed["host"].timed_decodes(lambda: decode(kind, timed["host"], bundle.meta, cond, cfg))
+        }
         for g in graphs:
             fns[g] = timed[g].timed_decodes(lambda g=g: decode_fused(kind, timed[g], entries[g], cond, cfg))
         warmup = 3  # rounds; TimedRuntime records them as decodes too, so the breakdown skips them
@@ -132,8 +146,13 @@ def fused_vs_host(bundle_path: Path, graphs: Sequence[str], threads: int, n: int
             t.close()
     med = {k: float(np.median(v)) for k, v in samples.items()}
     return {
-        "kind": kind, "batch": batch, "decode": {k: v for k, v in vars(cfg).items() if k != "seed"}, "n": n,
-        "median_ms": med, "speedup_vs_host": {g: med["host"] / med[g] for g in graphs}, "host_share": share,
+        "kind": kind,
+        "batch": batch,
+        "decode": {k: v for k, v in vars(cfg).items() if k != "seed"},
+        "n": n,
+        "median_ms": med,
+        "speedup_vs_host": {g: med["host"] / med[g] for g in graphs},
+        "host_share": share,
     }
 
 
@@ -168,8 +187,13 @@ def rss_growth(masked: Path, precision: str, decodes: int, threads: int, warmup:
     growth = report.growth_bytes("after_warmup", "end")
     series = [(name, snap.rss_bytes) for name, snap in report.points if name.startswith("after ") or name == "end"]
     return {
-        "decodes": decodes, "warmup": warmup, "precision": precision, "seconds": seconds,
-        "rss_after_warmup_bytes": warm_rss, "rss_end_bytes": end_rss, "growth_bytes": growth,
+        "decodes": decodes,
+        "warmup": warmup,
+        "precision": precision,
+        "seconds": seconds,
+        "rss_after_warmup_bytes": warm_rss,
+        "rss_end_bytes": end_rss,
+        "growth_bytes": growth,
         "series": series,
         "reason": None if growth is not None else "RSS unreadable on this host (/proc/self/status)",
     }
@@ -197,11 +221,18 @@ def nfe_to_snr(flow: Path, target_db: float, grids: Sequence[tuple[str, float | 
                 rs.sort(key=lambda r: r["nfe"])
                 hit = next((r for r in rs if r["snr_db"] >= target_db), None)
                 best = max(rs, key=lambda r: r["snr_db"])
-                rows.append({
-                    "solver": solver, "grid": name, "nfe": hit["nfe"] if hit else None,
-                    "steps": hit["steps"] if hit else None, "snr_db": hit["snr_db"] if hit else None,
-                    "best_snr_db": best["snr_db"], "best_nfe": best["nfe"], "max_nfe": rs[-1]["nfe"],
-                })
+                rows.append(
+                    {
+                        "solver": solver,
+                        "grid": name,
+                        "nfe": hit["nfe"] if hit else None,
+                        "steps": hit["steps"] if hit else None,
+                        "snr_db": hit["snr_db"] if hit else None,
+                        "best_snr_db": best["snr_db"],
+                        "best_nfe": best["nfe"],
+                        "max_nfe": rs[-1]["nfe"],
+                    }
+                )
     finally:
         restored = Bundle.load(flow)
         if kept is None:
@@ -222,7 +253,9 @@ def nar_ar_at(masked: Path, ar: Path, length: int, precision: str, threads: int,
     bundle, ar_bundle = Bundle.load(masked), Bundle.load(ar)
     steps = int(bundle.manifest.get("decode_defaults", {}).get("steps", 8))
     cfg = ProfileConfig(
-        threads=threads, sweep_precision=precision, power="off",
+        threads=threads,
+        sweep_precision=precision,
+        power="off",
         sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=iters, min_seconds=1.0),
     )
     sweep = length_sweep(bundle, ar_bundle, "ort", steps, graph_batch(bundle), (length,), cfg)
@@ -230,6 +263,11 @@ def nar_ar_at(masked: Path, ar: Path, length: int, precision: str, threads: int,
         raise RuntimeError(sweep.get("reason", "the length sweep did not run"))
     point = sweep["points"][0]
     return {
-        "length": length, "precision": precision, "nar_steps": steps, "how": sweep["how"],
-        "nar_ms": point["nar_decode_ms"], "ar_ms": point["ar_decode_ms"], "speedup": point["ar_decode_ms"] / point["nar_decode_ms"],
+        "length": length,
+        "precision": precision,
+        "nar_steps": steps,
+        "how": sweep["how"],
+        "nar_ms": point["nar_decode_ms"],
+        "ar_ms": point["ar_decode_ms"],
+        "speedup": point["ar_decode_ms"] / point["nar_decode_ms"],
     }

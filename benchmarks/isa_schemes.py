@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.arithmetic import SCHEMES, int8_weight_pairs
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts, cpu_identity
-from edgekit.arithmetic import SCHEMES, int8_weight_pairs
 from edgekit.quantize.budget import compare, decode_eval_set, snr_db
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.config import QuantizeConfig
@@ -89,9 +89,16 @@ def _plain(prepared: Path, out: Path, feeds: list[dict[str, np.ndarray]], dynami
         if dynamic:
             q.quantize_dynamic(str(prepared), str(out), weight_type=q.QuantType.QInt8, per_channel=True)
         else:
-            q.quantize_static(str(prepared), str(out), calibration_reader(feeds), quant_format=q.QuantFormat.QDQ,
-                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8, per_channel=True,
-                              op_types_to_quantize=["MatMul", "Gemm", "Conv"])
+            q.quantize_static(
+                str(prepared),
+                str(out),
+                calibration_reader(feeds),
+                quant_format=q.QuantFormat.QDQ,
+                activation_type=q.QuantType.QUInt8,
+                weight_type=q.QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul", "Gemm", "Conv"],
+            )
     return out
 
 
@@ -115,7 +122,15 @@ def measure_model(kind: str, tmp: Path, rounds: int, ov: bool) -> dict[str, Any]
         nodes, floated = select_nodes(plan, cfg)
         path = tmp / f"{kind}-{name}.onnx"
         _say(f"{kind}: quantize with {name}")
-        quantize_model(prepared, path, calibration_reader(calib.feeds), nodes, cfg, plan, weight_only=weight_only_by_rule(floated, cfg))
+        quantize_model(
+            prepared,
+            path,
+            calibration_reader(calib.feeds),
+            nodes,
+            cfg,
+            plan,
+            weight_only=weight_only_by_rule(floated, cfg),
+        )
         paths[name] = path
     for name, dynamic in (("ort-quantize_static", False), ("ort-quantize_dynamic", True)):
         paths[name] = _plain(prepared, tmp / f"{kind}-{name}.onnx", calib.feeds, dynamic)
@@ -137,7 +152,9 @@ def measure_model(kind: str, tmp: Path, rounds: int, ov: bool) -> dict[str, Any]
 
                 with OpenVinoRuntime(path, OvOptions(threads=1)) as rt:
                     got = [rt.run(f)[out_name].copy() for f in feeds]
-                rows[name]["forward_snr_db_openvino"] = snr_db(np.concatenate([r[out_name] for r in ref_out]), np.concatenate(got))
+                rows[name]["forward_snr_db_openvino"] = snr_db(
+                    np.concatenate([r[out_name] for r in ref_out]), np.concatenate(got)
+                )
     _say(f"{kind}: speed per forward, {rounds} interleaved rounds")
     fp32_ms: dict[str, float] = {}
     for runtime in ("ort", "openvino") if ov else ("ort",):
@@ -166,8 +183,11 @@ def main() -> None:
         ov = False
     doc: dict[str, Any] = {
         "schema": "edgekit.bench.isa_schemes/1",
-        "cpu": cpu_identity(), "isa_class": host.isa_class, "openvino": ov,
-        "scheme_descriptions": {k: s.description for k, s in SCHEMES.items()}, "models": {},
+        "cpu": cpu_identity(),
+        "isa_class": host.isa_class,
+        "openvino": ov,
+        "scheme_descriptions": {k: s.description for k, s in SCHEMES.items()},
+        "models": {},
     }
     with tempfile.TemporaryDirectory(prefix="edgekit-isa-") as tmp:
         for kind in args.models.split(","):
@@ -180,8 +200,10 @@ def main() -> None:
         print(f"{'scheme':<22}{'fwd SNR ort':>12}{'fwd SNR ov':>12}{'pair max':>9}{'ort x':>7}{'ov x':>7}  decode")
         for name, r in m["schemes"].items():
             dec = ", ".join(f"{k} {v:.4g}" for k, v in r["decode"].items() if isinstance(v, float))
-            print(f"{name:<22}{r['forward_snr_db_ort']:>12.1f}{r.get('forward_snr_db_openvino', float('nan')):>12.1f}"
-                  f"{r['max_weight_pair_sum']:>9}{r['ort_speedup_vs_ort_fp32']:>7.2f}{r.get('openvino_speedup_vs_openvino_fp32', float('nan')):>7.2f}  {dec}")
+            print(
+                f"{name:<22}{r['forward_snr_db_ort']:>12.1f}{r.get('forward_snr_db_openvino', float('nan')):>12.1f}"
+                f"{r['max_weight_pair_sum']:>9}{r['ort_speedup_vs_ort_fp32']:>7.2f}{r.get('openvino_speedup_vs_openvino_fp32', float('nan')):>7.2f}  {dec}"
+            )
     print(f"\nwrote {args.out}")
 
 

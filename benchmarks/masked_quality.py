@@ -39,7 +39,9 @@ AR_SETTINGS = {"defaults (T=1)": {}, "T=0.5": {"temperature": 0.5}}
 
 def _bundle(spec, root: Path) -> Bundle:
     model = {"name": spec.name, "kind": spec.kind, "meta": dict(spec.meta), "ground_truth": spec.ground_truth}
-    return Bundle.new(root / spec.name, model=model, inputs=spec.inputs, outputs=spec.outputs, decode_defaults=spec.decode_defaults)
+    return Bundle.new(
+        root / spec.name, model=model, inputs=spec.inputs, outputs=spec.outputs, decode_defaults=spec.decode_defaults
+    )
 
 
 def decode_grid(n: int, batch: int, masked_steps: tuple[int, ...], tmp: Path) -> list[dict]:
@@ -55,7 +57,10 @@ def decode_grid(n: int, batch: int, masked_steps: tuple[int, ...], tmp: Path) ->
                     options = dict(opts) | ({"steps": k} if k else {})
                     q = evaluate(bundle, rt, n, seed=0, decode_options=options)["quality"]
                     rows.append({"model": name, "steps": k or spec.meta["max_len"], "setting": label, **q})
-                    print(f"{name:12} K={k or '-':>3} {label:30} validity {q['validity']:.3f}  event acc {q['event_accuracy']:.3f}", flush=True)
+                    print(
+                        f"{name:12} K={k or '-':>3} {label:30} validity {q['validity']:.3f}  event acc {q['event_accuracy']:.3f}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -79,7 +84,9 @@ def single_mask_posterior(count: int = 256) -> dict:
     masked = torch.from_numpy(seqs).clone()
     masked[torch.arange(count), torch.from_numpy(pos)] = spec.meta["mask_id"]
     with torch.no_grad():
-        logits = spec.module(masked, torch.from_numpy(classes.astype(np.int64)))[torch.arange(count), torch.from_numpy(pos)]
+        logits = spec.module(masked, torch.from_numpy(classes.astype(np.int64)))[
+            torch.arange(count), torch.from_numpy(pos)
+        ]
     target = torch.from_numpy(seqs[np.arange(count), pos])
     return {
         "sequences": count,
@@ -102,12 +109,15 @@ def main() -> None:
     print(
         f"one masked token given the rest of a true sequence ({post['sequences']} held-out): "
         f"masked-demo NLL {post['model_nll']:.3f} nats, top-1 {post['model_top1']:.3f}; "
-        f"exact posterior NLL {post['exact_nll']:.3f}, top-1 {post['exact_top1']:.3f}", flush=True,
+        f"exact posterior NLL {post['exact_nll']:.3f}, top-1 {post['exact_top1']:.3f}",
+        flush=True,
     )
     with tempfile.TemporaryDirectory() as tmp:
         rows = decode_grid(args.n, args.batch, tuple(int(k) for k in args.steps.split(",")), Path(tmp))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"schema": "edgekit.masked-quality/1", "n": args.n, "decode": rows, "single_mask": post}, indent=2))
+    args.out.write_text(
+        json.dumps({"schema": "edgekit.masked-quality/1", "n": args.n, "decode": rows, "single_mask": post}, indent=2)
+    )
     print(f"wrote {args.out}")
 
 

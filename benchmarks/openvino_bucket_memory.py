@@ -105,8 +105,10 @@ def scales_as_inputs(src: Path, out: Path) -> Path:
 
     for k, n in enumerate([n for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits]):
         x = n.input[0]
-        added += [helper.make_node("Mul", [x, scalar(f"scale_{k}")], [f"{x}_scaled_{k}"]),
-                  helper.make_node("Add", [f"{x}_scaled_{k}", scalar(f"shift_{k}")], [f"{x}_shifted_{k}"])]
+        added += [
+            helper.make_node("Mul", [x, scalar(f"scale_{k}")], [f"{x}_scaled_{k}"]),
+            helper.make_node("Add", [f"{x}_scaled_{k}", scalar(f"shift_{k}")], [f"{x}_shifted_{k}"]),
+        ]
         n.input[0] = f"{x}_shifted_{k}"
     for k, n in enumerate([n for n in g.node if n.op_type in ("Gemm", "Conv")]):
         p = producer.get(n.input[0])
@@ -114,8 +116,10 @@ def scales_as_inputs(src: Path, out: Path) -> Path:
             continue
         y = n.output[0]
         n.output[0] = f"{y}_raw"
-        added += [helper.make_node("Mul", [f"{y}_raw", scalar(f"out_scale_{k}")], [f"{y}_rescaled"]),
-                  helper.make_node("Add", [f"{y}_rescaled", scalar(f"out_shift_{k}")], [y])]
+        added += [
+            helper.make_node("Mul", [f"{y}_raw", scalar(f"out_scale_{k}")], [f"{y}_rescaled"]),
+            helper.make_node("Add", [f"{y}_rescaled", scalar(f"out_shift_{k}")], [y]),
+        ]
     nodes, have, pending = [], {i.name for i in g.input} | inits | {i.name for i in inputs} | {""}, list(g.node) + added
     while pending:  # topological order
         rest = [n for n in pending if not all(i in have for i in n.input)]
@@ -167,7 +171,9 @@ def child(way: str, spec_path: str) -> None:
     before = _rss_mb()
     import openvino as ov
 
-    opened = open_way(ov, way, [Path(g) for g in spec["graphs"]], [Path(b) for b in spec["blobs"]], Path(spec["scaled"]))
+    opened = open_way(
+        ov, way, [Path(g) for g in spec["graphs"]], [Path(b) for b in spec["blobs"]], Path(spec["scaled"])
+    )
     requests: dict[int, Any] = {}  # one request per compiled model (the If model runs every body on its one)
     for i, (compiled, bucket) in enumerate(opened):
         request = requests.setdefault(id(compiled), compiled.create_infer_request())
@@ -193,8 +199,8 @@ def main() -> None:
     from edgekit.models import load_spec
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     from edgekit.quantize.budget import decode_eval_set
-    from edgekit.runtimes.recording import RecordingRuntime
     from edgekit.runtimes import open_runtime
+    from edgekit.runtimes.recording import RecordingRuntime
 
     tmp = Path(tempfile.mkdtemp(prefix="edgekit-ov-memory-"))
     print(f"· export + quantize the flow demo with --step-buckets {args.buckets} in {tmp}", file=sys.stderr)
@@ -222,19 +228,33 @@ def main() -> None:
         blobs[-1].write_bytes(exported.getvalue() if hasattr(exported, "getvalue") else bytes(exported))
     scaled = scales_as_inputs(graphs[0], tmp / "scales-as-inputs.onnx")
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"graphs": [str(g) for g in graphs], "blobs": [str(p) for p in blobs], "scaled": str(scaled),
-                                "calls": [str(p) for p in call_files]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "graphs": [str(g) for g in graphs],
+                "blobs": [str(p) for p in blobs],
+                "scaled": str(scaled),
+                "calls": [str(p) for p in call_files],
+            }
+        )
+    )
 
     rows: dict[str, dict[str, Any]] = {}
     for way in WAYS:
-        out = subprocess.run([sys.executable, __file__, "--child", way, str(spec)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", way, str(spec)], capture_output=True, text=True, check=True
+        )
         rows[way] = {"added_mb": json.loads(out.stdout.strip().splitlines()[-1])["added_mb"]}
         print(f"· {way}: {rows[way]['added_mb']:.1f} MB", file=sys.stderr)
 
     # Time per call, interleaved: each way runs its bucket's call in turn (round robin over buckets).
     opened = {way: open_way(ov, way, graphs, blobs, scaled) for way in WAYS}
-    requests = {way: [(c.create_infer_request(), feeds_for(c, calls[i if k is None else k], k)) for i, (c, k) in enumerate(items)]
-                for way, items in opened.items()}
+    requests = {
+        way: [
+            (c.create_infer_request(), feeds_for(c, calls[i if k is None else k], k)) for i, (c, k) in enumerate(items)
+        ]
+        for way, items in opened.items()
+    }
     times: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(args.rounds):
         for way, reqs in requests.items():
@@ -247,14 +267,24 @@ def main() -> None:
     for i, (request, _) in enumerate(requests["one If model"]):
         request.infer(requests["one If model"][i][1])
         got = np.array(request.get_output_tensor(0).data).astype(np.float64)
-        snr.append(float(10 * np.log10((ref[i].astype(np.float64) ** 2).sum() / max(((ref[i] - got) ** 2).sum(), 1e-30))))
+        snr.append(
+            float(10 * np.log10((ref[i].astype(np.float64) ** 2).sum() / max(((ref[i] - got) ** 2).sum(), 1e-30)))
+        )
     base_mb, base_ms = rows["one graph"]["added_mb"], float(np.median(times["one graph"]))
     for way in WAYS:
         ms = float(np.median(times[way]))
         rows[way] |= {"ratio": rows[way]["added_mb"] / base_mb, "ms_per_call": ms * 1e3, "ms_ratio": ms / base_ms}
-    result = {"cpu": cpu_identity(), "openvino": ov.get_version(), "buckets": len(graphs), "rows": rows,
-              "if_model_vs_bucket_graphs_snr_db": snr, "date": time.strftime("%Y-%m-%d")}
-    print(f"| way ({len(graphs)} buckets, flow demo batch 2) | memory added, MB | vs one graph | ms per call | vs one graph |")
+    result = {
+        "cpu": cpu_identity(),
+        "openvino": ov.get_version(),
+        "buckets": len(graphs),
+        "rows": rows,
+        "if_model_vs_bucket_graphs_snr_db": snr,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(
+        f"| way ({len(graphs)} buckets, flow demo batch 2) | memory added, MB | vs one graph | ms per call | vs one graph |"
+    )
     print("|---|---|---|---|---|")
     for way, r in rows.items():
         print(f"| {way} | {r['added_mb']:.1f} | {r['ratio']:.2f}x | {r['ms_per_call']:.2f} | {r['ms_ratio']:.2f}x |")

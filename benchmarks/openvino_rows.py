@@ -11,8 +11,9 @@ percent between seconds, and interleaving makes it hit every engine alike.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,15 @@ FORWARD_VARIANTS: tuple[tuple[str, str, str, str | None], ...] = (
 )
 
 
-def _open(bundle: Bundle, runtime: str, artifact: str, precision: str | None, threads: int, path: Path | None = None, profiling: bool = False) -> Any:
+def _open(
+    bundle: Bundle,
+    runtime: str,
+    artifact: str,
+    precision: str | None,
+    threads: int,
+    path: Path | None = None,
+    profiling: bool = False,
+) -> Any:
     from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
@@ -47,7 +56,9 @@ def _bf16() -> bool:
     return "BF16" in device_capabilities("CPU")
 
 
-def engines_forward(masked: Path, threads: int, rounds: int, extra_int8: Mapping[str, Path] | None = None) -> dict[str, Any]:
+def engines_forward(
+    masked: Path, threads: int, rounds: int, extra_int8: Mapping[str, Path] | None = None
+) -> dict[str, Any]:
     """Median ms per forward of every engine x precision (interleaved), each over ORT FP32, and
     OpenVINO's op profile of its INT8 forward. ``extra_int8``: other QDQ files of the same model
     ({label: path}, e.g. another quantization profile) timed on OpenVINO beside them."""
@@ -68,15 +79,21 @@ def engines_forward(masked: Path, threads: int, rounds: int, extra_int8: Mapping
     int8 = {k: v for k, v in med.items() if "int8" in k and k.startswith("openvino")}
     best = min(int8, key=int8.get)
     return {
-        "threads": threads, "rounds": rounds, "median_ms": med, "speedup_vs_ort_fp32": {k: base / v for k, v in med.items()},
+        "threads": threads,
+        "rounds": rounds,
+        "median_ms": med,
+        "speedup_vs_ort_fp32": {k: base / v for k, v in med.items()},
         "p25_ms": {k: float(np.percentile(v, 25)) for k, v in samples.items()},
-        "best_int8": best, "settings": settings,
+        "best_int8": best,
+        "settings": settings,
         "op_profile": ov_op_profile(bundle, "int8", threads, feeds),
         "op_profile_fp32": ov_op_profile(bundle, "fp32", threads, feeds),
     }
 
 
-def ov_op_profile(bundle: Bundle, artifact: str, threads: int, feeds: Mapping[str, np.ndarray], runs: int = 20) -> dict[str, Any]:
+def ov_op_profile(
+    bundle: Bundle, artifact: str, threads: int, feeds: Mapping[str, np.ndarray], runs: int = 20
+) -> dict[str, Any]:
     """OpenVINO's per-node times (PERF_COUNT) summed by (node type, kernel), ms per forward."""
     per: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
@@ -91,7 +108,10 @@ def ov_op_profile(bundle: Bundle, artifact: str, threads: int, feeds: Mapping[st
                 count[key] += 1
     total = sum(per.values())
     ops = sorted(per.items(), key=lambda kv: -kv[1])
-    return {"kernel_ms": total, "ops": [{"op": k, "ms": v, "share": v / total if total else None, "nodes": count[k] // runs} for k, v in ops]}
+    return {
+        "kernel_ms": total,
+        "ops": [{"op": k, "ms": v, "share": v / total if total else None, "nodes": count[k] // runs} for k, v in ops],
+    }
 
 
 def engines_decode(masked: Path, threads: int, rounds: int, graphs: Sequence[str] = ()) -> dict[str, Any]:
@@ -109,7 +129,9 @@ def engines_decode(masked: Path, threads: int, rounds: int, graphs: Sequence[str
     cfg = decode_config(kind, bundle.manifest.get("decode_defaults", {}), {})
     batch = next(iter(bundle.inputs.values())).shape[0]
     cond = conditions(bundle, {}, batch, 0)
-    wanted = [("ort", "fp32"), ("ort", "int8"), ("openvino", "int8"), ("openvino", "fp32")] + ([("openvino", "bf16")] if _bf16() else [])
+    wanted = [("ort", "fp32"), ("ort", "int8"), ("openvino", "int8"), ("openvino", "fp32")] + (
+        [("openvino", "bf16")] if _bf16() else []
+    )
     timed = {f"{r} {p}": TimedRuntime(open_runtime(bundle, r, p, threads=threads)) for r, p in wanted}
     if _bf16():  # the QDQ model with its float parts in bf16 (a target's [openvino] inference_precision = "bf16")
         timed["openvino int8+bf16"] = TimedRuntime(_open(bundle, "openvino", "int8", "bf16", threads))
@@ -135,12 +157,19 @@ def engines_decode(masked: Path, threads: int, rounds: int, graphs: Sequence[str
     med = {k: float(np.median(v)) for k, v in samples.items()}
     base = med["ort fp32"]
     return {
-        "threads": threads, "rounds": rounds, "batch": batch, "steps": cfg.steps, "median_ms": med,
-        "speedup_vs_ort_fp32": {k: base / v for k, v in med.items()}, "host_share": share,
+        "threads": threads,
+        "rounds": rounds,
+        "batch": batch,
+        "steps": cfg.steps,
+        "median_ms": med,
+        "speedup_vs_ort_fp32": {k: base / v for k, v in med.items()},
+        "host_share": share,
     }
 
 
-def nar_ar_engines(masked: Path, ar: Path, lengths: Sequence[int], threads: int, iters: int, cache: Path) -> dict[str, Any]:
+def nar_ar_engines(
+    masked: Path, ar: Path, lengths: Sequence[int], threads: int, iters: int, cache: Path
+) -> dict[str, Any]:
     """NAR (the bundle's K) vs AR decode ms at each length, architecture-only models in INT8
     (cpu-profile QDQ, no budget), on ORT and on OpenVINO (same ONNX files, cached in ``cache``);
     the crossover length per engine (``profiler.crossover``)."""
@@ -150,7 +179,10 @@ def nar_ar_engines(masked: Path, ar: Path, lengths: Sequence[int], threads: int,
     bundle, ar_bundle = Bundle.load(masked), Bundle.load(ar)
     steps = int(bundle.manifest.get("decode_defaults", {}).get("steps", 8))
     cfg = ProfileConfig(
-        threads=threads, sweep_precision="int8", power="off", sweep_cache=cache,
+        threads=threads,
+        sweep_precision="int8",
+        power="off",
+        sweep_cache=cache,
         sweep_measure=MeasureConfig(warmup_iters=1, warmup_seconds=0.2, iters=iters, min_seconds=0.5),
     )
     out: dict[str, Any] = {"lengths": list(lengths), "nar_steps": steps, "threads": threads, "engines": {}}
@@ -162,5 +194,10 @@ def nar_ar_engines(masked: Path, ar: Path, lengths: Sequence[int], threads: int,
         points = sweep["points"]
         for p in points:
             p["speedup"] = p["ar_decode_ms"] / p["nar_decode_ms"]
-        out["engines"][engine] = {"available": True, "points": points, "crossover": crossover(points, steps), "how": sweep["how"]}
+        out["engines"][engine] = {
+            "available": True,
+            "points": points,
+            "crossover": crossover(points, steps),
+            "how": sweep["how"],
+        }
     return out

@@ -48,8 +48,10 @@ def _profile(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) 
     total = sum(by_op.values())
     per_run = total / (runs + 3)
     ops = sorted(by_op.items(), key=lambda kv: -kv[1])
-    return {"kernel_ms_per_forward": per_run,
-            "ops": [{"op": op, "share": ms / total, "ms_per_forward": ms / (runs + 3)} for op, ms in ops]}
+    return {
+        "kernel_ms_per_forward": per_run,
+        "ops": [{"op": op, "share": ms / total, "ms_per_forward": ms / (runs + 3)} for op, ms in ops],
+    }
 
 
 def main() -> None:
@@ -67,8 +69,15 @@ def main() -> None:
     with OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=args.threads)) as fp32:
         feeds = record_trajectories(bundle, fp32, bundle.batch, seed=0).feeds
     host = HostFacts.detect()
-    doc: dict[str, Any] = {"schema": "edgekit.bench.ort_op_profile/1", "cpu": cpu_identity(), "isa_class": host.isa_class,
-                           "bundle": str(args.bundle), "batch": bundle.batch, "threads": args.threads, "calls": len(feeds)}
+    doc: dict[str, Any] = {
+        "schema": "edgekit.bench.ort_op_profile/1",
+        "cpu": cpu_identity(),
+        "isa_class": host.isa_class,
+        "bundle": str(args.bundle),
+        "batch": bundle.batch,
+        "threads": args.threads,
+        "calls": len(feeds),
+    }
     for precision in ("fp32", "int8"):
         doc[precision] = _profile(bundle.path_of(precision), feeds, args.runs, args.threads)
     doc["int8_speedup_kernel_time"] = doc["fp32"]["kernel_ms_per_forward"] / doc["int8"]["kernel_ms_per_forward"]

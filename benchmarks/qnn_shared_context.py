@@ -40,15 +40,25 @@ def tiny_bundle(root: Path) -> Path:
     torch.manual_seed(0)
     spec = tiny_flow_spec(batch=1)
     bundle = export_bundle(spec, root / "flow", source=spec.name).root
-    quantize_bundle(bundle, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, step_buckets=2,
-                                           budget={"snr_db": 10.0, "check_margin": -1.0}))
+    quantize_bundle(
+        bundle,
+        QuantizeConfig(
+            profile="qnn",
+            calib_samples=2,
+            eval_samples=2,
+            step_buckets=2,
+            budget={"snr_db": 10.0, "check_margin": -1.0},
+        ),
+    )
     return bundle
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle", nargs="?", type=Path)
-    ap.add_argument("--tiny", action="store_true", help="build the tiny flow bundle (needs torch and a checkout's tests/)")
+    ap.add_argument(
+        "--tiny", action="store_true", help="build the tiny flow bundle (needs torch and a checkout's tests/)"
+    )
     args = ap.parse_args()
     import onnxruntime as ort
 
@@ -82,26 +92,44 @@ def main() -> int:
     out = tmp / "shared"
     out.mkdir()
     for i, graph in enumerate(graphs):
-        ort.InferenceSession(str(graph), options(**{"ep.context_enable": "1", "ep.context_embed_mode": "0", "ep.share_ep_contexts": "1",
-                                                    "ep.context_file_path": str(out / f"bucket{i}_ctx.onnx")}, **last(i)))
+        ort.InferenceSession(
+            str(graph),
+            options(
+                **{
+                    "ep.context_enable": "1",
+                    "ep.context_embed_mode": "0",
+                    "ep.share_ep_contexts": "1",
+                    "ep.context_file_path": str(out / f"bucket{i}_ctx.onnx"),
+                },
+                **last(i),
+            ),
+        )
     written = sorted(p.name for p in out.iterdir())
-    print(f"{versions()}; {len(graphs)} bucket graphs; written: {', '.join(written)} "
-          f"({sum(p.suffix == '.bin' for p in out.iterdir())} context binary)")
+    print(
+        f"{versions()}; {len(graphs)} bucket graphs; written: {', '.join(written)} "
+        f"({sum(p.suffix == '.bin' for p in out.iterdir())} context binary)"
+    )
     rng = np.random.default_rng(0)
-    feeds = {k: rng.standard_normal(v.shape).astype(v.dtype) if v.dtype == np.float32 else np.zeros(v.shape, v.dtype)
-             for k, v in bundle.inputs.items()}
+    feeds = {
+        k: rng.standard_normal(v.shape).astype(v.dtype) if v.dtype == np.float32 else np.zeros(v.shape, v.dtype)
+        for k, v in bundle.inputs.items()
+    }
     separate = [ort.InferenceSession(str(g), options()).run(None, feeds)[0] for g in graphs]
     status = 0
     for i in range(len(graphs)):
         try:
-            session = ort.InferenceSession(str(out / f"bucket{i}_ctx.onnx"), options(**{"ep.share_ep_contexts": "1"}, **last(i)))
+            session = ort.InferenceSession(
+                str(out / f"bucket{i}_ctx.onnx"), options(**{"ep.share_ep_contexts": "1"}, **last(i))
+            )
         except Exception as exc:  # the emulation's refusal is the finding
             print(f"bucket {i}: the shared context does not load here: {str(exc).splitlines()[0][:300]}")
             status = 1
             break
         got = session.run(None, feeds)[0]
-        print(f"bucket {i}: loaded from the shared context; max |difference| from the graph compiled alone "
-              f"{float(np.abs(got - separate[i]).max()):.3g}")
+        print(
+            f"bucket {i}: loaded from the shared context; max |difference| from the graph compiled alone "
+            f"{float(np.abs(got - separate[i]).max()):.3g}"
+        )
     shutil.rmtree(tmp, ignore_errors=True)
     return status
 

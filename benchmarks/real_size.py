@@ -48,8 +48,14 @@ def machine() -> dict[str, Any]:
     facts, cpu = HostFacts.detect(), cpu_identity()
     with open("/proc/meminfo") as f:
         total_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-    return {"cpu": cpu["model"], "cores": cpu["cores"], "arch": facts.arch, "isa_class": facts.isa_class,
-            "isa": list(facts.isa), "memory_gib": round(total_kb / 2**20, 1)}
+    return {
+        "cpu": cpu["model"],
+        "cores": cpu["cores"],
+        "arch": facts.arch,
+        "isa_class": facts.isa_class,
+        "isa": list(facts.isa),
+        "memory_gib": round(total_kb / 2**20, 1),
+    }
 
 
 def versions() -> dict[str, str | None]:
@@ -90,19 +96,35 @@ def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
         doc = json.loads(stdout) if stdout.strip() else None
     except json.JSONDecodeError:
         doc = None
-    return {"command": "edgekit " + shlex.join(args), "exit_code": code, "wall_s": round(wall, 2),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "files_written": len(written), "bytes_written": sum(size for size, _ in written.values()),
-            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
-            "stderr_tail": stderr.strip().splitlines()[-3:] if code else [], "document": doc}
+    return {
+        "command": "edgekit " + shlex.join(args),
+        "exit_code": code,
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "files_written": len(written),
+        "bytes_written": sum(size for size, _ in written.values()),
+        "load_before": round(load0, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "stderr_tail": stderr.strip().splitlines()[-3:] if code else [],
+        "document": doc,
+    }
 
 
 def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespace) -> list[str]:
     if stage == "export":
         return ["export", model.factory, "-o", str(bundle), "--batch", str(model.batch), "--overwrite"]
     if stage == "run":
-        return ["run", str(bundle), "--runtime", "ort", "--precision", "fp32", *run_conditions(model, bundle.parent),
-                "-o", str(bundle.parent / f"{model.name}-fp32.npz")]
+        return [
+            "run",
+            str(bundle),
+            "--runtime",
+            "ort",
+            "--precision",
+            "fp32",
+            *run_conditions(model, bundle.parent),
+            "-o",
+            str(bundle.parent / f"{model.name}-fp32.npz"),
+        ]
     if stage == "quantize":
         return ["quantize", str(bundle), *shlex.split(opts.quantize_args)]
     if stage == "check":
@@ -110,10 +132,27 @@ def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespa
     if stage == "build":
         return ["build", str(bundle), "--target", opts.target, "--precision", "int8"]
     if stage == "run-engine":
-        return ["run", str(bundle), "--target", opts.target, "--precision", "int8", *run_conditions(model, bundle.parent),
-                "-o", str(bundle.parent / f"{model.name}-int8.npz")]
+        return [
+            "run",
+            str(bundle),
+            "--target",
+            opts.target,
+            "--precision",
+            "int8",
+            *run_conditions(model, bundle.parent),
+            "-o",
+            str(bundle.parent / f"{model.name}-int8.npz"),
+        ]
     if stage == "profile":
-        return ["profile", str(bundle), "--runtime", opts.profile_runtimes, "--precision", "fp32,int8", *shlex.split(opts.profile_args)]
+        return [
+            "profile",
+            str(bundle),
+            "--runtime",
+            opts.profile_runtimes,
+            "--precision",
+            "fp32,int8",
+            *shlex.split(opts.profile_args),
+        ]
     raise ValueError(stage)
 
 
@@ -142,10 +181,17 @@ def fp32_decode_s(doc: dict[str, Any] | None) -> float | None:
 
 def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
     bundle = Path(opts.out) / model.name
-    report: dict[str, Any] = {"schema": "edgekit.real-size/1", "model": model.name, "source": model.source,
-                              "kind": model.kind, "batch": model.batch,
-                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              "machine": machine(), "versions": versions(), "stages": {}}
+    report: dict[str, Any] = {
+        "schema": "edgekit.real-size/1",
+        "model": model.name,
+        "source": model.source,
+        "kind": model.kind,
+        "batch": model.batch,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": versions(),
+        "stages": {},
+    }
     decode_s = None
     for stage in opts.stages:
         print(f"[{model.name}] {stage} ...", file=sys.stderr, flush=True)
@@ -154,8 +200,11 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
             decode_s = fp32_decode_s(row["document"])
         row["fp32_decodes"] = round(row["wall_s"] / decode_s, 1) if decode_s else None
         report["stages"][stage] = row
-        print(f"[{model.name}] {stage}: exit {row['exit_code']}, {row['wall_s']:.0f} s, peak {row['peak_rss_mb']} MB",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{model.name}] {stage}: exit {row['exit_code']}, {row['wall_s']:.0f} s, peak {row['peak_rss_mb']} MB",
+            file=sys.stderr,
+            flush=True,
+        )
         if row["exit_code"] not in (0, 4):  # 4: a budget or check verdict, the run goes on
             break
     report["fp32_decode_s"] = decode_s
@@ -172,15 +221,19 @@ def table(path: Path = HERE / "real_size_runs.jsonl") -> str:
         report = json.loads(line)
         for stage, row in report["stages"].items():
             rows[(report["model"], stage)] = (report, row)
-    out = ["| model | FP32 | stage | exit | wall | peak RSS | written | FP32 decodes | machine, date |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| model | FP32 | stage | exit | wall | peak RSS | written | FP32 decodes | machine, date |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     order = {s: i for i, s in enumerate(STAGES)}
     for (name, stage), (report, row) in sorted(rows.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
         m = report["machine"]
         decodes = "" if row.get("fp32_decodes") is None else f"{row['fp32_decodes']:g}"
-        out.append(f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB | `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
-                   f"| {row['peak_rss_mb'] / 1024:.1f} GB | {row['bytes_written'] / 2**30:.2f} GiB | {decodes} "
-                   f"| {m['cpu']} ({m['cores']} cores, {m['isa_class']}), {report['date'][:10]} |")
+        out.append(
+            f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB | `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
+            f"| {row['peak_rss_mb'] / 1024:.1f} GB | {row['bytes_written'] / 2**30:.2f} GiB | {decodes} "
+            f"| {m['cpu']} ({m['cores']} cores, {m['isa_class']}), {report['date'][:10]} |"
+        )
     return "\n".join(out)
 
 
@@ -203,7 +256,9 @@ def main() -> None:
     opts.stages = [s for s in opts.stages.split(",") if s]
     unknown = [s for s in opts.stages if s not in STAGES] + [m for m in opts.models.split(",") if m not in ZOO]
     if unknown:
-        raise SystemExit(f"unknown stage or model: {', '.join(unknown)}; stages: {', '.join(STAGES)}; models: {', '.join(ZOO)}")
+        raise SystemExit(
+            f"unknown stage or model: {', '.join(unknown)}; stages: {', '.join(STAGES)}; models: {', '.join(ZOO)}"
+        )
     Path(opts.out).mkdir(parents=True, exist_ok=True)
     for name in opts.models.split(","):
         report = run_model(ZOO[name], opts)

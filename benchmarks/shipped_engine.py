@@ -36,8 +36,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,9 @@ def plain_session(path: Path, recorded: dict[str, Any] | None, threads: int) -> 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     if recorded is not None:
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[recorded["graph_optimization_level"]])
+        so.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[recorded["graph_optimization_level"]]
+        )
         for key, value in recorded["config_entries"].items():
             so.add_session_config_entry(key, value)
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -103,7 +106,9 @@ def measure_demo(bundle_path: Path, work: Path, threads: int, rounds: int, burst
     for precision in ("fp32", "int8"):
         for target in ("cpu", mobile, "android-arm64"):
             name = target if isinstance(target, str) else "cpu-mobile"
-            engines[f"{name}/{precision}"] = build_bundle(root, target, precision, rebuild=True)["engine"]  # this edgekit's build
+            engines[f"{name}/{precision}"] = build_bundle(root, target, precision, rebuild=True)[
+                "engine"
+            ]  # this edgekit's build
     bundle = Bundle.load(root)
     feeds = random_feed(bundle.inputs, np.random.default_rng(0))
     runners: dict[str, Callable[[], object]] = {}
@@ -112,8 +117,12 @@ def measure_demo(bundle_path: Path, work: Path, threads: int, rounds: int, burst
         rt = open_runtime(bundle, "ort", precision, threads=threads)
         opened.append(rt)
         runners[f"edgekit run {precision}"] = lambda rt=rt: rt.run(feeds)
-        for label, key, recorded in (("plain .onnx", "cpu", False), ("plain .onnx +opts", "cpu", True),
-                                     ("plain .ort", "cpu-mobile", False), ("plain android .ort +opts", "android-arm64", True)):
+        for label, key, recorded in (
+            ("plain .onnx", "cpu", False),
+            ("plain .onnx +opts", "cpu", True),
+            ("plain .ort", "cpu-mobile", False),
+            ("plain android .ort +opts", "android-arm64", True),
+        ):
             entry = engines[f"{key}/{precision}"]
             session = plain_session(root / entry["path"], entry["session_options"] if recorded else None, threads)
             runners[f"{label} {precision}"] = lambda s=session: s.run(None, feeds)
@@ -122,6 +131,7 @@ def measure_demo(bundle_path: Path, work: Path, threads: int, rounds: int, burst
         def run() -> None:
             for _ in range(burst):
                 fn()
+
         return run
 
     try:
@@ -130,22 +140,40 @@ def measure_demo(bundle_path: Path, work: Path, threads: int, rounds: int, burst
         for rt in opened:
             rt.close()
     per_forward = {k: np.asarray(v) / burst for k, v in samples.items()}
-    stats = {k: {"median_ms": float(np.median(v)), "p25_ms": float(np.percentile(v, 25)), "p75_ms": float(np.percentile(v, 75))}
-             for k, v in per_forward.items()}
+    stats = {
+        k: {
+            "median_ms": float(np.median(v)),
+            "p25_ms": float(np.percentile(v, 25)),
+            "p75_ms": float(np.percentile(v, 75)),
+        }
+        for k, v in per_forward.items()
+    }
     for k, row in stats.items():
         precision = k.rsplit(" ", 1)[1]
         row["share_of_edgekit_run"] = stats[f"edgekit run {precision}"]["median_ms"] / row["median_ms"]
     routes = sorted({k.rsplit(" ", 1)[0] for k in stats})
     int8_speedup = {r: stats[f"{r} fp32"]["median_ms"] / stats[f"{r} int8"]["median_ms"] for r in routes}
-    changes = {k: {"graph_changes": e.get("graph_changes"), "session_options": e.get("session_options"), "path": e["path"]}
-               for k, e in engines.items()}
-    return {"bundle": str(bundle_path), "batch": bundle.batch, "stats": stats, "int8_speedup": int8_speedup, "engines": changes}
+    changes = {
+        k: {"graph_changes": e.get("graph_changes"), "session_options": e.get("session_options"), "path": e["path"]}
+        for k, e in engines.items()
+    }
+    return {
+        "bundle": str(bundle_path),
+        "batch": bundle.batch,
+        "stats": stats,
+        "int8_speedup": int8_speedup,
+        "engines": changes,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--masked", type=Path, default=Path("edgekit-demo/masked"), help="masked demo bundle with int8 (made if absent)")
-    ap.add_argument("--flow", type=Path, default=Path("edgekit-demo/flow"), help="flow demo bundle with int8 (made if absent)")
+    ap.add_argument(
+        "--masked", type=Path, default=Path("edgekit-demo/masked"), help="masked demo bundle with int8 (made if absent)"
+    )
+    ap.add_argument(
+        "--flow", type=Path, default=Path("edgekit-demo/flow"), help="flow demo bundle with int8 (made if absent)"
+    )
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads of every session (0 = ORT's default)")
     ap.add_argument("--rounds", type=int, default=20, help="interleaved rounds (each candidate timed once per round)")
     ap.add_argument("--burst", type=int, default=5, help="forwards per timed call")
@@ -169,22 +197,39 @@ def main() -> None:
             (Path(tmp) / name).mkdir()
             results[name] = measure_demo(path, Path(tmp) / name, args.threads, args.rounds, args.burst)
     doc = {
-        "cpu": host.cpu, "arch": host.arch, "isa": list(host.isa), "isa_class": host.isa_class, "cores": os.cpu_count(),
-        "onnxruntime": ort.__version__, "threads": args.threads, "rounds": args.rounds, "burst": args.burst,
-        "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
-        "seconds": round(time.time() - started, 1), "demos": results,
+        "cpu": host.cpu,
+        "arch": host.arch,
+        "isa": list(host.isa),
+        "isa_class": host.isa_class,
+        "cores": os.cpu_count(),
+        "onnxruntime": ort.__version__,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "burst": args.burst,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.time() - started, 1),
+        "demos": results,
     }
-    print(f"CPU: {host.cpu} ({host.arch}, {os.cpu_count()} cores); ISA flags: {' '.join(host.isa) or 'none read'} "
-          f"(class {host.isa_class}); onnxruntime {ort.__version__}; threads {args.threads or 'ORT default'}")
-    print(f"load average before {doc['load_before']}, after {doc['load_after']}; {args.rounds} rounds x {args.burst} forwards, "
-          f"interleaved, {SPIN_GAP_S}s gap")
+    print(
+        f"CPU: {host.cpu} ({host.arch}, {os.cpu_count()} cores); ISA flags: {' '.join(host.isa) or 'none read'} "
+        f"(class {host.isa_class}); onnxruntime {ort.__version__}; threads {args.threads or 'ORT default'}"
+    )
+    print(
+        f"load average before {doc['load_before']}, after {doc['load_after']}; {args.rounds} rounds x {args.burst} forwards, "
+        f"interleaved, {SPIN_GAP_S}s gap"
+    )
     for name, res in results.items():
-        print(f"\n{name} demo (batch {res['batch']}): ms per forward, median [p25-p75], and speed as a share of `edgekit run`")
+        print(
+            f"\n{name} demo (batch {res['batch']}): ms per forward, median [p25-p75], and speed as a share of `edgekit run`"
+        )
         for key, row in res["stats"].items():
             # The android .ort is standard ONNX for QNN/NNAPI (no contrib fusion): not held to the goal.
             held = not key.startswith(("edgekit", "plain android"))
             flag = f"  < {GOAL}" if held and row["share_of_edgekit_run"] < GOAL else ""
-            print(f"  {key:30s} {row['median_ms']:7.2f} [{row['p25_ms']:6.2f}-{row['p75_ms']:6.2f}]  {row['share_of_edgekit_run']:5.3f}{flag}")
+            print(
+                f"  {key:30s} {row['median_ms']:7.2f} [{row['p25_ms']:6.2f}-{row['p75_ms']:6.2f}]  {row['share_of_edgekit_run']:5.3f}{flag}"
+            )
         print("  INT8 speedup over FP32: " + ", ".join(f"{r} {v:.2f}x" for r, v in res["int8_speedup"].items()))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,9 @@ def _int8_bytes(root: Path) -> int:
 
 
 def _rss_mb(root: Path, runtime: str, precision: str) -> float:
-    out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(root), runtime, precision], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(root), runtime, precision], capture_output=True, text=True, check=True
+    )
     return int(out.stdout.strip().splitlines()[-1]) / 1024  # KiB -> MiB
 
 
@@ -92,8 +94,11 @@ def _latency(single: Path, bucketed: Path, runtime: str, rounds: int) -> dict[st
     idle gap (SPIN_GAP_S): without it, a session's threads still spinning after its decode took
     the next candidate's cores and whichever came next looked slower."""
     b1, bn = Bundle.load(single), Bundle.load(bucketed)
-    rts = {"fp32": open_runtime(b1, runtime, "fp32"), "int8 one scale": open_runtime(b1, runtime, "int8"),
-           "int8 bucketed": open_runtime(bn, runtime, "int8")}
+    rts = {
+        "fp32": open_runtime(b1, runtime, "fp32"),
+        "int8 one scale": open_runtime(b1, runtime, "int8"),
+        "int8 bucketed": open_runtime(bn, runtime, "int8"),
+    }
     try:
         fns = {k: (lambda rt=rt: decode_eval_set(b1, rt, b1.batch, 0, {})) for k, rt in rts.items()}
         ms = interleaved(fns, rounds, warmup=2, gap_s=SPIN_GAP_S)
@@ -203,32 +208,55 @@ def main() -> None:
     ap.add_argument("--png", type=Path, default=None)
     args = ap.parse_args()
     host = HostFacts.detect()
-    doc: dict[str, Any] = {"schema": "edgekit.bench.step_buckets/1", "cpu": cpu_identity(), "isa_class": host.isa_class, "models": {}}
+    doc: dict[str, Any] = {
+        "schema": "edgekit.bench.step_buckets/1",
+        "cpu": cpu_identity(),
+        "isa_class": host.isa_class,
+        "models": {},
+    }
     with tempfile.TemporaryDirectory(prefix="edgekit-buckets-") as tmp:
         for kind in args.models.split(","):
-            doc["models"][kind] = measure(kind, Path(tmp), args.rounds, args.qnn or args.qnn_only, cpu=not args.qnn_only)
+            doc["models"][kind] = measure(
+                kind, Path(tmp), args.rounds, args.qnn or args.qnn_only, cpu=not args.qnn_only
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str))
     if args.png is not None and "per_step" in doc["models"].get("flow", {}):
         plot(doc["models"]["flow"], args.png)
     print(f"{doc['cpu']['model']} ({host.isa_class})")
     for kind, m in doc["models"].items():
-        print(f"\n{kind} (batch {m['batch']})" + (f": bytes bucketed/one scale {m['bytes_ratio']:.2f}x" if "bytes_ratio" in m else ""))
-        for label in ("one scale", "bucketed", "one scale, 0.5 dB headroom", "bucketed, 0.5 dB headroom", "qnn one scale", "qnn bucketed"):
+        print(
+            f"\n{kind} (batch {m['batch']})"
+            + (f": bytes bucketed/one scale {m['bytes_ratio']:.2f}x" if "bytes_ratio" in m else "")
+        )
+        for label in (
+            "one scale",
+            "bucketed",
+            "one scale, 0.5 dB headroom",
+            "bucketed, 0.5 dB headroom",
+            "qnn one scale",
+            "qnn bucketed",
+        ):
             r = m.get(label)
             if not r:
                 continue
             sb = r.get("step_buckets") or {}
             q = r.get("qnn") or {}
-            print(f"  {label:<26} passed {r['passed']}  buckets {sb.get('n', 1)}  fallbacks {len(r['fallback'])}  "
-                  f"INT8 FLOPs {r['int8_flop_share']['weighted']:.0%}  budget {r['budget']}"
-                  + (f"  8-bit activations {q.get('share_8bit')}" if q else ""))
+            print(
+                f"  {label:<26} passed {r['passed']}  buckets {sb.get('n', 1)}  fallbacks {len(r['fallback'])}  "
+                f"INT8 FLOPs {r['int8_flop_share']['weighted']:.0%}  budget {r['budget']}"
+                + (f"  8-bit activations {q.get('share_8bit')}" if q else "")
+            )
         for runtime in ("ort", "openvino"):
             lat = m.get(f"latency_ms_{runtime}")
             if lat:
-                print(f"  {runtime}: ms/decode " + ", ".join(f"{k} {v:.1f}" for k, v in lat.items())
-                      + f"; bucketed/one scale {lat['int8 bucketed'] / lat['int8 one scale']:.2f}x"
-                      + "; RSS added by open + decode, MB " + ", ".join(f"{k} {v:.1f}" for k, v in m[f"rss_mb_{runtime}"].items()))
+                print(
+                    f"  {runtime}: ms/decode "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in lat.items())
+                    + f"; bucketed/one scale {lat['int8 bucketed'] / lat['int8 one scale']:.2f}x"
+                    + "; RSS added by open + decode, MB "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in m[f"rss_mb_{runtime}"].items())
+                )
     print(f"\nwrote {args.out}")
 
 

@@ -55,7 +55,11 @@ def _say(msg: str) -> None:
 def _export(model: str, out: Path, *extra: str) -> Path:
     if not (out / "edgekit.json").is_file():
         _say(f"exporting {model} {' '.join(extra)} -> {out}")
-        subprocess.run([sys.executable, "-m", "edgekit.cli", "export", model, "-o", str(out), *extra], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "edgekit.cli", "export", model, "-o", str(out), *extra],
+            check=True,
+            capture_output=True,
+        )
     return out
 
 
@@ -79,10 +83,19 @@ def chunk_quality(root: Path, threads: int, seeds=(0, 1, 2, 3)) -> list[dict]:
                     vs_whole.append(snr_db(x, whole.astype(np.float64)))
                     vs_clean.append(snr_db(x, clean.astype(np.float64)))
                     whole_clean.append(snr_db(whole, clean.astype(np.float64)))
-            rows.append({"chunk_frames": f, "context": c, "snr_db_vs_whole": float(np.mean(vs_whole)),
-                         "snr_db_vs_clean": float(np.mean(vs_clean)), "whole_snr_db_vs_clean": float(np.mean(whole_clean))})
-            _say(f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, {rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
-                 f"(whole {rows[-1]['whole_snr_db_vs_clean']:.2f})")
+            rows.append(
+                {
+                    "chunk_frames": f,
+                    "context": c,
+                    "snr_db_vs_whole": float(np.mean(vs_whole)),
+                    "snr_db_vs_clean": float(np.mean(vs_clean)),
+                    "whole_snr_db_vs_clean": float(np.mean(whole_clean)),
+                }
+            )
+            _say(
+                f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, {rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
+                f"(whole {rows[-1]['whole_snr_db_vs_clean']:.2f})"
+            )
     return rows
 
 
@@ -94,7 +107,9 @@ def whole_latency_ms(root: Path, threads: int, tokens: str = "masked", repeats: 
         for i in range(repeats + 1):
             cond = conditions(mb, {}, 1, i)
             t0 = time.perf_counter_ns()
-            toks = decode(mb.kind, mrt, mb.meta, cond, decode_config(mb.kind, mb.manifest["decode_defaults"], {}, seed=i)).output
+            toks = decode(
+                mb.kind, mrt, mb.meta, cond, decode_config(mb.kind, mb.manifest["decode_defaults"], {}, seed=i)
+            ).output
             decode_flow(frt, fb.meta, {"tokens": toks}, FlowDecodeConfig(steps=4, solver="rk4", seed=i))
             if i:  # the first is warm-up
                 times.append((time.perf_counter_ns() - t0) / 1e6)
@@ -110,17 +125,31 @@ def ttfc_table(root: Path, threads: int, duration_s: float) -> list[dict]:
     for tokens in ("masked", "ar"):
         for f, c in CHUNKS:
             whole[tokens] = whole_latency_ms(root, threads, tokens)
-            doc = loadtest(root / tokens, root / f"flow-c{f}", LoadConfig(
-                streams=1, deadline_ms=1e4, policies=("fixed",), duration_s=duration_s, threads=threads))
+            doc = loadtest(
+                root / tokens,
+                root / f"flow-c{f}",
+                LoadConfig(streams=1, deadline_ms=1e4, policies=("fixed",), duration_s=duration_s, threads=threads),
+            )
             r = doc["policies"]["fixed"]
             ttfc = r["time_to_first_chunk_ms"]["median_ms"]
-            rows.append({"tokens": tokens, "chunk_frames": f, "context": c, "utterances": r["utterances"], "ttfc_ms": ttfc,
-                         "first_tokens_wait_ms": r["first_chunk_ms"]["tokens_wait"]["median_ms"],
-                         "first_chunk_decode_ms": r["first_chunk_ms"]["decode"]["median_ms"],
-                         "whole_utterance_ms": whole[tokens], "ttfc_share_of_whole": ttfc / whole[tokens],
-                         "loadavg_1min": os.getloadavg()[0]})
-            _say(f"{tokens} {f}+{c}: TTFC {ttfc:.1f} ms (tokens {rows[-1]['first_tokens_wait_ms']:.1f} + first chunk "
-                 f"{rows[-1]['first_chunk_decode_ms']:.1f}) = {100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms")
+            rows.append(
+                {
+                    "tokens": tokens,
+                    "chunk_frames": f,
+                    "context": c,
+                    "utterances": r["utterances"],
+                    "ttfc_ms": ttfc,
+                    "first_tokens_wait_ms": r["first_chunk_ms"]["tokens_wait"]["median_ms"],
+                    "first_chunk_decode_ms": r["first_chunk_ms"]["decode"]["median_ms"],
+                    "whole_utterance_ms": whole[tokens],
+                    "ttfc_share_of_whole": ttfc / whole[tokens],
+                    "loadavg_1min": os.getloadavg()[0],
+                }
+            )
+            _say(
+                f"{tokens} {f}+{c}: TTFC {ttfc:.1f} ms (tokens {rows[-1]['first_tokens_wait_ms']:.1f} + first chunk "
+                f"{rows[-1]['first_chunk_decode_ms']:.1f}) = {100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms"
+            )
     return rows
 
 
@@ -131,7 +160,12 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", choices=("ttfc",), default=None, help="ttfc: only the time-to-first-chunk table")
-    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/stream_goals.json (--only ttfc: stream_ttfc.json)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/stream_goals.json (--only ttfc: stream_ttfc.json)",
+    )
     args = ap.parse_args()
     args.out = args.out or Path(f"benchmarks/results/{'stream_ttfc' if args.only else 'stream_goals'}.json")
     root = args.bundles
@@ -146,15 +180,26 @@ def main() -> None:
     quality = None if args.only else chunk_quality(root, args.threads)
     ttfc = ttfc_table(root, args.threads, min(args.duration_s, 3.0))
     if args.only == "ttfc":
-        doc = {"schema": "edgekit.bench.stream_ttfc/1", "system": system_state(), "loadavg_before": load_before,
-               "loadavg_after": os.getloadavg(), "threads": args.threads, "ttfc": ttfc}
+        doc = {
+            "schema": "edgekit.bench.stream_ttfc/1",
+            "system": system_state(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+            "threads": args.threads,
+            "ttfc": ttfc,
+        }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1, default=str))
         print(json.dumps(ttfc, indent=1))
         return
     flow_chunk = root / "flow-c16"
-    run = lambda n, d, pol, tokens="masked": loadtest(root / tokens, flow_chunk, LoadConfig(  # noqa: E731
-        streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads))
+    run = lambda n, d, pol, tokens="masked": loadtest(
+        root / tokens,
+        flow_chunk,
+        LoadConfig(  # noqa: E731
+            streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads
+        ),
+    )
     deadline = args.deadline_ms
     if deadline is None:
         probe = run(1, 1e4, ("fixed",))
@@ -188,12 +233,28 @@ def main() -> None:
     }
     if loaded:
         fl, ad = loaded["policies"]["fixed"], loaded["policies"]["adaptive"]
-        goals |= {"fixed_miss_rate_loaded": fl["deadline_miss_rate"], "adaptive_miss_rate_loaded": ad["deadline_miss_rate"],
-                  "adaptive_snr_loss_db_vs_fixed_n1": f1["quality"]["snr_db_vs_clean"] - ad["quality"]["snr_db_vs_clean"],
-                  "rss_growth_after_warmup_bytes_loaded": {p: r["rss_growth_after_warmup_bytes"] for p, r in loaded["policies"].items()}}
-    doc = {"schema": "edgekit.bench.stream/1", "system": system_state(),
-           "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "threads": args.threads, "deadline_ms": deadline,
-           "chunk_quality": quality, "ttfc": ttfc, "goals": goals, "n1": n1, "n1_ar": n1_ar, "loaded": loaded}
+        goals |= {
+            "fixed_miss_rate_loaded": fl["deadline_miss_rate"],
+            "adaptive_miss_rate_loaded": ad["deadline_miss_rate"],
+            "adaptive_snr_loss_db_vs_fixed_n1": f1["quality"]["snr_db_vs_clean"] - ad["quality"]["snr_db_vs_clean"],
+            "rss_growth_after_warmup_bytes_loaded": {
+                p: r["rss_growth_after_warmup_bytes"] for p, r in loaded["policies"].items()
+            },
+        }
+    doc = {
+        "schema": "edgekit.bench.stream/1",
+        "system": system_state(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "threads": args.threads,
+        "deadline_ms": deadline,
+        "chunk_quality": quality,
+        "ttfc": ttfc,
+        "goals": goals,
+        "n1": n1,
+        "n1_ar": n1_ar,
+        "loaded": loaded,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(goals, indent=1))

@@ -22,9 +22,10 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from edgekit.errors import BundleError
 from edgekit.manifest import MANIFEST, STAGING_PREFIX, live_paths, prune_empty
@@ -57,8 +58,14 @@ def unwritable(root: Path, exc: OSError) -> BundleError:
 
 
 @contextmanager
-def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: bool | None = None,
-                notify: Callable[[str], None] | None = None) -> Iterator[None]:
+def bundle_lock(
+    root: Path | str,
+    stage: str,
+    *,
+    create: bool = False,
+    wait: bool | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> Iterator[None]:
     """Hold the bundle's writer lock for the ``with`` body. ``create``: make the directory first
     (export); otherwise a missing bundle is left to ``Bundle.load`` to report."""
     root = Path(root)
@@ -93,7 +100,9 @@ def bundle_lock(root: Path | str, stage: str, *, create: bool = False, wait: boo
                     f"bundle {root} is being written by {who}; one stage writes a bundle at a time",
                     hint="wait for it to finish, or pass --wait to queue behind it",
                 ) from None
-            (notify or (lambda m: print(m, file=sys.stderr, flush=True)))(f"waiting for {who} to finish writing {root} …")
+            (notify or (lambda m: print(m, file=sys.stderr, flush=True)))(
+                f"waiting for {who} to finish writing {root} …"
+            )
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             os.ftruncate(fd, 0)
@@ -122,7 +131,13 @@ def _open_lock_file(root: Path) -> int:
     rsync, zip) with ``.edgekit.lock`` pointing at ``~/.bashrc`` must never truncate or create
     that file. A link, a hard link, a FIFO or a device there is refused with one line."""
     path = root / LOCK_NAME
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_RDWR
+        | os.O_CREAT
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
@@ -132,8 +147,13 @@ def _open_lock_file(root: Path) -> int:
             raise _not_a_lock(path, "is not a regular file") from None
         raise unwritable(root, exc) from None  # full disk, no permission
     info = os.fstat(fd)
-    problem = ("is not a regular file" if not stat.S_ISREG(info.st_mode)
-               else "is a hard link to another file" if info.st_nlink > 1 else None)
+    problem = (
+        "is not a regular file"
+        if not stat.S_ISREG(info.st_mode)
+        else "is a hard link to another file"
+        if info.st_nlink > 1
+        else None
+    )
     if problem:
         os.close(fd)
         raise _not_a_lock(path, problem)
@@ -141,8 +161,10 @@ def _open_lock_file(root: Path) -> int:
 
 
 def _not_a_lock(path: Path, problem: str) -> BundleError:
-    return BundleError(f"{path} {problem}; edgekit writes only a plain lock file there and will not follow it",
-                       hint=f"inspect and remove it (rm {path}) if the bundle came from elsewhere, then re-run")
+    return BundleError(
+        f"{path} {problem}; edgekit writes only a plain lock file there and will not follow it",
+        hint=f"inspect and remove it (rm {path}) if the bundle came from elsewhere, then re-run",
+    )
 
 
 def sweep_staging(root: Path) -> list[str]:

@@ -22,12 +22,12 @@ ONNX artifact reads no file its manifest does not list (a side file edgekit neve
 from __future__ import annotations
 
 import contextlib
-
 import math
 import mmap
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from edgekit.errors import BundleError, UsageError
 
@@ -61,8 +61,10 @@ def external_data_threshold(mb: float | None = None) -> int:
         value = float("nan")
     if not math.isfinite(value) or not 0 <= value <= MAX_EXTERNAL_DATA_MB:
         what = f"{EXTERNAL_DATA_ENV}={raw!r}" if mb is None else f"external_data_mb={raw!r}"
-        raise UsageError(f"{what} is not a number of MiB in [0, {MAX_EXTERNAL_DATA_MB}] (protobuf caps a .onnx at 2 GiB)",
-                         hint=f"e.g. {EXTERNAL_DATA_ENV}={DEFAULT_EXTERNAL_DATA_MB}; 0 writes every model's weights to a side file")
+        raise UsageError(
+            f"{what} is not a number of MiB in [0, {MAX_EXTERNAL_DATA_MB}] (protobuf caps a .onnx at 2 GiB)",
+            hint=f"e.g. {EXTERNAL_DATA_ENV}={DEFAULT_EXTERNAL_DATA_MB}; 0 writes every model's weights to a side file",
+        )
     return int(value * (1 << 20))
 
 
@@ -75,7 +77,8 @@ def model_bytes(path: Path) -> int:
     """What an ONNX model at ``path`` weighs on disk: the file and every side file it reads
     (its weights, wherever they live; the graph itself is small beside them)."""
     return path.stat().st_size + sum(
-        (path.parent / name).stat().st_size for name in external_data_locations(path) if (path.parent / name).is_file())
+        (path.parent / name).stat().st_size for name in external_data_locations(path) if (path.parent / name).is_file()
+    )
 
 
 def external_data_locations(path: Path) -> set[str]:

@@ -23,8 +23,9 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.manifest import sha256_file
@@ -36,8 +37,9 @@ TRUST_CODE: contextvars.ContextVar[bool] = contextvars.ContextVar("edgekit_trust
 _OWN = "edgekit.models."
 
 
-def load_callable(ref: str, what: str, forms: str = FORMS, error: type[EdgekitError] = UsageError,
-                  search_path: str | None = None) -> Callable:
+def load_callable(
+    ref: str, what: str, forms: str = FORMS, error: type[EdgekitError] = UsageError, search_path: str | None = None
+) -> Callable:
     """The function ``ref`` names; ``what`` ("model factory", "metric hook") words the errors;
     ``error`` is the type raised for a malformed or missing reference (``forms`` in its hint).
 
@@ -63,9 +65,13 @@ def load_callable(ref: str, what: str, forms: str = FORMS, error: type[EdgekitEr
     except EdgekitError:
         raise
     except SystemExit as exc:  # sys.exit() at import: edgekit must not exit 0 with nothing done
-        raise EdgekitError(f"importing {what} {target!r} called sys.exit({exc.code!r})", hint="remove the exit from the module") from None
+        raise EdgekitError(
+            f"importing {what} {target!r} called sys.exit({exc.code!r})", hint="remove the exit from the module"
+        ) from None
     except Exception as exc:
-        raise EdgekitError(f"importing {what} {target!r} failed: {type(exc).__name__}: {exc}", hint=_import_hint(exc, target, forms)) from exc
+        raise EdgekitError(
+            f"importing {what} {target!r} failed: {type(exc).__name__}: {exc}", hint=_import_hint(exc, target, forms)
+        ) from exc
     fn = getattr(module, func, None)
     if not callable(fn):
         names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
@@ -94,8 +100,10 @@ def _import_hint(exc: Exception, target: str, forms: str) -> str | None:
     missing = exc.name or ""
     if target.endswith(".py") or not (target == missing or target.startswith(missing + ".")):
         # The user's module was found; something it imports was not.
-        return (f"{target} imports {missing!r}, which is not installed here: pip install it, or put the folder that "
-                "holds it on PYTHONPATH (a module beside a file.py is found)")
+        return (
+            f"{target} imports {missing!r}, which is not installed here: pip install it, or put the folder that "
+            "holds it on PYTHONPATH (a module beside a file.py is found)"
+        )
     top = target.partition(".")[0]
     return f"{top!r} is not importable from here: run from the folder that holds it, set PYTHONPATH, or use path/to/file.py:function"
 
@@ -227,8 +235,14 @@ def bundle_code_problem(root: Path, ref: str, recorded_sha256: str | None = None
     return None
 
 
-def load_bundle_callable(root: Path, ref: str, what: str, recorded_sha256: str | None = None,
-                         forms: str = FORMS, error: type[EdgekitError] = UsageError) -> Callable:
+def load_bundle_callable(
+    root: Path,
+    ref: str,
+    what: str,
+    recorded_sha256: str | None = None,
+    forms: str = FORMS,
+    error: type[EdgekitError] = UsageError,
+) -> Callable:
     """``load_callable`` for code the manifest of bundle ``root`` names: refused in one line
     (naming the code and --trust-code) unless it passes ``bundle_code_problem`` or the user gave
     --trust-code."""
@@ -236,7 +250,8 @@ def load_bundle_callable(root: Path, ref: str, what: str, recorded_sha256: str |
     if problem and not TRUST_CODE.get():
         raise EdgekitError(
             f"bundle {root} names {what} {ref!r} (Python code edgekit would run), but {problem}",
-            hint="pass --trust-code if you trust that code" + (", or re-export the bundle" if "changed" in problem else ""),
+            hint="pass --trust-code if you trust that code"
+            + (", or re-export the bundle" if "changed" in problem else ""),
         )
     entry = _recorded(root).get(ref)
     return load_callable(ref, what, forms, error, search_path=entry.get("path") if isinstance(entry, dict) else None)

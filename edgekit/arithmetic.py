@@ -23,9 +23,10 @@ weights can sum to in them (``lint`` checks a target's class with it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -53,22 +54,57 @@ class Scheme:
 
     def saturates_on(self, isa: str) -> bool:
         """Whether this scheme's GEMMs can saturate on ``isa``'s kernels."""
-        return arithmetic_for(isa).saturating_pairs and self.weight_bound == "full" and not self.reduce_range and self.weight_type == "QInt8"
+        return (
+            arithmetic_for(isa).saturating_pairs
+            and self.weight_bound == "full"
+            and not self.reduce_range
+            and self.weight_type == "QInt8"
+        )
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "activation_type": self.activation_type, "weight_type": self.weight_type,
-                "reduce_range": self.reduce_range, "weight_bound": self.weight_bound, "description": self.description}
+        return {
+            "name": self.name,
+            "activation_type": self.activation_type,
+            "weight_type": self.weight_type,
+            "reduce_range": self.reduce_range,
+            "weight_bound": self.weight_bound,
+            "description": self.description,
+        }
 
 
 SCHEMES: dict[str, Scheme] = {
-    "u8s8": Scheme("u8s8", "QUInt8", "QInt8", False, "full",
-                   "u8 activations, s8 per-channel weights at full range (exact on VNNI/AMX/ARM; saturates on AVX2)"),
-    "u8s8-pair": Scheme("u8s8-pair", "QUInt8", "QInt8", False, "pair",
-                        "u8 activations, s8 per-channel weights bounded so no K pair sums past 128: exact on every CPU"),
-    "u8s8-rr": Scheme("u8s8-rr", "QUInt8", "QInt8", True, "full",
-                      "u8 activations, 7-bit s8 weights (ORT reduce_range): exact on every CPU"),
-    "u8u8": Scheme("u8u8", "QUInt8", "QUInt8", False, "full",
-                   "u8 activations and weights: exact (16-bit widening kernel), slower on AVX2"),
+    "u8s8": Scheme(
+        "u8s8",
+        "QUInt8",
+        "QInt8",
+        False,
+        "full",
+        "u8 activations, s8 per-channel weights at full range (exact on VNNI/AMX/ARM; saturates on AVX2)",
+    ),
+    "u8s8-pair": Scheme(
+        "u8s8-pair",
+        "QUInt8",
+        "QInt8",
+        False,
+        "pair",
+        "u8 activations, s8 per-channel weights bounded so no K pair sums past 128: exact on every CPU",
+    ),
+    "u8s8-rr": Scheme(
+        "u8s8-rr",
+        "QUInt8",
+        "QInt8",
+        True,
+        "full",
+        "u8 activations, 7-bit s8 weights (ORT reduce_range): exact on every CPU",
+    ),
+    "u8u8": Scheme(
+        "u8u8",
+        "QUInt8",
+        "QUInt8",
+        False,
+        "full",
+        "u8 activations and weights: exact (16-bit widening kernel), slower on AVX2",
+    ),
 }
 
 
@@ -84,15 +120,29 @@ class IsaArithmetic:
 # per decode against FP32, speed per forward, ORT and OpenVINO); its rows are in docs/int8.md.
 ISA: dict[str, IsaArithmetic] = {
     "avx2": IsaArithmetic("avx2", True, "u8s8-pair", "measured: see benchmarks/isa_schemes.py (AMD EPYC, AVX2 only)"),
-    "avx512": IsaArithmetic("avx512", True, "u8s8-pair", "the same saturating pair sums as avx2 (vpmaddubsw, 512 bits)"),
-    "avx-vnni": IsaArithmetic("avx-vnni", False, "u8s8", "exact vpdpbusd dot products: full-range weights keep 1 bit more"),
-    "avx512-vnni": IsaArithmetic("avx512-vnni", False, "u8s8",
-                                 "measured last round (Xeon, AVX-512 VNNI, ORT 1.32): masked 1.8x, flow 1.9x per forward at 33-36 dB"),
+    "avx512": IsaArithmetic(
+        "avx512", True, "u8s8-pair", "the same saturating pair sums as avx2 (vpmaddubsw, 512 bits)"
+    ),
+    "avx-vnni": IsaArithmetic(
+        "avx-vnni", False, "u8s8", "exact vpdpbusd dot products: full-range weights keep 1 bit more"
+    ),
+    "avx512-vnni": IsaArithmetic(
+        "avx512-vnni",
+        False,
+        "u8s8",
+        "measured last round (Xeon, AVX-512 VNNI, ORT 1.32): masked 1.8x, flow 1.9x per forward at 33-36 dB",
+    ),
     "amx": IsaArithmetic("amx", False, "u8s8", "exact int8 tiles (MLAS AMX kernel) and VNNI for small GEMMs"),
     "arm64": IsaArithmetic("arm64", False, "u8s8", "exact NEON widening multiplies; not measured here (no ARM host)"),
-    "arm64-dotprod": IsaArithmetic("arm64-dotprod", False, "u8s8", "exact udot/sdot kernels; not measured here (no ARM host)"),
-    "arm64-i8mm": IsaArithmetic("arm64-i8mm", False, "u8s8", "exact usmmla/smmla kernels; not measured here (no ARM host)"),
-    "x86-64": IsaArithmetic("x86-64", True, "u8s8-pair", "no AVX2: SSE kernels; bounded weights are exact on any kernel"),
+    "arm64-dotprod": IsaArithmetic(
+        "arm64-dotprod", False, "u8s8", "exact udot/sdot kernels; not measured here (no ARM host)"
+    ),
+    "arm64-i8mm": IsaArithmetic(
+        "arm64-i8mm", False, "u8s8", "exact usmmla/smmla kernels; not measured here (no ARM host)"
+    ),
+    "x86-64": IsaArithmetic(
+        "x86-64", True, "u8s8-pair", "no AVX2: SSE kernels; bounded weights are exact on any kernel"
+    ),
 }
 assert set(ISA) == set(ISA_CLASSES), "every ISA class (edgekit.host) has an arithmetic entry"
 
@@ -105,8 +155,10 @@ def arithmetic_for(isa: str) -> IsaArithmetic:
     if isa == "unknown":
         return UNKNOWN
     if isa not in ISA:
-        raise UsageError(f"ISA class {isa!r} is unknown; valid: {', '.join(ISA)}",
-                         hint="set isa = \"host\" or one of those in the target file")
+        raise UsageError(
+            f"ISA class {isa!r} is unknown; valid: {', '.join(ISA)}",
+            hint='set isa = "host" or one of those in the target file',
+        )
     return ISA[isa]
 
 
@@ -155,7 +207,9 @@ def quantized_nodes(model: Any) -> set[str]:
     Weight and bias DQs do not count: ORT's optimizer may share one (zero) bias initializer
     between several nodes, so a bias DQ can feed nodes that were never quantized."""
     inits = {i.name for i in model.graph.initializer}
-    act_dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits for o in n.output}
+    act_dq = {
+        o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits for o in n.output
+    }
     return {
         n.name
         for n in model.graph.node
@@ -244,15 +298,22 @@ def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BU
         return None
     where = f"a {validated} CPU" if validated != "unknown" else "a CPU edgekit did not record"
     if scheme.saturates_on(host_isa):
-        return (f"the int8 model was validated on {where} with scheme {scheme.name}, whose u8s8 GEMMs saturate on this "
-                f"{host_isa} CPU: its accuracy here is not the one quantize measured; re-quantize for this CPU "
-                f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU (`edgekit quantize {bundle} --target x86-avx2`)")
-    return (f"the int8 model was validated on {where}; this CPU is {host_isa}: scheme {scheme.name} computes the same "
-            f"integers on both, so its measured accuracy holds here (its speed does not: `edgekit profile {bundle}`)")
+        return (
+            f"the int8 model was validated on {where} with scheme {scheme.name}, whose u8s8 GEMMs saturate on this "
+            f"{host_isa} CPU: its accuracy here is not the one quantize measured; re-quantize for this CPU "
+            f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU (`edgekit quantize {bundle} --target x86-avx2`)"
+        )
+    return (
+        f"the int8 model was validated on {where}; this CPU is {host_isa}: scheme {scheme.name} computes the same "
+        f"integers on both, so its measured accuracy holds here (its speed does not: `edgekit profile {bundle}`)"
+    )
 
 
-def int8_host_warnings(quantization: QuantizationSummary | None, precisions: "tuple[str, ...] | list[str] | set[str]",
-                       bundle: str = "BUNDLE") -> list[str]:
+def int8_host_warnings(
+    quantization: QuantizationSummary | None,
+    precisions: tuple[str, ...] | list[str] | set[str],
+    bundle: str = "BUNDLE",
+) -> list[str]:
     """``host_warning`` for this host, when one of ``precisions`` is int8: what run, check and
     profile add to their warnings (once, and in ``--json``)."""
     if "int8" not in set(precisions):

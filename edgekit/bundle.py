@@ -13,8 +13,9 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from edgekit._lock import LOCK_NAME, STAGING_PREFIX, bundle_lock
 from edgekit._sidefiles import check_side_files_listed
@@ -26,22 +27,44 @@ from edgekit.manifest import (
     live_paths,
     merge_manifest,
     narrowed,
-    prune_empty,
     provenance,
+    prune_empty,
     read_json,
     sha256_file,
     write_json_atomic,
 )
-from edgekit.manifest_sections import (ARTIFACT_FIELDS, Artifact, BucketGraphs, EngineRecord, QuantizationSummary,
-                                       Verification, bucket_binding, step_bucket_problem)
 from edgekit.manifest_schema import validate_manifest
+from edgekit.manifest_sections import (
+    ARTIFACT_FIELDS,
+    Artifact,
+    BucketGraphs,
+    EngineRecord,
+    QuantizationSummary,
+    Verification,
+    bucket_binding,
+    step_bucket_problem,
+)
 from edgekit.spec import TensorSpec, tensor_specs_from_json
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
 COMMITTED: list[str] = []
 
-__all__ = ["Artifact", "BucketGraphs", "Bundle", "EngineRecord", "MANIFEST", "QuantizationSummary", "SCHEMA",
-           "STAGING_PREFIX", "Verification", "bucket_binding", "inside", "now_iso", "sha256_file", "write_json_atomic"]
+__all__ = [
+    "Artifact",
+    "BucketGraphs",
+    "Bundle",
+    "EngineRecord",
+    "MANIFEST",
+    "QuantizationSummary",
+    "SCHEMA",
+    "STAGING_PREFIX",
+    "Verification",
+    "bucket_binding",
+    "inside",
+    "now_iso",
+    "sha256_file",
+    "write_json_atomic",
+]
 _TAMPERED = "re-run the stage that makes it (edgekit never loads a tampered artifact)"
 
 
@@ -70,7 +93,7 @@ class Bundle:
         inputs: Mapping[str, TensorSpec],
         outputs: Mapping[str, TensorSpec],
         decode_defaults: Mapping[str, Any],
-    ) -> "Bundle":
+    ) -> Bundle:
         """An empty bundle in memory; nothing is written until ``save``."""
         root = Path(root)
         if root.exists() and not root.is_dir():
@@ -84,7 +107,9 @@ class Bundle:
                 superseded = [root / rel for rel in live_paths(old)] if isinstance(old, dict) else []
             except (ValueError, RecursionError, AttributeError, TypeError):
                 pass
-        elif root.is_dir() and any(p for p in root.iterdir() if not p.name.startswith(STAGING_PREFIX) and p.name != LOCK_NAME):
+        elif root.is_dir() and any(
+            p for p in root.iterdir() if not p.name.startswith(STAGING_PREFIX) and p.name != LOCK_NAME
+        ):
             raise BundleError(
                 f"bundle path {root} is a non-empty directory without {MANIFEST}",
                 hint="choose a new or empty -o directory (edgekit will not write into other files)",
@@ -111,7 +136,7 @@ class Bundle:
         return bundle
 
     @classmethod
-    def load(cls, root: Path | str, verify: bool = True) -> "Bundle":
+    def load(cls, root: Path | str, verify: bool = True) -> Bundle:
         root = Path(root)
         path = root / MANIFEST
         if not path.is_file():
@@ -224,12 +249,19 @@ class Bundle:
         problem = step_bucket_problem(doc, artifact, lambda a: self.artifact(a).sha256 if self.has(a) else None)
         if problem is not None:
             n = max(len(doc.get("artifacts") or []), 2)
-            raise BundleError(f"bundle {self.root}: the int8 model's step buckets {problem}",
-                              hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {n}`")
+            raise BundleError(
+                f"bundle {self.root}: the int8 model's step buckets {problem}",
+                hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {n}`",
+            )
         graphs = tuple(str(a) for a in doc["artifacts"])
-        return BucketGraphs(len(graphs), doc.get("by") if isinstance(doc.get("by"), str) else None,
-                            tuple(float(e) for e in doc["boundaries"]), graphs,
-                            tuple(self.artifact(a).sha256 for a in graphs), doc.get("binding"))
+        return BucketGraphs(
+            len(graphs),
+            doc.get("by") if isinstance(doc.get("by"), str) else None,
+            tuple(float(e) for e in doc["boundaries"]),
+            graphs,
+            tuple(self.artifact(a).sha256 for a in graphs),
+            doc.get("binding"),
+        )
 
     @property
     def verification(self) -> dict[str, Verification]:
@@ -258,8 +290,9 @@ class Bundle:
         """Every bundle-relative file the manifest names (artifacts, side files, engines, fused)."""
         return live_paths(self.manifest)
 
-    def subset(self, artifacts: Iterable[str], engines: Iterable[str] | None, *, fused: bool = True,
-               **sections: Any) -> dict[str, Any]:
+    def subset(
+        self, artifacts: Iterable[str], engines: Iterable[str] | None, *, fused: bool = True, **sections: Any
+    ) -> dict[str, Any]:
         """A copy of the manifest naming only ``artifacts`` and ``engines`` (None: no engines
         section), the fused graphs only if ``fused``, with ``sections`` set: what a packed bundle
         or a scratch copy holds."""
@@ -279,7 +312,9 @@ class Bundle:
         doc = self.manifest["artifacts"].get(name)
         if doc is None:
             have = ", ".join(self.manifest["artifacts"]) or "none"
-            raise BundleError(f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=self._remake_hint(name, "first"))
+            raise BundleError(
+                f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=self._remake_hint(name, "first")
+            )
         # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
         return Artifact(name=name, **{k: doc[k] for k in ARTIFACT_FIELDS if k in doc})
 
@@ -287,7 +322,9 @@ class Bundle:
         """The command that (re)makes artifact ``name`` ("int8", "int8-bucket-N": quantize)."""
         if name.startswith("int8"):
             return f"run `edgekit quantize {self.root}` {when}"
-        return f"re-export with `edgekit export MODEL -o {self.root}`" if name == "fp32" else "run the stage that makes it"
+        return (
+            f"re-export with `edgekit export MODEL -o {self.root}`" if name == "fp32" else "run the stage that makes it"
+        )
 
     def path_of(self, name: str) -> Path:
         return self.root / self.artifact(name).path
@@ -302,23 +339,34 @@ class Bundle:
                 path = (self.root / doc["path"]).resolve()
                 size, digest = int(doc["bytes"]), str(doc["sha256"])
             except (KeyError, TypeError, ValueError):
-                raise BundleError(f"manifest entry for artifact {name!r} is malformed", hint="re-run the stage") from None
+                raise BundleError(
+                    f"manifest entry for artifact {name!r} is malformed", hint="re-run the stage"
+                ) from None
             if root not in path.parents:
                 raise BundleError(f"artifact {name!r} path {doc['path']!r} points outside the bundle")
             if not path.is_file():
-                raise BundleError(f"artifact {name!r} ({doc['path']}) is missing from {self.root}", hint=self._remake_hint(name))
+                raise BundleError(
+                    f"artifact {name!r} ({doc['path']}) is missing from {self.root}", hint=self._remake_hint(name)
+                )
             if path.stat().st_size != size or sha256_file(path) != digest:
-                raise BundleError(f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed "
-                                  "or truncated", hint=_TAMPERED)
+                raise BundleError(
+                    f"artifact {name!r} ({doc['path']}) does not match its recorded sha256: the file was changed "
+                    "or truncated",
+                    hint=_TAMPERED,
+                )
             for side in doc.get("side_files") or []:
                 try:
                     rel, size, digest = str(side["path"]), int(side["bytes"]), str(side["sha256"])
                 except (KeyError, TypeError, ValueError):
-                    raise BundleError(f"manifest entry for artifact {name!r} has a malformed side file", hint="re-run the stage") from None
+                    raise BundleError(
+                        f"manifest entry for artifact {name!r} has a malformed side file", hint="re-run the stage"
+                    ) from None
                 spath = inside(self.root, rel)
                 if not spath.is_file() or spath.stat().st_size != size or sha256_file(spath) != digest:
-                    raise BundleError(f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
-                                      hint=_TAMPERED)
+                    raise BundleError(
+                        f"side file {rel} of artifact {name!r} is missing or does not match its recorded sha256",
+                        hint=_TAMPERED,
+                    )
             check_side_files_listed(path, name, doc)  # a weights file the manifest does not list would be read unhashed
 
     # ---- writing -----------------------------------------------------------------------------
@@ -327,8 +375,16 @@ class Bundle:
         self.root.mkdir(parents=True, exist_ok=True)
         return self.root / f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}-{filename}"
 
-    def add_artifact(self, name: str, staged: Path, *, made_by: str, config: Mapping[str, Any], suffix: str,
-                     side_files: Sequence[Path] = ()) -> Artifact:
+    def add_artifact(
+        self,
+        name: str,
+        staged: Path,
+        *,
+        made_by: str,
+        config: Mapping[str, Any],
+        suffix: str,
+        side_files: Sequence[Path] = (),
+    ) -> Artifact:
         """Move ``staged`` into the bundle as ``<name>-<sha8><suffix>`` and record it (in memory;
         ``save`` makes it visible). The file it replaces is deleted after ``save``.
 
@@ -345,8 +401,16 @@ class Bundle:
         old = self.manifest["artifacts"].get(name)
         if old:
             self._superseded += [self.root / rel for rel in live_paths({"artifacts": {name: old}})]
-        art = Artifact(name, final.name, digest, final.stat().st_size, made_by, copy.deepcopy(dict(config)), now_iso(),
-                       tuple(sides))
+        art = Artifact(
+            name,
+            final.name,
+            digest,
+            final.stat().st_size,
+            made_by,
+            copy.deepcopy(dict(config)),
+            now_iso(),
+            tuple(sides),
+        )
         self.manifest["artifacts"][name] = art.to_json()
         return art
 
@@ -370,8 +434,10 @@ class Bundle:
             try:
                 write_json_atomic(self.root / MANIFEST, merged)
             except OSError as exc:
-                raise BundleError(f"cannot write {self.root / MANIFEST} ({exc.strerror or exc})",
-                                  hint="free some space or make the bundle writable, then re-run the stage") from None
+                raise BundleError(
+                    f"cannot write {self.root / MANIFEST} ({exc.strerror or exc})",
+                    hint="free some space or make the bundle writable, then re-run the stage",
+                ) from None
             self.manifest = merged
             self._base = copy.deepcopy(merged)
             COMMITTED.append(str(self.root))

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgekit.builder import build_bundle, demo_build_stage, module_available
 from edgekit.bundle import Bundle
 from edgekit.check import CheckConfig, check_bundle, demo_check
 from edgekit.check.render import print_demo_check
 from edgekit.evaluate import evaluate
-from edgekit.host import cpu_identity
 from edgekit.export import ExportConfig, export_bundle
+from edgekit.host import cpu_identity
 from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.output import Output
@@ -124,8 +125,14 @@ class StageClock:
             load = [round(x, 2) for x in os.getloadavg()]
         except OSError:
             load = None
-        return {"stages": self.stages, "wall_s": time.perf_counter() - self.t0, "cpu_s": time.process_time() - self.cpu0,
-                "cpu": cpu["model"], "cores": cpu["cores"], "load_avg_end": load}
+        return {
+            "stages": self.stages,
+            "wall_s": time.perf_counter() - self.t0,
+            "cpu_s": time.process_time() - self.cpu0,
+            "cpu": cpu["model"],
+            "cores": cpu["cores"],
+            "load_avg_end": load,
+        }
 
 
 def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
@@ -138,7 +145,9 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     bundles: dict[str, Bundle] = {}
     for name in ("masked-demo", "flow-demo", "ar-demo"):
         step(f"export {name}", stage="export")
-        b = export_bundle(load_spec(name, batch=cfg.batch), cfg.out / name.removesuffix("-demo"), ExportConfig(), source=name)
+        b = export_bundle(
+            load_spec(name, batch=cfg.batch), cfg.out / name.removesuffix("-demo"), ExportConfig(), source=name
+        )
         bundles[b.kind] = b
         ver = b.verification["fp32"]
         report["stages"].setdefault("export", {})[name] = {
@@ -160,7 +169,13 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     with open_runtime(bundles["ar"], "ort", "fp32") as rt:
         quality["ar"] = evaluate(bundles["ar"], rt, cfg.n, cfg.seed)["quality"]
     quality["corpus"] = default_corpus().reference_token_metrics
-    report["stages"]["decode"] = {"runtime": "ort", "precision": "fp32", "n": cfg.n, "seed": cfg.seed, "quality": quality}
+    report["stages"]["decode"] = {
+        "runtime": "ort",
+        "precision": "fp32",
+        "n": cfg.n,
+        "seed": cfg.seed,
+        "quality": quality,
+    }
 
     step("quantize each model to INT8 (cpu profile), calibrated on FP32 decode trajectories", stage="quantize")
     report["stages"]["quantize"] = demo_quantize(bundles, n=cfg.gate_n, seed=cfg.seed, progress=clock.detail)
@@ -171,18 +186,35 @@ def run_demo(cfg: DemoConfig, progress: Any = None) -> dict[str, Any]:
     step("lint and build each bundle for the cpu target (optimized ONNX)", stage="build")
     report["stages"]["build"] = {kind: demo_build_stage(b.root, "cpu", "auto") for kind, b in bundles.items()}
 
-    step("profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report",
-         stage="profile")
-    report["stages"]["profile"] = demo_profile(bundles, cfg.out, n=cfg.frontier_n, progress=clock.profile_detail,
-                                               frontier_steps=cfg.frontier_steps, sweep_lengths=cfg.sweep_lengths)
+    step(
+        "profile masked-demo against the AR baseline on the fastest engine here (with the quality-latency frontier), and write the HTML report",
+        stage="profile",
+    )
+    report["stages"]["profile"] = demo_profile(
+        bundles,
+        cfg.out,
+        n=cfg.frontier_n,
+        progress=clock.profile_detail,
+        frontier_steps=cfg.frontier_steps,
+        sweep_lengths=cfg.sweep_lengths,
+    )
     if cfg.runs_npu:
         clock.start("npu")
         report["stages"]["npu"] = npu_stage(cfg, clock.detail)
     elif cfg.npu_target:
-        report["stages"]["npu"] = {"skipped": "minutes on the x86 HTP emulation: `edgekit demo --npu` (or --full) runs it"
-                                   + ("" if module_available("onnxruntime_qnn") else "; it needs onnxruntime-qnn (pip install 'edgekit[qnn]')")}
-    report["sizes"] = {"full": cfg.full, "n": cfg.n, "gate_n": cfg.gate_n, "frontier_steps": list(cfg.frontier_steps),
-                       "frontier_n": cfg.frontier_n, "sweep_lengths": list(cfg.sweep_lengths), "npu": cfg.runs_npu}
+        report["stages"]["npu"] = {
+            "skipped": "minutes on the x86 HTP emulation: `edgekit demo --npu` (or --full) runs it"
+            + ("" if module_available("onnxruntime_qnn") else "; it needs onnxruntime-qnn (pip install 'edgekit[qnn]')")
+        }
+    report["sizes"] = {
+        "full": cfg.full,
+        "n": cfg.n,
+        "gate_n": cfg.gate_n,
+        "frontier_steps": list(cfg.frontier_steps),
+        "frontier_n": cfg.frontier_n,
+        "sweep_lengths": list(cfg.sweep_lengths),
+        "npu": cfg.runs_npu,
+    }
     report["timing"] = clock.finish()
     return report
 
@@ -195,24 +227,45 @@ def npu_stage(cfg: DemoConfig, step: Any) -> dict[str, Any]:
         return {"skipped": "onnxruntime-qnn is not installed (pip install 'edgekit[qnn]')"}
     target = cfg.npu_target
     step(f"NPU: export masked-demo at batch 1 for {target} (the HTP backend emulates the NPU on this CPU)")
-    b = export_bundle(load_spec("masked-demo", batch=1), cfg.out / "npu" / "masked", ExportConfig(), source="masked-demo")
+    b = export_bundle(
+        load_spec("masked-demo", batch=1), cfg.out / "npu" / "masked", ExportConfig(), source="masked-demo"
+    )
     step("NPU: quantize every op (qnn profile), budget measured on the HTP backend")
-    q = quantize_bundle(b.root, QuantizeConfig(profile="qnn", calib_samples=cfg.npu_calib, eval_samples=cfg.npu_n, eval_seed=cfg.seed,
-                                               target=target))
+    q = quantize_bundle(
+        b.root,
+        QuantizeConfig(
+            profile="qnn", calib_samples=cfg.npu_calib, eval_samples=cfg.npu_n, eval_seed=cfg.seed, target=target
+        ),
+    )
     step(f"NPU: compile the context binary for {target}")
     built = build_bundle(b.root, target, "int8")
     step("NPU: check qnn:int8 (precompiled context) vs ort:fp32")
-    doc = check_bundle(b.root, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=cfg.npu_n, seed=cfg.seed, target=target))
+    doc = check_bundle(
+        b.root, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=cfg.npu_n, seed=cfg.seed, target=target)
+    )
     engine = built["engine"]
     return {
         "target": target,
         "bundle": str(b.root),
-        "quantize": {"passed": q["passed"], "checks": q["budget"]["checks"], "share_8bit": q["qnn"]["share_8bit"],
-                     "promoted_16bit": q["qnn"]["promoted_16bit"], "measured_on": q["budget"]["measured_on"]},
-        "build": {"engine": engine["path"], "bytes": engine["bytes"], "device": engine["device"], "qnn": engine["qnn"],
-                  "session_seconds": engine["session_seconds"]},
-        "check": {"passed": doc["passed"], "failed": doc["failed"],
-                  "metrics": {k: v for k, v in doc["metrics"].items() if isinstance(v, (int, float))}},
+        "quantize": {
+            "passed": q["passed"],
+            "checks": q["budget"]["checks"],
+            "share_8bit": q["qnn"]["share_8bit"],
+            "promoted_16bit": q["qnn"]["promoted_16bit"],
+            "measured_on": q["budget"]["measured_on"],
+        },
+        "build": {
+            "engine": engine["path"],
+            "bytes": engine["bytes"],
+            "device": engine["device"],
+            "qnn": engine["qnn"],
+            "session_seconds": engine["session_seconds"],
+        },
+        "check": {
+            "passed": doc["passed"],
+            "failed": doc["failed"],
+            "metrics": {k: v for k, v in doc["metrics"].items() if isinstance(v, (int, float))},
+        },
         "note": "latency on this host is x86 emulation of the NPU; accuracy is the NPU's arithmetic",
     }
 
@@ -220,17 +273,35 @@ def npu_stage(cfg: DemoConfig, step: Any) -> dict[str, Any]:
 def print_demo(o: Output, report: dict[str, Any]) -> None:
     """The demo's tables, stage by stage."""
     exp = report["stages"]["export"]
-    o.table("export: torch → static ONNX, verified against torch", ["model", "bundle", "MB", "max abs err", "verified"],
-            [(m, e["bundle"], e["bytes"] / 1e6, e["max_abs_error"], e["verified"]) for m, e in exp.items()])
+    o.table(
+        "export: torch → static ONNX, verified against torch",
+        ["model", "bundle", "MB", "max abs err", "verified"],
+        [(m, e["bundle"], e["bytes"] / 1e6, e["max_abs_error"], e["verified"]) for m, e in exp.items()],
+    )
     q = report["stages"]["decode"]["quality"]
     rows = [
-        ("masked-demo (MaskGIT, 8 steps)", q["masked"]["validity"], q["masked"]["event_accuracy"], q["masked"]["nll_per_token"], "—"),
+        (
+            "masked-demo (MaskGIT, 8 steps)",
+            q["masked"]["validity"],
+            q["masked"]["event_accuracy"],
+            q["masked"]["nll_per_token"],
+            "—",
+        ),
         ("ar-demo (KV cache, 64 steps)", q["ar"]["validity"], q["ar"]["event_accuracy"], q["ar"]["nll_per_token"], "—"),
-        ("corpus (true samples)", q["corpus"]["validity"], q["corpus"]["event_accuracy"], q["corpus"]["nll_per_token"], "—"),
+        (
+            "corpus (true samples)",
+            q["corpus"]["validity"],
+            q["corpus"]["event_accuracy"],
+            q["corpus"]["nll_per_token"],
+            "—",
+        ),
         ("flow-demo on masked tokens", "—", "—", "—", f"{q['flow']['snr_db']:.1f} dB"),
     ]
-    o.table(f"decode quality vs the corpus ground truth (ort fp32, n={report['stages']['decode']['n']}, seed={report['stages']['decode']['seed']})",
-            ["model", "validity", "event acc.", "NLL/token", "SNR vs clean"], rows)
+    o.table(
+        f"decode quality vs the corpus ground truth (ort fp32, n={report['stages']['decode']['n']}, seed={report['stages']['decode']['seed']})",
+        ["model", "validity", "event acc.", "NLL/token", "SNR vs clean"],
+        rows,
+    )
     qz = report["stages"]["quantize"]
     rows = []
     for kind, r in qz.items():
@@ -238,13 +309,27 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
         # ground-truth quality per precision stays in the JSON: flow's snr_db vs clean frames
         # would be a second, different snr_db row here).
         for c in r["budget"]:
-            rows.append((kind, c["key"], c["value"], f"{c['op']} {c['limit']:g}: " + ("pass" if c["passed"] else "FAIL")))
-        rows.append((kind, "size MB (FP32 -> INT8)", f"{r['sizes']['fp32_bytes'] / 1e6:.2f} -> {r['sizes']['int8_bytes'] / 1e6:.2f}",
-                     f"{r['sizes']['ratio']:.2f}x"))
+            rows.append(
+                (kind, c["key"], c["value"], f"{c['op']} {c['limit']:g}: " + ("pass" if c["passed"] else "FAIL"))
+            )
+        rows.append(
+            (
+                kind,
+                "size MB (FP32 -> INT8)",
+                f"{r['sizes']['fp32_bytes'] / 1e6:.2f} -> {r['sizes']['int8_bytes'] / 1e6:.2f}",
+                f"{r['sizes']['ratio']:.2f}x",
+            )
+        )
         speed = r.get("speed") or {}
         if speed.get("measured"):
-            rows.append((kind, f"ms per decode (FP32 -> INT8, {speed['isa']})",
-                         f"{speed['fp32_ms_per_decode']:.1f} -> {speed['int8_ms_per_decode']:.1f}", f"{speed['int8_speedup']:.2f}x"))
+            rows.append(
+                (
+                    kind,
+                    f"ms per decode (FP32 -> INT8, {speed['isa']})",
+                    f"{speed['fp32_ms_per_decode']:.1f} -> {speed['int8_ms_per_decode']:.1f}",
+                    f"{speed['int8_speedup']:.2f}x",
+                )
+            )
     arith = next((r.get("arithmetic") for r in qz.values() if r.get("arithmetic")), None)
     title = "quantize: INT8 vs FP32 (held-out set, identical noise)"
     if arith:
@@ -252,22 +337,44 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     o.table(title, ["model", "budget metric", "INT8", "limit"], rows)
     print_demo_check(o, report["stages"]["check"])
     b = report["stages"]["build"]
-    o.table("build: lint + engine for the cpu target (--precision auto)", ["model", "lint", "precision", "engine", "MB", "runtime"],
-            [(k, "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)", s["precision"], s["engine"], s["bytes"] / 1e6, s["runtime"])
-             for k, s in b.items()])
+    o.table(
+        "build: lint + engine for the cpu target (--precision auto)",
+        ["model", "lint", "precision", "engine", "MB", "runtime"],
+        [
+            (
+                k,
+                "pass" if s["lint_passed"] else f"{s['lint']['error']} error(s)",
+                s["precision"],
+                s["engine"],
+                s["bytes"] / 1e6,
+                s["runtime"],
+            )
+            for k, s in b.items()
+        ],
+    )
     for k, s in b.items():
         o.line(f"{k}: {s['precision']} because {s['precision_choice']}")
     prof = report["stages"]["profile"]
     t = prof["table"]  # the full side-by-side table, ratios and sweep are in the HTML report
     eng = prof["engine"]
-    o.line(f"profile engine: {eng['runtime']}, the fastest here (" + ", ".join(
-        f"{e} {ms:.1f} ms" for e, ms in sorted(eng["median_ms"].items(), key=lambda kv: kv[1]))
-        + f" per {eng['precision']} decode, median of {eng['rounds']} interleaved rounds)")
-    o.table(f"profile: masked-demo on {eng['runtime']} ({prof.get('rows', '?')} rows per decode)", t["summary"]["columns"], t["summary"]["rows"])
+    o.line(
+        f"profile engine: {eng['runtime']}, the fastest here ("
+        + ", ".join(f"{e} {ms:.1f} ms" for e, ms in sorted(eng["median_ms"].items(), key=lambda kv: kv[1]))
+        + f" per {eng['precision']} decode, median of {eng['rounds']} interleaved rounds)"
+    )
+    o.table(
+        f"profile: masked-demo on {eng['runtime']} ({prof.get('rows', '?')} rows per decode)",
+        t["summary"]["columns"],
+        t["summary"]["rows"],
+    )
     for line in t["not_measured"] + ([t["nar_vs_ar"]] if t.get("nar_vs_ar") else []):
         o.line(line)
     if t.get("frontier", {}).get("rows"):
-        o.table(f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)", t["frontier"]["columns"], t["frontier"]["rows"])
+        o.table(
+            f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)",
+            t["frontier"]["columns"],
+            t["frontier"]["rows"],
+        )
     for line in t.get("frontier_lines", []) + t["power"]:
         o.line(line)
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
@@ -281,10 +388,16 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
 def print_timing(o: Output, timing: dict[str, Any]) -> None:
     """The wall and CPU seconds of each stage, and the whole run in minutes with the machine."""
     rows = [(name, t["wall_s"], t["cpu_s"]) for name, t in timing["stages"].items()]
-    o.table("demo: time per stage (seconds)", ["stage", "wall", "CPU"], [*rows, ("total", timing["wall_s"], timing["cpu_s"])])
+    o.table(
+        "demo: time per stage (seconds)",
+        ["stage", "wall", "CPU"],
+        [*rows, ("total", timing["wall_s"], timing["cpu_s"])],
+    )
     load = timing.get("load_avg_end")
-    o.line(f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
-           f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")"))
+    o.line(
+        f"demo took {_minutes(timing['wall_s'])} wall, {_minutes(timing['cpu_s'])} CPU on {timing.get('cpu') or 'this CPU'}"
+        f" ({timing.get('cores') or '?'} cores" + (f", load average {load[0]:g} at the end)" if load else ")")
+    )
 
 
 def _minutes(seconds: float) -> str:
@@ -297,13 +410,40 @@ def _print_npu(o: Output, npu: dict[str, Any]) -> None:
         o.line(f"NPU stage skipped: {npu['skipped']}")
         return
     q, b, c = npu["quantize"], npu["build"], npu["check"]
-    rows = [("quantize (qnn profile)", c_["key"], c_["value"], f"{c_['op']} {c_['limit']:g}: " + ("pass" if c_["passed"] else "FAIL"))
-            for c_ in q["checks"]]
-    rows.append(("quantize (qnn profile)", "activations at 8 bit", q["share_8bit"], f"{q['promoted_16bit']} tensor(s) at 16 bit"))
-    rows += [("check qnn:int8 vs ort:fp32", k, v, "FAIL" if k in c["failed"] else "") for k, v in c["metrics"].items()
-             if k in ("token_agreement", "top1_agreement", "logits_kl") or k.startswith("quality_drop.event")]
+    rows = [
+        (
+            "quantize (qnn profile)",
+            c_["key"],
+            c_["value"],
+            f"{c_['op']} {c_['limit']:g}: " + ("pass" if c_["passed"] else "FAIL"),
+        )
+        for c_ in q["checks"]
+    ]
+    rows.append(
+        (
+            "quantize (qnn profile)",
+            "activations at 8 bit",
+            q["share_8bit"],
+            f"{q['promoted_16bit']} tensor(s) at 16 bit",
+        )
+    )
+    rows += [
+        ("check qnn:int8 vs ort:fp32", k, v, "FAIL" if k in c["failed"] else "")
+        for k, v in c["metrics"].items()
+        if k in ("token_agreement", "top1_agreement", "logits_kl") or k.startswith("quality_drop.event")
+    ]
     rows.append(("check qnn:int8 vs ort:fp32", "verdict", "pass" if c["passed"] else "FAIL", ", ".join(c["failed"])))
     s = b["session_seconds"]
-    rows.append((f"build {npu['target']}", f"context binary ({b['device']})", b["bytes"] / 1e6,
-                 f"MB; session {s['load_precompiled']:.2f} s loaded vs {s['compile']:.2f} s compiling"))
-    o.table(f"NPU: masked-demo on {npu['target']} ({q['measured_on']}; {npu['note']})", ["stage", "metric", "value", ""], rows)
+    rows.append(
+        (
+            f"build {npu['target']}",
+            f"context binary ({b['device']})",
+            b["bytes"] / 1e6,
+            f"MB; session {s['load_precompiled']:.2f} s loaded vs {s['compile']:.2f} s compiling",
+        )
+    )
+    o.table(
+        f"NPU: masked-demo on {npu['target']} ({q['measured_on']}; {npu['note']})",
+        ["stage", "metric", "value", ""],
+        rows,
+    )

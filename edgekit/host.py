@@ -34,8 +34,22 @@ def under(root: str | Path, path: str) -> Path:
 # bf16, SVE. Logged with every measurement (the same command differs by these across hosts) and
 # part of an OpenVINO CPU blob's compatibility key.
 ISA_FEATURES = (
-    "avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
-    "amx_fp16", "asimd", "asimddp", "i8mm", "bf16", "sve", "sve2",
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "amx_fp16",
+    "asimd",
+    "asimddp",
+    "i8mm",
+    "bf16",
+    "sve",
+    "sve2",
 )
 
 
@@ -57,16 +71,31 @@ def cpu_isa(cpuinfo_text: str) -> list[str]:
 #   amx          AMX int8 tiles (Sapphire Rapids and later): exact
 #   arm64 / arm64-dotprod / arm64-i8mm: NEON widening multiplies / sdot, udot / smmla: exact
 #   x86-64       no AVX2 (SSE4 kernels: 16-bit widening, exact but slow)
-ISA_CLASSES: tuple[str, ...] = ("avx2", "avx512", "avx-vnni", "avx512-vnni", "amx", "arm64", "arm64-dotprod", "arm64-i8mm", "x86-64")
+ISA_CLASSES: tuple[str, ...] = (
+    "avx2",
+    "avx512",
+    "avx-vnni",
+    "avx512-vnni",
+    "amx",
+    "arm64",
+    "arm64-dotprod",
+    "arm64-i8mm",
+    "x86-64",
+)
 
 
-def isa_class(arch: str, isa: "tuple[str, ...] | list[str]") -> str:
+def isa_class(arch: str, isa: tuple[str, ...] | list[str]) -> str:
     """The int8 arithmetic class (``ISA_CLASSES``) of a CPU with architecture ``arch`` and the
     ``ISA_FEATURES`` ``isa`` (as ``cpu_isa`` reads them); "unknown" for anything else."""
     have = set(isa)
     if arch == "x86_64":
-        for flag, name in (("amx_int8", "amx"), ("avx512_vnni", "avx512-vnni"), ("avx_vnni", "avx-vnni"),
-                           ("avx512f", "avx512"), ("avx2", "avx2")):
+        for flag, name in (
+            ("amx_int8", "amx"),
+            ("avx512_vnni", "avx512-vnni"),
+            ("avx_vnni", "avx-vnni"),
+            ("avx512f", "avx512"),
+            ("avx2", "avx2"),
+        ):
             if flag in have:
                 return name
         return "x86-64"
@@ -94,7 +123,10 @@ def cpu_identity(root: str | Path = "/") -> dict[str, Any]:
         pass
     board = None
     try:
-        board = under(root, "/proc/device-tree/model").read_text(encoding="utf-8", errors="replace").strip().rstrip("\x00") or None
+        board = (
+            under(root, "/proc/device-tree/model").read_text(encoding="utf-8", errors="replace").strip().rstrip("\x00")
+            or None
+        )
     except OSError:
         pass
     if cores is None and Path(root) == Path("/"):
@@ -151,10 +183,17 @@ class HostFacts:
         return f"{self.arch}: {self.cpu or 'unknown CPU'}"
 
     @classmethod
-    def detect(cls, root: str | Path = "/") -> "HostFacts":
+    def detect(cls, root: str | Path = "/") -> HostFacts:
         machine = platform.machine().lower()
         cpu = cpu_identity(root)
         l4t = read_l4t(under(root, str(L4T_RELEASE_PATH)))
         gpus = under(root, "/proc/driver/nvidia/gpus")
         nvidia = l4t is not None or under(root, "/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir()))
-        return cls(ARCH_ALIASES.get(machine, machine), cpu.get("model"), cpu.get("board"), l4t, nvidia, tuple(cpu.get("isa") or ()))
+        return cls(
+            ARCH_ALIASES.get(machine, machine),
+            cpu.get("model"),
+            cpu.get("board"),
+            l4t,
+            nvidia,
+            tuple(cpu.get("isa") or ()),
+        )

@@ -39,7 +39,9 @@ def memory_cap() -> int:
     except ValueError:
         mb = float("nan")
     if not math.isfinite(mb) or mb <= 0:
-        raise UsageError(f"{MEMORY_CAP_ENV}={raw!r} is not a positive number of MiB", hint=f"e.g. {MEMORY_CAP_ENV}=16384")
+        raise UsageError(
+            f"{MEMORY_CAP_ENV}={raw!r} is not a positive number of MiB", hint=f"e.g. {MEMORY_CAP_ENV}=16384"
+        )
     return int(mb * (1 << 20))
 
 
@@ -139,6 +141,7 @@ def check_option(flag: str, value: Any, bound: str) -> Any:
     inside = finite and (value > b.low if b.above_low else value >= b.low) and value <= b.high
     if not (inside and (whole or not b.integer)):
         shown = repr(value) if not number else (f"{value:g}" if isinstance(value, float) else str(value))
-        raise UsageError(f"{flag} {shown} is out of bounds; valid: {b.describe()}",
-                         hint="every bound: docs/reliability.md")
+        raise UsageError(
+            f"{flag} {shown} is out of bounds; valid: {b.describe()}", hint="every bound: docs/reliability.md"
+        )
     return int(value) if b.integer else value

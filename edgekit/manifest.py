@@ -11,9 +11,10 @@ import json
 import os
 import platform
 import uuid
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from edgekit.errors import BundleError
 from edgekit.userfiles import MAX_MANIFEST_BYTES, check_utf8_path, read_user_text
@@ -86,7 +87,9 @@ def read_json(path: Path, what: str = "manifest") -> Any:
     except json.JSONDecodeError as exc:
         raise BundleError(f"{what} {path} is not valid JSON ({exc})", hint="re-run the stage that wrote it") from None
     except RecursionError:
-        raise BundleError(f"{what} {path} is nested too deeply to be a manifest", hint="re-run the stage that wrote it") from None
+        raise BundleError(
+            f"{what} {path} is nested too deeply to be a manifest", hint="re-run the stage that wrote it"
+        ) from None
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -94,7 +97,9 @@ def inside(root: Path, rel: str) -> Path:
     base = Path(root).resolve()
     path = (Path(root) / rel).resolve()
     if base not in path.parents:
-        raise BundleError(f"path {rel!r} points outside the bundle {root}", hint="edgekit writes only inside the bundle")
+        raise BundleError(
+            f"path {rel!r} points outside the bundle {root}", hint="edgekit writes only inside the bundle"
+        )
     return path
 
 
@@ -118,8 +123,9 @@ def live_paths(manifest: Mapping[str, Any]) -> set[str]:
     return out
 
 
-def narrowed(manifest: Mapping[str, Any], artifacts: Iterable[str], engines: Iterable[str] | None, *,
-             fused: bool = True) -> dict[str, Any]:
+def narrowed(
+    manifest: Mapping[str, Any], artifacts: Iterable[str], engines: Iterable[str] | None, *, fused: bool = True
+) -> dict[str, Any]:
     """A copy of ``manifest`` naming only ``artifacts`` and ``engines`` (None: no engines section),
     and the fused graphs only if ``fused``."""
     doc = copy.deepcopy(dict(manifest))

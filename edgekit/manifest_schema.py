@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit.errors import BundleError
 from edgekit.host import ISA_CLASSES
 from edgekit.limits import MAX_ROWS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_THREADS
-from edgekit.spec import GROUND_TRUTH_TASKS, GRAPHS, KINDS, tensor_specs_from_json
+from edgekit.spec import GRAPHS, GROUND_TRUTH_TASKS, KINDS, tensor_specs_from_json
 
 
 class _Mismatch(Exception):
@@ -108,7 +109,7 @@ class Uncond(Type):
     """A conditioning input's unconditional fill: null (none), a number, a (nested) list of
     numbers, or "same" (the unconditional rows keep the conditional value: a frame mask)."""
 
-    expected = "null, a number, a list of numbers or \"same\""
+    expected = 'null, a number, a list of numbers or "same"'
 
     def accepts(self, value: Any) -> bool:
         if value is None or value == "same" or type(value) in (int, float):
@@ -149,7 +150,9 @@ class Table(Type):
 
     expected = "an object"
 
-    def __init__(self, fields: Mapping[str, Type] | None = None, required: tuple[str, ...] = (), extra: Type | None = None):
+    def __init__(
+        self, fields: Mapping[str, Type] | None = None, required: tuple[str, ...] = (), extra: Type | None = None
+    ):
         self.fields, self.required, self.extra = dict(fields or {}), required, extra
 
     def check(self, value: Any, where: str) -> None:
@@ -184,98 +187,306 @@ OBJECT = Table()
 NAME = Str()
 HASH = Str()
 FILE = Table({"path": Str(), "sha256": HASH}, required=("path",))
-SIDE_FILE = Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256"))  # an engine's weights file (older entries lack bytes)
-TENSOR = Table({"shape": ListOf(Int(0)), "dtype": Str(), "low": Nullable(Number()), "high": Nullable(Number())},
-               required=("shape", "dtype"))
-DECODE = Table({
-    "steps": Int(1, MAX_STEPS), "length": Nullable(Int(1, MAX_STEPS)), "top_k": Int(0), "temperature": Number(), "choice_temperature": Number(),
-    "guidance": Number(), "sway": Number(), "schedule": Str(), "solver": Str(), "grid": Str(), "spacing": Int(0),
-}, extra=Scalar())
+SIDE_FILE = Table(
+    {"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256")
+)  # an engine's weights file (older entries lack bytes)
+TENSOR = Table(
+    {"shape": ListOf(Int(0)), "dtype": Str(), "low": Nullable(Number()), "high": Nullable(Number())},
+    required=("shape", "dtype"),
+)
+DECODE = Table(
+    {
+        "steps": Int(1, MAX_STEPS),
+        "length": Nullable(Int(1, MAX_STEPS)),
+        "top_k": Int(0),
+        "temperature": Number(),
+        "choice_temperature": Number(),
+        "guidance": Number(),
+        "sway": Number(),
+        "schedule": Str(),
+        "solver": Str(),
+        "grid": Str(),
+        "spacing": Int(0),
+    },
+    extra=Scalar(),
+)
 
-META = Table({
-    "conditioning": Nullable(MapOf(Nullable(Table({"uncond": Uncond()})))),
-    **{k: Int(1) for k in ("vocab_size", "seq_len", "num_classes", "channels", "frames", "max_len", "utterance_frames",
-                           "frames_per_token")},
-    **{k: Int(0) for k in ("mask_id", "bos_id")},
-    "chunk": Table({"frames": Int(1), "context": Int(0), "lookahead": Int(0), "tokens_input": Str(), "sigma_min": Number()},
-                   required=("frames", "context", "lookahead", "tokens_input")),
-})
+META = Table(
+    {
+        "conditioning": Nullable(MapOf(Nullable(Table({"uncond": Uncond()})))),
+        **{
+            k: Int(1)
+            for k in (
+                "vocab_size",
+                "seq_len",
+                "num_classes",
+                "channels",
+                "frames",
+                "max_len",
+                "utterance_frames",
+                "frames_per_token",
+            )
+        },
+        **{k: Int(0) for k in ("mask_id", "bos_id")},
+        "chunk": Table(
+            {"frames": Int(1), "context": Int(0), "lookahead": Int(0), "tokens_input": Str(), "sigma_min": Number()},
+            required=("frames", "context", "lookahead", "tokens_input"),
+        ),
+    }
+)
 
 # What `edgekit quantize` recorded as its QuantizeConfig (``quantize.config.QuantizeConfig.to_json``):
 # `debug --fix` re-quantizes with it. The types here; the values (a profile, a method) are checked
 # by QuantizeConfig itself, its message naming this field (``debug.fix.recorded_config``).
-QUANTIZE_CONFIG = Table({
-    "profile": Str(), "method": Str(), "percentile": Number(), "calib_samples": Int(1, MAX_SAMPLES), "calib_seed": Int(0, MAX_SEED),
-    "eval_samples": Int(1, MAX_SAMPLES), "eval_seed": Int(0, MAX_SEED), "exclude": ListOf(Str()), "budget": MapOf(Number()),
-    "op_types": ListOf(Str()), "float_attention_core": Bool(), "float_time_embedding": Bool(), "decode": DECODE,
-    "fallback": Bool(), "max_fallback": Nullable(Int(0)), "sensitivity_feeds": Int(1, MAX_SAMPLES), "preprocess": Bool(),
-    "cond": MapOf(Str()), "cond_data": Nullable(Str()), "threads": Int(0, MAX_THREADS), "runtime": Str(), "target": Nullable(Str()),
-    "isa": OneOf("host", *ISA_CLASSES), "scheme": Str(), "overrides": ListOf(Table(extra=Scalar())),
-    "step_buckets": Nullable(IntOr(Int(1), "auto")), "bucket_memory": Number(),
-})
+QUANTIZE_CONFIG = Table(
+    {
+        "profile": Str(),
+        "method": Str(),
+        "percentile": Number(),
+        "calib_samples": Int(1, MAX_SAMPLES),
+        "calib_seed": Int(0, MAX_SEED),
+        "eval_samples": Int(1, MAX_SAMPLES),
+        "eval_seed": Int(0, MAX_SEED),
+        "exclude": ListOf(Str()),
+        "budget": MapOf(Number()),
+        "op_types": ListOf(Str()),
+        "float_attention_core": Bool(),
+        "float_time_embedding": Bool(),
+        "decode": DECODE,
+        "fallback": Bool(),
+        "max_fallback": Nullable(Int(0)),
+        "sensitivity_feeds": Int(1, MAX_SAMPLES),
+        "preprocess": Bool(),
+        "cond": MapOf(Str()),
+        "cond_data": Nullable(Str()),
+        "threads": Int(0, MAX_THREADS),
+        "runtime": Str(),
+        "target": Nullable(Str()),
+        "isa": OneOf("host", *ISA_CLASSES),
+        "scheme": Str(),
+        "overrides": ListOf(Table(extra=Scalar())),
+        "step_buckets": Nullable(IntOr(Int(1), "auto")),
+        "bucket_memory": Number(),
+    }
+)
 # The step buckets a runtime opens (``runtimes.bucketed.step_buckets`` checks how the parts agree).
-STEP_BUCKETS = Table({
-    "n": Int(1), "by": Str(), "boundaries": ListOf(Number()), "artifacts": ListOf(Str()), "binding": Str(), "weights_file": Str(),
-    "calls_per_bucket": ListOf(Int(0)),
-})
+STEP_BUCKETS = Table(
+    {
+        "n": Int(1),
+        "by": Str(),
+        "boundaries": ListOf(Number()),
+        "artifacts": ListOf(Str()),
+        "binding": Str(),
+        "weights_file": Str(),
+        "calls_per_bucket": ListOf(Int(0)),
+    }
+)
 
-MANIFEST_SCHEMA = Table({
-    "schema": Str(),
-    "created": Str(),
-    "updated": Str(),
-    "model": Table({
-        "name": NAME, "kind": OneOf(*KINDS), "meta": META, "source": Nullable(Str()), "source_sha256": Nullable(Str()),
-        "ground_truth": Nullable(OneOf(*GROUND_TRUTH_TASKS)), "condition_sampler": Nullable(Str()),
-    }, required=("name", "kind", "meta")),
-    "io": Table({"inputs": MapOf(TENSOR, non_empty=True), "outputs": MapOf(TENSOR, non_empty=True)}, required=("inputs", "outputs")),
-    "decode_defaults": Nullable(DECODE),
-    "artifacts": MapOf(Table({
-        "path": Str(), "sha256": HASH, "bytes": Int(0), "made_by": Str(), "config": OBJECT, "created": Str(),
-        "side_files": ListOf(Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256", "bytes"))),
-    }, required=("path", "sha256", "bytes", "made_by"))),
-    "verification": Nullable(MapOf(Table({
-        "passed": Bool(), "reference": Str(), "candidate": Str(), "samples": Int(0), "atol": Number(), "rtol": Number(),
-        "outputs": MapOf(OBJECT),
-    }))),
-    "quantization": Nullable(Table({
-        "profile": Nullable(Str()), "passed": Bool(),
-        # "unknown": quantized for "host" on a CPU whose class edgekit could not read.
-        "arithmetic": Nullable(Table({"isa": Nullable(OneOf(*ISA_CLASSES, "unknown")), "validated_on": Nullable(Str()),
-                                      "scheme": Nullable(Table({"name": Str()}))})),
-        "budget": Table({"eval": Table({"samples": Int(1, MAX_ROWS), "seed": Int(0, MAX_SEED), "decode": Nullable(DECODE)})}),
-        "config": Nullable(QUANTIZE_CONFIG),
-        "step_buckets": Nullable(STEP_BUCKETS),
-        "speed": Nullable(Table({"measured": Bool(), "isa": Nullable(Str()), "runtime": Nullable(Str()), "int8_speedup": Nullable(Number())})),
-    })),
-    "engines": Nullable(MapOf(Table({
-        "path": Str(), "sha256": HASH, "bytes": Int(0), "runtime": Str(), "runtime_version": Nullable(Str()),
-        "format": Nullable(Str()), "device": Nullable(Str()), "device_name": Nullable(Str()), "cpu_isa": Nullable(ListOf(Str())),
-        "portable": Bool(), "compute_capability": Nullable(Str()), "l4t": Nullable(Str()), "target": Str(), "precision": Str(),
-        "source": Str(), "source_onnx_sha256": Str(), "metadata": FILE, "required_operators": FILE, "external_data": SIDE_FILE,
-        "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
-        "qnn": Nullable(Table({"htp_arch": Scalar(), "soc_model": Scalar(), "qnn_sdk": Scalar(), "onnxruntime_qnn": Scalar()})),
-        "session_seconds": Nullable(Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})),
-        # ORT: what edgekit changed in the graph file, and the session options an app loads it with (builder/ort.py).
-        "graph_changes": Nullable(Table({"fusions": MapOf(Int(0)), "disabled_optimizers": ListOf(Str())})),
-        "session_options": Nullable(Table({"graph_optimization_level": OneOf("disable", "basic", "extended", "all"), "config_entries": MapOf(Str()), "note": Str()})),
-        # A step-bucketed int8 model's engines: bucket 0 is the entry itself (``builder.stage``).
-        "buckets": Nullable(Table({"by": Nullable(Str()), "boundaries": ListOf(Number()), "binding": Str(),
-                                   "engines": ListOf(Table({"path": Str(), "sha256": HASH, "source": Str()}, required=("path", "source")))})),
-    }, required=("path",)))),
-    "fused": Nullable(MapOf(Table({
-        "graph": OneOf(*GRAPHS[1:]), "artifact": Str(), "path": Str(), "mask_id": Int(0), "ops": OBJECT,
-        "inputs": MapOf(TENSOR), "outputs": MapOf(TENSOR),
-        "baked": Table({"steps": Int(1), "nfe": Int(1), "time_grid": ListOf(Number()), "mask_counts": ListOf(Int(0))},
-                       extra=Scalar()),
-    }, required=("graph", "artifact", "baked")))),
-    "flow_quality": Nullable(Table({
-        "table": ListOf(Table({"solver": Str(), "steps": Int(1), "nfe": Int(1), "snr_db": Number()},
-                              required=("solver", "steps", "nfe", "snr_db"))),
-    }, required=("table",))),
-    "graph": Nullable(MapOf(OBJECT)),
-    "provenance": Nullable(OBJECT),
-    "packed": Nullable(OBJECT),
-}, required=("model", "io", "artifacts"))
+MANIFEST_SCHEMA = Table(
+    {
+        "schema": Str(),
+        "created": Str(),
+        "updated": Str(),
+        "model": Table(
+            {
+                "name": NAME,
+                "kind": OneOf(*KINDS),
+                "meta": META,
+                "source": Nullable(Str()),
+                "source_sha256": Nullable(Str()),
+                "ground_truth": Nullable(OneOf(*GROUND_TRUTH_TASKS)),
+                "condition_sampler": Nullable(Str()),
+            },
+            required=("name", "kind", "meta"),
+        ),
+        "io": Table(
+            {"inputs": MapOf(TENSOR, non_empty=True), "outputs": MapOf(TENSOR, non_empty=True)},
+            required=("inputs", "outputs"),
+        ),
+        "decode_defaults": Nullable(DECODE),
+        "artifacts": MapOf(
+            Table(
+                {
+                    "path": Str(),
+                    "sha256": HASH,
+                    "bytes": Int(0),
+                    "made_by": Str(),
+                    "config": OBJECT,
+                    "created": Str(),
+                    "side_files": ListOf(
+                        Table({"path": Str(), "sha256": HASH, "bytes": Int(0)}, required=("path", "sha256", "bytes"))
+                    ),
+                },
+                required=("path", "sha256", "bytes", "made_by"),
+            )
+        ),
+        "verification": Nullable(
+            MapOf(
+                Table(
+                    {
+                        "passed": Bool(),
+                        "reference": Str(),
+                        "candidate": Str(),
+                        "samples": Int(0),
+                        "atol": Number(),
+                        "rtol": Number(),
+                        "outputs": MapOf(OBJECT),
+                    }
+                )
+            )
+        ),
+        "quantization": Nullable(
+            Table(
+                {
+                    "profile": Nullable(Str()),
+                    "passed": Bool(),
+                    # "unknown": quantized for "host" on a CPU whose class edgekit could not read.
+                    "arithmetic": Nullable(
+                        Table(
+                            {
+                                "isa": Nullable(OneOf(*ISA_CLASSES, "unknown")),
+                                "validated_on": Nullable(Str()),
+                                "scheme": Nullable(Table({"name": Str()})),
+                            }
+                        )
+                    ),
+                    "budget": Table(
+                        {
+                            "eval": Table(
+                                {"samples": Int(1, MAX_ROWS), "seed": Int(0, MAX_SEED), "decode": Nullable(DECODE)}
+                            )
+                        }
+                    ),
+                    "config": Nullable(QUANTIZE_CONFIG),
+                    "step_buckets": Nullable(STEP_BUCKETS),
+                    "speed": Nullable(
+                        Table(
+                            {
+                                "measured": Bool(),
+                                "isa": Nullable(Str()),
+                                "runtime": Nullable(Str()),
+                                "int8_speedup": Nullable(Number()),
+                            }
+                        )
+                    ),
+                }
+            )
+        ),
+        "engines": Nullable(
+            MapOf(
+                Table(
+                    {
+                        "path": Str(),
+                        "sha256": HASH,
+                        "bytes": Int(0),
+                        "runtime": Str(),
+                        "runtime_version": Nullable(Str()),
+                        "format": Nullable(Str()),
+                        "device": Nullable(Str()),
+                        "device_name": Nullable(Str()),
+                        "cpu_isa": Nullable(ListOf(Str())),
+                        "portable": Bool(),
+                        "compute_capability": Nullable(Str()),
+                        "l4t": Nullable(Str()),
+                        "target": Str(),
+                        "precision": Str(),
+                        "source": Str(),
+                        "source_onnx_sha256": Str(),
+                        "metadata": FILE,
+                        "required_operators": FILE,
+                        "external_data": SIDE_FILE,
+                        "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
+                        "qnn": Nullable(
+                            Table(
+                                {
+                                    "htp_arch": Scalar(),
+                                    "soc_model": Scalar(),
+                                    "qnn_sdk": Scalar(),
+                                    "onnxruntime_qnn": Scalar(),
+                                }
+                            )
+                        ),
+                        "session_seconds": Nullable(
+                            Table({"compile": Nullable(Number()), "load_precompiled": Nullable(Number())})
+                        ),
+                        # ORT: what edgekit changed in the graph file, and the session options an app loads it with (builder/ort.py).
+                        "graph_changes": Nullable(
+                            Table({"fusions": MapOf(Int(0)), "disabled_optimizers": ListOf(Str())})
+                        ),
+                        "session_options": Nullable(
+                            Table(
+                                {
+                                    "graph_optimization_level": OneOf("disable", "basic", "extended", "all"),
+                                    "config_entries": MapOf(Str()),
+                                    "note": Str(),
+                                }
+                            )
+                        ),
+                        # A step-bucketed int8 model's engines: bucket 0 is the entry itself (``builder.stage``).
+                        "buckets": Nullable(
+                            Table(
+                                {
+                                    "by": Nullable(Str()),
+                                    "boundaries": ListOf(Number()),
+                                    "binding": Str(),
+                                    "engines": ListOf(
+                                        Table(
+                                            {"path": Str(), "sha256": HASH, "source": Str()},
+                                            required=("path", "source"),
+                                        )
+                                    ),
+                                }
+                            )
+                        ),
+                    },
+                    required=("path",),
+                )
+            )
+        ),
+        "fused": Nullable(
+            MapOf(
+                Table(
+                    {
+                        "graph": OneOf(*GRAPHS[1:]),
+                        "artifact": Str(),
+                        "path": Str(),
+                        "mask_id": Int(0),
+                        "ops": OBJECT,
+                        "inputs": MapOf(TENSOR),
+                        "outputs": MapOf(TENSOR),
+                        "baked": Table(
+                            {
+                                "steps": Int(1),
+                                "nfe": Int(1),
+                                "time_grid": ListOf(Number()),
+                                "mask_counts": ListOf(Int(0)),
+                            },
+                            extra=Scalar(),
+                        ),
+                    },
+                    required=("graph", "artifact", "baked"),
+                )
+            )
+        ),
+        "flow_quality": Nullable(
+            Table(
+                {
+                    "table": ListOf(
+                        Table(
+                            {"solver": Str(), "steps": Int(1), "nfe": Int(1), "snr_db": Number()},
+                            required=("solver", "steps", "nfe", "snr_db"),
+                        )
+                    ),
+                },
+                required=("table",),
+            )
+        ),
+        "graph": Nullable(MapOf(OBJECT)),
+        "provenance": Nullable(OBJECT),
+        "packed": Nullable(OBJECT),
+    },
+    required=("model", "io", "artifacts"),
+)
 
 
 def _found(value: Any) -> str:
@@ -343,20 +554,28 @@ def validate_manifest(manifest: Any, path: Path) -> None:
         MANIFEST_SCHEMA.check(manifest, "")
     except _Mismatch as exc:
         where = exc.where.lstrip(".") or "(the document)"
-        raise BundleError(f"manifest {path} field {where}: expected {exc.expected}, found {_found(exc.value)}",
-                          hint=_remake(path.parent, where)) from None
+        raise BundleError(
+            f"manifest {path} field {where}: expected {exc.expected}, found {_found(exc.value)}",
+            hint=_remake(path.parent, where),
+        ) from None
     model = manifest["model"]
     if not model["name"].isprintable():
-        raise BundleError(f"manifest {path} field model.name: expected printable text, found {_found(model['name'])}", hint=hint)
+        raise BundleError(
+            f"manifest {path} field model.name: expected printable text, found {_found(model['name'])}", hint=hint
+        )
     for role in ("inputs", "outputs"):
         try:
             tensor_specs_from_json(manifest["io"][role])
         except Exception as exc:  # noqa: BLE001 - any malformed spec is the same user-facing error
-            raise BundleError(f"manifest {path} field io.{role}: expected tensor specs, found one that does not parse ({exc})",
-                              hint=hint) from None
+            raise BundleError(
+                f"manifest {path} field io.{role}: expected tensor specs, found one that does not parse ({exc})",
+                hint=hint,
+            ) from None
     inputs = manifest["io"]["inputs"]
     for name in model["meta"].get("conditioning") or {}:
         if name not in inputs:
             raise BundleError(
                 f"manifest {path} field model.meta.conditioning: expected names of graph inputs "
-                f"({', '.join(map(str, inputs))}), found {name!r}", hint=hint)
+                f"({', '.join(map(str, inputs))}), found {name!r}",
+                hint=hint,
+            )

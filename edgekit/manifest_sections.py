@@ -14,8 +14,9 @@ import copy
 import hashlib
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 
 def _text(value: Any) -> str | None:
@@ -108,15 +109,20 @@ class Verification:
     outputs: dict[str, OutputError]
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Verification":
+    def from_json(cls, doc: Mapping[str, Any]) -> Verification:
         def error(o: dict[str, Any]) -> OutputError:
             nan = float("nan")  # not recorded: no number to show
             errors = (_or(_number(o.get(k)), nan) for k in ("max_abs", "max_rel", "tolerance"))
             return OutputError(*errors, o.get("passed") is True, _or(_int(o.get("nonfinite")), 0))
 
         outputs = doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {}
-        return cls(doc.get("passed") is True, _text(doc.get("reference")), _text(doc.get("candidate")),
-                   _int(doc.get("samples")), {str(k): error(v) for k, v in outputs.items() if isinstance(v, dict)})
+        return cls(
+            doc.get("passed") is True,
+            _text(doc.get("reference")),
+            _text(doc.get("candidate")),
+            _int(doc.get("samples")),
+            {str(k): error(v) for k, v in outputs.items() if isinstance(v, dict)},
+        )
 
 
 @dataclass(frozen=True)
@@ -132,15 +138,20 @@ class BucketGraphs:
     binding: str | None = None  # bucket_binding of the record, as quantize wrote it
 
     @classmethod
-    def from_json(cls, doc: Any) -> "BucketGraphs | None":
+    def from_json(cls, doc: Any) -> BucketGraphs | None:
         """None for a one-scale model (no buckets recorded, or one)."""
         if not isinstance(doc, dict) or not isinstance(doc.get("artifacts"), list) or not doc["artifacts"]:
             return None
         n = doc.get("n") or 1
         if type(n) is not int or n < 2:
             return None
-        return cls(n, _text(doc.get("by")), _numbers(doc.get("boundaries")), tuple(str(a) for a in doc["artifacts"]),
-                   binding=_text(doc.get("binding")))
+        return cls(
+            n,
+            _text(doc.get("by")),
+            _numbers(doc.get("boundaries")),
+            tuple(str(a) for a in doc["artifacts"]),
+            binding=_text(doc.get("binding")),
+        )
 
 
 def bucket_binding(by: str, boundaries: Sequence[float], graphs: Sequence[tuple[str, str | None]]) -> str:
@@ -159,17 +170,28 @@ def step_bucket_problem(doc: Mapping[str, Any], artifact: str, sha256_of: Callab
     the artifact's recorded sha256, None when the manifest does not list it."""
     names, edges = list(doc.get("artifacts") or []), list(doc.get("boundaries") or [])
     missing = [a for a in names if sha256_of(a) is None]
-    if len(names) < 2 or names[0] != artifact or len(set(names)) != len(names) or doc.get("n") != len(names) \
-            or len(edges) != len(names) - 1:
-        return (f"record {doc.get('n')} buckets over graphs {names[:9]} with {len(edges)} boundaries "
-                f"(valid: n graphs, the first {artifact!r}, and n - 1 boundaries)")
-    if not all(type(e) in (int, float) and math.isfinite(e) for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+    if (
+        len(names) < 2
+        or names[0] != artifact
+        or len(set(names)) != len(names)
+        or doc.get("n") != len(names)
+        or len(edges) != len(names) - 1
+    ):
+        return (
+            f"record {doc.get('n')} buckets over graphs {names[:9]} with {len(edges)} boundaries "
+            f"(valid: n graphs, the first {artifact!r}, and n - 1 boundaries)"
+        )
+    if not all(type(e) in (int, float) and math.isfinite(e) for e in edges) or any(
+        b <= a for a, b in zip(edges, edges[1:])
+    ):
         return f"have boundaries {edges[:9]}, which are not ascending finite positions"
     if missing:
         return f"name graph {missing[0]!r}, which is not in the manifest"
     if doc.get("binding") != bucket_binding(doc.get("by", ""), edges, [(n, sha256_of(n)) for n in names]):
-        return ("do not match what quantize recorded: the graphs or their boundaries changed in the manifest "
-                "(each bucket's graph is bound to its place)")
+        return (
+            "do not match what quantize recorded: the graphs or their boundaries changed in the manifest "
+            "(each bucket's graph is bound to its place)"
+        )
     return None
 
 
@@ -216,7 +238,7 @@ class QuantizationSummary:
     as_recorded: dict[str, Any]  # the whole summary (the ``edgekit.quantize/1`` document)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "QuantizationSummary":
+    def from_json(cls, doc: Mapping[str, Any]) -> QuantizationSummary:
         arith = doc.get("arithmetic")
         scheme = arith.get("scheme") if isinstance(arith, dict) else None
         speed = doc.get("speed")
@@ -226,11 +248,21 @@ class QuantizationSummary:
             profile=_text(doc.get("profile")),
             passed=doc.get("passed") is True,
             config=_object(doc.get("config")),
-            arithmetic=ArithmeticRecord(_text(arith.get("isa")), _text(arith.get("validated_on")),
-                                        _text(scheme.get("name")) if isinstance(scheme, dict) else None)
-            if isinstance(arith, dict) else None,
-            speed=SpeedRecord(speed.get("measured") is True, _text(speed.get("isa")), _text(speed.get("runtime")),
-                              _number(speed.get("int8_speedup"))) if isinstance(speed, dict) else None,
+            arithmetic=ArithmeticRecord(
+                _text(arith.get("isa")),
+                _text(arith.get("validated_on")),
+                _text(scheme.get("name")) if isinstance(scheme, dict) else None,
+            )
+            if isinstance(arith, dict)
+            else None,
+            speed=SpeedRecord(
+                speed.get("measured") is True,
+                _text(speed.get("isa")),
+                _text(speed.get("runtime")),
+                _number(speed.get("int8_speedup")),
+            )
+            if isinstance(speed, dict)
+            else None,
             fallback=tuple(str(f.get("label")) for f in _list(doc.get("fallback")) if isinstance(f, dict)),
             budget_eval=BudgetEval(_int(ev.get("samples")), _int(ev.get("seed")), _object(ev.get("decode"))),
             step_buckets=BucketGraphs.from_json(doc.get("step_buckets")),
@@ -247,8 +279,12 @@ class EngineFile:
     bytes: int | None = None  # its size where recorded
 
     @classmethod
-    def from_json(cls, doc: Any) -> "EngineFile | None":
-        return cls(str(doc.get("path", "")), _text(doc.get("sha256")), _int(doc.get("bytes"))) if isinstance(doc, dict) else None
+    def from_json(cls, doc: Any) -> EngineFile | None:
+        return (
+            cls(str(doc.get("path", "")), _text(doc.get("sha256")), _int(doc.get("bytes")))
+            if isinstance(doc, dict)
+            else None
+        )
 
 
 # Files an engine entry names beside its model, by role.
@@ -280,35 +316,50 @@ class EngineRecord:
     compile_seconds: float | None  # QNN: what compiling the graph took (what loading the context saves)
     side_files: dict[str, EngineFile]  # role (``ENGINE_SIDE_FILES``) -> file
     bucket_boundaries: tuple[float, ...]  # a step-bucketed model's edges (() for one scale)
-    bucket_engines: tuple["EngineRecord", ...]  # buckets 1.. as their own engines (bucket 0 is this one)
+    bucket_engines: tuple[EngineRecord, ...]  # buckets 1.. as their own engines (bucket 0 is this one)
     bucket_by: str  # the position axis the buckets were built for ("" where not recorded)
-    bucket_binding: str | None  # bucket_binding over (source, sha256) of this engine and each bucket's, as build wrote it
+    bucket_binding: (
+        str | None
+    )  # bucket_binding over (source, sha256) of this engine and each bucket's, as build wrote it
     bucketed: bool  # built from a step-bucketed int8 model (AI Hub links every bucket into this one file)
     session_options: dict[str, Any] | None  # ORT: the options a plain session needs for the file (None: not recorded)
     as_recorded: dict[str, Any]  # the entry (the build document shows it)
 
     @classmethod
-    def from_json(cls, key: str, doc: Mapping[str, Any]) -> "EngineRecord":
+    def from_json(cls, key: str, doc: Mapping[str, Any]) -> EngineRecord:
         buckets = doc.get("buckets") if isinstance(doc.get("buckets"), dict) else {}
         subs = _list(buckets.get("engines"))
         cpu_isa = doc.get("cpu_isa")
         return cls(
-            key=key, path=str(doc.get("path", "")), sha256=_text(doc.get("sha256")), bytes=_int(doc.get("bytes")),
+            key=key,
+            path=str(doc.get("path", "")),
+            sha256=_text(doc.get("sha256")),
+            bytes=_int(doc.get("bytes")),
             runtime=_text(doc.get("runtime")),
-            precision=_text(doc.get("precision")), target=str(doc.get("target", key.split("/")[0])),
-            source=str(doc.get("source", "fp32")), source_onnx_sha256=_text(doc.get("source_onnx_sha256")),
-            runtime_version=_text(doc.get("runtime_version")), device=_text(doc.get("device")),
-            device_name=_text(doc.get("device_name")), cpu_isa=_texts(cpu_isa),
-            portable=bool(doc.get("portable", True)), config=_object(doc.get("config")), qnn=_object(doc.get("qnn")),
+            precision=_text(doc.get("precision")),
+            target=str(doc.get("target", key.split("/")[0])),
+            source=str(doc.get("source", "fp32")),
+            source_onnx_sha256=_text(doc.get("source_onnx_sha256")),
+            runtime_version=_text(doc.get("runtime_version")),
+            device=_text(doc.get("device")),
+            device_name=_text(doc.get("device_name")),
+            cpu_isa=_texts(cpu_isa),
+            portable=bool(doc.get("portable", True)),
+            config=_object(doc.get("config")),
+            qnn=_object(doc.get("qnn")),
             aihub=_object(doc.get("aihub")),
             compile_seconds=_number(_object(doc.get("session_seconds")).get("compile")),
             side_files={r: f for r in ENGINE_SIDE_FILES if (f := EngineFile.from_json(doc.get(r))) is not None},
             bucket_boundaries=_numbers(buckets.get("boundaries")),
-            bucket_engines=tuple(cls.from_json(f"{key}#bucket{i + 1}", s)
-                                 for i, s in enumerate(subs) if isinstance(s, dict)),
-            bucket_by=str(buckets.get("by", "")), bucket_binding=_text(buckets.get("binding")),
+            bucket_engines=tuple(
+                cls.from_json(f"{key}#bucket{i + 1}", s) for i, s in enumerate(subs) if isinstance(s, dict)
+            ),
+            bucket_by=str(buckets.get("by", "")),
+            bucket_binding=_text(buckets.get("binding")),
             bucketed=bool(buckets),
-            session_options=copy.deepcopy(dict(doc["session_options"])) if isinstance(doc.get("session_options"), Mapping) else None,
+            session_options=copy.deepcopy(dict(doc["session_options"]))
+            if isinstance(doc.get("session_options"), Mapping)
+            else None,
             as_recorded=copy.deepcopy(dict(doc)),
         )
 

@@ -31,10 +31,15 @@ def check_file(path: Path | str, flag: str, suffix: str | None = None) -> Path:
     _check_names(path, flag)
     mode = _mode(path)
     if mode is not None and stat.S_ISDIR(mode):
-        raise UsageError(f"{flag} {path} is a folder; it names the file to write", hint=f"e.g. {flag} {path / ('out' + (suffix or ''))}")
+        raise UsageError(
+            f"{flag} {path} is a folder; it names the file to write",
+            hint=f"e.g. {flag} {path / ('out' + (suffix or ''))}",
+        )
     if mode is not None and not stat.S_ISREG(mode):
-        raise UsageError(f"{flag} {path} is not a regular file (a device, FIFO or link); edgekit will not replace it",
-                         hint=f"choose another {flag} path")
+        raise UsageError(
+            f"{flag} {path} is not a regular file (a device, FIFO or link); edgekit will not replace it",
+            hint=f"choose another {flag} path",
+        )
     _check_folder(path.parent, flag, path)
     return path
 
@@ -60,8 +65,10 @@ def _check_folder(folder: Path, flag: str, shown: Path) -> None:
     try:  # what the permission bits do not say (a read-only mount, /proc, a full inode table)
         os.rmdir(tempfile.mkdtemp(prefix=".edgekit-probe-", dir=base))
     except OSError as exc:
-        raise UsageError(f"{flag} {shown}: nothing can be written in {base} ({exc.strerror or exc})",
-                         hint=f"choose a {flag} path you may write") from None
+        raise UsageError(
+            f"{flag} {shown}: nothing can be written in {base} ({exc.strerror or exc})",
+            hint=f"choose a {flag} path you may write",
+        ) from None
 
 
 def _check_names(path: Path, flag: str) -> None:
@@ -73,8 +80,10 @@ def _check_names(path: Path, flag: str) -> None:
     check_utf8_path(path, flag, hint="choose a UTF-8 name")
     for part in path.parts:
         if len(os.fsencode(part)) > limit:
-            raise UsageError(f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes, more than the file system takes ({limit})",
-                             hint="choose a shorter name")
+            raise UsageError(
+                f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes, more than the file system takes ({limit})",
+                hint="choose a shorter name",
+            )
 
 
 def write_text_into(folder: Path | str, name: str, text: str) -> Path:

@@ -9,10 +9,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import PurePath
-from typing import Any, Iterator, Mapping, Sequence
-
+from typing import Any
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
 
@@ -124,6 +124,8 @@ class Output:
         if self.quiet or not self.err.is_terminal:
             yield lambda n=1: None
             return
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.err, transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.err, transient=True
+        ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda n=1: bar.advance(task, n)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from edgekit.errors import EXIT_UNAVAILABLE, EdgekitError
 
@@ -109,9 +109,13 @@ def gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 1024**2:.0f} MiB"
 
 
-def preflight(stage: str, needs: Sequence[Need], warn: Callable[[str], None] | None = None,
-              memory: Callable[[], int | None] | None = None,
-              disk: Callable[[Path], int | None] | None = None) -> list[str]:
+def preflight(
+    stage: str,
+    needs: Sequence[Need],
+    warn: Callable[[str], None] | None = None,
+    memory: Callable[[], int | None] | None = None,
+    disk: Callable[[Path], int | None] | None = None,
+) -> list[str]:
     """Raise ``HostTooSmall`` on the first need this host cannot meet now (one line: what, how
     much, how much there is, the fix); with ``EDGEKIT_NO_PREFLIGHT=1`` say it through ``warn``
     instead and return the lines. Needs on one file system add up."""
@@ -120,8 +124,10 @@ def preflight(stage: str, needs: Sequence[Need], warn: Callable[[str], None] | N
     have = (memory or available_memory)() if total_memory else None
     if have is not None and total_memory > have:
         what = " and ".join(n.what for n in needs if n.kind == "memory")
-        short.append(f"{stage} needs about {gib(total_memory)} of memory ({what}); this host has {gib(have)} available: "
-                     "close other programs, or run it on a host with more RAM")
+        short.append(
+            f"{stage} needs about {gib(total_memory)} of memory ({what}); this host has {gib(have)} available: "
+            "close other programs, or run it on a host with more RAM"
+        )
     by_device: dict[int, list[Need]] = {}
     for n in needs:
         if n.kind == "disk" and n.folder is not None:
@@ -131,8 +137,10 @@ def preflight(stage: str, needs: Sequence[Need], warn: Callable[[str], None] | N
         free = (disk or free_disk)(group[0].folder)  # type: ignore[arg-type]
         if free is not None and want > free:
             places = ", ".join(f"{gib(n.bytes)} for {n.what} in {n.folder}" for n in group)
-            short.append(f"{stage} needs about {gib(want)} of free disk ({places}); {gib(free)} is free there: "
-                         "free some space, or point TMPDIR (scratch) or the bundle at a bigger disk")
+            short.append(
+                f"{stage} needs about {gib(want)} of free disk ({places}); {gib(free)} is free there: "
+                "free some space, or point TMPDIR (scratch) or the bundle at a bigger disk"
+            )
     if short and os.environ.get(ENV_SKIP, "") not in ("", "0"):
         for line in short:
             (warn or _stderr)(f"{line} ({ENV_SKIP} is set: going on)")
@@ -146,6 +154,21 @@ def _stderr(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr)  # a stage without a warn channel (export)
 
 
-__all__ = ["BASE_MEMORY", "EXPORT_DISK", "EXPORT_MEMORY", "ENV_SKIP", "HostTooSmall", "Need", "QUANTIZE_BUNDLE_DISK",
-           "QUANTIZE_MEMORY", "QUANTIZE_SCRATCH_DISK", "available_memory", "cgroup_available", "existing", "free_disk",
-           "gib", "meminfo_available", "preflight"]
+__all__ = [
+    "BASE_MEMORY",
+    "EXPORT_DISK",
+    "EXPORT_MEMORY",
+    "ENV_SKIP",
+    "HostTooSmall",
+    "Need",
+    "QUANTIZE_BUNDLE_DISK",
+    "QUANTIZE_MEMORY",
+    "QUANTIZE_SCRATCH_DISK",
+    "available_memory",
+    "cgroup_available",
+    "existing",
+    "free_disk",
+    "gib",
+    "meminfo_available",
+    "preflight",
+]

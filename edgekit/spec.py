@@ -5,8 +5,9 @@ Only numpy here: the device side (runtimes, decode loops) shares these types wit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class TensorSpec:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "TensorSpec":
+    def from_json(cls, doc: Mapping[str, Any]) -> TensorSpec:
         return cls(tuple(int(d) for d in doc["shape"]), str(doc["dtype"]), doc.get("low"), doc.get("high"))
 
     def zeros(self) -> np.ndarray:
@@ -108,8 +109,10 @@ class ModelSpec:
         if self.meta.get("conditioning"):
             # Every reader (decode loops, fused export, the manifest schema) reads {"uncond": X}:
             # the short forms README.md and docs/byo.md document become that here, once.
-            conditioning = {name: normalize_uncond(self.name, name, fill, self.inputs[name])
-                            for name, fill in self.meta["conditioning"].items()}
+            conditioning = {
+                name: normalize_uncond(self.name, name, fill, self.inputs[name])
+                for name, fill in self.meta["conditioning"].items()
+            }
             object.__setattr__(self, "meta", {**self.meta, "conditioning": conditioning})
 
     @property
@@ -117,8 +120,10 @@ class ModelSpec:
         return next(iter(self.inputs.values())).shape[0]
 
 
-UNCOND_FORMS = ('a number (every element), a nested list of one row\'s shape, "same" (the unconditional rows keep '
-                'the conditional value) or None (no guidance), bare or as {"uncond": value}')
+UNCOND_FORMS = (
+    'a number (every element), a nested list of one row\'s shape, "same" (the unconditional rows keep '
+    'the conditional value) or None (no guidance), bare or as {"uncond": value}'
+)
 
 
 def normalize_uncond(model: str, name: str, fill: Any, spec: TensorSpec) -> dict[str, Any] | None:
@@ -129,7 +134,7 @@ def normalize_uncond(model: str, name: str, fill: Any, spec: TensorSpec) -> dict
     if isinstance(fill, Mapping):
         extra = [k for k in fill if k != "uncond"]
         if extra:
-            raise EdgekitError(f"{where} has keys {extra}; valid: {{\"uncond\": value}}", hint=f"value: {UNCOND_FORMS}")
+            raise EdgekitError(f'{where} has keys {extra}; valid: {{"uncond": value}}', hint=f"value: {UNCOND_FORMS}")
         fill = fill.get("uncond")
     if fill is None:
         return None
@@ -138,8 +143,10 @@ def normalize_uncond(model: str, name: str, fill: Any, spec: TensorSpec) -> dict
             raise EdgekitError(f"{where} is {fill!r}; valid: {UNCOND_FORMS}")
         return {"uncond": "same"}
     if not isinstance(fill, (int, float, list, tuple, np.ndarray, np.number, np.bool_)):
-        raise EdgekitError(f"{where} is {fill!r} ({type(fill).__name__}); valid: {UNCOND_FORMS}",
-                           hint=f"e.g. {{{name!r}: 0}} or {{{name!r}: {{\"uncond\": 0}}}}")
+        raise EdgekitError(
+            f"{where} is {fill!r} ({type(fill).__name__}); valid: {UNCOND_FORMS}",
+            hint=f'e.g. {{{name!r}: 0}} or {{{name!r}: {{"uncond": 0}}}}',
+        )
     arr = np.asarray(fill)
     if arr.dtype.kind == "b":  # a bool input's fill (a mask): 0/1, as the manifest stores numbers
         arr = arr.astype(np.int64)
@@ -149,7 +156,9 @@ def normalize_uncond(model: str, name: str, fill: Any, spec: TensorSpec) -> dict
     try:
         np.broadcast_to(arr, row)
     except ValueError:
-        raise EdgekitError(f"{where} has shape {list(arr.shape)}; valid: a number or a nested list of one row's shape {list(row)}") from None
+        raise EdgekitError(
+            f"{where} has shape {list(arr.shape)}; valid: a number or a nested list of one row's shape {list(row)}"
+        ) from None
     return {"uncond": arr.item() if arr.ndim == 0 else arr.tolist()}
 
 
@@ -185,7 +194,7 @@ AR_CACHE_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def ar_cache_form(outputs: Mapping[str, Any] | Any) -> str:
-    """"loop" when an AR graph's outputs include ``k_new`` (the loop owns the cache), else "graph"."""
+    """ "loop" when an AR graph's outputs include ``k_new`` (the loop owns the cache), else "graph"."""
     return "loop" if "k_new" in outputs else "graph"
 
 
@@ -236,4 +245,6 @@ def check_graph_kind(kind: str, graph: str) -> None:
     if graph not in FUSED_GRAPHS.get(kind, ()):
         fused = FUSED_GRAPHS.get(kind, ())
         why = "" if fused else " (its loop state is the KV cache, so it has no fused graphs)"
-        raise UsageError(f"--graph {graph!r} is not available for the {kind} model{why}; valid: {', '.join(('host', *fused))}")
+        raise UsageError(
+            f"--graph {graph!r} is not available for the {kind} model{why}; valid: {', '.join(('host', *fused))}"
+        )

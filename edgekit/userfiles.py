@@ -25,7 +25,9 @@ MAX_DOCUMENT_BYTES = 16 << 20
 MAX_MANIFEST_BYTES = 64 << 20
 
 
-def check_utf8_path(path: str | os.PathLike, what: str, *, error: type[EdgekitError] = UsageError, hint: str = "") -> None:
+def check_utf8_path(
+    path: str | os.PathLike, what: str, *, error: type[EdgekitError] = UsageError, hint: str = ""
+) -> None:
     """``path`` (as given, absolute, and where its links lead) is valid UTF-8: onnx, ONNX Runtime
     and OpenVINO take no other path, and said here it is one line naming ``what`` (``-o``, "bundle
     path"), not a TypeError from inside their bindings after minutes of work."""
@@ -33,8 +35,10 @@ def check_utf8_path(path: str | os.PathLike, what: str, *, error: type[EdgekitEr
         try:
             form.encode("utf-8")
         except UnicodeEncodeError:
-            raise error(f"{what} {os.fsencode(form)!r} is not valid UTF-8; edgekit takes UTF-8 paths only",
-                        hint=hint or "rename it to a UTF-8 name") from None
+            raise error(
+                f"{what} {os.fsencode(form)!r} is not valid UTF-8; edgekit takes UTF-8 paths only",
+                hint=hint or "rename it to a UTF-8 name",
+            ) from None
 
 
 def _kind(mode: int) -> str:
@@ -55,8 +59,9 @@ def _shown(path: Path, flag: str) -> str:
     return f"{flag}{path}" if flag.endswith("=") else f"{flag} {path}"
 
 
-def check_user_file(path: str | os.PathLike, flag: str, *, max_bytes: int | None = None,
-                    error: type[EdgekitError] = UsageError) -> Path:
+def check_user_file(
+    path: str | os.PathLike, flag: str, *, max_bytes: int | None = None, error: type[EdgekitError] = UsageError
+) -> Path:
     """``path`` exists and is a regular file (after links) of at most ``max_bytes``: for a file
     another program opens (``ssh -i KEY``) and as the first check of ``open_user_file``."""
     path = Path(path)
@@ -72,15 +77,20 @@ def check_user_file(path: str | os.PathLike, flag: str, *, max_bytes: int | None
 
 def _check_stat(st: os.stat_result, path: Path, flag: str, max_bytes: int | None, error: type[EdgekitError]) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{_shown(path, flag)} is {_kind(st.st_mode)}, not a regular file; edgekit reads only regular files",
-                    hint="copy a stream to a regular file first")
+        raise error(
+            f"{_shown(path, flag)} is {_kind(st.st_mode)}, not a regular file; edgekit reads only regular files",
+            hint="copy a stream to a regular file first",
+        )
     if max_bytes is not None and st.st_size > max_bytes:
-        raise error(f"{_shown(path, flag)} is {human_bytes(st.st_size)}, more than edgekit reads for it ({human_bytes(max_bytes)})",
-                    hint="check that it is the file you meant")
+        raise error(
+            f"{_shown(path, flag)} is {human_bytes(st.st_size)}, more than edgekit reads for it ({human_bytes(max_bytes)})",
+            hint="check that it is the file you meant",
+        )
 
 
-def open_user_file(path: str | os.PathLike, flag: str, *, max_bytes: int | None = None,
-                   error: type[EdgekitError] = UsageError) -> BinaryIO:
+def open_user_file(
+    path: str | os.PathLike, flag: str, *, max_bytes: int | None = None, error: type[EdgekitError] = UsageError
+) -> BinaryIO:
     """``path`` opened for binary reading once it is known to be a regular file of at most
     ``max_bytes`` (None: any size; the caller bounds what it reads, e.g. by a .npy header)."""
     path = check_user_file(path, flag, max_bytes=max_bytes, error=error)
@@ -99,8 +109,9 @@ def open_user_file(path: str | os.PathLike, flag: str, *, max_bytes: int | None 
         raise
 
 
-def read_user_bytes(path: str | os.PathLike, flag: str, *, max_bytes: int = MAX_DOCUMENT_BYTES,
-                    error: type[EdgekitError] = UsageError) -> bytes:
+def read_user_bytes(
+    path: str | os.PathLike, flag: str, *, max_bytes: int = MAX_DOCUMENT_BYTES, error: type[EdgekitError] = UsageError
+) -> bytes:
     """The bytes of ``path`` (``open_user_file``), read up to the cap: a file that grows while it
     is read (a /proc file reports 0 bytes) stops at it, as one error."""
     with open_user_file(path, flag, max_bytes=max_bytes, error=error) as fh:
@@ -109,17 +120,22 @@ def read_user_bytes(path: str | os.PathLike, flag: str, *, max_bytes: int = MAX_
         except OSError as exc:
             raise error(f"{_shown(Path(path), flag)} cannot be read ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
-        raise error(f"{_shown(Path(path), flag)} holds more than edgekit reads for it ({human_bytes(max_bytes)})",
-                    hint="check that it is the file you meant")
+        raise error(
+            f"{_shown(Path(path), flag)} holds more than edgekit reads for it ({human_bytes(max_bytes)})",
+            hint="check that it is the file you meant",
+        )
     return data
 
 
-def read_user_text(path: str | os.PathLike, flag: str, *, max_bytes: int = MAX_DOCUMENT_BYTES,
-                   error: type[EdgekitError] = UsageError) -> str:
+def read_user_text(
+    path: str | os.PathLike, flag: str, *, max_bytes: int = MAX_DOCUMENT_BYTES, error: type[EdgekitError] = UsageError
+) -> str:
     """``read_user_bytes`` decoded as UTF-8, or one error saying it is not UTF-8 text."""
     data = read_user_bytes(path, flag, max_bytes=max_bytes, error=error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{_shown(Path(path), flag)} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
-                    hint="save it as UTF-8") from None
+        raise error(
+            f"{_shown(Path(path), flag)} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})",
+            hint="save it as UTF-8",
+        ) from None

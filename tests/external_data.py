@@ -14,9 +14,9 @@ The fixtures are registered in tests/conftest.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -29,8 +29,12 @@ def inline_tensor_bytes(model) -> int:
     """Bytes of tensor data a ModelProto holds in memory (initializers, tensor attributes, subgraphs)."""
 
     def tensor(t) -> int:
-        return len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (
-            len(t.int64_data) + len(t.double_data) + len(t.uint64_data)) + sum(len(s) for s in t.string_data)
+        return (
+            len(t.raw_data)
+            + 4 * (len(t.float_data) + len(t.int32_data))
+            + 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+            + sum(len(s) for s in t.string_data)
+        )
 
     def graph(g) -> int:
         n = sum(tensor(t) for t in g.initializer) + sum(tensor(s.values) for s in g.sparse_initializer)
@@ -41,7 +45,8 @@ def inline_tensor_bytes(model) -> int:
         return n
 
     return graph(model.graph) + sum(
-        tensor(a.t) for f in model.functions for node in f.node for a in node.attribute if a.HasField("t"))
+        tensor(a.t) for f in model.functions for node in f.node for a in node.attribute if a.HasField("t")
+    )
 
 
 @contextmanager
@@ -59,8 +64,10 @@ def scaled_limit() -> Iterator[int]:
         def method(self, *args, **kwargs):
             held = inline_tensor_bytes(self)
             if held > LIMIT:
-                raise EncodeError(f"Failed to serialize proto (test limit: {held} bytes of tensors in memory > {LIMIT}; "
-                                  f"a model over 2 GB fails here)")
+                raise EncodeError(
+                    f"Failed to serialize proto (test limit: {held} bytes of tensors in memory > {LIMIT}; "
+                    f"a model over 2 GB fails here)"
+                )
             return original(self, *args, **kwargs)
 
         return method
@@ -121,7 +128,9 @@ def decode(bundle: Path, out: Path, *args: str, limited: bool = True) -> dict:
     from edgekit.cli import app
 
     with scaled_limit() if limited else nullcontext():
-        r = CliRunner().invoke(app, ["run", str(bundle), "--cond", "class_id=1", "--seed", "3", "--steps", "4", *args, "-o", str(out)])
+        r = CliRunner().invoke(
+            app, ["run", str(bundle), "--cond", "class_id=1", "--seed", "3", "--steps", "4", *args, "-o", str(out)]
+        )
     assert r.exit_code == 0, r.output
     with np.load(out) as data:
         return {k: data[k] for k in data.files}

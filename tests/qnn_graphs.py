@@ -17,16 +17,23 @@ def mlp(path: Path, seed: int = 0) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
-             for n, s in (("W1", (D, D)), ("b1", (D,)), ("W2", (D, D)))]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
+        for n, s in (("W1", (D, D)), ("b1", (D,)), ("W2", (D, D)))
+    ]
     nodes = [
         helper.make_node("MatMul", ["x", "W1"], ["h0"], name="fc1"),
         helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
         helper.make_node("Relu", ["h1"], ["h"], name="act"),
         helper.make_node("MatMul", ["h", "W2"], ["y"], name="fc2"),
     ]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, D])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, D])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 
@@ -42,8 +49,8 @@ def graphs(tmp_path_factory):
     cpu profile's QDQ (int8 per-channel weights, float bias: what the HTP refuses)}."""
     from edgekit.quantize.calibrate import calibration_reader
     from edgekit.quantize.config import QuantizeConfig
-    from edgekit.quantize.graph import analyse_graph
     from edgekit.quantize.cpu.ptq import quantize_model
+    from edgekit.quantize.graph import analyse_graph
     from edgekit.quantize.qnn.graph import quantize_qnn_model
 
     root = tmp_path_factory.mktemp("qnn-rt")
@@ -54,5 +61,3 @@ def graphs(tmp_path_factory):
     plan = analyse_graph(fp32)
     quantize_model(fp32, cpu_int8, calibration_reader(feeds(8)), ["fc1", "fc2"], cfg, plan)
     return {"fp32": fp32, "qdq": qdq, "cpu_int8": cpu_int8}
-
-

@@ -14,28 +14,66 @@ PACKAGE = Path(__file__).resolve().parents[1] / "edgekit"
 
 # (layer, rooms): a module belongs to the room with the longest matching prefix.
 LAYERS: dict[int, tuple[str, ...]] = {
-    1: ("edgekit", "edgekit.errors", "edgekit.spec", "edgekit.bundle", "edgekit.targets", "edgekit.host", "edgekit.arithmetic",
-        "edgekit._deps", "edgekit._userhooks", "edgekit.output", "edgekit.vocabulary"),
+    1: (
+        "edgekit",
+        "edgekit.errors",
+        "edgekit.spec",
+        "edgekit.bundle",
+        "edgekit.targets",
+        "edgekit.host",
+        "edgekit.arithmetic",
+        "edgekit._deps",
+        "edgekit._userhooks",
+        "edgekit.output",
+        "edgekit.vocabulary",
+    ),
     2: ("edgekit.models", "edgekit.runtimes"),
     3: ("edgekit.decode",),
     4: ("edgekit.probes", "edgekit.evaluate"),
-    5: ("edgekit.export", "edgekit.quantize", "edgekit.check", "edgekit.debug", "edgekit.profile", "edgekit.builder", "edgekit.lint",
-        "edgekit.deploy", "edgekit.doctor", "edgekit.run", "edgekit.inspect", "edgekit.stream", "edgekit.train"),
+    5: (
+        "edgekit.export",
+        "edgekit.quantize",
+        "edgekit.check",
+        "edgekit.debug",
+        "edgekit.profile",
+        "edgekit.builder",
+        "edgekit.lint",
+        "edgekit.deploy",
+        "edgekit.doctor",
+        "edgekit.run",
+        "edgekit.inspect",
+        "edgekit.stream",
+        "edgekit.train",
+    ),
     6: ("edgekit.demo",),
     7: ("edgekit.cli", "edgekit.__main__"),
 }
 STAGES = LAYERS[5]
 # Peers of one layer that may import each other, and why.
 PEER_EDGES = {
-    ("edgekit.runtimes", "edgekit.models"): "the torch reference backend rebuilds the module from the bundle's model source",
+    (
+        "edgekit.runtimes",
+        "edgekit.models",
+    ): "the torch reference backend rebuilds the module from the bundle's model source",
     ("edgekit.__main__", "edgekit.cli"): "`python -m edgekit` runs the CLI's entry point",
 }
 # What the decode loops may import: the hallway's data types and the Runtime protocol, nothing else.
 DECODE_MAY_IMPORT = ("edgekit.errors", "edgekit.spec", "edgekit.runtimes.base", "edgekit.decode")
 # Third-party packages whose import is heavy or optional: a function-level import of an edgekit
 # module is allowed only when that module imports one of these at module level.
-HEAVY = {"torch", "onnx", "onnxruntime", "onnxruntime_qnn", "onnxscript", "tensorrt", "cuda", "openvino", "matplotlib",
-         "safetensors", "pynvml"}
+HEAVY = {
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime_qnn",
+    "onnxscript",
+    "tensorrt",
+    "cuda",
+    "openvino",
+    "matplotlib",
+    "safetensors",
+    "pynvml",
+}
 MAX_LINES = 400
 LONG_FILES: dict[str, str] = {
     # path relative to edgekit/: why it is still longer
@@ -61,8 +99,10 @@ def _resolve(name: str) -> str | None:
 
 
 def _room(module: str) -> tuple[int, str]:
-    best = max((room for rooms in LAYERS.values() for room in rooms if module == room or module.startswith(room + ".")),
-               key=len)
+    best = max(
+        (room for rooms in LAYERS.values() for room in rooms if module == room or module.startswith(room + ".")),
+        key=len,
+    )
     return next(layer for layer, rooms in LAYERS.items() if best in rooms), best
 
 
@@ -102,8 +142,13 @@ EDGES = {m: _imports(m) for m in MODULES}
 def _top_level_heavy(module: str) -> bool:
     tree = ast.parse(MODULES[module].read_text())
     for node in tree.body:
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         if any(n.split(".")[0] in HEAVY for n in names):
             return True
     return False
@@ -177,8 +222,13 @@ def test_stages_meet_only_at_the_front_door():
 
 
 def test_decode_loops_know_only_the_runtime_protocol():
-    broken = [f"{m}:{line} imports {t}" for m, edges in EDGES.items() if _room(m)[1] == "edgekit.decode"
-              for t, line, _, _ in edges if not any(t == ok or t.startswith(ok + ".") for ok in DECODE_MAY_IMPORT)]
+    broken = [
+        f"{m}:{line} imports {t}"
+        for m, edges in EDGES.items()
+        if _room(m)[1] == "edgekit.decode"
+        for t, line, _, _ in edges
+        if not any(t == ok or t.startswith(ok + ".") for ok in DECODE_MAY_IMPORT)
+    ]
     assert broken == []
 
 
@@ -206,7 +256,10 @@ def test_files_are_readable_in_one_sitting(path):
 def test_the_rules_see_a_broken_house():
     """The checks above would fail on a decode loop importing a stage and on a cycle."""
     edges = dict(EDGES)
-    edges["edgekit.decode.masked"] = [*edges["edgekit.decode.masked"], ("edgekit.quantize", 1, False, "from edgekit.quantize import x")]
+    edges["edgekit.decode.masked"] = [
+        *edges["edgekit.decode.masked"],
+        ("edgekit.quantize", 1, False, "from edgekit.quantize import x"),
+    ]
     edges["edgekit.errors"] = [*edges["edgekit.errors"], ("edgekit.cli", 1, False, "from edgekit.cli import app")]
     globals_backup = globals()["EDGES"]
     globals()["EDGES"] = edges
@@ -243,7 +296,9 @@ def _unwrapped(node: ast.AST) -> ast.AST:
 
 def _is_raw(node: ast.AST, copies: set[str]) -> bool:
     node = _unwrapped(node)
-    return (isinstance(node, ast.Attribute) and node.attr in RAW_SECTIONS) or (isinstance(node, ast.Name) and node.id in copies)
+    return (isinstance(node, ast.Attribute) and node.attr in RAW_SECTIONS) or (
+        isinstance(node, ast.Name) and node.id in copies
+    )
 
 
 def _copies_raw(node: ast.AST, copies: set[str]) -> bool:
@@ -259,7 +314,8 @@ def _copies_raw(node: ast.AST, copies: set[str]) -> bool:
         if isinstance(func, ast.Attribute) and func.attr in ("get", "values", "items", "copy"):
             return _copies_raw(func.value, copies)
         copier = (isinstance(func, ast.Attribute) and func.attr in ("deepcopy", "loads", "dumps")) or (
-            isinstance(func, ast.Name) and func.id in ("dict", "list"))
+            isinstance(func, ast.Name) and func.id in ("dict", "list")
+        )
         return copier and bool(node.args) and _copies_raw(node.args[0], copies)
     return False
 
@@ -285,14 +341,26 @@ def _raw_manifest_reads(source: str) -> list[int]:
         nodes, copies = _scope_nodes(scope), set(inherited)
         for _ in range(3):  # a copy of a copy
             for node in nodes:
-                bound = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
-                    [(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else [])
-                copies |= {n.id for target, value in bound if _copies_raw(value, copies) for n in ast.walk(target)
-                           if isinstance(n, ast.Name)}
+                bound = (
+                    [(t, node.value) for t in node.targets]
+                    if isinstance(node, ast.Assign)
+                    else ([(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else [])
+                )
+                copies |= {
+                    n.id
+                    for target, value in bound
+                    if _copies_raw(value, copies)
+                    for n in ast.walk(target)
+                    if isinstance(n, ast.Name)
+                }
         for node in nodes:
             if isinstance(node, ast.Subscript):
                 target = node.value
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "setdefault", "pop")
+            ):
                 target = node.func.value
             else:
                 continue
@@ -303,12 +371,16 @@ def _raw_manifest_reads(source: str) -> list[int]:
 
 
 def test_stages_read_the_manifest_through_the_bundle():
-    reads = [f"{path.relative_to(PACKAGE).as_posix()}:{line}"
-             for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).as_posix() not in MANIFEST_OWNERS
-             for line in _raw_manifest_reads(path.read_text())]
+    reads = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() not in MANIFEST_OWNERS
+        for line in _raw_manifest_reads(path.read_text())
+    ]
     assert len(reads) <= MAX_RAW_MANIFEST_READS, (
         f"{len(reads)} raw manifest reads (ceiling {MAX_RAW_MANIFEST_READS}); read through Bundle's accessors instead: "
-        + ", ".join(reads))
+        + ", ".join(reads)
+    )
 
 
 def test_the_manifest_count_sees_a_raw_read_and_its_copies():
@@ -316,18 +388,18 @@ def test_the_manifest_count_sees_a_raw_read_and_its_copies():
         'a = b.manifest["engines"]\n'
         'c = b.manifest.get("fused") or {}\n'
         'b.manifest.setdefault("x", {})[k] = 1\n'
-        'd = b.decode_defaults\n'
-        'def f(b):\n'
-        '    m = copy.deepcopy(b.manifest)\n'
+        "d = b.decode_defaults\n"
+        "def f(b):\n"
+        "    m = copy.deepcopy(b.manifest)\n"
         '    m["artifacts"]["fp32"]["path"]\n'
-        '    g = b.fused or {}\n'
-        '    for e in g.values():\n'
+        "    g = b.fused or {}\n"
+        "    for e in g.values():\n"
         '        e.get("path")\n'
         '    x = (b.flow_quality or {}).get("table")\n'
-        '    q = b.quantization\n'
+        "    q = b.quantization\n"
         '    q.profile, b.engines[k], b.engine_for("trt", "int8")\n'
         '    lambda: m.pop("fused")\n'
-        'def h(m):\n'
+        "def h(m):\n"
         '    return m["x"]\n'  # a parameter: not known to be the manifest
     )
     assert _raw_manifest_reads(source) == [1, 2, 3, 7, 10, 11, 14]

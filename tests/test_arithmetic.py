@@ -37,19 +37,35 @@ def _qdq_gemm(wq: np.ndarray, x_scale: float, w_scale: np.ndarray, op: str = "Ge
     m, k = 6, wq.shape[0]
     n = wq.shape[1]
     inits = [
-        numpy_helper.from_array(np.array(x_scale, np.float32), "xs"), numpy_helper.from_array(np.array(0, np.uint8), "xz"),
-        numpy_helper.from_array(wq, "wq"), numpy_helper.from_array(w_scale.astype(np.float32), "ws"),
+        numpy_helper.from_array(np.array(x_scale, np.float32), "xs"),
+        numpy_helper.from_array(np.array(0, np.uint8), "xz"),
+        numpy_helper.from_array(wq, "wq"),
+        numpy_helper.from_array(w_scale.astype(np.float32), "ws"),
         numpy_helper.from_array(np.zeros(n, np.int8), "wz"),
     ]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1),
+    ]
     if op == "Gemm":
-        inits += [numpy_helper.from_array(np.zeros(n, np.int32), "bq"), numpy_helper.from_array((x_scale * w_scale).astype(np.float32), "bs")]
-        nodes += [helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0), helper.make_node("Gemm", ["xd", "wd", "bd"], ["y"])]
+        inits += [
+            numpy_helper.from_array(np.zeros(n, np.int32), "bq"),
+            numpy_helper.from_array((x_scale * w_scale).astype(np.float32), "bs"),
+        ]
+        nodes += [
+            helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0),
+            helper.make_node("Gemm", ["xd", "wd", "bd"], ["y"]),
+        ]
     else:
         nodes.append(helper.make_node("MatMul", ["xd", "wd"], ["y"]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model.SerializeToString()
@@ -121,7 +137,15 @@ def test_isa_class_from_x86_flags(cpu):
 def test_isa_class_from_arm_features():
     from edgekit.host import cpu_isa
 
-    assert isa_class("aarch64", cpu_isa("Features : fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp")) == "arm64-dotprod"
+    assert (
+        isa_class(
+            "aarch64",
+            cpu_isa(
+                "Features : fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
+            ),
+        )
+        == "arm64-dotprod"
+    )
     assert isa_class("aarch64", cpu_isa("Features : fp asimd asimddp sve i8mm bf16")) == "arm64-i8mm"
     assert isa_class("aarch64", cpu_isa("Features : fp asimd")) == "arm64"
     assert isa_class("riscv64", ()) == "unknown"
@@ -132,7 +156,10 @@ def _quant(validated_on: str, scheme: str = "u8s8") -> QuantizationSummary:
 
 
 def _recorded(validated_on: str, scheme: str = "u8s8") -> dict:
-    return {"profile": "cpu", "arithmetic": {"isa": validated_on, "scheme": SCHEMES[scheme].to_json(), "validated_on": validated_on}}
+    return {
+        "profile": "cpu",
+        "arithmetic": {"isa": validated_on, "scheme": SCHEMES[scheme].to_json(), "validated_on": validated_on},
+    }
 
 
 def _summary(doc: dict) -> QuantizationSummary:
@@ -146,13 +173,17 @@ def test_a_model_validated_on_another_class_says_whether_its_accuracy_holds():
     assert host_warning(_quant("avx2", "u8s8-pair"), "avx2") is None  # same class: nothing to say
     # Full-range weights validated on VNNI, run on AVX2: the GEMMs saturate here.
     line = host_warning(_quant("avx512-vnni"), "avx2", "bundles/m")
-    assert "saturate on this avx2 CPU" in line and "`edgekit quantize bundles/m --isa avx2`" in line and "\n" not in line
+    assert (
+        "saturate on this avx2 CPU" in line and "`edgekit quantize bundles/m --isa avx2`" in line and "\n" not in line
+    )
     # Bounded weights are exact everywhere: the accuracy holds, the speed is another CPU's.
     line = host_warning(_quant("avx2", "u8s8-pair"), "amx")
     assert "accuracy holds" in line and "edgekit profile" in line
     # A model from before the record: assume full range, say it may saturate on AVX2.
     assert "saturate" in host_warning(_summary({"profile": "cpu", "config": {}}), "avx2")
-    assert host_warning(_summary({"profile": "cpu"}), "amx").startswith("the int8 model was validated on a CPU edgekit did not record")
+    assert host_warning(_summary({"profile": "cpu"}), "amx").startswith(
+        "the int8 model was validated on a CPU edgekit did not record"
+    )
     assert host_warning(_summary({"profile": "qnn"}), "avx2") is None and host_warning(None, "avx2") is None
 
 
@@ -173,12 +204,18 @@ def test_run_warns_once_when_the_int8_model_meets_another_class(tmp_path, monkey
     shutil.copytree(src.root, root)
     b = Bundle.load(root)
     staged = b.staging_path("int8.onnx")
-    feeds = [{"tokens": np.full(b.inputs["tokens"].shape, 3), "class_id": np.zeros(b.inputs["class_id"].shape, np.int64)}]
+    feeds = [
+        {"tokens": np.full(b.inputs["tokens"].shape, 3), "class_id": np.zeros(b.inputs["class_id"].shape, np.int64)}
+    ]
     quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme="u8s8"))
     b.add_artifact("int8", staged, made_by="quantize", config={}, suffix=".onnx")
     b.record("quantization", _recorded("avx512-vnni"))
     b.save()
-    monkeypatch.setattr(HostFacts, "detect", classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))))
+    monkeypatch.setattr(
+        HostFacts,
+        "detect",
+        classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))),
+    )
     runner = CliRunner()
     r = runner.invoke(app, ["run", str(root), "--precision", "int8", "--json"])
     assert r.exit_code == 0, r.output
@@ -201,7 +238,12 @@ def test_lint_reports_an_int8_model_that_saturates_the_targets_class(tmp_path, d
         shutil.copytree(Bundle.load(demo_bundles["masked"]).root, root)
         b = Bundle.load(root)
         rng = np.random.default_rng(0)
-        feeds = [{"tokens": rng.integers(0, 64, b.inputs["tokens"].shape), "class_id": rng.integers(0, 8, b.inputs["class_id"].shape)}]
+        feeds = [
+            {
+                "tokens": rng.integers(0, 64, b.inputs["tokens"].shape),
+                "class_id": rng.integers(0, 8, b.inputs["class_id"].shape),
+            }
+        ]
         staged = b.staging_path("int8.onnx")
         quantize_unbudgeted(b.path_of("fp32"), staged, feeds, QuantizeConfig(scheme=scheme))
         b.add_artifact("int8", staged, made_by="quantize", config={"profile": "cpu"}, suffix=".onnx")

@@ -121,13 +121,23 @@ def test_missing_artifact_names_next_command(tmp_path):
 
 
 def test_bundle_says_what_it_holds(tmp_path):
-    b = Bundle.new(tmp_path / "b", model={"name": "m", "kind": "masked", "source": "demo-masked",
-                                          "meta": {"conditioning": {"class_id": {"uncond": 8}}}},
-                   inputs={"tokens": TensorSpec((3, 4), "int64", 0, 5), "class_id": TensorSpec((3,), "int64", 0, 8)},
-                   outputs=OUT, decode_defaults={"steps": 8})
+    b = Bundle.new(
+        tmp_path / "b",
+        model={
+            "name": "m",
+            "kind": "masked",
+            "source": "demo-masked",
+            "meta": {"conditioning": {"class_id": {"uncond": 8}}},
+        },
+        inputs={"tokens": TensorSpec((3, 4), "int64", 0, 5), "class_id": TensorSpec((3,), "int64", 0, 8)},
+        outputs=OUT,
+        decode_defaults={"steps": 8},
+    )
     assert b.batch == 3 and b.source == "demo-masked" and b.condition_sampler is None
     assert b.conditioning == {"class_id": {"uncond": 8}} and b.decode_defaults == {"steps": 8}
-    assert b.engines == {} and b.fused == {} and b.verification == {} and b.quantization is None and b.flow_quality is None
+    assert (
+        b.engines == {} and b.fused == {} and b.verification == {} and b.quantization is None and b.flow_quality is None
+    )
     assert not b.has("fp32") and b.artifact_names == ()
     # What a stage reads is a copy: changing it never changes the manifest behind the stage's back.
     b.decode_defaults["steps"] = 1
@@ -147,24 +157,53 @@ def _with_int8_buckets(root):
         staged.write_bytes(payload)
         b.add_artifact(name, staged, made_by="quantize", config={}, suffix=".onnx")
     graphs = [(a, b.artifact(a).sha256) for a in ("int8", "int8-bucket-1", "int8-bucket-2")]
-    b.record("quantization", {
-        "profile": "cpu", "passed": True, "config": {"profile": "cpu", "exclude": ["fc2"]},
-        "arithmetic": {"isa": "avx2", "validated_on": "avx512-vnni", "scheme": {"name": "u8s8-pair"}},
-        "speed": {"measured": True, "isa": "avx2", "runtime": "ort", "int8_speedup": 1.4},
-        "fallback": [{"label": "blocks.0.fc2", "node": "/fc2/MatMul"}],
-        "budget": {"eval": {"samples": 8, "seed": 3, "decode": {"steps": 6}}},
-        "step_buckets": {"n": 3, "by": "mask share", "boundaries": [0.25, 0.75], "artifacts": ["int8", "int8-bucket-1", "int8-bucket-2"],
-                         "binding": bucket_binding("mask share", [0.25, 0.75], graphs)},
-    })
-    b.record_entry("engines", "cpu/int8", {
-        "path": "engines/cpu/int8-a.ort", "sha256": "a" * 64, "runtime": "ort", "precision": "int8", "source": "int8",
-        "portable": False, "device": "x86_64: Test CPU", "session_seconds": {"compile": 1.5},
-        "external_data": {"path": "engines/cpu/w.data", "sha256": "b" * 64},
-        "buckets": {"by": "mask share", "boundaries": [0.25, 0.75],
-                    "engines": [{"path": "engines/cpu/int8-b.ort", "metadata": {"path": "engines/cpu/int8-b.plan.json"}},
-                                {"path": "engines/cpu/int8-c.ort"}]},
-    })
-    b.record_entry("engines", "gpu/fp16", {"path": "engines/gpu/fp16.plan", "runtime": "trt", "precision": "fp16", "target": "jetson"})
+    b.record(
+        "quantization",
+        {
+            "profile": "cpu",
+            "passed": True,
+            "config": {"profile": "cpu", "exclude": ["fc2"]},
+            "arithmetic": {"isa": "avx2", "validated_on": "avx512-vnni", "scheme": {"name": "u8s8-pair"}},
+            "speed": {"measured": True, "isa": "avx2", "runtime": "ort", "int8_speedup": 1.4},
+            "fallback": [{"label": "blocks.0.fc2", "node": "/fc2/MatMul"}],
+            "budget": {"eval": {"samples": 8, "seed": 3, "decode": {"steps": 6}}},
+            "step_buckets": {
+                "n": 3,
+                "by": "mask share",
+                "boundaries": [0.25, 0.75],
+                "artifacts": ["int8", "int8-bucket-1", "int8-bucket-2"],
+                "binding": bucket_binding("mask share", [0.25, 0.75], graphs),
+            },
+        },
+    )
+    b.record_entry(
+        "engines",
+        "cpu/int8",
+        {
+            "path": "engines/cpu/int8-a.ort",
+            "sha256": "a" * 64,
+            "runtime": "ort",
+            "precision": "int8",
+            "source": "int8",
+            "portable": False,
+            "device": "x86_64: Test CPU",
+            "session_seconds": {"compile": 1.5},
+            "external_data": {"path": "engines/cpu/w.data", "sha256": "b" * 64},
+            "buckets": {
+                "by": "mask share",
+                "boundaries": [0.25, 0.75],
+                "engines": [
+                    {"path": "engines/cpu/int8-b.ort", "metadata": {"path": "engines/cpu/int8-b.plan.json"}},
+                    {"path": "engines/cpu/int8-c.ort"},
+                ],
+            },
+        },
+    )
+    b.record_entry(
+        "engines",
+        "gpu/fp16",
+        {"path": "engines/gpu/fp16.plan", "runtime": "trt", "precision": "fp16", "target": "jetson"},
+    )
     return b
 
 
@@ -177,15 +216,24 @@ def test_the_sections_stages_read_come_back_typed(tmp_path):
     assert (q.budget_eval.samples, q.budget_eval.seed, q.budget_eval.decode) == (8, 3, {"steps": 6})
     buckets = b.step_buckets()
     assert buckets.graphs == ("int8", "int8-bucket-1", "int8-bucket-2") and buckets.boundaries == (0.25, 0.75)
-    assert buckets.n == 3 and buckets.by == "mask share" and buckets.hashes == tuple(b.artifact(a).sha256 for a in buckets.graphs)
+    assert (
+        buckets.n == 3
+        and buckets.by == "mask share"
+        and buckets.hashes == tuple(b.artifact(a).sha256 for a in buckets.graphs)
+    )
     assert buckets.binding == b.manifest["quantization"]["step_buckets"]["binding"]
     assert b.step_buckets("fp32") is None
     cpu = b.engine_for("ort", "int8")
     assert cpu.key == "cpu/int8" and cpu.target == "cpu" and cpu.source == "int8" and not cpu.portable
     assert cpu.compile_seconds == 1.5 and cpu.bucketed and cpu.bucket_boundaries == (0.25, 0.75)
     # Every file the engine is, its bucket engines' and their sidecars' included (what pack copies, build removes).
-    assert cpu.files == ("engines/cpu/int8-a.ort", "engines/cpu/w.data", "engines/cpu/int8-b.ort", "engines/cpu/int8-b.plan.json",
-                         "engines/cpu/int8-c.ort")
+    assert cpu.files == (
+        "engines/cpu/int8-a.ort",
+        "engines/cpu/w.data",
+        "engines/cpu/int8-b.ort",
+        "engines/cpu/int8-b.plan.json",
+        "engines/cpu/int8-c.ort",
+    )
     assert b.engine_for("trt", "fp16").target == "jetson" and b.engine_for("trt", "int8") is None
     # Typed views are copies too: what a stage does to one never reaches the manifest.
     q.config["exclude"].append("fc3")
@@ -196,7 +244,9 @@ def test_the_sections_stages_read_come_back_typed(tmp_path):
 def test_step_buckets_whose_graph_is_gone_are_one_line(tmp_path):
     b = _with_int8_buckets(tmp_path / "b")
     b.remove_artifact("int8-bucket-2")
-    with pytest.raises(BundleError, match=r"step buckets name graph 'int8-bucket-2', which is not in the manifest") as err:
+    with pytest.raises(
+        BundleError, match=r"step buckets name graph 'int8-bucket-2', which is not in the manifest"
+    ) as err:
         b.step_buckets()
     assert "--step-buckets 3" in err.value.hint
 
@@ -209,17 +259,33 @@ def test_a_subset_names_only_what_it_keeps(tmp_path):
     assert packed["packed"] == {"target": "jetson"} and "fused" in packed
     scratch = b.subset(["fp32"], None, fused=False)
     assert list(scratch["artifacts"]) == ["fp32"] and "engines" not in scratch and "fused" not in scratch
-    assert set(b.manifest["artifacts"]) == {"fp32", "int8", "int8-bucket-1", "int8-bucket-2"}  # the bundle's own is untouched
+    assert set(b.manifest["artifacts"]) == {
+        "fp32",
+        "int8",
+        "int8-bucket-1",
+        "int8-bucket-2",
+    }  # the bundle's own is untouched
 
 
 def test_sections_of_another_shape_read_as_absent(tmp_path):
     """Keys the schema leaves untyped (written by an older or newer edgekit) never break a stage."""
     b = make_bundle(tmp_path / "b")
-    b.record("quantization", {"profile": 3, "config": ["x"], "arithmetic": "avx2", "speed": [], "fallback": 7,
-                              "step_buckets": {"n": "three", "artifacts": ["int8"]}})
+    b.record(
+        "quantization",
+        {
+            "profile": 3,
+            "config": ["x"],
+            "arithmetic": "avx2",
+            "speed": [],
+            "fallback": 7,
+            "step_buckets": {"n": "three", "artifacts": ["int8"]},
+        },
+    )
     b.record_entry("engines", "cpu/fp32", {"path": "engines/cpu/x.ort", "buckets": [], "cpu_isa": "avx2", "qnn": 1})
     b.record_entry("verification", "fp32", {"outputs": {"logits": {"max_abs": "big"}}})
     q, e, v = b.quantization, b.engines["cpu/fp32"], b.verification["fp32"]
     assert (q.profile, q.config, q.arithmetic, q.speed, q.fallback, q.step_buckets) == (None, {}, None, None, (), None)
     assert not e.bucketed and e.cpu_isa is None and e.qnn == {} and e.files == ("engines/cpu/x.ort",)
-    assert not v.passed and not v.outputs["logits"].passed and v.outputs["logits"].max_abs != v.outputs["logits"].max_abs  # nan
+    assert (
+        not v.passed and not v.outputs["logits"].passed and v.outputs["logits"].max_abs != v.outputs["logits"].max_abs
+    )  # nan

@@ -90,8 +90,15 @@ def test_python_dash_m_edgekit_is_the_cli():
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-m", "edgekit", "--help"], cwd=root, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgekit", "--help"], cwd=root, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and "quantize" in r.stdout and "deploy" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-m", "edgekit", "run", "nowhere", "--seed", "-1"], cwd=root, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgekit", "run", "nowhere", "--seed", "-1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.startswith("error: --seed -1 is out of bounds"), r.stderr

@@ -85,8 +85,20 @@ def test_stage_errors_with_json_print_one_document(tmp_path):
 
 
 # ---- every hint names an option that exists, and running it works -------------------------------
-VALUES = {"--steps": "2", "--schedule": "linear", "--temperature": "0", "--choice-temperature": "1", "--guidance": "1",
-          "--solver": "euler", "--grid": "uniform", "--sway": "-1", "--top-k": "2", "--length": "4", "--graph": None, "--spacing": "1"}
+VALUES = {
+    "--steps": "2",
+    "--schedule": "linear",
+    "--temperature": "0",
+    "--choice-temperature": "1",
+    "--guidance": "1",
+    "--solver": "euler",
+    "--grid": "uniform",
+    "--sway": "-1",
+    "--top-k": "2",
+    "--length": "4",
+    "--graph": None,
+    "--spacing": "1",
+}
 
 
 def _hinted_options(message: str) -> list[str]:
@@ -100,8 +112,14 @@ def _hinted_options(message: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "kind,bad",
-    [("ar", ["--solver", "heun"]), ("ar", ["--graph", "step"]), ("ar", ["--steps", "4"]),
-     ("masked", ["--solver", "heun"]), ("masked", ["--top-k", "3"]), ("flow", ["--schedule", "linear"])],
+    [
+        ("ar", ["--solver", "heun"]),
+        ("ar", ["--graph", "step"]),
+        ("ar", ["--steps", "4"]),
+        ("masked", ["--solver", "heun"]),
+        ("masked", ["--top-k", "3"]),
+        ("flow", ["--schedule", "linear"]),
+    ],
 )
 def test_every_hint_names_options_that_work(demo_bundles, tiny_bundles, kind, bad):
     bundle = demo_bundles["ar"] if kind == "ar" else tiny_bundles[kind]
@@ -139,13 +157,37 @@ def test_masked_tokens_chain_into_the_flow_decoder(demo_bundles, tmp_path):
     tokens = tmp_path / "tokens.npz"
     r = invoke("run", demo_bundles["masked"], "-o", tokens, "--json")
     assert r.exit_code == 0, r.output
-    r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={tokens}", "-o", tmp_path / "f.npz", "--json")
+    r = invoke(
+        "run",
+        demo_bundles["flow"],
+        "--solver",
+        "euler",
+        "--steps",
+        "2",
+        "--cond",
+        f"tokens={tokens}",
+        "-o",
+        tmp_path / "f.npz",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     frames = np.load(tmp_path / "f.npz")
     assert np.array_equal(frames["cond_tokens"], np.load(tokens)["tokens"])
     five = tmp_path / "five.npz"  # 5 rows for a batch-2 graph: 3 calls, the last one padded
     np.savez(five, seqs=np.concatenate([np.load(tokens)["tokens"]] * 3)[:5])
-    r = invoke("run", demo_bundles["flow"], "--solver", "euler", "--steps", "2", "--cond", f"tokens={five}:seqs", "-o", tmp_path / "g.npz", "--json")
+    r = invoke(
+        "run",
+        demo_bundles["flow"],
+        "--solver",
+        "euler",
+        "--steps",
+        "2",
+        "--cond",
+        f"tokens={five}:seqs",
+        "-o",
+        tmp_path / "g.npz",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     # NFE is the solver's evaluations per decode (euler x 2), not the graph calls of 3 batches (issue #31)
@@ -174,7 +216,9 @@ def test_check_and_the_first_budget_run_report_progress_on_stderr(tiny_bundles, 
     assert "measuring every solver" not in r.stderr  # stored now: the second run does not measure it
     r = invoke("check", demo_bundles["masked"], "--reference", "torch", "--candidate", "ort:fp32", "--n", "2")
     # each line stamped with the time the command has run (issue #31: slow steps say something)
-    assert re.search(r"· \[\d+:\d\d\] opening torch:fp32 and ort:fp32 \(torch rebuilds the model from its source\)", r.stderr)
+    assert re.search(
+        r"· \[\d+:\d\d\] opening torch:fp32 and ort:fp32 \(torch rebuilds the model from its source\)", r.stderr
+    )
     assert re.search(r"· \[\d+:\d\d\] decoding batch 1/1 \(2 rows\) with both variants", r.stderr)
 
 
@@ -196,7 +240,11 @@ def test_every_runtime_is_in_every_runtime_help_and_accepted_by_every_command_th
     wide = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}
     for option, values in (("--runtime", names()), ("--precision", PRECISIONS)):
         commands = _commands_with(option)
-        assert {"run", "check", "profile", "loadtest"} <= set(commands) if option == "--runtime" else {"run", "profile", "build"} <= set(commands)
+        assert (
+            {"run", "check", "profile", "loadtest"} <= set(commands)
+            if option == "--runtime"
+            else {"run", "profile", "build"} <= set(commands)
+        )
         for name, cmd in commands.items():
             (param,) = [p for p in cmd.params if option in p.opts]
             for value in values:
@@ -208,4 +256,8 @@ def test_every_runtime_is_in_every_runtime_help_and_accepted_by_every_command_th
                 r = invoke(name, *[tmp_path / "missing"] * len(required), option, value)
                 assert "is unknown" not in r.stderr, (name, option, value, r.stderr)  # the name got past parsing
             r = invoke(name, *[tmp_path / "missing"] * len(required), option, "nonesuch")
-            assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"{option} 'nonesuch' is unknown; valid: {', '.join(values)}" in r.stderr
+            assert (
+                r.exit_code == 2
+                and r.stderr.count("\n") == 1
+                and f"{option} 'nonesuch' is unknown; valid: {', '.join(values)}" in r.stderr
+            )

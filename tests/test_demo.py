@@ -4,6 +4,7 @@ full versions one flag away, and every stage's wall and CPU time in its output a
 from __future__ import annotations
 
 import json
+
 import typer
 
 import edgekit.demo as demo
@@ -15,7 +16,9 @@ def test_default_sizes_are_the_demos_and_full_restores_the_complete_ones():
     assert small.frontier_steps == (1, 2, 4, 5, 6, 8) and full.frontier_steps == (1, 2, 4, 5, 6, 8, 16)
     assert small.frontier_n == 16 and full.frontier_n == 32
     assert small.sweep_lengths == () and full.sweep_lengths == (32, 256, 512)
-    assert small.gate_n == full.gate_n == 16  # the budget's rows are not cut (they cost little, and 8 needed more fallbacks)
+    assert (
+        small.gate_n == full.gate_n == 16
+    )  # the budget's rows are not cut (they cost little, and 8 needed more fallbacks)
     assert not small.runs_npu and full.runs_npu
     assert demo.DemoConfig(npu=True).runs_npu and not demo.DemoConfig(full=True, npu=False).runs_npu
     assert not demo.DemoConfig(full=True, npu_target=None).runs_npu
@@ -45,7 +48,9 @@ def test_stage_clock_times_each_stage_and_stamps_progress_lines():
     clock.profile_detail("frontier K=1", 0, 0)
     clock.profile_detail("frontier K=1", 1, 4)  # one line per label
     t = clock.finish()
-    assert list(t["stages"]) == ["export", "decode"] and all(set(v) == {"wall_s", "cpu_s"} for v in t["stages"].values())
+    assert list(t["stages"]) == ["export", "decode"] and all(
+        set(v) == {"wall_s", "cpu_s"} for v in t["stages"].values()
+    )
     assert t["wall_s"] >= sum(v["wall_s"] for v in t["stages"].values()) - 1e-6
     assert {"cpu", "cores", "cpu_s", "load_avg_end"} <= set(t)
     assert lines[0].startswith("[0:00] export masked-demo") and lines[1] == "[0:00]   a detail"
@@ -56,8 +61,14 @@ def test_stage_clock_times_each_stage_and_stamps_progress_lines():
 def test_the_output_ends_with_the_time_per_stage_and_the_machine(capsys):
     from edgekit.output import Output
 
-    timing = {"stages": {"export": {"wall_s": 20.4, "cpu_s": 22.0}, "quantize": {"wall_s": 58.1, "cpu_s": 100.3}},
-              "wall_s": 103.2, "cpu_s": 163.0, "cpu": "AMD EPYC", "cores": 2, "load_avg_end": [2.0, 2.0, 2.0]}
+    timing = {
+        "stages": {"export": {"wall_s": 20.4, "cpu_s": 22.0}, "quantize": {"wall_s": 58.1, "cpu_s": 100.3}},
+        "wall_s": 103.2,
+        "cpu_s": 163.0,
+        "cpu": "AMD EPYC",
+        "cores": 2,
+        "load_avg_end": [2.0, 2.0, 2.0],
+    }
     demo.print_timing(Output(False), timing)
     out = capsys.readouterr().out
     assert "demo: time per stage (seconds)" in out and "quantize" in out and "total" in out

@@ -58,4 +58,6 @@ def test_missing_torch_gives_install_line(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     code, message = r.stdout.split("\n", 1)
     assert code == "3", r.stdout + r.stderr
-    assert "pip install 'edgekit[export]'" in message and "-c constraints.txt" in message  # the CPU build of torch (issue #31)
+    assert (
+        "pip install 'edgekit[export]'" in message and "-c constraints.txt" in message
+    )  # the CPU build of torch (issue #31)

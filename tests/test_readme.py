@@ -168,7 +168,10 @@ def test_every_command_of_a_page_runs_in_order_on_a_fresh_folder(page, tmp_path,
             at = args.index("--sweep") + 1
             args[at] = ",".join([n for n in args[at].split(",") if int(n) <= 256] or ["32"])
         if args[0] == "profile" and "--compare-ar" in args and "--frontier-n" not in args:
-            args += ["--frontier-n", "8"]  # one batch of conditions per K: the same code path (profile.md took 253 s in CI)
+            args += [
+                "--frontier-n",
+                "8",
+            ]  # one batch of conditions per K: the same code path (profile.md took 253 s in CI)
         if args[0] == "profile":
             # Fewer timed decodes per point: the same code path; profile.md still took 457 s in CI
             # beside a busy core, mostly timing ~20 points for at least 1 s and 23 decodes each.
@@ -205,4 +208,6 @@ def test_train_demo_steps_and_time_agree_between_help_and_docs():
     for name, n in DEFAULT_STEPS.items():
         short = name.removesuffix("-demo")
         assert f"{short} {n:,}" in readme and f"{short} {n}" in steps, (name, n)
-    assert "about 73 minutes on 2 idle cores" in help_text.help and "about 73 minutes on 2 idle cores" in " ".join(readme.split())
+    assert "about 73 minutes on 2 idle cores" in help_text.help and "about 73 minutes on 2 idle cores" in " ".join(
+        readme.split()
+    )

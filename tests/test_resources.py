@@ -18,7 +18,9 @@ runner = CliRunner()
 
 
 def test_meminfo_and_cgroup_are_read_as_the_kernel_writes_them(tmp_path):
-    (tmp_path / "meminfo").write_text("MemTotal:       24587536 kB\nMemFree:         1024 kB\nMemAvailable:   20971520 kB\n")
+    (tmp_path / "meminfo").write_text(
+        "MemTotal:       24587536 kB\nMemFree:         1024 kB\nMemAvailable:   20971520 kB\n"
+    )
     assert meminfo_available(tmp_path / "meminfo") == 20 * GIB
     assert meminfo_available(tmp_path / "missing") is None
     cg = tmp_path / "cg"

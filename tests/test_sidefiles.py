@@ -36,9 +36,15 @@ def test_a_bad_threshold_is_one_line_naming_the_knob(monkeypatch, raw):
 
 
 def _context_model(path, cache: bytes, embed: int):
-    node = onnx.helper.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", ep_cache_context=cache, embed_mode=embed)
-    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    node = onnx.helper.make_node(
+        "EPContext", ["x"], ["y"], domain="com.microsoft", ep_cache_context=cache, embed_mode=embed
+    )
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
     onnx.save(onnx.helper.make_model(graph), str(path))
     return path
 
@@ -51,8 +57,13 @@ def test_a_context_binary_beside_an_epcontext_model_is_a_file_it_reads(tmp_path)
 
 def test_weights_beside_a_model_are_found_weighed_and_linked(tmp_path):
     w = onnx.numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
-    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["w"], ["y"])], "g", [],
-                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4096])], initializer=[w])
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["w"], ["y"])],
+        "g",
+        [],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4096])],
+        initializer=[w],
+    )
     src = tmp_path / "src"
     src.mkdir()
     onnx.save(onnx.helper.make_model(graph), str(src / "m.onnx"), save_as_external_data=True, location="m-w.data")

@@ -59,8 +59,15 @@ def test_a_wrong_form_is_refused_naming_the_valid_ones(fill, needle):
 
 def test_model_spec_stores_the_normalized_form():
     spec = ModelSpec(
-        name="m", kind="flow", module=None,
-        inputs={"x": TensorSpec((2, 4, 3), "float32"), "t": TensorSpec((2,), "float32"), "spk": ROW, "mask": TensorSpec((2, 4), "bool")},
+        name="m",
+        kind="flow",
+        module=None,
+        inputs={
+            "x": TensorSpec((2, 4, 3), "float32"),
+            "t": TensorSpec((2,), "float32"),
+            "spk": ROW,
+            "mask": TensorSpec((2, 4), "bool"),
+        },
         outputs={"v": TensorSpec((2, 4, 3), "float32")},
         meta={"channels": 3, "frames": 4, "conditioning": {"spk": 0.0, "mask": "same"}},
     )
@@ -99,9 +106,24 @@ def test_export_accepts_the_readme_forms_and_guidance_runs(tmp_path, monkeypatch
     from tests.byo.conftest import grid_cond_rows
 
     np.savez(tmp_path / "cond.npz", **grid_cond_rows(n=2))
-    r = runner.invoke(app, ["run", str(tmp_path / "b"), "--guidance", "2", "--cond-data", str(tmp_path / "cond.npz"),
-                            "-o", str(tmp_path / "out.npz"), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            str(tmp_path / "b"),
+            "--guidance",
+            "2",
+            "--cond-data",
+            str(tmp_path / "cond.npz"),
+            "-o",
+            str(tmp_path / "out.npz"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["export", f"{tmp_path / 'short.py'}:bad", "-o", str(tmp_path / "c"), "--json"])
-    assert r.exit_code == 1 and "meta['conditioning']['class_id'] is 'null'; valid: a number" in json.loads(r.stdout)["error"]
+    assert (
+        r.exit_code == 1
+        and "meta['conditioning']['class_id'] is 'null'; valid: a number" in json.loads(r.stdout)["error"]
+    )
     assert not (tmp_path / "c" / "edgekit.json").exists()

@@ -71,8 +71,13 @@ def tiny_ar_spec(batch: int = 1, cache: str = "graph"):
 
     cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
     inputs, outputs = ar_io(cfg, batch, cache)
-    meta = {"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id, "num_classes": cfg.num_classes,
-            "conditioning": {"class_id": {"uncond": cfg.num_classes}}}
+    meta = {
+        "vocab_size": cfg.vocab_size,
+        "max_len": cfg.max_len,
+        "bos_id": cfg.bos_id,
+        "num_classes": cfg.num_classes,
+        "conditioning": {"class_id": {"uncond": cfg.num_classes}},
+    }
     return ModelSpec(
         name="tiny-ar",
         kind="ar",
@@ -119,7 +124,11 @@ def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        specs = (("masked", tiny_masked_spec(batch=1)), ("flow", tiny_flow_spec(batch=1)), ("ar", tiny_ar_spec(batch=1, cache="loop")))
+        specs = (
+            ("masked", tiny_masked_spec(batch=1)),
+            ("flow", tiny_flow_spec(batch=1)),
+            ("ar", tiny_ar_spec(batch=1, cache="loop")),
+        )
     for kind, spec in specs:
         bundle = export_bundle(spec, root / kind, source=spec.name).root
         # The tiny flow's random weights are far from trained ones (uint8 weights leave ~15 dB,

@@ -36,14 +36,34 @@ class ZooModel:
 ZOO: dict[str, ZooModel] = {
     m.name: m
     for m in (
-        ZooModel("amused-256", f"{HERE / 'amused.py'}:make_model", "masked", 1,
-                 "diffusers UVit2DModel, aMUSEd-256 config (603.5 M parameters, 16x16 tokens, codebook 8192)"),
-        ZooModel("matcha-decoder", f"{HERE / 'matcha.py'}:make_model", "flow", 2,
-                 "matcha-tts Decoder (the CFM estimator), LJSpeech config, 400 frames of 80 mels"),
-        ZooModel("f5-dit", f"{HERE / 'f5_dit.py'}:make_model", "flow", 1,
-                 "f5-tts DiT, F5TTS_v1_Base config (dim 1024, depth 22), 256 frames of 100 mels"),
-        ZooModel("ar-gpt-medium", f"{HERE / 'ar_large.py'}:make_model", "ar", 1,
-                 "edgekit's causal transformer at GPT-2-medium width and depth (dim 1024, depth 24), 256 tokens",
-                 ("--cond", "class_id=3")),
+        ZooModel(
+            "amused-256",
+            f"{HERE / 'amused.py'}:make_model",
+            "masked",
+            1,
+            "diffusers UVit2DModel, aMUSEd-256 config (603.5 M parameters, 16x16 tokens, codebook 8192)",
+        ),
+        ZooModel(
+            "matcha-decoder",
+            f"{HERE / 'matcha.py'}:make_model",
+            "flow",
+            2,
+            "matcha-tts Decoder (the CFM estimator), LJSpeech config, 400 frames of 80 mels",
+        ),
+        ZooModel(
+            "f5-dit",
+            f"{HERE / 'f5_dit.py'}:make_model",
+            "flow",
+            1,
+            "f5-tts DiT, F5TTS_v1_Base config (dim 1024, depth 22), 256 frames of 100 mels",
+        ),
+        ZooModel(
+            "ar-gpt-medium",
+            f"{HERE / 'ar_large.py'}:make_model",
+            "ar",
+            1,
+            "edgekit's causal transformer at GPT-2-medium width and depth (dim 1024, depth 24), 256 tokens",
+            ("--cond", "class_id=3"),
+        ),
     )
 }

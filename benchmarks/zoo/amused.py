@@ -55,10 +55,25 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
 
     torch.manual_seed(seed)
     # aMUSEd-256's transformer config (the diffusers defaults are that model's, sample_size aside).
-    inner = UVit2DModel(hidden_size=1024, cond_embed_dim=768, micro_cond_encode_dim=256, micro_cond_embed_dim=1280,
-                        encoder_hidden_size=TEXT_DIM, vocab_size=VOCAB, codebook_size=CODEBOOK, in_channels=768,
-                        block_out_channels=768, num_res_blocks=3, downsample=False, upsample=False, block_num_heads=12,
-                        num_hidden_layers=22, num_attention_heads=16, intermediate_size=2816, sample_size=GRID).eval()
+    inner = UVit2DModel(
+        hidden_size=1024,
+        cond_embed_dim=768,
+        micro_cond_encode_dim=256,
+        micro_cond_embed_dim=1280,
+        encoder_hidden_size=TEXT_DIM,
+        vocab_size=VOCAB,
+        codebook_size=CODEBOOK,
+        in_channels=768,
+        block_out_channels=768,
+        num_res_blocks=3,
+        downsample=False,
+        upsample=False,
+        block_num_heads=12,
+        num_hidden_layers=22,
+        num_attention_heads=16,
+        intermediate_size=2816,
+        sample_size=GRID,
+    ).eval()
     L = GRID * GRID
     return ModelSpec(
         name="amused-256",
@@ -76,7 +91,11 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
             "mask_id": MASK_ID,
             "seq_len": L,
             # Guidance drops the prompt (a null text embedding) and keeps the micro-conditions.
-            "conditioning": {"text_states": {"uncond": 0.0}, "text_pooled": {"uncond": 0.0}, "micro_conds": {"uncond": "same"}},
+            "conditioning": {
+                "text_states": {"uncond": 0.0},
+                "text_pooled": {"uncond": 0.0},
+                "micro_conds": {"uncond": "same"},
+            },
         },
         # aMUSEd decodes in 12 steps with a cosine schedule.
         decode_defaults={"steps": 12, "schedule": "cosine", "temperature": 1.0, "choice_temperature": 4.5},

@@ -32,7 +32,12 @@ def make_model(batch: int = 1, seed: int = 0, max_len: int = 256) -> ModelSpec:
         module=ar_step(CausalTransformer(cfg).eval(), "loop"),
         inputs=inputs,
         outputs=outputs,
-        meta={"vocab_size": VOCAB, "max_len": max_len, "bos_id": cfg.bos_id, "num_classes": CLASSES,
-              "conditioning": {"class_id": {"uncond": CLASSES}}},
+        meta={
+            "vocab_size": VOCAB,
+            "max_len": max_len,
+            "bos_id": cfg.bos_id,
+            "num_classes": CLASSES,
+            "conditioning": {"class_id": {"uncond": CLASSES}},
+        },
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )

@@ -20,7 +20,6 @@ The DiT's code runs unchanged.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 
@@ -42,13 +41,21 @@ def _import_dit() -> type:
     if root is None or not root.submodule_search_locations:
         raise ImportError("f5-tts is not installed: pip install --no-deps -r benchmarks/zoo/requirements-nodeps.txt")
     base = list(root.submodule_search_locations)[0]
-    for name, path in (("f5_tts", base), ("f5_tts.model", f"{base}/model"), ("f5_tts.model.backbones", f"{base}/model/backbones")):
+    for name, path in (
+        ("f5_tts", base),
+        ("f5_tts.model", f"{base}/model"),
+        ("f5_tts.model.backbones", f"{base}/model/backbones"),
+    ):
         if name not in sys.modules:
             package = types.ModuleType(name)
             package.__path__ = [path]  # a package without its __init__: submodules load from here
             sys.modules[name] = package
-    for name, attrs in (("torchaudio", {}), ("rjieba", {}), ("pypinyin", {"Style": None, "lazy_pinyin": None}),
-                        ("librosa", {"filters": types.SimpleNamespace(mel=None)})):
+    for name, attrs in (
+        ("torchaudio", {}),
+        ("rjieba", {}),
+        ("pypinyin", {"Style": None, "lazy_pinyin": None}),
+        ("librosa", {"filters": types.SimpleNamespace(mel=None)}),
+    ):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules[name] = stand_in = types.ModuleType(name)
             stand_in.__dict__.update(attrs)
@@ -87,8 +94,18 @@ def sample_conditions(rng, batch: int) -> dict:
 def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
     DiT = _import_dit()  # lazy: the zoo's own dependency
     torch.manual_seed(seed)
-    inner = DiT(dim=1024, depth=22, heads=16, ff_mult=2, mel_dim=MELS, text_num_embeds=TEXT_VOCAB, text_dim=512,
-                text_mask_padding=True, conv_layers=4, dropout=0.0)
+    inner = DiT(
+        dim=1024,
+        depth=22,
+        heads=16,
+        ff_mult=2,
+        mel_dim=MELS,
+        text_num_embeds=TEXT_VOCAB,
+        text_dim=512,
+        text_mask_padding=True,
+        conv_layers=4,
+        dropout=0.0,
+    )
     # F5 zero-initialises its AdaLN and output layers for training: from a seed they would make
     # every block an identity and v = 0. Re-draw them small so every block computes.
     with torch.no_grad():
@@ -109,6 +126,13 @@ def make_model(batch: int = 1, seed: int = 0) -> ModelSpec:
         outputs={"v": TensorSpec((batch, FRAMES, MELS), "float32")},
         meta={"channels": MELS, "frames": FRAMES, "conditioning": {"cond": {"uncond": 0.0}, "text": {"uncond": 0}}},
         # F5-TTS samples 32 Euler steps on a sway grid with CFG 2; 8 steps keep a 2-core CPU in minutes.
-        decode_defaults={"steps": 8, "solver": "euler", "grid": "sway", "sway": -1.0, "guidance": 2.0, "temperature": 1.0},
+        decode_defaults={
+            "steps": 8,
+            "solver": "euler",
+            "grid": "sway",
+            "sway": -1.0,
+            "guidance": 2.0,
+            "temperature": 1.0,
+        },
         condition_sampler=f"{__file__}:sample_conditions",
     )

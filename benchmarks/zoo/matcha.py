@@ -51,8 +51,17 @@ def make_model(batch: int = 2, seed: int = 0) -> ModelSpec:
 
     torch.manual_seed(seed)
     # configs/model/decoder/default.yaml; in_channels = 2 x n_feats (x and mu packed), single speaker.
-    inner = Decoder(in_channels=2 * MELS, out_channels=MELS, channels=(256, 256), dropout=0.05, attention_head_dim=64,
-                    n_blocks=1, num_mid_blocks=2, num_heads=2, act_fn="snakebeta").eval()
+    inner = Decoder(
+        in_channels=2 * MELS,
+        out_channels=MELS,
+        channels=(256, 256),
+        dropout=0.05,
+        attention_head_dim=64,
+        n_blocks=1,
+        num_mid_blocks=2,
+        num_heads=2,
+        act_fn="snakebeta",
+    ).eval()
     return ModelSpec(
         name="matcha-decoder",
         kind="flow",

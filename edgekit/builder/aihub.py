@@ -8,8 +8,9 @@ chipset (what profile and check then run on the devices: ``runtimes.aihub.models
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from edgekit.bundle import Bundle
 from edgekit.errors import TargetUnavailable, UsageError
@@ -26,9 +27,14 @@ def prepare_aihub(target: Target, bundle: Bundle, host: HostFacts) -> dict[str, 
     hub_client.qai_hub()
     conf = hub_client.configuration()
     if not conf.configured:
-        raise TargetUnavailable(f"no Qualcomm AI Hub client is configured on this host ({conf.problem})", hint=hub_client.SETUP)
+        raise TargetUnavailable(
+            f"no Qualcomm AI Hub client is configured on this host ({conf.problem})", hint=hub_client.SETUP
+        )
     if not target.aihub.devices:
-        raise UsageError(f"target {target.name} names no AI Hub device", hint="add [aihub] devices = [\"...\"] to its .toml (`qai-hub list-devices`)")
+        raise UsageError(
+            f"target {target.name} names no AI Hub device",
+            hint='add [aihub] devices = ["..."] to its .toml (`qai-hub list-devices`)',
+        )
     return {"device": target.aihub.devices[0]}
 
 
@@ -46,22 +52,47 @@ def build_aihub(jobs: Sequence[Any]) -> tuple[dict[str, Path], dict[str, Any]]:
     compiles = []
     for i, job in enumerate(jobs):
         part = f"bucket {i}" if linked else ""
-        request = {"kind": "compile", "device": name, "options": options, "model": job.source_sha256, "shapes": _shapes(bundle),
-                   "bucket": i if linked else None}
-        compiles.append(book.submit("compile", f"{name}{', ' + part if part else ''}", request, lambda job=job, part=part: client.submit_compile_job(
-            model=upload_form(job.model_path, job.workdir), device=hub.Device(name), name=job_name(bundle, precision, part), options=options)))
+        request = {
+            "kind": "compile",
+            "device": name,
+            "options": options,
+            "model": job.source_sha256,
+            "shapes": _shapes(bundle),
+            "bucket": i if linked else None,
+        }
+        compiles.append(
+            book.submit(
+                "compile",
+                f"{name}{', ' + part if part else ''}",
+                request,
+                lambda job=job, part=part: client.submit_compile_job(
+                    model=upload_form(job.model_path, job.workdir),
+                    device=hub.Device(name),
+                    name=job_name(bundle, precision, part),
+                    options=options,
+                ),
+            )
+        )
     book.wait(compiles)
     book.require_success(compiles)
     final, link_id = compiles[0], None
     if linked:
         models = [hub_client.call(f"reading job {h.id}'s compiled model", h.job.get_target_model) for h in compiles]
-        final = book.submit("link", name, {"kind": "link", "device": name, "models": [h.id for h in compiles]},
-                            lambda: client.submit_link_job(models, device=hub.Device(name), name=job_name(bundle, precision, "linked")))
+        final = book.submit(
+            "link",
+            name,
+            {"kind": "link", "device": name, "models": [h.id for h in compiles]},
+            lambda: client.submit_link_job(models, device=hub.Device(name), name=job_name(bundle, precision, "linked")),
+        )
         book.wait([final])
         book.require_success([final])
         link_id = final.id
     model = hub_client.call(f"reading job {final.id}'s compiled model", final.job.get_target_model)
-    path = Path(hub_client.call("downloading the context binary", final.job.download_target_model, str(first.workdir / "model.bin")))
+    path = Path(
+        hub_client.call(
+            "downloading the context binary", final.job.download_target_model, str(first.workdir / "model.bin")
+        )
+    )
     meta = hub_client.model_metadata(model)
     chipset = hub_client.chipset_of(device)
     # QNN_CONTEXT_BIN_GRAPH_NAMES is an alias of QNN_MODEL_GRAPH_NAMES in the client's enum: one key.
@@ -76,10 +107,17 @@ def build_aihub(jobs: Sequence[Any]) -> tuple[dict[str, Path], dict[str, Any]]:
         "compute_capability": None,
         "l4t": None,
         "aihub": {
-            "device": name, "os": device.os, "chipset": chipset, "model_id": model.model_id,
-            "compile_jobs": [h.id for h in compiles], "link_job": link_id, "graphs": [g.strip() for g in graphs],
-            "qairt": meta.get("QAIRT_SDK_VERSION"), "hexagon": meta.get("QNN_CONTEXT_BIN_HEXAGON_VERSION"),
-            "soc_model": meta.get("QNN_CONTEXT_BIN_SOC_MODEL"), "client": str(getattr(hub, "__version__", "")) or None,
+            "device": name,
+            "os": device.os,
+            "chipset": chipset,
+            "model_id": model.model_id,
+            "compile_jobs": [h.id for h in compiles],
+            "link_job": link_id,
+            "graphs": [g.strip() for g in graphs],
+            "qairt": meta.get("QAIRT_SDK_VERSION"),
+            "hexagon": meta.get("QNN_CONTEXT_BIN_HEXAGON_VERSION"),
+            "soc_model": meta.get("QNN_CONTEXT_BIN_SOC_MODEL"),
+            "client": str(getattr(hub, "__version__", "")) or None,
         },
         "config": {"device": name, "compiled": {"options": options, "linked": linked}},
     }

@@ -4,8 +4,9 @@ removing an old engine's files once the manifest no longer names them."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit.bundle import Bundle, EngineRecord, inside, sha256_file
 from edgekit.errors import BundleError
@@ -24,8 +25,10 @@ def check_engine_folder(bundle: Bundle, target: Target) -> Path:
     folder = inside(bundle.root, f"{ENGINES_DIR}/{target.name}/x").parent  # never outside the bundle, whatever the name
     for path in (folder.parent, folder):
         if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise BundleError(f"{path} is not a folder; edgekit keeps the bundle's engines there",
-                              hint=f"move it away (rm {path}), then build again")
+            raise BundleError(
+                f"{path} is not a folder; edgekit keeps the bundle's engines there",
+                hint=f"move it away (rm {path}), then build again",
+            )
     return folder
 
 
@@ -38,18 +41,24 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
     folder.mkdir(parents=True, exist_ok=True)
     rel = lambda p: p.relative_to(bundle.root.resolve()).as_posix()  # noqa: E731  (inside() resolves: a relative bundle path too)
     final = folder / f"{stem}{model.suffix}"
-    dests = [final] + [folder / (p.name if r in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[r]}") for r, p in files.items() if r != "model"]
+    dests = [final] + [
+        folder / (p.name if r in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[r]}") for r, p in files.items() if r != "model"
+    ]
     for dest in dests:
         if dest.is_symlink() or (dest.exists() and not dest.is_file()):
-            raise BundleError(f"{dest} is in the way of the engine edgekit built (a folder or link where its file goes)",
-                              hint=f"move it away (rm -r {dest}), then build again")
+            raise BundleError(
+                f"{dest} is in the way of the engine edgekit built (a folder or link where its file goes)",
+                hint=f"move it away (rm -r {dest}), then build again",
+            )
     entry: dict[str, Any] = {"path": rel(final), "sha256": digest, "bytes": model.stat().st_size}
     for role, path in files.items():
         if role == "model":
             continue
         dest = folder / (path.name if role in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[role]}")
         os.replace(path, dest)
-        entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)} | ({"bytes": dest.stat().st_size} if role in _NAMED_BY_MODEL else {})
+        entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)} | (
+            {"bytes": dest.stat().st_size} if role in _NAMED_BY_MODEL else {}
+        )
     os.replace(model, final)
     return entry
 

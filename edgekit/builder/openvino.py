@@ -15,7 +15,9 @@ from edgekit.runtimes import openvino_engine as ov_engine
 from edgekit.targets import Target
 
 
-def build_openvino(model_path: Path, target: Target, precision: str, host: HostFacts, workdir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+def build_openvino(
+    model_path: Path, target: Target, precision: str, host: HostFacts, workdir: Path
+) -> tuple[dict[str, Path], dict[str, Any]]:
     """Compile ``model_path`` for the target's device and export the blob. Without the device the
     ONNX is still read by OpenVINO (its frontend converts every op, or says which it cannot)
     before the build is refused: compiling needs the device."""

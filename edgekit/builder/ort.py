@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import (
@@ -82,7 +83,9 @@ SESSION_OPTIONS_KEY = "edgekit.session_options"
 REPLAY_ENTRY = "session.enable_saved_runtime_optimizations"
 
 
-def build_ort(model_path: Path, target: Target, host: HostFacts, workdir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+def build_ort(
+    model_path: Path, target: Target, host: HostFacts, workdir: Path
+) -> tuple[dict[str, Path], dict[str, Any]]:
     ort = require("onnxruntime")
     settings = target.ort
     arch = host.arch if target.arch == "host" else target.arch
@@ -98,9 +101,14 @@ def build_ort(model_path: Path, target: Target, host: HostFacts, workdir: Path) 
             if problem:  # the saved optimizations do not load: say so, and ship a file that loads as recorded
                 options = {**options, "config_entries": {}, "note": problem}
                 graph, fused = changed_graph(model_path, changes, options, workdir, "changed-again.onnx")
-                files = convert_to_ort(graph, settings.optimization_style, arch, workdir / "again", changes.disabled_optimizers)
-            level = "basic + saved runtime optimizations" if settings.optimization_style == "runtime" else (
-                "all (no NCHWc)" if arch == "aarch64" else "all")
+                files = convert_to_ort(
+                    graph, settings.optimization_style, arch, workdir / "again", changes.disabled_optimizers
+                )
+            level = (
+                "basic + saved runtime optimizations"
+                if settings.optimization_style == "runtime"
+                else ("all (no NCHWc)" if arch == "aarch64" else "all")
+            )
         else:
             files = _optimized_onnx(ort, graph, model_path, settings.graph_optimization, arch, changes, workdir, target)
             level = settings.graph_optimization
@@ -137,7 +145,11 @@ def session_options_for(fmt: str, built_level: str, style: str, changes: GraphCh
     if fmt == "ort":
         return {"graph_optimization_level": "all", "config_entries": {REPLAY_ENTRY: "1"} if style == "runtime" else {}}
     level = "basic" if built_level == "all" else "all"
-    entries = {DISABLE_OPTIMIZERS_ENTRY: ",".join(changes.disabled_optimizers)} if changes.disabled_optimizers and level != "basic" else {}
+    entries = (
+        {DISABLE_OPTIMIZERS_ENTRY: ",".join(changes.disabled_optimizers)}
+        if changes.disabled_optimizers and level != "basic"
+        else {}
+    )
     return {"graph_optimization_level": level, "config_entries": entries}
 
 
@@ -155,13 +167,16 @@ def _replay_problem(ort: Any, model: Path, options: Mapping[str, Any]) -> str | 
         ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail type
         reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
-        return (f"ONNX Runtime {ort.__version__} cannot replay this graph's saved runtime optimizations ({reason}): "
-                "the .ort runs without them (QDQ nodes as float ops); optimization_style = \"fixed\" bakes them in")
+        return (
+            f"ONNX Runtime {ort.__version__} cannot replay this graph's saved runtime optimizations ({reason}): "
+            'the .ort runs without them (QDQ nodes as float ops); optimization_style = "fixed" bakes them in'
+        )
     return None
 
 
-def changed_graph(model_path: Path, changes: GraphChanges, options: Mapping[str, Any], workdir: Path,
-                  name: str = "changed.onnx") -> tuple[Path, dict[str, int]]:
+def changed_graph(
+    model_path: Path, changes: GraphChanges, options: Mapping[str, Any], workdir: Path, name: str = "changed.onnx"
+) -> tuple[Path, dict[str, int]]:
     """(``model_path``'s graph with ``changes``' contrib fusions and ``options`` in its metadata,
     written to ``workdir``; {fusion: count}). Weights in a side file stay there (the graph names
     it: open it with ``side_files_beside``); weights inside a model the external-data rule says
@@ -169,18 +184,28 @@ def changed_graph(model_path: Path, changes: GraphChanges, options: Mapping[str,
     onnx = require("onnx")
     model = onnx.load(str(model_path), load_external_data=False)  # the graph: weights in a side file stay there
     fused = apply_contrib_fusions(model) if changes.contrib_fusions else {}
-    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, SESSION_OPTIONS_KEY: json.dumps(options, sort_keys=True)})
+    onnx.helper.set_model_props(
+        model,
+        {**{p.key: p.value for p in model.metadata_props}, SESSION_OPTIONS_KEY: json.dumps(options, sort_keys=True)},
+    )
     out = workdir / name
     if not external_data_locations(model_path) and wants_external_data(model_bytes(model_path)):
-        onnx.save(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=f"{out.name}.data",
-                  size_threshold=INLINE_TENSOR_BYTES)
+        onnx.save(
+            model,
+            str(out),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=f"{out.name}.data",
+            size_threshold=INLINE_TENSOR_BYTES,
+        )
     else:
         onnx.save(model, str(out))
     return out, fused
 
 
-def _optimized_onnx(ort: Any, graph: Path, source: Path, level: str, arch: str, changes: GraphChanges, workdir: Path,
-                    target: Target) -> dict[str, Path]:
+def _optimized_onnx(
+    ort: Any, graph: Path, source: Path, level: str, arch: str, changes: GraphChanges, workdir: Path, target: Target
+) -> dict[str, Path]:
     """The graph optimized at ``level`` (without ``changes``' disabled optimizers) and saved by ORT."""
     out = workdir / "optimized.onnx"
     so = ort.SessionOptions()
@@ -195,12 +220,19 @@ def _optimized_onnx(ort: Any, graph: Path, source: Path, level: str, arch: str, 
         # the engine's own side file (installed beside it under this name, which the model names).
         weights = workdir / f"weights-{sha256_file(source)[:8]}.onnx.data"
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name", weights.name)
-        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(INLINE_TENSOR_BYTES))
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", str(INLINE_TENSOR_BYTES)
+        )
     if arch == "aarch64":
         # Keep int8 QDQ activations signed (ARM's fast path) instead of x86's uint8 rewrite.
         so.add_session_config_entry("session.qdqisint8allowed", "1")
     try:
-        ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"], disabled_optimizers=list(changes.disabled_optimizers) or None)
+        ort.InferenceSession(
+            str(graph),
+            so,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=list(changes.disabled_optimizers) or None,
+        )
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph types
         raise EdgekitError(
             f"ONNX Runtime {ort.__version__} cannot optimize {source.name} for target {target.name}: "
@@ -229,7 +261,9 @@ def convert_to_ort(graph: Path, style: str, arch: str, workdir: Path, disabled: 
     entries = {"session.save_model_format": "ORT", "session.qdqisint8allowed": "1" if arch == "aarch64" else "0"}
     skip = [*disabled, *(["NchwcTransformer"] if arch == "aarch64" else [])]  # NCHWc: x86 vector layouts
     model = out_dir / "model.ort"
-    saved = [(model, {**entries, **({"optimization.minimal_build_optimizations": "save"} if style == "runtime" else {})})]
+    saved = [
+        (model, {**entries, **({"optimization.minimal_build_optimizations": "save"} if style == "runtime" else {})})
+    ]
     if style == "runtime":  # the ops a minimal build needs whether or not the device replays them
         saved.append((out_dir / "applied.ort", {**entries, "optimization.minimal_build_optimizations": "apply"}))
     for path, config in saved:

@@ -14,7 +14,9 @@ from edgekit.runtimes import (
 from edgekit.targets import Target
 
 
-def build_qnn(model_path: Path, target: Target, precision: str, workdir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+def build_qnn(
+    model_path: Path, target: Target, precision: str, workdir: Path
+) -> tuple[dict[str, Path], dict[str, Any]]:
     """Compile for the target's HTP (CPU fallback off: every node on the NPU or an error naming
     it) and write the EPContext model; loaded once here too, to record what compiling costs and
     what loading the context saves."""
@@ -35,11 +37,21 @@ def build_qnn(model_path: Path, target: Target, precision: str, workdir: Path) -
         "portable": False,  # a context binary runs on the SoC model it was compiled for
         "compute_capability": None,
         "l4t": None,
-        "qnn": {"htp_arch": options.arch, "soc_model": options.soc, "qnn_sdk": v["qnn_sdk"], "onnxruntime": v["onnxruntime"],
-                "onnxruntime_qnn": v["onnxruntime_qnn"], "fp16": options.fp16},
+        "qnn": {
+            "htp_arch": options.arch,
+            "soc_model": options.soc,
+            "qnn_sdk": v["qnn_sdk"],
+            "onnxruntime": v["onnxruntime"],
+            "onnxruntime_qnn": v["onnxruntime_qnn"],
+            "fp16": options.fp16,
+        },
         "session_seconds": {"compile": compiled["compile_seconds"], "load_precompiled": load_seconds},
-        "config": {"performance_mode": options.performance_mode, "vtcm_mb": options.vtcm_mb, "ep.context_embed_mode": int(embed),
-                   "cpu_fallback": False},
+        "config": {
+            "performance_mode": options.performance_mode,
+            "vtcm_mb": options.vtcm_mb,
+            "ep.context_embed_mode": int(embed),
+            "cpu_fallback": False,
+        },
     }
     context = compiled["context_file"]
     return {"model": out} | ({"external_data": context} if context is not None else {}), facts

@@ -15,17 +15,33 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
     for f in doc["lint"]:
         if f["severity"] == "warning":
             o.warn(f"{f['artifact']}: {f['message']}")
-    o.pairs(f"{doc['key']}: {doc['status']}", {
-        "MB": e["bytes"] / 1e6, "runtime": f"{e['runtime']} {e['runtime_version']}",
-        "format": e["format"], "device": e["device"], "compute capability": e["compute_capability"], "L4T": e["l4t"],
-        "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)", "fixed shapes": e.get("fixed_shapes") or None,
-    })
+    o.pairs(
+        f"{doc['key']}: {doc['status']}",
+        {
+            "MB": e["bytes"] / 1e6,
+            "runtime": f"{e['runtime']} {e['runtime_version']}",
+            "format": e["format"],
+            "device": e["device"],
+            "compute capability": e["compute_capability"],
+            "L4T": e["l4t"],
+            "from": f"{e['source']} (sha256 {e['source_onnx_sha256'][:12]}…)",
+            "fixed shapes": e.get("fixed_shapes") or None,
+        },
+    )
     if e.get("aihub"):
         a = e["aihub"]
-        o.line(f"AI Hub: {a['device']} ({a.get('chipset')}), QAIRT {a.get('qairt')}, compile jobs {', '.join(a['compile_jobs'])}"
-               + (f", link job {a['link_job']} ({len(a.get('graphs') or [])} graphs over shared weights)" if a.get("link_job") else ""))
+        o.line(
+            f"AI Hub: {a['device']} ({a.get('chipset')}), QAIRT {a.get('qairt')}, compile jobs {', '.join(a['compile_jobs'])}"
+            + (
+                f", link job {a['link_job']} ({len(a.get('graphs') or [])} graphs over shared weights)"
+                if a.get("link_job")
+                else ""
+            )
+        )
     for note in e.get("notes") or []:
         o.line(f"note: {note}")
     o.line(f"engine: {Path(doc['bundle']) / e['path']}")
     if e.get("required_operators"):
-        o.line(f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}")
+        o.line(
+            f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}"
+        )

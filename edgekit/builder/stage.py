@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
@@ -101,13 +102,31 @@ def _requires(runtime: str) -> Callable[[Target, Bundle, HostFacts], Any]:
 # Per runtime name (registry). A target builds for the first of these it lists: the most
 # specialised runtime (TensorRT on a Jetson whose target falls back to ort, OpenVINO on intel-cpu).
 BUILDERS: dict[str, RuntimeBuilder | NoBuilder] = {
-    "trt": RuntimeBuilder(prepare_trt, lambda j: build_trt(j.model_path, j.source_sha256, j.target, j.precision, j.workdir), on_device=True),
-    "openvino": RuntimeBuilder(_requires("openvino"), lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir), on_device=True),
-    "qnn": RuntimeBuilder(_requires("qnn"), lambda j: build_qnn(j.model_path, j.target, j.precision, j.workdir), on_device=False),
+    "trt": RuntimeBuilder(
+        prepare_trt,
+        lambda j: build_trt(j.model_path, j.source_sha256, j.target, j.precision, j.workdir),
+        on_device=True,
+    ),
+    "openvino": RuntimeBuilder(
+        _requires("openvino"),
+        lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir),
+        on_device=True,
+    ),
+    "qnn": RuntimeBuilder(
+        _requires("qnn"), lambda j: build_qnn(j.model_path, j.target, j.precision, j.workdir), on_device=False
+    ),
     # After qnn: a Snapdragon target builds its local EPContext unless asked for --runtime aihub.
-    "aihub": RuntimeBuilder(prepare_aihub, lambda j: build_aihub([j]), on_device=False, build_linked=build_aihub, lints_ops=False),
-    "ort": RuntimeBuilder(lambda target, bundle, host: None, lambda j: build_ort(j.model_path, j.target, j.host, j.workdir), on_device=False),
-    "torch": NoBuilder("torch runs the PyTorch module rebuilt from the model source in edgekit's process: no engine, no target"),
+    "aihub": RuntimeBuilder(
+        prepare_aihub, lambda j: build_aihub([j]), on_device=False, build_linked=build_aihub, lints_ops=False
+    ),
+    "ort": RuntimeBuilder(
+        lambda target, bundle, host: None,
+        lambda j: build_ort(j.model_path, j.target, j.host, j.workdir),
+        on_device=False,
+    ),
+    "torch": NoBuilder(
+        "torch runs the PyTorch module rebuilt from the model source in edgekit's process: no engine, no target"
+    ),
 }
 
 
@@ -116,7 +135,9 @@ def build_runtime(target: Target) -> str:
     for name, builder in BUILDERS.items():
         if name in target.runtimes and isinstance(builder, RuntimeBuilder):
             return name
-    raise UsageError(f"target {target.name} lists no runtime `edgekit build` makes engines for ({', '.join(target.runtimes)})")
+    raise UsageError(
+        f"target {target.name} lists no runtime `edgekit build` makes engines for ({', '.join(target.runtimes)})"
+    )
 
 
 def builds_on_device(target: Target) -> bool:
@@ -169,8 +190,10 @@ def build_bundle(
         raise UsageError(f"target {target.name}: {builder.why}")
     device_facts = builder.prepare(target, bundle, host)
     if precision not in runtime.precisions:
-        raise UsageError(f"--precision {precision} needs {' or '.join(backend(r).title for r in runs(precision))}; "
-                         f"target {target.name} runs {runtime.title} ({', '.join(runtime.precisions)})")
+        raise UsageError(
+            f"--precision {precision} needs {' or '.join(backend(r).title for r in runs(precision))}; "
+            f"target {target.name} runs {runtime.title} ({', '.join(runtime.precisions)})"
+        )
 
     key = engine_key(target.name, precision) + ("" if runtime.name == default else f"@{runtime.name}")
     again = "" if runtime.name == default else f" --runtime {runtime.name}"
@@ -193,13 +216,20 @@ def build_bundle(
         names = [source_name] + (list(buckets.graphs[1:]) if buckets else [])
         if builder.build_linked is not None:  # every bucket's graph in one engine (AI Hub's link job)
             ready = [_prepared(bundle, name, target, builder, workdir / str(i)) for i, name in enumerate(names)]
-            files, facts = builder.build_linked([BuildJob(p[0], p[1], target, precision, host, workdir / str(i), bundle, resume, progress)
-                                                 for i, p in enumerate(ready)])
+            files, facts = builder.build_linked(
+                [
+                    BuildJob(p[0], p[1], target, precision, host, workdir / str(i), bundle, resume, progress)
+                    for i, p in enumerate(ready)
+                ]
+            )
             built = [(install(bundle, target, precision, files), facts, ready[0][2], [f for p in ready for f in p[3]])]
         else:
             # One engine per step bucket (bucket 0 is the entry itself; the runtime picks per call):
             # a built engine holds its own weights, so N buckets build N engines of the weights' size.
-            built = [_build_one(bundle, name, target, precision, host, builder, workdir / str(i)) for i, name in enumerate(names)]
+            built = [
+                _build_one(bundle, name, target, precision, host, builder, workdir / str(i))
+                for i, name in enumerate(names)
+            ]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     entry, facts, fixed, findings = built[0]
@@ -207,17 +237,23 @@ def build_bundle(
     if buckets:
         subs = [e | {"source": n} for (e, _, _, _), n in zip(built[1:], buckets.graphs[1:])]
         graphs = [(source_name, entry["sha256"]), *((s["source"], s["sha256"]) for s in subs)]
-        entry["buckets"] = {"by": buckets.by, "boundaries": list(buckets.boundaries), "engines": subs,
-                            "binding": bucket_binding(buckets.by or "", buckets.boundaries, graphs)}
-    entry.update({
-        "target": target.name,
-        "precision": precision,
-        "source": source_name,
-        "source_onnx_sha256": source.sha256,
-        "fixed_shapes": fixed,
-        "made_by": "build",
-        "created": now_iso(),
-    })
+        entry["buckets"] = {
+            "by": buckets.by,
+            "boundaries": list(buckets.boundaries),
+            "engines": subs,
+            "binding": bucket_binding(buckets.by or "", buckets.boundaries, graphs),
+        }
+    entry.update(
+        {
+            "target": target.name,
+            "precision": precision,
+            "source": source_name,
+            "source_onnx_sha256": source.sha256,
+            "fixed_shapes": fixed,
+            "made_by": "build",
+            "created": now_iso(),
+        }
+    )
     bundle.record_entry("engines", key, entry)
     bundle.save()
     remove_superseded(bundle, old)
@@ -228,19 +264,24 @@ def _chosen_runtime(target: Target, runtime: str) -> str:
     """``--runtime``: one the target lists that `edgekit build` makes engines for."""
     buildable = [r for r in target.runtimes if isinstance(BUILDERS.get(r), RuntimeBuilder)]
     if runtime not in buildable:
-        raise UsageError(f"--runtime {runtime} is not one target {target.name} builds for; valid: {', '.join(buildable)}")
+        raise UsageError(
+            f"--runtime {runtime} is not one target {target.name} builds for; valid: {', '.join(buildable)}"
+        )
     return runtime
 
 
-def _build_one(bundle: Bundle, name: str, target: Target, precision: str, host: HostFacts, builder: Any,
-               workdir: Path) -> tuple[dict[str, Any], dict[str, Any], Any, list[Finding]]:
+def _build_one(
+    bundle: Bundle, name: str, target: Target, precision: str, host: HostFacts, builder: Any, workdir: Path
+) -> tuple[dict[str, Any], dict[str, Any], Any, list[Finding]]:
     """(installed entry, build facts, fixed shapes, lint findings) of one artifact's engine."""
     model_path, source_sha256, fixed, findings = _prepared(bundle, name, target, builder, workdir)
     files, facts = builder.build(BuildJob(model_path, source_sha256, target, precision, host, workdir))
     return install(bundle, target, precision, files), facts, fixed, findings
 
 
-def _prepared(bundle: Bundle, name: str, target: Target, builder: Any, workdir: Path) -> tuple[Path, str, Any, list[Finding]]:
+def _prepared(
+    bundle: Bundle, name: str, target: Target, builder: Any, workdir: Path
+) -> tuple[Path, str, Any, list[Finding]]:
     """(shape-fixed model, its source's sha256, fixed shapes, lint findings) of one artifact, or
     the error of a graph that will not deploy. A builder that does not lint op support (AI Hub
     compiles with its own QAIRT and says what it refuses) keeps the target's other rules."""
@@ -248,19 +289,32 @@ def _prepared(bundle: Bundle, name: str, target: Target, builder: Any, workdir: 
     load_onnx(bundle.root / source.path, f"artifact {name!r}")  # a corrupt graph is one line, not a DecodeError
     workdir.mkdir(parents=True, exist_ok=True)
     model_path, fixed = fix_dynamic_shapes(bundle.root / source.path, bundle, workdir)
-    rules = target if builder.lints_ops else dataclasses.replace(target, lint=dataclasses.replace(target.lint, supported_ops="ort"))
+    rules = (
+        target
+        if builder.lints_ops
+        else dataclasses.replace(target, lint=dataclasses.replace(target.lint, supported_ops="ort"))
+    )
     findings = lint_onnx(model_path, rules, artifact=name)
     if has_errors(findings):
         first = next(f for f in findings if f.severity == "error")
         raise EdgekitError(
             f"bundle {bundle.root} will not deploy to target {target.name}: {first.message}",
-            hint=(f"{first.hint}; " if first.hint else "") + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
+            hint=(f"{first.hint}; " if first.hint else "")
+            + f"see every finding with `edgekit lint {bundle.root} --target {target.name}`",
         )
     return model_path, source.sha256, fixed, findings
 
 
-def _document(bundle: Bundle, target: Target, precision: str, entry: Mapping[str, Any], status: str,
-              findings: Iterable[Finding], choice: str | None = None, key: str | None = None) -> dict[str, Any]:
+def _document(
+    bundle: Bundle,
+    target: Target,
+    precision: str,
+    entry: Mapping[str, Any],
+    status: str,
+    findings: Iterable[Finding],
+    choice: str | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
     return {
         "schema": BUILD_SCHEMA,
         "bundle": str(bundle.root),

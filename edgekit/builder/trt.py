@@ -28,10 +28,14 @@ def prepare_trt(target: Target, bundle: Bundle, host: HostFacts) -> Any:
     trt_host = trt_backend.host_metadata()
     wanted = target.trt.compute_capability
     if wanted and trt_host.compute_capability not in wanted:
-        raise _refuse_device(target, bundle, [
-            f"this GPU is {trt_host.gpu_name} (compute capability {trt_host.compute_capability}), "
-            f"target {target.name} has compute capability {' or '.join(wanted)}"
-        ])
+        raise _refuse_device(
+            target,
+            bundle,
+            [
+                f"this GPU is {trt_host.gpu_name} (compute capability {trt_host.compute_capability}), "
+                f"target {target.name} has compute capability {' or '.join(wanted)}"
+            ],
+        )
     return trt_host
 
 
@@ -44,11 +48,14 @@ def _refuse_device(target: Target, bundle: Bundle, problems: list[str]) -> Targe
     )
 
 
-def build_trt(model_path: Path, source_sha256: str, target: Target, precision: str, workdir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+def build_trt(
+    model_path: Path, source_sha256: str, target: Target, precision: str, workdir: Path
+) -> tuple[dict[str, Path], dict[str, Any]]:
     plan = workdir / f"{precision}.plan"
     level = target.trt.builder_optimization_level
     cfg = trt_backend.TrtBuildConfig(
-        precision=precision, workspace_mib=target.trt.workspace_mib,
+        precision=precision,
+        workspace_mib=target.trt.workspace_mib,
         builder_optimization_level=None if level < 0 else level,
     )
     meta = trt_backend.build_engine(model_path, plan, cfg)

@@ -16,19 +16,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.junit import write_junit
-from edgekit.evaluate.metrics import _calls_per_step, _per_step, accumulator_for, power_ratio_db
-from edgekit.evaluate.thresholds import DEFAULTS, check_comparable, load_baseline, load_thresholds, save_baseline
-from edgekit.evaluate.verdict import compare
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import check_rows, conditions
+from edgekit.evaluate.metrics import _calls_per_step, _per_step, accumulator_for, power_ratio_db
+from edgekit.evaluate.thresholds import DEFAULTS, check_comparable, load_baseline, load_thresholds, save_baseline
+from edgekit.evaluate.verdict import compare
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import JobBook
@@ -37,10 +38,16 @@ from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import step_position
 from edgekit.targets import builtin_names, load_target
 
-MODE = ("per step on recorded feeds: the reference's decodes on this host, every call's inputs run by the device's network "
-        "(teacher-forced); the candidate's own free decode is not run on the device")
+MODE = (
+    "per step on recorded feeds: the reference's decodes on this host, every call's inputs run by the device's network "
+    "(teacher-forced); the candidate's own free decode is not run on the device"
+)
 # The metrics a teacher-forced comparison gives per kind (evaluate.metrics: from the shadow pairs).
-TEACHER_FORCED = {"masked": ("logits_kl", "top1_agreement"), "ar": ("logits_kl", "top1_agreement"), "flow": ("velocity_snr_db",)}
+TEACHER_FORCED = {
+    "masked": ("logits_kl", "top1_agreement"),
+    "ar": ("logits_kl", "top1_agreement"),
+    "flow": ("velocity_snr_db",),
+}
 
 
 class FeedRecorder(RuntimeProxy):
@@ -62,19 +69,31 @@ def device_name(device: str | None, target: str | None, bundle: Bundle) -> str:
     if item is not None and (item in builtin_names() or item.endswith(".toml")):
         t = load_target(item)
         if not t.aihub.devices:
-            raise UsageError(f"target {t.name} names no AI Hub device", hint="pass --device \"AI Hub device name\" (`qai-hub list-devices`)")
+            raise UsageError(
+                f"target {t.name} names no AI Hub device",
+                hint='pass --device "AI Hub device name" (`qai-hub list-devices`)',
+            )
         return t.aihub.devices[0]
     if item is not None:
         return item
     built = built_devices(bundle)
     if len(built) != 1:
-        raise UsageError("--runtime aihub: name the AI Hub device to check on with --device",
-                         hint='e.g. --device "Samsung Galaxy S24 (Family)" or --device snapdragon-8-gen-3')
+        raise UsageError(
+            "--runtime aihub: name the AI Hub device to check on with --device",
+            hint='e.g. --device "Samsung Galaxy S24 (Family)" or --device snapdragon-8-gen-3',
+        )
     return built[0]
 
 
-def check_on_aihub(path: Path | str, cfg: Any, ref_v: Any, cand_v: Any, say: Callable[[str], None], settings_of: Callable,
-                   eval_rows: Callable) -> dict[str, Any]:
+def check_on_aihub(
+    path: Path | str,
+    cfg: Any,
+    ref_v: Any,
+    cand_v: Any,
+    say: Callable[[str], None],
+    settings_of: Callable,
+    eval_rows: Callable,
+) -> dict[str, Any]:
     """The ``edgekit.check/1`` document of ``cand_v`` (aihub:int8 or aihub:fp16) on an AI Hub device
     against ``ref_v`` on this host (``cfg``: a ``CheckConfig``; ``settings_of``/``eval_rows``:
     check's own, passed in by check's stage, so both checks decide alike)."""
@@ -88,7 +107,9 @@ def check_on_aihub(path: Path | str, cfg: Any, ref_v: Any, cand_v: Any, say: Cal
     if ref_v.runtime == "aihub":
         raise UsageError("--reference runs on this host (e.g. ort:fp32); AI Hub runs the candidate")
     if cfg.candidate_decode:
-        raise UsageError("--runtime aihub runs the device's network on the reference's own step inputs: one decode setting for both")
+        raise UsageError(
+            "--runtime aihub runs the device's network on the reference's own step inputs: one decode setting for both"
+        )
     thresholds = load_thresholds(bundle.kind, cfg.thresholds)
     settings, overrides, _ = settings_of(bundle, cfg, ref_v, cand_v)
     baseline = load_baseline(cfg.baseline) if cfg.baseline else None
@@ -110,11 +131,31 @@ def check_on_aihub(path: Path | str, cfg: Any, ref_v: Any, cand_v: Any, say: Cal
         for graph, idx in groups.items():
             options = f"--qnn_options context_enable_graphs={graph}" if graph else ""
             data = hub_client.device_feeds([calls[i] for i in idx], names)
-            request = {"kind": "inference", "device": name, "model": dm.model.model_id, "options": options, "inputs": _digest(data)}
-            handles.append((idx, book.submit("inference", f"{name}, {len(idx)} calls" + (f", graph {graph}" if graph else ""), request,
-                                             lambda data=data, options=options: client.submit_inference_job(
-                                                 dm.model, device=hub.Device(name), inputs=data, name=f"edgekit check {bundle.name}",
-                                                 options=options, profile=False))))
+            request = {
+                "kind": "inference",
+                "device": name,
+                "model": dm.model.model_id,
+                "options": options,
+                "inputs": _digest(data),
+            }
+            handles.append(
+                (
+                    idx,
+                    book.submit(
+                        "inference",
+                        f"{name}, {len(idx)} calls" + (f", graph {graph}" if graph else ""),
+                        request,
+                        lambda data=data, options=options: client.submit_inference_job(
+                            dm.model,
+                            device=hub.Device(name),
+                            inputs=data,
+                            name=f"edgekit check {bundle.name}",
+                            options=options,
+                            profile=False,
+                        ),
+                    ),
+                )
+            )
         book.wait([h for _, h in handles])
         book.require_success([h for _, h in handles])
         device_out: list[Any] = [None] * len(calls)
@@ -131,14 +172,39 @@ def check_on_aihub(path: Path | str, cfg: Any, ref_v: Any, cand_v: Any, say: Cal
     warnings = [f"{m}: not measured on AI Hub ({MODE}): not gated" for m in skipped if m in thresholds.explicit]
     settings["conditions"] = cond_source
     doc: dict[str, Any] = {
-        "schema": "edgekit.check/1", "created": now_iso(), "bundle": str(bundle.root), **settings,
-        "devices": {"reference": reference_device, "candidate": f"Qualcomm AI Hub {name} ({dm.chipset or 'chipset unknown'}), {dm.source}"},
-        "thresholds": thresholds.source, "metrics": metrics, "curves": curves,
-        "quality": {"reference": {}, "candidate": {}, "drop": {}, "ground_truth": bundle.ground_truth, "metric_hook": cfg.metric_hook},
-        "rows": [row.to_json() for row in verdict.rows], "passed": verdict.passed, "failed": verdict.failed,
-        "baseline": baseline.path if baseline else None, "warnings": warnings,
-        "aihub": {"device": name, "chipset": dm.chipset, "model": dm.source, "mode": MODE, "calls": len(calls),
-                  "not_measured": skipped, "jobs": book.summary(), "job_book": str(book.path)},
+        "schema": "edgekit.check/1",
+        "created": now_iso(),
+        "bundle": str(bundle.root),
+        **settings,
+        "devices": {
+            "reference": reference_device,
+            "candidate": f"Qualcomm AI Hub {name} ({dm.chipset or 'chipset unknown'}), {dm.source}",
+        },
+        "thresholds": thresholds.source,
+        "metrics": metrics,
+        "curves": curves,
+        "quality": {
+            "reference": {},
+            "candidate": {},
+            "drop": {},
+            "ground_truth": bundle.ground_truth,
+            "metric_hook": cfg.metric_hook,
+        },
+        "rows": [row.to_json() for row in verdict.rows],
+        "passed": verdict.passed,
+        "failed": verdict.failed,
+        "baseline": baseline.path if baseline else None,
+        "warnings": warnings,
+        "aihub": {
+            "device": name,
+            "chipset": dm.chipset,
+            "model": dm.source,
+            "mode": MODE,
+            "calls": len(calls),
+            "not_measured": skipped,
+            "jobs": book.summary(),
+            "job_book": str(book.path),
+        },
     }
     doc["wall_s"] = time.perf_counter() - start
     if cfg.save_baseline is not None:
@@ -148,7 +214,9 @@ def check_on_aihub(path: Path | str, cfg: Any, ref_v: Any, cand_v: Any, say: Cal
     return doc
 
 
-def _record(bundle: Bundle, ref_rt: Any, cfg: Any, overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None) -> list[dict[str, Any]]:
+def _record(
+    bundle: Bundle, ref_rt: Any, cfg: Any, overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None
+) -> list[dict[str, Any]]:
     """The reference's decodes of the evaluation rows as `edgekit check` runs them, per batch:
     every call's feeds, its step count and call count."""
     kind, batch, out = bundle.kind, bundle.batch, []
@@ -156,7 +224,9 @@ def _record(bundle: Bundle, ref_rt: Any, cfg: Any, overrides: Mapping[str, Any],
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
         cond = conditions(bundle, cfg.cond, batch, cfg.seed + i, rows=part, draw=True)
         rec = FeedRecorder(ref_rt)
-        dec = decode(kind, rec, bundle.meta, cond, decode_config(kind, bundle.decode_defaults, overrides, seed=cfg.seed + i))
+        dec = decode(
+            kind, rec, bundle.meta, cond, decode_config(kind, bundle.decode_defaults, overrides, seed=cfg.seed + i)
+        )
         out.append({"feeds": rec.feeds, "steps": dec.steps, "runtime_calls": dec.runtime_calls})
     return out
 
@@ -184,7 +254,9 @@ def _digest(data: Mapping[str, list[np.ndarray]]) -> str:
     return h.hexdigest()[:16]
 
 
-def _teacher_forced(bundle: Bundle, ref_rt: Any, batches: list[dict[str, Any]], device_out: list[Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
+def _teacher_forced(
+    bundle: Bundle, ref_rt: Any, batches: list[dict[str, Any]], device_out: list[Any]
+) -> tuple[dict[str, float], dict[str, list[float]]]:
     """check's teacher-forced metrics with the device as the shadow: each call's reference output
     (recomputed on its recorded feeds) against the device's output for the same feeds."""
     acc = accumulator_for(bundle.kind, bundle.meta)
@@ -198,8 +270,12 @@ def _teacher_forced(bundle: Bundle, ref_rt: Any, batches: list[dict[str, Any]], 
         sums = part if sums is None else sums + part
     s = sums if sums is not None else np.zeros((0, 3))
     if bundle.kind == "flow":
-        return ({"velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum()))},
-                {"velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s]})
+        return (
+            {"velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum()))},
+            {"velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s]},
+        )
     count, total = np.maximum(s[:, 2], 1), max(float(s[:, 2].sum()), 1.0)
-    return ({"logits_kl": float(s[:, 0].sum() / total), "top1_agreement": float(s[:, 1].sum() / total)},
-            {"logits_kl_per_step": (s[:, 0] / count).tolist(), "top1_agreement_per_step": (s[:, 1] / count).tolist()})
+    return (
+        {"logits_kl": float(s[:, 0].sum() / total), "top1_agreement": float(s[:, 1].sum() / total)},
+        {"logits_kl_per_step": (s[:, 0] / count).tolist(), "top1_agreement_per_step": (s[:, 1] / count).tolist()},
+    )

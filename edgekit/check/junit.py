@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit.bundle import STAGING_PREFIX
 
@@ -56,11 +57,19 @@ def junit_xml(doc: Mapping[str, Any]) -> str:
     for row in rows:
         case = ET.SubElement(suite, "testcase", classname=classname, name=row["metric"], time="0")
         if not row["passed"]:
-            kinds = [k for k, key in (("threshold", "passed_threshold"), ("baseline", "passed_baseline")) if row.get(key) is False]
-            failure = ET.SubElement(case, "failure", message=f"{row['metric']}: {row['reason']}", type="+".join(kinds) or "check")
+            kinds = [
+                k
+                for k, key in (("threshold", "passed_threshold"), ("baseline", "passed_baseline"))
+                if row.get(key) is False
+            ]
+            failure = ET.SubElement(
+                case, "failure", message=f"{row['metric']}: {row['reason']}", type="+".join(kinds) or "check"
+            )
             failure.text = _detail(row)
         elif not row["gated"]:
-            ET.SubElement(case, "skipped", message=f"reported only (no threshold): {row['metric']} = {_num(row['value'])}")
+            ET.SubElement(
+                case, "skipped", message=f"reported only (no threshold): {row['metric']} = {_num(row['value'])}"
+            )
         else:
             out = ET.SubElement(case, "system-out")
             out.text = _detail(row)

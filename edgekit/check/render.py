@@ -39,10 +39,7 @@ def result_cell(row: dict) -> str:
 
 def print_check(o: Output, doc: dict) -> None:
     mode = "greedy" if doc["greedy"] else "sampling as the bundle, same noise"
-    rows = [
-        (r["metric"], r["value"], threshold_cell(r), baseline_cell(r), result_cell(r))
-        for r in doc["rows"]
-    ]
+    rows = [(r["metric"], r["value"], threshold_cell(r), baseline_cell(r), result_cell(r)) for r in doc["rows"]]
     o.table(
         f"{doc['model']} ({doc['kind']}): {doc['candidate']} vs {doc['reference']} — n={doc['n']}, seed={doc['seed']}, {mode}",
         ["metric", "value", "threshold", "baseline", "result"],
@@ -62,7 +59,10 @@ def print_check(o: Output, doc: dict) -> None:
             o.line(f"{name}: " + "  ".join(check_num(v, ".3g") for v in curve))
     gated = sum(1 for r in doc["rows"] if r["gated"])
     if doc["passed"]:
-        o.line(f"PASS: {gated} gated metrics within their thresholds" + (f" and baseline {doc['baseline']}" if doc["baseline"] else ""))
+        o.line(
+            f"PASS: {gated} gated metrics within their thresholds"
+            + (f" and baseline {doc['baseline']}" if doc["baseline"] else "")
+        )
     for key, what in (("saved_baseline", "baseline"), ("junit", "JUnit XML")):
         if doc.get(key):
             o.line(f"wrote {what} {doc[key]}")
@@ -72,10 +72,18 @@ def print_demo_check(o: Output, chk: dict) -> None:
     """The demo's last table: one verdict per model."""
     rows = []
     for model, m in chk["models"].items():
-        key = {"masked": ("token_agreement", "logits_kl"), "flow": ("snr_db", "velocity_snr_db"), "ar": ("token_agreement", "logits_kl")}
+        key = {
+            "masked": ("token_agreement", "logits_kl"),
+            "flow": ("snr_db", "velocity_snr_db"),
+            "ar": ("token_agreement", "logits_kl"),
+        }
         doc = chk["documents"][model]
         shown = ", ".join(f"{k} {check_num(m['metrics'][k])}" for k in key[doc["kind"]] if k in m["metrics"])
         compared = f"{m['candidate']} vs {m['reference']} (n={m['n']})"
         rows.append((model, compared, shown, "pass" if m["passed"] else "FAIL: " + ", ".join(m["failed"])))
-    o.table(f"check: whole decodes under identical noise (seed={chk['seed']})", ["model", "compared", "key metrics", "verdict"], rows)
+    o.table(
+        f"check: whole decodes under identical noise (seed={chk['seed']})",
+        ["model", "compared", "key metrics", "verdict"],
+        rows,
+    )
     o.line("check: PASS" if chk["passed"] else "check: FAIL (run `edgekit check BUNDLE` for the full table)")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -120,10 +121,14 @@ class CheckConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (("--n", self.n, "rows"), ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+        for flag, value, bound in (
+            ("--n", self.n, "rows"),
+            ("--seed", self.seed, "seed"),
+            ("--threads", self.threads, "threads"),
+        ):
             check_option(flag, value, bound)
 
-    def resolved(self, bundle: Bundle) -> "CheckConfig":
+    def resolved(self, bundle: Bundle) -> CheckConfig:
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
         default check judges the very set quantize gated), else 16 rows, seed 0, no overrides."""
         q = bundle.quantization
@@ -142,7 +147,9 @@ def _open(bundle: Bundle, variant: RuntimePrecision, threads: int, target: str |
     return open_runtime(bundle, variant.runtime, variant.precision, threads=threads)
 
 
-def _settings(bundle: Bundle, cfg: CheckConfig, ref: RuntimePrecision, cand: RuntimePrecision) -> tuple[dict, dict, dict]:
+def _settings(
+    bundle: Bundle, cfg: CheckConfig, ref: RuntimePrecision, cand: RuntimePrecision
+) -> tuple[dict, dict, dict]:
     """(document settings, reference overrides, candidate overrides)."""
     overrides = dict(cfg.decode)
     if cfg.greedy and bundle.kind != "flow":
@@ -165,7 +172,9 @@ def _settings(bundle: Bundle, cfg: CheckConfig, ref: RuntimePrecision, cand: Run
     return settings, overrides, cand_overrides
 
 
-def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def check_bundle(
+    path: Path | str, cfg: CheckConfig = CheckConfig(), progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Compare ``cfg.candidate`` with ``cfg.reference`` on ``path``'s model.
 
     Returns the ``edgekit.check/1`` document: settings, ``metrics`` {name: float}, per-step
@@ -203,13 +212,20 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
         check_comparable(baseline, settings)  # before minutes of decoding, not after
     hook = load_metric_hook(cfg.metric_hook) if cfg.metric_hook else None
 
-    say(f"opening {ref_v} and {cand_v}" + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else ""))
-    with _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt, _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt:
+    say(
+        f"opening {ref_v} and {cand_v}"
+        + (" (torch rebuilds the model from its source)" if "torch" in (ref_v.runtime, cand_v.runtime) else "")
+    )
+    with (
+        _open(bundle, ref_v, cfg.threads, cfg.target) as ref_rt,
+        _open(bundle, cand_v, cfg.threads, cfg.target) as cand_rt,
+    ):
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = int8_host_warnings(bundle.quantization, [ref_v.precision, cand_v.precision], str(bundle.root))
         warnings += [*ref_rt.warnings, *cand_rt.warnings]
-        scalars, curves, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, cfg.n, cfg.seed, overrides, cand_overrides, rows,
-                                                     cfg.cond, say)
+        scalars, curves, out, cond_all = decode_pair(
+            bundle, ref_rt, cand_rt, cfg.n, cfg.seed, overrides, cand_overrides, rows, cfg.cond, say
+        )
     settings["conditions"] = cond_source
 
     quality: dict[str, dict[str, float]] = {}
@@ -222,7 +238,9 @@ def check_bundle(path: Path | str, cfg: CheckConfig = CheckConfig(), progress: C
     unused = [m for m in thresholds.explicit if m.startswith(QUALITY_PREFIX) and m[len(QUALITY_PREFIX) :] not in drops]
     if unused:
         valid = ", ".join(drops) or "none (this model has no ground truth; pass --metric module:function)"
-        raise EdgekitError(f"thresholds file {thresholds.source}: {bundle.kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}")
+        raise EdgekitError(
+            f"thresholds file {thresholds.source}: {bundle.kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}"
+        )
     metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
     verdict = compare(metrics, thresholds, baseline)
 
@@ -270,7 +288,11 @@ def eval_rows(bundle: Bundle, cfg: CheckConfig) -> tuple[dict[str, np.ndarray] |
     if bundle.ground_truth:
         return None, "the demo model's held-out set (seed + batch index)"
     sampler = bundle.condition_sampler
-    rule = f"the model's condition sampler {sampler}" if sampler else "seeded draws within the inputs' declared [low, high)"
+    rule = (
+        f"the model's condition sampler {sampler}"
+        if sampler
+        else "seeded draws within the inputs' declared [low, high)"
+    )
     return None, rule + (" and --cond" if cfg.cond else "")
 
 

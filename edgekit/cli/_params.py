@@ -4,8 +4,6 @@ app's command and group classes); and the comma-separated list parser the option
 
 from __future__ import annotations
 
-from typing import Optional
-
 from typer.core import TyperArgument, TyperOption
 
 from edgekit.errors import UsageError
@@ -16,8 +14,17 @@ except ImportError:  # pragma: no cover - older typer on click
     import click  # type: ignore[no-redef]  # noqa: F401
 
 
-_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "file": "PATH", "directory": "PATH",
-                "int range": "INTEGER", "float range": "FLOAT", "bool": ""}
+_PLAIN_TYPES = {
+    "str": "TEXT",
+    "int": "INTEGER",
+    "float": "FLOAT",
+    "path": "PATH",
+    "file": "PATH",
+    "directory": "PATH",
+    "int range": "INTEGER",
+    "float range": "FLOAT",
+    "bool": "",
+}
 
 
 def _plain(label: str | None, is_flag: bool) -> str | None:
@@ -52,7 +59,7 @@ class _PlainArgument(TyperArgument):
         return name if self.required else f"[{name}]"
 
 
-def parse_csv(option: str, value: Optional[str], cast=str) -> tuple:
+def parse_csv(option: str, value: str | None, cast=str) -> tuple:
     """'a,b' -> ('a', 'b'); a bad item is a one-line usage error naming the option."""
     if value is None:
         return ()

@@ -8,8 +8,9 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -18,20 +19,21 @@ from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.cli._params import click, parse_csv  # noqa: F401 (parse_csv: the commands import it from here)
 from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
-from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
-from edgekit.limits import check_option
-from edgekit.output import Output, clean
 
 # The registry-driven options live in their own module; commands import them from here with the rest.
 from edgekit.cli.registry_options import (  # noqa: E402,F401
     PrecisionOpt,
     RegistryHelp,
-    _PlainParams,
     RuntimeOpt,
+    _PlainParams,
     precision_option,
     profile_option,
     runtime_option,
 )
+from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
+from edgekit.limits import check_option
+from edgekit.output import Output, clean
+
 
 class _Command(_PlainParams, TyperCommand):
     pass
@@ -48,7 +50,9 @@ class _Group(_PlainParams, TyperGroup):
         Output.documents_written = 0
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as exc:  # `edgekit` alone: the help (typer's rich help is printed already)
+        except (
+            click.exceptions.NoArgsIsHelpError
+        ) as exc:  # `edgekit` alone: the help (typer's rich help is printed already)
             if exc.format_message().strip():
                 typer.echo(exc.format_message())
             sys.exit(EXIT_USAGE)
@@ -96,7 +100,10 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print edgekit's version and exit.")] = None,
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print edgekit's version and exit."),
+    ] = None,
 ) -> None:
     """Export, quantize, build, run and check non-autoregressive generative models on edge devices."""
 
@@ -105,7 +112,9 @@ def _root(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
 
 
-BundleArg = Annotated[Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)]
+BundleArg = Annotated[
+    Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)
+]
 
 
 def bounded(bound: str) -> Callable:
@@ -123,26 +132,49 @@ def bounded(bound: str) -> Callable:
     return check
 
 
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Static batch size baked into the graph.")]
+BatchOpt = Annotated[
+    int | None, typer.Option("--batch", callback=bounded("rows"), help="Static batch size baked into the graph.")
+]
 
 
-TrustCodeOpt = Annotated[bool, typer.Option(
-    "--trust-code", help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
-)]
+TrustCodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-code",
+        help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
+    ),
+]
 
 
-WaitOpt = Annotated[bool, typer.Option("--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1).")]
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1)."
+    ),
+]
 
 
-SeedOpt = Annotated[int, typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (same seed, same output on every runtime).")]
+SeedOpt = Annotated[
+    int,
+    typer.Option(
+        "--seed", callback=bounded("seed"), help="Seed of all decode noise (same seed, same output on every runtime)."
+    ),
+]
 
 
-CondOpt = Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")]
+CondOpt = Annotated[
+    list[str] | None,
+    typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable."),
+]
 
 
-CondDataOpt = Annotated[Optional[Path], typer.Option(
-    "--cond-data", help="Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning inputs, [N, ...] each.",
-)]
+CondDataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cond-data",
+        help="Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning inputs, [N, ...] each.",
+    ),
+]
 
 
 def debug_enabled() -> bool:
@@ -177,14 +209,20 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 if debug_enabled():
                     raise
                 detail = str(exc).splitlines()[0] if str(exc) else "no data left"
-                print_error(f"a file this command read ended early ({detail}): it is empty or truncated; "
-                            "check the files you passed", 1, json_mode=bool(kw.get("json_out")))
+                print_error(
+                    f"a file this command read ended early ({detail}): it is empty or truncated; "
+                    "check the files you passed",
+                    1,
+                    json_mode=bool(kw.get("json_out")),
+                )
                 raise typer.Exit(1) from None
             except KeyboardInterrupt as exc:
                 if debug_enabled():
                     raise
                 term = isinstance(exc, Terminated)
-                Output().err.print(_interrupted(COMMITTED[committed:], "terminated (SIGTERM)" if term else "interrupted"))
+                Output().err.print(
+                    _interrupted(COMMITTED[committed:], "terminated (SIGTERM)" if term else "interrupted")
+                )
                 raise typer.Exit(143 if term else 130) from None
             finally:
                 TRUST_CODE.reset(trust)
@@ -197,8 +235,18 @@ def command(name: str | None = None, **kwargs) -> Callable:
 
 # A full disk, no permission, and paths that cannot be what the command writes (a name over the
 # file system's limit, a file where a folder goes or the other way round).
-_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG,
-                errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
+_DISK_ERRNOS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.ENAMETOOLONG,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+}
 
 
 def _disk_errors(fn: Callable) -> Callable:
@@ -216,19 +264,23 @@ def _disk_errors(fn: Callable) -> Callable:
             where = f" {exc.filename}" if exc.filename else ""
             verb = "access" if exc.errno in (errno.EACCES, errno.EPERM) else "write"
             space = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-            raise EdgekitError(f"cannot {verb}{where} ({exc.strerror or exc})",
-                               hint="free some space, or choose a path you may write" if space else "choose another path") from None
+            raise EdgekitError(
+                f"cannot {verb}{where} ({exc.strerror or exc})",
+                hint="free some space, or choose a path you may write" if space else "choose another path",
+            ) from None
 
     return call
 
 
-def parse_cond(items: Optional[list[str]]) -> dict[str, str]:
+def parse_cond(items: list[str] | None) -> dict[str, str]:
     """--cond NAME=VALUE items -> {NAME: VALUE} (values are parsed by the pipeline)."""
     raw: dict[str, str] = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise EdgekitError(f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy")
+            raise EdgekitError(
+                f"--cond {item!r} is not NAME=VALUE", hint="e.g. --cond class_id=3 or --cond tokens=tokens.npy"
+            )
         raw[name] = value
     return raw
 
@@ -236,7 +288,11 @@ def parse_cond(items: Optional[list[str]]) -> dict[str, str]:
 def configure_logging() -> None:
     import logging
 
-    logging.basicConfig(level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s"
+    )
 
 
-TargetOpt = Annotated[str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")]
+TargetOpt = Annotated[
+    str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")
+]

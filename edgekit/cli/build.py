@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,19 +20,43 @@ from edgekit.cli.app import (
 from edgekit.output import Output
 
 
-@command(epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
-         "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
-         "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson\n\n"
-         "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled on Qualcomm AI Hub")
+@command(
+    epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
+    "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
+    "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson\n\n"
+    "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
+)
 def build(
     bundle: BundleArg,
     target: TargetOpt = "cpu",
-    precision: Annotated[str, precision_option("One the target runs (`edgekit targets`)", extra={"auto": (
-        "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on "
-        "the target's CPU class and it was not slower than FP32 there), and why")})] = "fp32",
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")] = False,
-    runtime: Annotated[Optional[str], runtime_option("Another of the target's runtimes to build for (default: the first it lists that has engines), e.g. aihub")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's aihub/jobs.json) instead of submitting new ones.")] = False,
+    precision: Annotated[
+        str,
+        precision_option(
+            "One the target runs (`edgekit targets`)",
+            extra={
+                "auto": (
+                    "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on "
+                    "the target's CPU class and it was not slower than FP32 there), and why"
+                )
+            },
+        ),
+    ] = "fp32",
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Rebuild even when an engine exists (required for a stale one).")
+    ] = False,
+    runtime: Annotated[
+        str | None,
+        runtime_option(
+            "Another of the target's runtimes to build for (default: the first it lists that has engines), e.g. aihub"
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's aihub/jobs.json) instead of submitting new ones.",
+        ),
+    ] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt  # the shared options
-from edgekit.cli.app import bounded, command, configure_logging, parse_cond, runtime_option
+from edgekit.cli.app import (  # the shared options
+    BundleArg,
+    CondDataOpt,
+    CondOpt,
+    JsonOpt,
+    TrustCodeOpt,
+    bounded,
+    command,
+    configure_logging,
+    parse_cond,
+    runtime_option,
+)
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -23,27 +33,93 @@ from edgekit.output import Output
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
-    "  edgekit check bundles/masked --runtime aihub --device \"Samsung Galaxy S24 (Family)\"   (int8 on the device vs fp32 here)"
+    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the device vs fp32 here)'
 )
 def check(
     bundle: BundleArg,
-    reference: Annotated[str, typer.Option("--reference", help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).")] = "fp32",
-    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made.")] = "int8",
+    reference: Annotated[
+        str,
+        typer.Option(
+            "--reference",
+            help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).",
+        ),
+    ] = "fp32",
+    candidate: Annotated[
+        str,
+        typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made."),
+    ] = "int8",
     runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
-    n: Annotated[Optional[int], typer.Option("--n", callback=bounded("rows"), help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.")] = None,
-    greedy: Annotated[bool, typer.Option("--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling.")] = False,
-    thresholds: Annotated[Optional[Path], typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")] = None,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file.")] = None,
-    save_baseline: Annotated[Optional[Path], typer.Option("--save-baseline", help="Write this run's metrics as a baseline file (JSON).")] = None,
-    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.")] = None,
+    n: Annotated[
+        int | None,
+        typer.Option(
+            "--n",
+            callback=bounded("rows"),
+            help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            callback=bounded("seed"),
+            help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.",
+        ),
+    ] = None,
+    greedy: Annotated[
+        bool,
+        typer.Option(
+            "--greedy", help="masked/ar: temperature 0 (argmax trajectories) instead of the bundle's sampling."
+        ),
+    ] = False,
+    thresholds: Annotated[
+        Path | None, typer.Option("--thresholds", help="TOML file overriding the per-kind default thresholds.")
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline", help="Also fail a metric that regressed beyond its tolerance vs this baseline file."
+        ),
+    ] = None,
+    save_baseline: Annotated[
+        Path | None, typer.Option("--save-baseline", help="Write this run's metrics as a baseline file (JSON).")
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.",
+        ),
+    ] = None,
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
-    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).")] = False,
+    threads: Annotated[
+        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
+    ] = 0,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            "-t",
+            help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).",
+        ),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
+        ),
+    ] = False,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -59,9 +135,23 @@ def check(
             check_file(path, flag)  # before the decodes, not after
     raw_cond = parse_cond(cond)
     cfg = CheckConfig(
-        reference=reference, candidate=candidate, runtime=runtime, n=n, seed=seed, greedy=greedy, cond=raw_cond, cond_data=cond_data,
-        thresholds=thresholds, baseline=baseline, save_baseline=save_baseline, junit=junit, metric_hook=metric, threads=threads,
-        target=target, device=device, resume=resume,
+        reference=reference,
+        candidate=candidate,
+        runtime=runtime,
+        n=n,
+        seed=seed,
+        greedy=greedy,
+        cond=raw_cond,
+        cond_data=cond_data,
+        thresholds=thresholds,
+        baseline=baseline,
+        save_baseline=save_baseline,
+        junit=junit,
+        metric_hook=metric,
+        threads=threads,
+        target=target,
+        device=device,
+        resume=resume,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} …")
     doc = check_bundle(bundle, cfg, progress=o.step)

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import TrustCodeOpt, BundleArg, CondDataOpt, JsonOpt, bounded, command, configure_logging, runtime_option
+from edgekit.cli.app import (
+    BundleArg,
+    CondDataOpt,
+    JsonOpt,
+    TrustCodeOpt,
+    bounded,
+    command,
+    configure_logging,
+    runtime_option,
+)
 from edgekit.host import ISA_CLASSES
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -23,19 +32,74 @@ from edgekit.output import Output
 )
 def debug(
     bundle: BundleArg,
-    candidate: Annotated[str, typer.Option("--candidate", help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.")] = "int8",
-    reference: Annotated[str, typer.Option("--reference", help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.")] = "fp32",
+    candidate: Annotated[
+        str,
+        typer.Option(
+            "--candidate",
+            help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.",
+        ),
+    ] = "int8",
+    reference: Annotated[
+        str,
+        typer.Option(
+            "--reference",
+            help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.",
+        ),
+    ] = "fp32",
     runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP).")] = None,
-    threshold: Annotated[Optional[float], typer.Option("--threshold", callback=bounded("db"), help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).")] = None,
-    rows: Annotated[Optional[int], typer.Option("--rows", callback=bounded("replay-rows"), help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).")] = None,
-    n: Annotated[Optional[int], typer.Option("--n", callback=bounded("rows"), help="Rows of check's gate (default: the rows `edgekit quantize` judged).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (default: quantize's).")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP)."
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold",
+            callback=bounded("db"),
+            help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
+        ),
+    ] = None,
+    rows: Annotated[
+        int | None,
+        typer.Option(
+            "--rows",
+            callback=bounded("replay-rows"),
+            help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).",
+        ),
+    ] = None,
+    n: Annotated[
+        int | None,
+        typer.Option(
+            "--n", callback=bounded("rows"), help="Rows of check's gate (default: the rows `edgekit quantize` judged)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (default: quantize's)."),
+    ] = None,
     cond_data: CondDataOpt = None,
-    fix: Annotated[bool, typer.Option("--fix", help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.")] = False,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")] = None,
-    isa: Annotated[str, typer.Option("--isa", help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).")] = "host",
-    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.",
+        ),
+    ] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")
+    ] = None,
+    isa: Annotated[
+        str,
+        typer.Option(
+            "--isa",
+            help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).",
+        ),
+    ] = "host",
+    threads: Annotated[
+        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
+    ] = 0,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -50,8 +114,21 @@ def debug(
     if html is not None:
         check_dir(html, "--html")  # before the replay, not after
     chosen = {"threshold_db": threshold} if threshold is not None else {}  # the default lives in DebugConfig
-    cfg = DebugConfig(candidate=candidate, reference=reference, runtime=runtime, target=target, rows=rows, n=n, seed=seed,
-                      cond_data=cond_data, fix=fix, html=html, threads=threads, isa=isa, **chosen)
+    cfg = DebugConfig(
+        candidate=candidate,
+        reference=reference,
+        runtime=runtime,
+        target=target,
+        rows=rows,
+        n=n,
+        seed=seed,
+        cond_data=cond_data,
+        fix=fix,
+        html=html,
+        threads=threads,
+        isa=isa,
+        **chosen,
+    )
     o.info(f"debugging {bundle}: {candidate} vs {reference} …")
     doc = debug_bundle(bundle, cfg, progress=o.step)
     doc["summary"] = summary_line(doc)
@@ -60,5 +137,7 @@ def debug(
     o.document(doc)
     print_debug(o, doc)
     if not doc["passed"]:
-        raise CheckFailed(f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
-                          hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change")
+        raise CheckFailed(
+            f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+            hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change",
+        )

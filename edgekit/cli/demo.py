@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,8 +17,21 @@ def demo(
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the demo bundles.")] = Path("edgekit-demo"),
     n: Annotated[int, typer.Option("--n", callback=bounded("rows"), help="Evaluation sequences per model.")] = 32,
     seed: SeedOpt = 0,
-    full: Annotated[bool, typer.Option("--full", help="The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep for a measured crossover, and the NPU stage.")] = False,
-    npu: Annotated[Optional[bool], typer.Option("--npu/--no-npu", help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only.", show_default=False)] = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep for a measured crossover, and the NPU stage.",
+        ),
+    ] = False,
+    npu: Annotated[
+        bool | None,
+        typer.Option(
+            "--npu/--no-npu",
+            help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2 cores; --full for the complete sizes and the Snapdragon NPU stage)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,7 +15,10 @@ from edgekit.output import Output
 
 @command(epilog="Examples:\n\n  edgekit doctor\n\n  edgekit doctor --target jetson-orin-nano --json")
 def doctor(
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Check one target (name or .toml); default: every built-in target.")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", "-t", help="Check one target (name or .toml); default: every built-in target."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Say what this host can run for a target, and what is missing (with the install line)."""

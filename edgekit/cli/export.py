@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import typer
 
@@ -23,19 +23,60 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16"
 )
 def export(
-    model: Annotated[str, typer.Argument(help="Built-in name (masked-demo, flow-demo, ar-demo) or module:factory / file.py:factory.", show_default=False)],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Built-in name (masked-demo, flow-demo, ar-demo) or module:factory / file.py:factory.",
+            show_default=False,
+        ),
+    ],
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.", show_default=False)],
     batch: BatchOpt = None,
     opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
-    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.")] = "host",
-    decode_opt: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.")] = None,
+    graph: Annotated[
+        Literal["host", "step", "unrolled"],
+        typer.Option(
+            "--graph",
+            help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.",
+        ),
+    ] = "host",
+    decode_opt: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--decode",
+            help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.",
+        ),
+    ] = None,
     wait: WaitOpt = False,
-    chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).")] = None,
-    context: Annotated[int, typer.Option("--context", min=0, help="With --chunk-frames: already-decoded frames each window sees on its left.")] = 0,
-    lookahead: Annotated[int, typer.Option("--lookahead", min=0, help="With --chunk-frames: frames past the chunk decoded with it and discarded.")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); without it export refuses and lists what would be lost.")] = False,
+    chunk_frames: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-frames",
+            min=1,
+            help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).",
+        ),
+    ] = None,
+    context: Annotated[
+        int,
+        typer.Option(
+            "--context", min=0, help="With --chunk-frames: already-decoded frames each window sees on its left."
+        ),
+    ] = 0,
+    lookahead: Annotated[
+        int,
+        typer.Option(
+            "--lookahead", min=0, help="With --chunk-frames: frames past the chunk decoded with it and discarded."
+        ),
+    ] = 0,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); without it export refuses and lists what would be lost.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
@@ -45,8 +86,18 @@ def export(
 
     o = Output(json_out)
     check_dir(out, "-o")
-    req = ExportRequest(model=model, out=out, batch=batch, graph=graph, decode=tuple(decode_opt or ()), chunk_frames=chunk_frames,
-                        context=context, lookahead=lookahead, overwrite=overwrite, cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)))
+    req = ExportRequest(
+        model=model,
+        out=out,
+        batch=batch,
+        graph=graph,
+        decode=tuple(decode_opt or ()),
+        chunk_frames=chunk_frames,
+        context=context,
+        lookahead=lookahead,
+        overwrite=overwrite,
+        cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)),
+    )
     LOCK_WAIT.set(wait)
     bundle, fused = export_model(req, progress=o.info)
     o.document(bundle.to_json())

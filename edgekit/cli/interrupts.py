@@ -4,7 +4,7 @@ behind is said in one line."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _interrupted(committed: list[str], what: str = "interrupted") -> str:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import JsonOpt, TrustCodeOpt, SeedOpt  # the shared options
-from edgekit.cli.app import bounded, command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
+from edgekit.cli.app import (  # the shared options
+    JsonOpt,
+    SeedOpt,
+    TrustCodeOpt,
+    bounded,
+    command,
+    configure_logging,
+    parse_cond,
+    parse_csv,
+    precision_option,
+    runtime_option,
+)
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -21,21 +31,60 @@ from edgekit.output import Output
 )
 def loadtest(
     tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
-    flow_bundle: Annotated[Path, typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False)],
+    flow_bundle: Annotated[
+        Path,
+        typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False),
+    ],
     streams: Annotated[int, typer.Option("--streams", callback=bounded("streams"), help="Concurrent streams N.")] = 1,
-    chunk_frames: Annotated[Optional[int], typer.Option("--chunk-frames", min=1, help="Frames per chunk; must match the bundle's window graph (default: the bundle's).")] = None,
-    deadline_ms: Annotated[float, typer.Option("--deadline-ms", callback=bounded("ms"), help="Each chunk is due this long after the previous one.")] = 50.0,
-    policy: Annotated[str, typer.Option("--policy", help="fixed | adaptive, comma-separated to compare side by side.")] = "fixed,adaptive",
-    solver: Annotated[str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")] = "rk4",
+    chunk_frames: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-frames",
+            min=1,
+            help="Frames per chunk; must match the bundle's window graph (default: the bundle's).",
+        ),
+    ] = None,
+    deadline_ms: Annotated[
+        float,
+        typer.Option(
+            "--deadline-ms", callback=bounded("ms"), help="Each chunk is due this long after the previous one."
+        ),
+    ] = 50.0,
+    policy: Annotated[
+        str, typer.Option("--policy", help="fixed | adaptive, comma-separated to compare side by side.")
+    ] = "fixed,adaptive",
+    solver: Annotated[
+        str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")
+    ] = "rk4",
     steps: Annotated[int, typer.Option("--steps", callback=bounded("steps"), help="Steps of --solver.")] = 4,
-    duration_s: Annotated[float, typer.Option("--duration-s", callback=bounded("duration"), help="Streams start utterances for this long; the last one finishes.")] = 5.0,
+    duration_s: Annotated[
+        float,
+        typer.Option(
+            "--duration-s",
+            callback=bounded("duration"),
+            help="Streams start utterances for this long; the last one finishes.",
+        ),
+    ] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
-    runtime: Annotated[str, runtime_option("Runtime of both graphs (the token graph runs in fp32, or a float precision where the runtime has no fp32)")] = "ort",
+    runtime: Annotated[
+        str,
+        runtime_option(
+            "Runtime of both graphs (the token graph runs in fp32, or a float precision where the runtime has no fp32)"
+        ),
+    ] = "ort",
     precision: Annotated[str, precision_option("The flow graph's precision")] = "fp32",
-    threads: Annotated[int, typer.Option("--threads", callback=bounded("threads"), help="Runtime intra-op threads (0 = its default).")] = 0,
-    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.")] = None,
+    threads: Annotated[
+        int, typer.Option("--threads", callback=bounded("threads"), help="Runtime intra-op threads (0 = its default).")
+    ] = 0,
+    cond: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cond",
+            help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.",
+        ),
+    ] = None,
     seed: SeedOpt = 0,
-    html_dir: Annotated[Optional[Path], typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
+    html_dir: Annotated[Path | None, typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -57,9 +106,20 @@ def loadtest(
                 f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph ({chunk.get('frames', 'none')} frames)",
                 hint=f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context {chunk_frames}`",
             )
-    cfg = LoadConfig(streams=streams, deadline_ms=deadline_ms, policies=parse_csv("--policy", policy), solver=solver, steps=steps,
-                     duration_s=duration_s, arrivals=arrivals, runtime=runtime, precision=precision, threads=threads, seed=seed,
-                     cond=tuple(sorted(parse_cond(cond).items())))
+    cfg = LoadConfig(
+        streams=streams,
+        deadline_ms=deadline_ms,
+        policies=parse_csv("--policy", policy),
+        solver=solver,
+        steps=steps,
+        duration_s=duration_s,
+        arrivals=arrivals,
+        runtime=runtime,
+        precision=precision,
+        threads=threads,
+        seed=seed,
+        cond=tuple(sorted(parse_cond(cond).items())),
+    )
     o.info(f"loadtest: {streams} stream(s), {deadline_ms:g} ms per chunk, policies {policy}, {duration_s:g} s each …")
     doc = run_loadtest(tokens_bundle, flow_bundle, cfg)
     if html_dir is not None:

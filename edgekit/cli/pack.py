@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,11 +12,16 @@ from edgekit.outpaths import check_dir, check_file
 from edgekit.output import Output
 
 
-@command(epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5")
+@command(
+    epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5"
+)
 def pack(
     bundle: BundleArg,
     out: Annotated[Path, typer.Option("-o", "--out", help="Tarball to write (.tar.gz).", show_default=False)],
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine).")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine)."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Pack a bundle into a tarball to copy to a device (unpack there with `edgekit unpack`)."""

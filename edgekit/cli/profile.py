@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import typer
 
-from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt  # the shared options
-from edgekit.cli.app import bounded, command, configure_logging, parse_cond, parse_csv, precision_option, runtime_option
+from edgekit.cli.app import (  # the shared options
+    BundleArg,
+    CondDataOpt,
+    CondOpt,
+    JsonOpt,
+    SeedOpt,
+    TrustCodeOpt,
+    bounded,
+    command,
+    configure_logging,
+    parse_cond,
+    parse_csv,
+    precision_option,
+    runtime_option,
+)
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -22,36 +35,154 @@ from edgekit.output import Output
     "  edgekit profile edgekit-demo/masked --compare-ar --frontier-steps 2,4,8,16,32 --frontier-tolerance 5%\n\n"
     "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json\n\n"
-    "  edgekit profile bundles/masked --runtime aihub --devices \"Samsung Galaxy S24 (Family),snapdragon-x-elite\" --html report/"
+    '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" --html report/'
 )
 def profile(
     bundle: BundleArg,
     runtime: Annotated[str, runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
-    precision: Annotated[Optional[str], precision_option("Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can", many=True)] = None,
-    steps: Annotated[Optional[str], typer.Option("--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps).")] = None,
-    batch: Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch).")] = None,
-    iters: Annotated[Optional[int], typer.Option("--iters", callback=bounded("iters"), help="Measured decodes per variant, at least (default 20).")] = None,
-    min_seconds: Annotated[Optional[float], typer.Option("--min-seconds", callback=bounded("seconds"), help="Measure each variant for at least this long (default 1 s).")] = None,
-    warmup: Annotated[Optional[int], typer.Option("--warmup", callback=bounded("warmup"), help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).")] = None,
-    power: Annotated[Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"], typer.Option("--power", help="Power probe (auto: the one this host has; off: none).")] = "auto",
-    compare_ar: Annotated[bool, typer.Option("--compare-ar", help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.")] = False,
-    frontier_steps: Annotated[str, typer.Option("--frontier-steps", help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.")] = "1,2,4,8,16",
-    frontier_n: Annotated[int, typer.Option("--frontier-n", callback=bounded("rows"), help="Conditions in the frontier's evaluation set (the same for every K and for AR).")] = 64,
-    frontier_metric: Annotated[Optional[str], typer.Option("--frontier-metric", help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).")] = None,
-    frontier_tolerance: Annotated[str, typer.Option("--frontier-tolerance", help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.")] = "10%",
-    metric: Annotated[Optional[str], typer.Option("--metric", help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.")] = None,
-    ar_bundle: Annotated[Optional[Path], typer.Option("--ar-bundle", help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).")] = None,
-    sweep: Annotated[Optional[str], typer.Option("--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip.")] = None,
-    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", callback=bounded("ms"), help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).")] = None,
-    sweep_precision: Annotated[str, typer.Option("--sweep-precision", help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).")] = "fp32",
+    precision: Annotated[
+        str | None,
+        precision_option(
+            "Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can",
+            many=True,
+        ),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps)."
+        ),
+    ] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch)."),
+    ] = None,
+    iters: Annotated[
+        int | None,
+        typer.Option("--iters", callback=bounded("iters"), help="Measured decodes per variant, at least (default 20)."),
+    ] = None,
+    min_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--min-seconds",
+            callback=bounded("seconds"),
+            help="Measure each variant for at least this long (default 1 s).",
+        ),
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(
+            "--warmup",
+            callback=bounded("warmup"),
+            help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).",
+        ),
+    ] = None,
+    power: Annotated[
+        Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"],
+        typer.Option("--power", help="Power probe (auto: the one this host has; off: none)."),
+    ] = "auto",
+    compare_ar: Annotated[
+        bool,
+        typer.Option(
+            "--compare-ar",
+            help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.",
+        ),
+    ] = False,
+    frontier_steps: Annotated[
+        str,
+        typer.Option(
+            "--frontier-steps",
+            help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.",
+        ),
+    ] = "1,2,4,8,16",
+    frontier_n: Annotated[
+        int,
+        typer.Option(
+            "--frontier-n",
+            callback=bounded("rows"),
+            help="Conditions in the frontier's evaluation set (the same for every K and for AR).",
+        ),
+    ] = 64,
+    frontier_metric: Annotated[
+        str | None,
+        typer.Option(
+            "--frontier-metric",
+            help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).",
+        ),
+    ] = None,
+    frontier_tolerance: Annotated[
+        str,
+        typer.Option(
+            "--frontier-tolerance",
+            help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.",
+        ),
+    ] = "10%",
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.",
+        ),
+    ] = None,
+    ar_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--ar-bundle",
+            help="The AR baseline bundle (default: the sibling `ar` directory, as `edgekit demo` lays them out).",
+        ),
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip."
+        ),
+    ] = None,
+    latency_budget_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-budget-ms",
+            callback=bounded("ms"),
+            help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).",
+        ),
+    ] = None,
+    sweep_precision: Annotated[
+        str,
+        typer.Option(
+            "--sweep-precision",
+            help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).",
+        ),
+    ] = "fp32",
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
-    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
+    threads: Annotated[
+        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
+    ] = 0,
     seed: SeedOpt = 0,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory.")] = None,
-    devices: Annotated[Optional[str], typer.Option("--devices", help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).")] = None,
-    require_npu: Annotated[bool, typer.Option("--require-npu", help="With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning).")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory."),
+    ] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            "--devices",
+            help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).",
+        ),
+    ] = None,
+    require_npu: Annotated[
+        bool,
+        typer.Option(
+            "--require-npu",
+            help="With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning).",
+        ),
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.",
+        ),
+    ] = False,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -74,7 +205,9 @@ def profile(
     raw_cond = parse_cond(cond)
     extra: dict[str, Any] = {"sweep_precision": sweep_precision}
     if sweep is not None:
-        extra["sweep_lengths"] = () if sweep.strip().lower() in ("none", "off", "") else parse_csv("--sweep", sweep, int)
+        extra["sweep_lengths"] = (
+            () if sweep.strip().lower() in ("none", "off", "") else parse_csv("--sweep", sweep, int)
+        )
     plan = None
     if latency_budget_ms is not None:
         if steps is not None:
@@ -83,12 +216,28 @@ def profile(
         print_plan(o, latency_budget_ms, plan)
         steps, extra["decode"] = str(plan.steps), {"solver": plan.solver}
     cfg = ProfileConfig(
-        runtimes=parse_csv("--runtime", runtime), precisions=parse_csv("--precision", precision), steps=parse_csv("--steps", steps, int),
-        batch=batch, cond=raw_cond, cond_data=cond_data, measure=measure_cfg, power=power, compare_ar=compare_ar, ar_bundle=ar_bundle,
-        seed=seed, threads=threads, frontier_n=frontier_n, frontier_metric=frontier_metric,
-        frontier_tolerance=frontier_tolerance, metric_hook=metric,
-        frontier_steps=() if frontier_steps.strip().lower() in ("none", "off", "") else parse_csv("--frontier-steps", frontier_steps, int),
-        devices=parse_csv("--devices", devices), require_npu=require_npu, resume=resume,
+        runtimes=parse_csv("--runtime", runtime),
+        precisions=parse_csv("--precision", precision),
+        steps=parse_csv("--steps", steps, int),
+        batch=batch,
+        cond=raw_cond,
+        cond_data=cond_data,
+        measure=measure_cfg,
+        power=power,
+        compare_ar=compare_ar,
+        ar_bundle=ar_bundle,
+        seed=seed,
+        threads=threads,
+        frontier_n=frontier_n,
+        frontier_metric=frontier_metric,
+        frontier_tolerance=frontier_tolerance,
+        metric_hook=metric,
+        frontier_steps=()
+        if frontier_steps.strip().lower() in ("none", "off", "")
+        else parse_csv("--frontier-steps", frontier_steps, int),
+        devices=parse_csv("--devices", devices),
+        require_npu=require_npu,
+        resume=resume,
         **extra,
     )
     if html is not None:
@@ -108,5 +257,7 @@ def profile(
     if html is not None:
         o.line(f"wrote {doc['report']['html']} and {doc['report']['json']}")
     if require_npu and doc.get("aihub") and not doc["aihub"]["npu_only"]:
-        raise CheckFailed("--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
-                          hint="quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target TARGET` names the ops")
+        raise CheckFailed(
+            "--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
+            hint="quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target TARGET` names the ops",
+        )

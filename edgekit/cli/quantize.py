@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import typer
 
 from edgekit._lock import LOCK_WAIT
 from edgekit.arithmetic import SCHEMES
-from edgekit.cli.app import BundleArg, CondDataOpt, CondOpt, JsonOpt, TrustCodeOpt, SeedOpt, WaitOpt  # the shared options
-from edgekit.cli.app import bounded, command, configure_logging, parse_cond, profile_option, runtime_option
+from edgekit.cli.app import (
+    BundleArg,
+    CondDataOpt,
+    CondOpt,
+    JsonOpt,
+    SeedOpt,
+    TrustCodeOpt,
+    WaitOpt,
+    bounded,
+    command,
+    configure_logging,
+    parse_cond,
+    profile_option,
+    runtime_option,
+)  # the shared options
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
@@ -27,26 +40,123 @@ def quantize(
     bundle: BundleArg,
     profile: Annotated[str, profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
-    calib_samples: Annotated[int, typer.Option("--calib-samples", callback=bounded("samples"), help="Calibration sequences decoded in FP32; every network call of their loops is recorded.")] = 8,
-    eval_samples: Annotated[int, typer.Option("--eval-samples", callback=bounded("samples"), help="Held-out sequences decoded in FP32 and INT8 to check the budget.")] = 16,
-    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.")] = None,
-    budget: Annotated[Optional[list[str]], typer.Option("--budget", help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.")] = None,
-    decode: Annotated[Optional[list[str]], typer.Option("--decode", help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.")] = None,
-    fallback: Annotated[bool, typer.Option("--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds.")] = True,
-    max_fallback: Annotated[Optional[int], typer.Option("--max-fallback", callback=bounded("fallbacks"), help="At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.")] = None,
-    preprocess: Annotated[bool, typer.Option("--preprocess/--no-preprocess", help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).")] = True,
+    calib_samples: Annotated[
+        int,
+        typer.Option(
+            "--calib-samples",
+            callback=bounded("samples"),
+            help="Calibration sequences decoded in FP32; every network call of their loops is recorded.",
+        ),
+    ] = 8,
+    eval_samples: Annotated[
+        int,
+        typer.Option(
+            "--eval-samples",
+            callback=bounded("samples"),
+            help="Held-out sequences decoded in FP32 and INT8 to check the budget.",
+        ),
+    ] = 16,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            help="Keep in float: a node name, an op type (LayerNormalization) or a module path (blocks.0.mlp); repeatable.",
+        ),
+    ] = None,
+    budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--budget",
+            help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.",
+        ),
+    ] = None,
+    decode: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--decode",
+            help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.",
+        ),
+    ] = None,
+    fallback: Annotated[
+        bool,
+        typer.Option(
+            "--fallback/--no-fallback", help="Move the most sensitive nodes back to float until the budget holds."
+        ),
+    ] = True,
+    max_fallback: Annotated[
+        int | None,
+        typer.Option(
+            "--max-fallback",
+            callback=bounded("fallbacks"),
+            help="At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
+        ),
+    ] = None,
+    preprocess: Annotated[
+        bool,
+        typer.Option(
+            "--preprocess/--no-preprocess",
+            help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).",
+        ),
+    ] = True,
     cond: CondOpt = None,
     cond_data: CondDataOpt = None,
     seed: SeedOpt = 0,
-    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="ONNX Runtime threads for calibration and evaluation (0 = ORT default).")] = 0,
+    threads: Annotated[
+        int,
+        typer.Option(
+            callback=bounded("threads"), help="ONNX Runtime threads for calibration and evaluation (0 = ORT default)."
+        ),
+    ] = 0,
     wait: WaitOpt = False,
-    runtime: Annotated[Optional[str], runtime_option("Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).")] = None,
-    isa: Annotated[str, typer.Option("--isa", help=f"cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; {' | '.join(ISA_CLASSES)}); default: the --target's.")] = "host",
-    scheme: Annotated[str, typer.Option("--scheme", help=f"cpu profile: the quantization scheme (auto = the one chosen for the CPU class; {' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py).")] = "auto",
-    step_buckets: Annotated[Optional[str], typer.Option("--step-buckets", help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).")] = None,
-    bucket_memory: Annotated[Optional[float], typer.Option("--bucket-memory", help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried; default 1.2, 0 = no bound.")] = None,
-    overrides: Annotated[Optional[Path], typer.Option("--overrides", help="JSON file of per-layer decisions to honour ({\"schema\": \"edgekit.quantize-overrides/1\", \"overrides\": [{\"node\": NAME, \"action\": float | weight-only} | {\"tensor\": NAME, \"action\": int16}]}), as `edgekit debug --fix` writes them.")] = None,
+    runtime: Annotated[
+        str | None,
+        runtime_option(
+            "Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)"
+        ),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            "-t",
+            help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).",
+        ),
+    ] = None,
+    isa: Annotated[
+        str,
+        typer.Option(
+            "--isa",
+            help=f"cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; {' | '.join(ISA_CLASSES)}); default: the --target's.",
+        ),
+    ] = "host",
+    scheme: Annotated[
+        str,
+        typer.Option(
+            "--scheme",
+            help=f"cpu profile: the quantization scheme (auto = the one chosen for the CPU class; {' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py).",
+        ),
+    ] = "auto",
+    step_buckets: Annotated[
+        str | None,
+        typer.Option(
+            "--step-buckets",
+            help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).",
+        ),
+    ] = None,
+    bucket_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--bucket-memory",
+            help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried; default 1.2, 0 = no bound.",
+        ),
+    ] = None,
+    overrides: Annotated[
+        Path | None,
+        typer.Option(
+            "--overrides",
+            help='JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", "overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": int16}]}), as `edgekit debug --fix` writes them.',
+        ),
+    ] = None,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -64,17 +174,39 @@ def quantize(
     o = Output(json_out)
     from edgekit.quantize.overrides import load_overrides
 
-    cfg = QuantizeConfig(overrides=load_overrides(overrides) if overrides is not None else (), step_buckets=step_buckets,
-        **({} if bucket_memory is None else {"bucket_memory": bucket_memory}), runtime=runtime or "auto", profile=profile, isa=isa, scheme=scheme, method=method, calib_samples=calib_samples, eval_samples=eval_samples, eval_seed=seed,
-        exclude=tuple(exclude or ()), budget=parse_budget(budget), decode=parse_decode_options(decode), fallback=fallback, max_fallback=max_fallback, threads=threads,
-        preprocess=preprocess, cond=parse_cond(cond), cond_data=None if cond_data is None else str(cond_data), target=target,
+    cfg = QuantizeConfig(
+        overrides=load_overrides(overrides) if overrides is not None else (),
+        step_buckets=step_buckets,
+        **({} if bucket_memory is None else {"bucket_memory": bucket_memory}),
+        runtime=runtime or "auto",
+        profile=profile,
+        isa=isa,
+        scheme=scheme,
+        method=method,
+        calib_samples=calib_samples,
+        eval_samples=eval_samples,
+        eval_seed=seed,
+        exclude=tuple(exclude or ()),
+        budget=parse_budget(budget),
+        decode=parse_decode_options(decode),
+        fallback=fallback,
+        max_fallback=max_fallback,
+        threads=threads,
+        preprocess=preprocess,
+        cond=parse_cond(cond),
+        cond_data=None if cond_data is None else str(cond_data),
+        target=target,
     )
     LOCK_WAIT.set(wait)
     s = quantize_bundle(bundle, cfg, progress=o.step, warn=o.warn)
     o.document(s)
     print_quantize(o, s)
     if not s["passed"]:
-        failed = ", ".join(f"{c['key']} {c['value']:.4g} (limit {c['op']} {c['limit']:g})" for c in s["budget"]["checks"] if c["passed"] is False)
+        failed = ", ".join(
+            f"{c['key']} {c['value']:.4g} (limit {c['op']} {c['limit']:g})"
+            for c in s["budget"]["checks"]
+            if c["passed"] is False
+        )
         gates = s["measured"].get("check_failed") or []
         if gates:
             failed += f" (check would fail on {', '.join(gates)})"

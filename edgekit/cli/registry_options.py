@@ -3,10 +3,10 @@ from the runtime and quantize-profile registries when shown."""
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Annotated
 
 import typer
-
 from typer.core import TyperArgument, TyperOption
 
 from edgekit.cli._params import _PlainArgument, _PlainOption, click, parse_csv
@@ -58,7 +58,7 @@ def _check_registry(kind: str, many: bool, extra: Mapping[str, str] | None = Non
     the one error listing the valid ones (exit 2, before any work); ``extra`` values (a command's
     own, e.g. build's ``auto``) pass."""
 
-    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
         if value is None or ctx.resilient_parsing:
             return value
         from edgekit.runtimes import registry  # deferred: the registry imports the backend modules
@@ -83,10 +83,14 @@ def runtime_option(lead: str = "Runtime", *, many: bool = False) -> typer.models
     return typer.Option("--runtime", help=_lead(lead, "runtime"), callback=_check_registry("runtime", many))
 
 
-def precision_option(lead: str = "Precision", *, many: bool = False, extra: Mapping[str, str] | None = None) -> typer.models.OptionInfo:
+def precision_option(
+    lead: str = "Precision", *, many: bool = False, extra: Mapping[str, str] | None = None
+) -> typer.models.OptionInfo:
     """``--precision`` for every command, as ``runtime_option``; ``extra``: the command's own
     values beyond the precisions ({value: what it means}, e.g. build's ``auto``)."""
-    return typer.Option("--precision", help=_lead(lead, "precision", extra), callback=_check_registry("precision", many, extra))
+    return typer.Option(
+        "--precision", help=_lead(lead, "precision", extra), callback=_check_registry("precision", many, extra)
+    )
 
 
 def _lead(lead: str, kind: str, extra: Mapping[str, str] | None = None) -> str:
@@ -108,7 +112,7 @@ def profile_option(lead: str = "Quantization profile") -> typer.models.OptionInf
     return typer.Option("--profile", help=_lead(lead, "profile"), callback=_check_profile)
 
 
-def _check_profile(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+def _check_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
     if value is None or ctx.resilient_parsing or value in _profile_names():
         return value
     valid = ", ".join(repr(n) for n in _profile_names())

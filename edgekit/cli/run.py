@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import typer
 
-from edgekit.cli.app import BundleArg, CondDataOpt, JsonOpt, TrustCodeOpt, PrecisionOpt, RuntimeOpt, SeedOpt  # the shared options
-from edgekit.cli.app import bounded, command, configure_logging, parse_cond
+from edgekit.cli.app import (
+    BundleArg,
+    CondDataOpt,
+    JsonOpt,
+    PrecisionOpt,
+    RuntimeOpt,
+    SeedOpt,
+    TrustCodeOpt,
+    bounded,
+    command,
+    configure_logging,
+    parse_cond,
+)  # the shared options
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -22,29 +33,85 @@ from edgekit.output import Output
 )
 def run(
     bundle: BundleArg,
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--out",
+            help="Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz.",
+        ),
+    ] = None,
     runtime: RuntimeOpt = "ort",
     precision: PrecisionOpt = "fp32",
-    steps: Annotated[Optional[int], typer.Option(help="masked: MaskGIT steps K; flow: solver steps.")] = None,
-    schedule: Annotated[Optional[str], typer.Option(help="masked: cosine | linear | square | cubic | powK | log | exp.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="masked/ar: logit temperature (0 = greedy); flow: noise scale.")] = None,
-    choice_temperature: Annotated[Optional[float], typer.Option(help="masked: Gumbel temperature of the confidence (annealed to 0).")] = None,
-    guidance: Annotated[Optional[float], typer.Option(help="CFG scale g: uncond + g·(cond − uncond); 1 = off.")] = None,
-    solver: Annotated[Optional[Literal["euler", "midpoint", "heun", "rk4"]], typer.Option(help="flow: ODE solver.")] = None,
-    grid: Annotated[Optional[Literal["uniform", "cosine", "sway"]], typer.Option(help="flow: time grid.")] = None,
-    sway: Annotated[Optional[float], typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
-    top_k: Annotated[Optional[int], typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
-    spacing: Annotated[Optional[int], typer.Option(min=0, help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).")] = None,
-    length: Annotated[Optional[int], typer.Option(min=1, help="ar: tokens to generate (default: the KV cache's max length).")] = None,
-    cond: Annotated[Optional[list[str]], typer.Option("--cond", help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.")] = None,
+    steps: Annotated[int | None, typer.Option(help="masked: MaskGIT steps K; flow: solver steps.")] = None,
+    schedule: Annotated[
+        str | None, typer.Option(help="masked: cosine | linear | square | cubic | powK | log | exp.")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="masked/ar: logit temperature (0 = greedy); flow: noise scale.")
+    ] = None,
+    choice_temperature: Annotated[
+        float | None, typer.Option(help="masked: Gumbel temperature of the confidence (annealed to 0).")
+    ] = None,
+    guidance: Annotated[float | None, typer.Option(help="CFG scale g: uncond + g·(cond − uncond); 1 = off.")] = None,
+    solver: Annotated[
+        Literal["euler", "midpoint", "heun", "rk4"] | None, typer.Option(help="flow: ODE solver.")
+    ] = None,
+    grid: Annotated[Literal["uniform", "cosine", "sway"] | None, typer.Option(help="flow: time grid.")] = None,
+    sway: Annotated[float | None, typer.Option(help="flow: sway coefficient for --grid sway.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="ar: sample among the k most likely tokens (0 = all).")] = None,
+    spacing: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).",
+        ),
+    ] = None,
+    length: Annotated[
+        int | None, typer.Option(min=1, help="ar: tokens to generate (default: the KV cache's max length).")
+    ] = None,
+    cond: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cond",
+            help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.",
+        ),
+    ] = None,
     cond_data: CondDataOpt = None,
     seed: SeedOpt = 0,
-    batch: Annotated[Optional[int], typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).")] = None,
-    threads: Annotated[int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")] = 0,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime).")] = None,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")] = False,
-    graph: Annotated[Literal["host", "step", "unrolled"], typer.Option("--graph", help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.")] = "host",
-    latency_budget_ms: Annotated[Optional[float], typer.Option("--latency-budget-ms", callback=bounded("ms"), help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).")] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch",
+            callback=bounded("rows"),
+            help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).",
+        ),
+    ] = None,
+    threads: Annotated[
+        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
+    ] = 0,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime)."),
+    ] = None,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")
+    ] = False,
+    graph: Annotated[
+        Literal["host", "step", "unrolled"],
+        typer.Option(
+            "--graph",
+            help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.",
+        ),
+    ] = "host",
+    latency_budget_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-budget-ms",
+            callback=bounded("ms"),
+            help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).",
+        ),
+    ] = None,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -65,8 +132,17 @@ def run(
     if out is not None:
         check_file(out, "-o", ".npz")  # before the decode, not after
     options = {
-        "steps": steps, "schedule": schedule, "temperature": temperature, "choice_temperature": choice_temperature,
-        "guidance": guidance, "solver": solver, "grid": grid, "sway": sway, "top_k": top_k, "length": length, "spacing": spacing,
+        "steps": steps,
+        "schedule": schedule,
+        "temperature": temperature,
+        "choice_temperature": choice_temperature,
+        "guidance": guidance,
+        "solver": solver,
+        "grid": grid,
+        "sway": sway,
+        "top_k": top_k,
+        "length": length,
+        "spacing": spacing,
     }
     raw_cond = parse_cond(cond)
     plan = None
@@ -74,8 +150,19 @@ def run(
         plan = plan_for_request(bundle, latency_budget_ms, raw_cond, batch, seed, progress=o.step)
         print_plan(o, latency_budget_ms, plan)
         options["solver"], options["steps"] = plan.solver, plan.steps
-    req = RunRequest(runtime=runtime, precision=precision, seed=seed, batch=batch, cond=raw_cond, cond_data=cond_data,
-                     decode={k: v for k, v in options.items() if v is not None}, threads=threads, target=target, rebuild=rebuild, graph=graph)
+    req = RunRequest(
+        runtime=runtime,
+        precision=precision,
+        seed=seed,
+        batch=batch,
+        cond=raw_cond,
+        cond_data=cond_data,
+        decode={k: v for k, v in options.items() if v is not None},
+        threads=threads,
+        target=target,
+        rebuild=rebuild,
+        graph=graph,
+    )
     result = run_bundle(bundle, req)
     if plan is not None:
         result["budget"] = budget_doc(latency_budget_ms, plan)

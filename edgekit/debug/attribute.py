@@ -19,9 +19,10 @@ The cause is the component with the lowest SQNR.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,13 +88,24 @@ def qdq_of(model: Any, node: Any, base_dir: str | Path = "") -> list[QdqInput]:
             consumers.setdefault(i, []).append(n)
 
     def arr(dq: Any, k: int) -> np.ndarray:
-        return numpy_helper.to_array(inits[dq.input[k]], str(base_dir)) if len(dq.input) > k and dq.input[k] in inits else np.zeros((), np.uint8)
+        return (
+            numpy_helper.to_array(inits[dq.input[k]], str(base_dir))
+            if len(dq.input) > k and dq.input[k] in inits
+            else np.zeros((), np.uint8)
+        )
 
     def pair(dq: Any, role: str, tensor: str) -> QdqInput:
         axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
         zp = arr(dq, 2)
-        return QdqInput(role, tensor, arr(dq, 1).astype(np.float64), zp, str(zp.dtype), axis,
-                        arr(dq, 0) if role == "weight" else None)
+        return QdqInput(
+            role,
+            tensor,
+            arr(dq, 1).astype(np.float64),
+            zp,
+            str(zp.dtype),
+            axis,
+            arr(dq, 0) if role == "weight" else None,
+        )
 
     out = []
     for name in node.input[:2]:
@@ -138,17 +150,29 @@ def range_use(x: np.ndarray, p: QdqInput) -> dict[str, Any]:
     zp, s = p.zero_point.astype(np.float64), p.scale
     reach = float(np.max(np.maximum(np.abs((lo - zp) * s), np.abs((hi - zp) * s))))
     clipped = float(np.mean((x < np.min((lo - zp) * s)) | (x > np.max((hi - zp) * s)))) if x.size else 0.0
-    return {"tensor": p.tensor, "role": p.role, "dtype": p.qdtype, "sqnr_db": sqnr_db(float(np.sum(x**2)), float(np.sum((x - dq) ** 2))),
-            "clipped_share": clipped, "range_used": float(np.max(np.abs(x), initial=0.0)) / reach if reach > 0 else math.inf}
+    return {
+        "tensor": p.tensor,
+        "role": p.role,
+        "dtype": p.qdtype,
+        "sqnr_db": sqnr_db(float(np.sum(x**2)), float(np.sum((x - dq) ** 2))),
+        "clipped_share": clipped,
+        "range_used": float(np.max(np.abs(x), initial=0.0)) / reach if reach > 0 else math.inf,
+    }
 
 
-def capture(model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]], tmp: Path) -> dict[str, np.ndarray]:
+def capture(
+    model_path: Path, tensors: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]], tmp: Path
+) -> dict[str, np.ndarray]:
     """The float values of ``tensors`` in the QDQ graph (CPU EP, no fusions: the QDQ simulation),
     stacked over ``feeds``."""
     onnx = require("onnx")
     model = load_onnx(model_path, "the candidate's graph")  # the graph; weights in a side file stay there
     have = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in dict.fromkeys(tensors) if t not in have)
+    model.graph.output.extend(
+        onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
+        for t in dict.fromkeys(tensors)
+        if t not in have
+    )
     path = tmp / "attribution.onnx"
     onnx.save(model, str(path))
     opts = OrtOptions(graph_optimization="disable", contrib_fusions=False, io_binding=False, intra_op_threads=1)
@@ -194,36 +218,72 @@ def _matmul_parts(node: Any, x: np.ndarray, w: np.ndarray, xq: np.ndarray, wq: n
     x2, xq2 = x.reshape(-1, k), xq.reshape(-1, k)
     y = x2 @ w2
     power = float(np.sum(y**2))
-    return {"activation": sqnr_db(power, float(np.sum((xq2 @ w2 - y) ** 2))),
-            "weights": sqnr_db(power, float(np.sum((x2 @ wq2 - y) ** 2)))}
+    return {
+        "activation": sqnr_db(power, float(np.sum((xq2 @ w2 - y) ** 2))),
+        "weights": sqnr_db(power, float(np.sum((x2 @ wq2 - y) ** 2))),
+    }
 
 
-def accumulation(node: Any, act: QdqInput | None, x: np.ndarray | None, weight: QdqInput | None, wq_int: np.ndarray | None,
-                 runtime: str, isa: str) -> dict[str, Any]:
+def accumulation(
+    node: Any,
+    act: QdqInput | None,
+    x: np.ndarray | None,
+    weight: QdqInput | None,
+    wq_int: np.ndarray | None,
+    runtime: str,
+    isa: str,
+) -> dict[str, Any]:
     """The int8 kernel's accumulation on ``isa`` for a u8 × s8 MatMul/Gemm on a runtime whose int8
     GEMM is MLAS's (its registry entry's ``DebugHooks.mlas_kernels``: arithmetic.py models it)."""
     hooks = backend(runtime).debug
-    if hooks is None or not hooks.mlas_kernels or node.op_type not in ("MatMul", "Gemm") or act is None or weight is None:
+    if (
+        hooks is None
+        or not hooks.mlas_kernels
+        or node.op_type not in ("MatMul", "Gemm")
+        or act is None
+        or weight is None
+    ):
         return {"isa": isa, "modelled": False, "why": f"no u8·s8 CPU kernel model for {node.op_type} on {runtime}"}
     if act.qdtype != "uint8" or weight.qdtype != "int8" or x is None or wq_int is None:
         return {"isa": isa, "modelled": False, "why": f"{act.qdtype}·{weight.qdtype}: exact widening kernel"}
     if not arithmetic_for(isa).saturating_pairs:
-        return {"isa": isa, "modelled": True, "saturating_pairs": False, "sqnr_db": math.inf, "pairs_saturated": 0.0,
-                "why": f"{isa}: int32 dot products, exact"}
+        return {
+            "isa": isa,
+            "modelled": True,
+            "saturating_pairs": False,
+            "sqnr_db": math.inf,
+            "pairs_saturated": 0.0,
+            "why": f"{isa}: int32 dot products, exact",
+        }
     trans_b = any(a.name == "transB" and a.i for a in node.attribute)
     w = (wq_int.T if trans_b else wq_int).astype(np.int64)
     a, _ = quantize(x, act)
     a = a.reshape(-1, w.shape[0])[:MAX_KERNEL_ROWS].astype(np.int64)
     sat = saturation(a, w.reshape(w.shape[0], -1))
-    return {"isa": isa, "modelled": True, "saturating_pairs": True, "sqnr_db": sat["sqnr_db"], "pairs_saturated": sat["pairs"],
-            "why": f"{isa}: u8·s8 pairs summed in int16 (vpmaddubsw) saturate"}
+    return {
+        "isa": isa,
+        "modelled": True,
+        "saturating_pairs": True,
+        "sqnr_db": sat["sqnr_db"],
+        "pairs_saturated": sat["pairs"],
+        "why": f"{isa}: u8·s8 pairs summed in int16 (vpmaddubsw) saturate",
+    }
 
 
-def components(node: Any, pairs: list[QdqInput], values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-               runtime: str, isa: str) -> dict[str, Any]:
+def components(
+    node: Any,
+    pairs: list[QdqInput],
+    values: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    runtime: str,
+    isa: str,
+) -> dict[str, Any]:
     """{"activation": [...], "weights": {...}, "at_output": {...}, "accumulation": {...}} of one node."""
-    doc: dict[str, Any] = {"activation": [range_use(values[p.tensor], p) for p in pairs
-                                          if p.role in ("activation", "output") and p.tensor in values]}
+    doc: dict[str, Any] = {
+        "activation": [
+            range_use(values[p.tensor], p) for p in pairs if p.role in ("activation", "output") and p.tensor in values
+        ]
+    }
     weight = next((p for p in pairs if p.role == "weight" and p.values is not None), None)
     act = next((p for p in pairs if p.role == "activation"), None)
     x = values.get(act.tensor) if act is not None else None
@@ -232,8 +292,12 @@ def components(node: Any, pairs: list[QdqInput], values: Mapping[str, np.ndarray
         w_dq = weight.dequantize(weight.values)
         w_float = _float_weight(reference, weight, weight.values.shape)
         if w_float is not None:
-            doc["weights"] = {"tensor": weight.tensor, "dtype": weight.qdtype, "per_channel": weight.scale.size > 1,
-                              "sqnr_db": sqnr_db(float(np.sum(w_float**2)), float(np.sum((w_float - w_dq) ** 2)))}
+            doc["weights"] = {
+                "tensor": weight.tensor,
+                "dtype": weight.qdtype,
+                "per_channel": weight.scale.size > 1,
+                "sqnr_db": sqnr_db(float(np.sum(w_float**2)), float(np.sum((w_float - w_dq) ** 2))),
+            }
     if node.op_type in ("MatMul", "Gemm") and x is not None and w_float is not None:
         parts = _matmul_parts(node, x, w_float, quantize(x, act)[1], w_dq)
         doc["at_output"] = parts
@@ -258,36 +322,59 @@ def cause(doc: Mapping[str, Any]) -> tuple[str, str]:
     w = doc.get("weights")
     if w:
         db = w.get("output_sqnr_db", w["sqnr_db"])
-        options.append((db, "weights", f"{w['dtype']} weights {'per channel' if w['per_channel'] else 'per tensor'}: {db:.1f} dB"))
+        options.append(
+            (db, "weights", f"{w['dtype']} weights {'per channel' if w['per_channel'] else 'per tensor'}: {db:.1f} dB")
+        )
     acc = doc.get("accumulation") or {}
     if acc.get("saturating_pairs"):
-        options.append((acc["sqnr_db"], "accumulation", f"{acc['why']}: {acc['pairs_saturated']:.1%} of pair sums, {acc['sqnr_db']:.1f} dB"))
+        options.append(
+            (
+                acc["sqnr_db"],
+                "accumulation",
+                f"{acc['why']}: {acc['pairs_saturated']:.1%} of pair sums, {acc['sqnr_db']:.1f} dB",
+            )
+        )
     if not options:
         return "unknown", "the op has no Q/DQ pair edgekit can take apart"
     db, name, why = min(options, key=lambda o: o[0])
     return name, why
 
 
-def attribute(cand_path: Path, ref_path: Path, entry: Entry, feeds: Sequence[Mapping[str, np.ndarray]], runtime: str,
-              isa: str, tmp: Path) -> dict[str, Any]:
+def attribute(
+    cand_path: Path,
+    ref_path: Path,
+    entry: Entry,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    runtime: str,
+    isa: str,
+    tmp: Path,
+) -> dict[str, Any]:
     """The components of the candidate node behind ``entry`` on ``feeds`` (the calls of its
     step), and the cause: {"node", "op", "activation", "weights", "accumulation", "cause", "why"}."""
     model = load_onnx(cand_path, "the candidate's graph")  # tensors read from disk as needed
     node = find_node(model, entry)
     pairs = qdq_of(model, node, cand_path.parent) if node is not None else []
     if not pairs:
-        return {"node": getattr(node, "name", None), "cause": "precision",
-                "why": "the op has no Q/DQ pair here: it computes in this variant's float precision"}
+        return {
+            "node": getattr(node, "name", None),
+            "cause": "precision",
+            "why": "the op has no Q/DQ pair here: it computes in this variant's float precision",
+        }
     values = capture(cand_path, [p.tensor for p in pairs if p.role != "weight"], feeds, tmp)
     reference = _Weights(load_onnx(ref_path, "artifact 'fp32'"), ref_path.parent)
-    doc = {"node": node.name, "op": node.op_type, "measured_on": "the QDQ graph on onnxruntime's CPU EP, no fusions (QDQ simulation)"}
+    doc = {
+        "node": node.name,
+        "op": node.op_type,
+        "measured_on": "the QDQ graph on onnxruntime's CPU EP, no fusions (QDQ simulation)",
+    }
     doc |= components(node, pairs, values, reference, runtime, isa)
     doc["cause"], doc["why"] = cause(doc)
     return doc
 
 
-def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequence[float],
-                sqnr_per_step: Sequence[float]) -> dict[str, Any]:
+def compounding(
+    entry_step: int, crossing_steps: Sequence[int], divergence: Sequence[float], sqnr_per_step: Sequence[float]
+) -> dict[str, Any]:
     """Whether the error compounds: the candidate's own decode drifts further from the reference
     after the step where the error entered (``divergence``: per step, then the final output).
     ``crossing_steps``: the steps (0-based) at which the op adds noise below the threshold;
@@ -302,6 +389,12 @@ def compounding(entry_step: int, crossing_steps: Sequence[int], divergence: Sequ
         why = f"the candidate's own decode differs by {after[-1]:.3g} at the output, no more than right after that step"
     else:
         why = "the candidate's own decode ends where the reference's does"
-    return {"compounds": grows, "summary": "compounds" if grows else "stays local", "why": why,
-            "steps_crossing": [s + 1 for s in crossing_steps], "divergence_per_step": list(divergence),
-            "sqnr_per_step": list(sqnr_per_step), "step_dependent": spread >= STEP_DEPENDENT_DB}
+    return {
+        "compounds": grows,
+        "summary": "compounds" if grows else "stays local",
+        "why": why,
+        "steps_crossing": [s + 1 for s in crossing_steps],
+        "divergence_per_step": list(divergence),
+        "sqnr_per_step": list(sqnr_per_step),
+        "step_dependent": spread >= STEP_DEPENDENT_DB,
+    }

@@ -37,8 +37,13 @@ class DebugConfig:
     isa: str = "host"
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (("--threshold", self.threshold_db, "db"), ("--rows", self.rows, "replay-rows"), ("--n", self.n, "rows"),
-                                   ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+        for flag, value, bound in (
+            ("--threshold", self.threshold_db, "db"),
+            ("--rows", self.rows, "replay-rows"),
+            ("--n", self.n, "rows"),
+            ("--seed", self.seed, "seed"),
+            ("--threads", self.threads, "threads"),
+        ):
             check_option(flag, value, bound)
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")

@@ -25,9 +25,10 @@ import dataclasses
 import json
 import shutil
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgekit._lock import writes_bundle
 from edgekit.bundle import MANIFEST, Bundle
@@ -66,8 +67,10 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
     q = bundle.quantization
     doc = q.config if q is not None else {}
     if not doc:
-        raise UsageError(f"bundle {bundle.root} records no quantize config: --fix re-quantizes with it",
-                         hint=f"quantize first: `edgekit quantize {bundle.root}`")
+        raise UsageError(
+            f"bundle {bundle.root} records no quantize config: --fix re-quantizes with it",
+            hint=f"quantize first: `edgekit quantize {bundle.root}`",
+        )
     names = {f.name for f in dataclasses.fields(QuantizeConfig)}
     kw = {k: v for k, v in doc.items() if k in names}
     fields = {k: f"quantization.config.{k}" for k in kw}
@@ -90,8 +93,10 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
         name = {"seed": "eval_seed"}.get(name, name)
         where = fields.get(name, "quantization.config")
         detail = rest if name in fields else exc.message
-        raise BundleError(f"manifest {bundle.root / MANIFEST} field {where}: {detail}",
-                          hint=f"re-quantize with `edgekit quantize {bundle.root}` (it records the config --fix uses)") from None
+        raise BundleError(
+            f"manifest {bundle.root / MANIFEST} field {where}: {detail}",
+            hint=f"re-quantize with `edgekit quantize {bundle.root}` (it records the config --fix uses)",
+        ) from None
 
 
 def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], source: str) -> list[Fix]:
@@ -103,13 +108,20 @@ def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], sourc
         return kw | {"reason": reason, "source": source}
 
     if quantize_profile(profile).overrides == "tensor":  # qnn: no float fallback, tensors go to 16 bit
-        tensors = [a["tensor"] for a in sorted(attribution.get("activation", []), key=lambda a: a.get("output_sqnr_db", a["sqnr_db"]))]
+        tensors = [
+            a["tensor"]
+            for a in sorted(attribution.get("activation", []), key=lambda a: a.get("output_sqnr_db", a["sqnr_db"]))
+        ]
         weight = (attribution.get("weights") or {}).get("tensor")
         if weight:
             tensors.append(weight.removesuffix("_quantized"))
         return [Fix("int16", (item(tensor=t, action="int16"),), f"{t} at 16 bit") for t in dict.fromkeys(tensors)]
     node = entry.shown.name
-    fixes = [] if attribution.get("cause") == "weights" else [Fix("weight-only", (item(node=node, action="weight-only"),), f"{label} weight-only")]
+    fixes = (
+        []
+        if attribution.get("cause") == "weights"
+        else [Fix("weight-only", (item(node=node, action="weight-only"),), f"{label} weight-only")]
+    )
     return fixes + [Fix("float", (item(node=node, action="float"),), f"{label} in float")]
 
 
@@ -136,10 +148,18 @@ def reproduce(path: Path, artifact: str, cfg: QuantizeConfig) -> str:
     """The ``edgekit quantize`` line that makes the fixed int8 model again from the fp32 one."""
     flags = [f"--overrides {path / artifact}"]
     default = QuantizeConfig()
-    for name, flag in (("profile", "--profile"), ("method", "--method"), ("calib_samples", "--calib-samples"),
-                       ("eval_samples", "--eval-samples"), ("eval_seed", "--seed"), ("target", "--target"),
-                       ("step_buckets", "--step-buckets"), ("cond_data", "--cond-data"), ("isa", "--isa"),
-                       ("scheme", "--scheme")):
+    for name, flag in (
+        ("profile", "--profile"),
+        ("method", "--method"),
+        ("calib_samples", "--calib-samples"),
+        ("eval_samples", "--eval-samples"),
+        ("eval_seed", "--seed"),
+        ("target", "--target"),
+        ("step_buckets", "--step-buckets"),
+        ("cond_data", "--cond-data"),
+        ("isa", "--isa"),
+        ("scheme", "--scheme"),
+    ):
         value = getattr(cfg, name, None)
         if value is not None and value != getattr(default, name, None):
             flags.append(f"{flag} {value}")
@@ -164,7 +184,9 @@ def configured(base: QuantizeConfig, fix: Fix) -> QuantizeConfig:
     return dataclasses.replace(base, overrides=tuple(base.overrides) + tuple(fix.overrides), **dict(fix.config))
 
 
-def trial(bundle: Bundle, fix: Fix, base: QuantizeConfig, gate: Gate, scratch: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def trial(
+    bundle: Bundle, fix: Fix, base: QuantizeConfig, gate: Gate, scratch: Path, say: Callable[[str], None]
+) -> dict[str, Any]:
     """Re-quantize a scratch copy (at ``scratch``) with ``fix`` and judge it with the gate."""
     start = time.perf_counter()
     say(f"try {fix.what}: re-quantize a scratch copy and run check's gate")
@@ -176,12 +198,18 @@ def trial(bundle: Bundle, fix: Fix, base: QuantizeConfig, gate: Gate, scratch: P
         return doc | {"passed": False, "error": str(exc), "seconds": time.perf_counter() - start}
     verdict = gate(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
-    return doc | {"passed": verdict["passed"], "margin": verdict["margin"], "failed": verdict["failed"],
-                  "quantize_budget_passed": summary["passed"], "seconds": time.perf_counter() - start}
+    return doc | {
+        "passed": verdict["passed"],
+        "margin": verdict["margin"],
+        "failed": verdict["failed"],
+        "quantize_budget_passed": summary["passed"],
+        "seconds": time.perf_counter() - start,
+    }
 
 
-def search(bundle: Bundle, fixes: list[Fix], base: QuantizeConfig, gate: Gate, tmp: Path,
-           say: Callable[[str], None]) -> tuple[Fix | None, list[dict[str, Any]]]:
+def search(
+    bundle: Bundle, fixes: list[Fix], base: QuantizeConfig, gate: Gate, tmp: Path, say: Callable[[str], None]
+) -> tuple[Fix | None, list[dict[str, Any]]]:
     """(the first fix that passes, every trial's document)."""
     trials = []
     for i, fix in enumerate(fixes[:MAX_TRIALS]):
@@ -192,16 +220,25 @@ def search(bundle: Bundle, fixes: list[Fix], base: QuantizeConfig, gate: Gate, t
     return None, trials
 
 
-def commit(path: Path, fix: Fix, base: QuantizeConfig, provenance: Mapping[str, Any], gate: Gate,
-           say: Callable[[str], None]) -> dict[str, Any]:
+def commit(
+    path: Path, fix: Fix, base: QuantizeConfig, provenance: Mapping[str, Any], gate: Gate, say: Callable[[str], None]
+) -> dict[str, Any]:
     """Re-quantize the bundle with the winner, judge it, and record the overrides file."""
     cfg = configured(base, fix)
     say(f"re-quantize {path} with {fix.what}")
     quantize_bundle(path, cfg, progress=None, warn=lambda m: None)
     after = gate(path)
-    artifact = record_overrides(path, cfg, dict(provenance) | {"fix": fix.kind, "what": fix.what, "gate_after": after,
-                                                                "config": dict(fix.config)})
-    return {"artifact": artifact, "after": after, "config": dict(fix.config), "reproduce": reproduce(Path(path), artifact, cfg)}
+    artifact = record_overrides(
+        path,
+        cfg,
+        dict(provenance) | {"fix": fix.kind, "what": fix.what, "gate_after": after, "config": dict(fix.config)},
+    )
+    return {
+        "artifact": artifact,
+        "after": after,
+        "config": dict(fix.config),
+        "reproduce": reproduce(Path(path), artifact, cfg),
+    }
 
 
 @writes_bundle("debug")
@@ -216,5 +253,3 @@ def record_overrides(path: Path, cfg: QuantizeConfig, provenance: Mapping[str, A
     finally:
         staged.unlink(missing_ok=True)
     return art.path
-
-

@@ -9,8 +9,9 @@ import base64
 import html
 import io
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,9 @@ def heatmap_png(doc: Doc) -> str:
     )
 
     shown = np.clip(np.where(np.isfinite(grid), grid, HIGH_DB), LOW_DB, HIGH_DB)
-    fig = Figure(figsize=(min(3 + 0.6 * grid.shape[1], 14), min(2 + 0.28 * len(labels), 24)), dpi=100, layout="constrained")
+    fig = Figure(
+        figsize=(min(3 + 0.6 * grid.shape[1], 14), min(2 + 0.28 * len(labels), 24)), dpi=100, layout="constrained"
+    )
     ax = fig.add_subplot()
     image = ax.imshow(shown, aspect="auto", cmap="RdYlGn", vmin=LOW_DB, vmax=HIGH_DB, interpolation="nearest")
     ax.set_xticks(range(grid.shape[1]), [str(s + 1) for s in range(grid.shape[1])])
@@ -71,21 +74,38 @@ def _box(col: int, row: int) -> Any:
 
 
 def _rows(items: Mapping[str, Any]) -> str:
-    return "<table>" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items()) + "</table>"
+    return (
+        "<table>"
+        + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items())
+        + "</table>"
+    )
 
 
 def render_html(doc: Doc) -> str:
     attribution, comp, fixed = doc.get("attribution") or {}, doc.get("compounding") or {}, doc.get("fix") or {}
-    parts = [f"<h1>edgekit debug: {html.escape(doc['model'])} — {html.escape(doc['candidate'])} vs {html.escape(doc['reference'])}</h1>",
-             f"<p class='summary'>{html.escape(str(doc.get('summary', '')))}</p>",
-             "<h2>Where the error enters (SQNR per step and module)</h2>", heatmap_png(doc),
-             "<h2>Why</h2>", _rows({"cause": attribution.get("cause", "—"), "detail": attribution.get("why", "—"),
-                                     "compounds": comp.get("summary", "—"), "drift": comp.get("why", "—"),
-                                     "captured (candidate)": doc["capture"]["candidate"],
-                                     "captured (reference)": doc["capture"]["reference"]})]
+    parts = [
+        f"<h1>edgekit debug: {html.escape(doc['model'])} — {html.escape(doc['candidate'])} vs {html.escape(doc['reference'])}</h1>",
+        f"<p class='summary'>{html.escape(str(doc.get('summary', '')))}</p>",
+        "<h2>Where the error enters (SQNR per step and module)</h2>",
+        heatmap_png(doc),
+        "<h2>Why</h2>",
+        _rows(
+            {
+                "cause": attribution.get("cause", "—"),
+                "detail": attribution.get("why", "—"),
+                "compounds": comp.get("summary", "—"),
+                "drift": comp.get("why", "—"),
+                "captured (candidate)": doc["capture"]["candidate"],
+                "captured (reference)": doc["capture"]["reference"],
+            }
+        ),
+    ]
     if fixed:
-        rows = {t["what"]: ("passes" if t["passed"] else "fails") + (f", margin {t['margin']:+.3g}" if isinstance(t.get("margin"), float) else "")
-                for t in fixed.get("tried", [])}
+        rows = {
+            t["what"]: ("passes" if t["passed"] else "fails")
+            + (f", margin {t['margin']:+.3g}" if isinstance(t.get("margin"), float) else "")
+            for t in fixed.get("tried", [])
+        }
         rows |= {u["kind"]: "not available: " + u["why"] for u in fixed.get("unavailable", [])}
         parts += ["<h2>Fixes tried (check's gate)</h2>", _rows(rows or {"—": fixed.get("why", "")})]
     return f"<!doctype html><html><head><meta charset='utf-8'><title>edgekit debug</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"

@@ -11,8 +11,9 @@ compared with the candidate's: the noise the op added, relative to the reference
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,9 @@ class LocalJudge:
     """``own_db(step, op)``: the SQNR (dB) of the noise ``op`` adds at ``step`` by itself, or None
     where a region input was not captured on the candidate. Captures each step's values once."""
 
-    def __init__(self, fp32: Path, topo: Topology, traj: Trajectory, ref: Tapped, cand: Tapped, tmp: Path, threads: int = 0):
+    def __init__(
+        self, fp32: Path, topo: Topology, traj: Trajectory, ref: Tapped, cand: Tapped, tmp: Path, threads: int = 0
+    ):
         onnx = require("onnx")
         # The graph alone (weights in a side file stay there: each cut reads its own from it).
         self.model = onnx.shape_inference.infer_shapes(load_onnx(fp32, "artifact 'fp32'"))

@@ -11,8 +11,9 @@ drifts, step by step (whether an error compounds).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +46,14 @@ class Trajectory:
         return [i for i in self.calls_of(step) if i == 0 or self.step[i - 1] != step]
 
 
-def record(bundle: Bundle, runtime: Runtime, n: int, seed: int, decode_options: Mapping[str, Any],
-           rows: Mapping[str, np.ndarray] | None) -> Trajectory:
+def record(
+    bundle: Bundle,
+    runtime: Runtime,
+    n: int,
+    seed: int,
+    decode_options: Mapping[str, Any],
+    rows: Mapping[str, np.ndarray] | None,
+) -> Trajectory:
     """Decode ``n`` rows (whole graph batches) with ``runtime`` and keep every call's feeds."""
     batch = bundle.batch
     rec = RecordingRuntime(runtime, bundle.kind, bundle.meta)
@@ -64,8 +71,15 @@ def record(bundle: Bundle, runtime: Runtime, n: int, seed: int, decode_options: 
     return Trajectory(rec.feeds, steps_of, steps, -(-n // batch), outputs)
 
 
-def _decode(bundle: Bundle, runtime: Any, batch: int, seed: int, options: Mapping[str, Any],
-            rows: Mapping[str, np.ndarray] | None, i: int):
+def _decode(
+    bundle: Bundle,
+    runtime: Any,
+    batch: int,
+    seed: int,
+    options: Mapping[str, Any],
+    rows: Mapping[str, np.ndarray] | None,
+    i: int,
+):
     part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
     cond = conditions(bundle, {}, batch, seed, rows=part, draw=True)
     cfg = decode_config(bundle.kind, bundle.decode_defaults, options, seed=seed)
@@ -83,12 +97,15 @@ class Replay:
 
     def sqnr(self) -> list[dict[str, float]]:
         """Per step: {tensor: SQNR dB} of the tensors both variants produced."""
-        return [{t: sqnr_db(self.signal[s, j], self.noise[s, j]) for j, t in enumerate(self.tensors)}
-                for s in range(len(self.noise))]
+        return [
+            {t: sqnr_db(self.signal[s, j], self.noise[s, j]) for j, t in enumerate(self.tensors)}
+            for s in range(len(self.noise))
+        ]
 
 
-def replay(traj: Trajectory, ref: Tapped, cand: Tapped, plain_cand: Runtime,
-           say: Callable[[str], None] = lambda m: None) -> Replay:
+def replay(
+    traj: Trajectory, ref: Tapped, cand: Tapped, plain_cand: Runtime, say: Callable[[str], None] = lambda m: None
+) -> Replay:
     """Both tapped variants on every recorded feed; the candidate's graph outputs on the first
     feed are compared with the untapped candidate's (a tap must not change what it observes)."""
     tensors = [t for t in ref.names if t in cand.names]
@@ -113,8 +130,15 @@ def replay(traj: Trajectory, ref: Tapped, cand: Tapped, plain_cand: Runtime,
     return Replay([tensors[j] for j in keep], noise[:, keep], signal[:, keep], changed)
 
 
-def free_running(bundle: Bundle, traj: Trajectory, runtime: Runtime, n: int, seed: int,
-                 decode_options: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None) -> list[float]:
+def free_running(
+    bundle: Bundle,
+    traj: Trajectory,
+    runtime: Runtime,
+    n: int,
+    seed: int,
+    decode_options: Mapping[str, Any],
+    rows: Mapping[str, np.ndarray] | None,
+) -> list[float]:
     """How far the candidate's own decode (same noise) is from the reference's, per step: the
     share of state tokens that differ (masked, ar) or the relative RMS of the state (flow), at the
     first call of each step, then the final output."""

@@ -15,9 +15,10 @@ is at the end (after the fix where one was written), which the CLI turns into ch
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -90,11 +91,17 @@ def resolve(bundle: Bundle, cfg: DebugConfig) -> Settings:
     ref = parse_variant(cfg.reference, cfg.runtime, "--reference")
     cand = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
     if ref == cand:
-        raise UsageError(f"--reference and --candidate are both {ref}: nothing to compare", hint="e.g. --reference ort:fp32 --candidate ort:int8")
+        raise UsageError(
+            f"--reference and --candidate are both {ref}: nothing to compare",
+            hint="e.g. --reference ort:fp32 --candidate ort:int8",
+        )
     debug_hooks(ref.runtime, "--reference")  # a runtime debug cannot tap: one line now, not after the gate
     debug_hooks(cand.runtime, "--candidate")
     if cfg.fix and cand.precision != "int8":
-        raise UsageError(f"--fix re-quantizes the int8 model; --candidate {cand} is not one", hint="debug an int8 variant, e.g. --candidate ort:int8")
+        raise UsageError(
+            f"--fix re-quantizes the int8 model; --candidate {cand} is not one",
+            hint="debug an int8 variant, e.g. --candidate ort:int8",
+        )
     check = CheckConfig(n=cfg.n, seed=cfg.seed, cond_data=cfg.cond_data).resolved(bundle)
     rows, source = eval_rows(bundle, check)
     n = check.n if rows is None else min(check.n, len(next(iter(rows.values()))))
@@ -105,15 +112,19 @@ def resolve(bundle: Bundle, cfg: DebugConfig) -> Settings:
 def gate_on(path: Path, s: Settings, cfg: DebugConfig, tmp: Path) -> dict[str, Any]:
     """check's default gate on the bundle at ``path`` (the same rows, seed and decode settings)."""
     bundle = Bundle.load(path)
-    with open_variant(bundle, s.ref.runtime, s.ref.precision, tmp, cfg.threads, cfg.target) as r, \
-            open_variant(bundle, s.cand.runtime, s.cand.precision, tmp, cfg.threads, cfg.target) as c:
+    with (
+        open_variant(bundle, s.ref.runtime, s.ref.precision, tmp, cfg.threads, cfg.target) as r,
+        open_variant(bundle, s.cand.runtime, s.cand.precision, tmp, cfg.threads, cfg.target) as c,
+    ):
         return gate_runtimes(bundle, r, c, s.n, s.seed, s.decode, s.rows)
 
 
 def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: Path, say: Say) -> Measured:
     """The gate, the reference trajectory, the candidate's own decode and the teacher-forced replay."""
-    with open_variant(bundle, s.ref.runtime, s.ref.precision, tmp, cfg.threads, cfg.target) as ref_rt, \
-            open_variant(bundle, s.cand.runtime, s.cand.precision, tmp, cfg.threads, cfg.target) as cand_rt:
+    with (
+        open_variant(bundle, s.ref.runtime, s.ref.precision, tmp, cfg.threads, cfg.target) as ref_rt,
+        open_variant(bundle, s.cand.runtime, s.cand.precision, tmp, cfg.threads, cfg.target) as cand_rt,
+    ):
         say(f"check's gate: {s.cand} vs {s.ref} on {s.n} rows")
         gate = gate_runtimes(bundle, ref_rt, cand_rt, s.n, s.seed, s.decode, s.rows)
         say(f"record {s.ref}'s decode of {s.replay_rows} row(s), and {s.cand}'s own")
@@ -132,27 +143,40 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
                 cand_t.close()
         finally:
             ref_t.close()
-        capture = {"reference": ref_t.method, "candidate": cand_t.method, "tensors": len(rep.tensors),
-                   "outputs_changed_by_taps": rep.outputs_changed_by_taps}
+        capture = {
+            "reference": ref_t.method,
+            "candidate": cand_t.method,
+            "tensors": len(rep.tensors),
+            "outputs_changed_by_taps": rep.outputs_changed_by_taps,
+        }
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
     if rep.outputs_changed_by_taps > 1e-4:
-        warnings.append(f"capturing tensors changed {s.cand}'s outputs (max |Δ| {rep.outputs_changed_by_taps:.3g}): the per-tensor "
-                        "numbers are of the tapped graph, not exactly the deployed one")
+        warnings.append(
+            f"capturing tensors changed {s.cand}'s outputs (max |Δ| {rep.outputs_changed_by_taps:.3g}): the per-tensor "
+            "numbers are of the tapped graph, not exactly the deployed one"
+        )
     return Measured(gate, traj, divergence, rep, capture, devices, warnings, entry)
 
 
-def explain(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, entry: Entry | None,
-            tmp: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def explain(
+    bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, entry: Entry | None, tmp: Path
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(attribution, compounding) of the entry."""
     if entry is None:
         return None, None
     per_step = m.replay.sqnr()
-    crossing = [i for i, step in enumerate(per_step)
-                if own_db(topo, step).get(entry.op.name, {}).get("own_db", float("inf")) < cfg.threshold_db]
+    crossing = [
+        i
+        for i, step in enumerate(per_step)
+        if own_db(topo, step).get(entry.op.name, {}).get("own_db", float("inf")) < cfg.threshold_db
+    ]
     comp = compounding(entry.step, crossing, m.divergence, [step.get(entry.tensor, float("nan")) for step in per_step])
     if s.cand.precision != "int8":
-        return {"cause": "precision", "why": f"{s.cand} computes in {s.cand.precision}: no integer quantization to take apart"}, comp
+        return {
+            "cause": "precision",
+            "why": f"{s.cand} computes in {s.cand.precision}: no integer quantization to take apart",
+        }, comp
     isa = HostFacts.detect().isa_class if cfg.isa == "host" else cfg.isa
     feeds = [m.traj.feeds[i] for i in m.traj.calls_of(entry.step)[:MAX_ATTRIBUTION_CALLS]]
     graph = artifact_at(bundle, s.cand.runtime, s.cand.precision, feeds[0])  # a step bucket's own graph
@@ -160,29 +184,56 @@ def explain(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Me
     return doc, comp
 
 
-def run_fix(bundle: Bundle, s: Settings, cfg: DebugConfig, entry: Entry | None, attribution: dict[str, Any] | None,
-            comp: dict[str, Any] | None, gate: dict[str, Any], tmp: Path, say: Say) -> dict[str, Any]:
+def run_fix(
+    bundle: Bundle,
+    s: Settings,
+    cfg: DebugConfig,
+    entry: Entry | None,
+    attribution: dict[str, Any] | None,
+    comp: dict[str, Any] | None,
+    gate: dict[str, Any],
+    tmp: Path,
+    say: Say,
+) -> dict[str, Any]:
     """--fix: try the fixes, write the winner (``fix`` module)."""
     if gate["passed"]:
         return {"tried": [], "unavailable": [], "winner": None, "why": "check already passes: nothing to fix"}
     if entry is None:
-        return {"tried": [], "unavailable": [], "winner": None, "why": "no tensor of the two variants could be compared"}
+        return {
+            "tried": [],
+            "unavailable": [],
+            "winner": None,
+            "why": "no tensor of the two variants could be compared",
+        }
     base = recorded_config(bundle)
     q = bundle.quantization
     profile = str((q.profile if q is not None else None) or base.profile)
     source = f"edgekit debug {bundle.root} --fix ({s.cand} vs {s.ref})"
     bucket = step_bucket(base)
     unavailable = [bucket] if isinstance(bucket, dict) else []
-    tries = ordered(candidates(profile, entry, attribution or {}, source), bucket, bool((comp or {}).get("step_dependent")))
+    tries = ordered(
+        candidates(profile, entry, attribution or {}, source), bucket, bool((comp or {}).get("step_dependent"))
+    )
     winner, trials = search(bundle, tries, base, lambda p: gate_on(p, s, cfg, tmp), tmp, say)
     doc: dict[str, Any] = {"tried": trials, "unavailable": unavailable, "winner": None}
     if winner is None:
         doc["why"] = f"none of {len(trials)} fix(es) made check pass"
         return doc
-    provenance = {"reference": str(s.ref), "candidate": str(s.cand), "step": entry.step + 1, "node": entry.shown.name,
-                  "module": entry.shown.label, "added_sqnr_db": entry.own_db, "cause": (attribution or {}).get("cause")}
+    provenance = {
+        "reference": str(s.ref),
+        "candidate": str(s.cand),
+        "step": entry.step + 1,
+        "node": entry.shown.name,
+        "module": entry.shown.label,
+        "added_sqnr_db": entry.own_db,
+        "cause": (attribution or {}).get("cause"),
+    }
     committed = commit(bundle.root, winner, base, provenance, lambda p: gate_on(p, s, cfg, tmp), say)
-    doc["winner"] = {"kind": winner.kind, "what": winner.what, "overrides": [dict(o) for o in winner.overrides]} | committed
+    doc["winner"] = {
+        "kind": winner.kind,
+        "what": winner.what,
+        "overrides": [dict(o) for o in winner.overrides],
+    } | committed
     return doc
 
 
@@ -208,24 +259,56 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     return doc
 
 
-def document(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, entry: Entry | None,
-             attribution: dict[str, Any] | None, comp: dict[str, Any] | None, fixed: dict[str, Any] | None) -> dict[str, Any]:
+def document(
+    bundle: Bundle,
+    s: Settings,
+    cfg: DebugConfig,
+    topo: Topology,
+    m: Measured,
+    entry: Entry | None,
+    attribution: dict[str, Any] | None,
+    comp: dict[str, Any] | None,
+    fixed: dict[str, Any] | None,
+) -> dict[str, Any]:
     per_step = m.replay.sqnr()
     labels, grid = layer_rows(topo, per_step)
     label_of = {o: op.label for op in topo.ops for o in op.outputs}
     winner = (fixed or {}).get("winner")
     final = winner["after"] if winner else m.gate
     return {
-        "schema": SCHEMA, "created": now_iso(), "bundle": str(bundle.root), "model": bundle.name, "kind": bundle.kind,
-        "reference": str(s.ref), "candidate": str(s.cand), "devices": m.devices,
-        "settings": {"n": s.n, "seed": s.seed, "decode": s.decode, "conditions": s.conditions, "replay_rows": s.replay_rows,
-                     "threshold_db": cfg.threshold_db, "target": cfg.target},
-        "capture": m.capture, "steps": m.traj.steps, "calls": len(m.traj.feeds),
-        "sqnr": {"tensors": m.replay.tensors, "modules": [label_of.get(t, t) for t in m.replay.tensors],
-                 "per_step": [[step[t] for t in m.replay.tensors] for step in per_step]},
+        "schema": SCHEMA,
+        "created": now_iso(),
+        "bundle": str(bundle.root),
+        "model": bundle.name,
+        "kind": bundle.kind,
+        "reference": str(s.ref),
+        "candidate": str(s.cand),
+        "devices": m.devices,
+        "settings": {
+            "n": s.n,
+            "seed": s.seed,
+            "decode": s.decode,
+            "conditions": s.conditions,
+            "replay_rows": s.replay_rows,
+            "threshold_db": cfg.threshold_db,
+            "target": cfg.target,
+        },
+        "capture": m.capture,
+        "steps": m.traj.steps,
+        "calls": len(m.traj.feeds),
+        "sqnr": {
+            "tensors": m.replay.tensors,
+            "modules": [label_of.get(t, t) for t in m.replay.tensors],
+            "per_step": [[step[t] for t in m.replay.tensors] for step in per_step],
+        },
         "layers": {"labels": labels, "per_step": grid.T.tolist()},
         "entry": entry.to_json(m.traj.steps) if entry else None,
-        "attribution": attribution, "compounding": comp,
-        "gate": m.gate, "fix": fixed, "passed": bool(final["passed"]), "failed": list(final["failed"]), "margin": final["margin"],
+        "attribution": attribution,
+        "compounding": comp,
+        "gate": m.gate,
+        "fix": fixed,
+        "passed": bool(final["passed"]),
+        "failed": list(final["failed"]),
+        "margin": final["margin"],
         "warnings": m.warnings,
     }

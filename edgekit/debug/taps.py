@@ -14,9 +14,10 @@ tensors of the reference graph it computes (``Tapped``), as the backend's regist
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,8 +56,10 @@ def debug_hooks(runtime: str, flag: str = "--runtime") -> DebugHooks:
     hooks = backend(runtime, flag).debug
     if hooks is None:
         takes = [n for n in runtime_names() if backend(n).debug is not None]
-        raise UsageError(f"{flag}: debug cannot capture the tensors runtime {runtime!r} computes; valid: {', '.join(takes)}",
-                         hint="debug the same model on one of those (e.g. --candidate ort:int8)")
+        raise UsageError(
+            f"{flag}: debug cannot capture the tensors runtime {runtime!r} computes; valid: {', '.join(takes)}",
+            hint="debug the same model on one of those (e.g. --candidate ort:int8)",
+        )
     return hooks
 
 
@@ -105,14 +108,23 @@ def capture_names(topo: Topology, model: Any) -> dict[str, str]:
             continue
         users = consumers.get(tensor, [])
         quantized_op = any(getattr(produced.get(i), "op_type", None) == "DequantizeLinear" for i in node.input)
-        owned = quantized_op and node.op_type != "DequantizeLinear" and users and all(u.op_type == "QuantizeLinear" for u in users)
+        owned = (
+            quantized_op
+            and node.op_type != "DequantizeLinear"
+            and users
+            and all(u.op_type == "QuantizeLinear" for u in users)
+        )
         out[tensor] = _dq_after(tensor, consumers) if owned and tensor not in outputs else tensor
     return out
 
 
 def _dq_after(tensor: str, consumers: Mapping[str, list[Any]]) -> str:
     q = next((n for n in consumers.get(tensor, []) if n.op_type == "QuantizeLinear"), None)
-    dq = None if q is None else next((n for n in consumers.get(q.output[0], []) if n.op_type == "DequantizeLinear"), None)
+    dq = (
+        None
+        if q is None
+        else next((n for n in consumers.get(q.output[0], []) if n.op_type == "DequantizeLinear"), None)
+    )
     return tensor if dq is None else dq.output[0]
 
 
@@ -128,7 +140,9 @@ def tapped_copy(model: Any, dst: Path, tensors: list[str]) -> Path:
     for name in dict.fromkeys(tensors):
         if name not in have:
             known = inferred.get(name)
-            model.graph.output.append(known if known is not None else onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            model.graph.output.append(
+                known if known is not None else onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+            )
     onnx.save(model, str(dst))
     return dst
 
@@ -139,7 +153,9 @@ def _open_file(entry: Backend, path: Path, precision: str, threads: int, target:
     return entry.open_file(path, FileOptions(precision, threads, target=target, scratch=tmp))
 
 
-def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, threads: int = 0, target: str | None = None) -> Runtime:
+def open_variant(
+    bundle: Bundle, runtime: str, precision: str, tmp: Path, threads: int = 0, target: str | None = None
+) -> Runtime:
     """The variant as ``check`` runs it: ``open_runtime`` (a target's built engine where the target
     lists the runtime); with a target and an entry whose files take the target's options
     (``DebugHooks.target_options``, qnn): the bundle's model opened so; a runtime that runs only
@@ -153,17 +169,22 @@ def open_variant(bundle: Bundle, runtime: str, precision: str, tmp: Path, thread
         graphs = [_open_file(entry, bundle.path_of(a), precision, threads, target, tmp) for a in buckets[0]]
         return BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta)
     if hooks is not None and hooks.target_options and target and entry.open_file is not None:
-        return _open_file(entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
+        return _open_file(
+            entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp
+        )
     if target is not None and runtime in load_target(target).runtimes:
         return open_runtime(bundle, runtime, precision, threads=threads, target=target)
     unbuilt = entry.engine is not None and not entry.engine.runs_unbuilt and entry.open_file is not None
     if unbuilt and bundle.engine_for(runtime, precision) is None:
-        return _open_file(entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp)
+        return _open_file(
+            entry, bundle.path_of(artifact_for(bundle, runtime, precision)), precision, threads, target, tmp
+        )
     return open_runtime(bundle, runtime, precision, threads=threads)
 
 
-def open_tapped(bundle: Bundle, runtime: str, precision: str, topo: Topology, tmp: Path, threads: int = 0,
-                target: str | None = None) -> Tapped:
+def open_tapped(
+    bundle: Bundle, runtime: str, precision: str, topo: Topology, tmp: Path, threads: int = 0, target: str | None = None
+) -> Tapped:
     """The variant ``runtime:precision`` of ``bundle`` with ``topo``'s float tensors captured."""
     entry, hooks = backend(runtime), debug_hooks(runtime)
     if hooks.open_hooked is not None:

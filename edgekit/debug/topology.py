@@ -16,9 +16,10 @@ usually at the output of the last step, long after it entered.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,9 @@ def read_topology(model_path: Path, labels: Mapping[str, str]) -> Topology:
         if node.op_type == "Constant":
             exact.update(node.output)
             continue
-        ops.append(Op(node.name, node.op_type, labels.get(node.name) or node.name, tuple(node.input), tuple(node.output)))
+        ops.append(
+            Op(node.name, node.op_type, labels.get(node.name) or node.name, tuple(node.input), tuple(node.output))
+        )
         floats += [o for o in node.output if types.get(o) == FLOAT]
     return Topology(tuple(ops), frozenset(exact), tuple(floats))
 
@@ -128,9 +131,19 @@ class Entry:
 
     def to_json(self, steps: int) -> dict[str, Any]:
         shown = self.shown
-        return {"step": self.step + 1, "steps": steps, "node": shown.name, "op": shown.op_type, "module": shown.label,
-                "tensor": self.tensor, "nodes": [n.name for n in self.nodes], "sqnr_db": self.out_db,
-                "input_sqnr_db": self.in_db, "added_sqnr_db": self.own_db, "crossed_threshold": self.crossed}
+        return {
+            "step": self.step + 1,
+            "steps": steps,
+            "node": shown.name,
+            "op": shown.op_type,
+            "module": shown.label,
+            "tensor": self.tensor,
+            "nodes": [n.name for n in self.nodes],
+            "sqnr_db": self.out_db,
+            "input_sqnr_db": self.in_db,
+            "added_sqnr_db": self.own_db,
+            "crossed_threshold": self.crossed,
+        }
 
 
 def region(topo: Topology, op: Op, captured: set[str]) -> tuple[Op, ...]:
@@ -146,8 +159,12 @@ def region(topo: Topology, op: Op, captured: set[str]) -> tuple[Op, ...]:
     return tuple(o for o in topo.ops if o.name in keep)
 
 
-def locate(topo: Topology, per_step: Sequence[Mapping[str, float]], threshold_db: float,
-           local: Callable[[int, Op, str], float | None] | None = None) -> Entry | None:
+def locate(
+    topo: Topology,
+    per_step: Sequence[Mapping[str, float]],
+    threshold_db: float,
+    local: Callable[[int, Op, str], float | None] | None = None,
+) -> Entry | None:
     """The first (step, op) whose own added noise is below ``threshold_db``; where none is, the
     (step, op) that added the most (``crossed`` False). None when nothing was captured.
 
@@ -163,8 +180,16 @@ def locate(topo: Topology, per_step: Sequence[Mapping[str, float]], threshold_db
             if local is not None and row["out_db"] < threshold_db + SUSPECT_MARGIN_DB:
                 got = local(step, op, tensor)
                 row = row if got is None else {**row, "own_db": got}
-            entry = Entry(step, op, region(topo, op, set(measured)), tensor, row["out_db"], row["in_db"], row["own_db"],
-                          row["own_db"] < threshold_db)
+            entry = Entry(
+                step,
+                op,
+                region(topo, op, set(measured)),
+                tensor,
+                row["out_db"],
+                row["in_db"],
+                row["own_db"],
+                row["own_db"] < threshold_db,
+            )
             if entry.crossed:
                 return entry
             if best is None or entry.own_db < best.own_db:

@@ -13,14 +13,14 @@ The runtime's batch Bg is static. The loop's state has S rows:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.runtimes.base import Runtime, describe
 from edgekit.spec import kind_io
-
 
 # meta conditioning[name]["uncond"] == "same": the unconditional rows keep the conditional value
 # (a frame mask or a length that must not change when the text is dropped).

@@ -10,8 +10,9 @@ keep-mask ``attn_mask`` input: ``edgekit.spec.AR_CACHE_IO``). Noise contract: wi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,8 +24,16 @@ from edgekit.spec import ar_cache_form
 
 # Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd] (k_new/v_new
 # [n_layer, B, H, 1, hd]); pos and attn_mask are shared by every row.
-_BATCH_AXES = {"pos": None, "attn_mask": None, "k_cache": 1, "v_cache": 1, "k_cache_out": 1, "v_cache_out": 1,
-               "k_new": 1, "v_new": 1}
+_BATCH_AXES = {
+    "pos": None,
+    "attn_mask": None,
+    "k_cache": 1,
+    "v_cache": 1,
+    "k_cache_out": 1,
+    "v_cache_out": 1,
+    "k_new": 1,
+    "v_new": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,9 @@ def decode_ar(
     rng = np.random.default_rng(cfg.seed)
     tokens = np.empty((b, length), dtype=np.int64)
     if loop_form:
-        mask = np.zeros(runtime.inputs["attn_mask"].shape, dtype=runtime.inputs["attn_mask"].dtype)  # [1, Lmax]: all empty
+        mask = np.zeros(
+            runtime.inputs["attn_mask"].shape, dtype=runtime.inputs["attn_mask"].dtype
+        )  # [1, Lmax]: all empty
 
     for i in range(length):
         pos[0] = i

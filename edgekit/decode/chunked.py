@@ -23,8 +23,9 @@ whole decoding start from identical noise. numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -51,26 +52,39 @@ class ChunkSpec:
     def __post_init__(self) -> None:
         r = self.frames_per_token
         if self.frames < 1 or self.context < 0 or self.lookahead < 0:
-            raise UsageError(f"chunk frames={self.frames}, context={self.context}, lookahead={self.lookahead}; valid: frames >= 1, context and lookahead >= 0")
-        for name, value in (("--chunk-frames", self.frames), ("--context", self.context), ("--lookahead", self.lookahead)):
+            raise UsageError(
+                f"chunk frames={self.frames}, context={self.context}, lookahead={self.lookahead}; valid: frames >= 1, context and lookahead >= 0"
+            )
+        for name, value in (
+            ("--chunk-frames", self.frames),
+            ("--context", self.context),
+            ("--lookahead", self.lookahead),
+        ):
             if value % r:
-                raise UsageError(f"{name} {value} is not a multiple of the model's {r} frames per token; valid: multiples of {r}")
+                raise UsageError(
+                    f"{name} {value} is not a multiple of the model's {r} frames per token; valid: multiples of {r}"
+                )
 
     @property
     def window(self) -> int:
         return self.context + self.frames + self.lookahead
 
     @classmethod
-    def from_meta(cls, meta: Mapping[str, Any]) -> "ChunkSpec":
+    def from_meta(cls, meta: Mapping[str, Any]) -> ChunkSpec:
         chunk = meta.get("chunk")
         if not chunk:
             raise UsageError(
                 "this flow bundle has no chunk window graph (meta['chunk'] is missing)",
                 hint="export one with `edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16`",
             )
-        return cls(int(chunk["frames"]), int(chunk["context"]), int(chunk["lookahead"]),
-                   int(meta.get("frames_per_token", 1)), str(chunk.get("tokens_input", "tokens")),
-                   float(chunk.get("sigma_min", SIGMA_MIN)))
+        return cls(
+            int(chunk["frames"]),
+            int(chunk["context"]),
+            int(chunk["lookahead"]),
+            int(meta.get("frames_per_token", 1)),
+            str(chunk.get("tokens_input", "tokens")),
+            float(chunk.get("sigma_min", SIGMA_MIN)),
+        )
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,9 @@ class Chunk:
 def plan_chunks(total_frames: int, spec: ChunkSpec) -> list[Chunk]:
     """The chunks of an utterance of ``total_frames`` (>= the window)."""
     if total_frames < spec.window:
-        raise UsageError(f"an utterance of {total_frames} frames is shorter than the {spec.window}-frame window; valid: a smaller --chunk-frames/--context/--lookahead")
+        raise UsageError(
+            f"an utterance of {total_frames} frames is shorter than the {spec.window}-frame window; valid: a smaller --chunk-frames/--context/--lookahead"
+        )
     out = []
     for k, s in enumerate(range(0, total_frames, spec.frames)):
         w0 = max(0, min(s - spec.context, total_frames - spec.window))
@@ -181,7 +197,9 @@ def decode_chunked(
     spec = ChunkSpec.from_meta(meta)
     tokens = cond[spec.tokens_input]
     if tokens.shape[1] * spec.frames_per_token != total_frames:
-        raise EdgekitError(f"{tokens.shape[1]} tokens give {tokens.shape[1] * spec.frames_per_token} frames, not {total_frames}")
+        raise EdgekitError(
+            f"{tokens.shape[1]} tokens give {tokens.shape[1] * spec.frames_per_token} frames, not {total_frames}"
+        )
     b, channels = len(tokens), int(meta["channels"])
     noise = utterance_noise((b, total_frames, channels), cfg)
     out = np.zeros((b, total_frames, channels), dtype=np.float32)

@@ -4,8 +4,9 @@ decode. Used by ``run``, calibration, ``check`` and ``profile`` alike, so they d
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,10 @@ def decode_config(kind: str, defaults: Mapping[str, Any], overrides: Mapping[str
     try:
         return CONFIGS[kind](**values, seed=seed)
     except TypeError as exc:  # a manifest's decode_defaults of the wrong type ("steps": "ten")
-        raise UsageError(f"decode options {values} are malformed ({exc})", hint="check --decode values and the bundle's decode_defaults") from None
+        raise UsageError(
+            f"decode options {values} are malformed ({exc})",
+            hint="check --decode values and the bundle's decode_defaults",
+        ) from None
 
 
 # Upper bounds checked before anything is allocated (a flow time grid of 10⁹ steps is 8 GB): far
@@ -58,17 +62,21 @@ def check_bounds(values: Mapping[str, Any], seed: int = 0) -> None:
         value = values.get(key)
         if value is None and key == "length":
             continue
-        if key in values and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high):
+        if key in values and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high
+        ):
             raise UsageError(f"{key}={value!r} is invalid; valid: an integer in [{low}, {high}]")
     for key in _FLOATS:
         value = values.get(key)
-        if key in values and (isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not np.isfinite(value)):
+        if key in values and (
+            isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not np.isfinite(value)
+        ):
             raise UsageError(f"{key}={value!r} is invalid; valid: a finite number")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise UsageError(f"seed={seed!r} is invalid; valid: an integer in [0, 2^63)")
 
 
-def parse_decode_options(items: "list[str] | tuple[str, ...] | None") -> dict[str, Any]:
+def parse_decode_options(items: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
     """``--decode KEY=VALUE`` items -> {key: value}: ``["guidance=2", "solver=heun"]`` ->
     {"guidance": 2.0, "solver": "heun"}. Known integer options become int and known float options
     float (a bad number is one line naming it); other values int, float or str as they parse. The
@@ -104,8 +112,15 @@ class Decoded:
 
 
 def decode_rows(
-    kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapping[str, np.ndarray], config, *,
-    rows: int | None = None, batch: int | None = None, each_call: Callable[[int], None] | None = None,
+    kind: str,
+    runtime: Runtime,
+    meta: Mapping[str, Any],
+    cond: Mapping[str, np.ndarray],
+    config,
+    *,
+    rows: int | None = None,
+    batch: int | None = None,
+    each_call: Callable[[int], None] | None = None,
 ) -> Decoded:
     """``decode`` of B rows in graph batches, the one batched-row loop: ceil(B / Bg) calls of the
     graph's static batch Bg (call i with seed + i; the last one padded with its final row),

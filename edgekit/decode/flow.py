@@ -7,8 +7,9 @@ from ``np.random.default_rng(seed)``; nothing else is random.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class FlowResult:
     times: np.ndarray
 
 
-def initial_noise(cfg: "FlowDecodeConfig", shape: tuple[int, ...]) -> np.ndarray:
+def initial_noise(cfg: FlowDecodeConfig, shape: tuple[int, ...]) -> np.ndarray:
     """x0, float32 ``shape`` ([B, T, C]): ``temperature · default_rng(seed).standard_normal(shape)``
     (float64 draws, scaled, then cast), the one rule every flow loop (host and fused) starts from,
     so another framework can reproduce a decode from the seed alone."""

@@ -10,7 +10,8 @@ A run that asks for a decode option other than the one baked into the graph is o
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,11 @@ def check_baked(entry: Mapping[str, Any], cfg: Any) -> None:
         if not hasattr(cfg, key):
             continue
         asked = getattr(cfg, key)
-        same = np.isclose(float(asked), float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else asked == value
+        same = (
+            np.isclose(float(asked), float(value))
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else asked == value
+        )
         if not same:
             flag = "--" + key.replace("_", "-")
             raise UsageError(
@@ -40,16 +45,22 @@ def check_baked(entry: Mapping[str, Any], cfg: Any) -> None:
             )
 
 
-def _cond_feeds(runtime: Runtime, cond: Mapping[str, np.ndarray] | None, state: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _cond_feeds(
+    runtime: Runtime, cond: Mapping[str, np.ndarray] | None, state: tuple[str, ...]
+) -> dict[str, np.ndarray]:
     names = [n for n in runtime.inputs if n not in state]
     cond = dict(cond or {})
     if sorted(cond) != sorted(names):
-        raise EdgekitError(f"conditioning inputs {sorted(cond)} do not match the fused graph's; valid names: {sorted(names)}")
+        raise EdgekitError(
+            f"conditioning inputs {sorted(cond)} do not match the fused graph's; valid names: {sorted(names)}"
+        )
     out = {}
     for name in names:
         spec, arr = runtime.inputs[name], np.asarray(cond[name])
         if arr.shape != spec.shape:
-            raise EdgekitError(f"conditioning input {name!r} is {list(arr.shape)}; valid: {spec.dtype}{list(spec.shape)} (the graph's static batch)")
+            raise EdgekitError(
+                f"conditioning input {name!r} is {list(arr.shape)}; valid: {spec.dtype}{list(spec.shape)} (the graph's static batch)"
+            )
         out[name] = np.ascontiguousarray(arr, dtype=spec.dtype)
     return out
 
@@ -96,7 +107,10 @@ def decode_flow_fused(
 
 
 def decode_masked_fused(
-    runtime: Runtime, entry: Mapping[str, Any], cond: Mapping[str, np.ndarray] | None, cfg: MaskedDecodeConfig = MaskedDecodeConfig()
+    runtime: Runtime,
+    entry: Mapping[str, Any],
+    cond: Mapping[str, np.ndarray] | None,
+    cfg: MaskedDecodeConfig = MaskedDecodeConfig(),
 ) -> np.ndarray:
     """int64 [B, L] tokens from a fused masked graph, every row starting all-masked.
 
@@ -111,7 +125,9 @@ def decode_masked_fused(
     b, seq_len = runtime.outputs["tokens_out"].shape
     rng = np.random.default_rng(cfg.seed)
     if sampled:  # loop-owned buffers the noise is drawn into
-        feeds["gumbel"] = np.empty(runtime.inputs["gumbel"].shape, dtype=np.float32)  # step: (B, L, W); unrolled: (K, B, L, W)
+        feeds["gumbel"] = np.empty(
+            runtime.inputs["gumbel"].shape, dtype=np.float32
+        )  # step: (B, L, W); unrolled: (K, B, L, W)
         feeds["choice_noise"] = np.empty(runtime.inputs["choice_noise"].shape, dtype=np.float32)  # (B, L) or (K, B, L)
     if entry["graph"] == "unrolled":
         if sampled:
@@ -137,11 +153,15 @@ def decode_masked_fused(
 
 def _mask_id(entry: Mapping[str, Any]) -> int:
     if "mask_id" not in entry:
-        raise EdgekitError("fused masked entry lacks 'mask_id'; re-export with `edgekit export MODEL -o BUNDLE --graph step`")
+        raise EdgekitError(
+            "fused masked entry lacks 'mask_id'; re-export with `edgekit export MODEL -o BUNDLE --graph step`"
+        )
     return int(entry["mask_id"])
 
 
-def decode_fused(kind: str, runtime: Runtime, entry: Mapping[str, Any], cond: Mapping[str, np.ndarray], config) -> Decoded:
+def decode_fused(
+    kind: str, runtime: Runtime, entry: Mapping[str, Any], cond: Mapping[str, np.ndarray], config
+) -> Decoded:
     """``dispatch.decode`` for fused graphs: the same ``Decoded`` summary."""
     if kind == "flow":
         r = decode_flow_fused(runtime, entry, cond, config)

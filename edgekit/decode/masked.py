@@ -13,8 +13,9 @@ for the confidence. Greedy decoding (``temperature == 0``) draws nothing.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,6 @@ from edgekit.decode._noise import gumbel
 from edgekit.decode.schedules import check_mask_schedule, masked_floor
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
-
 
 MAX_SPACING = 64
 # Added to a spaced candidate's confidence: more than any log-probability plus confidence noise
@@ -61,8 +61,14 @@ class MaskedDecodeConfig:
             )
         if not np.isfinite(self.guidance):
             raise UsageError(f"guidance={self.guidance!r} is invalid; valid: a finite number (1.0 = off)")
-        if isinstance(self.spacing, bool) or not isinstance(self.spacing, (int, np.integer)) or not 0 <= self.spacing <= MAX_SPACING:
-            raise UsageError(f"spacing={self.spacing!r} is invalid; valid: an integer in [0, {MAX_SPACING}] (0 = confidence only)")
+        if (
+            isinstance(self.spacing, bool)
+            or not isinstance(self.spacing, (int, np.integer))
+            or not 0 <= self.spacing <= MAX_SPACING
+        ):
+            raise UsageError(
+                f"spacing={self.spacing!r} is invalid; valid: an integer in [0, {MAX_SPACING}] (0 = confidence only)"
+            )
 
 
 @dataclass
@@ -224,9 +230,7 @@ def _initial_state(
 
 def _check_tokens(tokens: np.ndarray, b: int, seq_len: int, vocab: int, mask_id: int, what: str) -> None:
     if np.shape(tokens) != (b, seq_len) or not np.issubdtype(np.asarray(tokens).dtype, np.integer):
-        raise EdgekitError(
-            f"{what} is {np.asarray(tokens).dtype}{list(np.shape(tokens))}; valid: int64{[b, seq_len]}"
-        )
+        raise EdgekitError(f"{what} is {np.asarray(tokens).dtype}{list(np.shape(tokens))}; valid: int64{[b, seq_len]}")
     bad = (tokens != mask_id) & ((tokens < 0) | (tokens >= vocab))
     if bad.any():
         raise EdgekitError(

@@ -14,6 +14,15 @@ from edgekit.deploy.ssh import RemoteCommandFailed, SshOptions, check_host
 from edgekit.deploy.stage import DEPLOY_SCHEMA, deploy
 
 __all__ = [
-    "DEPLOY_SCHEMA", "PACK_SCHEMA", "RemoteCommandFailed", "SshOptions", "bundle_contents", "check_host", "deploy",
-    "pack_bundle", "safe_extract", "stage_bundle", "unpack_bundle",
+    "DEPLOY_SCHEMA",
+    "PACK_SCHEMA",
+    "RemoteCommandFailed",
+    "SshOptions",
+    "bundle_contents",
+    "check_host",
+    "deploy",
+    "pack_bundle",
+    "safe_extract",
+    "stage_bundle",
+    "unpack_bundle",
 ]

@@ -26,7 +26,9 @@ from edgekit.targets import Target, load_target
 PACK_SCHEMA = "edgekit.pack/1"
 
 
-def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = True) -> tuple[list[str], dict[str, Any], list[str]]:
+def bundle_contents(
+    bundle: Bundle, target: Target | None, *, engines: bool = True
+) -> tuple[list[str], dict[str, Any], list[str]]:
     """``(files, manifest, left_out)``: the bundle-relative files ``target`` needs, the manifest
     that names exactly those, and what was left out. ``target`` None: every artifact and engine
     (and nothing the manifest does not name). ``engines`` False: no engines at all."""
@@ -52,9 +54,16 @@ def bundle_contents(bundle: Bundle, target: Target | None, *, engines: bool = Tr
     for rel in files:
         path = (bundle.root / rel).resolve()
         if root not in path.parents or not path.is_file():
-            raise BundleError(f"bundle {bundle.root}: {rel} is missing or outside the bundle", hint="re-run the stage that makes it")
+            raise BundleError(
+                f"bundle {bundle.root}: {rel} is missing or outside the bundle", hint="re-run the stage that makes it"
+            )
     left_out += _unnamed_files(bundle.root, bundle.named_files())
-    packed = {"target": target.name if target else None, "from": str(bundle.root), "created": now_iso(), "left_out": left_out}
+    packed = {
+        "target": target.name if target else None,
+        "from": str(bundle.root),
+        "created": now_iso(),
+        "left_out": left_out,
+    }
     return files, bundle.subset(kept, kept_engines, packed=packed), left_out
 
 
@@ -118,12 +127,22 @@ def pack_bundle(path: str | Path, out: str | Path, target: str | Path | Target |
                 tar.add(src, arcname=f"{top}/{rel}", recursive=False, filter=_anonymous)
         os.replace(tmp, out)
     except OSError as exc:  # full disk, read-only folder: one line, and no partial tarball
-        raise BundleError(f"cannot write {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o path") from None
+        raise BundleError(
+            f"cannot write {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o path"
+        ) from None
     finally:
         with contextlib.suppress(OSError):  # cleanup must not hide the error that got us here
             tmp.unlink(missing_ok=True)
-    return {"schema": PACK_SCHEMA, "bundle": str(bundle.root), "target": tgt.name if tgt else None, "out": str(out),
-            "files": [MANIFEST, *files], "bytes": out.stat().st_size, "content_bytes": total, "left_out": left_out}
+    return {
+        "schema": PACK_SCHEMA,
+        "bundle": str(bundle.root),
+        "target": tgt.name if tgt else None,
+        "out": str(out),
+        "files": [MANIFEST, *files],
+        "bytes": out.stat().st_size,
+        "content_bytes": total,
+        "left_out": left_out,
+    }
 
 
 def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -141,8 +160,10 @@ MAX_UNPACK_BYTES = 64 << 30
 
 def _open_error(archive: Any, exc: BaseException) -> BundleError:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # tarfile lists every codec tried
-    return BundleError(f"{archive} is not a readable tar archive ({text.rstrip(' (:')}); it may be truncated or corrupt",
-                       hint="make one with `edgekit pack`, and copy it again")
+    return BundleError(
+        f"{archive} is not a readable tar archive ({text.rstrip(' (:')}); it may be truncated or corrupt",
+        hint="make one with `edgekit pack`, and copy it again",
+    )
 
 
 def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
@@ -153,8 +174,10 @@ def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
         for member in tar:
             members.append(member)
             if len(members) > MAX_MEMBERS:
-                raise BundleError(f"{archive} has more than {MAX_MEMBERS} members; a bundle has a handful",
-                                  hint="only unpack archives made by `edgekit pack`")
+                raise BundleError(
+                    f"{archive} has more than {MAX_MEMBERS} members; a bundle has a handful",
+                    hint="only unpack archives made by `edgekit pack`",
+                )
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise _open_error(archive, exc) from None
     # tarfile stops at the end-of-archive blocks, or at the end of the data when they are cut
@@ -170,8 +193,13 @@ def _read_members(tar: tarfile.TarFile, archive: Any) -> list[tarfile.TarInfo]:
     return members
 
 
-def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max_bytes: int = MAX_UNPACK_BYTES,
-                 shown: str | Path | None = None) -> list[Path]:
+def safe_extract(
+    archive: str | Path | tarfile.TarFile,
+    dest: str | Path,
+    *,
+    max_bytes: int = MAX_UNPACK_BYTES,
+    shown: str | Path | None = None,
+) -> list[Path]:
     """Unpack ``archive`` into ``dest`` after checking every member by its name and type alone:
     no absolute paths, no ``..``, no links of any kind, no devices, FIFOs or sparse files, at
     most MAX_MEMBERS members and ``max_bytes`` bytes. One bad member refuses the whole archive
@@ -201,8 +229,11 @@ def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max
     probe = next((p for p in (dest, *dest.parents) if p.exists()), Path("."))
     limit = min(max_bytes, shutil.disk_usage(probe).free)
     if total > limit:
-        raise BundleError(f"{name} would unpack to {total} bytes, more than {'the free space' if limit < max_bytes else 'the limit'} "
-                          f"({limit} bytes) at {shown or dest}", hint="only unpack archives made by `edgekit pack`; free some space")
+        raise BundleError(
+            f"{name} would unpack to {total} bytes, more than {'the free space' if limit < max_bytes else 'the limit'} "
+            f"({limit} bytes) at {shown or dest}",
+            hint="only unpack archives made by `edgekit pack`; free some space",
+        )
     try:
         dest.mkdir(parents=True, exist_ok=True)
         out = []
@@ -221,11 +252,15 @@ def safe_extract(archive: str | Path | tarfile.TarFile, dest: str | Path, *, max
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise _open_error(name, exc) from None
     except FileExistsError as exc:
-        raise BundleError(f"{name}: member {exc.filename} appears twice or already exists in {shown or dest}",
-                          hint="unpack into a new folder") from None
+        raise BundleError(
+            f"{name}: member {exc.filename} appears twice or already exists in {shown or dest}",
+            hint="unpack into a new folder",
+        ) from None
     except OSError as exc:
-        raise BundleError(f"cannot unpack {name} into {shown or dest} ({exc.strerror or exc})",
-                          hint="free some space or choose a writable -o folder") from None
+        raise BundleError(
+            f"cannot unpack {name} into {shown or dest} ({exc.strerror or exc})",
+            hint="free some space or choose a writable -o folder",
+        ) from None
     return out
 
 
@@ -259,30 +294,41 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
         out.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}unpack-", dir=out))
     except OSError as exc:
-        raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="choose a writable -o folder") from None
+        raise BundleError(
+            f"cannot unpack into {out} ({exc.strerror or exc})", hint="choose a writable -o folder"
+        ) from None
     try:
         paths = safe_extract(archive, staging, max_bytes=max_bytes, shown=out)
         tops = {p.relative_to(staging).parts[0] for p in paths}
         if len(tops) != 1 or not (staging / next(iter(tops)) / MANIFEST).is_file():
-            raise BundleError(f"{archive} is not a bundle archive: it must hold one folder with {MANIFEST}",
-                              hint="make one with `edgekit pack`")
+            raise BundleError(
+                f"{archive} is not a bundle archive: it must hold one folder with {MANIFEST}",
+                hint="make one with `edgekit pack`",
+            )
         top = next(iter(tops))
         try:
             top.encode("utf-8")
         except UnicodeEncodeError:
-            raise BundleError(f"{archive} holds the folder {os.fsencode(top)!r}, a name that is not valid UTF-8; edgekit reads bundles "
-                              "at UTF-8 paths only", hint="pack it again from a folder with a UTF-8 name") from None
+            raise BundleError(
+                f"{archive} holds the folder {os.fsencode(top)!r}, a name that is not valid UTF-8; edgekit reads bundles "
+                "at UTF-8 paths only",
+                hint="pack it again from a folder with a UTF-8 name",
+            ) from None
         try:
             bundle = Bundle.load(staging / top)  # every artifact's sha256, before anything is replaced
         except BundleError as exc:
-            raise BundleError(f"{archive}: the bundle inside does not verify: {exc.message}",
-                              hint="copy the archive again, or pack it anew with `edgekit pack`") from None
+            raise BundleError(
+                f"{archive}: the bundle inside does not verify: {exc.message}",
+                hint="copy the archive again, or pack it anew with `edgekit pack`",
+            ) from None
         _refuse_unlisted(archive, staging / top, paths, bundle.named_files())
         _verify_engines(archive, bundle)
         dest = out / top
         if dest.exists() or dest.is_symlink():
             if dest.is_symlink() or not (dest / MANIFEST).is_file():
-                raise BundleError(f"{dest} exists and is not a bundle; unpack will not replace it", hint="choose another -o folder")
+                raise BundleError(
+                    f"{dest} exists and is not a bundle; unpack will not replace it", hint="choose another -o folder"
+                )
             # The bundle's writer lock: never swap a bundle under a running quantize or build.
             with bundle_lock(dest, "unpack"):
                 old = staging / ".previous"
@@ -298,7 +344,9 @@ def unpack_bundle(archive: str | Path, out: str | Path, *, max_bytes: int = MAX_
         # its own errors (the bundle is in place and verified).
         forget_bundle(dest)  # not this user's export: the code its manifest names needs --trust-code
     except OSError as exc:
-        raise BundleError(f"cannot unpack into {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o folder") from None
+        raise BundleError(
+            f"cannot unpack into {out} ({exc.strerror or exc})", hint="free some space or choose a writable -o folder"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     files = [str(dest / PurePosixPath(p.relative_to(staging / top)).as_posix()) for p in paths if p != staging / top]
@@ -312,10 +360,15 @@ def _verify_engines(archive: Any, bundle: Bundle) -> None:
     for key, entry in bundle.engines.items():
         for f in entry.recorded_files:  # (pack leaves another target's engines out of the manifest too)
             path = bundle.root / f.path
-            if not path.is_file() or (f.bytes is not None and path.stat().st_size != f.bytes) or (
-                    f.sha256 is not None and sha256_file(path) != f.sha256):
-                raise BundleError(f"{archive}: engine {key}'s file {f.path} is missing or does not match its recorded sha256",
-                                  hint="copy the archive again, or pack it anew with `edgekit pack`")
+            if (
+                not path.is_file()
+                or (f.bytes is not None and path.stat().st_size != f.bytes)
+                or (f.sha256 is not None and sha256_file(path) != f.sha256)
+            ):
+                raise BundleError(
+                    f"{archive}: engine {key}'s file {f.path} is missing or does not match its recorded sha256",
+                    hint="copy the archive again, or pack it anew with `edgekit pack`",
+                )
 
 
 def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], named: set[str]) -> None:
@@ -327,8 +380,10 @@ def _refuse_unlisted(archive: Any, root: Path, paths: list[Path], named: set[str
         if rel is None or path.is_dir():
             continue
         if rel not in listed:
-            raise BundleError(f"{archive} holds {rel!r}, a file the bundle's manifest does not list; refusing to unpack it",
-                              hint="only unpack archives made by `edgekit pack` from a source you trust")
+            raise BundleError(
+                f"{archive} holds {rel!r}, a file the bundle's manifest does not list; refusing to unpack it",
+                hint="only unpack archives made by `edgekit pack` from a source you trust",
+            )
 
 
 def stage_bundle(bundle: Bundle, dest: Path, target: Target, *, engines: bool = True) -> dict[str, Any]:

@@ -8,9 +8,9 @@ import re
 import shlex
 import subprocess
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.userfiles import MAX_DOCUMENT_BYTES, check_user_file
@@ -28,7 +28,9 @@ MAX_ARG_CHARS = 4096
 MAX_ARGS = 64
 # [user@]host: a user and a host name (or [IPv6]) that start with a letter, digit or "_" (never
 # "-": ssh would read an option; never "." alone), 32 and 253 characters at most.
-HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])\Z")
+HOST_RE = re.compile(
+    r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])\Z"
+)
 # A path on the device: "~", "~/...", "/..." or relative, of letters, digits and ._/+@%,=- (no
 # spaces, quotes, $, `, ;, newlines: nothing a shell would read), not starting with "-".
 REMOTE_PATH_RE = re.compile(r"(?:~(?=/|\Z)|/|[A-Za-z0-9._+@%,=])[A-Za-z0-9._/+@%,=-]{0,1023}\Z")
@@ -37,8 +39,11 @@ NAME_RE = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9_.+@%,=][A-Za-z0-9_.+@%,=-]{0,127}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RULES: dict[str, tuple[re.Pattern[str] | None, str]] = {
     "host": (HOST_RE, "[user@]hostname (letters, digits, '.', '_', '-'; not starting with '-' or '.')"),
-    "path": (REMOTE_PATH_RE, "a path of letters, digits and ._/+@%,=- (~/ for the home folder; not starting with '-'; "
-                             "at most 1024 characters)"),
+    "path": (
+        REMOTE_PATH_RE,
+        "a path of letters, digits and ._/+@%,=- (~/ for the home folder; not starting with '-'; "
+        "at most 1024 characters)",
+    ),
     "name": (NAME_RE, "a plain name of letters, digits and ._+@%,=- (not starting with '-'; at most 128 characters)"),
     "arg": (None, f"an argument without control characters, at most {MAX_ARG_CHARS} characters"),
 }
@@ -127,7 +132,9 @@ def check_host(host: str) -> str:
         return device_value("--host", host, "host")
     except UsageError:
         shown = repr(host) if len(str(host)) <= 80 else repr(host[:77]) + "..."
-        raise UsageError(f"--host {shown} is not [user@]hostname", hint="e.g. --host pi@raspberrypi.local or --host root@192.0.2.10") from None
+        raise UsageError(
+            f"--host {shown} is not [user@]hostname", hint="e.g. --host pi@raspberrypi.local or --host root@192.0.2.10"
+        ) from None
 
 
 def ssh_failure(host: str, opts: SshOptions, stderr: str, doing: str) -> EdgekitError:
@@ -140,16 +147,28 @@ def ssh_failure(host: str, opts: SshOptions, stderr: str, doing: str) -> Edgekit
             f"verify the device's host key fingerprint, then accept it once with `ssh {port}{host}` "
             f"(or add `ssh-keyscan {port}{name}` output to known_hosts after comparing it); edgekit never skips the check"
         )
-        return TargetUnavailable(f"ssh to {host} refused: the device's host key is unknown or changed ({last})", hint=hint)
+        return TargetUnavailable(
+            f"ssh to {host} refused: the device's host key is unknown or changed ({last})", hint=hint
+        )
     if "Permission denied" in text:
-        return TargetUnavailable(f"ssh to {host} refused the login ({last})", hint=f"pass --identity KEY, or install your key with `ssh-copy-id {port}{host}`")
-    return TargetUnavailable(f"ssh to {host} failed while {doing}: {last}", hint=f"check that the device is up and sshd listens (`ssh {port}{host} true`)")
+        return TargetUnavailable(
+            f"ssh to {host} refused the login ({last})",
+            hint=f"pass --identity KEY, or install your key with `ssh-copy-id {port}{host}`",
+        )
+    return TargetUnavailable(
+        f"ssh to {host} failed while {doing}: {last}",
+        hint=f"check that the device is up and sshd listens (`ssh {port}{host} true`)",
+    )
 
 
-def run_command(argv: Sequence[str], *, timeout: float | None = None, on_stderr: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+def run_command(
+    argv: Sequence[str], *, timeout: float | None = None, on_stderr: Callable[[str], None] | None = None
+) -> tuple[int, str, str]:
     """Run ``argv``; ``(exit code, stdout, stderr)``, stderr lines passed to ``on_stderr`` as
     they come (a device's progress shows while it works)."""
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out: list[str] = []
     err: list[str] = []
 

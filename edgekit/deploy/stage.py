@@ -13,9 +13,10 @@ import shlex
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from edgekit.builder import build_bundle, builds_on_device
 from edgekit.bundle import Bundle
@@ -135,13 +136,17 @@ def deploy(
     tgt = load_target(target)
     precision = precision or tgt.precisions[0]
     if precision not in tgt.precisions:
-        raise UsageError(f"--precision {precision!r} is not one target {tgt.name} runs; valid: {', '.join(tgt.precisions)}")
+        raise UsageError(
+            f"--precision {precision!r} is not one target {tgt.name} runs; valid: {', '.join(tgt.precisions)}"
+        )
     device_value("the target name", tgt.name, "name")
     device_value("--precision", precision, "name")
     device_value(f"the bundle folder name of {b.root}", b.root.resolve().name, "name")
     for tool in ("ssh", "scp"):
         if shutil.which(tool) is None:
-            raise TargetUnavailable(f"`{tool}` is not on PATH", hint="install OpenSSH's client (apt-get install openssh-client)")
+            raise TargetUnavailable(
+                f"`{tool}` is not on PATH", hint="install OpenSSH's client (apt-get install openssh-client)"
+            )
     warnings: list[str] = []
     on_device = builds_on_device(tgt)
     local_build = None
@@ -158,10 +163,18 @@ def deploy(
 
     remote_build = None
     if on_device and device.has_build:
-        remote_build = _remote_json(host, ssh, [device.edgekit, "build", remote_bundle, "--target", tgt.name, "--precision", precision, "--json"],
-                                    "building the engine on the device", on_stderr, timeout_s)[1]
+        remote_build = _remote_json(
+            host,
+            ssh,
+            [device.edgekit, "build", remote_bundle, "--target", tgt.name, "--precision", precision, "--json"],
+            "building the engine on the device",
+            on_stderr,
+            timeout_s,
+        )[1]
     elif on_device:
-        warnings.append(f"the device's edgekit has no `build` command: {command} runs on the bundle's ONNX (upgrade edgekit there)")
+        warnings.append(
+            f"the device's edgekit has no `build` command: {command} runs on the bundle's ONNX (upgrade edgekit there)"
+        )
 
     argv = [device.edgekit, command, remote_bundle]
     if device.accepts("--target"):
@@ -174,7 +187,9 @@ def deploy(
         argv += ["--html", "html"]  # into the run's working folder, which comes back
     argv += [*args, "--json"]
     reports = f"{device.dir}/{REPORTS_DIR}/{name}-{command}"
-    code, report = _remote_json(host, ssh, argv, f"running edgekit {command}", on_stderr, timeout_s, cwd=reports, allow_codes=(0, 4))
+    code, report = _remote_json(
+        host, ssh, argv, f"running edgekit {command}", on_stderr, timeout_s, cwd=reports, allow_codes=(0, 4)
+    )
 
     fetched: list[str] = []
     if out_dir is not None:
@@ -189,7 +204,13 @@ def deploy(
         "command": command,
         "precision": precision,
         "exit_code": code,
-        "remote": {"edgekit": device.edgekit, "bundle": remote_bundle, "workdir": reports, "argv": argv, "transfer": used},
+        "remote": {
+            "edgekit": device.edgekit,
+            "bundle": remote_bundle,
+            "workdir": reports,
+            "argv": argv,
+            "transfer": used,
+        },
         "copied": staged,
         "build": {"where": "device" if on_device else "here", "local": local_build, "device": remote_build},
         "report": report,
@@ -198,20 +219,25 @@ def deploy(
     }
 
 
-def _preflight(host: str, ssh: SshOptions, target: Target, remote_dir: str, name: str, command: str, remote_edgekit: str | None) -> _Device:
+def _preflight(
+    host: str, ssh: SshOptions, target: Target, remote_dir: str, name: str, command: str, remote_edgekit: str | None
+) -> _Device:
     candidates = [remote_edgekit] if remote_edgekit else list(REMOTE_EDGEKIT)
     script = remote_sh(_PREFLIGHT, remote_dir, name, command, *candidates)
     code, out, err = run_command([*ssh.ssh_command(), "--", host, script], timeout=120)
     if code == SSH_FAILED:
         raise ssh_failure(host, ssh, err, "checking the device")
     if code != 0:
-        raise EdgekitError(f"preparing {remote_dir} on {host} failed (exit {code}): {err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]}")
+        raise EdgekitError(
+            f"preparing {remote_dir} on {host} failed (exit {code}): {err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]}"
+        )
     facts, help_text = parse_preflight(out, host)
     if "EDGEKIT_MISSING" in facts:
         looked = ", ".join(candidates)
         raise TargetUnavailable(
             f"edgekit is not installed on {host} (looked for {looked})",
-            hint=f"install it there with: {target.install}" + ("" if remote_edgekit else " (or pass --remote-edgekit PATH)"),
+            hint=f"install it there with: {target.install}"
+            + ("" if remote_edgekit else " (or pass --remote-edgekit PATH)"),
         )
     if "NOT_A_BUNDLE" in facts:
         raise UsageError(
@@ -231,9 +257,11 @@ def parse_preflight(out: str, host: str) -> tuple[dict[str, str], str]:
     key) is refused: a device answer that does not parse is never half-used."""
     lines = out.split("\n")
     if _PREFLIGHT_START not in lines:
-        raise EdgekitError(f"the check on {host} printed no answer ({out.strip()[-200:]!r})",
-                           hint=f"run `ssh {host} sh -c true` to see what its login shell prints")
-    body = lines[lines.index(_PREFLIGHT_START) + 1:]
+        raise EdgekitError(
+            f"the check on {host} printed no answer ({out.strip()[-200:]!r})",
+            hint=f"run `ssh {host} sh -c true` to see what its login shell prints",
+        )
+    body = lines[lines.index(_PREFLIGHT_START) + 1 :]
     if _PREFLIGHT_HELP in body:
         end = body.index(_PREFLIGHT_HELP)
     else:  # an answer that ends early (edgekit missing, not a bundle): its final newline
@@ -243,13 +271,17 @@ def parse_preflight(out: str, host: str) -> tuple[dict[str, str], str]:
     for line in body[:end]:
         key, sep, value = line.partition("=")
         if not sep or key in facts or not any(key in form for form in _PREFLIGHT_FORMS):
-            raise EdgekitError(f"the check on {host} answered {line[:120]!r}, which is not one of its facts; nothing was run",
-                               hint="a --remote-dir or edgekit path with unusual characters on the device can cause this")
+            raise EdgekitError(
+                f"the check on {host} answered {line[:120]!r}, which is not one of its facts; nothing was run",
+                hint="a --remote-dir or edgekit path with unusual characters on the device can cause this",
+            )
         facts[key] = value
     if set(facts) not in _PREFLIGHT_FORMS:
-        raise EdgekitError(f"the check on {host} answered {', '.join(sorted(facts)) or 'nothing'}; expected "
-                           f"{' or '.join('+'.join(sorted(f)) for f in _PREFLIGHT_FORMS)}; nothing was run")
-    return facts, "\n".join(body[end + 1:])
+        raise EdgekitError(
+            f"the check on {host} answered {', '.join(sorted(facts)) or 'nothing'}; expected "
+            f"{' or '.join('+'.join(sorted(f)) for f in _PREFLIGHT_FORMS)}; nothing was run"
+        )
+    return facts, "\n".join(body[end + 1 :])
 
 
 def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name: str, transfer: str) -> str:
@@ -257,10 +289,22 @@ def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name
     target_dir = f"{device.dir}/{name}"
     use_rsync = transfer == "rsync" or (transfer == "auto" and device.rsync and shutil.which("rsync") is not None)
     if transfer == "rsync" and (not device.rsync or shutil.which("rsync") is None):
-        raise TargetUnavailable("rsync is missing " + ("on the device" if not device.rsync else "here"), hint="install rsync, or pass --transfer scp")
+        raise TargetUnavailable(
+            "rsync is missing " + ("on the device" if not device.rsync else "here"),
+            hint="install rsync, or pass --transfer scp",
+        )
     if use_rsync:
         # -s: the remote path travels inside rsync's protocol, not through the device's shell.
-        argv = ["rsync", "-a", "-s", "--delete", "-e", shlex.join(ssh.ssh_command()), f"{staged}/", f"{host}:{target_dir}/"]
+        argv = [
+            "rsync",
+            "-a",
+            "-s",
+            "--delete",
+            "-e",
+            shlex.join(ssh.ssh_command()),
+            f"{staged}/",
+            f"{host}:{target_dir}/",
+        ]
         code, _, err = run_command(argv)
         if code != 0:
             # rsync exits 255 or 12 (protocol stream ended) when its ssh transport fails.
@@ -279,8 +323,15 @@ def _copy_bundle(host: str, ssh: SshOptions, device: _Device, staged: Path, name
 
 
 def _remote_json(
-    host: str, ssh: SshOptions, argv: Sequence[str], doing: str, on_stderr: Callable[[str], None] | None,
-    timeout: float | None, *, cwd: str | None = None, allow_codes: Sequence[int] = (0,),
+    host: str,
+    ssh: SshOptions,
+    argv: Sequence[str],
+    doing: str,
+    on_stderr: Callable[[str], None] | None,
+    timeout: float | None,
+    *,
+    cwd: str | None = None,
+    allow_codes: Sequence[int] = (0,),
 ) -> tuple[int, dict[str, Any]]:
     """Run edgekit ``argv`` on the device (in ``cwd``, made fresh) and parse its one JSON document."""
     line = remote_sh(_IN_WORKDIR, cwd, *argv) if cwd is not None else remote_sh('exec "$@"', *argv)
@@ -291,7 +342,8 @@ def _remote_json(
     last = next((ln.strip(" │|") for ln in reversed(err.splitlines()) if re.search(r"\w", ln)), "")
     if code not in allow_codes:
         raise RemoteCommandFailed(
-            f"{doing} on {host} failed (exit {code}): {last or out.strip()[-300:] or 'no output'}", code,
+            f"{doing} on {host} failed (exit {code}): {last or out.strip()[-300:] or 'no output'}",
+            code,
             hint=f"run it there to see more: ssh {host} {shlex.quote(line)}",
         )
     try:

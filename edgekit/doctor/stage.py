@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import platform
 import shutil
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts
@@ -52,10 +53,14 @@ OPENVINO_DEVICE_INSTALL: dict[str, str] = {
     "GPU": "the Intel GPU compute driver: sudo apt install intel-opencl-icd (or Intel's compute-runtime release), on a machine with an Intel Arc/integrated GPU",
     "NPU": "the Intel NPU driver (github.com/intel/linux-npu-driver releases), on a Core Ultra machine",
 }
-TRT_INSTALL_JETSON = "TensorRT comes with JetPack: sudo apt install nvidia-jetpack (make the venv with --system-site-packages)"
+TRT_INSTALL_JETSON = (
+    "TensorRT comes with JetPack: sudo apt install nvidia-jetpack (make the venv with --system-site-packages)"
+)
 # JetPack 5's TensorRT bindings are for its Python 3.8; edgekit needs >= 3.10.
-TRT_INSTALL_JETPACK5 = ("JetPack 5's TensorRT bindings are for Python 3.8: build TensorRT 8.5's bindings for this Python "
-                        "from the TensorRT OSS release/8.5 python/ folder (docs/targets.md: 'Jetson with JetPack 5')")
+TRT_INSTALL_JETPACK5 = (
+    "JetPack 5's TensorRT bindings are for Python 3.8: build TensorRT 8.5's bindings for this Python "
+    "from the TensorRT OSS release/8.5 python/ folder (docs/targets.md: 'Jetson with JetPack 5')"
+)
 # cuda-python for a JetPack's CUDA (its bindings must not be newer than the driver's CUDA).
 CUDA_PYTHON_FOR_CUDA: dict[str, str] = {
     "11.4": "pip install 'cuda-python>=11.8,<12'",
@@ -77,8 +82,15 @@ def doctor(target: str | Path | Target | None = None, *, host: HostFacts | None 
     power_cache: dict[str, dict[str, Any]] = {}
     return {
         "schema": DOCTOR_SCHEMA,
-        "host": {"arch": host.arch, "cpu": host.cpu, "cpu_isa": list(host.isa), "board": host.board, "l4t": host.l4t,
-                 "nvidia_gpu": host.nvidia_gpu, "python": platform.python_version()},
+        "host": {
+            "arch": host.arch,
+            "cpu": host.cpu,
+            "cpu_isa": list(host.isa),
+            "board": host.board,
+            "l4t": host.l4t,
+            "nvidia_gpu": host.nvidia_gpu,
+            "python": platform.python_version(),
+        },
         "environment": env,
         "targets": [target_report(t, host, env, power_cache) for t in targets],
     }
@@ -86,8 +98,15 @@ def doctor(target: str | Path | Target | None = None, *, host: HostFacts | None 
 
 def environment(host: HostFacts) -> dict[str, Any]:
     """Versions of what runs models here: onnxruntime (+ providers), TensorRT and the GPU."""
-    env: dict[str, Any] = {"onnxruntime": None, "providers": [], "tensorrt": None, "gpu": None, "cuda_python": None,
-                           "tools": {t: shutil.which(t) for t in DEPLOY_TOOLS}, "nvpmodel": shutil.which("nvpmodel")}
+    env: dict[str, Any] = {
+        "onnxruntime": None,
+        "providers": [],
+        "tensorrt": None,
+        "gpu": None,
+        "cuda_python": None,
+        "tools": {t: shutil.which(t) for t in DEPLOY_TOOLS},
+        "nvpmodel": shutil.which("nvpmodel"),
+    }
     try:
         import onnxruntime as ort
 
@@ -123,23 +142,44 @@ def environment(host: HostFacts) -> dict[str, Any]:
     return env
 
 
-def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_cache: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def target_report(
+    target: Target, host: HostFacts, env: dict[str, Any], power_cache: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """One target: ``runtimes`` (what each needs, has, lacks), ``device``, ``power``,
     ``missing`` (each with its install line or why), ``runs_with`` and ``ready``."""
     missing: list[dict[str, Any]] = []
-    runtimes = [RUNTIME_REPORTS.get(name, _registry_report)(name, target, host, env, missing) for name in target.runtimes]
+    runtimes = [
+        RUNTIME_REPORTS.get(name, _registry_report)(name, target, host, env, missing) for name in target.runtimes
+    ]
     device = _device_report(target, host, env)
     if not device["matches"]:
-        missing.append({"what": f"the {target.name} device", "why": "; ".join(device["reasons"]),
-                        "install": f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}"})
+        missing.append(
+            {
+                "what": f"the {target.name} device",
+                "why": "; ".join(device["reasons"]),
+                "install": f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}",
+            }
+        )
     power = _power_report(target.power_probe, power_cache if power_cache is not None else {})
     if not power["available"]:
-        missing.append({"what": f"power probe {target.power_probe}", "why": power["reason"], "install": POWER_INSTALL.get(target.power_probe)})
+        missing.append(
+            {
+                "what": f"power probe {target.power_probe}",
+                "why": power["reason"],
+                "install": POWER_INSTALL.get(target.power_probe),
+            }
+        )
     extras = {}
     if target.nvpmodel:
         extras["nvpmodel"] = env.get("nvpmodel")
         if not env.get("nvpmodel"):
-            missing.append({"what": "nvpmodel (Jetson power modes)", "why": "not on PATH", "install": "comes with JetPack's L4T tools (sudo apt install nvidia-l4t-tools)"})
+            missing.append(
+                {
+                    "what": "nvpmodel (Jetson power modes)",
+                    "why": "not on PATH",
+                    "install": "comes with JetPack's L4T tools (sudo apt install nvidia-l4t-tools)",
+                }
+            )
     runs_with = next((r["runtime"] for r in runtimes if r["available"]), None)
     return {
         "target": target.name,
@@ -154,20 +194,41 @@ def target_report(target: Target, host: HostFacts, env: dict[str, Any], power_ca
     }
 
 
-def _ort_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _ort_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     have = env.get("providers") or []
     wanted = list(target.ort.providers)
     lacking = [p for p in wanted if p not in have]
     if env.get("onnxruntime") is None:
-        missing.append({"what": "onnxruntime", "why": env.get("onnxruntime_error", "not installed"), "install": backend("ort").requires.install})
+        missing.append(
+            {
+                "what": "onnxruntime",
+                "why": env.get("onnxruntime_error", "not installed"),
+                "install": backend("ort").requires.install,
+            }
+        )
     for provider in lacking:
-        missing.append({"what": f"ONNX Runtime {provider}", "why": "not in this onnxruntime build",
-                        "install": PROVIDER_INSTALL.get(provider, f"an onnxruntime build with {provider}")})
+        missing.append(
+            {
+                "what": f"ONNX Runtime {provider}",
+                "why": "not in this onnxruntime build",
+                "install": PROVIDER_INSTALL.get(provider, f"an onnxruntime build with {provider}"),
+            }
+        )
     usable = [p for p in wanted if p in have]
-    return {"runtime": "ort", "available": bool(usable), "version": env.get("onnxruntime"), "providers": usable, "providers_missing": lacking}
+    return {
+        "runtime": "ort",
+        "available": bool(usable),
+        "version": env.get("onnxruntime"),
+        "providers": usable,
+        "providers_missing": lacking,
+    }
 
 
-def _openvino_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _openvino_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     device = target.openvino.device
     devices = env.get("openvino_devices") or {}
     problems = []
@@ -178,24 +239,48 @@ def _openvino_report(name: str, target: Target, host: HostFacts, env: dict[str, 
     elif device.split(".")[0] not in {d.split(".")[0] for d in devices}:
         why = f"OpenVINO {env['openvino']} sees {', '.join(devices) or 'no device'}, not {device}"
         problems.append(why)
-        missing.append({"what": f"an Intel {device} with its driver", "why": why, "install": OPENVINO_DEVICE_INSTALL.get(device.split(".")[0])})
+        missing.append(
+            {
+                "what": f"an Intel {device} with its driver",
+                "why": why,
+                "install": OPENVINO_DEVICE_INSTALL.get(device.split(".")[0]),
+            }
+        )
     capabilities = devices.get(device, [])
-    return {"runtime": "openvino", "available": not problems, "version": env.get("openvino"), "device": device,
-            "capabilities": capabilities, "problems": problems}
+    return {
+        "runtime": "openvino",
+        "available": not problems,
+        "version": env.get("openvino"),
+        "device": device,
+        "capabilities": capabilities,
+        "problems": problems,
+    }
 
 
-def _trt_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _trt_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     reasons: list[str] = []
     version = env.get("tensorrt")
     if version is None:
         reasons.append("tensorrt is not installed")
-        missing.append({"what": "TensorRT", "why": "the tensorrt Python package is not importable",
-                        "install": _trt_install(target)})
+        missing.append(
+            {
+                "what": "TensorRT",
+                "why": "the tensorrt Python package is not importable",
+                "install": _trt_install(target),
+            }
+        )
     elif env.get("tensorrt_error"):
         reasons.append(env["tensorrt_error"])
         cuda_line = CUDA_PYTHON_FOR_CUDA.get(target.trt.cuda) if target.trt.jetson else None
-        missing.append({"what": "a working TensorRT + CUDA", "why": env["tensorrt_error"],
-                        "install": f"check the driver with nvidia-smi; {cuda_line or TRT_INSTALL + ' brings cuda-python'}"})
+        missing.append(
+            {
+                "what": "a working TensorRT + CUDA",
+                "why": env["tensorrt_error"],
+                "install": f"check the driver with nvidia-smi; {cuda_line or TRT_INSTALL + ' brings cuda-python'}",
+            }
+        )
     limits: list[str] = []
     if version is not None:
         reasons += _trt_version_problems(target, str(version), missing)
@@ -203,31 +288,66 @@ def _trt_report(name: str, target: Target, host: HostFacts, env: dict[str, Any],
     gpu = env.get("gpu")
     wanted = target.trt.compute_capability
     if gpu and wanted and gpu["compute_capability"] not in wanted:
-        reasons.append(f"GPU {gpu['name']} has compute capability {gpu['compute_capability']}, target needs {' or '.join(wanted)}")
-    return {"runtime": "trt", "available": not reasons and not device_problems(target, host), "version": version,
-            "gpu": gpu, "problems": reasons, "limits": limits}
+        reasons.append(
+            f"GPU {gpu['name']} has compute capability {gpu['compute_capability']}, target needs {' or '.join(wanted)}"
+        )
+    return {
+        "runtime": "trt",
+        "available": not reasons and not device_problems(target, host),
+        "version": version,
+        "gpu": gpu,
+        "problems": reasons,
+        "limits": limits,
+    }
 
 
-def _qnn_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _qnn_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     """onnxruntime-qnn and the HTP backend it ships: on a Snapdragon the NPU itself, on x86 its
     emulation (accuracy is the NPU's, latency is not)."""
     entry = backend(name)
     problems = []
     if env.get("onnxruntime_qnn") is None:
         problems.append("onnxruntime-qnn is not installed")
-        missing.append({"what": "onnxruntime-qnn (the QNN HTP backend)", "why": f"the {entry.requires.module} Python package is not importable",
-                        "install": entry.requires.install})
+        missing.append(
+            {
+                "what": "onnxruntime-qnn (the QNN HTP backend)",
+                "why": f"the {entry.requires.module} Python package is not importable",
+                "install": entry.requires.install,
+            }
+        )
     elif env.get("qnn_error"):
         problems.append(env["qnn_error"])
-        missing.append({"what": "a working onnxruntime-qnn", "why": env["qnn_error"], "install": f"{entry.requires.install} (reinstall: pip install -U)"})
+        missing.append(
+            {
+                "what": "a working onnxruntime-qnn",
+                "why": env["qnn_error"],
+                "install": f"{entry.requires.install} (reinstall: pip install -U)",
+            }
+        )
     emulated = host.arch != "aarch64"
-    notes = [f"HTP v{target.qnn.htp_arch} emulated on this {host.arch} host: accuracy is the NPU's, latency is not"] if emulated else []
-    return {"runtime": name, "available": not problems, "version": env.get("onnxruntime_qnn"), "qnn_sdk": env.get("qnn_sdk"),
-            "htp_arch": target.qnn.htp_arch, "soc_model": target.qnn.soc_model, "emulated": emulated, "problems": problems,
-            "notes": notes}
+    notes = (
+        [f"HTP v{target.qnn.htp_arch} emulated on this {host.arch} host: accuracy is the NPU's, latency is not"]
+        if emulated
+        else []
+    )
+    return {
+        "runtime": name,
+        "available": not problems,
+        "version": env.get("onnxruntime_qnn"),
+        "qnn_sdk": env.get("qnn_sdk"),
+        "htp_arch": target.qnn.htp_arch,
+        "soc_model": target.qnn.soc_model,
+        "emulated": emulated,
+        "problems": problems,
+        "notes": notes,
+    }
 
 
-def _aihub_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _aihub_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Qualcomm AI Hub: the qai-hub client installed, configured (its config file or the token in
     the environment; read here, nothing sent) and the target's devices it would use."""
     entry = backend(name)
@@ -235,33 +355,66 @@ def _aihub_report(name: str, target: Target, host: HostFacts, env: dict[str, Any
     problems = []
     if not entry.requires.available():
         problems.append("qai-hub is not installed")
-        missing.append({"what": "the Qualcomm AI Hub client (qai-hub)", "why": f"the {entry.requires.module} Python package is not importable",
-                        "install": entry.requires.install})
+        missing.append(
+            {
+                "what": "the Qualcomm AI Hub client (qai-hub)",
+                "why": f"the {entry.requires.module} Python package is not importable",
+                "install": entry.requires.install,
+            }
+        )
     if not conf.configured:
         problems.append(f"no AI Hub client configured: {conf.problem}")
         missing.append({"what": "an AI Hub API token", "why": conf.problem, "install": aihub_client.SETUP})
     devices = list(target.aihub.devices)
     notes = [f"client configured from {conf.source}"] if conf.configured else []
-    notes.append(f"devices: {', '.join(devices)}" + (f" (chipset {target.aihub.chipset})" if target.aihub.chipset else ""))
-    return {"runtime": name, "available": not problems, "version": _dist_version("qai-hub"), "configured": conf.configured,
-            "configuration": conf.to_json(), "devices": devices, "chipset": target.aihub.chipset or None,
-            "problems": problems, "notes": notes}
+    notes.append(
+        f"devices: {', '.join(devices)}" + (f" (chipset {target.aihub.chipset})" if target.aihub.chipset else "")
+    )
+    return {
+        "runtime": name,
+        "available": not problems,
+        "version": _dist_version("qai-hub"),
+        "configured": conf.configured,
+        "configuration": conf.to_json(),
+        "devices": devices,
+        "chipset": target.aihub.chipset or None,
+        "problems": problems,
+        "notes": notes,
+    }
 
 
-def _registry_report(name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]) -> dict[str, Any]:
+def _registry_report(
+    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
+) -> dict[str, Any]:
     """A runtime with no checks of its own here: whether its package imports (registry entry)."""
     entry = backend(name)
     problems = [] if entry.requires.available() else [f"{entry.requires.module} is not installed"]
     if problems:
-        missing.append({"what": entry.title, "why": f"the {entry.requires.module} Python package is not importable", "install": entry.requires.install})
-    return {"runtime": name, "available": not problems, "version": _dist_version(entry.requires.module), "problems": problems}
+        missing.append(
+            {
+                "what": entry.title,
+                "why": f"the {entry.requires.module} Python package is not importable",
+                "install": entry.requires.install,
+            }
+        )
+    return {
+        "runtime": name,
+        "available": not problems,
+        "version": _dist_version(entry.requires.module),
+        "problems": problems,
+    }
 
 
 # Per runtime name (runtimes.registry): what doctor checks for a target that lists it. Any other
 # registered runtime gets `_registry_report` (is its package there); torch is never a target's.
 Report = Callable[[str, Target, HostFacts, dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
-RUNTIME_REPORTS: dict[str, Report] = {"ort": _ort_report, "openvino": _openvino_report, "trt": _trt_report, "qnn": _qnn_report,
-                                       "aihub": _aihub_report}
+RUNTIME_REPORTS: dict[str, Report] = {
+    "ort": _ort_report,
+    "openvino": _openvino_report,
+    "trt": _trt_report,
+    "qnn": _qnn_report,
+    "aihub": _aihub_report,
+}
 NOT_REPORTED: dict[str, str] = {"torch": "no target lists torch: it runs the PyTorch module in edgekit's own process"}
 
 
@@ -282,17 +435,32 @@ def _trt_version_problems(target: Target, version: str, missing: list[dict[str, 
     have = _version_tuple(version)
     if have < TRT_MIN:
         why = f"TensorRT {version} lacks the name-based IO API (execute_async_v3) edgekit runs engines with"
-        missing.append({"what": "TensorRT >= 8.5", "why": why,
-                        "install": "upgrade to JetPack 5.1 or newer" if target.trt.jetson else TRT_INSTALL})
+        missing.append(
+            {
+                "what": "TensorRT >= 8.5",
+                "why": why,
+                "install": "upgrade to JetPack 5.1 or newer" if target.trt.jetson else TRT_INSTALL,
+            }
+        )
         return [why]
     wanted = target.trt.tensorrt
     if wanted and have[:2] != _version_tuple(wanted)[:2]:
         why = f"target {target.name} is for TensorRT {wanted} (JetPack {target.trt.jetpack}), this host has {version}"
-        others = [t.name for t in list_targets() if t.trt.jetson and t.trt.board == target.trt.board
-                  and t.trt.compute_capability == target.trt.compute_capability
-                  and _version_tuple(t.trt.tensorrt or "0")[:2] == have[:2]]
-        missing.append({"what": f"TensorRT {wanted}", "why": why,
-                        "install": f"use --target {' or '.join(others)}" if others else f"install JetPack {target.trt.jetpack}"})
+        others = [
+            t.name
+            for t in list_targets()
+            if t.trt.jetson
+            and t.trt.board == target.trt.board
+            and t.trt.compute_capability == target.trt.compute_capability
+            and _version_tuple(t.trt.tensorrt or "0")[:2] == have[:2]
+        ]
+        missing.append(
+            {
+                "what": f"TensorRT {wanted}",
+                "why": why,
+                "install": f"use --target {' or '.join(others)}" if others else f"install JetPack {target.trt.jetpack}",
+            }
+        )
         return [why]
     return []
 
@@ -313,8 +481,10 @@ def trt_limits(version: str, target: Target | None = None) -> list[str]:
     if have < (8, 6):
         limits.append(f"TensorRT {version} has no builder_optimization_level: the target's setting is ignored")
     if target is not None and target.lint.opset_max > 17:
-        limits.append(f"target {target.name}'s lint allows opset {target.lint.opset_max} (TensorRT 10): on this host "
-                      "lint with a target whose opset_max is 17, or pip install 'edgekit[trt]' for TensorRT 10")
+        limits.append(
+            f"target {target.name}'s lint allows opset {target.lint.opset_max} (TensorRT 10): on this host "
+            "lint with a target whose opset_max is 17, or pip install 'edgekit[trt]' for TensorRT 10"
+        )
     return limits
 
 

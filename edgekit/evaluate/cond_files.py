@@ -4,7 +4,7 @@ the input's declared range."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -27,7 +27,7 @@ def _open_cond_file(name: str, value: str):
     """A binary handle on the .npy data ``value`` names: ``FILE.npy``, ``FILE.npz:KEY`` or
     ``FILE.npz`` (its array named ``name``: `edgekit run -o tokens.npz` writes ``tokens``, so a
     flow bundle's ``--cond tokens=tokens.npz`` chains)."""
-    path, key = (value.rsplit(":", 1) if ".npz:" in value else (value, None))
+    path, key = value.rsplit(":", 1) if ".npz:" in value else (value, None)
     # A regular file (a FIFO would block, /dev/zero never end): what is read is bounded by the
     # headers checked below, against the memory cap.
     fh = open_user_file(path, f"--cond {name}=")
@@ -45,8 +45,10 @@ def _open_cond_file(name: str, value: str):
     if key not in arrays:
         archive.close()
         fh.close()
-        raise UsageError(f"--cond {name}={value}: {path} has no array {key!r}; valid: {', '.join(arrays)}",
-                         hint=f"pick one with --cond {name}={path}:KEY")
+        raise UsageError(
+            f"--cond {name}={value}: {path} has no array {key!r}; valid: {', '.join(arrays)}",
+            hint=f"pick one with --cond {name}={path}:KEY",
+        )
     return archive.open(key + ".npy")
 
 
@@ -57,23 +59,33 @@ def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None 
     fmt = np.lib.format
 
     def bad(why: str) -> UsageError:
-        return UsageError(f"--cond {name}={path}: cannot read it as .npy ({why})",
-                          hint=f"save a numeric array of shape {list(shape)} with numpy.save")
+        return UsageError(
+            f"--cond {name}={path}: cannot read it as .npy ({why})",
+            hint=f"save a numeric array of shape {list(shape)} with numpy.save",
+        )
 
     try:
         with _open_cond_file(name, path) as fh:
             version = fmt.read_magic(fh)
-            header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
-                fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            header = (
+                fmt.read_array_header_1_0(fh, max_header_size=10_000)
+                if version == (1, 0)
+                else fmt.read_array_header_2_0(fh, max_header_size=10_000)
+            )
             file_shape, _, dtype = header
             if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
                 raise bad(f"dtype {dtype} is not a number type")
             rows_ok = (0 < file_shape[0] <= max_rows) if max_rows and len(file_shape) else False
             if tuple(file_shape) != tuple(shape) and not (rows_ok and tuple(file_shape[1:]) == tuple(shape[1:])):
-                raise UsageError(f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}"
-                                 + (f" (any row count up to {max_rows})" if max_rows else ""))
-            check_bytes(f"--cond {name}={path} ({list(file_shape)} {dtype})", int(np.prod(file_shape, dtype=object)) * dtype.itemsize,
-                        "give fewer rows")
+                raise UsageError(
+                    f"--cond {name}={path} has shape {list(file_shape)}, expected {list(shape)}"
+                    + (f" (any row count up to {max_rows})" if max_rows else "")
+                )
+            check_bytes(
+                f"--cond {name}={path} ({list(file_shape)} {dtype})",
+                int(np.prod(file_shape, dtype=object)) * dtype.itemsize,
+                "give fewer rows",
+            )
             fh.seek(0)
             return np.load(fh, allow_pickle=False)
     except UsageError:
@@ -91,12 +103,17 @@ def cond_file_rows(raw: Mapping[str, str]) -> int | None:
             try:
                 with _open_cond_file(name, value) as fh:
                     version = fmt.read_magic(fh)
-                    header = fmt.read_array_header_1_0(fh, max_header_size=10_000) if version == (1, 0) else \
-                        fmt.read_array_header_2_0(fh, max_header_size=10_000)
+                    header = (
+                        fmt.read_array_header_1_0(fh, max_header_size=10_000)
+                        if version == (1, 0)
+                        else fmt.read_array_header_2_0(fh, max_header_size=10_000)
+                    )
             except UsageError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any unreadable header: one line
-                raise UsageError(f"--cond {name}={value}: cannot read it as .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+                raise UsageError(
+                    f"--cond {name}={value}: cannot read it as .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                ) from None
             rows.add(int(header[0][0]) if header[0] else 0)
     if len(rows) > 1:
         raise UsageError(f"--cond files have different row counts {sorted(rows)}; valid: one row count for every file")
@@ -109,8 +126,10 @@ def parse_cond_value(name: str, value: str, shape: tuple[int, ...], dtype: str) 
     if is_cond_file(value):
         arr = read_npy(name, value, shape, max_rows=MAX_COND_ROWS)
         if len(arr) < shape[0]:
-            raise UsageError(f"--cond {name}={value} has {len(arr)} rows; {shape[0]} are needed",
-                             hint="give more rows, or decode fewer (--batch)")
+            raise UsageError(
+                f"--cond {name}={value} has {len(arr)} rows; {shape[0]} are needed",
+                hint="give more rows, or decode fewer (--batch)",
+            )
         return arr[: shape[0]]
     try:
         number = float(value)
@@ -119,8 +138,9 @@ def parse_cond_value(name: str, value: str, shape: tuple[int, ...], dtype: str) 
     return np.full(shape, number)
 
 
-def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec, flag: str | None = None,
-                      float_range: bool = True) -> np.ndarray:
+def check_cond_values(
+    name: str, source: str, arr: np.ndarray, spec: TensorSpec, flag: str | None = None, float_range: bool = True
+) -> np.ndarray:
     """``arr`` as the input's dtype, every value finite and inside the input's declared range
     (integers: ``[low, high)``; floats: ``[low, high]``, unless ``float_range`` is False: real rows
     of a float input may lie outside the range its draws come from); else one line naming the
@@ -142,8 +162,7 @@ def check_cond_values(name: str, source: str, arr: np.ndarray, spec: TensorSpec,
     if np.any(outside):
         first = values[outside].flat[0].item()
         shown = int(first) if isinstance(first, float) and first.is_integer() else first
-        raise UsageError(f"{where}: value {shown} is outside the valid range",
-                         hint=_valid_range(spec))
+        raise UsageError(f"{where}: value {shown} is outside the valid range", hint=_valid_range(spec))
     return values.astype(spec.dtype)
 
 

@@ -4,7 +4,7 @@ input), and the rows of an evaluation set as the batched decode sees them."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,8 +17,12 @@ from edgekit.models.corpus import demo_conditions
 
 
 def conditions(
-    bundle: Bundle, raw: Mapping[str, str], batch: int, seed: int,
-    rows: Mapping[str, np.ndarray] | None = None, draw: bool = False,
+    bundle: Bundle,
+    raw: Mapping[str, str],
+    batch: int,
+    seed: int,
+    rows: Mapping[str, np.ndarray] | None = None,
+    draw: bool = False,
 ) -> dict[str, np.ndarray]:
     """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``, first match
     per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a path loads a .npy),
@@ -32,7 +36,9 @@ def conditions(
     names = list(bundle.conditioning)
     unknown = [n for n in raw if n not in names]
     if unknown:
-        raise UsageError(f"--cond {unknown[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
+        raise UsageError(
+            f"--cond {unknown[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}"
+        )
     specs = bundle.inputs
     check_rows(bundle, batch)
     out: dict[str, np.ndarray] = {}
@@ -51,7 +57,9 @@ def conditions(
             if demo is None:
                 demo = demo_conditions(task, batch, seed)
             # A chunk-window graph (export --chunk-frames) sees the first window of each sequence.
-            out[name] = np.ascontiguousarray(demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]).astype(spec.dtype)
+            out[name] = np.ascontiguousarray(
+                demo[name][:, : spec.shape[1]] if demo[name].ndim > 1 else demo[name]
+            ).astype(spec.dtype)
         elif draw and sampler:
             if sampled is None:
                 sampled = _sample(bundle, sampler, batch, seed)
@@ -71,8 +79,10 @@ def check_rows(bundle: Bundle, rows: int, what: str = "rows to decode") -> None:
     their arrays under the memory cap): checked before any is built."""
     fix = "ask for fewer rows (--batch, --n, --calib-samples / --eval-samples, or fewer --cond-data rows)"
     check_count(what, rows, MAX_ROWS, fix)
-    per_row = sum(int(np.prod(s.shape[1:], dtype=object)) * np.dtype(s.dtype).itemsize
-                  for s in (*bundle.inputs.values(), *bundle.outputs.values()))
+    per_row = sum(
+        int(np.prod(s.shape[1:], dtype=object)) * np.dtype(s.dtype).itemsize
+        for s in (*bundle.inputs.values(), *bundle.outputs.values())
+    )
     check_bytes(f"{rows} {what} of {bundle.name}", rows * per_row, fix)
 
 
@@ -95,12 +105,16 @@ def _sample(bundle: Bundle, ref: str, batch: int, seed: int) -> dict[str, np.nda
         arr = np.asarray(got[name])
         want = (batch, *spec.shape[1:])
         if arr.shape != want or not np.can_cast(arr.dtype, spec.dtype, "same_kind"):
-            raise EdgekitError(f"condition sampler {ref!r}: {name!r} is {arr.dtype}{list(arr.shape)}; valid: {spec.dtype}{list(want)}")
+            raise EdgekitError(
+                f"condition sampler {ref!r}: {name!r} is {arr.dtype}{list(arr.shape)}; valid: {spec.dtype}{list(want)}"
+            )
         out[name] = arr.astype(spec.dtype)
     return out
 
 
-def _draw(rng: np.random.Generator, low: float | None, high: float | None, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+def _draw(
+    rng: np.random.Generator, low: float | None, high: float | None, shape: tuple[int, ...], dtype: str
+) -> np.ndarray:
     """Uniform in [low, high) (integers: high exclusive; bool: 0/1): a stand-in where no real
     conditions were given. A real model sees other values: give --cond-data for calibration."""
     low = 0 if low is None else low

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,12 @@ class ConditionData:
         return (0, min(calib, n - h)), (n - h, n)
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "sha256": self.sha256, "rows": self.rows,
-                "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in self.arrays.items()}}
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "rows": self.rows,
+            "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in self.arrays.items()},
+        }
 
 
 def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
@@ -69,12 +74,17 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
     check_count(f"{flag}: the number of files", len(files), MAX_FILES, "merge them into fewer .npz files")
     for f in files:  # regular (never a FIFO or /dev/zero) and under the memory cap before a byte is hashed or read
         check_bytes(f"--cond-data {check_user_file(f, '--cond-data')}", f.stat().st_size, "give fewer rows")
-    digest = sha256_file(path) if files == [path] else \
-        hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
+    digest = (
+        sha256_file(path)
+        if files == [path]
+        else hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in files).encode()).hexdigest()
+    )
     names = list(bundle.meta.get("conditioning", {}))
     # Every header first: the total the arrays claim is checked before any data is read.
     headers = {f: _read_arrays(f, flag, headers_only=True) for f in files}
-    need = sum(int(np.prod(shape, dtype=object)) * dtype.itemsize for h in headers.values() for shape, dtype in h.values())
+    need = sum(
+        int(np.prod(shape, dtype=object)) * dtype.itemsize for h in headers.values() for shape, dtype in h.values()
+    )
     shown = ", ".join(f"{k} {list(shape)} {dtype}" for h in headers.values() for k, (shape, dtype) in h.items())
     check_bytes(f"{flag} ({shown[:200]})", 2 * need, "give fewer rows")  # twice: read, then joined
     parts: dict[str, list[np.ndarray]] = {}
@@ -83,21 +93,32 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
             parts.setdefault(k, []).append(v)
     extra = [k for k in parts if k not in names]
     if extra:
-        raise UsageError(f"{flag}: {extra[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}")
+        raise UsageError(
+            f"{flag}: {extra[0]!r} is not a conditioning input of {bundle.name}; valid: {', '.join(names) or 'none'}"
+        )
     arrays: dict[str, np.ndarray] = {}
     for name, chunks in parts.items():
         spec = bundle.inputs[name]
         want = tuple(spec.shape[1:])
         for c in chunks:
             if c.ndim != len(want) + 1 or tuple(c.shape[1:]) != want:
-                raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace("[N, ]", "[N]"))
+                raise UsageError(
+                    f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace(
+                        "[N, ]", "[N]"
+                    )
+                )
             if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
-                raise UsageError(f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)")
-        arrays[name] = check_cond_values(name, "", np.concatenate(chunks), spec, flag=f"{flag}: {name!r}",
-                                          float_range=False)
+                raise UsageError(
+                    f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)"
+                )
+        arrays[name] = check_cond_values(
+            name, "", np.concatenate(chunks), spec, flag=f"{flag}: {name!r}", float_range=False
+        )
     counts = {k: len(v) for k, v in arrays.items()}
     if len(set(counts.values())) > 1 or 0 in counts.values():
-        raise UsageError(f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input")
+        raise UsageError(
+            f"{flag}: the arrays have different row counts {counts}; valid: the same N >= 1 for every input"
+        )
     if not arrays:
         raise UsageError(f"{flag}: no arrays named like a conditioning input ({', '.join(names) or 'none'})")
     return ConditionData(arrays, str(path), digest)
@@ -111,15 +132,19 @@ def _read_arrays(f: Path, flag: str, headers_only: bool = False) -> dict[str, An
 
     def bad(why: object) -> UsageError:
         text = str(why).splitlines()[0] if str(why) else type(why).__name__
-        return UsageError(f"{flag}: cannot read {f.name} as {f.suffix} ({text})",
-                          hint="save the arrays with numpy.savez (one array per conditioning input, [N, ...] each)")
+        return UsageError(
+            f"{flag}: cannot read {f.name} as {f.suffix} ({text})",
+            hint="save the arrays with numpy.savez (one array per conditioning input, [N, ...] each)",
+        )
 
     try:
         with contextlib.ExitStack() as stack:
             if f.suffix == ".npz":
                 archive = stack.enter_context(zipfile.ZipFile(stack.enter_context(open_user_file(f, "--cond-data"))))
                 members = [m for m in archive.namelist() if m.endswith(".npy")]
-                check_count(f"{flag}: the arrays in {f.name}", len(members), MAX_FILES, "keep one array per conditioning input")
+                check_count(
+                    f"{flag}: the arrays in {f.name}", len(members), MAX_FILES, "keep one array per conditioning input"
+                )
                 opened = {m.removesuffix(".npy"): (lambda m=m: archive.open(m)) for m in members}
             else:
                 opened = {f.stem: (lambda: open_user_file(f, "--cond-data"))}

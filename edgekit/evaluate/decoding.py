@@ -3,7 +3,8 @@ under seed ``seed + i``, so the same rows get the same noise on every runtime.""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +34,16 @@ def evaluate(
     if cond is None:
         whole = condition_rows(bundle, {}, calls * batch, seed)
     else:
-        whole = {k: np.concatenate([pad_rows(v[i * batch : (i + 1) * batch], batch) for i in range(calls)]) for k, v in cond.items()}
+        whole = {
+            k: np.concatenate([pad_rows(v[i * batch : (i + 1) * batch], batch) for i in range(calls)])
+            for k, v in cond.items()
+        }
     # Every batch's seed is checked before the first decode (the loop adds i to the seed).
     decode_config(bundle.kind, bundle.decode_defaults, decode_options or {}, seed=seed + max(calls - 1, 0))
     cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options or {}, seed=seed)
-    decoded = decode_rows(bundle.kind, runtime, bundle.meta, whole, cfg, rows=calls * batch, batch=batch,
-                          each_call=each_batch)
+    decoded = decode_rows(
+        bundle.kind, runtime, bundle.meta, whole, cfg, rows=calls * batch, batch=batch, each_call=each_batch
+    )
     output = decoded.output[:n].copy()  # one call returns the runtime's own buffer
     cond_all = {k: v[:n] for k, v in whole.items()}
     return {"output": output, "cond": cond_all, "quality": score(bundle, output, cond_all)}

@@ -11,7 +11,8 @@ and check itself.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,15 @@ from edgekit.evaluate.verdict import compare
 
 
 def decode_pair(
-    bundle: Bundle, ref_rt: Any, cand_rt: Any, n: int, seed: int, overrides: Mapping[str, Any],
-    cand_overrides: Mapping[str, Any], rows: Mapping[str, np.ndarray] | None, cond: Mapping[str, str] | None = None,
+    bundle: Bundle,
+    ref_rt: Any,
+    cand_rt: Any,
+    n: int,
+    seed: int,
+    overrides: Mapping[str, Any],
+    cand_overrides: Mapping[str, Any],
+    rows: Mapping[str, np.ndarray] | None,
+    cond: Mapping[str, str] | None = None,
     say: Callable[[str], None] = lambda message: None,
 ) -> tuple[dict, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Decode ``n`` rows with both open runtimes (batch i: seed ``seed + i``; ``cond``: --cond
@@ -63,7 +71,12 @@ def decode_pair(
 
 
 def gate_runtimes(
-    bundle: Bundle, ref_rt: Any, cand_rt: Any, n: int, seed: int, decode_options: Mapping[str, Any],
+    bundle: Bundle,
+    ref_rt: Any,
+    cand_rt: Any,
+    n: int,
+    seed: int,
+    decode_options: Mapping[str, Any],
     rows: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """What ``edgekit check`` with default arguments decides for two open runtimes (quantize
@@ -73,8 +86,12 @@ def gate_runtimes(
     the seeded rule). Returns {"metrics", "passed", "failed", "margin"}; margin: the smallest
     relative distance to a gated threshold (< 0: that metric fails)."""
     thresholds = load_thresholds(bundle.kind)
-    scalars, _, out, cond_all = decode_pair(bundle, ref_rt, cand_rt, n, seed, dict(decode_options), dict(decode_options), rows)
-    drops = quality_drops(dict(score(bundle, out["reference"], cond_all) or {}), dict(score(bundle, out["candidate"], cond_all) or {}))
+    scalars, _, out, cond_all = decode_pair(
+        bundle, ref_rt, cand_rt, n, seed, dict(decode_options), dict(decode_options), rows
+    )
+    drops = quality_drops(
+        dict(score(bundle, out["reference"], cond_all) or {}), dict(score(bundle, out["candidate"], cond_all) or {})
+    )
     metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
     verdict = compare(metrics, thresholds, None)
     margins = []
@@ -86,4 +103,9 @@ def gate_runtimes(
             continue
         gap = row.value - row.threshold if row.bound == "min" else row.threshold - row.value
         margins.append(gap / max(abs(row.threshold), 1e-3))
-    return {"metrics": metrics, "passed": verdict.passed, "failed": verdict.failed, "margin": min(margins, default=math.inf)}
+    return {
+        "metrics": metrics,
+        "passed": verdict.passed,
+        "failed": verdict.failed,
+        "margin": min(margins, default=math.inf),
+    }

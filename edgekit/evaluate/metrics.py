@@ -18,7 +18,8 @@ metrics and the per-step curves.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,6 @@ class ShadowRecorder(RuntimeProxy):
         self.recorded.clear()
         self.paired.clear()
         self.calls = 0
-
 
 
 # ---- per-call pair statistics -------------------------------------------------------------------
@@ -273,7 +273,10 @@ class FlowAccumulator(_Accumulator):
         k = min(len(a), len(b))
         a, b = a[: k - 1] + [a[-1]], b[: k - 1] + [b[-1]]
         sums = np.array(
-            [[np.sum((y[:rows].astype(np.float64) - x[:rows]) ** 2), np.sum(x[:rows].astype(np.float64) ** 2)] for x, y in zip(a, b)]
+            [
+                [np.sum((y[:rows].astype(np.float64) - x[:rows]) ** 2), np.sum(x[:rows].astype(np.float64) ** 2)]
+                for x, y in zip(a, b)
+            ]
         )
         self.step_err = _add(self.step_err, sums)
 
@@ -319,7 +322,9 @@ def quality_drops(reference: Mapping[str, float], candidate: Mapping[str, float]
         if name not in candidate:
             continue
         r, c = float(ref), float(candidate[name])
-        if (not np.isfinite(r) and not np.isfinite(c)) or (name in OVER_VALID_ONLY and not (np.isfinite(r) and np.isfinite(c))):
+        if (not np.isfinite(r) and not np.isfinite(c)) or (
+            name in OVER_VALID_ONLY and not (np.isfinite(r) and np.isfinite(c))
+        ):
             drops[name] = None
         elif not np.isfinite(c):
             drops[name] = float("inf")

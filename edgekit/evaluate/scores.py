@@ -3,7 +3,7 @@ a user's metric hook (``--metric module:function``), and which direction is bett
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -75,7 +75,9 @@ def run_metric_hook(hook: MetricHook, ref: str, output: np.ndarray, cond: Mappin
     except (Exception, SystemExit) as exc:  # a sys.exit() in user code must not end edgekit with no word
         raise EdgekitError(f"metric hook {ref!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(result, Mapping) or not result:
-        raise EdgekitError(f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float")
+        raise EdgekitError(
+            f"metric hook {ref!r} returned {type(result).__name__}; valid: a non-empty dict of name -> float"
+        )
     out: dict[str, float] = {}
     for name, value in result.items():
         try:

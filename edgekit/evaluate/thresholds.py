@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.bundle import now_iso, write_json_atomic
@@ -40,7 +41,9 @@ RULE_KEYS = ("threshold", "tolerance", "floor")
 class Rule:
     """How one metric is judged."""
 
-    bound: str  # "min": passes when value >= threshold (agreement, SNR); "max": when value <= threshold (KL, error, drop)
+    bound: (
+        str  # "min": passes when value >= threshold (agreement, SNR); "max": when value <= threshold (KL, error, drop)
+    )
     threshold: float | None  # None = reported only, never fails the check
     # Baseline check: allowed regression relative to the baseline's value (0.5 = may get 50 % worse);
     # None = this metric is not compared with a baseline.
@@ -174,11 +177,12 @@ def load_thresholds(kind: str, path: Path | str | None = None) -> Thresholds:
     try:
         import tomllib
     except ImportError:  # Python 3.10: the same parser as a package
-
         tomllib = require("tomli")
 
     path = Path(path)
-    text = read_user_text(path, "--thresholds", error=EdgekitError)  # a regular file of bounded size: never a FIFO or /dev/zero
+    text = read_user_text(
+        path, "--thresholds", error=EdgekitError
+    )  # a regular file of bounded size: never a FIFO or /dev/zero
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -234,7 +238,7 @@ def _parse_rule(path: Path, key: str, value: Any, default: Rule) -> Rule:
     if "tolerance" in value:
         tol = _number(path, f"{key}.tolerance", value["tolerance"], allow_off=True)
         if tol is not None and tol < 0:
-            raise EdgekitError(f"thresholds file {path}: {key}.tolerance = {tol} is negative; valid: >= 0 or \"off\"")
+            raise EdgekitError(f'thresholds file {path}: {key}.tolerance = {tol} is negative; valid: >= 0 or "off"')
         changes["tolerance"] = tol
     if "floor" in value:
         floor = _number(path, f"{key}.floor", value["floor"], allow_off=False)
@@ -299,7 +303,9 @@ def load_baseline(path: Path | str) -> Baseline:
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise EdgekitError(f"baseline file {path} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})", hint=hint) from None
+        raise EdgekitError(
+            f"baseline file {path} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})", hint=hint
+        ) from None
     if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         raise EdgekitError(f"baseline file {path} has schema {schema!r}; valid: {BASELINE_SCHEMA!r}", hint=hint)
@@ -310,7 +316,12 @@ def load_baseline(path: Path | str) -> Baseline:
         metrics = {str(k): _decode(v) for k, v in doc["metrics"].items()}
     except TypeError as exc:
         raise EdgekitError(f"baseline file {path}: metric value {exc.args[0]!r} is not a number", hint=hint) from None
-    return Baseline(str(path), MappingProxyType({k: doc[k] for k in BASELINE_KEYS}), MappingProxyType(metrics), doc.get("created", ""))
+    return Baseline(
+        str(path),
+        MappingProxyType({k: doc[k] for k in BASELINE_KEYS}),
+        MappingProxyType(metrics),
+        doc.get("created", ""),
+    )
 
 
 def check_comparable(baseline: Baseline, doc: Mapping[str, Any]) -> None:

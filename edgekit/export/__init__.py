@@ -14,4 +14,15 @@ from edgekit.export.stage import ExportRequest, export_model
 from edgekit.export.to_bundle import export_bundle
 from edgekit.spec import check_graph_kind
 
-__all__ = ["ExportConfig", "ExportRequest", "export_model", "VerifyConfig", "baked_options", "check_graph_kind", "export_bundle", "export_onnx", "fused_bundle", "window_spec"]
+__all__ = [
+    "ExportConfig",
+    "ExportRequest",
+    "export_model",
+    "VerifyConfig",
+    "baked_options",
+    "check_graph_kind",
+    "export_bundle",
+    "export_onnx",
+    "fused_bundle",
+    "window_spec",
+]

@@ -17,7 +17,9 @@ from edgekit.errors import UsageError
 from edgekit.spec import ModelSpec, TensorSpec
 
 
-def window_spec(spec: ModelSpec, frames: int, context: int = 0, lookahead: int = 0, tokens_input: str = "tokens") -> ModelSpec:
+def window_spec(
+    spec: ModelSpec, frames: int, context: int = 0, lookahead: int = 0, tokens_input: str = "tokens"
+) -> ModelSpec:
     """``spec`` (a flow model) cut to the chunk window of ``frames + context + lookahead`` frames."""
     if spec.kind != "flow":
         raise UsageError(f"--chunk-frames applies to flow models; {spec.name!r} is {spec.kind!r}; drop the flag")
@@ -26,9 +28,13 @@ def window_spec(spec: ModelSpec, frames: int, context: int = 0, lookahead: int =
     total = int(spec.meta["frames"])
     W = chunk.window
     if W > total:
-        raise UsageError(f"the chunk window ({context} + {frames} + {lookahead} = {W} frames) exceeds the model's {total} frames; valid: <= {total}")
+        raise UsageError(
+            f"the chunk window ({context} + {frames} + {lookahead} = {W} frames) exceeds the model's {total} frames; valid: <= {total}"
+        )
     if tokens_input not in spec.inputs:
-        raise UsageError(f"{spec.name!r} has no {tokens_input!r} input to slice per window; its inputs: {', '.join(spec.inputs)}")
+        raise UsageError(
+            f"{spec.name!r} has no {tokens_input!r} input to slice per window; its inputs: {', '.join(spec.inputs)}"
+        )
 
     def cut(t: TensorSpec, length: int) -> TensorSpec:
         return dataclasses.replace(t, shape=(t.shape[0], length, *t.shape[2:]))
@@ -40,7 +46,12 @@ def window_spec(spec: ModelSpec, frames: int, context: int = 0, lookahead: int =
     meta = dict(spec.meta) | {
         "frames": W,
         "utterance_frames": total,
-        "chunk": {"frames": frames, "context": context, "lookahead": lookahead, "tokens_input": tokens_input,
-                  "sigma_min": chunk.sigma_min},
+        "chunk": {
+            "frames": frames,
+            "context": context,
+            "lookahead": lookahead,
+            "tokens_input": tokens_input,
+            "sigma_min": chunk.sigma_min,
+        },
     }
     return dataclasses.replace(spec, inputs=inputs, outputs=outputs, meta=meta)

@@ -34,9 +34,10 @@ import dataclasses
 import math
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,11 @@ def _flow_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     uncond = {n: (v or {}).get("uncond") for n, v in spec.meta.get("conditioning", {}).items()}
     guided = _guided(spec.module, cond_names, uncond, float(opts["guidance"]))
     solver = opts["solver"]
-    grid = [float(v) for v in time_grid(opts["grid"], int(opts["steps"]), float(opts["sway"]))] if graph == "unrolled" else []
+    grid = (
+        [float(v) for v in time_grid(opts["grid"], int(opts["steps"]), float(opts["sway"]))]
+        if graph == "unrolled"
+        else []
+    )
 
     class FlowFused(torch.nn.Module):
         def __init__(self) -> None:
@@ -163,7 +168,9 @@ def _flow_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return FlowFused().eval(), inputs, outputs
 
 
-def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, mask_id: int, temperature: float, spacing: int = 0):
+def _masked_update(
+    logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, mask_id: int, temperature: float, spacing: int = 0
+):
     """One MaskGIT update on tensors, the formulas of decode/masked._step (shared by step and unrolled).
 
     logits_of(tokens) -> guided logits float32[B,L,W] with banned ids at -inf. tokens int64[B,L].
@@ -190,7 +197,9 @@ def _masked_update(logits_of, tokens, gumbel, choice_noise, scale, mask_len, *, 
     if spacing > 0:  # decode/masked.prefer_spaced: the highest new token within ±spacing goes first
         scores = torch.where(unknown, confidence, torch.full_like(confidence, -math.inf))
         window = torch.nn.functional.max_pool1d(scores[:, None, :], 2 * spacing + 1, stride=1, padding=spacing)[:, 0]
-        bonus = torch.where(unknown & (scores >= window), torch.full_like(confidence, float(SPACED_BONUS)), torch.zeros_like(confidence))
+        bonus = torch.where(
+            unknown & (scores >= window), torch.full_like(confidence, float(SPACED_BONUS)), torch.zeros_like(confidence)
+        )
         confidence = torch.where(unknown, confidence + bonus, confidence)
     ascending, _ = torch.topk(confidence, tokens.shape[1], dim=1, largest=False, sorted=True)  # constant K = L
     index = mask_len.expand(tokens.shape[0])[:, None]  # (B, 1)
@@ -237,12 +246,27 @@ def _masked_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
                 return guided((tokens,), cond) + self.banned
 
             def update(tokens, g, c, scale, mask_len):
-                return _masked_update(logits_of, tokens, g, c, scale, mask_len, mask_id=mask_id, temperature=temperature,
-                                      spacing=int(opts.get("spacing", 0)))
+                return _masked_update(
+                    logits_of,
+                    tokens,
+                    g,
+                    c,
+                    scale,
+                    mask_len,
+                    mask_id=mask_id,
+                    temperature=temperature,
+                    spacing=int(opts.get("spacing", 0)),
+                )
 
             if graph == "step":
                 step = args[1]
-                return update(args[0], gumbel, choice_noise, torch.index_select(self.scales, 0, step), torch.index_select(self.counts, 0, step))
+                return update(
+                    args[0],
+                    gumbel,
+                    choice_noise,
+                    torch.index_select(self.scales, 0, step),
+                    torch.index_select(self.counts, 0, step),
+                )
             tokens = torch.full((b, seq_len), mask_id, dtype=torch.int64)
             for t in range(steps):  # unrolled by torch.export; every step calls the same weights
                 g, c = (gumbel[t], choice_noise[t]) if sampled_mode else (None, None)
@@ -270,7 +294,14 @@ def fused_module(spec: ModelSpec, graph: str, opts: Mapping[str, Any]):
     return _masked_module(spec, graph, opts)
 
 
-def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec], path: Path, name: str, cfg: ExportConfig) -> dict[str, Any]:
+def export_fused_onnx(
+    module,
+    inputs: Mapping[str, TensorSpec],
+    outputs: Mapping[str, TensorSpec],
+    path: Path,
+    name: str,
+    cfg: ExportConfig,
+) -> dict[str, Any]:
     """torch.onnx.export(dynamo=True) with static shapes; checks IO and random ops like export_onnx."""
     torch = require("torch")
     require("onnxscript")
@@ -280,14 +311,25 @@ def export_fused_onnx(module, inputs: Mapping[str, TensorSpec], outputs: Mapping
         warnings.simplefilter("ignore")
         try:
             program = torch.onnx.export(
-                module, example, input_names=list(inputs), output_names=list(outputs),
-                opset_version=cfg.opset, dynamo=True, optimize=True, verbose=False,
+                module,
+                example,
+                input_names=list(inputs),
+                output_names=list(outputs),
+                opset_version=cfg.opset,
+                dynamo=True,
+                optimize=True,
+                verbose=False,
             )
         except Exception as exc:  # the exporter raises many types; the user needs the message
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ExportError(f"torch.onnx.export failed for fused graph {name!r}: {first}") from exc
-    facts = save_exported(program, path, cfg, lambda model: check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs)),
-                          edit=_drop_debug_metadata)
+    facts = save_exported(
+        program,
+        path,
+        cfg,
+        lambda model: check_graph(model, SimpleNamespace(name=name, inputs=inputs, outputs=outputs)),
+        edit=_drop_debug_metadata,
+    )
     return facts | {"opset": cfg.opset}
 
 
@@ -333,7 +375,9 @@ def fused_bundle(
     bundle = Bundle.load(path)
     external_data_threshold(cfg.external_data_mb)  # a bad EDGEKIT_EXTERNAL_DATA_MB: one line before the export
     if graph == "host":
-        raise UsageError("--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled")
+        raise UsageError(
+            "--graph host is the per-step network `edgekit export` already wrote; valid fused graphs: step, unrolled"
+        )
     if spec is None:
         spec = load_bundle_spec(bundle, batch=bundle.batch)
     opts = baked_options(bundle.kind, graph, bundle.decode_defaults, dict(decode_options or {}))
@@ -353,8 +397,14 @@ def fused_bundle(
             seq_len = int(bundle.meta["seq_len"])
             baked["mask_counts"] = masked_mask_counts(int(opts["steps"]), opts["schedule"], seq_len).tolist()
             baked["start"] = "all-masked"
-        art = bundle.add_artifact(name, staged, made_by="export --graph", config={"graph": graph, "opset": cfg.opset}, suffix=".onnx",
-                                  side_files=facts["side_files"])
+        art = bundle.add_artifact(
+            name,
+            staged,
+            made_by="export --graph",
+            config={"graph": graph, "opset": cfg.opset},
+            suffix=".onnx",
+            side_files=facts["side_files"],
+        )
         entry = {
             "graph": graph,
             "artifact": name,

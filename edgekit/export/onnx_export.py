@@ -10,9 +10,10 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations, external_data_threshold, wants_external_data
@@ -71,8 +72,10 @@ def export_failure(spec: ModelSpec, exc: BaseException) -> ExportError:
     text = _ANSI.sub("", str(root)).strip()
     first = text.splitlines()[0] if text else type(root).__name__
     shapes = ", ".join(f"{n} {s.dtype}{list(s.shape)}" for n, s in spec.inputs.items())
-    return ExportError(f"torch.onnx.export failed for {spec.name!r}: {type(root).__name__}: {first[:300]}",
-                       hint=f"the factory declares inputs {shapes}: check them against what the module's forward takes")
+    return ExportError(
+        f"torch.onnx.export failed for {spec.name!r}: {type(root).__name__}: {first[:300]}",
+        hint=f"the factory declares inputs {shapes}: check them against what the module's forward takes",
+    )
 
 
 def example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
@@ -92,8 +95,10 @@ def export_onnx(spec: ModelSpec, path: Path, cfg: ExportConfig) -> dict[str, Any
     if cfg.opset < MIN_OPSET:
         raise ExportError(f"--opset {cfg.opset} is too old; use {MIN_OPSET} or newer")
     if cfg.opset > onnx.defs.onnx_opset_version():
-        raise ExportError(f"--opset {cfg.opset} is newer than this onnx ({onnx.__version__}) knows; "
-                          f"valid: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}")
+        raise ExportError(
+            f"--opset {cfg.opset} is newer than this onnx ({onnx.__version__}) knows; "
+            f"valid: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}"
+        )
     module = spec.module.eval()
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), quiet_exporter():
         warnings.simplefilter("ignore")
@@ -120,8 +125,9 @@ def initializer_bytes(program: Any) -> int:
     return sum(int(v.const_value.nbytes) for v in values if v.const_value is not None)
 
 
-def save_exported(program: Any, path: Path, cfg: ExportConfig, check: Callable[[Any], None],
-                  edit: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def save_exported(
+    program: Any, path: Path, cfg: ExportConfig, check: Callable[[Any], None], edit: Callable[[Any], None] | None = None
+) -> dict[str, Any]:
     """Write the exporter's ``program`` to ``path``; facts for the manifest (``ops``,
     ``external_data``, ``side_files``: the weights file beside ``path`` under its final name).
 

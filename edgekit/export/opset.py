@@ -39,13 +39,18 @@ def downgrade_split(model: Any) -> int:
     opset = default_opset(model)
     if opset is None or opset >= 18:
         return 0
-    targets = [n for n in model.graph.node if n.op_type == "Split" and n.domain in ("", "ai.onnx")
-               and any(a.name == "num_outputs" for a in n.attribute)]
+    targets = [
+        n
+        for n in model.graph.node
+        if n.op_type == "Split" and n.domain in ("", "ai.onnx") and any(a.name == "num_outputs" for a in n.attribute)
+    ]
     if not targets:
         return 0
     inferred = shape_inference.infer_shapes(model, strict_mode=False)
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-              for v in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)}
+    shapes = {
+        v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+        for v in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)
+    }
     shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
     for index, node in enumerate(targets):
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edgekit.output import Output
 
@@ -11,7 +12,9 @@ def print_verification(o: Output, bundle: Any) -> None:
     """ONNX-vs-torch error per output, and where the graph was written."""
     ver = bundle.verification["fp32"]
     rows = [(n, e.max_abs, e.max_rel, e.tolerance, "pass" if e.passed else "FAIL") for n, e in ver.outputs.items()]
-    o.table(f"{bundle.name}: ONNX vs torch on {ver.samples} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows)
+    o.table(
+        f"{bundle.name}: ONNX vs torch on {ver.samples} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows
+    )
     art = bundle.artifact("fp32")
     o.line(f"wrote {bundle.root / art.path} ({art.bytes / 1e6:.1f} MB), manifest {bundle.root / 'edgekit.json'}")
 

@@ -6,9 +6,10 @@ bake, the window sizes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.decode.dispatch import parse_decode_options
@@ -37,7 +38,9 @@ class ExportRequest:
     overwrite: bool = False  # replace a bundle already at ``out`` (and everything derived from it)
 
 
-def export_model(req: ExportRequest, progress: Callable[[str], None] | None = None) -> tuple[Bundle, Mapping[str, Any] | None]:
+def export_model(
+    req: ExportRequest, progress: Callable[[str], None] | None = None
+) -> tuple[Bundle, Mapping[str, Any] | None]:
     """(the exported bundle, the fused graph's manifest entry or None)."""
     say = progress or (lambda message: None)
     if not req.overwrite:
@@ -88,8 +91,13 @@ def replaced_contents(bundle: Bundle | None) -> list[str]:
     """What re-exporting over ``bundle`` would drop, in words (the fp32 model first; None: a
     bundle whose manifest does not load, its fp32 model at least)."""
     artifacts = bundle.artifact_names if bundle is not None else ()
-    words = {"fp32": "its fp32 model", "int8": "the int8 model", "conditions": "the held-out condition rows quantize stored",
-             "int8-calibration": "the int8 calibration table", "quantize-overrides": "the quantize overrides (edgekit debug --fix)"}
+    words = {
+        "fp32": "its fp32 model",
+        "int8": "the int8 model",
+        "conditions": "the held-out condition rows quantize stored",
+        "int8-calibration": "the int8 calibration table",
+        "quantize-overrides": "the quantize overrides (edgekit debug --fix)",
+    }
     lost = [words["fp32"]] if "fp32" in artifacts or not artifacts else []
     buckets = [n for n in artifacts if n.startswith("int8-bucket-")]
     for name in artifacts:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit._lock import writes_bundle
@@ -30,8 +31,10 @@ def check_spec(spec: ModelSpec) -> None:
     file is written (a bad one was exported, then failed at every later command)."""
     torch = require("torch")
     if not isinstance(spec.module, torch.nn.Module):
-        raise ExportError(f"model {spec.name!r}: module is a {type(spec.module).__name__}, not a torch.nn.Module",
-                          hint="return ModelSpec(module=<your nn.Module>, ...) from the factory")
+        raise ExportError(
+            f"model {spec.name!r}: module is a {type(spec.module).__name__}, not a torch.nn.Module",
+            hint="return ModelSpec(module=<your nn.Module>, ...) from the factory",
+        )
     if not isinstance(spec.name, str) or not spec.name or not spec.name.isprintable() or len(spec.name) > 200:
         raise ExportError(f"model name {spec.name!r} must be 1-200 printable characters (no control or escape codes)")
     for what, value in (("meta", spec.meta), ("decode_defaults", spec.decode_defaults)):
@@ -40,8 +43,10 @@ def check_spec(spec: ModelSpec) -> None:
         try:
             json.dumps(dict(value), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise ExportError(f"model {spec.name!r}: {what} is not plain JSON data ({exc})",
-                              hint="use str/int/float/bool/None, lists and dicts only") from None
+            raise ExportError(
+                f"model {spec.name!r}: {what} is not plain JSON data ({exc})",
+                hint="use str/int/float/bool/None, lists and dicts only",
+            ) from None
     if spec.ground_truth is not None and not isinstance(spec.ground_truth, str):
         raise ExportError(f"model {spec.name!r}: ground_truth must be None or 'module:function'")
     decode_config(spec.kind, spec.decode_defaults, {})  # a bad default fails here, not at every run
@@ -65,8 +70,12 @@ def export_needs(spec: ModelSpec, out: Path) -> list[Need]:
     FP32 graph stores them; factors measured at real size, ``resources.py``)."""
     weights = sum(t.numel() * 4 for t in (*spec.module.parameters(), *spec.module.buffers()) if t.is_floating_point())
     weights += sum(t.numel() * t.element_size() for t in spec.module.buffers() if not t.is_floating_point())
-    return [Need("memory", int(EXPORT_MEMORY * weights) + BASE_MEMORY, f"{EXPORT_MEMORY}x its {gib(weights)} of FP32 weights"),
-            Need("disk", int(EXPORT_DISK * weights), "the FP32 graph", out)]
+    return [
+        Need(
+            "memory", int(EXPORT_MEMORY * weights) + BASE_MEMORY, f"{EXPORT_MEMORY}x its {gib(weights)} of FP32 weights"
+        ),
+        Need("disk", int(EXPORT_DISK * weights), "the FP32 graph", out),
+    ]
 
 
 @writes_bundle("export", "out", create=True)
@@ -97,19 +106,28 @@ def _export_locked(spec: ModelSpec, out: Path, cfg: ExportConfig, source: str | 
         if not report["passed"]:
             bad = {n: o for n, o in report["outputs"].items() if not o["passed"]}
             worst = ", ".join(
-                f"{n}: {o['nonfinite']} NaN/Inf values" if o.get("nonfinite") else f"{n}: max abs {o['max_abs']:.3g} > tol {o['tolerance']:.3g}"
+                f"{n}: {o['nonfinite']} NaN/Inf values"
+                if o.get("nonfinite")
+                else f"{n}: max abs {o['max_abs']:.3g} > tol {o['tolerance']:.3g}"
                 for n, o in bad.items()
             )
             if any(o.get("nonfinite") for o in bad.values()):
-                raise ExportError(f"verification failed: the model produces non-finite outputs ({worst})",
-                                  hint="fix the model (log of 0, division by 0, overflow) before exporting")
+                raise ExportError(
+                    f"verification failed: the model produces non-finite outputs ({worst})",
+                    hint="fix the model (log of 0, division by 0, overflow) before exporting",
+                )
             raise ExportError(
                 f"ONNX output differs from torch beyond tolerance ({worst})",
                 hint="look for ops that behave differently in eval/export (dropout, in-place updates) or loosen --atol",
             )
-        config: dict[str, Any] = dataclasses.asdict(cfg) | {"exporter": facts["exporter"], "external_data": facts["external_data"],
-                                                            "external_data_mb": external_data_threshold(cfg.external_data_mb) / (1 << 20)}
-        bundle.add_artifact("fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"])
+        config: dict[str, Any] = dataclasses.asdict(cfg) | {
+            "exporter": facts["exporter"],
+            "external_data": facts["external_data"],
+            "external_data_mb": external_data_threshold(cfg.external_data_mb) / (1 << 20),
+        }
+        bundle.add_artifact(
+            "fp32", staged, made_by="export", config=config, suffix=".onnx", side_files=facts["side_files"]
+        )
         bundle.record("graph", {"fp32": {"ops": facts["ops"], "opset": facts["opset"]}})
         bundle.record_entry("verification", "fp32", {"reference": "torch", "candidate": "ort"} | report)
         bundle.save()

@@ -7,7 +7,8 @@ KV caches filled by running the step itself), where the numerics that matter liv
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,9 @@ def random_feed(specs: Mapping[str, TensorSpec], rng: np.random.Generator) -> di
     return feed
 
 
-def trajectory_feeds(spec: ModelSpec, reference: Runtime, n: int, rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+def trajectory_feeds(
+    spec: ModelSpec, reference: Runtime, n: int, rng: np.random.Generator
+) -> list[dict[str, np.ndarray]]:
     """``n`` inputs shaped like real decode states for ``spec.kind``."""
     feeds = []
     meta = spec.meta
@@ -83,7 +86,9 @@ def _filled_cache(spec: ModelSpec, reference: Runtime, rng: np.random.Generator,
     return probe.feed
 
 
-def compare(reference: Runtime, candidate: Runtime, feeds: list[dict[str, np.ndarray]], cfg: VerifyConfig) -> dict[str, Any]:
+def compare(
+    reference: Runtime, candidate: Runtime, feeds: list[dict[str, np.ndarray]], cfg: VerifyConfig
+) -> dict[str, Any]:
     """Max errors per output over all feeds, and whether each is within atol + rtol·scale.
     A NaN or Inf anywhere (either side) fails the output, with the count: ``max`` would
     otherwise skip over NaN and call the graph verified."""

@@ -7,10 +7,28 @@ from edgekit.output import Output
 
 
 def print_bundle(o: Output, b: Bundle) -> None:
-    o.pairs(f"bundle {b.root}", {"model": b.name, "kind": b.kind, "source": b.source, "schema": SCHEMA, **{f"meta.{k}": v for k, v in b.meta.items() if k != "conditioning"}})
-    o.table("inputs / outputs", ["tensor", "role", "dtype", "shape"], [(n, "input", s.dtype, list(s.shape)) for n, s in b.inputs.items()] + [(n, "output", s.dtype, list(s.shape)) for n, s in b.outputs.items()])
+    o.pairs(
+        f"bundle {b.root}",
+        {
+            "model": b.name,
+            "kind": b.kind,
+            "source": b.source,
+            "schema": SCHEMA,
+            **{f"meta.{k}": v for k, v in b.meta.items() if k != "conditioning"},
+        },
+    )
+    o.table(
+        "inputs / outputs",
+        ["tensor", "role", "dtype", "shape"],
+        [(n, "input", s.dtype, list(s.shape)) for n, s in b.inputs.items()]
+        + [(n, "output", s.dtype, list(s.shape)) for n, s in b.outputs.items()],
+    )
     arts = [b.artifact(n) for n in b.artifact_names]
-    o.table("artifacts", ["name", "path", "MB", "sha256", "made by"], [(a.name, a.path, a.bytes / 1e6, a.sha256[:12], a.made_by) for a in arts])
+    o.table(
+        "artifacts",
+        ["name", "path", "MB", "sha256", "made by"],
+        [(a.name, a.path, a.bytes / 1e6, a.sha256[:12], a.made_by) for a in arts],
+    )
     for name, ver in b.verification.items():
         status = "passed" if ver.passed else "FAILED"
         o.line(f"verification of {name}: {status} ({ver.reference} vs {ver.candidate}, {ver.samples} inputs)")

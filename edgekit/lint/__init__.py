@@ -23,6 +23,13 @@ from edgekit.lint.stage import (
 )
 
 __all__ = [
-    "LINT_SCHEMA", "SEVERITIES", "Finding", "has_errors", "lint_bundle", "lint_onnx", "lint_report",
-    "quantization_profile_of", "sort_findings",
+    "LINT_SCHEMA",
+    "SEVERITIES",
+    "Finding",
+    "has_errors",
+    "lint_bundle",
+    "lint_onnx",
+    "lint_report",
+    "quantization_profile_of",
+    "sort_findings",
 ]

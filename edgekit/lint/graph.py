@@ -3,9 +3,10 @@ op support per target and model size. ``onnx`` is imported lazily."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +14,6 @@ from edgekit._sidefiles import model_bytes
 from edgekit.lint.findings import Finding, sort_findings
 from edgekit.lint.mobile import mobile_ep_findings
 from edgekit.lint.openvino import openvino_findings
-from edgekit.lint.qnn import qnn_findings
 from edgekit.lint.ops import (
     DATA_DEPENDENT_SHAPE_OPS,
     DEFAULT_DOMAINS,
@@ -24,6 +24,7 @@ from edgekit.lint.ops import (
     shown_names,
     walk_nodes,
 )
+from edgekit.lint.qnn import qnn_findings
 from edgekit.lint.trt import trt_qdq_findings, trt_support_findings
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.targets import Target, load_target
@@ -101,10 +102,15 @@ def _opset_findings(model: Any, target: Target, name: str) -> list[Finding]:
     # Say whose limit it is: on JetPack 5 / 6.0 it is TensorRT 8.x's ONNX parser (opset <= 17),
     # which the default export (opset 18) exceeds.
     reader = f" (TensorRT {target.trt.tensorrt}'s ONNX parser)" if target.uses_trt and target.trt.tensorrt else ""
-    return [Finding(
-        "error", "opset", name, f"opset {opset} is outside the range target {target.name} reads ({lo}..{hi}){reader}",
-        hint=f"re-export with `edgekit export MODEL -o DIR --opset {fix}`",
-    )]
+    return [
+        Finding(
+            "error",
+            "opset",
+            name,
+            f"opset {opset} is outside the range target {target.name} reads ({lo}..{hi}){reader}",
+            hint=f"re-export with `edgekit export MODEL -o DIR --opset {fix}`",
+        )
+    ]
 
 
 def _static_shape_findings(
@@ -120,7 +126,10 @@ def _static_shape_findings(
             if not tensor.HasField("shape"):
                 dims: list[Any] = ["?"]  # rank unknown
             else:
-                dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in tensor.shape.dim]
+                dims = [
+                    d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+                    for d in tensor.shape.dim
+                ]
             if any(not isinstance(d, int) for d in dims):
                 dynamic.append((role, value.name, dims))
     if not dynamic:
@@ -143,22 +152,32 @@ def _op_findings(nodes: Sequence[Any], target: Target, name: str) -> list[Findin
     findings = []
     for op, group in nodes_by_op(n for n in nodes if n.op_type in RANDOM_OPS and n.domain in DEFAULT_DOMAINS).items():
         names = node_names(group)
-        findings.append(Finding(
-            "error", "random-op", name,
-            f"{op} draws random numbers inside the graph ({len(group)} node(s): {shown_names(names)}): runtimes draw "
-            "different numbers (TensorRT ignores the seed), so one seed no longer gives one output",
-            hint="take the noise as a graph input (edgekit's exported graphs do; the decode loop draws it)",
-            nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "random-op",
+                name,
+                f"{op} draws random numbers inside the graph ({len(group)} node(s): {shown_names(names)}): runtimes draw "
+                "different numbers (TensorRT ignores the seed), so one seed no longer gives one output",
+                hint="take the noise as a graph input (edgekit's exported graphs do; the decode loop draws it)",
+                nodes=names,
+            )
+        )
     severity = "error" if target.lint.static_shapes else "warning"
-    for op, group in nodes_by_op(n for n in nodes if n.op_type in DATA_DEPENDENT_SHAPE_OPS and n.domain in DEFAULT_DOMAINS).items():
+    for op, group in nodes_by_op(
+        n for n in nodes if n.op_type in DATA_DEPENDENT_SHAPE_OPS and n.domain in DEFAULT_DOMAINS
+    ).items():
         names = node_names(group)
-        findings.append(Finding(
-            severity, "data-dependent-shape", name,
-            f"{op} has an output shape that depends on the data ({len(group)} node(s): {shown_names(names)})",
-            hint="replace it with a fixed-size equivalent (e.g. a mask and Where instead of NonZero)",
-            nodes=names,
-        ))
+        findings.append(
+            Finding(
+                severity,
+                "data-dependent-shape",
+                name,
+                f"{op} has an output shape that depends on the data ({len(group)} node(s): {shown_names(names)})",
+                hint="replace it with a fixed-size equivalent (e.g. a mask and Where instead of NonZero)",
+                nodes=names,
+            )
+        )
     return findings
 
 
@@ -184,26 +203,42 @@ def _topk_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], targe
     findings = []
     if dynamic:
         names = node_names(dynamic)
-        findings.append(Finding(
-            "error", "topk", name,
-            f"TopK takes K from the graph at run time ({len(dynamic)} node(s): {shown_names(names)}): its output shape "
-            "depends on the data, and TensorRT needs K as an initializer",
-            hint="make K a constant (an initializer) at export", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "topk",
+                name,
+                f"TopK takes K from the graph at run time ({len(dynamic)} node(s): {shown_names(names)}): its output shape "
+                "depends on the data, and TensorRT needs K as an initializer",
+                hint="make K a constant (an initializer) at export",
+                nodes=names,
+            )
+        )
     if too_big:
         names = node_names([n for n, _ in too_big])
-        findings.append(Finding(
-            "error", "topk", name,
-            f"TopK K = {max(k for _, k in too_big)} exceeds {limit}, the largest K target {target.name} supports "
-            f"({len(too_big)} node(s): {shown_names(names)})",
-            hint=f"use K <= {limit} (e.g. top-k sampling over fewer candidates)", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "topk",
+                name,
+                f"TopK K = {max(k for _, k in too_big)} exceeds {limit}, the largest K target {target.name} supports "
+                f"({len(too_big)} node(s): {shown_names(names)})",
+                hint=f"use K <= {limit} (e.g. top-k sampling over fewer candidates)",
+                nodes=names,
+            )
+        )
     if unsorted:
         names = node_names(unsorted)
-        findings.append(Finding(
-            "error", "topk", name, f"TopK with sorted=0 is not supported by TensorRT ({shown_names(names)})",
-            hint="export TopK with sorted=1", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "topk",
+                name,
+                f"TopK with sorted=0 is not supported by TensorRT ({shown_names(names)})",
+                hint="export TopK with sorted=1",
+                nodes=names,
+            )
+        )
     return findings
 
 
@@ -217,17 +252,26 @@ def _memory_findings(model: Any, model_path: Path, target: Target, name: str) ->
         return []
     mb = model_bytes(model_path) / 1e6
     if mb > budget:
-        return [Finding(
-            "error", "memory", name, f"model weights are {mb:.0f} MB; target {target.name}'s memory budget is {budget} MB",
-            hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`) or use a smaller model",
-        )]
+        return [
+            Finding(
+                "error",
+                "memory",
+                name,
+                f"model weights are {mb:.0f} MB; target {target.name}'s memory budget is {budget} MB",
+                hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`) or use a smaller model",
+            )
+        ]
     if mb > budget / 2:
-        return [Finding(
-            "warning", "memory", name,
-            f"model weights are {mb:.0f} MB, over half of target {target.name}'s {budget} MB budget "
-            "(activations and the runtime need the rest)",
-            hint=f"consider int8 (`edgekit quantize BUNDLE --profile {target.quantization_profile}`)",
-        )]
+        return [
+            Finding(
+                "warning",
+                "memory",
+                name,
+                f"model weights are {mb:.0f} MB, over half of target {target.name}'s {budget} MB budget "
+                "(activations and the runtime need the rest)",
+                hint=f"consider int8 (`edgekit quantize BUNDLE --profile {target.quantization_profile}`)",
+            )
+        ]
     return []
 
 
@@ -239,13 +283,17 @@ def _format_findings(model_path: Path, target: Target, name: str) -> list[Findin
     size = model_bytes(model_path)
     if size < ORT_FORMAT_LIMIT:
         return []
-    return [Finding(
-        "error", "format", name,
-        f"model weights are {size / (1 << 30):.2f} GiB; ONNX Runtime's .ort format (target {target.name}) holds at most 2 GiB "
-        "in its one flatbuffer and has no external data",
-        hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`, about a quarter of the size) "
-        "or deploy the .onnx with external data (a target whose [ort] format is \"onnx\")",
-    )]
+    return [
+        Finding(
+            "error",
+            "format",
+            name,
+            f"model weights are {size / (1 << 30):.2f} GiB; ONNX Runtime's .ort format (target {target.name}) holds at most 2 GiB "
+            "in its one flatbuffer and has no external data",
+            hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`, about a quarter of the size) "
+            'or deploy the .onnx with external data (a target whose [ort] format is "onnx")',
+        )
+    ]
 
 
 __all__ = ["lint_onnx"]

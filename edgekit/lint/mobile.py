@@ -28,11 +28,15 @@ def mobile_ep_findings(model_path: Path, target: Target, name: str) -> list[Find
             optimize_model(model_path, optimized, use_external_initializers=True)
             model = onnx.load(str(optimized), load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - ORT refuses the graph: that is the finding
-            return [Finding(
-                "error", "ep-coverage", name,
-                f"ONNX Runtime cannot load the graph to check {ep} coverage: {str(exc).splitlines()[0][:200]}",
-                hint="run `edgekit run BUNDLE` to see the full error",
-            )]
+            return [
+                Finding(
+                    "error",
+                    "ep-coverage",
+                    name,
+                    f"ONNX Runtime cannot load the graph to check {ep} coverage: {str(exc).splitlines()[0][:200]}",
+                    hint="run `edgekit run BUNDLE` to see the full error",
+                )
+            ]
     model = onnx.shape_inference.infer_shapes(model)  # the graph alone: its weights stayed on disk
     if ep == "NNAPI":
         info = usability_checker.check_nnapi_partitions(model, require_fixed_input_sizes=True)
@@ -40,19 +44,31 @@ def mobile_ep_findings(model_path: Path, target: Target, name: str) -> list[Find
         info = usability_checker.check_coreml_partitions(model, True, "coreml_supported_mlprogram_ops.md")
     findings = []
     total, taken = info.num_nodes, info.num_supported_nodes
-    others = [p for p in target.ort.providers if p not in ("NnapiExecutionProvider", "CoreMLExecutionProvider", "CPUExecutionProvider")]
+    others = [
+        p
+        for p in target.ort.providers
+        if p not in ("NnapiExecutionProvider", "CoreMLExecutionProvider", "CPUExecutionProvider")
+    ]
     if info.unsupported_ops:
         ops = sorted(o.removeprefix("ai.onnx:") for o in info.unsupported_ops)
-        findings.append(Finding(
-            "warning", "ep-coverage", name,
-            f"{ep} cannot run {', '.join(ops)}: {total - taken} of {total} nodes fall back to the CPU provider "
-            f"({info.num_partitions} {ep} partition(s); each boundary copies tensors)",
-            hint=f"measure with and without {ep} on the device (`edgekit deploy ... --command profile`)",
-        ))
-    findings.append(Finding(
-        "info", "ep-coverage", name,
-        f"{ep} can take {taken}/{total} nodes in {info.num_partitions} partition(s) "
-        f"(onnxruntime's estimate: {info.suitability().name})"
-        + (f"; {', '.join(others)} coverage cannot be checked offline" if others else ""),
-    ))
+        findings.append(
+            Finding(
+                "warning",
+                "ep-coverage",
+                name,
+                f"{ep} cannot run {', '.join(ops)}: {total - taken} of {total} nodes fall back to the CPU provider "
+                f"({info.num_partitions} {ep} partition(s); each boundary copies tensors)",
+                hint=f"measure with and without {ep} on the device (`edgekit deploy ... --command profile`)",
+            )
+        )
+    findings.append(
+        Finding(
+            "info",
+            "ep-coverage",
+            name,
+            f"{ep} can take {taken}/{total} nodes in {info.num_partitions} partition(s) "
+            f"(onnxruntime's estimate: {info.suitability().name})"
+            + (f"; {', '.join(others)} coverage cannot be checked offline" if others else ""),
+        )
+    )
     return findings

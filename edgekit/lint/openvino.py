@@ -17,22 +17,49 @@ from edgekit.targets import Target
 def openvino_findings(model_path: Path, target: Target, name: str) -> list[Finding]:
     device = target.openvino.device
     if not module_available("openvino"):
-        return [Finding("info", "unsupported-op", name, "OpenVINO is not installed here: op support was not checked",
-                        hint="pip install 'edgekit[openvino]' and lint again")]
+        return [
+            Finding(
+                "info",
+                "unsupported-op",
+                name,
+                "OpenVINO is not installed here: op support was not checked",
+                hint="pip install 'edgekit[openvino]' and lint again",
+            )
+        ]
     try:
         kinds_by_name, supported = ov_engine.op_support(model_path, device)
     except ov_engine.ConversionError as exc:
-        return [Finding("error", "unsupported-op", name, exc.message,
-                        hint="replace the op at export, or run this target's model on ONNX Runtime")]
+        return [
+            Finding(
+                "error",
+                "unsupported-op",
+                name,
+                exc.message,
+                hint="replace the op at export, or run this target's model on ONNX Runtime",
+            )
+        ]
     version = ov_backend.openvino_version()
     if supported is None:
-        return [Finding("info", "unsupported-op", name,
-                        f"OpenVINO {version} converts every op ({len(kinds_by_name)} OpenVINO ops); whether the {device} runs each "
-                        f"is known only where the {device} is (checked when `edgekit build` compiles on the device)")]
+        return [
+            Finding(
+                "info",
+                "unsupported-op",
+                name,
+                f"OpenVINO {version} converts every op ({len(kinds_by_name)} OpenVINO ops); whether the {device} runs each "
+                f"is known only where the {device} is (checked when `edgekit build` compiles on the device)",
+            )
+        ]
     lacking = tuple(n for n in kinds_by_name if n not in supported)
     if lacking:
         kinds = sorted({kinds_by_name[n] for n in lacking})
-        return [Finding("error", "unsupported-op", name,
-                        f"OpenVINO's {device} plugin cannot run {', '.join(kinds)} ({len(lacking)} op(s): {shown_names(lacking)})",
-                        hint="use another target device, or replace the op at export", nodes=lacking)]
+        return [
+            Finding(
+                "error",
+                "unsupported-op",
+                name,
+                f"OpenVINO's {device} plugin cannot run {', '.join(kinds)} ({len(lacking)} op(s): {shown_names(lacking)})",
+                hint="use another target device, or replace the op at export",
+                nodes=lacking,
+            )
+        ]
     return []  # the device's plugin runs every op: nothing to say

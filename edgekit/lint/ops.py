@@ -3,8 +3,9 @@ constant tensors, nodes grouped by op) the rule modules share."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,24 +15,48 @@ MAX_NODES_SHOWN = 5
 
 # Ops that draw random numbers inside the graph: runtimes draw different numbers (TensorRT
 # ignores the seed), so the same seed no longer gives the same output everywhere.
-RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"})
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 # Ops whose output shape depends on the values flowing through the graph.
-SEQUENCE_OPS = frozenset({
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-    "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence",
-})
+SEQUENCE_OPS = frozenset(
+    {
+        "SequenceAt",
+        "SequenceConstruct",
+        "SequenceEmpty",
+        "SequenceErase",
+        "SequenceInsert",
+        "SequenceLength",
+        "SequenceMap",
+        "SplitToSequence",
+        "ConcatFromSequence",
+    }
+)
 
 
-DATA_DEPENDENT_SHAPE_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"}) | SEQUENCE_OPS
+DATA_DEPENDENT_SHAPE_OPS = (
+    frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"}) | SEQUENCE_OPS
+)
 
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
-ELEM_NAMES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 10: "float16",
-               17: "float8e4m3fn", 21: "uint4", 22: "int4"}
+ELEM_NAMES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    10: "float16",
+    17: "float8e4m3fn",
+    21: "uint4",
+    22: "int4",
+}
 
 
 def walk_nodes(graph: Any) -> Iterator[Any]:
@@ -60,7 +85,9 @@ def constant_tensors(graph: Any, base_dir: str | Path = "") -> dict[str, np.ndar
     def visit(g: Any) -> None:
         for init in g.initializer:
             if init.data_location == init.EXTERNAL:
-                size = int(np.prod(init.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                size = (
+                    int(np.prod(init.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                )
                 if size > _MAX_EXTERNAL_CONSTANT_BYTES:
                     continue
             out[init.name] = numpy_helper.to_array(init, str(base_dir))

@@ -23,8 +23,10 @@ def fix_for(op: str, artifact: str) -> str:
         return f"op rewrite: {op} has a data-dependent shape; move it to the host loop or express it with static-shape ops (masks, TopK of fixed K)"
     if artifact == "int8" or op in ("QuantizeLinear", "DequantizeLinear"):
         return _QUANTIZE_FIX
-    return ("op rewrite: express it with ops the HTP runs (QNN-ExecutionProvider.md lists them), or re-export with "
-            "another --opset; or quantize with --profile qnn if the op only lacks a float kernel")
+    return (
+        "op rewrite: express it with ops the HTP runs (QNN-ExecutionProvider.md lists them), or re-export with "
+        "another --opset; or quantize with --profile qnn if the op only lacks a float kernel"
+    )
 
 
 def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Finding]:
@@ -41,23 +43,46 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
             seconds = rt.session_seconds
     except qnn_backend.QnnCompileError as exc:
         if not exc.findings:
-            return [Finding("error", "npu-compile", artifact, f"{where} could not compile {artifact}: {exc.message}",
-                            hint=fix_for("", artifact))]
+            return [
+                Finding(
+                    "error",
+                    "npu-compile",
+                    artifact,
+                    f"{where} could not compile {artifact}: {exc.message}",
+                    hint=fix_for("", artifact),
+                )
+            ]
         return [
-            Finding("error", "npu-refused", artifact,
-                    f"{where} refused node {f['node']!r} ({f['op']}{' as ' + f['qnn_op'] if f.get('qnn_op') else ''})",
-                    hint=fix_for(f["op"], artifact), nodes=(f["node"],))
+            Finding(
+                "error",
+                "npu-refused",
+                artifact,
+                f"{where} refused node {f['node']!r} ({f['op']}{' as ' + f['qnn_op'] if f.get('qnn_op') else ''})",
+                hint=fix_for(f["op"], artifact),
+                nodes=(f["node"],),
+            )
             for f in exc.findings
         ]
     if not fp16:
         floats = qnn_backend.float_nodes(model_path)
         if floats:
             shown = ", ".join(f"{f['node']} ({f['op']})" for f in floats[:4])
-            findings.append(Finding(
-                "warning", "npu-float", artifact,
-                f"{len(floats)} node(s) of the int8 model compute in float (the HTP runs them in fp16, not int8): {shown}",
-                hint=_QUANTIZE_FIX, nodes=tuple(f["node"] for f in floats),
-            ))
-    findings.append(Finding("info", "npu-compile", artifact,
-                            f"compiles for {where} ({'fp16' if fp16 else 'QDQ'}) with CPU fallback off in {seconds:.2f} s: every node on the NPU"))
+            findings.append(
+                Finding(
+                    "warning",
+                    "npu-float",
+                    artifact,
+                    f"{len(floats)} node(s) of the int8 model compute in float (the HTP runs them in fp16, not int8): {shown}",
+                    hint=_QUANTIZE_FIX,
+                    nodes=tuple(f["node"] for f in floats),
+                )
+            )
+    findings.append(
+        Finding(
+            "info",
+            "npu-compile",
+            artifact,
+            f"compiles for {where} ({'fp16' if fp16 else 'QDQ'}) with CPU fallback off in {seconds:.2f} s: every node on the NPU",
+        )
+    )
     return findings

@@ -27,10 +27,15 @@ def lint_bundle(path: str | Path | Bundle, target: str | Path | Target = "cpu") 
     for name in ("fp32", "int8", "fp16"):
         if not bundle.has(name):
             if name == "int8" and "int8" in target.precisions:
-                findings.append(Finding(
-                    "info", "precision", name, f"bundle has no int8 model; target {target.name} runs int8",
-                    hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
-                ))
+                findings.append(
+                    Finding(
+                        "info",
+                        "precision",
+                        name,
+                        f"bundle has no int8 model; target {target.name} runs int8",
+                        hint=f"make one with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+                    )
+                )
             continue
         if name != "fp32" and name not in target.precisions:
             continue
@@ -61,17 +66,24 @@ def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Findi
     profile = quantization_profile_of(bundle)
     if profile is None or profile == target.quantization_profile:
         return []
-    return [Finding(
-        "error", "qdq", "int8",
-        f"the int8 model was quantized with profile {profile!r}; target {target.name} needs {target.quantization_profile!r}",
-        hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
-    )]
+    return [
+        Finding(
+            "error",
+            "qdq",
+            "int8",
+            f"the int8 model was quantized with profile {profile!r}; target {target.name} needs {target.quantization_profile!r}",
+            hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
+        )
+    ]
 
 
 def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     """An int8 model whose u8s8 GEMMs can saturate the target CPU's kernels (x86 without VNNI:
     int16 pair sums), with the command that re-quantizes it for the target."""
-    if not target.profile_facts.cpu_arithmetic or quantization_profile_of(bundle) not in (None, target.quantization_profile):
+    if not target.profile_facts.cpu_arithmetic or quantization_profile_of(bundle) not in (
+        None,
+        target.quantization_profile,
+    ):
         return []
     isa = HostFacts.detect().isa_class if target.isa == "host" else target.isa
     if not arithmetic_for(isa).saturating_pairs:
@@ -84,17 +96,23 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
     worst = max(bad.values())
     q = bundle.quantization
     made_for = (q.arithmetic.isa if q is not None and q.arithmetic is not None else None) or "an unrecorded CPU class"
-    return [Finding(
-        "error", "int8-arithmetic", "int8",
-        f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
-        f"sum to {worst} > {PAIR_LIMIT}, so u8 activations above {32767 // worst} overflow its int16 pair sums "
-        f"(the model was quantized for {made_for})",
-        hint=f"re-quantize for this target: `edgekit quantize {bundle.root} --target {target.name}`",
-        nodes=tuple(sorted(bad)),
-    )]
+    return [
+        Finding(
+            "error",
+            "int8-arithmetic",
+            "int8",
+            f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
+            f"sum to {worst} > {PAIR_LIMIT}, so u8 activations above {32767 // worst} overflow its int16 pair sums "
+            f"(the model was quantized for {made_for})",
+            hint=f"re-quantize for this target: `edgekit quantize {bundle.root} --target {target.name}`",
+            nodes=tuple(sorted(bad)),
+        )
+    ]
 
 
 def quantization_profile_of(bundle: Bundle) -> str | None:
     """The ``edgekit quantize --profile`` the bundle's int8 model came from, if recorded."""
     q = bundle.quantization
-    return (q.profile if q is not None else None) or (bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None)
+    return (q.profile if q is not None else None) or (
+        bundle.artifact("int8").config.get("profile") if bundle.has("int8") else None
+    )

@@ -3,7 +3,8 @@ ONNX-TensorRT op support matrix."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,38 +21,212 @@ from edgekit.lint.ops import (
 
 # The ONNX-TensorRT support matrix (onnx/onnx-tensorrt docs/operators.md, TensorRT 10.1 GA),
 # default domain. Keep in step with that file when TensorRT moves.
-TRT_UNSUPPORTED_OPS = frozenset({
-    "AffineGrid", "Bernoulli", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor",
-    "BlackmanWindow", "CenterCropPad", "Col2Im", "Compress", "ConcatFromSequence", "ConvInteger", "DFT",
-    "Det", "DynamicQuantizeLinear", "HammingWindow", "HannWindow", "ImageDecoder", "MatMulInteger",
-    "MaxRoiPool", "MaxUnpool", "MelWeightMatrix", "Multinomial", "NegativeLogLikelihoodLoss", "Optional",
-    "OptionalGetElement", "OptionalHasElement", "QLinearConv", "QLinearMatMul", "RegexFullMatch", "STFT",
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SoftmaxCrossEntropyLoss", "SplitToSequence", "StringConcat", "StringNormalizer",
-    "StringSplit", "TfIdfVectorizer", "Unique",
-})
+TRT_UNSUPPORTED_OPS = frozenset(
+    {
+        "AffineGrid",
+        "Bernoulli",
+        "BitShift",
+        "BitwiseAnd",
+        "BitwiseNot",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BlackmanWindow",
+        "CenterCropPad",
+        "Col2Im",
+        "Compress",
+        "ConcatFromSequence",
+        "ConvInteger",
+        "DFT",
+        "Det",
+        "DynamicQuantizeLinear",
+        "HammingWindow",
+        "HannWindow",
+        "ImageDecoder",
+        "MatMulInteger",
+        "MaxRoiPool",
+        "MaxUnpool",
+        "MelWeightMatrix",
+        "Multinomial",
+        "NegativeLogLikelihoodLoss",
+        "Optional",
+        "OptionalGetElement",
+        "OptionalHasElement",
+        "QLinearConv",
+        "QLinearMatMul",
+        "RegexFullMatch",
+        "STFT",
+        "SequenceAt",
+        "SequenceConstruct",
+        "SequenceEmpty",
+        "SequenceErase",
+        "SequenceInsert",
+        "SequenceLength",
+        "SequenceMap",
+        "SoftmaxCrossEntropyLoss",
+        "SplitToSequence",
+        "StringConcat",
+        "StringNormalizer",
+        "StringSplit",
+        "TfIdfVectorizer",
+        "Unique",
+    }
+)
 
 
-TRT_SUPPORTED_OPS = frozenset({
-    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
-    "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant",
-    "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DeformConv", "DepthToSpace",
-    "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike",
-    "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool",
-    "GlobalLpPool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization", "GRU",
-    "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If", "ImageScaler", "InstanceNormalization", "IsInf",
-    "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "Loop", "LRN",
-    "LSTM", "LpNormalization", "LpPool", "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization",
-    "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "Pad",
-    "ParametricSoftplus", "Pow", "PRelu", "QuantizeLinear", "RandomNormal", "RandomNormalLike",
-    "RandomUniform", "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare",
-    "Relu", "Reshape", "Resize", "ReverseSequence", "RNN", "RoiAlign", "Round", "ScaledTanh", "Scan",
-    "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
-    "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub",
-    "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Upsample",
-    "Where", "Xor",
-})
+TRT_SUPPORTED_OPS = frozenset(
+    {
+        "Abs",
+        "Acos",
+        "Acosh",
+        "Add",
+        "And",
+        "ArgMax",
+        "ArgMin",
+        "Asin",
+        "Asinh",
+        "Atan",
+        "Atanh",
+        "AveragePool",
+        "BatchNormalization",
+        "Cast",
+        "CastLike",
+        "Ceil",
+        "Celu",
+        "Clip",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Conv",
+        "ConvTranspose",
+        "Cos",
+        "Cosh",
+        "CumSum",
+        "DeformConv",
+        "DepthToSpace",
+        "DequantizeLinear",
+        "Div",
+        "Dropout",
+        "Einsum",
+        "Elu",
+        "Equal",
+        "Erf",
+        "Exp",
+        "Expand",
+        "EyeLike",
+        "Flatten",
+        "Floor",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Gelu",
+        "Gemm",
+        "GlobalAveragePool",
+        "GlobalLpPool",
+        "GlobalMaxPool",
+        "Greater",
+        "GreaterOrEqual",
+        "GridSample",
+        "GroupNormalization",
+        "GRU",
+        "HardSigmoid",
+        "HardSwish",
+        "Hardmax",
+        "Identity",
+        "If",
+        "ImageScaler",
+        "InstanceNormalization",
+        "IsInf",
+        "IsNaN",
+        "LayerNormalization",
+        "LeakyRelu",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "LogSoftmax",
+        "Loop",
+        "LRN",
+        "LSTM",
+        "LpNormalization",
+        "LpPool",
+        "MatMul",
+        "Max",
+        "MaxPool",
+        "Mean",
+        "MeanVarianceNormalization",
+        "Min",
+        "Mish",
+        "Mod",
+        "Mul",
+        "Neg",
+        "NonMaxSuppression",
+        "NonZero",
+        "Not",
+        "OneHot",
+        "Or",
+        "Pad",
+        "ParametricSoftplus",
+        "Pow",
+        "PRelu",
+        "QuantizeLinear",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Range",
+        "Reciprocal",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "ReduceSumSquare",
+        "Relu",
+        "Reshape",
+        "Resize",
+        "ReverseSequence",
+        "RNN",
+        "RoiAlign",
+        "Round",
+        "ScaledTanh",
+        "Scan",
+        "Scatter",
+        "ScatterElements",
+        "ScatterND",
+        "Selu",
+        "Shape",
+        "Shrink",
+        "Sigmoid",
+        "Sign",
+        "Sin",
+        "Sinh",
+        "Size",
+        "Slice",
+        "Softmax",
+        "Softplus",
+        "Softsign",
+        "SpaceToDepth",
+        "Split",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Sum",
+        "Tan",
+        "Tanh",
+        "ThresholdedRelu",
+        "Tile",
+        "TopK",
+        "Transpose",
+        "Trilu",
+        "Unsqueeze",
+        "Upsample",
+        "Where",
+        "Xor",
+    }
+)
 
 
 # Zero-point types TensorRT accepts for Q/DQ (its "quantized types": INT8, FP8, INT4).
@@ -84,31 +259,52 @@ def trt_qdq_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], nam
     findings = []
     for dtype, group in wrong_type.items():
         names = node_names(group)
-        findings.append(Finding(
-            "error", "qdq", name,
-            f"{len(group)} Q/DQ node(s) have {dtype} zero points ({shown_names(names)}); TensorRT quantizes to int8 only",
-            hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (int8, symmetric)", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "qdq",
+                name,
+                f"{len(group)} Q/DQ node(s) have {dtype} zero points ({shown_names(names)}); TensorRT quantizes to int8 only",
+                hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (int8, symmetric)",
+                nodes=names,
+            )
+        )
     if nonzero:
         names = node_names(nonzero)
-        findings.append(Finding(
-            "error", "qdq", name,
-            f"{len(nonzero)} Q/DQ node(s) have non-zero zero points ({shown_names(names)}); TensorRT is symmetric only",
-            hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (zero points 0)", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "qdq",
+                name,
+                f"{len(nonzero)} Q/DQ node(s) have non-zero zero points ({shown_names(names)}); TensorRT is symmetric only",
+                hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (zero points 0)",
+                nodes=names,
+            )
+        )
     if dynamic:
         names = node_names(dynamic)
-        findings.append(Finding(
-            "error", "qdq", name, f"{len(dynamic)} Q/DQ node(s) take their zero point from the graph ({shown_names(names)})",
-            hint="zero points must be initializers (0)", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "error",
+                "qdq",
+                name,
+                f"{len(dynamic)} Q/DQ node(s) take their zero point from the graph ({shown_names(names)})",
+                hint="zero points must be initializers (0)",
+                nodes=names,
+            )
+        )
     if missing:
         names = node_names(missing)
-        findings.append(Finding(
-            "warning", "qdq", name,
-            f"{len(missing)} QuantizeLinear node(s) have no zero point ({shown_names(names)}): ONNX then means uint8",
-            hint="give an explicit int8 zero point 0 (edgekit quantize --profile trt does)", nodes=names,
-        ))
+        findings.append(
+            Finding(
+                "warning",
+                "qdq",
+                name,
+                f"{len(missing)} QuantizeLinear node(s) have no zero point ({shown_names(names)}): ONNX then means uint8",
+                hint="give an explicit int8 zero point 0 (edgekit quantize --profile trt does)",
+                nodes=names,
+            )
+        )
     return findings
 
 
@@ -132,22 +328,36 @@ def trt_support_findings(nodes: Sequence[Any], name: str) -> list[Finding]:
         names = node_names(group)
         domain_op = ":" in op
         if domain_op:
-            findings.append(Finding(
-                "error", "unsupported-op", name,
-                f"TensorRT's ONNX parser has no {op} ({len(group)} node(s): {shown_names(names)})",
-                hint="export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT plugin",
-                nodes=names,
-            ))
+            findings.append(
+                Finding(
+                    "error",
+                    "unsupported-op",
+                    name,
+                    f"TensorRT's ONNX parser has no {op} ({len(group)} node(s): {shown_names(names)})",
+                    hint="export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT plugin",
+                    nodes=names,
+                )
+            )
         elif op in TRT_UNSUPPORTED_OPS and op not in already:
-            findings.append(Finding(
-                "error", "unsupported-op", name,
-                f"TensorRT does not support {op} ({len(group)} node(s): {shown_names(names)})",
-                hint="rewrite it with supported ops at export, or run this target on ONNX Runtime", nodes=names,
-            ))
+            findings.append(
+                Finding(
+                    "error",
+                    "unsupported-op",
+                    name,
+                    f"TensorRT does not support {op} ({len(group)} node(s): {shown_names(names)})",
+                    hint="rewrite it with supported ops at export, or run this target on ONNX Runtime",
+                    nodes=names,
+                )
+            )
         elif op not in TRT_SUPPORTED_OPS and op not in TRT_UNSUPPORTED_OPS:
-            findings.append(Finding(
-                "warning", "unsupported-op", name,
-                f"{op} is not in the ONNX-TensorRT 10 support matrix ({len(group)} node(s): {shown_names(names)})",
-                hint="check it with a test build on the device (edgekit build)", nodes=names,
-            ))
+            findings.append(
+                Finding(
+                    "warning",
+                    "unsupported-op",
+                    name,
+                    f"{op} is not in the ONNX-TensorRT 10 support matrix ({len(group)} node(s): {shown_names(names)})",
+                    hint="check it with a test build on the device (edgekit build)",
+                    nodes=names,
+                )
+            )
     return findings

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from edgekit._deps import require
 from edgekit._userhooks import load_bundle_callable, load_callable
@@ -34,7 +34,9 @@ def _load_factory(ref: str) -> Callable[..., ModelSpec]:
 def _check_form(ref: str) -> None:
     if ":" not in ref:
         close = difflib.get_close_matches(ref, list(BUILTIN), n=1)
-        raise EdgekitError(f"model {ref!r} is not a known model", hint=f"did you mean {close[0]}?" if close else f"use {_FORMS}")
+        raise EdgekitError(
+            f"model {ref!r} is not a known model", hint=f"did you mean {close[0]}?" if close else f"use {_FORMS}"
+        )
 
 
 def resolve_source(ref: str) -> dict[str, str | None]:
@@ -77,14 +79,18 @@ def _build(factory: Callable[..., ModelSpec], ref: str, batch: int | None) -> Mo
             raise EdgekitError(f"--batch {batch} is invalid; it must be >= 1")
         params = inspect.signature(factory).parameters
         if "batch" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            raise EdgekitError(f"factory {ref!r} takes no 'batch' argument", hint="drop --batch or add batch=1 to the factory")
+            raise EdgekitError(
+                f"factory {ref!r} takes no 'batch' argument", hint="drop --batch or add batch=1 to the factory"
+            )
         kwargs["batch"] = batch
     try:
         spec = factory(**kwargs)
     except EdgekitError:
         raise
     except SystemExit as exc:  # a factory must return a ModelSpec; exiting 0 with no bundle hid the failure
-        raise EdgekitError(f"model factory {ref!r} called sys.exit({exc.code!r}) instead of returning a ModelSpec") from None
+        raise EdgekitError(
+            f"model factory {ref!r} called sys.exit({exc.code!r}) instead of returning a ModelSpec"
+        ) from None
     except Exception as exc:
         raise EdgekitError(f"model factory {ref!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(spec, ModelSpec):

@@ -7,9 +7,9 @@ run repeatable; bitwise equality across machines is not promised (BLAS kernels d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

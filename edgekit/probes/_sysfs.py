@@ -7,15 +7,13 @@ command runner is a parameter for the same reason.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from edgekit.host import under  # noqa: F401  (one re-rooting rule for probes and host facts)
 
 # A command runner takes argv and returns stdout; it raises on a non-zero exit or a timeout.
 CommandRunner = Callable[[Sequence[str]], str]
-
-
 
 
 def read_text(path: str | Path) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,12 @@ class MeasureConfig:
 
     def __post_init__(self) -> None:
         # limits.BOUNDS: the CLI checked them already; a config built in code is held to the same.
-        for flag, name, bound in (("--warmup", "warmup_iters", "warmup"), ("--iters", "iters", "iters"),
-                                  ("warmup_seconds", "warmup_seconds", "seconds"), ("--min-seconds", "min_seconds", "seconds")):
+        for flag, name, bound in (
+            ("--warmup", "warmup_iters", "warmup"),
+            ("--iters", "iters", "iters"),
+            ("warmup_seconds", "warmup_seconds", "seconds"),
+            ("--min-seconds", "min_seconds", "seconds"),
+        ):
             check_option(flag, getattr(self, name), bound)
         if not isinstance(self.max_iters, int) or self.max_iters < 1:
             raise UsageError(f"MeasureConfig.max_iters={self.max_iters!r} must be an int >= 1")
@@ -180,14 +185,18 @@ def measure(
 SPIN_GAP_S = 0.1
 
 
-def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1, gap_s: float = 0.0) -> dict[str, list[float]]:
+def interleaved(
+    fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1, gap_s: float = 0.0
+) -> dict[str, list[float]]:
     """ms per call of each fn, called round-robin ``rounds`` times after ``warmup`` rounds: load
     that comes and goes (a shared machine, a governor ramp) hits every candidate alike, so their
     ratio holds where absolute times do not. ``gap_s``: idle seconds before each call, not timed
     (``SPIN_GAP_S`` between candidates whose threads spin-wait after a call)."""
     if rounds < 1 or warmup < 0 or not 0 <= gap_s <= 10:
-        raise UsageError(f"interleaved rounds={rounds}, warmup={warmup}, gap_s={gap_s} are invalid; "
-                         "valid: rounds >= 1, warmup >= 0, 0 <= gap_s <= 10")
+        raise UsageError(
+            f"interleaved rounds={rounds}, warmup={warmup}, gap_s={gap_s} are invalid; "
+            "valid: rounds >= 1, warmup >= 0, 0 <= gap_s <= 10"
+        )
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -265,7 +274,7 @@ class BreakdownStats:
         return asdict(self)
 
     @classmethod
-    def from_decodes(cls, decodes: Sequence[DecodeTiming]) -> "BreakdownStats":
+    def from_decodes(cls, decodes: Sequence[DecodeTiming]) -> BreakdownStats:
         if not decodes:
             raise ValueError("no decodes recorded: wrap the decode in TimedRuntime.decode()")
         steps = np.asarray([s for d in decodes for s in d.step_ns], dtype=np.float64) / 1e6
@@ -309,7 +318,6 @@ class TimedRuntime(RuntimeProxy):
         if self._open_steps is not None:
             self._open_steps.append(self._clock() - t0)
         return out
-
 
     # Per-decode accounting
     def start_decode(self) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 PROC_STATUS = "/proc/self/status"
 # Writing "5" to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
@@ -112,8 +113,8 @@ class RssReport:
 class RssTracker:
     """Samples RSS at the start, after warm-up and at the end of a run::
 
-        tracker = RssTracker(); tracker.start(); ...warm-up...; tracker.after_warmup()
-        ...measure...; report = tracker.stop()
+    tracker = RssTracker(); tracker.start(); ...warm-up...; tracker.after_warmup()
+    ...measure...; report = tracker.stop()
     """
 
     proc_status: str | Path = PROC_STATUS

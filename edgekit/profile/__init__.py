@@ -18,8 +18,8 @@ from edgekit.profile.config import (
     plan_variants,
 )
 from edgekit.profile.demo import DEMO_FRONTIER_STEPS, DEMO_SWEEP_LENGTHS, demo_profile
-from edgekit.profile.engines import available_engines, fastest_engine
 from edgekit.profile.document import write_json
+from edgekit.profile.engines import available_engines, fastest_engine
 from edgekit.profile.html import render_html, write_html, write_report
 from edgekit.profile.stage import profile_bundle
 from edgekit.profile.sweep import length_sweep, length_variant_spec
@@ -36,9 +36,34 @@ from edgekit.profile.table import (
 )
 
 __all__ = [
-    "SCHEMA", "SWEEPABLE", "ProfileConfig", "ProgressFn", "Variant", "ar_table", "available_engines", "crossover",
-    "DEMO_FRONTIER_STEPS", "DEMO_SWEEP_LENGTHS", "crossover_lines", "default_ar_bundle", "demo_profile", "fastest_engine", "frontier_lines", "frontier_table",
-    "length_sweep", "length_variant_spec",
-    "plan_variants", "power_lines", "profile_bundle", "ratios_table", "render_html", "seed_crossover", "summary_rows",
-    "sweep_table", "variants_table", "write_html", "write_json", "write_report",
+    "SCHEMA",
+    "SWEEPABLE",
+    "ProfileConfig",
+    "ProgressFn",
+    "Variant",
+    "ar_table",
+    "available_engines",
+    "crossover",
+    "DEMO_FRONTIER_STEPS",
+    "DEMO_SWEEP_LENGTHS",
+    "crossover_lines",
+    "default_ar_bundle",
+    "demo_profile",
+    "fastest_engine",
+    "frontier_lines",
+    "frontier_table",
+    "length_sweep",
+    "length_variant_spec",
+    "plan_variants",
+    "power_lines",
+    "profile_bundle",
+    "ratios_table",
+    "render_html",
+    "seed_crossover",
+    "summary_rows",
+    "sweep_table",
+    "variants_table",
+    "write_html",
+    "write_json",
+    "write_report",
 ]

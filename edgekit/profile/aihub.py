@@ -11,7 +11,8 @@ with ONNX Runtime, and the document says so beside the figure.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +43,10 @@ def aihub_precisions(bundle: Bundle, cfg: ProfileConfig) -> tuple[str, ...]:
     if cfg.precisions:
         chosen = tuple(p for p in cfg.precisions if p in runs)
         if not chosen:
-            raise UsageError(f"--runtime aihub runs {', '.join(runs)}, none of --precision {','.join(cfg.precisions)}",
-                             hint="add --precision int8 (a model from `edgekit quantize --profile qnn`) or fp16")
+            raise UsageError(
+                f"--runtime aihub runs {', '.join(runs)}, none of --precision {','.join(cfg.precisions)}",
+                hint="add --precision int8 (a model from `edgekit quantize --profile qnn`) or fp16",
+            )
         return chosen
     q = bundle.quantization
     qnn_int8 = bundle.has("int8") and q is not None and q.profile == backend(AIHUB).quantize_profile
@@ -58,20 +61,26 @@ def device_names(items: Sequence[str], bundle: Bundle) -> list[str]:
         if item in builtin_names() or item.endswith(".toml"):
             target = load_target(item)
             if not target.aihub.devices:
-                raise UsageError(f"--devices {item}: target {target.name} names no AI Hub device",
-                                 hint="use a Snapdragon target (`edgekit targets`) or an AI Hub device name (`qai-hub list-devices`)")
+                raise UsageError(
+                    f"--devices {item}: target {target.name} names no AI Hub device",
+                    hint="use a Snapdragon target (`edgekit targets`) or an AI Hub device name (`qai-hub list-devices`)",
+                )
             names.append(target.aihub.devices[0])
         else:
             names.append(item)
     if not names:
         names = built_devices(bundle)
     if not names:
-        raise UsageError("--runtime aihub: name the AI Hub devices to profile on",
-                         hint='e.g. --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" (device names or Snapdragon targets)')
+        raise UsageError(
+            "--runtime aihub: name the AI Hub devices to profile on",
+            hint='e.g. --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" (device names or Snapdragon targets)',
+        )
     return list(dict.fromkeys(names))
 
 
-def profile_on_aihub(bundle: Bundle, cfg: ProfileConfig, cond: Mapping[str, np.ndarray], progress: ProgressFn | None) -> dict[str, Any]:
+def profile_on_aihub(
+    bundle: Bundle, cfg: ProfileConfig, cond: Mapping[str, np.ndarray], progress: ProgressFn | None
+) -> dict[str, Any]:
     """The ``aihub`` section of the profile document: per device and precision, the figures AI
     Hub measured and the decode estimate; the jobs; the warnings (ops off the NPU)."""
     say = (lambda line: progress(line, 0, 0)) if progress else (lambda line: None)
@@ -84,16 +93,34 @@ def profile_on_aihub(bundle: Bundle, cfg: ProfileConfig, cond: Mapping[str, np.n
     for precision in precisions:
         for name, dm in device_models(bundle, precision, names, client, book).items():
             if dm.model is None:
-                rows.append({"id": _id(precision, name), "available": False, "device": name, "precision": precision, "reason": dm.error})
+                rows.append(
+                    {
+                        "id": _id(precision, name),
+                        "available": False,
+                        "device": name,
+                        "precision": precision,
+                        "reason": dm.error,
+                    }
+                )
                 continue
             handles = []
             for i, graph in enumerate(dm.graphs or ("",)):
                 options = f"--qnn_options context_enable_graphs={graph}" if graph else ""
                 label = f"{name}, {precision}" + (f", bucket {i} ({graph})" if graph else "")
-                handles.append(book.submit("profile", label, {"kind": "profile", "device": name, "model": dm.model.model_id, "options": options},
-                                           lambda name=name, dm=dm, options=options: client.submit_inference_job(
-                                               dm.model, device=hub.Device(name), name=f"edgekit {bundle.name} {precision}",
-                                               options=options, profile=True)))
+                handles.append(
+                    book.submit(
+                        "profile",
+                        label,
+                        {"kind": "profile", "device": name, "model": dm.model.model_id, "options": options},
+                        lambda name=name, dm=dm, options=options: client.submit_inference_job(
+                            dm.model,
+                            device=hub.Device(name),
+                            name=f"edgekit {bundle.name} {precision}",
+                            options=options,
+                            profile=True,
+                        ),
+                    )
+                )
             planned.append((precision, dm, handles))
     # The jobs run on AI Hub while the host loop is timed here.
     loops = {p: host_loop(bundle, p, cond, cfg, progress) for p in precisions}
@@ -108,8 +135,10 @@ def profile_on_aihub(bundle: Bundle, cfg: ProfileConfig, cond: Mapping[str, np.n
         "job_book": str(book.path),
         "npu_only": all(r["ops"]["NPU"] == r["ops"]["total"] for r in measured),
         "warnings": warnings + [f"{r['id']}: not measured: {r['reason']}" for r in rows if not r["available"]],
-        "measured_where": ("per network call: AI Hub's device (its inference time, peak memory, compute unit per op); "
-                           "per decode: the decode loop's calls x the device's per-call time + the host loop timed on this host"),
+        "measured_where": (
+            "per network call: AI Hub's device (its inference time, peak memory, compute unit per op); "
+            "per decode: the decode loop's calls x the device's per-call time + the host loop timed on this host"
+        ),
     }
 
 
@@ -117,8 +146,9 @@ def _id(precision: str, device: str) -> str:
     return f"aihub {precision} @ {device}"
 
 
-def host_loop(bundle: Bundle, precision: str, cond: Mapping[str, np.ndarray], cfg: ProfileConfig,
-              progress: ProgressFn | None) -> dict[str, Any]:
+def host_loop(
+    bundle: Bundle, precision: str, cond: Mapping[str, np.ndarray], cfg: ProfileConfig, progress: ProgressFn | None
+) -> dict[str, Any]:
     """The decode loop timed here with ONNX Runtime (same artifact, same conditions and seed):
     its calls per decode (per step bucket for a bucketed model) and the host time around them."""
     model = DecodeModel.of(bundle)
@@ -127,23 +157,44 @@ def host_loop(bundle: Bundle, precision: str, cond: Mapping[str, np.ndarray], cf
     label = f"host loop of a decode ({precision}, ONNX Runtime on this host)"
     tick = (lambda done, total: progress(label, done, total)) if progress else None
     with open_runtime(bundle, "ort", HOST_PRECISION[precision], threads=cfg.threads) as rt:
-        doc = measure_decodes(model, rt, cond, decode_cfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False)
+        doc = measure_decodes(
+            model, rt, cond, decode_cfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False
+        )
         bucket_calls = list(rt.calls) if isinstance(rt, BucketedRuntime) else []  # per step bucket: what the loop used
     calls = int(doc["decode"]["runtime_calls"])
     per_bucket = [calls * c / sum(bucket_calls) for c in bucket_calls] if sum(bucket_calls) else None
-    return {"calls": calls, "calls_per_bucket": per_bucket, "steps": doc["decode"]["steps"], "host_ms": doc["breakdown"]["median_host_ms"],
-            "decodes": doc["latency"]["n"], "host": HostFacts.detect().cpu, "runtime": f"ort {HOST_PRECISION[precision]}"}
+    return {
+        "calls": calls,
+        "calls_per_bucket": per_bucket,
+        "steps": doc["decode"]["steps"],
+        "host_ms": doc["breakdown"]["median_host_ms"],
+        "decodes": doc["latency"]["n"],
+        "host": HostFacts.detect().cpu,
+        "runtime": f"ort {HOST_PRECISION[precision]}",
+    }
 
 
 def _device_row(precision: str, dm: DeviceModel, handles: list[Handle], loop: Mapping[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": _id(precision, dm.device), "device": dm.device, "chipset": dm.chipset, "precision": precision,
-                           "model": dm.source, "jobs": [h.id for h in handles]}
+    row: dict[str, Any] = {
+        "id": _id(precision, dm.device),
+        "device": dm.device,
+        "chipset": dm.chipset,
+        "precision": precision,
+        "model": dm.source,
+        "jobs": [h.id for h in handles],
+    }
     failed = [h for h in handles if h.failed]
     if failed:
         return row | {"available": False, "reason": f"profile job {failed[0].id} failed: {failed[0].failed}"}
-    figures = [hub_client.profile_figures(hub_client.call(f"downloading job {h.id}'s profile", h.job.download_profile)) for h in handles]
-    calls = loop["calls_per_bucket"] if len(figures) > 1 and loop["calls_per_bucket"] and len(loop["calls_per_bucket"]) == len(figures) \
+    figures = [
+        hub_client.profile_figures(hub_client.call(f"downloading job {h.id}'s profile", h.job.download_profile))
+        for h in handles
+    ]
+    calls = (
+        loop["calls_per_bucket"]
+        if len(figures) > 1 and loop["calls_per_bucket"] and len(loop["calls_per_bucket"]) == len(figures)
         else [loop["calls"] / len(figures)] * len(figures)
+    )
     device_ms = float(sum(c * f["per_call_ms"] for c, f in zip(calls, figures)))
     ops = {k: sum(f["ops"].get(k, 0) for f in figures) for k in dict.fromkeys(k for f in figures for k in f["ops"])}
     peaks = [f["peak_memory_bytes"][1] for f in figures if f["peak_memory_bytes"]]
@@ -152,11 +203,20 @@ def _device_row(precision: str, dm: DeviceModel, handles: list[Handle], loop: Ma
         "available": True,
         "per_call_ms": device_ms / loop["calls"] if loop["calls"] else figures[0]["per_call_ms"],
         "per_call": figures[0]["per_call"] if len(figures) == 1 else None,
-        "buckets": [{"graph": g, "calls_per_decode": c, "per_call_ms": f["per_call_ms"], "per_call": f["per_call"]}
-                    for g, c, f in zip(dm.graphs, calls, figures)] if dm.graphs else None,
-        "decode": {"calls": loop["calls"], "steps": loop["steps"], "device_ms": device_ms, "host_loop_ms": loop["host_ms"],
-                   "estimate_ms": device_ms + loop["host_ms"],
-                   "how": f"{loop['calls']} calls x the device's per-call time + the host loop measured on {loop['host']} ({loop['runtime']})"},
+        "buckets": [
+            {"graph": g, "calls_per_decode": c, "per_call_ms": f["per_call_ms"], "per_call": f["per_call"]}
+            for g, c, f in zip(dm.graphs, calls, figures)
+        ]
+        if dm.graphs
+        else None,
+        "decode": {
+            "calls": loop["calls"],
+            "steps": loop["steps"],
+            "device_ms": device_ms,
+            "host_loop_ms": loop["host_ms"],
+            "estimate_ms": device_ms + loop["host_ms"],
+            "how": f"{loop['calls']} calls x the device's per-call time + the host loop measured on {loop['host']} ({loop['runtime']})",
+        },
         "peak_memory_bytes": max(peaks) if peaks else None,
         "first_load_ms": figures[0]["first_load_ms"],
         "warm_load_ms": figures[0]["warm_load_ms"],
@@ -167,7 +227,9 @@ def _device_row(precision: str, dm: DeviceModel, handles: list[Handle], loop: Ma
     if ops.get("total") and ops.get("NPU", 0) < ops["total"]:
         where = ", ".join(f"{ops[u]} on the {u}" for u in ops if u not in ("NPU", "total") and ops[u])
         shown = ", ".join(f"{op['name']} ({op['type']})" for op in off[:4])
-        row["warnings"] = [f"{row['id']}: {ops['total'] - ops.get('NPU', 0)} of {ops['total']} ops fell back off the NPU ({where}): {shown}"]
+        row["warnings"] = [
+            f"{row['id']}: {ops['total'] - ops.get('NPU', 0)} of {ops['total']} ops fell back off the NPU ({where}): {shown}"
+        ]
     return row
 
 

@@ -3,7 +3,8 @@ lines, for the console and the HTML report alike."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 Doc = Mapping[str, Any]
 Rows = tuple[list[str], list[list[Any]]]
@@ -61,6 +62,8 @@ def aihub_lines(doc: Doc) -> list[str]:
         if d.get("available"):
             lines.append(f"{d['id']}: decode estimate = {d['decode']['how']}")
             for i, b in enumerate(d.get("buckets") or []):
-                lines.append(f"  bucket {i} ({b['graph']}): {b['calls_per_decode']:.3g} calls x {b['per_call_ms']:.4g} ms")
+                lines.append(
+                    f"  bucket {i} ({b['graph']}): {b['calls_per_decode']:.3g} calls x {b['per_call_ms']:.4g} ms"
+                )
     lines.append(f"jobs: {len(section.get('jobs') or [])} in {section.get('job_book')}")
     return lines

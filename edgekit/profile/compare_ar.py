@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,9 @@ def crossover(points: Sequence[Mapping[str, float]], nar_steps: int) -> dict[str
             elif all(g <= 0 for g in gain):
                 measured["bound"] = f"> {lengths[-1]:g} (AR faster at every measured length)"
             else:
-                measured["bound"] = "not bracketed: NAR does not go from slower to faster as N grows over the measured lengths"
+                measured["bound"] = (
+                    "not bracketed: NAR does not go from slower to faster as N grows over the measured lengths"
+                )
     model: dict[str, Any] = {"n": None, "c_fit_ms": None, "tau_fit_ms": None}
     if len(pts) >= 2:
         n = np.asarray([p["length"] for p in pts], dtype=np.float64)
@@ -101,7 +104,12 @@ def _line_fit(n: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:
     """The seed formula N > 1 + c/τ (c: NAR per-step cost, τ: AR per-token cost)."""
-    return {"formula": "N > 1 + c/tau", "c_ms": c_ms, "tau_ms": tau_ms, "n": 1.0 + c_ms / tau_ms if tau_ms > 0 else None}
+    return {
+        "formula": "N > 1 + c/tau",
+        "c_ms": c_ms,
+        "tau_ms": tau_ms,
+        "n": 1.0 + c_ms / tau_ms if tau_ms > 0 else None,
+    }
 
 
 def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
@@ -149,15 +157,25 @@ def compare_ar(
         artifact = backend(v["runtime"]).artifacts.get(v["precision"])  # None: the module or a built engine
         if artifact is not None and not has_artifact(ar, artifact):
             ar_docs[key] = {
-                "id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
+                "id": label,
+                "available": False,
+                "runtime": v["runtime"],
+                "precision": v["precision"],
                 "reason": f"AR bundle {ar.root} has no {v['precision']} artifact (run `edgekit quantize {ar.root}`)",
             }
             continue
         try:
-            ar_docs[key] = profile_variant(ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length})
+            ar_docs[key] = profile_variant(
+                ar, Variant(*key, None), label, cond, cfg, power, progress, {"length": length}
+            )
         except EdgekitError as exc:  # one variant that cannot run is a row saying why; the rest is reported
-            ar_docs[key] = {"id": label, "available": False, "runtime": v["runtime"], "precision": v["precision"],
-                            "reason": f"AR bundle {ar.root}: {exc}"}
+            ar_docs[key] = {
+                "id": label,
+                "available": False,
+                "runtime": v["runtime"],
+                "precision": v["precision"],
+                "reason": f"AR bundle {ar.root}: {exc}",
+            }
     note_batch = []
     if ar.batch != bundle.batch:
         calls = -(-rows // ar.batch)
@@ -172,14 +190,16 @@ def compare_ar(
         if not a["available"]:
             speedups.append({"nar": v["id"], "ar": a["id"], "speedup": None, "reason": a["reason"]})
             continue
-        speedups.append({
-            "nar": v["id"],
-            "ar": a["id"],
-            "nar_median_ms": v["latency"]["median_ms"],
-            "ar_median_ms": a["latency"]["median_ms"],
-            "speedup": safe_ratio(a["latency"]["median_ms"], v["latency"]["median_ms"]),
-            "throughput_ratio": safe_ratio(v["throughput"]["items_per_s"], a["throughput"]["items_per_s"]),
-        })
+        speedups.append(
+            {
+                "nar": v["id"],
+                "ar": a["id"],
+                "nar_median_ms": v["latency"]["median_ms"],
+                "ar_median_ms": a["latency"]["median_ms"],
+                "speedup": safe_ratio(a["latency"]["median_ms"], v["latency"]["median_ms"]),
+                "throughput_ratio": safe_ratio(v["throughput"]["items_per_s"], a["throughput"]["items_per_s"]),
+            }
+        )
     result: dict[str, Any] = {
         "ar_bundle": str(ar.root),
         "length": length,
@@ -207,7 +227,11 @@ def compare_ar(
                 base = next((v for v in mine if v["precision"] == precision), mine[0])
                 one = replace(shared, sweep_precision=precision)
                 at = _frontier_k(result.get("frontier"), runtime, base["precision"])
-                crossovers.append(_crossover_for(bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress, at))
+                crossovers.append(
+                    _crossover_for(
+                        bundle, ar, base, ar_docs[(runtime, base["precision"])], length, rows, one, progress, at
+                    )
+                )
     if not crossovers:
         result["crossover"] = {"available": False, "reason": "no AR variant could be measured"}
         return result
@@ -229,8 +253,15 @@ def _frontier_k(doc: Mapping[str, Any] | None, runtime: str, precision: str) -> 
 
 
 def _crossover_for(
-    bundle: Bundle, ar: Bundle, base: Mapping[str, Any], a: Mapping[str, Any], length: int, rows: int,
-    cfg: ProfileConfig, progress: ProgressFn | None, at: Mapping[str, Any] | None = None,
+    bundle: Bundle,
+    ar: Bundle,
+    base: Mapping[str, Any],
+    a: Mapping[str, Any],
+    length: int,
+    rows: int,
+    cfg: ProfileConfig,
+    progress: ProgressFn | None,
+    at: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The crossover of one NAR variant ``base`` and its AR twin ``a``: seed formula, the length
     sweep on ``base``'s runtime, the measured and fitted crossover lengths.
@@ -265,7 +296,8 @@ def _crossover_for(
         "nar_steps_from": (
             f"the frontier's smallest K with {at['metric']} within {at['tolerance']} of AR's "
             f"({at['quality']:.3g}, bar {at['threshold']:.3g})"
-            if at else "the variant's decode steps"
+            if at
+            else "the variant's decode steps"
         ),
         "seed_formula": seed_crossover(c_ms, tau_ms),
         "k_steps_estimate": {

@@ -4,9 +4,10 @@ has, and the progress callback type."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,8 @@ def candidate_order(axis: str) -> tuple[str, ...]:
     if axis == "precision":
         return PRECISION_ORDER
     return tuple(sorted(names(), key=lambda n: backend(n).reference_rank))
+
+
 # A profile leaves out the runtime x precision pairs a runtime does not run (its registry
 # precisions), and a precision no runtime of the profile runs is an error.
 
@@ -130,12 +133,19 @@ class ProfileConfig:
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "sweep_lengths", tuple(self.sweep_lengths))
         # limits.BOUNDS: every count checked before the first variant runs.
-        for flag, values, bound in (("--steps", self.steps, "steps"), ("--sweep", self.sweep_lengths, "sweep-length"),
-                                    ("--frontier-steps", tuple(self.frontier_steps), "steps")):
+        for flag, values, bound in (
+            ("--steps", self.steps, "steps"),
+            ("--sweep", self.sweep_lengths, "sweep-length"),
+            ("--frontier-steps", tuple(self.frontier_steps), "steps"),
+        ):
             for value in values:
                 check_option(flag, value, bound)
-        for flag, value, bound in (("--batch", self.batch, "rows"), ("--frontier-n", self.frontier_n, "rows"),
-                                   ("--seed", self.seed, "seed"), ("--threads", self.threads, "threads")):
+        for flag, value, bound in (
+            ("--batch", self.batch, "rows"),
+            ("--frontier-n", self.frontier_n, "rows"),
+            ("--seed", self.seed, "seed"),
+            ("--threads", self.threads, "threads"),
+        ):
             check_option(flag, value, bound)
         if self.power not in POWER_CHOICES:
             raise UsageError(f"--power {self.power!r} is unknown; valid: {', '.join(POWER_CHOICES)}")
@@ -152,7 +162,9 @@ class ProfileConfig:
         hosted = [r for r in self.runtimes if backend(r).hosted]
         if (self.devices or self.require_npu) and not hosted:
             clouds = [n for n in names() if backend(n).hosted]
-            raise UsageError(f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime {' or '.join(clouds)}")
+            raise UsageError(
+                f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime {' or '.join(clouds)}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -183,7 +195,7 @@ class DecodeModel:
     decode_defaults: Mapping[str, Any]
 
     @classmethod
-    def of(cls, bundle: Bundle) -> "DecodeModel":
+    def of(cls, bundle: Bundle) -> DecodeModel:
         return cls(bundle.kind, bundle.meta, bundle.decode_defaults)
 
 
@@ -233,13 +245,7 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
     if cfg.steps and bundle.kind == "ar":
         raise UsageError("--steps does not apply to the ar model (one step per token)", hint="drop --steps")
     # torch runs fp32 only, ort fp32 and int8: each precision pairs with the runtimes that run it.
-    return [
-        Variant(r, p, s)
-        for r in cfg.runtimes
-        for p in precisions
-        if p in backend(r).precisions
-        for s in steps
-    ]
+    return [Variant(r, p, s) for r in cfg.runtimes for p in precisions if p in backend(r).precisions for s in steps]
 
 
 def bundle_conditions(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit.bundle import Bundle
 from edgekit.probes.latency import MeasureConfig
@@ -35,8 +36,12 @@ DEMO_FRONTIER_STEPS = (1, 2, 4, 5, 6, 8, 16)
 
 
 def demo_profile(
-    bundles: Mapping[str, Any], out_dir: Path | str, progress: ProgressFn | None = None, n: int = 32,
-    frontier_steps: tuple[int, ...] = DEMO_FRONTIER_STEPS, sweep_lengths: tuple[int, ...] = DEMO_SWEEP_LENGTHS,
+    bundles: Mapping[str, Any],
+    out_dir: Path | str,
+    progress: ProgressFn | None = None,
+    n: int = 32,
+    frontier_steps: tuple[int, ...] = DEMO_FRONTIER_STEPS,
+    sweep_lengths: tuple[int, ...] = DEMO_SWEEP_LENGTHS,
 ) -> dict[str, Any]:
     """The demo's profile stage: the masked bundle on the fastest engine here (``fastest_engine``:
     OpenVINO or ONNX Runtime), fp32 and int8 when quantized, against the AR baseline, with a

@@ -23,7 +23,9 @@ def available_engines() -> list[str]:
     return [e for e in ENGINES if backend(e).requires.available()]
 
 
-def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: int = 5, seed: int = 0) -> dict[str, Any]:
+def fastest_engine(
+    bundle: Bundle, precision: str, *, threads: int = 0, rounds: int = 5, seed: int = 0
+) -> dict[str, Any]:
     """The engine of ``available_engines()`` that decodes ``bundle`` in ``precision`` fastest
     here: whole decodes (bundle defaults) timed round-robin, ``rounds`` per engine after one
     warm-up round, so load that comes and goes hits every engine alike; each after an idle gap,
@@ -35,8 +37,11 @@ def fastest_engine(bundle: Bundle, precision: str, *, threads: int = 0, rounds: 
     engines = available_engines()
     runtimes = {e: open_runtime(bundle, e, precision, threads=threads) for e in engines}
     try:
-        samples = interleaved({e: (lambda rt=rt: decode(model.kind, rt, model.meta, cond, cfg)) for e, rt in runtimes.items()}, rounds,
-                              gap_s=SPIN_GAP_S)
+        samples = interleaved(
+            {e: (lambda rt=rt: decode(model.kind, rt, model.meta, cond, cfg)) for e, rt in runtimes.items()},
+            rounds,
+            gap_s=SPIN_GAP_S,
+        )
     finally:
         for rt in runtimes.values():
             rt.close()

@@ -12,8 +12,9 @@ the caller passing ``higher_is_better=False``, which negates it before comparing
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit.errors import UsageError
 
@@ -41,15 +42,19 @@ class Tolerance:
     relative: bool
 
     @classmethod
-    def parse(cls, text: str | float) -> "Tolerance":
+    def parse(cls, text: str | float) -> Tolerance:
         raw = str(text).strip()
         relative = raw.endswith("%")
         try:
             amount = float(raw[:-1] if relative else raw)
         except ValueError:
-            raise UsageError(f"--frontier-tolerance {text!r} is not a number; valid: e.g. 10% (of AR's quality) or 0.02 (absolute)") from None
+            raise UsageError(
+                f"--frontier-tolerance {text!r} is not a number; valid: e.g. 10% (of AR's quality) or 0.02 (absolute)"
+            ) from None
         if not math.isfinite(amount) or amount < 0 or (relative and amount > 100):
-            raise UsageError(f"--frontier-tolerance {text!r} is out of range; valid: 0%..100% or an absolute amount >= 0")
+            raise UsageError(
+                f"--frontier-tolerance {text!r} is out of range; valid: 0%..100% or an absolute amount >= 0"
+            )
         return cls(amount / 100 if relative else amount, relative)
 
     def threshold(self, reference: float, higher_is_better: bool = True) -> float:
@@ -111,13 +116,21 @@ def frontier(
     latency / masked latency at that K, both measured in this run)."""
     if not any(metric in p.quality for p in points):
         have = sorted({m for p in points for m in p.quality})
-        raise UsageError(f"--frontier-metric {metric!r} is not a measured quality metric; valid: {', '.join(have) or 'none'}")
+        raise UsageError(
+            f"--frontier-metric {metric!r} is not a measured quality metric; valid: {', '.join(have) or 'none'}"
+        )
     flags = pareto_flags(points, metric, higher_is_better)
     per_precision = []
     for precision in dict.fromkeys(p.precision for p in points):
         nar = [p for p in points if p.model == NAR and p.precision == precision]
         ar = next((p for p in points if p.model == AR and p.precision == precision), None)
-        entry: dict[str, Any] = {"precision": precision, "ar_quality": None, "threshold": None, "steps": None, "speedup": None}
+        entry: dict[str, Any] = {
+            "precision": precision,
+            "ar_quality": None,
+            "threshold": None,
+            "steps": None,
+            "speedup": None,
+        }
         if ar is None or not nar:
             entry["reason"] = "no AR baseline at this precision" if ar is None else "no masked point at this precision"
             per_precision.append(entry)
@@ -150,8 +163,14 @@ def frontier(
         "higher_is_better": higher_is_better,
         "tolerance": {"text": str(tolerance), "amount": tolerance.amount, "relative": tolerance.relative},
         "points": [
-            {"model": p.model, "precision": p.precision, "steps": p.steps, "latency_ms": p.latency_ms,
-             "quality": dict(p.quality), "pareto": flag}
+            {
+                "model": p.model,
+                "precision": p.precision,
+                "steps": p.steps,
+                "latency_ms": p.latency_ms,
+                "quality": dict(p.quality),
+                "pareto": flag,
+            }
             for p, flag in zip(points, flags)
         ],
         "smallest_k": per_precision,

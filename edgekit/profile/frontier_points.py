@@ -4,7 +4,8 @@ marks the Pareto-optimal points and finds the smallest K within tolerance of AR'
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,9 @@ def check_frontier_metric(bundle: Bundle, cfg: ProfileConfig) -> None:
     probe = np.zeros((1, int(bundle.meta["seq_len"])), dtype=np.int64)  # any token sequence has every score
     names = list(score(bundle, probe, cond) or {})
     if cfg.frontier_metric not in names:
-        raise UsageError(f"--frontier-metric {cfg.frontier_metric!r} is not a quality metric of {bundle.name}; valid: {', '.join(names)}")
+        raise UsageError(
+            f"--frontier-metric {cfg.frontier_metric!r} is not a quality metric of {bundle.name}; valid: {', '.join(names)}"
+        )
 
 
 def measure_frontier(
@@ -57,21 +60,31 @@ def measure_frontier(
     when nothing can score the outputs)."""
     hook = load_metric_hook(cfg.metric_hook) if cfg.metric_hook else None
     if not bundle.ground_truth and hook is None:
-        return {"available": False, "reason": f"{bundle.name} has no ground truth to score; pass --metric module:function"}
+        return {
+            "available": False,
+            "reason": f"{bundle.name} has no ground truth to score; pass --metric module:function",
+        }
     runtime = variants[0]["runtime"]
     length = int(bundle.meta["seq_len"])
     masked, baseline = DecodeModel.of(bundle), DecodeModel.of(ar)
     # One evaluation set: the demo's held-out class ids (the same for both models) or --cond.
-    eval_cond = {NAR: bundle_conditions(bundle, cfg.frontier_n, cfg.seed, cfg.cond), AR: bundle_conditions(ar, cfg.frontier_n, cfg.seed, cfg.cond)}
+    eval_cond = {
+        NAR: bundle_conditions(bundle, cfg.frontier_n, cfg.seed, cfg.cond),
+        AR: bundle_conditions(ar, cfg.frontier_n, cfg.seed, cfg.cond),
+    }
     timing_cond = bundle_conditions(bundle, rows, cfg.seed, cfg.cond)
 
-    def quality(b: Bundle, model: DecodeModel, rt: Runtime, cond: Mapping[str, np.ndarray], overrides: Mapping[str, Any]) -> dict[str, float]:
+    def quality(
+        b: Bundle, model: DecodeModel, rt: Runtime, cond: Mapping[str, np.ndarray], overrides: Mapping[str, Any]
+    ) -> dict[str, float]:
         outputs = []
         for i in range(-(-cfg.frontier_n // rows)):
             chunk = {k: pad_rows(v[i * rows : (i + 1) * rows], rows) for k, v in cond.items()}
             dcfg = decode_config(model.kind, model.decode_defaults, overrides, seed=cfg.seed + i)
             # decode_rows: an AR baseline exported at a smaller batch decodes the rows in several calls
-            outputs.append(decode_rows(model.kind, rt, model.meta, chunk, dcfg).output[: cfg.frontier_n - i * rows].copy())
+            outputs.append(
+                decode_rows(model.kind, rt, model.meta, chunk, dcfg).output[: cfg.frontier_n - i * rows].copy()
+            )
         output = np.concatenate(outputs)
         q = dict(score(b, output, cond) or {})
         if hook is not None:
@@ -94,30 +107,50 @@ def measure_frontier(
             for i, k in enumerate(cfg.frontier_steps):
                 label = f"frontier {runtime} {precision} K={k} ({i + 1} of {len(cfg.frontier_steps)})"
                 overrides = {**cfg.decode, "steps": k}
-                done = next((v for v in variants if (v["runtime"], v["precision"], v["steps"]) == (runtime, precision, k)), None)
+                done = next(
+                    (v for v in variants if (v["runtime"], v["precision"], v["steps"]) == (runtime, precision, k)), None
+                )
                 if done is not None:
                     latency = done["latency"]["median_ms"]
                 else:
-                    guess = _estimate(per_step, k, cfg.measure.warmup_iters + cfg.measure.iters, cfg.measure.min_seconds)
+                    guess = _estimate(
+                        per_step, k, cfg.measure.warmup_iters + cfg.measure.iters, cfg.measure.min_seconds
+                    )
                     tell(f"{label}: timing{guess}")
                     dcfg = decode_config(masked.kind, masked.decode_defaults, overrides, seed=cfg.seed)
                     tick = (lambda d, t, label=label: progress(label, d, t)) if progress else None
-                    timed = measure_decodes(masked, rt, timing_cond, dcfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False)
+                    timed = measure_decodes(
+                        masked,
+                        rt,
+                        timing_cond,
+                        dcfg,
+                        cfg.measure,
+                        power=None,
+                        rss=None,
+                        progress=tick,
+                        keep_samples=False,
+                    )
                     latency = timed["latency"]["median_ms"]
                 per_step.append(latency / k)
                 tell(f"{label}: quality on {cfg.frontier_n} conditions (~{_seconds(latency * chunks / 1e3)})")
-                points.append(FrontierPoint(NAR, precision, k, latency, quality(bundle, masked, rt, eval_cond[NAR], overrides)))
+                points.append(
+                    FrontierPoint(NAR, precision, k, latency, quality(bundle, masked, rt, eval_cond[NAR], overrides))
+                )
         a = ar_docs.get((runtime, precision))
         if a is None or not a.get("available"):
             notes.append(f"{precision}: no AR baseline ({(a or {}).get('reason', 'not measured')})")
             continue
-        tell(f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions (~{_seconds(a['latency']['median_ms'] * chunks / 1e3)})")
+        tell(
+            f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions (~{_seconds(a['latency']['median_ms'] * chunks / 1e3)})"
+        )
         with open_runtime(ar, runtime, precision, threads=cfg.threads) as rt:
             q = quality(ar, baseline, rt, eval_cond[AR], {"length": length})
         points.append(FrontierPoint(AR, precision, length, a["latency"]["median_ms"], q))
     metric = cfg.frontier_metric or DEFAULT_METRIC.get(bundle.ground_truth or "") or next(iter(points[0].quality))
     doc = frontier(points, metric, Tolerance.parse(cfg.frontier_tolerance), HIGHER_IS_BETTER.get(metric, True))
-    sources = ([f"ground truth ({bundle.ground_truth})"] if bundle.ground_truth else []) + ([f"--metric {cfg.metric_hook}"] if hook else [])
+    sources = ([f"ground truth ({bundle.ground_truth})"] if bundle.ground_truth else []) + (
+        [f"--metric {cfg.metric_hook}"] if hook else []
+    )
     held_out = "held-out " if bundle.ground_truth and not cfg.cond else ""
     return {
         "available": True,
@@ -140,7 +173,7 @@ def _seconds(s: float) -> str:
 
 
 def _estimate(per_step_ms: Sequence[float], k: int, decodes: int, min_seconds: float) -> str:
-    """" (~N s)" for timing ``decodes`` decodes of K steps (at least ``min_seconds``), from the
+    """ " (~N s)" for timing ``decodes`` decodes of K steps (at least ``min_seconds``), from the
     median measured ms per step; "" before anything was measured."""
     if not per_step_ms:
         return ""

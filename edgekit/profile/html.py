@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.outpaths import write_text_into
@@ -159,7 +160,13 @@ def power_plot(doc: Doc) -> str:
         rail = t.get("total_rail")
         pts = [(s["t_ms"] / 1e3, s["rails_mw"][rail]) for s in t["samples"] if rail in s.get("rails_mw", {})]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=COLORS[i % len(COLORS)], label=f"{name} ({rail})")
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker=".",
+                color=COLORS[i % len(COLORS)],
+                label=f"{name} ({rail})",
+            )
     idle = (doc.get("power") or {}).get("idle_mw")
     if idle is not None:
         ax.axhline(idle, color="k", linestyle=":", label=f"idle {idle:.0f} mW")
@@ -214,18 +221,43 @@ def frontier_plot(doc: Doc) -> str:
         ys = [p["quality"].get(metric, float("nan")) for p in pts]
         color = colors[precision]
         name = f"AR ({pts[0]['steps']} tokens)" if model == "ar" else "masked (K steps)"
-        ax.plot(xs, ys, marker="s" if model == "ar" else "o", linestyle="none" if model == "ar" else "-", color=color,
-                markersize=7, label=f"{name}, {precision}")
+        ax.plot(
+            xs,
+            ys,
+            marker="s" if model == "ar" else "o",
+            linestyle="none" if model == "ar" else "-",
+            color=color,
+            markersize=7,
+            label=f"{name}, {precision}",
+        )
         for p, x, y in zip(pts, xs, ys):
             if p["pareto"]:
-                ax.plot([x], [y], marker="o", markersize=13, markerfacecolor="none", markeredgecolor="k", linestyle="none")
+                ax.plot(
+                    [x], [y], marker="o", markersize=13, markerfacecolor="none", markeredgecolor="k", linestyle="none"
+                )
             if model != "ar":
-                ax.annotate(f"K={p['steps']}", (x, y), textcoords="offset points", xytext=(5, -11), fontsize=7, color=color)
+                ax.annotate(
+                    f"K={p['steps']}", (x, y), textcoords="offset points", xytext=(5, -11), fontsize=7, color=color
+                )
     for e in f["smallest_k"]:
         if e.get("threshold") is not None:
-            ax.axhline(e["threshold"], color=colors[e["precision"]], linestyle=":", linewidth=1,
-                       label=f"AR {e['precision']} within {f['tolerance']['text']}")
-    ax.plot([], [], marker="o", markersize=10, markerfacecolor="none", markeredgecolor="k", linestyle="none", label="Pareto-optimal")
+            ax.axhline(
+                e["threshold"],
+                color=colors[e["precision"]],
+                linestyle=":",
+                linewidth=1,
+                label=f"AR {e['precision']} within {f['tolerance']['text']}",
+            )
+    ax.plot(
+        [],
+        [],
+        marker="o",
+        markersize=10,
+        markerfacecolor="none",
+        markeredgecolor="k",
+        linestyle="none",
+        label="Pareto-optimal",
+    )
     ax.set_xscale("log")
     ax.set_xlabel(f"median ms per decode ({f['runtime']}, {f['rows']} rows)")
     ax.set_ylabel(metric + ("" if f.get("higher_is_better", True) else " (lower is better)"))
@@ -237,8 +269,10 @@ def frontier_plot(doc: Doc) -> str:
 # ---- the page -------------------------------------------------------------------------------------
 def _system_rows(doc: Doc) -> list[list[Any]]:
     before, after = doc["system"]["before"], doc["system"]["after"]
-    rows: list[list[Any]] = [["CPU", before["cpu"].get("model"), after["cpu"].get("model")],
-                             ["cores", before["cpu"].get("cores"), after["cpu"].get("cores")]]
+    rows: list[list[Any]] = [
+        ["CPU", before["cpu"].get("model"), after["cpu"].get("model")],
+        ["cores", before["cpu"].get("cores"), after["cpu"].get("cores")],
+    ]
     if before["cpu"].get("board"):
         rows.append(["board", before["cpu"]["board"], after["cpu"].get("board")])
     for cpu, b in before.get("cpufreq", {}).items():
@@ -257,23 +291,37 @@ def _system_rows(doc: Doc) -> list[list[Any]]:
 def render_html(doc: Doc) -> str:
     """The report page for ``doc`` (a string; every value HTML-escaped)."""
     title = f"edgekit profile: {doc['model']} ({doc['kind']})"
-    meta = [["bundle", doc["bundle"]], ["created", doc["created"]], ["rows per decode", doc["rows"]],
-            ["runtimes", ", ".join(doc["config"]["runtimes"])], ["schema", doc["schema"]]]
+    meta = [
+        ["bundle", doc["bundle"]],
+        ["created", doc["created"]],
+        ["rows per decode", doc["rows"]],
+        ["runtimes", ", ".join(doc["config"]["runtimes"])],
+        ["schema", doc["schema"]],
+    ]
     parts = [
-        f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>",
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        '<table class="meta"><tbody>' + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in meta) + "</tbody></table>",
-        "<h2>Variants side by side</h2>", _table(*variants_table(doc)),
+        '<table class="meta"><tbody>'
+        + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in meta)
+        + "</tbody></table>",
+        "<h2>Variants side by side</h2>",
+        _table(*variants_table(doc)),
     ]
     if not_measured_lines(doc):
         parts += [_lines(not_measured_lines(doc), "warn")]
     if doc.get("aihub"):
-        parts += ["<h2>On Qualcomm AI Hub's devices, side by side</h2>", _table(*aihub_table(doc)), _lines(aihub_lines(doc))]
+        parts += [
+            "<h2>On Qualcomm AI Hub's devices, side by side</h2>",
+            _table(*aihub_table(doc)),
+            _lines(aihub_lines(doc)),
+        ]
     if doc.get("ratios"):
-        parts += ["<h2>Ratios (measured in the same run)</h2>",
-                  "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",
-                  _table(*ratios_table(doc))]
+        parts += [
+            "<h2>Ratios (measured in the same run)</h2>",
+            "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",
+            _table(*ratios_table(doc)),
+        ]
     if doc.get("compare_ar"):
         parts += ["<h2>NAR vs AR</h2>", _table(*ar_table(doc)), _lines(crossover_lines(doc))]
         if sweep_table(doc)[1]:
@@ -284,14 +332,22 @@ def render_html(doc: Doc) -> str:
             if frontier_table(doc)[1]:
                 parts += [_table(*frontier_table(doc))]
             parts += [_lines(frontier_lines(doc))]
-    parts += ["<h2>Latency distribution</h2>", latency_histogram(doc),
-              "<h2>Per-step breakdown</h2>", per_step_plot(doc),
-              "<h2>Power</h2>", power_plot(doc)]
+    parts += [
+        "<h2>Latency distribution</h2>",
+        latency_histogram(doc),
+        "<h2>Per-step breakdown</h2>",
+        per_step_plot(doc),
+        "<h2>Power</h2>",
+        power_plot(doc),
+    ]
     parts += ["<h2>System state (before / after the run)</h2>", _table(["", "before", "after"], _system_rows(doc))]
     if doc.get("warnings"):
         parts += ["<h2>Warnings</h2>", _lines(doc["warnings"], "warn")]
-    parts += ["<h2>The JSON document</h2>", f"<details><summary>{html.escape(doc['schema'])}</summary><pre>{html.escape(dumps(doc))}</pre></details>",
-              "</body></html>"]
+    parts += [
+        "<h2>The JSON document</h2>",
+        f"<details><summary>{html.escape(doc['schema'])}</summary><pre>{html.escape(dumps(doc))}</pre></details>",
+        "</body></html>",
+    ]
     return "\n".join(parts)
 
 

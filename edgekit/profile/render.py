@@ -32,8 +32,14 @@ def profile_progress(o: Output):
         TimeElapsedColumn,
     )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=o.err, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=o.err,
+        transient=True,
+    ) as bar:
         tasks: dict[str, int] = {}
 
         def update(label: str, done: int, total: int) -> None:
@@ -48,13 +54,24 @@ def print_profile(o: Output, doc: dict) -> None:
     """The side-by-side table, the ratios, NAR vs AR, power and warnings (shared with `demo`)."""
     s = summary_rows(doc)
     if doc["variants"] or not doc.get("aihub"):
-        o.table(f"profile {doc['model']} ({doc['kind']}), {doc['rows']} rows per decode", s["variants"]["columns"], s["variants"]["rows"])
+        o.table(
+            f"profile {doc['model']} ({doc['kind']}), {doc['rows']} rows per decode",
+            s["variants"]["columns"],
+            s["variants"]["rows"],
+        )
     if aihub_table(doc)[1]:
-        o.table(f"profile {doc['model']} ({doc['kind']}) on Qualcomm AI Hub's devices, {doc['rows']} rows per decode", *aihub_table(doc))
+        o.table(
+            f"profile {doc['model']} ({doc['kind']}) on Qualcomm AI Hub's devices, {doc['rows']} rows per decode",
+            *aihub_table(doc),
+        )
     for line in aihub_lines(doc):
         o.line(line)
     if s["ratios"]["rows"]:
-        o.table("ratios measured in the same run (latency < 1: the first is faster)", s["ratios"]["columns"], s["ratios"]["rows"])
+        o.table(
+            "ratios measured in the same run (latency < 1: the first is faster)",
+            s["ratios"]["columns"],
+            s["ratios"]["rows"],
+        )
     if "ar" in s:
         o.table("NAR vs AR at the same length (speedup = AR ms / NAR ms)", s["ar"]["columns"], s["ar"]["rows"])
         if len(s["sweep"]["rows"]) > 1:
@@ -62,7 +79,11 @@ def print_profile(o: Output, doc: dict) -> None:
     for line in s["not_measured"] + s["crossover"]:
         o.line(line)
     if s.get("frontier", {}).get("rows"):
-        o.table(f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)", s["frontier"]["columns"], s["frontier"]["rows"])
+        o.table(
+            f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)",
+            s["frontier"]["columns"],
+            s["frontier"]["rows"],
+        )
     for line in s["frontier_lines"] + s["power"]:
         o.line(line)
     for w in doc["warnings"]:

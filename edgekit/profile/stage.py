@@ -10,8 +10,9 @@ torch for the length sweep, no int8 artifact for the AR baseline) the document s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
@@ -33,7 +34,9 @@ from edgekit.profile.ratios import variant_ratios
 from edgekit.runtimes.registry import backend
 
 
-def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progress: ProgressFn | None = None) -> dict[str, Any]:
+def profile_bundle(
+    path: Path | str, cfg: ProfileConfig = ProfileConfig(), progress: ProgressFn | None = None
+) -> dict[str, Any]:
     """Measure ``path``'s model on every variant of ``cfg`` in this process, one after the other,
     with the same seed, conditions and decode options. Returns the ``edgekit.profile/1`` document
     (JSON-ready; ``variants`` in measuring order, ``ratios`` between them, ``compare_ar`` when
@@ -42,8 +45,14 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     decode_config(bundle.kind, bundle.decode_defaults, dict(cfg.decode))  # bad options fail here
     # AI Hub's devices run as jobs (profile.aihub); every other runtime is measured in this process.
     local = tuple(r for r in cfg.runtimes if r != AIHUB)
-    mine = tuple(p for p in cfg.precisions if any(p in backend(r).precisions for r in local)) or cfg.precisions  # fp16 may be aihub's only
-    variants_plan = plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False)) if local else []
+    mine = (
+        tuple(p for p in cfg.precisions if any(p in backend(r).precisions for r in local)) or cfg.precisions
+    )  # fp16 may be aihub's only
+    variants_plan = (
+        plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False))
+        if local
+        else []
+    )
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
         if cfg.frontier_steps:
@@ -77,13 +86,21 @@ def profile_bundle(path: Path | str, cfg: ProfileConfig = ProfileConfig(), progr
     return doc
 
 
-def _measured_or_why(bundle: Bundle, v: Any, label: str, cond: Any, cfg: ProfileConfig, power: Any, progress: Any) -> dict[str, Any]:
+def _measured_or_why(
+    bundle: Bundle, v: Any, label: str, cond: Any, cfg: ProfileConfig, power: Any, progress: Any
+) -> dict[str, Any]:
     """One variant's figures, or (it could not run) a row saying why: the other variants are
     still measured and reported."""
     try:
         return profile_variant(bundle, v, label, cond, cfg, power, progress, cfg.decode)
     except EdgekitError as exc:
-        return {"id": label, "available": False, "runtime": v.runtime, "precision": v.precision, "reason": f"{bundle.root}: {exc}"}
+        return {
+            "id": label,
+            "available": False,
+            "runtime": v.runtime,
+            "precision": v.precision,
+            "reason": f"{bundle.root}: {exc}",
+        }
 
 
 def _warnings(doc: Mapping[str, Any]) -> Iterator[str]:

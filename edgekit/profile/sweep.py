@@ -7,8 +7,9 @@ import dataclasses
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,6 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.recording import RecordingRuntime
 from edgekit.runtimes.registry import FileOptions, backend, names
 from edgekit.spec import TensorSpec, ar_cache_form
-
 
 # ---- the length sweep ---------------------------------------------------------------------------
 # Network calls of one fp32 decode recorded to calibrate an int8 sweep model (evenly spaced).
@@ -78,7 +78,9 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
     )
 
 
-def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None) -> Runtime:
+def _open_spec(
+    spec: Any, runtime: str, cache: Path, threads: int, precision: str = "fp32", calibrate: Any = None
+) -> Runtime:
     """A runtime for an architecture-only spec: the module itself on a runtime that runs modules
     (registry ``open_module``: torch), else its ONNX export (cached by name and batch) on one that
     runs exported graphs (``open_file`` with ``graph_precisions``: ort, openvino). ``precision``
@@ -117,7 +119,9 @@ def _open_spec(spec: Any, runtime: str, cache: Path, threads: int, precision: st
 def _sweep_runtimes() -> list[str]:
     """Runtimes the sweep's architecture-only models run on: those that run exported graphs, then
     those that run the module."""
-    return [n for n in names() if backend(n).graph_precisions] + [n for n in names() if backend(n).open_module is not None]
+    return [n for n in names() if backend(n).graph_precisions] + [
+        n for n in names() if backend(n).open_module is not None
+    ]
 
 
 def _exports(runtime: str) -> bool:
@@ -153,9 +157,17 @@ def length_sweep(
             "points": [],
         }
     if runtime not in _sweep_runtimes():
-        return {"available": False, "reason": f"the sweep runs on {', '.join(_sweep_runtimes())}, not {runtime}", "points": []}
+        return {
+            "available": False,
+            "reason": f"the sweep runs on {', '.join(_sweep_runtimes())}, not {runtime}",
+            "points": [],
+        }
     if cfg.sweep_precision == "int8" and not _exports(runtime):
-        return {"available": False, "reason": f"--sweep-precision int8 quantizes for ort and openvino; the sweep here runs on {runtime}", "points": []}
+        return {
+            "available": False,
+            "reason": f"--sweep-precision int8 quantizes for ort and openvino; the sweep here runs on {runtime}",
+            "points": [],
+        }
     try:
         require("torch")
         if _exports(runtime):
@@ -166,8 +178,11 @@ def length_sweep(
         "architecture-only models (random weights: latency does not depend on them) of the bundles' "
         f"architectures at each length, {'exported to ONNX and ' if _exports(runtime) else ''}decoded on "
         f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
-        + (f" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
-           if cfg.sweep_precision == "int8" else "")
+        + (
+            f" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
+            if cfg.sweep_precision == "int8"
+            else ""
+        )
     )
     known = {**bundle_conditions(bundle, rows, cfg.seed, cfg.cond), **bundle_conditions(ar, rows, cfg.seed, cfg.cond)}
     points = []
@@ -190,7 +205,9 @@ def length_sweep(
                 calls = nar_steps if role == "nar" else n
                 every = -(-calls // SWEEP_CALIBRATION_CALLS)
 
-                def record(fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg, every=every) -> list[dict[str, np.ndarray]]:
+                def record(
+                    fp32: Runtime, model=model, spec_cond=spec_cond, dcfg=dcfg, every=every
+                ) -> list[dict[str, np.ndarray]]:
                     recorder = RecordingRuntime(fp32, model.kind, model.meta, every=every)
                     decode(model.kind, recorder, model.meta, spec_cond, dcfg)
                     return recorder.feeds
@@ -198,8 +215,15 @@ def length_sweep(
                 with _open_spec(spec, runtime, cache, cfg.threads, cfg.sweep_precision, record) as rt:
                     tick = (lambda done, total, label=label: progress(label, done, total)) if progress else None
                     doc = measure_decodes(
-                        model, rt, spec_cond, dcfg, cfg.sweep_measure,
-                        power=None, rss=None, progress=tick, keep_samples=False,
+                        model,
+                        rt,
+                        spec_cond,
+                        dcfg,
+                        cfg.sweep_measure,
+                        power=None,
+                        rss=None,
+                        progress=tick,
+                        keep_samples=False,
                     )
                 point[f"{role}_decode_ms"] = doc["latency"]["median_ms"]
                 point[f"{role}_latency"] = doc["latency"]

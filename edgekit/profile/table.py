@@ -6,7 +6,8 @@ Each builder returns ``(columns, rows)``; cells are numbers, strings or ``None``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 Doc = Mapping[str, Any]
 Rows = tuple[list[str], list[list[Any]]]
@@ -131,7 +132,14 @@ def ratios_table(doc: Doc) -> Rows:
 def ar_table(doc: Doc) -> Rows:
     """NAR-vs-AR speedups at the bundle's length (AR median / NAR median)."""
     cmp = doc.get("compare_ar") or {}
-    columns = ["NAR", "AR", f"NAR ms (L={cmp.get('length')})", "AR ms", "speedup", f"{doc.get('item_unit', 'tokens')}/s ratio"]
+    columns = [
+        "NAR",
+        "AR",
+        f"NAR ms (L={cmp.get('length')})",
+        "AR ms",
+        "speedup",
+        f"{doc.get('item_unit', 'tokens')}/s ratio",
+    ]
     rows = []
     for s in cmp.get("speedups", []):
         if s.get("speedup") is not None:  # one that could not be measured is a line (not_measured_lines)
@@ -166,7 +174,9 @@ def crossover_statement(cross: Mapping[str, Any] | None) -> str:
     if m.get("bound"):
         return f"measured crossover N {m['bound']}"
     if model.get("n") is not None:
-        return f"fitted crossover N ~ {model['n']:.0f} tokens" + (" (extrapolated)" if model.get("extrapolated") else "")
+        return f"fitted crossover N ~ {model['n']:.0f} tokens" + (
+            " (extrapolated)" if model.get("extrapolated") else ""
+        )
     return "crossover: not measured (one length timed; `edgekit profile --compare-ar --sweep 32,128` or `edgekit demo --full` sweeps lengths)"
 
 
@@ -183,13 +193,26 @@ def nar_vs_ar_line(doc: Doc) -> str | None:
 def sweep_table(doc: Doc) -> Rows:
     """Decode time against length: the points the crossovers come from, one block per engine and
     precision (``--sweep-precision fp32,int8`` or several runtimes: side by side, one run)."""
-    crossovers = [c for c in (_get(doc, "compare_ar", "crossovers") or [_get(doc, "compare_ar", "crossover") or {}]) if c.get("points")]
+    crossovers = [
+        c
+        for c in (_get(doc, "compare_ar", "crossovers") or [_get(doc, "compare_ar", "crossover") or {}])
+        if c.get("points")
+    ]
     columns = ["engine", "K", "N", "models", "NAR ms", "AR ms", "c ms/step", "tau ms/token", "AR/NAR"]
     rows = [
-        [f"{c['runtime']} {c.get('sweep_precision', c['precision'])}", c["nar_steps"], p["length"],
-         "trained" if p["source"] == "bundle" else "arch-only",
-         p["nar_decode_ms"], p["ar_decode_ms"], p["c_ms"], p["tau_ms"], p["speedup"]]
-        for c in crossovers for p in c["points"]
+        [
+            f"{c['runtime']} {c.get('sweep_precision', c['precision'])}",
+            c["nar_steps"],
+            p["length"],
+            "trained" if p["source"] == "bundle" else "arch-only",
+            p["nar_decode_ms"],
+            p["ar_decode_ms"],
+            p["c_ms"],
+            p["tau_ms"],
+            p["speedup"],
+        ]
+        for c in crossovers
+        for p in c["points"]
     ]
     return columns, rows
 
@@ -204,7 +227,9 @@ def crossover_lines(doc: Doc) -> list[str]:
     if not cross.get("available"):
         return [f"crossover: unavailable ({cross.get('reason')})"]
     seed = cross["seed_formula"]
-    lines = [f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}, K={cross['nar_steps']}): {crossover_statement(cross)}"]
+    lines = [
+        f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}, K={cross['nar_steps']}): {crossover_statement(cross)}"
+    ]
     m, model = cross.get("measured") or {}, cross.get("model") or {}
     estimates = []
     if model.get("n") is not None and (m.get("n") is not None or m.get("bound")):  # not the answer above: an estimate
@@ -212,9 +237,11 @@ def crossover_lines(doc: Doc) -> list[str]:
         estimates.append(f"fitted per-step costs K*c(N) = N*tau(N) give N ~ {model['n']:.0f}{extra}")
     elif model.get("reason"):
         estimates.append(f"fitted per-step costs: {model['reason']}")
-    estimates.append(f"lower bounds from the bundle length alone: N > 1 + c/tau = {_num(seed['n'])}, "
-                     f"N > K*c/tau = {_num(cross['k_steps_estimate']['n'])} with K={cross['nar_steps']} "
-                     f"(c = {seed['c_ms']:.3g} ms per NAR step, tau = {seed['tau_ms']:.3g} ms per AR token)")
+    estimates.append(
+        f"lower bounds from the bundle length alone: N > 1 + c/tau = {_num(seed['n'])}, "
+        f"N > K*c/tau = {_num(cross['k_steps_estimate']['n'])} with K={cross['nar_steps']} "
+        f"(c = {seed['c_ms']:.3g} ms per NAR step, tau = {seed['tau_ms']:.3g} ms per AR token)"
+    )
     lines.append("estimates, not the answer: " + "; ".join(estimates))
     sweep = cross.get("sweep") or {}
     if not sweep.get("available", False):
@@ -223,8 +250,10 @@ def crossover_lines(doc: Doc) -> list[str]:
         lines.append(f"length sweep: {sweep.get('how')}")
         lines += [f"note: {n}" for n in sweep.get("notes", [])]
     for other in (_get(doc, "compare_ar", "crossovers") or [])[1:]:  # one per further runtime (engine)
-        lines.append(f"crossover on {other['runtime']} {other.get('sweep_precision', other['precision'])}, "
-                     f"K={other['nar_steps']}: {crossover_statement(other)}")
+        lines.append(
+            f"crossover on {other['runtime']} {other.get('sweep_precision', other['precision'])}, "
+            f"K={other['nar_steps']}: {crossover_statement(other)}"
+        )
     for c in _get(doc, "compare_ar", "crossovers") or [cross]:
         if c.get("nar_steps_from", "").startswith("the frontier"):
             lines.append(f"K={c['nar_steps']} on {c['runtime']} {c['precision']}: {c['nar_steps_from']}")
@@ -252,8 +281,15 @@ def frontier_table(doc: Doc) -> Rows:
     # Short headers: the table is read in an 80-column terminal; the frontier lines name the metric.
     columns = ["model", "prec", "K", "ms/decode", metric, *others, "Pareto"]
     rows = [
-        ["masked" if p["model"] == "masked" else "AR", p["precision"], p["steps"], p["latency_ms"], p["quality"].get(metric),
-         *[p["quality"].get(m) for m in others], "*" if p["pareto"] else ""]
+        [
+            "masked" if p["model"] == "masked" else "AR",
+            p["precision"],
+            p["steps"],
+            p["latency_ms"],
+            p["quality"].get(metric),
+            *[p["quality"].get(m) for m in others],
+            "*" if p["pareto"] else "",
+        ]
         for p in f["points"]
     ]
     return columns, rows
@@ -268,7 +304,9 @@ def frontier_lines(doc: Doc) -> list[str]:
     if not f.get("available"):
         return [f"frontier: unavailable ({f.get('reason')})"]
     metric, tol = f["metric"], f["tolerance"]["text"]
-    lines = [f"frontier: {f['how']}; quality from {f['quality_from']}; * = Pareto-optimal (no other point is as fast and as good)"]
+    lines = [
+        f"frontier: {f['how']}; quality from {f['quality_from']}; * = Pareto-optimal (no other point is as fast and as good)"
+    ]
     for e in f["smallest_k"]:
         head = f"{f['runtime']} {e['precision']}: smallest K with {metric} within {tol} of AR's"
         if e.get("steps") is None:
@@ -290,7 +328,9 @@ def power_lines(doc: Doc) -> list[str]:
     p = doc.get("power") or {}
     if not p.get("available"):
         return [f"power: unavailable ({p.get('probe', 'auto')}): {p.get('reason')}"]
-    lines = [f"power: {p['probe']}" + (f", idle baseline {p['idle_mw']:.0f} mW" if p.get("idle_mw") is not None else "")]
+    lines = [
+        f"power: {p['probe']}" + (f", idle baseline {p['idle_mw']:.0f} mW" if p.get("idle_mw") is not None else "")
+    ]
     for v in profiled_columns(doc):
         e = v.get("energy") or {}
         if not e.get("available"):

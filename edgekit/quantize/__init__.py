@@ -67,4 +67,3 @@ __all__ = [
     "register_profile",
     "unregister_profile",
 ]
-

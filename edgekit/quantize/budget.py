@@ -21,8 +21,9 @@ the qnn promotion search ``quantize/qnn/search.py``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,9 @@ class LockstepRuntime(RuntimeProxy):
     input is the mask id (the ones being decided). Rows are compared as the network runs them
     (with CFG, conditional and unconditional rows each)."""
 
-    def __init__(self, reference: Runtime, candidate: Runtime, kind: str, meta: Mapping[str, Any], temperature: float, seed: int):
+    def __init__(
+        self, reference: Runtime, candidate: Runtime, kind: str, meta: Mapping[str, Any], temperature: float, seed: int
+    ):
         super().__init__(reference, name=f"lockstep({reference.name}, {candidate.name})", owns_inner=False)
         self.reference, self.candidate = reference, candidate
         self.kind = kind
@@ -76,7 +79,9 @@ class LockstepRuntime(RuntimeProxy):
         self.agreeing += int(np.sum((a == b) & where))
         self.total += int(np.sum(where))
         if self.temperature > 0:
-            self.top1_agreeing += int(np.sum((self._decide(logits, 0.0, noise_free=True) == self._decide(cand, 0.0, noise_free=True)) & where))
+            self.top1_agreeing += int(
+                np.sum((self._decide(logits, 0.0, noise_free=True) == self._decide(cand, 0.0, noise_free=True)) & where)
+            )
         else:
             self.top1_agreeing += int(np.sum((a == b) & where))
         return ref
@@ -101,8 +106,14 @@ class EvalRun:
 
 
 def decode_eval_set(
-    bundle: Bundle, runtime: Any, n: int, seed: int, decode_options: Mapping[str, Any], reference: Any = None,
-    rows: Mapping[str, np.ndarray] | None = None, each_batch: Callable[[int], None] | None = None,
+    bundle: Bundle,
+    runtime: Any,
+    n: int,
+    seed: int,
+    decode_options: Mapping[str, Any],
+    reference: Any = None,
+    rows: Mapping[str, np.ndarray] | None = None,
+    each_batch: Callable[[int], None] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
     ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
@@ -115,8 +126,15 @@ def decode_eval_set(
         cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options, seed=seed)
         lock = LockstepRuntime(reference, runtime, bundle.kind, bundle.meta, cfg.temperature, seed)
         first = -(-n // bundle.batch)
-        evaluate(bundle, lock, n, seed, dict(decode_options), cond=rows,
-                 each_batch=None if each_batch is None else lambda i: each_batch(first + i))
+        evaluate(
+            bundle,
+            lock,
+            n,
+            seed,
+            dict(decode_options),
+            cond=rows,
+            each_batch=None if each_batch is None else lambda i: each_batch(first + i),
+        )
         decisions = (lock.agreeing, lock.total)
         return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total))
     return EvalRun(sampled, decisions)
@@ -167,4 +185,3 @@ def worst_margin(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> flo
         op = BUDGET_RULES[key][0]
         margins.append(((value - limit) if op == ">=" else (limit - value)) / max(abs(limit), 1e-3))
     return min(margins, default=math.inf)
-

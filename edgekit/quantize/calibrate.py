@@ -10,9 +10,10 @@ read exactly those (``TrajectoryReader``).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,6 @@ from edgekit.evaluate import evaluate
 from edgekit.runtimes.base import Runtime, validate_feeds
 from edgekit.runtimes.recording import RecordedCall, RecordingRuntime
 from edgekit.spec import TensorSpec
-
 
 # The calibration recording's bound: quantize kept every call of its decodes, and an AR model's
 # step feeds hold the whole KV cache (the demo AR baseline at 1024 tokens, batch 8: 33 MB per
@@ -120,8 +120,13 @@ class Trajectories:
 
 
 def record_trajectories(
-    bundle: Bundle, runtime: Runtime, samples: int, seed: int, decode_options: Mapping[str, Any] | None = None,
-    rows: Mapping[str, np.ndarray] | None = None, max_bytes: int | None = RECORD_MAX_BYTES,
+    bundle: Bundle,
+    runtime: Runtime,
+    samples: int,
+    seed: int,
+    decode_options: Mapping[str, Any] | None = None,
+    rows: Mapping[str, np.ndarray] | None = None,
+    max_bytes: int | None = RECORD_MAX_BYTES,
     each_batch: Callable[[int], None] | None = None,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
@@ -140,7 +145,9 @@ def record_trajectories(
             each_batch(i)
 
     evaluate(bundle, recorder, samples, seed, decode_options, cond=rows, each_batch=begin)
-    return Trajectories(recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}), recorder.every)
+    return Trajectories(
+        recorder.feeds, recorder.calls, decodes, samples, seed, dict(decode_options or {}), recorder.every
+    )
 
 
 # ---- range drift across steps ------------------------------------------------------------------
@@ -192,8 +199,12 @@ class RangeDrift:
         ratio = self.amax.max(axis=0) / np.maximum(self.amax.min(axis=0), 1e-30)
         order = np.argsort(-ratio)[:k]
         return [
-            {"tensor": self.tensors[i], "label": self.label(i), "max_over_min": float(ratio[i]),
-             "amax_per_call": [float(v) for v in self.amax[:, i]]}
+            {
+                "tensor": self.tensors[i],
+                "label": self.label(i),
+                "max_over_min": float(ratio[i]),
+                "amax_per_call": [float(v) for v in self.amax[:, i]],
+            }
             for i in order
         ]
 
@@ -202,7 +213,11 @@ class RangeDrift:
 
 
 def range_drift(
-    model_path: Path, tensors: Sequence[str], traj: Trajectories, threads: int = 0, labels: Mapping[str, str] | None = None
+    model_path: Path,
+    tensors: Sequence[str],
+    traj: Trajectories,
+    threads: int = 0,
+    labels: Mapping[str, str] | None = None,
 ) -> RangeDrift:
     """Run ``model_path`` (float) on every recorded feed with ReduceMin/ReduceMax taps on
     ``tensors`` and group the ranges by call index within the decode. ``labels``: tensor ->
@@ -227,7 +242,9 @@ def range_drift(
         with side_files_beside(model_path, Path(tmp)):
             onnx.save(model, str(path))
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    row = {c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))}  # a thinned recording keeps every n-th call
+    row = {
+        c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))
+    }  # a thinned recording keeps every n-th call
     steps = len(row)
     amax = np.zeros((steps, len(tensors)))
     pos_sum, pos_n = np.zeros(steps), np.zeros(steps)

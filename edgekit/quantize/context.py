@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -94,12 +95,28 @@ class QuantizeRun:
         self.candidates += 1
         candidate = MemoRuntime(runtime, folder=self.tmp / f"candidate-{self.candidates}-answers", name=runtime.name)
         try:
-            eta = Eta(f"candidate {self.candidates}: INT8 decode", self.schedule.per_candidate, self.say) if self.schedule else None
-            run = decode_eval_set(self.bundle, candidate, self.n_eval, cfg.eval_seed, cfg.decode, reference=self.fp32_rt,
-                                  rows=self.eval_rows, each_batch=eta)
+            eta = (
+                Eta(f"candidate {self.candidates}: INT8 decode", self.schedule.per_candidate, self.say)
+                if self.schedule
+                else None
+            )
+            run = decode_eval_set(
+                self.bundle,
+                candidate,
+                self.n_eval,
+                cfg.eval_seed,
+                cfg.decode,
+                reference=self.fp32_rt,
+                rows=self.eval_rows,
+                each_batch=eta,
+            )
             metrics = compare(self.kind, self.reference, run)
             if gate:
-                metrics |= gate_metrics(gate_runtimes(self.bundle, self.fp32_rt, candidate, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows))
+                metrics |= gate_metrics(
+                    gate_runtimes(
+                        self.bundle, self.fp32_rt, candidate, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows
+                    )
+                )
         finally:
             shutil.rmtree(self.tmp / f"candidate-{self.candidates}-answers", ignore_errors=True)
         self.calls_run += candidate.misses

@@ -8,9 +8,10 @@ from ``t`` alone up to the embedding the blocks share: sinusoid + time MLP), ``o
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,13 +76,17 @@ def _parse_scopes(text: str) -> list[str]:
     return [p.strip().strip("'\"") for p in text[1:-1].split(",")]
 
 
-def analyse_graph(model_path: Path, time_input: str | None = None, labels: Mapping[str, str] | None = None) -> GraphPlan:
+def analyse_graph(
+    model_path: Path, time_input: str | None = None, labels: Mapping[str, str] | None = None
+) -> GraphPlan:
     """Every node of the (prepared, shape-inferred) float graph with its role and FLOPs.
 
     time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
     labels: node name -> module path (``module_labels`` of the original graph)."""
     onnx = require("onnx")
-    model = onnx.shape_inference.infer_shapes(load_onnx(model_path, "the prepared float graph"))  # shapes need no weights
+    model = onnx.shape_inference.infer_shapes(
+        load_onnx(model_path, "the prepared float graph")
+    )  # shapes need no weights
     graph = model.graph
     labels = dict(labels or {})
     shapes, types = _value_shapes(onnx, model)

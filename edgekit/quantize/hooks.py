@@ -64,5 +64,7 @@ class SearchResult:
     tensors: list[str] = field(default_factory=list)  # calibrated activation tensors (the TensorRT table's)
     cache: Path | None = None  # ORT's calibration cache, where the profile keeps one
     budget_extra: dict[str, Any] = field(default_factory=dict)  # e.g. measured_on
-    extras: dict[str, Any] = field(default_factory=dict)  # profile keys: qnn, arithmetic, fallback_form, step_buckets, speed
+    extras: dict[str, Any] = field(
+        default_factory=dict
+    )  # profile keys: qnn, arithmetic, fallback_form, step_buckets, speed
     bucket_models: list[Path] = field(default_factory=list)  # step buckets: every bucket's graph (model first)

@@ -16,8 +16,9 @@ into a bundle and ``edgekit quantize --overrides FILE`` reads, so a fix survives
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.userfiles import read_user_text
@@ -37,7 +38,7 @@ def load_overrides(path: str | Path) -> tuple[dict[str, Any], ...]:
     except (RecursionError, json.JSONDecodeError) as exc:
         raise UsageError(f"--overrides {p} is not a readable JSON file ({type(exc).__name__}: {exc})") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA or not isinstance(doc.get("overrides"), list):
-        raise UsageError(f"--overrides {p}: expected a JSON object with \"schema\": \"{SCHEMA}\" and an \"overrides\" list")
+        raise UsageError(f'--overrides {p}: expected a JSON object with "schema": "{SCHEMA}" and an "overrides" list')
     return check_overrides(doc["overrides"], str(p))
 
 
@@ -48,7 +49,9 @@ def check_overrides(items: Sequence[Any], where: str = "--overrides") -> tuple[d
             raise UsageError(f"{where}: override #{i + 1} must be an object, found {type(item).__name__}")
         unknown = sorted(set(item) - _KEYS)
         if unknown:
-            raise UsageError(f"{where}: override #{i + 1} has unknown key {unknown[0]!r}; valid: {', '.join(sorted(_KEYS))}")
+            raise UsageError(
+                f"{where}: override #{i + 1} has unknown key {unknown[0]!r}; valid: {', '.join(sorted(_KEYS))}"
+            )
         action = item.get("action")
         if "node" in item and action in NODE_ACTIONS and isinstance(item["node"], str) and item["node"]:
             out.append(dict(item))
@@ -56,8 +59,8 @@ def check_overrides(items: Sequence[Any], where: str = "--overrides") -> tuple[d
             out.append(dict(item))
         else:
             raise UsageError(
-                f"{where}: override #{i + 1} {dict(item)!r} is invalid; valid: {{\"node\": NAME, \"action\": "
-                f"{' | '.join(NODE_ACTIONS)}}} or {{\"tensor\": NAME, \"action\": {' | '.join(TENSOR_ACTIONS)}}}"
+                f'{where}: override #{i + 1} {dict(item)!r} is invalid; valid: {{"node": NAME, "action": '
+                f'{" | ".join(NODE_ACTIONS)}}} or {{"tensor": NAME, "action": {" | ".join(TENSOR_ACTIONS)}}}'
             )
     return tuple(out)
 

@@ -11,8 +11,9 @@ it ends. The summary keeps the plan beside what the run really cost, in FP32 dec
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # A step that runs longer than this says how far it is (and no more often than this).
 INTERVAL_S = 10.0
@@ -31,8 +32,14 @@ class Eta:
     ``interval`` seconds, "label done/total, elapsed, about T left", from the mean time per unit so
     far. ``clock``: a stand-in in tests."""
 
-    def __init__(self, label: str, total: int, say: Callable[[str], None], clock: Callable[[], float] = time.perf_counter,
-                 interval: float = INTERVAL_S):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.perf_counter,
+        interval: float = INTERVAL_S,
+    ):
         self.label, self.total, self.say, self.clock, self.interval = label, total, say, clock, interval
         self.start = self.last = clock()
 
@@ -68,15 +75,21 @@ class Plan:
     def describe(self, decode_s: float) -> str:
         e = self.estimate(decode_s)
         first = e["fp32_decodes_s"] + e["calibrate_s"] + e["per_candidate_s"]
-        return (f"plan: {self.calibration} calibration + {self.heldout} held-out FP32 decodes ({decode_s:.1f} s each), "
-                f"then {self.per_candidate} INT8 decodes per candidate (FP32 answered from the reference): about "
-                f"{clock_text(first)} until the first candidate is judged, about {clock_text(e['per_candidate_s'])} more "
-                "for each fallback the budget needs")
+        return (
+            f"plan: {self.calibration} calibration + {self.heldout} held-out FP32 decodes ({decode_s:.1f} s each), "
+            f"then {self.per_candidate} INT8 decodes per candidate (FP32 answered from the reference): about "
+            f"{clock_text(first)} until the first candidate is judged, about {clock_text(e['per_candidate_s'])} more "
+            "for each fallback the budget needs"
+        )
 
     def to_json(self, decode_s: float | None) -> dict[str, Any]:
-        doc: dict[str, Any] = {"calibration_decodes": self.calibration, "heldout_decodes": self.heldout,
-                               "int8_decodes_per_candidate": self.per_candidate, "speed_decodes": self.speed,
-                               "fp32_decode_s": decode_s}
+        doc: dict[str, Any] = {
+            "calibration_decodes": self.calibration,
+            "heldout_decodes": self.heldout,
+            "int8_decodes_per_candidate": self.per_candidate,
+            "speed_decodes": self.speed,
+            "fp32_decode_s": decode_s,
+        }
         if decode_s:
             doc["estimate_s"] = self.estimate(decode_s)
         return doc

@@ -25,55 +25,59 @@ from edgekit.quantize.registry import ProfileSettings, QuantizeProfile, register
 # precisions, the weighted ops run 2.4x faster in INT8 but the other ops (GELU, attention core,
 # LayerNorm, Transpose, QuantizeLinear) are ~half of INT8 time: 1.72x per forward
 # (`python benchmarks/bench.py` prints the op profile).
-CPU = register_profile(QuantizeProfile(
-    name="cpu",
-    help="fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias)",
-    settings=ProfileSettings(
-        activation_type="QUInt8",
-        weight_type="QInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=False,
-        weight_symmetric=True,
-        quantize_bias=True,
-        quantized_outputs=("Conv",),
-        skip_gemv=False,
-        weight_only_float=True,
-        # Budget fallbacks are plain FP32 here: a weight-only layer dequantizes its weight at every
-        # call, which measured slower than FP32 on the CPUs tried (cpu.fallback.choose_fallback_form
-        # times both forms on the host and keeps weight-only only where it is faster).
-        weight_only_fallback=False,
-    ),
-    hooks=FallbackProfile,
-    cpu_arithmetic=True,
-    # Every bucket is one more session (ORT) or compiled model (OpenVINO) in memory, as deployed.
-    bucket_memory=True,
-))
+CPU = register_profile(
+    QuantizeProfile(
+        name="cpu",
+        help="fastest on ONNX Runtime CPU (u8 activations, s8 per-channel weights, int32 bias)",
+        settings=ProfileSettings(
+            activation_type="QUInt8",
+            weight_type="QInt8",
+            per_channel=True,
+            reduce_range=False,
+            activation_symmetric=False,
+            weight_symmetric=True,
+            quantize_bias=True,
+            quantized_outputs=("Conv",),
+            skip_gemv=False,
+            weight_only_float=True,
+            # Budget fallbacks are plain FP32 here: a weight-only layer dequantizes its weight at every
+            # call, which measured slower than FP32 on the CPUs tried (cpu.fallback.choose_fallback_form
+            # times both forms on the host and keeps weight-only only where it is faster).
+            weight_only_fallback=False,
+        ),
+        hooks=FallbackProfile,
+        cpu_arithmetic=True,
+        # Every bucket is one more session (ORT) or compiled model (OpenVINO) in memory, as deployed.
+        bucket_memory=True,
+    )
+)
 
 # TensorRT explicit quantization (shared/reference/quantization.md): int8 only, zero points 0,
 # per-channel weights, activations per-tensor, Q/DQ on weighted-op inputs, bias in float. It
 # deploys TensorRT plans, whose memory the budget runtime (ORT) does not show: step buckets are
 # not bounded by memory.
-TRT = register_profile(QuantizeProfile(
-    name="trt",
-    help="TensorRT QDQ rules (int8 symmetric, zero points 0, float bias)",
-    settings=ProfileSettings(
-        activation_type="QInt8",
-        weight_type="QInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=True,
-        weight_symmetric=True,
-        quantize_bias=False,
-        quantized_outputs=(),
-        skip_gemv=True,
-        weight_only_float=False,  # a lone weight DQ is no TensorRT INT8 layer: keep float weights float
-        # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
-        weight_only_fallback=True,
-    ),
-    hooks=FallbackProfile,
-    graph_rules=trt_violations,
-))
+TRT = register_profile(
+    QuantizeProfile(
+        name="trt",
+        help="TensorRT QDQ rules (int8 symmetric, zero points 0, float bias)",
+        settings=ProfileSettings(
+            activation_type="QInt8",
+            weight_type="QInt8",
+            per_channel=True,
+            reduce_range=False,
+            activation_symmetric=True,
+            weight_symmetric=True,
+            quantize_bias=False,
+            quantized_outputs=(),
+            skip_gemv=True,
+            weight_only_float=False,  # a lone weight DQ is no TensorRT INT8 layer: keep float weights float
+            # ...except budget fallbacks, which must keep the 0.3x size: int8 weight, zero point 0.
+            weight_only_fallback=True,
+        ),
+        hooks=FallbackProfile,
+        graph_rules=trt_violations,
+    )
+)
 
 # Qualcomm HTP (quantize/qnn/): every op QDQ by onnxruntime's QNN rules, uint8 activations,
 # MatMul weights int8 symmetric per output column (per_channel; the HTP backend of
@@ -87,27 +91,31 @@ TRT = register_profile(QuantizeProfile(
 # limit, as do the flow budgets. It also budgets top-1 agreement at `check`'s default floors
 # (masked 0.90, ar 0.95: evaluate/thresholds.py), so a model quantize passes does not fail check:
 # the 8-bit masked demo had 0.957 token agreement but 0.869 top-1 on the HTP backend.
-QNN = register_profile(QuantizeProfile(
-    name="qnn",
-    help="Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend",
-    settings=ProfileSettings(
-        activation_type="QUInt8",
-        weight_type="QUInt8",
-        per_channel=True,
-        reduce_range=False,
-        activation_symmetric=False,
-        weight_symmetric=False,
-        quantize_bias=True,
-        quantized_outputs=("*",),
-        skip_gemv=False,
-        weight_only_float=False,
-        weight_only_fallback=False,
-    ),
-    hooks=QnnProfile,
-    budgets={"masked": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.90},
-             "ar": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.95}},
-    emulated=True,
-    emulated_why="the HTP backend is emulated on this CPU: its time is not the NPU's",
-    overrides="tensor",
-    extra="qnn",
-))
+QNN = register_profile(
+    QuantizeProfile(
+        name="qnn",
+        help="Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend",
+        settings=ProfileSettings(
+            activation_type="QUInt8",
+            weight_type="QUInt8",
+            per_channel=True,
+            reduce_range=False,
+            activation_symmetric=False,
+            weight_symmetric=False,
+            quantize_bias=True,
+            quantized_outputs=("*",),
+            skip_gemv=False,
+            weight_only_float=False,
+            weight_only_fallback=False,
+        ),
+        hooks=QnnProfile,
+        budgets={
+            "masked": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.90},
+            "ar": {"lockstep_token_agreement": 0.95, "top1_agreement": 0.95},
+        },
+        emulated=True,
+        emulated_why="the HTP backend is emulated on this CPU: its time is not the NPU's",
+        overrides="tensor",
+        extra="qnn",
+    )
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,8 +21,16 @@ from edgekit.runtimes.onnx_file import finalize_side_file, load_onnx, needs_side
 
 
 def record_result(
-    bundle: Bundle, model: Path, cache: Path, tensors: list[str], tmp: Path, cfg: QuantizeConfig,
-    summary: dict[str, Any], clock: dict[str, float], start: float, eval_rows: Mapping[str, np.ndarray] | None = None,
+    bundle: Bundle,
+    model: Path,
+    cache: Path,
+    tensors: list[str],
+    tmp: Path,
+    cfg: QuantizeConfig,
+    summary: dict[str, Any],
+    clock: dict[str, float],
+    start: float,
+    eval_rows: Mapping[str, np.ndarray] | None = None,
     bucket_models: Sequence[Path] = (),
 ) -> None:
     """Stage the INT8 graph (and ORT's TensorRT calibration table, and the held-out condition
@@ -38,9 +47,16 @@ def record_result(
             staged_cond = bundle.staging_path("conditions.npz")
             with open(staged_cond, "wb") as f:
                 np.savez(f, **eval_rows)
-            bundle.add_artifact("conditions", staged_cond, made_by="quantize",
-                                config={"format": "npz: held-out condition rows [N, ...] per input", "rows": len(next(iter(eval_rows.values())))},
-                                suffix=".npz")
+            bundle.add_artifact(
+                "conditions",
+                staged_cond,
+                made_by="quantize",
+                config={
+                    "format": "npz: held-out condition rows [N, ...] per input",
+                    "rows": len(next(iter(eval_rows.values()))),
+                },
+                suffix=".npz",
+            )
         else:
             bundle.remove_artifact("conditions")
         staged_table = calibration_table(bundle, cache, tensors, tmp)
@@ -50,11 +66,15 @@ def record_result(
             for stale in [n for n in bundle.artifact_names if n.startswith(BUCKET_ARTIFACT)]:
                 bundle.remove_artifact(stale)
             sides = stage_model(model, staged)
-            art = bundle.add_artifact("int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx", side_files=sides)
+            art = bundle.add_artifact(
+                "int8", staged, made_by="quantize", config=cfg.to_json(), suffix=".onnx", side_files=sides
+            )
             summary["artifact"] = {"int8": art.path}
         if staged_table is not None:
             table = bundle.add_artifact(
-                "int8-calibration", staged_table, made_by="quantize",
+                "int8-calibration",
+                staged_table,
+                made_by="quantize",
                 config={"format": "TensorRT calibration cache (text): tensor max |x|", "method": cfg.method},
                 suffix=".cache",
             )
@@ -97,7 +117,9 @@ def replaced_by_quantize(artifact: str) -> bool:
     return artifact == "int8" or artifact.startswith(BUCKET_ARTIFACT)
 
 
-def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tmp: Path, summary: dict[str, Any]) -> dict[str, str]:
+def stage_buckets(
+    bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tmp: Path, summary: dict[str, Any]
+) -> dict[str, str]:
     """Each step bucket's graph as an artifact ("int8", "int8-bucket-1", ...) over ONE weights file:
     the initializers every bucket holds byte for byte (the INT8 weights) are written once and
     each graph names them as ONNX external data; scales, zero points and biases stay inside
@@ -115,13 +137,26 @@ def stage_buckets(bundle: Bundle, paths: Sequence[Path], cfg: QuantizeConfig, tm
         staged = bundle.staging_path(f"{name}.onnx")
         onnx.save(model, str(staged))
         side = weights if i == 0 else bundle.root / weights_name  # moved in with bucket 0, named by the rest
-        art = bundle.add_artifact(name, staged, made_by="quantize", config=cfg.to_json() | {"step_bucket": i},
-                                  suffix=".onnx", side_files=[side])
+        art = bundle.add_artifact(
+            name,
+            staged,
+            made_by="quantize",
+            config=cfg.to_json() | {"step_bucket": i},
+            suffix=".onnx",
+            side_files=[side],
+        )
         out[name] = art.path
     doc = summary.setdefault("step_buckets", {}) or {}
-    binding = bucket_binding(doc.get("by", ""), doc.get("boundaries") or [], [(n, bundle.artifact(n).sha256) for n in names])
-    summary["step_buckets"] = doc | {"artifacts": names, "weights_file": weights_name, "shared_bytes": len(blob),
-                                     "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names], "binding": binding}
+    binding = bucket_binding(
+        doc.get("by", ""), doc.get("boundaries") or [], [(n, bundle.artifact(n).sha256) for n in names]
+    )
+    summary["step_buckets"] = doc | {
+        "artifacts": names,
+        "weights_file": weights_name,
+        "shared_bytes": len(blob),
+        "graph_bytes": [Path(bundle.path_of(n)).stat().st_size for n in names],
+        "binding": binding,
+    }
     return out
 
 
@@ -140,5 +175,3 @@ def calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path
     staged = bundle.staging_path("int8-calibration.cache")
     shutil.copyfile(out_dir / "calibration.cache", staged)
     return staged
-
-

@@ -13,9 +13,10 @@ Importing this module imports no profile: the hooks arrive with their entry.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.quantize.hooks import ProfileHooks
@@ -92,13 +93,23 @@ _PROFILES: dict[str, QuantizeProfile] = {}
 
 def register_profile(profile: QuantizeProfile, *, replace: bool = False) -> QuantizeProfile:
     """Add ``profile`` under its name (a second one of that name is refused unless ``replace``)."""
-    problems = [why for bad, why in (
-        (not profile.name.replace("-", "").replace("_", "").isalnum(), "a name takes letters, digits, '-' or '_'"),
-        (not isinstance(profile.settings, ProfileSettings), "settings must be a ProfileSettings"),
-        (profile.overrides not in OVERRIDE_KINDS, f"overrides {profile.overrides!r}; valid: {', '.join(OVERRIDE_KINDS)}"),
-        (profile.emulated and not profile.emulated_why, "an emulated profile says why its time is not the device's (emulated_why)"),
-        (profile.name in _PROFILES and not replace, "a profile of that name is already registered"),
-    ) if bad]
+    problems = [
+        why
+        for bad, why in (
+            (not profile.name.replace("-", "").replace("_", "").isalnum(), "a name takes letters, digits, '-' or '_'"),
+            (not isinstance(profile.settings, ProfileSettings), "settings must be a ProfileSettings"),
+            (
+                profile.overrides not in OVERRIDE_KINDS,
+                f"overrides {profile.overrides!r}; valid: {', '.join(OVERRIDE_KINDS)}",
+            ),
+            (
+                profile.emulated and not profile.emulated_why,
+                "an emulated profile says why its time is not the device's (emulated_why)",
+            ),
+            (profile.name in _PROFILES and not replace, "a profile of that name is already registered"),
+        )
+        if bad
+    ]
     if problems:
         raise ValueError(f"quantization profile {profile.name!r}: {'; '.join(problems)}")
     _PROFILES[profile.name] = profile
@@ -120,7 +131,9 @@ def names() -> tuple[str, ...]:
 def profile_help() -> str:
     """``cpu: ... | trt: ... | qnn: ... (needs edgekit[qnn])``: every registered profile with its
     line and the extra it needs."""
-    return " | ".join(f"{p.name}: {p.help}" + (f" (needs edgekit[{p.extra}])" if p.extra else "") for p in _PROFILES.values())
+    return " | ".join(
+        f"{p.name}: {p.help}" + (f" (needs edgekit[{p.extra}])" if p.extra else "") for p in _PROFILES.values()
+    )
 
 
 def unregister_profile(name: str) -> None:
@@ -129,6 +142,12 @@ def unregister_profile(name: str) -> None:
 
 
 __all__ = [
-    "OVERRIDE_KINDS", "ProfileSettings", "QuantizeProfile", "names", "profile_help",
-    "quantize_profile", "register_profile", "unregister_profile",
+    "OVERRIDE_KINDS",
+    "ProfileSettings",
+    "QuantizeProfile",
+    "names",
+    "profile_help",
+    "quantize_profile",
+    "register_profile",
+    "unregister_profile",
 ]

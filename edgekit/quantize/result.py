@@ -35,7 +35,10 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         "selection": {
             # int8: fully INT8 (Q/DQ on activations and weights); weight_only: INT8 weights, float
             # activations and compute; fully_float: FP32 weights and compute (e.g. --exclude).
-            "int8": [{"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "precision": "int8"} for n in r.int8_nodes],
+            "int8": [
+                {"node": n, "label": by_name[n].label, "op": by_name[n].op_type, "precision": "int8"}
+                for n in r.int8_nodes
+            ],
             "weight_only": [brief(x) for x in rows if x["precision"] == "weight-only"],
             "fully_float": [brief(x) for x in rows if x["precision"] == "float"],
             "float": rows,
@@ -48,8 +51,12 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
             "checks": r.checks,
             "passed": r.passed,
             **r.budget_extra,
-            "eval": {"samples": run.n_eval, "seed": cfg.eval_seed, "decode": dict(cfg.decode),
-                     "lockstep_token_agreement": "token decisions in lockstep with FP32 (same input, same noise)"},
+            "eval": {
+                "samples": run.n_eval,
+                "seed": cfg.eval_seed,
+                "decode": dict(cfg.decode),
+                "lockstep_token_agreement": "token decisions in lockstep with FP32 (same input, same noise)",
+            },
             "history": r.history,
         },
         "passed": r.passed,

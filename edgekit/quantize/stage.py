@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,9 @@ SPEED_ROUNDS = 5
 
 @writes_bundle("quantize")
 def quantize_bundle(
-    path: Path | str, cfg: QuantizeConfig | None = None, progress: Callable[[str], None] | None = None,
+    path: Path | str,
+    cfg: QuantizeConfig | None = None,
+    progress: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Quantize the bundle's fp32 graph with ``cfg.profile``'s hooks, within the accuracy budget,
@@ -88,18 +91,35 @@ def quantize_bundle(
             run.fp32_rt.release()
             # What keeping the answers saved: FP32 calls answered from the reference decode, and the
             # candidates' calls asked twice (the budget's decode and check's gate) run once.
-            result.extras["answers"] = {"fp32_calls_run": run.fp32_rt.misses, "fp32_calls_answered": run.fp32_rt.hits,
-                                        "candidates": run.candidates, "candidate_calls_run": run.calls_run,
-                                        "candidate_calls_answered": run.calls_answered}
+            result.extras["answers"] = {
+                "fp32_calls_run": run.fp32_rt.misses,
+                "fp32_calls_answered": run.fp32_rt.hits,
+                "candidates": run.candidates,
+                "candidate_calls_run": run.calls_run,
+                "candidate_calls_answered": run.calls_answered,
+            }
         result.extras["speed"] = decode_speed(run, profile, result)
         if not result.int8_nodes:
-            run.warn(f"no layer of {bundle.name} stayed INT8 within the budget: the int8 artifact computes in float and gains "
-                     f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
-                     "or a looser --budget")
+            run.warn(
+                f"no layer of {bundle.name} stayed INT8 within the budget: the int8 artifact computes in float and gains "
+                f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
+                "or a looser --budget"
+            )
         doc = summary(run, result)
         doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
-        record_result(bundle, result.model, result.cache or tmp / "no-calibration-cache.json", result.tensors, tmp, cfg,
-                      doc, run.clock, run.start, eval_rows, bucket_models=result.bucket_models)
+        record_result(
+            bundle,
+            result.model,
+            result.cache or tmp / "no-calibration-cache.json",
+            result.tensors,
+            tmp,
+            cfg,
+            doc,
+            run.clock,
+            run.start,
+            eval_rows,
+            bucket_models=result.bucket_models,
+        )
     q = bundle.quantization
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
@@ -110,7 +130,11 @@ def quantize_needs(bundle: Bundle) -> list[Need]:
     fp32 = Path(bundle.path_of("fp32"))
     weights = model_bytes(fp32)
     return [
-        Need("memory", int(QUANTIZE_MEMORY * weights) + BASE_MEMORY, f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights"),
+        Need(
+            "memory",
+            int(QUANTIZE_MEMORY * weights) + BASE_MEMORY,
+            f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights",
+        ),
         Need("disk", int(QUANTIZE_SCRATCH_DISK * weights), "the scratch copies", Path(tempfile.gettempdir())),
         Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
     ]
@@ -124,8 +148,13 @@ def fp32_answers(run: QuantizeRun) -> MemoRuntime:
     on a miss and is released once the reference is kept: a model over 2 GB is not held in
     memory beside the quantizer and the candidates."""
     cfg = run.cfg
-    return MemoRuntime(opener=lambda: OrtRuntime(run.fp32_path, OrtOptions(intra_op_threads=cfg.threads)),
-                       inputs=run.bundle.inputs, outputs=run.bundle.outputs, folder=run.tmp / "fp32-answers", name="fp32")
+    return MemoRuntime(
+        opener=lambda: OrtRuntime(run.fp32_path, OrtOptions(intra_op_threads=cfg.threads)),
+        inputs=run.bundle.inputs,
+        outputs=run.bundle.outputs,
+        folder=run.tmp / "fp32-answers",
+        name="fp32",
+    )
 
 
 def record_fp32(run: QuantizeRun) -> None:
@@ -134,8 +163,12 @@ def record_fp32(run: QuantizeRun) -> None:
     first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest."""
     cfg = run.cfg
     batch = run.bundle.batch
-    run.schedule = Plan(calibration=-(-run.n_calib // batch), heldout=-(-run.n_eval // batch), per_candidate=2 * -(-run.n_eval // batch),
-                        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1))
+    run.schedule = Plan(
+        calibration=-(-run.n_calib // batch),
+        heldout=-(-run.n_eval // batch),
+        per_candidate=2 * -(-run.n_eval // batch),
+        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1),
+    )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     start = time.perf_counter()
     calib = Eta("FP32 calibration decode", run.schedule.calibration, run.say)
@@ -147,13 +180,27 @@ def record_fp32(run: QuantizeRun) -> None:
         calib(i)
 
     with run.timed("fp32_decode_s"):
-        run.traj = record_trajectories(run.bundle, run.fp32_rt.runtime(), run.n_calib, cfg.calib_seed, cfg.decode,
-                                       rows=run.calib_rows, each_batch=each)
+        run.traj = record_trajectories(
+            run.bundle,
+            run.fp32_rt.runtime(),
+            run.n_calib,
+            cfg.calib_seed,
+            cfg.decode,
+            rows=run.calib_rows,
+            each_batch=each,
+        )
         if run.decode_s is None:  # one decode only
             run.decode_s = time.perf_counter() - start
             run.say(run.schedule.describe(run.decode_s))
-        run.reference = decode_eval_set(run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows,
-                                        each_batch=Eta("held-out FP32 decode", run.schedule.heldout, run.say))
+        run.reference = decode_eval_set(
+            run.bundle,
+            run.fp32_rt,
+            run.n_eval,
+            cfg.eval_seed,
+            cfg.decode,
+            rows=run.eval_rows,
+            each_batch=Eta("held-out FP32 decode", run.schedule.heldout, run.say),
+        )
     run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
@@ -177,19 +224,34 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
     fp32_opts = OrtOptions(intra_op_threads=cfg.threads, spin_between_runs=False)
-    with run.timed("speed_s"), profile.open_candidate(result.model, spin=False) as int8_rt, OrtRuntime(run.fp32_path, fp32_opts) as fp32_rt:
+    with (
+        run.timed("speed_s"),
+        profile.open_candidate(result.model, spin=False) as int8_rt,
+        OrtRuntime(run.fp32_path, fp32_opts) as fp32_rt,
+    ):
+
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
 
         ms = interleaved({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, SPEED_ROUNDS, warmup=1)
     med = {k: float(np.median(v)) for k, v in ms.items()}
-    doc = {"measured": True, "runtime": cfg.runtime, "fp32_reference": "ort", "isa": host.isa_class, "cpu": host.cpu,
-           "rows_per_decode": batch, "fp32_ms_per_decode": med["fp32"], "int8_ms_per_decode": med["int8"],
-           "int8_speedup": med["fp32"] / med["int8"] if med["int8"] > 0 else None}
+    doc = {
+        "measured": True,
+        "runtime": cfg.runtime,
+        "fp32_reference": "ort",
+        "isa": host.isa_class,
+        "cpu": host.cpu,
+        "rows_per_decode": batch,
+        "fp32_ms_per_decode": med["fp32"],
+        "int8_ms_per_decode": med["int8"],
+        "int8_speedup": med["fp32"] / med["int8"] if med["int8"] > 0 else None,
+    }
     if doc["int8_speedup"] is not None and doc["int8_speedup"] < 1.0:
-        run.warn(f"INT8 is {doc['int8_speedup']:.2f}x FP32 per decode on this host ({host.isa_class}, {cfg.runtime}): "
-                 f"slower; `edgekit build BUNDLE --precision auto` ships FP32 here, or fewer fallbacks "
-                 f"({len(result.fallback)} now: relax --budget) make INT8 pay")
+        run.warn(
+            f"INT8 is {doc['int8_speedup']:.2f}x FP32 per decode on this host ({host.isa_class}, {cfg.runtime}): "
+            f"slower; `edgekit build BUNDLE --precision auto` ships FP32 here, or fewer fallbacks "
+            f"({len(result.fallback)} now: relax --budget) make INT8 pay"
+        )
     return doc
 
 
@@ -199,7 +261,9 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
 DEMO_STEP_BUCKETS: dict[str, int | str] = {"flow": "auto"}
 
 
-def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def demo_quantize(
+    bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """The demo's quantize stage: ``quantize_bundle`` on each demo bundle (cpu profile, default
     budgets, ``n`` held-out sequences from ``seed``) and the FP32-vs-INT8 numbers side by side:
     {kind: {"passed", "measured", "quality_fp32", "quality_int8", "sizes", "fallback", ...}}."""
@@ -209,7 +273,9 @@ def demo_quantize(bundles: Mapping[str, Bundle], n: int = 16, seed: int = 0, pro
         buckets = DEMO_STEP_BUCKETS.get(kind)
         say(f"quantize {bundle.name} (INT8, cpu profile{', step buckets ' + str(buckets) if buckets else ''})")
         t0 = time.perf_counter()
-        s = quantize_bundle(bundle.root, QuantizeConfig(eval_samples=n, eval_seed=seed, step_buckets=buckets), progress=None)
+        s = quantize_bundle(
+            bundle.root, QuantizeConfig(eval_samples=n, eval_seed=seed, step_buckets=buckets), progress=None
+        )
         measured = s["measured"]
         out[kind] = {
             "bundle": s["bundle"],

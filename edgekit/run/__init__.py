@@ -16,6 +16,17 @@ from edgekit.run.render import budget_doc, print_plan, print_run
 from edgekit.run.stage import RunRequest, run_bundle
 
 __all__ = [
-    "Plan", "QualityConfig", "RunRequest", "choose", "measure_flow_quality", "per_nfe_latency_ms", "plan_for_budget", "plan_for_request",
-    "budget_doc", "print_plan", "print_run", "run_bundle", "save_outputs",
+    "Plan",
+    "QualityConfig",
+    "RunRequest",
+    "choose",
+    "measure_flow_quality",
+    "per_nfe_latency_ms",
+    "plan_for_budget",
+    "plan_for_request",
+    "budget_doc",
+    "print_plan",
+    "print_run",
+    "run_bundle",
+    "save_outputs",
 ]

@@ -10,9 +10,10 @@ overhead of the loop is small next to a network call and is not added).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,9 @@ class Plan:
 def _flow_bundle(path: Path | str) -> Bundle:
     bundle = Bundle.load(path)
     if bundle.kind != "flow":
-        raise UsageError(f"--latency-budget-ms applies to flow bundles; {bundle.root} is {bundle.kind!r}; run it without the flag")
+        raise UsageError(
+            f"--latency-budget-ms applies to flow bundles; {bundle.root} is {bundle.kind!r}; run it without the flag"
+        )
     return bundle
 
 
@@ -86,11 +89,18 @@ def measure_flow_quality(
         snrs: dict[tuple[str, int], list[float]] = {}
         for seed in cfg.seeds:
             seed_cond = cond if cond is not None else conditions(bundle, {}, batch, seed)
-            ref_cfg = FlowDecodeConfig(steps=cfg.reference_steps, solver=cfg.reference_solver, grid=grid, sway=sway, seed=seed)
+            ref_cfg = FlowDecodeConfig(
+                steps=cfg.reference_steps, solver=cfg.reference_solver, grid=grid, sway=sway, seed=seed
+            )
             ref = decode_flow(rt, bundle.meta, seed_cond, ref_cfg).x.astype(np.float64)
             for solver in cfg.solvers:
                 for steps in cfg.steps:
-                    x = decode_flow(rt, bundle.meta, seed_cond, FlowDecodeConfig(steps=steps, solver=solver, grid=grid, sway=sway, seed=seed)).x
+                    x = decode_flow(
+                        rt,
+                        bundle.meta,
+                        seed_cond,
+                        FlowDecodeConfig(steps=steps, solver=solver, grid=grid, sway=sway, seed=seed),
+                    ).x
                     snrs.setdefault((solver, steps), []).append(snr_db(ref, x))
     finally:
         if own:
@@ -99,8 +109,11 @@ def measure_flow_quality(
         {"solver": s, "steps": k, "nfe": k * NFE_PER_STEP[s], "snr_db": float(np.mean(v))} for (s, k), v in snrs.items()
     ]
     doc = {
-        "reference": {"solver": cfg.reference_solver, "steps": cfg.reference_steps,
-                      "nfe": cfg.reference_steps * NFE_PER_STEP[cfg.reference_solver]},
+        "reference": {
+            "solver": cfg.reference_solver,
+            "steps": cfg.reference_steps,
+            "nfe": cfg.reference_steps * NFE_PER_STEP[cfg.reference_solver],
+        },
         "grid": grid,
         "sway": sway,
         "seeds": list(cfg.seeds),
@@ -134,11 +147,23 @@ def choose(table: list[Mapping[str, Any]], per_nfe_ms: float, budget_ms: float) 
             f"{per_nfe_ms:.3f} ms = {need:.3f} ms) on this device; valid: >= {need:.3f}, or export a smaller --batch"
         )
     best = max(fits, key=lambda r: (r["snr_db"], -r["nfe"]))
-    return Plan(best["solver"], int(best["steps"]), int(best["nfe"]), best["nfe"] * per_nfe_ms, float(best["snr_db"]), per_nfe_ms)
+    return Plan(
+        best["solver"],
+        int(best["steps"]),
+        int(best["nfe"]),
+        best["nfe"] * per_nfe_ms,
+        float(best["snr_db"]),
+        per_nfe_ms,
+    )
 
 
 def plan_for_budget(
-    path: Path | str, budget_ms: float, *, runtime: Runtime | None = None, measure_cfg=None, cond: Mapping[str, np.ndarray] | None = None
+    path: Path | str,
+    budget_ms: float,
+    *,
+    runtime: Runtime | None = None,
+    measure_cfg=None,
+    cond: Mapping[str, np.ndarray] | None = None,
 ) -> Plan:
     """The best-quality (solver, steps) for ``budget_ms`` per decode on this device.
 
@@ -159,14 +184,22 @@ def plan_for_budget(
     return choose(quality["table"], per_nfe, budget_ms)
 
 
-def plan_for_request(path: Path | str, budget_ms: float, raw_cond: Mapping[str, str], batch: int | None, seed: int,
-                     progress: Callable[[str], None] | None = None) -> Plan:
+def plan_for_request(
+    path: Path | str,
+    budget_ms: float,
+    raw_cond: Mapping[str, str],
+    batch: int | None,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> Plan:
     """``plan_for_budget`` with the conditions a `run`/`profile` command line asks for;
     ``progress(message)`` hears about the one-time quality table (seconds to minutes)."""
     bundle = Bundle.load(path)
     if progress is not None:
         if bundle.kind == "flow" and not bundle.flow_quality:
-            progress("first budget run on this bundle: measuring every solver and step count against a 128-NFE "
-                     "RK4 reference once (stored in the bundle)")
+            progress(
+                "first budget run on this bundle: measuring every solver and step count against a 128-NFE "
+                "RK4 reference once (stored in the bundle)"
+            )
         progress("measuring the per-NFE latency on this device")
     return plan_for_budget(path, budget_ms, cond=conditions(bundle, raw_cond, batch or bundle.batch, seed))

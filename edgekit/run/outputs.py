@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -14,7 +14,11 @@ from edgekit.errors import UsageError
 
 
 def save_outputs(
-    path: Path, output_name: str, output: np.ndarray, cond: Mapping[str, np.ndarray], extra: Mapping[str, np.ndarray] | None = None
+    path: Path,
+    output_name: str,
+    output: np.ndarray,
+    cond: Mapping[str, np.ndarray],
+    extra: Mapping[str, np.ndarray] | None = None,
 ) -> None:
     """Write an .npz atomically: ``output_name``, ``cond_<name>`` for each condition, and the
     ``extra`` arrays as named (flow: ``x0``, the starting noise)."""

@@ -10,25 +10,45 @@ from edgekit.run.budget import Plan
 
 def print_plan(o: Output, budget_ms: float, plan: Plan) -> None:
     """The flow decode plan for this device, said on stderr."""
-    o.info(f"budget {budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
-           f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)")
+    o.info(
+        f"budget {budget_ms:g} ms: {plan.solver} x {plan.steps} steps ({plan.nfe} NFE x {plan.per_nfe_ms:.3f} ms "
+        f"= {plan.expected_ms:.2f} ms expected, {plan.expected_snr:.1f} dB vs the 128-NFE reference)"
+    )
 
 
 def budget_doc(budget_ms: float, plan: Plan) -> dict[str, Any]:
     """The "budget" entry of the --json document of `run` / `profile`."""
-    return {"budget_ms": budget_ms, "solver": plan.solver, "steps": plan.steps, "nfe": plan.nfe,
-            "expected_ms": plan.expected_ms, "expected_snr_db": plan.expected_snr, "per_nfe_ms": plan.per_nfe_ms}
+    return {
+        "budget_ms": budget_ms,
+        "solver": plan.solver,
+        "steps": plan.steps,
+        "nfe": plan.nfe,
+        "expected_ms": plan.expected_ms,
+        "expected_snr_db": plan.expected_snr,
+        "per_nfe_ms": plan.per_nfe_ms,
+    }
 
 
 def print_run(o: Output, result: dict[str, Any], title: str) -> None:
     for w in result["warnings"]:
         o.warn(w)
     summary = {
-        "model": f"{result['model']} ({result['kind']})", "runtime": f"{result['runtime']} on {result['device']}",
-        "precision": result["precision"], "batch": result["batch"], "steps": result["steps"], "NFE per decode": result["nfe"],
-        f"runtime calls ({result.get('decode_calls', 1)} decode{'s' if result.get('decode_calls', 1) != 1 else ''})": result["runtime_calls"], "wall ms": result["wall_ms"],
+        "model": f"{result['model']} ({result['kind']})",
+        "runtime": f"{result['runtime']} on {result['device']}",
+        "precision": result["precision"],
+        "batch": result["batch"],
+        "steps": result["steps"],
+        "NFE per decode": result["nfe"],
+        f"runtime calls ({result.get('decode_calls', 1)} decode{'s' if result.get('decode_calls', 1) != 1 else ''})": result[
+            "runtime_calls"
+        ],
+        "wall ms": result["wall_ms"],
     }
-    summary |= {f"{result['runtime']}: {k}": v for k, v in result.get("runtime_settings", {}).items() if k != "runtime_requirements"}
+    summary |= {
+        f"{result['runtime']}: {k}": v
+        for k, v in result.get("runtime_settings", {}).items()
+        if k != "runtime_requirements"
+    }
     if result.get("timing_note"):
         summary["wall ms"] = f"{result['wall_ms']:.1f} ({result['timing_note']})"
     sess = result.get("session")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,11 @@ class RunRequest:
     graph: str = "host"  # host: per-step network + host loop; step|unrolled: a fused graph (export --graph)
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (("--seed", self.seed, "seed"), ("--batch", self.batch, "rows"), ("--threads", self.threads, "threads")):
+        for flag, value, bound in (
+            ("--seed", self.seed, "seed"),
+            ("--batch", self.batch, "rows"),
+            ("--threads", self.threads, "threads"),
+        ):
             check_option(flag, value, bound)
 
 
@@ -48,7 +53,9 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     bundle = Bundle.load(path)
     batch = req.batch or bundle.batch  # rows per decode call
     if not 1 <= batch <= bundle.batch:  # before conditions of that many rows are built
-        raise UsageError(f"--batch {batch} is invalid for {bundle.name}; valid: 1..{bundle.batch} (the graph's static batch)")
+        raise UsageError(
+            f"--batch {batch} is invalid for {bundle.name}; valid: 1..{bundle.batch} (the graph's static batch)"
+        )
     # Conditioning from files (`--cond tokens=tokens.npz` of another bundle's run) brings its own
     # row count: every row is decoded, in ceil(rows / batch) calls (call i with seed + i, as
     # `evaluate` does), the last one padded with its final row.
@@ -67,7 +74,9 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         run = lambda c, cfg: decode(bundle.kind, rt, bundle.meta, c, cfg)  # noqa: E731
     elif req.graph in ("step", "unrolled"):
         if req.target is not None:
-            raise UsageError(f"--graph {req.graph} runs the fused fp32 graph on --runtime ort or openvino; drop --target")
+            raise UsageError(
+                f"--graph {req.graph} runs the fused fp32 graph on --runtime ort or openvino; drop --target"
+            )
         rt, entry = open_fused(bundle, req.graph, threads=req.threads, runtime=req.runtime, precision=req.precision)
         run = lambda c, cfg: decode_fused(bundle.kind, rt, entry, c, cfg)  # noqa: E731
     else:

@@ -7,8 +7,9 @@ every offending tensor and the command that fixes the dims. ``onnx`` is imported
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from edgekit.errors import EdgekitError
 from edgekit.spec import DTYPES, TensorSpec
@@ -103,4 +104,3 @@ def ort_session_specs(session: Any, source: str | Path) -> tuple[dict[str, Tenso
     return specs_from_entries(
         [*entries(session.get_inputs(), "input"), *entries(session.get_outputs(), "output")], source
     )
-

@@ -7,8 +7,9 @@ input checks live in the public methods (the Polygraphy runner pattern).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Runtime(Protocol):
 
     def close(self) -> None: ...
 
-    def __enter__(self) -> "Runtime": ...
+    def __enter__(self) -> Runtime: ...
 
     def __exit__(self, *exc: object) -> None: ...
 
@@ -69,7 +70,10 @@ def model_files_of(path: str | Path) -> tuple[Path, ...]:
     path = Path(path)
     if path.suffix != ".onnx" or not path.is_file():
         return (path,)
-    return (path, *sorted(path.parent / name for name in external_data_locations(path) if (path.parent / name).is_file()))
+    return (
+        path,
+        *sorted(path.parent / name for name in external_data_locations(path) if (path.parent / name).is_file()),
+    )
 
 
 def describe(specs: Mapping[str, TensorSpec]) -> str:
@@ -132,7 +136,7 @@ class BaseRuntime:
     def _close_impl(self) -> None:
         pass
 
-    def __enter__(self) -> "BaseRuntime":
+    def __enter__(self) -> BaseRuntime:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -198,7 +202,7 @@ class RuntimeProxy:
         if self._owns_inner:
             self.inner.close()
 
-    def __enter__(self) -> "RuntimeProxy":
+    def __enter__(self) -> RuntimeProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

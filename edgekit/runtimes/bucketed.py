@@ -5,8 +5,9 @@ position). The decode loops stay as they are: they never say which step they are
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,9 @@ class BucketedRuntime:
 
     def __init__(self, runtimes: Sequence[Runtime], boundaries: Sequence[float], kind: str, meta: Mapping[str, Any]):
         if len(runtimes) != len(boundaries) + 1 or not runtimes:
-            raise BundleError(f"step buckets: {len(runtimes)} graphs for {len(boundaries)} boundaries; expected one more graph than boundaries")
+            raise BundleError(
+                f"step buckets: {len(runtimes)} graphs for {len(boundaries)} boundaries; expected one more graph than boundaries"
+            )
         self.runtimes = list(runtimes)
         self.edges = np.asarray(boundaries, dtype=np.float64)
         self.kind, self.meta = kind, meta
@@ -73,7 +76,7 @@ class BucketedRuntime:
         for rt in self.runtimes:
             rt.close()
 
-    def __enter__(self) -> "BucketedRuntime":
+    def __enter__(self) -> BucketedRuntime:
         return self
 
     def __exit__(self, *exc: Any) -> None:

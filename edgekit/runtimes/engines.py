@@ -10,9 +10,10 @@ every reason. Rebuilding a stale engine is the build stage's job (``edgekit.buil
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle, EngineRecord, bucket_binding, sha256_file
@@ -50,20 +51,23 @@ def device_problems(target: Target, host: HostFacts) -> list[str]:
         jetpack = jetpack_of(host.l4t)
         others = targets_for_l4t(host.l4t, target)
         problems.append(
-            f"this Jetson runs L4T {host.l4t}" + (f" (JetPack {jetpack})" if jetpack else "")
+            f"this Jetson runs L4T {host.l4t}"
+            + (f" (JetPack {jetpack})" if jetpack else "")
             + f", target {target.name} is for JetPack {target.trt.jetpack} (L4T {' or '.join(target.trt.l4t)}, "
             f"TensorRT {target.trt.tensorrt})" + (f": use --target {' or '.join(others)}" if others else "")
         )
     if target.trt.board and not any(b.lower() in (host.board or "").lower() for b in target.trt.board):
-        problems.append(f"this board is {host.board or 'unknown'!r}, target {target.name} is a {' or '.join(target.trt.board)}")
+        problems.append(
+            f"this board is {host.board or 'unknown'!r}, target {target.name} is a {' or '.join(target.trt.board)}"
+        )
     if not host.nvidia_gpu:
         problems.append("no NVIDIA GPU is visible (no /dev/nvidia0, no /proc/driver/nvidia/gpus)")
     return problems
 
 
-
-def engine_problems(bundle: Bundle, entry: EngineRecord, host: HostFacts, device_facts: Any = None,
-                    target: Target | None = None) -> list[str]:
+def engine_problems(
+    bundle: Bundle, entry: EngineRecord, host: HostFacts, device_facts: Any = None, target: Target | None = None
+) -> list[str]:
     """Every reason ``entry`` (a bundle's engine) should not be loaded on this host (empty: load
     it): the file and its source model, then the entry's runtime's own checks (registry
     ``EngineHooks.problems``). ``device_facts``: what the caller already read about the device
@@ -78,16 +82,24 @@ def engine_problems(bundle: Bundle, entry: EngineRecord, host: HostFacts, device
         problems.append(f"engine file {entry.path} is missing")
     elif sha256_file(path) != entry.sha256:
         problems.append(f"engine file {entry.path} changed since it was built (sha256 mismatch)")
-    side = entry.side_files.get("external_data")  # the file the engine's model reads beside itself (weights, a QNN context binary)
+    side = entry.side_files.get(
+        "external_data"
+    )  # the file the engine's model reads beside itself (weights, a QNN context binary)
     if side is not None:
         spath = bundle.root / side.path
-        if (root not in spath.resolve().parents or not spath.is_file()
-                or (side.bytes is not None and spath.stat().st_size != side.bytes) or sha256_file(spath) != side.sha256):
+        if (
+            root not in spath.resolve().parents
+            or not spath.is_file()
+            or (side.bytes is not None and spath.stat().st_size != side.bytes)
+            or sha256_file(spath) != side.sha256
+        ):
             problems.append(f"engine weights file {side.path} is missing or changed since it was built")
     if path.suffix == ".onnx" and path.is_file():
         unrecorded = external_data_locations(path) - ({Path(side.path).name} if side is not None else set())
         if unrecorded:
-            problems.append(f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record (built by an older edgekit)")
+            problems.append(
+                f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record (built by an older edgekit)"
+            )
     if not bundle.has(entry.source):
         problems.append(f"its source model {entry.source!r} is no longer in the bundle")
     elif bundle.artifact(entry.source).sha256 != entry.source_onnx_sha256:
@@ -102,7 +114,9 @@ def engine_problems(bundle: Bundle, entry: EngineRecord, host: HostFacts, device
     if entry.bucketed:  # each bucket's engine bound to its place, as quantize binds the graphs
         graphs = [(entry.source, entry.sha256), *((sub.source, sub.sha256) for sub in entry.bucket_engines)]
         if entry.bucket_binding != bucket_binding(entry.bucket_by, entry.bucket_boundaries, graphs):
-            problems.append("its step bucket engines do not match the boundaries they were built for (swapped or edited in the manifest)")
+            problems.append(
+                "its step bucket engines do not match the boundaries they were built for (swapped or edited in the manifest)"
+            )
     runtime = entry.runtime
     hooks = backend(runtime if runtime in names() else "ort").engine
     return problems + (hooks.problems(path, entry, host, target, device_facts) if hooks is not None else [])
@@ -159,8 +173,16 @@ class EngineChoice:
         return opened(self.path)
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target.name, "runtime": self.runtime, "precision": self.precision, "path": str(self.path),
-                "source": str(self.source), "built": self.built, "key": self.key, "warnings": list(self.warnings)}
+        return {
+            "target": self.target.name,
+            "runtime": self.runtime,
+            "precision": self.precision,
+            "path": str(self.path),
+            "source": str(self.source),
+            "built": self.built,
+            "key": self.key,
+            "warnings": list(self.warnings),
+        }
 
 
 def find_engine(
@@ -181,7 +203,9 @@ def find_engine(
     b = Bundle.load(root)
     target = load_target(target)
     if precision not in target.precisions:
-        raise UsageError(f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}")
+        raise UsageError(
+            f"--precision {precision!r} is not one target {target.name} runs; valid: {', '.join(target.precisions)}"
+        )
     host = host or HostFacts.detect()
     key = engine_key(target.name, precision)
     warnings: list[str] = []
@@ -203,8 +227,18 @@ def find_engine(
             source = b.path_of(artifact)
             buckets = b.step_buckets(artifact)
             paths = tuple(b.path_of(a) for a in buckets.graphs) if buckets else ()
-            return EngineChoice(target, runtime, precision, source, source, False, key, tuple(warnings),
-                                bucket_paths=paths, boundaries=buckets.boundaries if buckets else ())
+            return EngineChoice(
+                target,
+                runtime,
+                precision,
+                source,
+                source,
+                False,
+                key,
+                tuple(warnings),
+                bucket_paths=paths,
+                boundaries=buckets.boundaries if buckets else (),
+            )
         if entry is None:
             raise EngineNeedsBuild(
                 f"bundle {b.root} has no {be.title} {precision} engine for target {target.name}",
@@ -219,9 +253,20 @@ def find_engine(
             )
         source = b.root / b.artifact(entry.source).path
         paths = (b.root / entry.path, *(b.root / e.path for e in entry.bucket_engines)) if entry.bucketed else ()
-        return EngineChoice(target, runtime, precision, b.root / entry.path, source, True, key, tuple(warnings), entry.compile_seconds,
-                            bucket_paths=paths, boundaries=entry.bucket_boundaries if entry.bucketed else (),
-                            session_options=entry.session_options)
+        return EngineChoice(
+            target,
+            runtime,
+            precision,
+            b.root / entry.path,
+            source,
+            True,
+            key,
+            tuple(warnings),
+            entry.compile_seconds,
+            bucket_paths=paths,
+            boundaries=entry.bucket_boundaries if entry.bucketed else (),
+            session_options=entry.session_options,
+        )
     raise TargetUnavailable(
         f"this host can run none of target {target.name}'s runtimes ({', '.join(target.runtimes)}) in {precision}"
         + (f": {'; '.join(warnings)}" if warnings else ""),

@@ -17,8 +17,9 @@ The network itself may be opened only on the first miss (``opener``) and closed 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -58,9 +59,15 @@ class MemoRuntime:
     session_info = None
 
     def __init__(
-        self, inner: Runtime | None = None, *, opener: Callable[[], Runtime] | None = None,
-        inputs: Mapping[str, TensorSpec] | None = None, outputs: Mapping[str, TensorSpec] | None = None,
-        folder: Path | None = None, ram_bytes: int = RAM_BYTES, name: str | None = None,
+        self,
+        inner: Runtime | None = None,
+        *,
+        opener: Callable[[], Runtime] | None = None,
+        inputs: Mapping[str, TensorSpec] | None = None,
+        outputs: Mapping[str, TensorSpec] | None = None,
+        folder: Path | None = None,
+        ram_bytes: int = RAM_BYTES,
+        name: str | None = None,
     ):
         if inner is None and opener is None:
             raise ValueError("give the runtime, its opener, or both (an open runtime that can be opened again)")
@@ -141,7 +148,7 @@ class MemoRuntime:
             self._inner.close()
             self._inner = None
 
-    def __enter__(self) -> "MemoRuntime":
+    def __enter__(self) -> MemoRuntime:
         return self
 
     def __exit__(self, *exc: object) -> None:

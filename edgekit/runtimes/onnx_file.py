@@ -70,8 +70,14 @@ def save_onnx(model: Any, path: str | Path, external: bool | None = None) -> Pat
     if external and loaded:
         data = path.with_name(path.name + ".data")
         data.unlink(missing_ok=True)  # onnx appends to an existing one
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name,
-                        size_threshold=1024)
+        onnx.save_model(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
     else:
         onnx.save_model(model, str(path))
     return path

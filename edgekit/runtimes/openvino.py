@@ -19,9 +19,10 @@ Other feeds are wrapped without a copy (``shared_memory=True``) for the duration
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,9 @@ class OvOptions:
         if not isinstance(self.device, str) or self.device.split(".")[0] not in DEVICES:
             raise UsageError(f"openvino device {self.device!r} is unknown; valid: {', '.join(DEVICES)} (or e.g. GPU.1)")
         if self.performance_hint not in PERFORMANCE_HINTS:
-            raise UsageError(f"openvino performance_hint {self.performance_hint!r} is unknown; valid: {', '.join(PERFORMANCE_HINTS)}")
+            raise UsageError(
+                f"openvino performance_hint {self.performance_hint!r} is unknown; valid: {', '.join(PERFORMANCE_HINTS)}"
+            )
         if self.inference_precision not in INFERENCE_PRECISIONS:
             raise UsageError(
                 f"openvino inference_precision {self.inference_precision!r} is unknown; valid: {', '.join(INFERENCE_PRECISIONS)}"
@@ -149,7 +152,9 @@ class OpenVinoRuntime(BaseRuntime):
     # An output array survives the next ``run``: two requests, alternating.
     outputs_stay_valid = 2
 
-    def __init__(self, model_path: str | Path, options: OvOptions = OvOptions(), *, source_onnx: str | Path | None = None):
+    def __init__(
+        self, model_path: str | Path, options: OvOptions = OvOptions(), *, source_onnx: str | Path | None = None
+    ):
         """``source_onnx``: for a compiled blob, the ONNX it was built from (its graph IO names
         the ports: a compiled port can carry several tensor names)."""
         super().__init__({}, {})
@@ -260,12 +265,21 @@ def compiled_settings(compiled: Any) -> dict[str, Any]:
             continue
         settings[key] = _plain(value)
     if "inference_precision" in settings:
-        settings["inference_precision"] = _OV_PRECISION_NAMES.get(settings["inference_precision"], settings["inference_precision"])
+        settings["inference_precision"] = _OV_PRECISION_NAMES.get(
+            settings["inference_precision"], settings["inference_precision"]
+        )
     return settings
 
 
 # str(ov.Type) -> edgekit's spelling of the inference precision.
-_OV_PRECISION_NAMES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "f32": "f32", "bf16": "bf16", "f16": "f16"}
+_OV_PRECISION_NAMES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "f32": "f32",
+    "bf16": "bf16",
+    "f16": "f16",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -324,10 +338,16 @@ def _compile(ov: Any, core: Any, path: Path, device: str, config: Mapping[str, A
         blob = np.memmap(path, dtype=np.uint8, mode="r")
         return core.import_model(ov.Tensor(blob), device, config), None
     except RuntimeError as exc:
-        what = "a model OpenVINO can read" if path.suffix in MODEL_SUFFIXES else "a compiled model this OpenVINO can import"
+        what = (
+            "a model OpenVINO can read"
+            if path.suffix in MODEL_SUFFIXES
+            else "a compiled model this OpenVINO can import"
+        )
         raise EdgekitError(
             f"openvino: {path} is not {what}: {_first_reason(exc)}",
-            hint="re-export it (edgekit export)" if path.suffix in MODEL_SUFFIXES else "rebuild it (edgekit build --rebuild)",
+            hint="re-export it (edgekit export)"
+            if path.suffix in MODEL_SUFFIXES
+            else "rebuild it (edgekit build --rebuild)",
         ) from None
 
 

@@ -91,7 +91,11 @@ def op_support(model_path: str | Path, device: str) -> tuple[dict[str, str], set
     ov = require("openvino")
     core = ov.Core()
     model = _read(core, model_path)
-    ops = {op.get_friendly_name(): op.get_type_name() for op in model.get_ordered_ops() if op.get_type_name() not in _PLUMBING}
+    ops = {
+        op.get_friendly_name(): op.get_type_name()
+        for op in model.get_ordered_ops()
+        if op.get_type_name() not in _PLUMBING
+    }
     if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:
         return ops, None
     return ops, set(core.query_model(model, device))
@@ -105,7 +109,9 @@ def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | No
     built = str(entry.runtime_version)
     here = openvino_version()
     if built != here:
-        problems.append(f"OpenVINO version: built with {built}, this host has {here} (a blob imports only into its own release)")
+        problems.append(
+            f"OpenVINO version: built with {built}, this host has {here} (a blob imports only into its own release)"
+        )
     device = str(entry.config.get("device") or "CPU")
     if device.split(".")[0] not in {d.split(".")[0] for d in available_devices()}:
         return problems + [f"device: built for {device} ({entry.device_name}), which this host does not have"]
@@ -117,7 +123,9 @@ def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | No
         new = [f for f in cpu_isa if f not in entry.cpu_isa]
         problems.append(
             "CPU instruction set: "
-            + "; ".join(x for x in (f"lacks {', '.join(gone)}" if gone else "", f"adds {', '.join(new)}" if new else "") if x)
+            + "; ".join(
+                x for x in (f"lacks {', '.join(gone)}" if gone else "", f"adds {', '.join(new)}" if new else "") if x
+            )
             + " compared with the CPU that built it"
         )
     return problems
@@ -135,7 +143,10 @@ def _open_file(path: Path, o: FileOptions) -> OpenVinoRuntime:
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
     if not OPENVINO.requires.available():
-        return f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: {OPENVINO.requires.install})", []
+        return (
+            f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: {OPENVINO.requires.install})",
+            [],
+        )
     return None, cross_arch_notes(target, host)
 
 
@@ -151,15 +162,23 @@ def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
     return OpenVinoRuntime(choice.path, options, source_onnx=choice.source)
 
 
-OPENVINO = register_backend(Backend(
-    name="openvino", title="OpenVINO", help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
-    precisions=("fp32", "int8", "bf16", "fp16"), artifacts=ARTIFACTS,
-    open=lambda bundle, precision, threads: open_artifact(
-        bundle, ARTIFACTS[precision], lambda path, shared: _open_file(path, FileOptions(precision, threads))),
-    open_file=_open_file, graph_precisions=("fp32", "bf16"),
-    requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"), reference_rank=1,
-    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
-    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, compiled by OpenVINO"),
-))
+OPENVINO = register_backend(
+    Backend(
+        name="openvino",
+        title="OpenVINO",
+        help="OpenVINO on an Intel CPU; a target picks its GPU or NPU",
+        precisions=("fp32", "int8", "bf16", "fp16"),
+        artifacts=ARTIFACTS,
+        open=lambda bundle, precision, threads: open_artifact(
+            bundle, ARTIFACTS[precision], lambda path, shared: _open_file(path, FileOptions(precision, threads))
+        ),
+        open_file=_open_file,
+        graph_precisions=("fp32", "bf16"),
+        requires=Requirement("openvino", "pip install 'edgekit[openvino]'", extra="openvino"),
+        reference_rank=1,
+        engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+        debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, compiled by OpenVINO"),
+    )
+)
 
 __all__ = ["ConversionError", "OPENVINO", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]

@@ -11,9 +11,10 @@ Callers that keep an output longer must copy it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,9 @@ class OrtOptions:
         for field_name in ("intra_op_threads", "inter_op_threads"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_THREADS:
-                raise UsageError(f"{field_name} (--threads) must be an int in [0, {MAX_THREADS}] (0 = ORT default), got {value!r}")
+                raise UsageError(
+                    f"{field_name} (--threads) must be an int in [0, {MAX_THREADS}] (0 = ORT default), got {value!r}"
+                )
 
 
 class OrtRuntime(BaseRuntime):
@@ -156,13 +159,21 @@ class OrtRuntime(BaseRuntime):
             session_options.optimized_model_filepath = str(options.optimized_model_path)
         model, self.fusions = _fused_model(self.model_path, providers, options)
         if model is not None:  # the graph comes from memory: its external weights resolve against the model's folder
-            session_options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(self.model_path.parent))
+            session_options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", str(self.model_path.parent)
+            )
         disabled = options.disabled_optimizers
         if disabled is None:
             disabled = graph_changes(providers).disabled_optimizers
         self.disabled_optimizers: tuple[str, ...] = tuple(disabled)
         self.session = _create_session(
-            ort, self.model_path, session_options, providers, provider_options, model=model, disabled=self.disabled_optimizers
+            ort,
+            self.model_path,
+            session_options,
+            providers,
+            provider_options,
+            model=model,
+            disabled=self.disabled_optimizers,
         )
 
         self.providers_used: list[str] = list(self.session.get_providers())
@@ -203,9 +214,7 @@ class OrtRuntime(BaseRuntime):
     # An output array survives the next ``run`` too: double-buffered with IOBinding, fresh arrays without.
     outputs_stay_valid = 2
 
-    def _available_providers(
-        self, ort: Any, options: OrtOptions
-    ) -> tuple[list[str], list[Mapping[str, Any]] | None]:
+    def _available_providers(self, ort: Any, options: OrtOptions) -> tuple[list[str], list[Mapping[str, Any]] | None]:
         available = list(ort.get_available_providers())
         keep = [i for i, p in enumerate(options.providers) if p in available]
         missing = [p for p in options.providers if p not in available]
@@ -291,15 +300,24 @@ def _fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple
 
 
 def _create_session(
-    ort: Any, path: Path, session_options: Any, providers: list[str], provider_options: Any,
-    *, model: bytes | None = None, disabled: tuple[str, ...] = (),
+    ort: Any,
+    path: Path,
+    session_options: Any,
+    providers: list[str],
+    provider_options: Any,
+    *,
+    model: bytes | None = None,
+    disabled: tuple[str, ...] = (),
 ) -> Any:
     state = ort.capi.onnxruntime_pybind11_state
     load_errors = tuple(getattr(state, n) for n in _LOAD_ERRORS if hasattr(state, n))
     try:
         return ort.InferenceSession(
-            model if model is not None else str(path), sess_options=session_options, providers=providers,
-            provider_options=provider_options, disabled_optimizers=list(disabled) or None,
+            model if model is not None else str(path),
+            sess_options=session_options,
+            providers=providers,
+            provider_options=provider_options,
+            disabled_optimizers=list(disabled) or None,
         )
     except getattr(state, "EPFail", ()) as exc:
         raise TargetUnavailable(
@@ -361,7 +379,9 @@ def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, fa
 
 def _open_engine(choice: Any, threads: int) -> OrtRuntime:
     ort = choice.target.ort
-    options = OrtOptions(providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads)
+    options = OrtOptions(
+        providers=ort.providers, provider_options=ort.provider_options or None, intra_op_threads=threads
+    )
     recorded = choice.session_options
     if recorded:
         # The built file carries edgekit's graph changes: open it exactly as its entry tells an
@@ -369,8 +389,10 @@ def _open_engine(choice: Any, threads: int) -> OrtRuntime:
         options = replace(options, **engine_session_options(recorded))
     runtime = OrtRuntime(choice.path, taking_turns(options, bool(choice.bucket_paths)))
     if choice.built and not recorded:
-        runtime.warn(f"engine {choice.key} was built by an older edgekit: its file lacks the graph changes edgekit applies "
-                     "in memory (an app's plain session on it runs slower than `edgekit run`); rebuild it with --rebuild")
+        runtime.warn(
+            f"engine {choice.key} was built by an older edgekit: its file lacks the graph changes edgekit applies "
+            "in memory (an app's plain session on it runs slower than `edgekit run`); rebuild it with --rebuild"
+        )
     return runtime
 
 
@@ -383,16 +405,29 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 ARTIFACTS = {"fp32": "fp32", "int8": "int8"}
-register_backend(Backend(
-    name="ort", title="ONNX Runtime", help="ONNX Runtime on the CPU",
-    precisions=("fp32", "int8"), artifacts=ARTIFACTS, lacks="ONNX Runtime runs fp32 or int8 bundles",
-    open=lambda bundle, precision, threads: open_artifact(
-        bundle, ARTIFACTS[precision], lambda path, shared: OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=threads), shared))),
-    open_file=_open_file, graph_precisions=("fp32",),
-    requires=Requirement("onnxruntime", "pip install onnxruntime"), reference_rank=2,
-    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
-    # Tensors are matched by name between the float and the QDQ graph, as onnxruntime's
-    # ``quantization.qdq_loss_debug`` matches them (the quantizer keeps the names it does not create).
-    debug=DebugHooks(capture="graph outputs added to a copy of the ONNX, run by onnxruntime with its own kernels and fusions",
-                     mlas_kernels=True),
-))
+register_backend(
+    Backend(
+        name="ort",
+        title="ONNX Runtime",
+        help="ONNX Runtime on the CPU",
+        precisions=("fp32", "int8"),
+        artifacts=ARTIFACTS,
+        lacks="ONNX Runtime runs fp32 or int8 bundles",
+        open=lambda bundle, precision, threads: open_artifact(
+            bundle,
+            ARTIFACTS[precision],
+            lambda path, shared: OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=threads), shared)),
+        ),
+        open_file=_open_file,
+        graph_precisions=("fp32",),
+        requires=Requirement("onnxruntime", "pip install onnxruntime"),
+        reference_rank=2,
+        engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+        # Tensors are matched by name between the float and the QDQ graph, as onnxruntime's
+        # ``quantization.qdq_loss_debug`` matches them (the quantizer keeps the names it does not create).
+        debug=DebugHooks(
+            capture="graph outputs added to a copy of the ONNX, run by onnxruntime with its own kernels and fusions",
+            mlas_kernels=True,
+        ),
+    )
+)

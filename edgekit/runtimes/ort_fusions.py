@@ -21,8 +21,9 @@ says in the engine entry which session options the file cannot carry.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit._deps import require
 
@@ -69,13 +70,18 @@ def apply_contrib_fusions(model: Any) -> dict[str, int]:
     count = fuse_fast_gelu(model)
     return {"FastGelu": count} if count else {}
 
+
 def engine_session_options(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """``OrtOptions`` fields from a built engine's ``session_options`` entry (``builder.ort``
     records it; the manifest schema checks the level): the level and config entries the file is
     loaded with, and nothing changed in memory (the file carries the changes)."""
     entries = recorded.get("config_entries") or {}
-    return {"graph_optimization": str(recorded.get("graph_optimization_level") or "all"), "contrib_fusions": False,
-            "disabled_optimizers": (), "session_config": tuple((str(k), str(v)) for k, v in entries.items())}
+    return {
+        "graph_optimization": str(recorded.get("graph_optimization_level") or "all"),
+        "contrib_fusions": False,
+        "disabled_optimizers": (),
+        "session_config": tuple((str(k), str(v)) for k, v in entries.items()),
+    }
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -127,7 +133,12 @@ def fuse_fast_gelu(model: Any) -> int:
             mul_c = producer.get(cubic)
             pow_name = const_operand(mul_c if mul_c is not None and mul_c.op_type == "Mul" else None, 0.044715)
             pow_node = producer.get(pow_name) if pow_name else None
-            if pow_node is not None and pow_node.op_type == "Pow" and pow_node.input[0] == x and _close(scalars.get(pow_node.input[1]), 3.0):
+            if (
+                pow_node is not None
+                and pow_node.op_type == "Pow"
+                and pow_node.input[0] == x
+                and _close(scalars.get(pow_node.input[1]), 3.0)
+            ):
                 match = (x, pow_node, mul_c)
                 break
         if match is None:
@@ -146,7 +157,9 @@ def fuse_fast_gelu(model: Any) -> int:
         # Every intermediate must feed only the chain (x itself is read by Pow, Add and the last Mul).
         if any(only_consumer(n.output[0]) is None for n in chain[:-1]):
             continue
-        node = onnx.helper.make_node("FastGelu", [x], [final.output[0]], name=f"{final.name}/FastGelu", domain=CONTRIB_DOMAIN)
+        node = onnx.helper.make_node(
+            "FastGelu", [x], [final.output[0]], name=f"{final.name}/FastGelu", domain=CONTRIB_DOMAIN
+        )
         fused.append((chain, node))
 
     if not fused:

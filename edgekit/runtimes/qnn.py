@@ -24,9 +24,10 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.bundle import sha256_file
@@ -68,14 +69,18 @@ class QnnOptions:
 
     def __post_init__(self) -> None:
         if self.performance_mode not in PERFORMANCE_MODES:
-            raise UsageError(f"htp_performance_mode {self.performance_mode!r} is unknown; valid: {', '.join(PERFORMANCE_MODES)}")
+            raise UsageError(
+                f"htp_performance_mode {self.performance_mode!r} is unknown; valid: {', '.join(PERFORMANCE_MODES)}"
+            )
         for key in ("htp_arch", "soc_model", "vtcm_mb"):
             value = getattr(self, key)
             if not isinstance(value, int) or value < 0:
                 raise UsageError(f"qnn {key} must be an int >= 0 (0 = default), got {value!r}")
         if self.fp16 and self.arch < FP16_MIN_ARCH:
-            raise UsageError(f"fp16 on the HTP needs htp_arch >= {FP16_MIN_ARCH}; this target is v{self.arch}",
-                             hint="use int8 (edgekit quantize --profile qnn) for this SoC")
+            raise UsageError(
+                f"fp16 on the HTP needs htp_arch >= {FP16_MIN_ARCH}; this target is v{self.arch}",
+                hint="use int8 (edgekit quantize --profile qnn) for this SoC",
+            )
 
     @property
     def arch(self) -> int:
@@ -88,7 +93,11 @@ class QnnOptions:
     def provider_options(self) -> dict[str, str]:
         """The QNN EP's provider options (all strings, as the EP reads them)."""
         qnn = require("onnxruntime_qnn")
-        opts = {"backend_path": qnn.get_qnn_htp_path(), "htp_performance_mode": self.performance_mode, "htp_arch": str(self.arch)}
+        opts = {
+            "backend_path": qnn.get_qnn_htp_path(),
+            "htp_performance_mode": self.performance_mode,
+            "htp_arch": str(self.arch),
+        }
         if self.soc:
             opts["soc_model"] = str(self.soc)
         if self.vtcm_mb:
@@ -129,7 +138,9 @@ def register(ort: Any) -> list[Any]:
             ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
         devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     if not devices:
-        raise TargetUnavailable("onnxruntime-qnn registered no QNN device on this host", hint="reinstall with pip install -U 'edgekit[qnn]'")
+        raise TargetUnavailable(
+            "onnxruntime-qnn registered no QNN device on this host", hint="reinstall with pip install -U 'edgekit[qnn]'"
+        )
     return devices
 
 
@@ -156,7 +167,9 @@ def captured_native_output() -> Iterator[list[str]]:
             text.append(sink.read().decode("utf-8", "replace"))
 
 
-def _refusal_message(model_path: Path, log: str, options: QnnOptions, exc: Exception) -> tuple[str, str, list[dict[str, str]]]:
+def _refusal_message(
+    model_path: Path, log: str, options: QnnOptions, exc: Exception
+) -> tuple[str, str, list[dict[str, str]]]:
     """(message, hint, findings) for a session the HTP backend could not compile."""
     refused = refused_nodes(log)
     floats = [] if options.fp16 else float_nodes(model_path)
@@ -172,15 +185,30 @@ def _refusal_message(model_path: Path, log: str, options: QnnOptions, exc: Excep
     if floats:
         f = floats[0]
         more = f" and {len(floats) - 1} more" if len(floats) > 1 else ""
-        message = (f"qnn: node {f['node']!r} ({f['op']}){more} of {model_path.name} computes in float32, which the HTP "
-                   f"cannot run ({first_line})")
+        message = (
+            f"qnn: node {f['node']!r} ({f['op']}){more} of {model_path.name} computes in float32, which the HTP "
+            f"cannot run ({first_line})"
+        )
         hint = "quantize every op with `edgekit quantize BUNDLE --profile qnn`, or run --precision fp16 (HTP v73+)"
         return message, hint, floats
-    return f"qnn: the HTP backend could not compile {model_path.name}: {first_line}", "see `edgekit lint BUNDLE --target T`", []
+    return (
+        f"qnn: the HTP backend could not compile {model_path.name}: {first_line}",
+        "see `edgekit lint BUNDLE --target T`",
+        [],
+    )
 
 
 # onnxruntime exception names a session that cannot be compiled for the HTP raises.
-_SESSION_ERRORS = ("Fail", "EPFail", "InvalidGraph", "NotImplemented", "InvalidArgument", "RuntimeException", "InvalidProtobuf", "NoModel")
+_SESSION_ERRORS = (
+    "Fail",
+    "EPFail",
+    "InvalidGraph",
+    "NotImplemented",
+    "InvalidArgument",
+    "RuntimeException",
+    "InvalidProtobuf",
+    "NoModel",
+)
 
 
 class QnnCompileError(TargetUnavailable):
@@ -191,8 +219,15 @@ class QnnCompileError(TargetUnavailable):
         self.findings = findings
 
 
-def create_session(model: Path | bytes, options: QnnOptions, *, source: Path, context_out: Path | None = None,
-                   threads: int = 0, embed: bool = True) -> tuple[Any, float, str]:
+def create_session(
+    model: Path | bytes,
+    options: QnnOptions,
+    *,
+    source: Path,
+    context_out: Path | None = None,
+    threads: int = 0,
+    embed: bool = True,
+) -> tuple[Any, float, str]:
     """(InferenceSession on the HTP backend, seconds to create it, the native log).
 
     context_out: also write an EPContext model there (``ep.context_enable``); the context binary
@@ -239,7 +274,9 @@ class QnnRuntime(OrtRuntime):
         _check_model_file(self.model_path)
         self.model_files = model_files_of(self.model_path)
         ort = require("onnxruntime")
-        self.session, self.session_seconds, self.native_log = create_session(self.model_path, options, source=self.model_path, threads=threads)
+        self.session, self.session_seconds, self.native_log = create_session(
+            self.model_path, options, source=self.model_path, threads=threads
+        )
         self.precompiled = _is_context_model(self.model_path)
         self.emulated = emulated()
         self.fusions: dict[str, int] = {}
@@ -250,7 +287,9 @@ class QnnRuntime(OrtRuntime):
         soc = f", soc {options.soc}" if options.soc else ""
         self.device = f"{EP_NAME} HTP v{options.arch}{soc} {precision} ({where})"
         # Reports print this next to every latency: on x86 the NPU is emulated.
-        self.timing_note = "x86 emulation of the Hexagon NPU (HTP backend), not device latency" if self.emulated else None
+        self.timing_note = (
+            "x86 emulation of the Hexagon NPU (HTP backend), not device latency" if self.emulated else None
+        )
         self.session_info: dict[str, Any] = {"seconds": self.session_seconds, "precompiled": self.precompiled}
         if options.cpu_fallback:
             self.warn("qnn: CPU fallback is on: nodes the HTP refuses run on the CPU, not the NPU")
@@ -277,7 +316,10 @@ def compile_context(model_path: Path, out_path: Path, options: QnnOptions, *, em
     session, seconds, _ = create_session(model_path, options, source=model_path, context_out=out_path, embed=embed)
     del session
     if not out_path.is_file():
-        raise EdgekitError(f"qnn: onnxruntime-qnn wrote no EPContext model to {out_path}", hint="check ep.context_* support of this onnxruntime-qnn")
+        raise EdgekitError(
+            f"qnn: onnxruntime-qnn wrote no EPContext model to {out_path}",
+            hint="check ep.context_* support of this onnxruntime-qnn",
+        )
     return {"compile_seconds": seconds, "context_file": None if embed else _name_context_file(out_path)}
 
 
@@ -296,8 +338,10 @@ def _name_context_file(model_path: Path) -> Path:
                     os.replace(current, found)
                 attr.s = found.name.encode()
     if found is None:
-        raise EdgekitError(f"qnn: onnxruntime-qnn wrote no context binary beside {model_path.name}",
-                           hint="check ep.context_embed_mode support of this onnxruntime-qnn")
+        raise EdgekitError(
+            f"qnn: onnxruntime-qnn wrote no context binary beside {model_path.name}",
+            hint="check ep.context_embed_mode support of this onnxruntime-qnn",
+        )
     onnx.save_model(model, str(model_path))
     return found
 
@@ -305,8 +349,13 @@ def _name_context_file(model_path: Path) -> Path:
 def qnn_options_for(target: Any, precision: str) -> QnnOptions:
     """QnnOptions from a target's ``[qnn]`` table and the precision (fp16 -> HTP float16)."""
     q = target.qnn
-    return QnnOptions(htp_arch=q.htp_arch, soc_model=q.soc_model, performance_mode=q.performance_mode,
-                      vtcm_mb=q.vtcm_mb, fp16=precision == "fp16")
+    return QnnOptions(
+        htp_arch=q.htp_arch,
+        soc_model=q.soc_model,
+        performance_mode=q.performance_mode,
+        vtcm_mb=q.vtcm_mb,
+        fp16=precision == "fp16",
+    )
 
 
 # The artifact the HTP runs per precision: int8 -> ``int8`` (``quantize --profile qnn``: every op QDQ); fp16 -> ``fp32``
@@ -319,8 +368,10 @@ def _check_artifact(bundle: Any, precision: str) -> None:
     if precision != "int8":
         return
     if not bundle.has("int8"):
-        raise EdgekitError(f"bundle {bundle.root} has no int8 model for the HTP",
-                           hint=f"make one with `edgekit quantize {bundle.root} --profile {QNN.quantize_profile}`")
+        raise EdgekitError(
+            f"bundle {bundle.root} has no int8 model for the HTP",
+            hint=f"make one with `edgekit quantize {bundle.root} --profile {QNN.quantize_profile}`",
+        )
     q = bundle.quantization
     profile = q.profile if q is not None else None
     if profile not in (None, QNN.quantize_profile):
@@ -333,18 +384,24 @@ def _check_artifact(bundle: Any, precision: str) -> None:
 
 def _open(bundle: Any, precision: str, threads: int) -> QnnRuntime:
     options = QnnOptions(fp16=precision == "fp16")
-    return open_artifact(bundle, QNN.artifact(bundle, precision), lambda path, shared: QnnRuntime(path, options, threads=threads))
+    return open_artifact(
+        bundle, QNN.artifact(bundle, precision), lambda path, shared: QnnRuntime(path, options, threads=threads)
+    )
 
 
 def _open_file(path: Path, o: FileOptions) -> QnnRuntime:
     """An ONNX file on the HTP: compiled for ``o.target``'s SoC where one is given, else the default one."""
-    options = qnn_options_for(load_target(o.target), o.precision) if o.target else QnnOptions(fp16=o.precision == "fp16")
+    options = (
+        qnn_options_for(load_target(o.target), o.precision) if o.target else QnnOptions(fp16=o.precision == "fp16")
+    )
     return QnnRuntime(path, options, threads=o.threads)
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
     require("onnxruntime_qnn")  # exit 3 with the install line: the target names no other runtime
-    emulated_here = [f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not"]
+    emulated_here = [
+        f"target {target.name}'s NPU is emulated on this {host.arch} host: accuracy is the NPU's, latency is not"
+    ]
     return None, (emulated_here if target.arch != host.arch else []) + cross_arch_notes(target, host)
 
 
@@ -374,22 +431,33 @@ def _open_engine(choice: Any, threads: int) -> QnnRuntime:
         runtime.session_info["compile_seconds_at_build"] = choice.compile_seconds
         runtime.session_info["saved_seconds"] = choice.compile_seconds - runtime.session_seconds
     if not choice.built:
-        runtime.warn(f"target {choice.target.name}: no precompiled context; the graph was compiled at load "
-                     f"({runtime.session_seconds:.2f} s; `edgekit build BUNDLE --target {choice.target.name}` saves that)")
+        runtime.warn(
+            f"target {choice.target.name}: no precompiled context; the graph was compiled at load "
+            f"({runtime.session_seconds:.2f} s; `edgekit build BUNDLE --target {choice.target.name}` saves that)"
+        )
     return runtime
 
 
-QNN = register_backend(Backend(
-    name="qnn", title="QNN HTP",
-    help="Qualcomm's Hexagon NPU, emulated on x86",
-    precisions=("int8", "fp16"), artifacts=ARTIFACTS, check_artifact=_check_artifact, open=_open,
-    lacks="the Hexagon NPU computes in integers or float16",
-    requires=Requirement("onnxruntime_qnn", "pip install 'edgekit[qnn]'", extra="qnn"),
-    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
-    open_file=_open_file, quantize_profile="qnn",
-    # Debug taps the DQ after each tensor (``debug.taps.capture_names``): outputs on the float tensor before its Q
-    # changed the HTP's results (max |Δ logits| 22 on the test model), on the DQ bit-identical; cut graphs: 1 compile each.
-    debug=DebugHooks(capture="graph outputs on the DequantizeLinear after each tensor of a copy of the QDQ graph (the value the HTP "
-                             "holds), compiled by the HTP backend; outputs before the QuantizeLinear change the HTP's results",
-                     target_options=True),
-))
+QNN = register_backend(
+    Backend(
+        name="qnn",
+        title="QNN HTP",
+        help="Qualcomm's Hexagon NPU, emulated on x86",
+        precisions=("int8", "fp16"),
+        artifacts=ARTIFACTS,
+        check_artifact=_check_artifact,
+        open=_open,
+        lacks="the Hexagon NPU computes in integers or float16",
+        requires=Requirement("onnxruntime_qnn", "pip install 'edgekit[qnn]'", extra="qnn"),
+        engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine),
+        open_file=_open_file,
+        quantize_profile="qnn",
+        # Debug taps the DQ after each tensor (``debug.taps.capture_names``): outputs on the float tensor before its Q
+        # changed the HTP's results (max |Δ logits| 22 on the test model), on the DQ bit-identical; cut graphs: 1 compile each.
+        debug=DebugHooks(
+            capture="graph outputs on the DequantizeLinear after each tensor of a copy of the QDQ graph (the value the HTP "
+            "holds), compiled by the HTP backend; outputs before the QuantizeLinear change the HTP's results",
+            target_options=True,
+        ),
+    )
+)

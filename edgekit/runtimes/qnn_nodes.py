@@ -28,7 +28,9 @@ def refused_nodes(log: str) -> list[dict[str, str]]:
 # Ops that move data without arithmetic: on a float graph input (``t`` unsqueezed before its
 # QuantizeLinear; one layer's slice of the AR loop form's ``k_cache`` selected by Gather) they
 # compute nothing in float, and the QNN quantizer leaves them so.
-DATA_MOVEMENT_OPS = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Identity", "Gather", "Slice"})
+DATA_MOVEMENT_OPS = frozenset(
+    {"Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Identity", "Gather", "Slice"}
+)
 
 
 def float_nodes(model_path: Path) -> list[dict[str, str]]:

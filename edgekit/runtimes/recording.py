@@ -4,8 +4,9 @@ profiler calibrates its sweep models on."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,9 @@ class RecordingRuntime(RuntimeProxy):
     whatever the sequence length. (With guidance that alternates conditional and unconditional
     calls, an even ``every`` keeps one kind only: the cap is for long decodes, not the usual sizes.)"""
 
-    def __init__(self, runtime: Runtime, kind: str, meta: Mapping[str, Any], every: int = 1, max_bytes: int | None = None):
+    def __init__(
+        self, runtime: Runtime, kind: str, meta: Mapping[str, Any], every: int = 1, max_bytes: int | None = None
+    ):
         super().__init__(runtime, name=f"recording({runtime.name})")
         self.kind = kind
         self.meta = meta

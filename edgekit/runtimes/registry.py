@@ -12,8 +12,9 @@ entry's functions import their dependency when they run.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from edgekit.errors import UsageError
 from edgekit.host import module_available
@@ -48,9 +49,9 @@ class EngineHooks:
     check_host: Callable[[Any, Any, str], tuple[str | None, list[str]]]
     # (engine file, the bundle's record of it, host, target or None, device facts a stage already
     # read or None) -> every reason the built engine cannot be loaded here.
-    problems: Callable[[Any, "EngineRecord", Any, Any, Any], list[str]]
+    problems: Callable[[Any, EngineRecord, Any, Any, Any], list[str]]
     # (runtimes.engines.EngineChoice, threads) -> the ready Runtime.
-    open: Callable[[Any, int], "Runtime"]
+    open: Callable[[Any, int], Runtime]
     # True: with no engine built, the target runs the bundle's own model (``artifacts``);
     # False: an engine must be built first (TensorRT).
     runs_unbuilt: bool = True
@@ -81,7 +82,7 @@ class DebugHooks:
     # A backend without an ONNX graph (torch): (bundle, precision, threads, {module path: the
     # tensor its output stands for}) -> (a Runtime whose ``run`` also returns each hooked
     # module's output under that tensor's name, the tensors it hooked).
-    open_hooked: Callable[["Bundle", str, int, Mapping[str, str]], "tuple[Runtime, tuple[str, ...]]"] | None = None
+    open_hooked: Callable[[Bundle, str, int, Mapping[str, str]], tuple[Runtime, tuple[str, ...]]] | None = None
     # With a target, True: the variant is the bundle's model opened with the target's options
     # (``FileOptions.target``), not the target's built engine, so the tapped copy and the plain
     # variant compile alike (the QNN HTP's arch and SoC).
@@ -99,7 +100,7 @@ class Backend:
     title: str  # its name in sentences ("ONNX Runtime", "TensorRT")
     help: str  # one line for --runtime help: what it is
     precisions: tuple[str, ...]  # the precisions it runs, from vocabulary.PRECISIONS
-    open: Callable[["Bundle", str, int], "Runtime"]
+    open: Callable[[Bundle, str, int], Runtime]
     requires: Requirement
     # precision -> the bundle artifact it loads ({}: none, e.g. the PyTorch module or a built engine)
     artifacts: Mapping[str, str] = field(default_factory=dict)
@@ -107,15 +108,15 @@ class Backend:
     lacks: str = ""
     # (bundle, precision) -> raise when the artifact cannot run here (e.g. the HTP refuses an int8
     # model of another quantization profile); None = any artifact of the precision runs.
-    check_artifact: Callable[["Bundle", str], None] | None = None
+    check_artifact: Callable[[Bundle, str], None] | None = None
     # Any ONNX file of the bundle's model: (file, FileOptions) -> Runtime (fused graphs, quantize's
     # budget candidates, debug's tapped copies); None: it opens no ONNX file itself.
-    open_file: Callable[["Path", FileOptions], "Runtime"] | None = None
+    open_file: Callable[[Path, FileOptions], Runtime] | None = None
     # The precisions it runs fused graphs (export --graph, fp32 ONNX) in through ``open_file``.
     graph_precisions: tuple[str, ...] = ()
     # A backend that runs a torch module itself: (module, inputs, outputs) -> Runtime at the
     # framework's default threads (profile's length sweep times architecture-only modules so).
-    open_module: Callable[[Any, Mapping[str, Any], Mapping[str, Any]], "Runtime"] | None = None
+    open_module: Callable[[Any, Mapping[str, Any], Mapping[str, Any]], Runtime] | None = None
     engine: EngineHooks | None = None
     debug: DebugHooks | None = None
     # The quantize profile whose int8 model it runs (``quantize --profile``: its hints name it);
@@ -128,7 +129,7 @@ class Backend:
     # (TensorRT, the NPU), higher = more of a reference (ORT 2, the torch eager module 3).
     reference_rank: int = 0
 
-    def artifact(self, bundle: "Bundle", precision: str) -> str:
+    def artifact(self, bundle: Bundle, precision: str) -> str:
         """The bundle artifact this runtime loads in ``precision`` (checked for this runtime)."""
         check_precision(self.name, precision)
         name = self.artifacts[precision]
@@ -144,14 +145,20 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
     """Add ``backend`` under its name (a second one of that name is refused unless ``replace``)."""
     bad = [p for p in backend.precisions if p not in PRECISIONS]
     if bad or not backend.precisions:
-        raise ValueError(f"backend {backend.name!r}: precisions {list(backend.precisions)} must be some of {', '.join(PRECISIONS)}")
+        raise ValueError(
+            f"backend {backend.name!r}: precisions {list(backend.precisions)} must be some of {', '.join(PRECISIONS)}"
+        )
     missing = [p for p in backend.artifacts if p not in backend.precisions]
     if missing:
         raise ValueError(f"backend {backend.name!r}: artifacts for precisions it does not run: {missing}")
     if backend.graph_precisions and backend.open_file is None:
-        raise ValueError(f"backend {backend.name!r}: graph_precisions {list(backend.graph_precisions)} without open_file")
+        raise ValueError(
+            f"backend {backend.name!r}: graph_precisions {list(backend.graph_precisions)} without open_file"
+        )
     if backend.debug is not None and backend.open_file is None and backend.debug.open_hooked is None:
-        raise ValueError(f"backend {backend.name!r}: debug taps a copy of the graph through open_file, or the module through open_hooked")
+        raise ValueError(
+            f"backend {backend.name!r}: debug taps a copy of the graph through open_file, or the module through open_hooked"
+        )
     if backend.name in _BACKENDS and not replace:
         raise ValueError(f"a backend named {backend.name!r} is already registered")
     _BACKENDS[backend.name] = backend
@@ -189,7 +196,9 @@ def check_runtimes(values: tuple[str, ...] | list[str], flag: str = "--runtime")
     return tuple(values)
 
 
-def check_precisions(values: tuple[str, ...] | list[str], flag: str = "--precision", also: tuple[str, ...] = ()) -> tuple[str, ...]:
+def check_precisions(
+    values: tuple[str, ...] | list[str], flag: str = "--precision", also: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """``values`` when every one is a precision of the vocabulary (or one of a command's own
     values ``also``, e.g. build's "auto")."""
     valid = (*PRECISIONS, *also)
@@ -207,7 +216,8 @@ def check_precision(name: str, precision: str) -> Backend:
     if precision not in b.precisions:
         others = runs(precision)
         raise UsageError(
-            f"--runtime {name} has no {precision}" + (f" ({b.lacks})" if b.lacks else "")
+            f"--runtime {name} has no {precision}"
+            + (f" ({b.lacks})" if b.lacks else "")
             + f"; valid: {', '.join(b.precisions)}",
             hint=f"use --precision {' or '.join(b.precisions)}"
             + (f", or --runtime {' or '.join(others)} for {precision}" if others else ""),
@@ -223,8 +233,10 @@ def runs(precision: str) -> list[str]:
 def runtime_help() -> str:
     """``ort (ONNX Runtime ...) | torch (...; edgekit[export]) | ...``: every registered runtime
     with its line and the extra it needs."""
-    return " | ".join(f"{b.name} ({b.help}" + (f"; edgekit[{b.requires.extra}]" if b.requires.extra else "") + ")"
-                      for b in _BACKENDS.values())
+    return " | ".join(
+        f"{b.name} ({b.help}" + (f"; edgekit[{b.requires.extra}]" if b.requires.extra else "") + ")"
+        for b in _BACKENDS.values()
+    )
 
 
 def precision_help() -> str:
@@ -233,6 +245,20 @@ def precision_help() -> str:
 
 
 __all__ = [
-    "Backend", "DebugHooks", "EngineHooks", "FileOptions", "Requirement", "backend", "backends", "check_precision", "check_precisions",
-    "check_runtimes", "names", "precision_help", "register_backend", "runs", "runtime_help", "unregister_backend",
+    "Backend",
+    "DebugHooks",
+    "EngineHooks",
+    "FileOptions",
+    "Requirement",
+    "backend",
+    "backends",
+    "check_precision",
+    "check_precisions",
+    "check_runtimes",
+    "names",
+    "precision_help",
+    "register_backend",
+    "runs",
+    "runtime_help",
+    "unregister_backend",
 ]

@@ -5,7 +5,8 @@ Used to verify exports and as the accuracy reference; not a deployment path (tor
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -123,6 +124,7 @@ class HookedTorch(RuntimeProxy):
         def keep(module: Any, args: Any, output: Any) -> None:
             first = output[0] if isinstance(output, (tuple, list)) else output
             self.seen[tensor] = first.detach().cpu().numpy().astype(np.float32, copy=True)
+
         return keep
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -135,7 +137,9 @@ class HookedTorch(RuntimeProxy):
         super().close()
 
 
-def open_hooked(bundle: Any, precision: str, threads: int, tensors: Mapping[str, str]) -> tuple[HookedTorch, tuple[str, ...]]:
+def open_hooked(
+    bundle: Any, precision: str, threads: int, tensors: Mapping[str, str]
+) -> tuple[HookedTorch, tuple[str, ...]]:
     """``bundle``'s module with a forward hook on each module path of ``tensors`` ({module path:
     tensor}) it has, and the tensors hooked. The exported module may sit inside the spec's (an
     adapter): a path matches the one module whose path ends with it."""
@@ -154,11 +158,20 @@ def _module(named: Mapping[str, Any], path: str) -> Any:
 
 # No engine: torch runs the module in this process (the reference and eager baseline), so no
 # target lists it.
-register_backend(Backend(
-    name="torch", title="PyTorch", help="the PyTorch module, eager: the reference",
-    precisions=("fp32",), lacks="the PyTorch module runs in fp32", open=open_torch,
-    requires=Requirement("torch", "pip install 'edgekit[export]'", extra="export"), reference_rank=3,
-    open_module=lambda module, inputs, outputs: TorchRuntime(module, inputs, outputs),
-    debug=DebugHooks(capture="forward hooks on the modules, each mapped to the tensor its module's last ONNX node produces",
-                     open_hooked=open_hooked),
-))
+register_backend(
+    Backend(
+        name="torch",
+        title="PyTorch",
+        help="the PyTorch module, eager: the reference",
+        precisions=("fp32",),
+        lacks="the PyTorch module runs in fp32",
+        open=open_torch,
+        requires=Requirement("torch", "pip install 'edgekit[export]'", extra="export"),
+        reference_rank=3,
+        open_module=lambda module, inputs, outputs: TorchRuntime(module, inputs, outputs),
+        debug=DebugHooks(
+            capture="forward hooks on the modules, each mapped to the tensor its module's last ONNX node produces",
+            open_hooked=open_hooked,
+        ),
+    )
+)

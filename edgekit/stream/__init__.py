@@ -8,4 +8,16 @@
 from edgekit.stream.policy import POLICIES, AdaptivePolicy, CostModel, FixedPolicy, Rung, ladder, rung
 from edgekit.stream.stage import ARRIVALS, LoadConfig, arrival_offsets, loadtest
 
-__all__ = ["ARRIVALS", "POLICIES", "AdaptivePolicy", "CostModel", "FixedPolicy", "LoadConfig", "Rung", "arrival_offsets", "ladder", "loadtest", "rung"]
+__all__ = [
+    "ARRIVALS",
+    "POLICIES",
+    "AdaptivePolicy",
+    "CostModel",
+    "FixedPolicy",
+    "LoadConfig",
+    "Rung",
+    "arrival_offsets",
+    "ladder",
+    "loadtest",
+    "rung",
+]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -47,8 +47,11 @@ class Device:
             self.waiting.append(key)
             self._cond.notify_all()
             try:
-                self._cond.wait_for(lambda: not self._busy and key <= min(self.waiting)
-                                    and (key != float("inf") or not self.first_chunks))
+                self._cond.wait_for(
+                    lambda: (
+                        not self._busy and key <= min(self.waiting) and (key != float("inf") or not self.first_chunks)
+                    )
+                )
             finally:
                 self.waiting.remove(key)
             self._busy = True
@@ -61,7 +64,6 @@ class Device:
                 self.calls += 1
                 self._busy = False
                 self._cond.notify_all()
-
 
     @contextmanager
     def first_chunk(self) -> Iterator[None]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class TokenSource:
                 cfg = _reseed(self.config, seed, MaskedDecodeConfig)
 
                 def on_step(state) -> None:
-                    unknown = np.flatnonzero((state.tokens[0] == mask_id))
+                    unknown = np.flatnonzero(state.tokens[0] == mask_id)
                     feed.publish(state.tokens, int(unknown[0]) if unknown.size else state.tokens.shape[1])
 
                 decode_masked(self.runtime, self.meta, self.cond, cfg, callback=on_step)
@@ -224,20 +225,30 @@ class StreamBuffers:
     frames: np.ndarray
 
     @classmethod
-    def for_meta(cls, flow_meta: Mapping[str, Any]) -> "StreamBuffers":
+    def for_meta(cls, flow_meta: Mapping[str, Any]) -> StreamBuffers:
         spec = ChunkSpec.from_meta(flow_meta)
         total = int(flow_meta.get("utterance_frames", flow_meta["frames"]))
         shape = (1, total, int(flow_meta["channels"]))
-        return cls(TokenFeed(total // spec.frames_per_token), np.zeros(shape, np.float32), np.zeros(shape, np.float64),
-                   np.zeros(shape, np.float32))
+        return cls(
+            TokenFeed(total // spec.frames_per_token),
+            np.zeros(shape, np.float32),
+            np.zeros(shape, np.float64),
+            np.zeros(shape, np.float32),
+        )
 
     @property
     def nbytes(self) -> int:
         return self.feed.tokens.nbytes + self.noise.nbytes + self.noise_scratch.nbytes + self.frames.nbytes
 
 
-def run_utterance(ctx: StreamContext, stream: int, utterance: int, seed: int,
-                  buffers: StreamBuffers | None = None, worker: TokenWorker | None = None) -> UtteranceRecord:
+def run_utterance(
+    ctx: StreamContext,
+    stream: int,
+    utterance: int,
+    seed: int,
+    buffers: StreamBuffers | None = None,
+    worker: TokenWorker | None = None,
+) -> UtteranceRecord:
     """One utterance of one stream: tokens in the stream's token thread (``worker``; a thread
     for this utterance when None), chunks here as their tokens arrive, into ``buffers`` (new
     ones when None)."""
@@ -269,13 +280,26 @@ def run_utterance(ctx: StreamContext, stream: int, utterance: int, seed: int,
                 cfg = replace(flow_cfg, solver=choice.solver, steps=choice.steps)
                 with ctx.device.first_chunk() if due is None else nullcontext():
                     start = ctx.clock()
-                    _, nfe = decode_chunk(ctx.flow, ctx.flow_meta, spec, chunk, cond, noise, out, cfg,
-                                          out=out[:, chunk.start : chunk.stop])
+                    _, nfe = decode_chunk(
+                        ctx.flow,
+                        ctx.flow_meta,
+                        spec,
+                        chunk,
+                        cond,
+                        noise,
+                        out,
+                        cfg,
+                        out=out[:, chunk.start : chunk.stop],
+                    )
                     done = ctx.clock()
             finally:
                 ctx.flight.leave()
             ctx.policy.observe(choice, (done - start) / 1e6, in_flight)
-            records.append(ChunkRecord(stream, utterance, chunk.index, choice.solver, choice.steps, nfe, ready, start, done, due, in_flight))
+            records.append(
+                ChunkRecord(
+                    stream, utterance, chunk.index, choice.solver, choice.steps, nfe, ready, start, done, due, in_flight
+                )
+            )
             if due is None:
                 first = done
             due = max(due if due is not None else done, done) + step_ns
@@ -306,8 +330,15 @@ class WarmGate:
             self._on_warm()
 
 
-def run_stream(ctx: StreamContext, stream: int, start_ns: int, stop_ns: int, seed: int, errors: list[BaseException],
-               warm: WarmGate | None = None) -> None:
+def run_stream(
+    ctx: StreamContext,
+    stream: int,
+    start_ns: int,
+    stop_ns: int,
+    seed: int,
+    errors: list[BaseException],
+    warm: WarmGate | None = None,
+) -> None:
     """Utterances back to back from ``start_ns`` until ``stop_ns`` (the last one finishes), all
     in one set of ``StreamBuffers`` with one token thread."""
     try:
@@ -330,8 +361,9 @@ def run_stream(ctx: StreamContext, stream: int, start_ns: int, stop_ns: int, see
         errors.append(exc)
 
 
-def run_streams(ctx: StreamContext, offsets_s: list[float], duration_s: float, seed: int,
-                on_warm: Callable[[], None] | None = None) -> float:
+def run_streams(
+    ctx: StreamContext, offsets_s: list[float], duration_s: float, seed: int, on_warm: Callable[[], None] | None = None
+) -> float:
     """Run one stream per offset (seconds after now) for ``duration_s``; returns the wall seconds.
     ``on_warm()`` runs once every stream has finished its first utterance."""
     t0 = ctx.clock()
@@ -339,7 +371,12 @@ def run_streams(ctx: StreamContext, offsets_s: list[float], duration_s: float, s
     errors: list[BaseException] = []
     warm = WarmGate(len(offsets_s), on_warm)
     threads = [
-        threading.Thread(target=run_stream, args=(ctx, i, t0 + int(off * 1e9), stop, seed, errors, warm), name=f"stream-{i}", daemon=True)
+        threading.Thread(
+            target=run_stream,
+            args=(ctx, i, t0 + int(off * 1e9), stop, seed, errors, warm),
+            name=f"stream-{i}",
+            daemon=True,
+        )
         for i, off in enumerate(offsets_s)
     ]
     for t in threads:

@@ -18,8 +18,9 @@ Every switch is logged (stream, chunk, from, to, reason) and counted.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from edgekit.decode.dispatch import MAX_STEPS
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS
@@ -124,7 +125,9 @@ class AdaptivePolicy:
 
     name = "adaptive"
 
-    def __init__(self, rungs: Sequence[Rung], cost: CostModel, *, safety: float = 0.8, headroom: float = 0.5, patience: int = 3):
+    def __init__(
+        self, rungs: Sequence[Rung], cost: CostModel, *, safety: float = 0.8, headroom: float = 0.5, patience: int = 3
+    ):
         if not rungs:
             raise UsageError("the adaptive policy needs at least one (solver, steps) rung")
         self.rungs = list(rungs)
@@ -155,8 +158,17 @@ class AdaptivePolicy:
             else:
                 self._calm[stream] = 0
             if new != level:
-                self.switches.append(Switch(stream, chunk, self.rungs[level].label, self.rungs[new].label, reason,
-                                            float(slack_ms), float(predict(new))))
+                self.switches.append(
+                    Switch(
+                        stream,
+                        chunk,
+                        self.rungs[level].label,
+                        self.rungs[new].label,
+                        reason,
+                        float(slack_ms),
+                        float(predict(new)),
+                    )
+                )
             self._level[stream] = new
             return self.rungs[new]
 

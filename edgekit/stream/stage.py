@@ -52,15 +52,22 @@ class LoadConfig:
 
     def __post_init__(self) -> None:
         # limits.BOUNDS (inf and nan too: inf overflowed the schedule's arithmetic).
-        for flag, value, bound in (("--streams", self.streams, "streams"), ("--deadline-ms", self.deadline_ms, "ms"),
-                                   ("--duration-s", self.duration_s, "duration"), ("--steps", self.steps, "steps"),
-                                   ("--threads", self.threads, "threads"), ("--seed", self.seed, "seed")):
+        for flag, value, bound in (
+            ("--streams", self.streams, "streams"),
+            ("--deadline-ms", self.deadline_ms, "ms"),
+            ("--duration-s", self.duration_s, "duration"),
+            ("--steps", self.steps, "steps"),
+            ("--threads", self.threads, "threads"),
+            ("--seed", self.seed, "seed"),
+        ):
             check_option(flag, value, bound)
         if self.arrivals not in ARRIVALS:
             raise UsageError(f"--arrivals {self.arrivals!r} is unknown; valid: {', '.join(ARRIVALS)}")
         bad = [p for p in self.policies if p not in POLICIES]
         if bad or not self.policies:
-            raise UsageError(f"--policy {','.join(self.policies)!r} is invalid; valid: {', '.join(POLICIES)} (comma-separated)")
+            raise UsageError(
+                f"--policy {','.join(self.policies)!r} is invalid; valid: {', '.join(POLICIES)} (comma-separated)"
+            )
         rung(self.solver, self.steps)
         check_precision(self.runtime, self.precision)  # the flow graph's; the token graph's follows from it
 
@@ -98,7 +105,9 @@ def _check_pair(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec) -> None:
         raise UsageError(f"{tokens_b.root} makes {have} tokens per sequence; {flow_b.root} needs {need} per utterance")
     flow_vocab = flow_b.inputs[spec.tokens_input].high
     if flow_vocab is not None and int(tokens_b.meta["vocab_size"]) > flow_vocab:
-        raise UsageError(f"{tokens_b.root} has {tokens_b.meta['vocab_size']} token ids; {flow_b.root} embeds < {int(flow_vocab)}")
+        raise UsageError(
+            f"{tokens_b.root} has {tokens_b.meta['vocab_size']} token ids; {flow_b.root} embeds < {int(flow_vocab)}"
+        )
 
 
 def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: LoadConfig) -> dict[str, Any]:
@@ -110,8 +119,13 @@ def _measure_quality(tokens_b: Bundle, flow_b: Bundle, spec: ChunkSpec, cfg: Loa
     # ORT fp32 whatever --runtime is: these tokens only feed the table of the flow model's
     # quality per NFE (a property of the model and solver, not of the backend).
     with open_runtime(tokens_b, "ort", "fp32", threads=cfg.threads) as rt:
-        out = decode(tokens_b.kind, rt, tokens_b.meta, conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
-                     decode_config(tokens_b.kind, tokens_b.decode_defaults, {}, seed=cfg.seed)).output
+        out = decode(
+            tokens_b.kind,
+            rt,
+            tokens_b.meta,
+            conditions(tokens_b, dict(cfg.cond), rt.inputs[next(iter(rt.inputs))].shape[0], cfg.seed),
+            decode_config(tokens_b.kind, tokens_b.decode_defaults, {}, seed=cfg.seed),
+        ).output
     window_tokens = spec.window // spec.frames_per_token
     rows = np.resize(out[:, :window_tokens], (batch, window_tokens)).astype(np.int64)
     return measure_flow_quality(flow_b.root, cond={spec.tokens_input: rows})
@@ -125,7 +139,9 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
     firsts = [c for c in chunks if c.due_ns is None]
     requests = {(u.stream, u.utterance): u.request_ns for u in utts}
     rtf = [(u.done_ns - u.request_ns) / 1e6 / (u.chunks * ctx.deadline_ms) for u in utts]
-    gaps = [b.done_ns - a.done_ns for a, b in zip(chunks, chunks[1:]) if a.stream == b.stream and a.utterance == b.utterance]
+    gaps = [
+        b.done_ns - a.done_ns for a, b in zip(chunks, chunks[1:]) if a.stream == b.stream and a.utterance == b.utterance
+    ]
     snrs = [u.quality for u in utts if u.quality is not None]
     used: dict[str, int] = {}
     for c in chunks:
@@ -137,20 +153,28 @@ def _summary(ctx: StreamContext, device: Device, wall_s: float) -> dict[str, Any
         "deadline_misses": sum(c.missed for c in due),
         "time_to_first_chunk_ms": ttfc.to_json(),
         # where the first chunk's time goes: waiting for its window's tokens, then decoding it
-        "first_chunk_ms": {"tokens_wait": summarize([c.ready_ns - requests[c.stream, c.utterance] for c in firsts]).to_json(),
-                           "decode": summarize([c.done_ns - c.ready_ns for c in firsts]).to_json()},
+        "first_chunk_ms": {
+            "tokens_wait": summarize([c.ready_ns - requests[c.stream, c.utterance] for c in firsts]).to_json(),
+            "decode": summarize([c.done_ns - c.ready_ns for c in firsts]).to_json(),
+        },
         "chunk_latency_ms": lat.to_json(),
-        "jitter_ms": {"p99_minus_p50": lat.p99_ms - lat.median_ms,
-                      "inter_chunk_std": float(np.std(gaps) / 1e6) if gaps else 0.0},
+        "jitter_ms": {
+            "p99_minus_p50": lat.p99_ms - lat.median_ms,
+            "inter_chunk_std": float(np.std(gaps) / 1e6) if gaps else 0.0,
+        },
         "real_time_factor": {"mean": float(np.mean(rtf)), "max": float(np.max(rtf))},
         "quality": {"snr_db_vs_clean": float(np.mean([s["snr_db"] for s in snrs]))} if snrs else None,
         "device_utilisation": device.busy_ns / 1e9 / wall_s if wall_s > 0 else 0.0,
         "device_calls": device.calls,
         "rungs_used": dict(sorted(used.items())),
         # per chunk index (0 = first): where latency and misses concentrate in an utterance
-        "by_chunk": {str(k): {"latency_p50_ms": float(np.median([(c.done_ns - c.ready_ns) / 1e6 for c in chunks if c.chunk == k])),
-                              "misses": sum(c.missed for c in chunks if c.chunk == k)}
-                     for k in sorted({c.chunk for c in chunks})},
+        "by_chunk": {
+            str(k): {
+                "latency_p50_ms": float(np.median([(c.done_ns - c.ready_ns) / 1e6 for c in chunks if c.chunk == k])),
+                "misses": sum(c.missed for c in chunks if c.chunk == k),
+            }
+            for k in sorted({c.chunk for c in chunks})
+        },
         "wall_s": wall_s,
     }
 
@@ -166,13 +190,21 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
     top = rung(cfg.solver, cfg.steps)
     # The adaptive policy starts where the fixed one is (its top rung) and slides down the
     # measured quality-per-NFE front below it.
-    snr_top = next((float(r["snr_db"]) for r in quality["table"] if (r["solver"], int(r["steps"])) == (top.solver, top.steps)), None)
-    rungs = [r for r in ladder(quality["table"], max_nfe=top.nfe) if r.nfe < top.nfe] + [rung(top.solver, top.steps, snr_top)]
+    snr_top = next(
+        (float(r["snr_db"]) for r in quality["table"] if (r["solver"], int(r["steps"])) == (top.solver, top.steps)),
+        None,
+    )
+    rungs = [r for r in ladder(quality["table"], max_nfe=top.nfe) if r.nfe < top.nfe] + [
+        rung(top.solver, top.steps, snr_top)
+    ]
     defaults = decode_config("flow", flow_b.decode_defaults, {}, seed=cfg.seed)  # the policy picks solver and steps
-    flow_cfg = FlowDecodeConfig(grid=defaults.grid, sway=float(defaults.sway), temperature=float(defaults.temperature),
-                                seed=cfg.seed)
+    flow_cfg = FlowDecodeConfig(
+        grid=defaults.grid, sway=float(defaults.sway), temperature=float(defaults.temperature), seed=cfg.seed
+    )
     token_precision = tokens_precision(cfg.runtime)
-    token_rt = open_runtime(tokens_b, cfg.runtime, token_precision, threads=cfg.threads)  # --precision is the flow graph's
+    token_rt = open_runtime(
+        tokens_b, cfg.runtime, token_precision, threads=cfg.threads
+    )  # --precision is the flow graph's
     try:
         flow_rt = open_runtime(flow_b, cfg.runtime, cfg.precision, threads=cfg.threads)
     except BaseException:
@@ -185,15 +217,25 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         total = int(flow_b.meta.get("utterance_frames", flow_b.meta["frames"]))
         chunks_per_utt = -(-total // spec.frames)
         offsets = arrival_offsets(cfg.streams, cfg.arrivals, chunks_per_utt * cfg.deadline_ms / 1e3, cfg.seed)
-        scorer = (lambda toks, frames: score(flow_b, frames, {spec.tokens_input: toks})) if flow_b.ground_truth else None  # noqa: E731
+        scorer = (
+            (lambda toks, frames: score(flow_b, frames, {spec.tokens_input: toks})) if flow_b.ground_truth else None
+        )  # noqa: E731
         results: dict[str, Any] = {}
         switches: dict[str, Any] = {}
         for name in cfg.policies:
             policy = FixedPolicy(top) if name == "fixed" else AdaptivePolicy(rungs, CostModel(prior))
             device = Device()
-            ctx = StreamContext(_token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
-                                DeviceRuntime(flow_rt, device), device, flow_b.meta, flow_cfg, policy, scorer,
-                                cfg.deadline_ms, device.clock)
+            ctx = StreamContext(
+                _token_source(tokens_b, DeviceRuntime(token_rt, device), cfg.seed, dict(cfg.cond)),
+                DeviceRuntime(flow_rt, device),
+                device,
+                flow_b.meta,
+                flow_cfg,
+                policy,
+                scorer,
+                cfg.deadline_ms,
+                device.clock,
+            )
             run_utterance(ctx, 0, -1, cfg.seed)  # warm-up: arenas and caches, not recorded
             ctx.chunks.clear(), ctx.utterances.clear(), policy.reset()
             device.busy_ns = device.calls = 0
@@ -223,10 +265,20 @@ def loadtest(tokens_path: Path | str, flow_path: Path | str, cfg: LoadConfig = L
         "tokens_bundle": str(tokens_b.root),
         "flow_bundle": str(flow_b.root),
         "config": cfg.__dict__ | {"policies": list(cfg.policies)},
-        "chunk": {"frames": spec.frames, "context": spec.context, "lookahead": spec.lookahead, "window": spec.window,
-                  "utterance_frames": total, "chunks_per_utterance": chunks_per_utt},
-        "runtime": {"name": cfg.runtime, "precision": cfg.precision, "tokens_precision": token_precision,
-                    "device": flow_rt.device},
+        "chunk": {
+            "frames": spec.frames,
+            "context": spec.context,
+            "lookahead": spec.lookahead,
+            "window": spec.window,
+            "utterance_frames": total,
+            "chunks_per_utterance": chunks_per_utt,
+        },
+        "runtime": {
+            "name": cfg.runtime,
+            "precision": cfg.precision,
+            "tokens_precision": token_precision,
+            "device": flow_rt.device,
+        },
         "per_nfe_ms_idle": prior,
         "ladder": [r.__dict__ | {"label": r.label} for r in rungs],
         "arrival_offsets_s": offsets,

@@ -14,10 +14,11 @@ import collections.abc
 import dataclasses
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.errors import UsageError
@@ -197,7 +198,7 @@ def list_targets() -> list[Target]:
     return [load_target(name) for name in builtin_names()]
 
 
-def load_target(name_or_path: "str | Path | Target" = DEFAULT_TARGET) -> Target:
+def load_target(name_or_path: str | Path | Target = DEFAULT_TARGET) -> Target:
     """A built-in target by name, or a user's TOML file by path (a ``Target`` passes through)."""
     if isinstance(name_or_path, Target):
         return name_or_path
@@ -209,7 +210,10 @@ def load_target(name_or_path: "str | Path | Target" = DEFAULT_TARGET) -> Target:
     path = Path(text).expanduser()
     if path.suffix == ".toml" or path.exists():
         if not path.exists():
-            raise UsageError(f"target file {path} does not exist", hint=f"pass a built-in target ({', '.join(names)}) or a path to a .toml file")
+            raise UsageError(
+                f"target file {path} does not exist",
+                hint=f"pass a built-in target ({', '.join(names)}) or a path to a .toml file",
+            )
         # A regular file of bounded size: a FIFO or /dev/zero named as a target is one line.
         return parse_target(read_user_text(path, "target file"), str(path), default_name=path.stem)
     raise UsageError(
@@ -224,7 +228,10 @@ def parse_target(text: str, source: str, default_name: str = "custom") -> Target
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"target file {source} is not valid TOML ({exc})", hint="fix the file (see `edgekit targets --json` for the schema)") from None
+        raise UsageError(
+            f"target file {source} is not valid TOML ({exc})",
+            hint="fix the file (see `edgekit targets --json` for the schema)",
+        ) from None
     except RecursionError:
         raise UsageError(f"target file {source} is nested too deeply to be a target", hint="fix the file") from None
     table.setdefault("name", default_name)
@@ -235,7 +242,7 @@ def parse_target(text: str, source: str, default_name: str = "custom") -> Target
         raise UsageError(
             f"target file {source}: name {name!r} is not a plain name (letters, digits, '.', '_', '-'; "
             "starting with a letter or digit; at most 64 characters)",
-            hint="e.g. name = \"my-board\"",
+            hint='e.g. name = "my-board"',
         )
     target = dataclasses.replace(_build(Target, table, source, ""), source=source)
     _check_values(target, source)
@@ -249,7 +256,6 @@ def _tomllib() -> Any:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-
         return require("tomli")
     return tomllib
 
@@ -266,11 +272,15 @@ def _build(cls: type, table: Mapping[str, Any], source: str, where: str) -> Any:
             hint="fix the key's spelling (see `edgekit targets --json` for every key)",
         )
     missing = [
-        n for n, f in fields.items()
+        n
+        for n, f in fields.items()
         if n not in table and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        raise UsageError(f"target file {source}: required key {where}{missing[0]!r} is missing", hint=f"add {missing[0]} = ... (see a built-in target with `edgekit targets --json`)")
+        raise UsageError(
+            f"target file {source}: required key {where}{missing[0]!r} is missing",
+            hint=f"add {missing[0]} = ... (see a built-in target with `edgekit targets --json`)",
+        )
     values = {name: _convert(hints[name], value, source, f"{where}{name}") for name, value in table.items()}
     return cls(**values)
 
@@ -334,18 +344,22 @@ def _check_values(t: Target, source: str) -> None:
         if getattr(t.openvino, key) < 0:
             raise UsageError(f"target file {source}: openvino.{key} must be >= 0 (0 = the plugin's choice)")
     if not t.ort.providers:
-        raise UsageError(f"target file {source}: ort.providers is empty; e.g. [\"CPUExecutionProvider\"]")
+        raise UsageError(f'target file {source}: ort.providers is empty; e.g. ["CPUExecutionProvider"]')
     if t.ort.provider_options and len(t.ort.provider_options) != len(t.ort.providers):
         raise UsageError(
             f"target file {source}: ort.provider_options has {len(t.ort.provider_options)} tables for "
             f"{len(t.ort.providers)} providers; give one per provider ({{}} for defaults) or none"
         )
     if t.trt.builder_optimization_level not in range(-1, 6):
-        raise UsageError(f"target file {source}: trt.builder_optimization_level = {t.trt.builder_optimization_level} is invalid; valid: -1 (default) or 0..5")
+        raise UsageError(
+            f"target file {source}: trt.builder_optimization_level = {t.trt.builder_optimization_level} is invalid; valid: -1 (default) or 0..5"
+        )
     if t.trt.workspace_mib <= 0:
         raise UsageError(f"target file {source}: trt.workspace_mib = {t.trt.workspace_mib} must be positive")
     if not 1 <= t.lint.opset_min <= t.lint.opset_max:
-        raise UsageError(f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range")
+        raise UsageError(
+            f"target file {source}: lint.opset_min..opset_max = {t.lint.opset_min}..{t.lint.opset_max} is not a range"
+        )
     check_qnn(t.qnn, t.uses_qnn, source)
     check_aihub(t.aihub, "aihub" in t.runtimes, source)
     for key in ("max_topk_k", "memory_budget_mb"):
@@ -356,8 +370,16 @@ def _check_values(t: Target, source: str) -> None:
 # Jetson L4T release -> JetPack, and what each JetPack ships (NVIDIA's JetPack archive and release
 # notes). TensorRT's Python bindings come with JetPack for its system Python only.
 L4T_JETPACK: dict[str, str] = {
-    "35.2.1": "5.1", "35.3.1": "5.1.1", "35.4.1": "5.1.2", "35.5.0": "5.1.3", "35.6.0": "5.1.4",
-    "36.2.0": "6.0 DP", "36.3.0": "6.0", "36.4.0": "6.1", "36.4.3": "6.2", "36.4.4": "6.2.1",
+    "35.2.1": "5.1",
+    "35.3.1": "5.1.1",
+    "35.4.1": "5.1.2",
+    "35.5.0": "5.1.3",
+    "35.6.0": "5.1.4",
+    "36.2.0": "6.0 DP",
+    "36.3.0": "6.0",
+    "36.4.0": "6.1",
+    "36.4.3": "6.2",
+    "36.4.4": "6.2.1",
 }
 
 
@@ -370,7 +392,9 @@ def targets_for_l4t(l4t: str | None, like: Target) -> list[str]:
     """Built-in Jetson targets for the same board/GPU as ``like`` whose JetPack is ``l4t``'s."""
     names = []
     for target in list_targets():
-        same_device = target.trt.board == like.trt.board and target.trt.compute_capability == like.trt.compute_capability
+        same_device = (
+            target.trt.board == like.trt.board and target.trt.compute_capability == like.trt.compute_capability
+        )
         if target.trt.jetson and same_device and target.trt.l4t and target.trt.l4t_matches(l4t):
             names.append(target.name)
     return names

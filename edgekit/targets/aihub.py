@@ -25,10 +25,14 @@ class AihubSettings:
 def check_aihub(a: AihubSettings, used: bool, source: str) -> None:
     """One clear error for a bad ``[aihub]`` value; a target that lists aihub names a device."""
     if any(not d.strip() for d in a.devices):
-        raise UsageError(f"target file {source}: aihub.devices has an empty name; e.g. [\"Samsung Galaxy S24 (Family)\"]")
+        raise UsageError(f'target file {source}: aihub.devices has an empty name; e.g. ["Samsung Galaxy S24 (Family)"]')
     if used and not a.devices:
-        raise UsageError(f"target file {source}: a target that lists runtime aihub needs aihub.devices "
-                         "(AI Hub device names, see `qai-hub list-devices`)")
+        raise UsageError(
+            f"target file {source}: a target that lists runtime aihub needs aihub.devices "
+            "(AI Hub device names, see `qai-hub list-devices`)"
+        )
     if a.compile_options and "--target_runtime" in a.compile_options:
-        raise UsageError(f"target file {source}: aihub.compile_options must not set --target_runtime "
-                         "(edgekit compiles a QNN context binary, or DLCs it links into one)")
+        raise UsageError(
+            f"target file {source}: aihub.compile_options must not set --target_runtime "
+            "(edgekit compiles a QNN context binary, or DLCs it links into one)"
+        )

@@ -9,8 +9,16 @@ from edgekit.errors import UsageError
 
 # htp_performance_mode values the QNN EP accepts (onnxruntime-qnn's QNN-ExecutionProvider.md).
 QNN_PERFORMANCE_MODES: tuple[str, ...] = (
-    "burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
-    "extreme_power_saver", "low_power_saver", "power_saver", "sustained_high_performance",
+    "burst",
+    "balanced",
+    "default",
+    "high_performance",
+    "high_power_saver",
+    "low_balanced",
+    "extreme_power_saver",
+    "low_power_saver",
+    "power_saver",
+    "sustained_high_performance",
 )
 
 
@@ -30,9 +38,13 @@ class QnnSettings:
 def check_qnn(q: QnnSettings, used: bool, source: str) -> None:
     """One clear error for a bad ``[qnn]`` value; a target that runs qnn must name its SoC."""
     if q.performance_mode not in QNN_PERFORMANCE_MODES:
-        raise UsageError(f"target file {source}: qnn.performance_mode = {q.performance_mode!r} is invalid; valid: {', '.join(QNN_PERFORMANCE_MODES)}")
+        raise UsageError(
+            f"target file {source}: qnn.performance_mode = {q.performance_mode!r} is invalid; valid: {', '.join(QNN_PERFORMANCE_MODES)}"
+        )
     for key in ("htp_arch", "soc_model", "vtcm_mb"):
         if getattr(q, key) < 0:
             raise UsageError(f"target file {source}: qnn.{key} must be >= 0 (0 = unset)")
     if used and not (q.htp_arch and q.soc_model):
-        raise UsageError(f"target file {source}: a qnn target needs qnn.htp_arch and qnn.soc_model (e.g. 75 and 57 for SM8650)")
+        raise UsageError(
+            f"target file {source}: a qnn target needs qnn.htp_arch and qnn.soc_model (e.g. 75 and 57 for SM8650)"
+        )

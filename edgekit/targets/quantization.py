@@ -3,8 +3,8 @@ quantize (lint, build), which read these facts and never the name."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -23,5 +23,7 @@ class ProfileFacts:
 
 # The quantization profiles a target file may name (`quantization_profile`), and their facts.
 QUANTIZATION_PROFILES: Mapping[str, ProfileFacts] = {
-    "cpu": ProfileFacts(cpu_arithmetic=True), "trt": ProfileFacts(tensorrt_qdq=True), "qnn": ProfileFacts(),
+    "cpu": ProfileFacts(cpu_arithmetic=True),
+    "trt": ProfileFacts(tensorrt_qdq=True),
+    "qnn": ProfileFacts(),
 }

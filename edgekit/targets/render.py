@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edgekit.output import Output, clean
 
@@ -16,8 +17,16 @@ WIDE = 130
 def print_targets(o: Output, doc: Mapping[str, Any]) -> None:
     if o.json_mode:
         return
-    rows = [(t["name"], " → ".join(t["runtimes"]), ",".join(t["precisions"]), t["power_probe"] or "—", t["description"] or "")
-            for t in doc["targets"]]
+    rows = [
+        (
+            t["name"],
+            " → ".join(t["runtimes"]),
+            ",".join(t["precisions"]),
+            t["power_probe"] or "—",
+            t["description"] or "",
+        )
+        for t in doc["targets"]
+    ]
     width = o.out.width
     if width >= WIDE:
         from rich.markup import escape

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edgekit.output import Output
 
 
 def print_train(o: Output, doc: Mapping[str, Any]) -> None:
-    o.table("trained", ["model", "final loss", "seconds", "weights"],
-            [(n, r["final_loss"], r["seconds"], r["path"]) for n, r in doc["models"].items()])
+    o.table(
+        "trained",
+        ["model", "final loss", "seconds", "weights"],
+        [(n, r["final_loss"], r["seconds"], r["path"]) for n, r in doc["models"].items()],
+    )

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.models.demo import WEIGHTS_DIR, load_trained
@@ -29,14 +30,18 @@ class TrainDemoConfig:
     def __post_init__(self) -> None:
         bad = [n for n in self.models if n not in DEMO_MODELS]
         if bad or not self.models:
-            raise EdgekitError(f"--models {','.join(self.models)!r} names unknown models {bad}; valid: {', '.join(DEMO_MODELS)}")
+            raise EdgekitError(
+                f"--models {','.join(self.models)!r} names unknown models {bad}; valid: {', '.join(DEMO_MODELS)}"
+            )
 
     def folder(self) -> Path:
         if self.overwrite_shipped:
             return WEIGHTS_DIR
         if Path(self.out).resolve() == WEIGHTS_DIR.resolve():
-            raise UsageError(f"--out {self.out} is the package's shipped weights folder",
-                             hint="pass --overwrite-shipped to replace them, or another --out")
+            raise UsageError(
+                f"--out {self.out} is the package's shipped weights folder",
+                hint="pass --overwrite-shipped to replace them, or another --out",
+            )
         return Path(self.out)
 
 
@@ -44,7 +49,9 @@ def _no_bar(label: str, total: int) -> ContextManager[Callable[[], None]]:
     return contextlib.nullcontext(lambda: None)
 
 
-def train_demo(cfg: TrainDemoConfig, progress: ProgressBar | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def train_demo(
+    cfg: TrainDemoConfig, progress: ProgressBar | None = None, say: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Train each of ``cfg.models``; the ``edgekit.train-demo/1`` document: per model its final
     loss, seconds and the weights file written."""
     bar = progress or _no_bar
@@ -57,10 +64,16 @@ def train_demo(cfg: TrainDemoConfig, progress: ProgressBar | None = None, say: C
         start = time.perf_counter()
         init = None
         if name == "masked-demo":
-            init = trained[MASKED_INIT].state_dict() if MASKED_INIT in trained else load_trained(MASKED_INIT).state_dict()
-            tell(f"{name}: starting from the {MASKED_INIT} weights {'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}")
+            init = (
+                trained[MASKED_INIT].state_dict() if MASKED_INIT in trained else load_trained(MASKED_INIT).state_dict()
+            )
+            tell(
+                f"{name}: starting from the {MASKED_INIT} weights {'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}"
+            )
         with bar(f"training {name}", cfg.steps or DEFAULT_STEPS[name]) as advance:
-            module, loss = train_model(name, TrainConfig(steps=cfg.steps, init_state=init), progress=lambda step, value: advance())
+            module, loss = train_model(
+                name, TrainConfig(steps=cfg.steps, init_state=init), progress=lambda step, value: advance()
+            )
         trained[name] = module
         path = target / f"{name}.safetensors"
         save_weights(module, path)

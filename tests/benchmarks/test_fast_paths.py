@@ -32,7 +32,9 @@ def test_op_profile_splits_weighted_from_other_kernels(tmp_path):
     ops = {o["op"]: o for o in prof["ops"]}
     assert {"Gemm", "FusedGemm"} & set(ops)  # ORT fuses the Relu into the Gemm (FusedGemm) on CPU
     assert prof["kernel_ms"] > 0
-    assert prof["weighted_ms"] == pytest.approx(sum(o["ms"] for o in prof["ops"] if o["op"] in fast_paths.WEIGHTED_KERNELS))
+    assert prof["weighted_ms"] == pytest.approx(
+        sum(o["ms"] for o in prof["ops"] if o["op"] in fast_paths.WEIGHTED_KERNELS)
+    )
     assert prof["weighted_ms"] + prof["other_ms"] == pytest.approx(prof["kernel_ms"])
     assert sum(o["share"] for o in prof["ops"]) == pytest.approx(1.0)
     assert not list(Path.cwd().glob("onnxruntime_profile_*.json"))  # the trace file is removed

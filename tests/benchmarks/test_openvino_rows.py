@@ -32,11 +32,20 @@ def test_op_profile_sums_kernel_time_by_op_and_kernel(tmp_path):
 
 def test_every_openvino_number_carries_the_cpu_and_its_isa():
     host = {"model": "Test CPU", "isa": ["avx512_vnni", "amx_int8"]}
-    forward = {"best_int8": "openvino int8", "median_ms": {"ort fp32": 9.0, "openvino int8": 3.0},
-               "speedup_vs_ort_fp32": {"ort fp32": 1.0, "openvino int8": 3.0},
-               "op_profile": {"kernel_ms": 2.5, "ops": [{"op": "FullyConnected [brgemm_avx512_amx_I8]", "ms": 2.0, "share": 0.8}]}}
-    numbers = bench.openvino_numbers({"forward_t1": forward, "decode": None, "decode_reason": "not run", "nar_ar": None,
-                                      "nar_ar_reason": "not run"}, 256, host)
+    forward = {
+        "best_int8": "openvino int8",
+        "median_ms": {"ort fp32": 9.0, "openvino int8": 3.0},
+        "speedup_vs_ort_fp32": {"ort fp32": 1.0, "openvino int8": 3.0},
+        "op_profile": {
+            "kernel_ms": 2.5,
+            "ops": [{"op": "FullyConnected [brgemm_avx512_amx_I8]", "ms": 2.0, "share": 0.8}],
+        },
+    }
+    numbers = bench.openvino_numbers(
+        {"forward_t1": forward, "decode": None, "decode_reason": "not run", "nar_ar": None, "nar_ar_reason": "not run"},
+        256,
+        host,
+    )
     assert numbers[0]["value"] == 3.0 and "goal >= 3" in numbers[0]["meaning"]
     assert all(n["cpu"] == "Test CPU" and n["isa"] == "avx512_vnni amx_int8" for n in numbers)
     assert [n["reason"] for n in numbers if not n["measured"]] == ["not run", "not run"]

@@ -22,11 +22,15 @@ X86 = HostFacts("x86_64", "Test CPU 9000", None, None, False)
 # What JetPacks really pair: 6.2 (L4T 36.4.3) ships TensorRT 10.3; 6.0 (L4T 36.3.0) ships 8.6.2.
 ORIN_NANO = HostFacts("aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.4.3", True)
 ORIN_TRT = trt_backend.HostMetadata("10.3.0", "Orin", "8.7", "36.4.3")
-ORIN_NANO_JP60 = HostFacts("aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
+ORIN_NANO_JP60 = HostFacts(
+    "aarch64", "ARMv8 Processor rev 1 (v8l)", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True
+)
 ORIN_TRT_JP60 = trt_backend.HostMetadata("8.6.2.3", "Orin", "8.7", "36.3.0")
 
 
-def tiny_model(batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = None, scale: float = 1.0) -> onnx.ModelProto:
+def tiny_model(
+    batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = None, scale: float = 1.0
+) -> onnx.ModelProto:
     """tokens int64[B,8] -> Gather(emb[16,4]) * scale -> MatMul(W[4,16]) -> logits float[B,8,16];
     with ``qdq_zero_point`` the MatMul input goes through a QuantizeLinear/DequantizeLinear pair."""
     rng = np.random.default_rng(0)
@@ -35,17 +39,28 @@ def tiny_model(batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = Non
         numpy_helper.from_array(rng.standard_normal((4, 16)).astype(np.float32), "w"),
         numpy_helper.from_array(np.array(scale, np.float32), "scale"),
     ]
-    nodes = [helper.make_node("Gather", ["emb", "tokens"], ["h0"], name="embed"), helper.make_node("Mul", ["h0", "scale"], ["h"], name="scale")]
+    nodes = [
+        helper.make_node("Gather", ["emb", "tokens"], ["h0"], name="embed"),
+        helper.make_node("Mul", ["h0", "scale"], ["h"], name="scale"),
+    ]
     head_in = "h"
     if qdq_zero_point is not None:
-        inits += [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(qdq_zero_point, "zp")]
-        nodes += [helper.make_node("QuantizeLinear", ["h", "s", "zp"], ["hq"], name="q"),
-                  helper.make_node("DequantizeLinear", ["hq", "s", "zp"], ["hdq"], name="dq")]
+        inits += [
+            numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+            numpy_helper.from_array(qdq_zero_point, "zp"),
+        ]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["h", "s", "zp"], ["hq"], name="q"),
+            helper.make_node("DequantizeLinear", ["hq", "s", "zp"], ["hdq"], name="dq"),
+        ]
         head_in = "hdq"
     nodes.append(helper.make_node("MatMul", [head_in, "w"], ["logits"], name="head"))
     graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("tokens", TensorProto.INT64, [batch_dim, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch_dim, 8, 16])], initializer=inits,
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [batch_dim, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch_dim, 8, 16])],
+        initializer=inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)

@@ -4,8 +4,8 @@ and tiny bundles built in code; a fake TensorRT host for the engine logic."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -22,10 +22,19 @@ from edgekit.spec import TensorSpec  # noqa: E402
 def tiny_bundle(tmp_path) -> Callable[..., Bundle]:
     """``tiny_bundle(fp32_model=None, int8_model=None, profile=None)`` -> a saved bundle (batch 2)."""
 
-    def make(fp32: onnx.ModelProto | None = None, int8: onnx.ModelProto | None = None, profile: str | None = None, name: str = "tiny") -> Bundle:
+    def make(
+        fp32: onnx.ModelProto | None = None,
+        int8: onnx.ModelProto | None = None,
+        profile: str | None = None,
+        name: str = "tiny",
+    ) -> Bundle:
         bundle = Bundle.new(
             tmp_path / name,
-            model={"name": "tiny", "kind": "masked", "meta": {"vocab_size": 16, "mask_id": 15, "seq_len": 8, "conditioning": {}}},
+            model={
+                "name": "tiny",
+                "kind": "masked",
+                "meta": {"vocab_size": 16, "mask_id": 15, "seq_len": 8, "conditioning": {}},
+            },
             inputs={"tokens": TensorSpec((2, 8), "int64", 0, 16)},
             outputs={"logits": TensorSpec((2, 8, 16), "float32")},
             decode_defaults={},

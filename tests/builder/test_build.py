@@ -11,6 +11,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from build_helpers import (  # tests/builder/build_helpers.py
+    ORIN_NANO,
+    ORIN_NANO_JP60,
+    ORIN_TRT_JP60,
+    X86,
+    FakeTrt,
+    add_model,
+    tiny_model,
+)
 
 from edgekit.builder import (
     BUILD_SCHEMA,
@@ -25,16 +34,6 @@ from edgekit.errors import BundleError, EdgekitError, TargetUnavailable, UsageEr
 from edgekit.runtimes import trt as trt_backend
 from edgekit.targets import load_target
 
-from build_helpers import (  # tests/builder/build_helpers.py
-    ORIN_NANO,
-    ORIN_NANO_JP60,
-    ORIN_TRT_JP60,
-    X86,
-    FakeTrt,
-    add_model,
-    tiny_model,
-)
-
 ATOL = 1e-4  # graph optimizations reorder float sums; the demo logits are O(10)
 
 
@@ -45,7 +44,10 @@ def run_model(path, feeds):
 
 def demo_feeds(bundle: Bundle, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {name: rng.integers(0, int(spec.high or 8), size=spec.shape).astype(spec.dtype) for name, spec in bundle.inputs.items()}
+    return {
+        name: rng.integers(0, int(spec.high or 8), size=spec.shape).astype(spec.dtype)
+        for name, spec in bundle.inputs.items()
+    }
 
 
 # ---- ONNX Runtime targets --------------------------------------------------------------------------
@@ -74,7 +76,11 @@ def test_cpu_build_is_an_optimized_model_keyed_to_this_cpu(masked):
 def test_android_build_writes_ort_format_and_required_operators(masked):
     doc = build_bundle(masked, "android-arm64", "fp32", host=X86)
     entry = doc["engine"]
-    assert entry["format"] == "ort" and entry["path"].startswith("engines/android-arm64/") and entry["path"].endswith(".ort")
+    assert (
+        entry["format"] == "ort"
+        and entry["path"].startswith("engines/android-arm64/")
+        and entry["path"].endswith(".ort")
+    )
     assert entry["portable"] is True and entry["device"] == "aarch64"
     assert entry["config"]["optimization_style"] == "runtime"
     config = (masked / entry["required_operators"]["path"]).read_text()
@@ -85,7 +91,9 @@ def test_android_build_writes_ort_format_and_required_operators(masked):
     bundle = Bundle.load(masked)
     feeds = demo_feeds(bundle, seed=1)
     # The full onnxruntime wheel reads .ort too: same logits as the source graph.
-    np.testing.assert_allclose(run_model(masked / entry["path"], feeds), run_model(bundle.path_of("fp32"), feeds), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        run_model(masked / entry["path"], feeds), run_model(bundle.path_of("fp32"), feeds), atol=ATOL, rtol=0
+    )
 
 
 def test_cross_device_targets_use_portable_optimizations():
@@ -104,8 +112,12 @@ def test_dynamic_dims_are_fixed_to_the_manifest_shapes(tiny_bundle):
     assert dims == [2, 8]
     assert doc["engine"]["source_onnx_sha256"] == bundle.artifact("fp32").sha256
     tokens = np.arange(16, dtype=np.int64).reshape(2, 8) % 16
-    np.testing.assert_allclose(run_model(bundle.root / doc["engine"]["path"], {"tokens": tokens}),
-                               run_model(bundle.path_of("fp32"), {"tokens": tokens}), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        run_model(bundle.root / doc["engine"]["path"], {"tokens": tokens}),
+        run_model(bundle.path_of("fp32"), {"tokens": tokens}),
+        atol=1e-5,
+        rtol=0,
+    )
 
 
 def test_int8_needs_quantize_and_the_right_profile(tiny_bundle):
@@ -128,9 +140,16 @@ def test_a_step_bucketed_engine_packs_and_loads_with_every_bucket(tiny_bundle, t
     bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.uint8)), profile="cpu")
     add_model(bundle, "int8-bucket-1", tiny_model(qdq_zero_point=np.array(0, np.uint8), scale=0.5), {"profile": "cpu"})
     names = ["int8", "int8-bucket-1"]
-    binding = bucket_binding("mask share", [0.5], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
-    bundle.record("quantization", {"profile": "cpu", "step_buckets": {"n": 2, "by": "mask share", "boundaries": [0.5],
-                                                                      "artifacts": names, "binding": binding}})
+    binding = bucket_binding(
+        "mask share", [0.5], [(n, bundle.artifact(n).sha256) for n in names]
+    )  # as quantize records it
+    bundle.record(
+        "quantization",
+        {
+            "profile": "cpu",
+            "step_buckets": {"n": 2, "by": "mask share", "boundaries": [0.5], "artifacts": names, "binding": binding},
+        },
+    )
     bundle.save()
     build_bundle(bundle.root, "cpu", "int8", host=X86)
     engine = Bundle.load(bundle.root).engines["cpu/int8"]
@@ -184,7 +203,9 @@ def test_other_device_and_older_runtime_are_refused(tiny_bundle):
     build_bundle(bundle.root, "cpu", "fp32", host=X86)
     build_bundle(bundle.root, "arm64-cpu", "fp32", host=X86)
     other_cpu = dataclasses.replace(X86, cpu="Other CPU 1")
-    with pytest.raises(EdgekitError, match=r"device: optimized for x86_64: Test CPU 9000, this host is x86_64: Other CPU 1"):
+    with pytest.raises(
+        EdgekitError, match=r"device: optimized for x86_64: Test CPU 9000, this host is x86_64: Other CPU 1"
+    ):
         select_engine(bundle.root, "cpu", "fp32", host=other_cpu)
     assert select_engine(bundle.root, "arm64-cpu", "fp32", host=other_cpu).built  # portable: any CPU
     b = Bundle.load(bundle.root)
@@ -209,7 +230,12 @@ def test_select_engine_loads_the_built_model_or_the_bundles_onnx(tiny_bundle):
     assert choice.built and choice.runtime == "ort" and choice.path.parent.name == "cpu" and choice.warnings == ()
     with choice.open(threads=1) as rt:
         tokens = np.zeros((2, 8), np.int64)
-        np.testing.assert_allclose(rt.run({"tokens": tokens})["logits"], run_model(bundle.path_of("fp32"), {"tokens": tokens}), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            rt.run({"tokens": tokens})["logits"],
+            run_model(bundle.path_of("fp32"), {"tokens": tokens}),
+            atol=1e-5,
+            rtol=0,
+        )
         assert rt.device == "CPUExecutionProvider"
     assert json.loads(json.dumps(choice.to_json()))["key"] == "cpu/fp32"
 
@@ -221,10 +247,14 @@ def test_tensorrt_targets_fall_back_to_ort_where_tensorrt_cannot_run(tiny_bundle
     bundle = tiny_bundle()
     choice = select_engine(bundle.root, "nvidia-gpu", "fp32", host=X86)
     assert choice.runtime == "ort" and not choice.built
-    assert choice.warnings[0].startswith("target nvidia-gpu: TensorRT skipped on this host (tensorrt is not installed; no NVIDIA GPU")
+    assert choice.warnings[0].startswith(
+        "target nvidia-gpu: TensorRT skipped on this host (tensorrt is not installed; no NVIDIA GPU"
+    )
     with choice.open() as rt:
         assert any("CUDAExecutionProvider" in w for w in rt.warnings) or rt.device == "CUDAExecutionProvider"
-    with pytest.raises(TargetUnavailable, match="none of target nvidia-gpu's runtimes .* in fp16.*ONNX Runtime runs fp32 and int8"):
+    with pytest.raises(
+        TargetUnavailable, match="none of target nvidia-gpu's runtimes .* in fp16.*ONNX Runtime runs fp32 and int8"
+    ):
         select_engine(bundle.root, "nvidia-gpu", "fp16", host=X86)
 
 
@@ -233,24 +263,47 @@ def test_tensorrt_targets_fall_back_to_ort_where_tensorrt_cannot_run(tiny_bundle
 
 def test_tensorrt_build_is_refused_off_the_device(tiny_bundle, fake_trt):
     bundle = tiny_bundle()
-    with pytest.raises(TargetUnavailable, match=r"this host is not a Jetson .*edgekit deploy .* --target jetson-orin-nano"):
+    with pytest.raises(
+        TargetUnavailable, match=r"this host is not a Jetson .*edgekit deploy .* --target jetson-orin-nano"
+    ):
         build_bundle(bundle.root, "jetson-orin-nano", "fp16", host=X86)
-    with pytest.raises(TargetUnavailable, match="this board is 'NVIDIA Jetson Orin Nano Developer Kit', target jetson-agx-orin is a AGX Orin"):
+    with pytest.raises(
+        TargetUnavailable,
+        match="this board is 'NVIDIA Jetson Orin Nano Developer Kit', target jetson-agx-orin is a AGX Orin",
+    ):
         build_bundle(bundle.root, "jetson-agx-orin", "fp16", host=ORIN_NANO)
     with pytest.raises(TargetUnavailable, match="no NVIDIA GPU is visible"):
         build_bundle(bundle.root, "nvidia-gpu", "fp16", host=X86)
-    with pytest.raises(TargetUnavailable, match=r"this GPU is Orin \(compute capability 8.7\), target jetson-xavier has compute capability 7.2"):
-        build_bundle(bundle.root, "jetson-xavier", "fp16", host=dataclasses.replace(ORIN_NANO, board="Jetson Xavier NX", l4t="35.4.1"))
+    with pytest.raises(
+        TargetUnavailable,
+        match=r"this GPU is Orin \(compute capability 8.7\), target jetson-xavier has compute capability 7.2",
+    ):
+        build_bundle(
+            bundle.root,
+            "jetson-xavier",
+            "fp16",
+            host=dataclasses.replace(ORIN_NANO, board="Jetson Xavier NX", l4t="35.4.1"),
+        )
     assert fake_trt.builds == []
 
 
 def test_a_jetson_on_another_jetpack_is_pointed_at_its_target(tiny_bundle, fake_trt):
     bundle = tiny_bundle()
-    with pytest.raises(TargetUnavailable, match=r"this Jetson runs L4T 36.3.0 \(JetPack 6.0\), target jetson-orin-nano is for "
-                       r"JetPack 6.1, 6.2 \(L4T 36.4, TensorRT 10.3\): use --target jetson-orin-nano-jp60"):
+    with pytest.raises(
+        TargetUnavailable,
+        match=r"this Jetson runs L4T 36.3.0 \(JetPack 6.0\), target jetson-orin-nano is for "
+        r"JetPack 6.1, 6.2 \(L4T 36.4, TensorRT 10.3\): use --target jetson-orin-nano-jp60",
+    ):
         build_bundle(bundle.root, "jetson-orin-nano", "fp16", host=ORIN_NANO_JP60)
-    with pytest.raises(TargetUnavailable, match=r"L4T 36.4.3 \(JetPack 6.2\), target jetson-agx-orin-jp60 is for JetPack 6.0"):
-        build_bundle(bundle.root, "jetson-agx-orin-jp60", "fp16", host=dataclasses.replace(ORIN_NANO, board="NVIDIA Jetson AGX Orin"))
+    with pytest.raises(
+        TargetUnavailable, match=r"L4T 36.4.3 \(JetPack 6.2\), target jetson-agx-orin-jp60 is for JetPack 6.0"
+    ):
+        build_bundle(
+            bundle.root,
+            "jetson-agx-orin-jp60",
+            "fp16",
+            host=dataclasses.replace(ORIN_NANO, board="NVIDIA Jetson AGX Orin"),
+        )
     assert fake_trt.builds == []
 
 
@@ -264,8 +317,12 @@ def test_jetpack_60_builds_int8_weakly_typed_and_runs_int64_tokens(tiny_bundle, 
     tokens = (np.arange(16, dtype=np.int64).reshape(2, 8) * 3) % 16
     with select_engine(bundle.root, "jetson-orin-nano-jp60", "int8", host=ORIN_NANO_JP60).open() as rt:
         assert rt.inputs["tokens"].dtype == "int64"  # the engine holds int32; edgekit casts at the boundary
-        np.testing.assert_allclose(rt.run({"tokens": tokens})["logits"], run_model(bundle.path_of("int8"), {"tokens": tokens}),
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            rt.run({"tokens": tokens})["logits"],
+            run_model(bundle.path_of("int8"), {"tokens": tokens}),
+            atol=1e-5,
+            rtol=0,
+        )
 
 
 def test_opset_18_is_refused_for_tensorrt_8_with_the_fix(tiny_bundle, monkeypatch):
@@ -273,7 +330,9 @@ def test_opset_18_is_refused_for_tensorrt_8_with_the_fix(tiny_bundle, monkeypatc
     model = tiny_model()
     model.opset_import[0].version = 18
     bundle = tiny_bundle(fp32=model)
-    with pytest.raises(EdgekitError, match=r"opset 18 is outside the range target jetson-orin-nano-jp60 reads \(9..17\)") as err:
+    with pytest.raises(
+        EdgekitError, match=r"opset 18 is outside the range target jetson-orin-nano-jp60 reads \(9..17\)"
+    ) as err:
         build_bundle(bundle.root, "jetson-orin-nano-jp60", "fp16", host=ORIN_NANO_JP60)
     assert "--opset 17" in str(err.value) and "edgekit lint" in str(err.value)
 
@@ -282,10 +341,20 @@ def test_tensorrt_engine_is_recorded_with_its_keys(tiny_bundle, fake_trt):
     bundle = tiny_bundle(fp32=tiny_model(batch_dim="batch"))
     doc = build_bundle(bundle.root, "jetson-orin-nano", "fp16", host=ORIN_NANO)
     entry = doc["engine"]
-    assert doc["status"] == "built" and entry["path"].startswith("engines/jetson-orin-nano/fp16-") and entry["path"].endswith(".plan")
-    assert (entry["runtime"], entry["runtime_version"], entry["device"], entry["compute_capability"], entry["l4t"]) == ("trt", "10.3.0", "Orin", "8.7", "36.4.3")
+    assert (
+        doc["status"] == "built"
+        and entry["path"].startswith("engines/jetson-orin-nano/fp16-")
+        and entry["path"].endswith(".plan")
+    )
+    assert (entry["runtime"], entry["runtime_version"], entry["device"], entry["compute_capability"], entry["l4t"]) == (
+        "trt",
+        "10.3.0",
+        "Orin",
+        "8.7",
+        "36.4.3",
+    )
     assert entry["precision"] == "fp16" and entry["format"] == "plan" and entry["fixed_shapes"] == {"tokens": [2, 8]}
-    (built_from, cfg), = fake_trt.builds
+    ((built_from, cfg),) = fake_trt.builds
     assert cfg.precision == "fp16" and cfg.workspace_mib == 1024 and cfg.builder_optimization_level is None
     assert built_from.name.startswith("static-")  # TensorRT got the shape-fixed copy
     sidecar = trt_backend.read_metadata(bundle.root / entry["path"])
@@ -302,7 +371,9 @@ def test_tensorrt_upgrade_makes_engines_stale(tiny_bundle, fake_trt):
     bundle = tiny_bundle()
     old = build_bundle(bundle.root, "jetson-orin-nano", "fp32", host=ORIN_NANO)["engine"]
     fake_trt.upgrade("10.4.0")
-    with pytest.raises(EdgekitError, match=r"stale: TensorRT version: engine built with 10.3.0, host has 10.4.0 .*--rebuild"):
+    with pytest.raises(
+        EdgekitError, match=r"stale: TensorRT version: engine built with 10.3.0, host has 10.4.0 .*--rebuild"
+    ):
         build_bundle(bundle.root, "jetson-orin-nano", "fp32", host=ORIN_NANO)
     with pytest.raises(EdgekitError, match="cannot be used here: TensorRT version"):
         select_engine(bundle.root, "jetson-orin-nano", "fp32", host=ORIN_NANO)
@@ -313,7 +384,9 @@ def test_tensorrt_upgrade_makes_engines_stale(tiny_bundle, fake_trt):
 
 def test_tensorrt_needs_a_built_engine(tiny_bundle, fake_trt):
     bundle = tiny_bundle()
-    with pytest.raises(BundleError, match=r"no TensorRT fp16 engine for target jetson-orin-nano \(build it here with `edgekit build"):
+    with pytest.raises(
+        BundleError, match=r"no TensorRT fp16 engine for target jetson-orin-nano \(build it here with `edgekit build"
+    ):
         select_engine(bundle.root, "jetson-orin-nano", "fp16", host=ORIN_NANO)
     choice = select_engine(bundle.root, "jetson-orin-nano", "fp16", rebuild=True, host=ORIN_NANO)
     assert choice.built and len(fake_trt.builds) == 1
@@ -324,7 +397,9 @@ def test_tensorrt_int8_needs_the_trt_profile(tiny_bundle, fake_trt):
     with pytest.raises(EdgekitError, match="quantized with profile 'cpu'; target jetson-orin-nano needs 'trt'"):
         build_bundle(cpu_quantized.root, "jetson-orin-nano", "int8", host=ORIN_NANO)
     unrecorded = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.uint8)), name="unrecorded")
-    with pytest.raises(EdgekitError, match="will not deploy to target jetson-orin-nano: 2 Q/DQ node.* uint8 zero points"):
+    with pytest.raises(
+        EdgekitError, match="will not deploy to target jetson-orin-nano: 2 Q/DQ node.* uint8 zero points"
+    ):
         build_bundle(unrecorded.root, "jetson-orin-nano", "int8", host=ORIN_NANO)
     trt_quantized = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(0, np.int8)), profile="trt", name="trtq")
     assert build_bundle(trt_quantized.root, "jetson-orin-nano", "int8", host=ORIN_NANO)["engine"]["source"] == "int8"
@@ -349,7 +424,12 @@ def test_real_tensorrt_engine_build_and_select(tiny_bundle):
     assert doc["engine"]["runtime"] == "trt"
     tokens = (np.arange(16, dtype=np.int64).reshape(2, 8) * 5) % 16
     with select_engine(bundle.root, target, "fp32", host=host).open() as rt:
-        np.testing.assert_allclose(rt.run({"tokens": tokens})["logits"], run_model(bundle.path_of("fp32"), {"tokens": tokens}), atol=1e-3, rtol=1e-3)
+        np.testing.assert_allclose(
+            rt.run({"tokens": tokens})["logits"],
+            run_model(bundle.path_of("fp32"), {"tokens": tokens}),
+            atol=1e-3,
+            rtol=1e-3,
+        )
 
 
 def test_demo_build_stage_reports_lint_and_engine(masked):

@@ -30,17 +30,35 @@ def test_build_compiles_on_ai_hub_and_records_the_context_binary(tiny_bundle, mo
     assert (doc["key"], doc["status"]) == (f"{TARGET}/fp16@aihub", "built")
     (compile_call,) = hub.calls("submit_compile_job")
     (job_id,) = hub.submitted("compile")
-    assert compile_call["device"].name == S24 and compile_call["options"] == "--target_runtime qnn_context_binary --truncate_64bit_io"
+    assert (
+        compile_call["device"].name == S24
+        and compile_call["options"] == "--target_runtime qnn_context_binary --truncate_64bit_io"
+    )
     assert hub.uploads[job_id] == bundle.path_of("fp32").read_bytes()  # the bundle's fp32 model (static shapes already)
     e = doc["engine"]
-    assert (e["runtime"], e["format"], e["runtime_version"], e["portable"]) == ("aihub", "qnn_context_binary", QAIRT, False)
+    assert (e["runtime"], e["format"], e["runtime_version"], e["portable"]) == (
+        "aihub",
+        "qnn_context_binary",
+        QAIRT,
+        False,
+    )
     assert e["aihub"]["compile_jobs"] == [job_id] and e["aihub"]["link_job"] is None
-    assert (e["aihub"]["device"], e["aihub"]["chipset"], e["aihub"]["qairt"]) == (S24, "qualcomm-snapdragon-8gen3", QAIRT)
+    assert (e["aihub"]["device"], e["aihub"]["chipset"], e["aihub"]["qairt"]) == (
+        S24,
+        "qualcomm-snapdragon-8gen3",
+        QAIRT,
+    )
     assert e["aihub"]["model_id"] == f"m{job_id[1:]}" and e["source"] == "fp32"
     path = bundle.root / e["path"]
-    assert path.suffix == ".bin" and path.read_bytes() == f"QNN context binary of {job_id}".encode() and sha256_file(path) == e["sha256"]
+    assert (
+        path.suffix == ".bin"
+        and path.read_bytes() == f"QNN context binary of {job_id}".encode()
+        and sha256_file(path) == e["sha256"]
+    )
     engines = Bundle.load(bundle.root).engines
-    assert f"{TARGET}/fp16@aihub" in engines and f"{TARGET}/fp16" not in engines  # the local qnn build keeps its own key
+    assert (
+        f"{TARGET}/fp16@aihub" in engines and f"{TARGET}/fp16" not in engines
+    )  # the local qnn build keeps its own key
     book = json.loads((bundle.root / "aihub" / "jobs.json").read_text())["jobs"]
     assert [(j["id"], j["kind"], j["state"]) for j in book] == [(job_id, "compile", "succeeded")]
     assert any(f"job {job_id}" in line and "submitted" in line for line in lines)
@@ -54,20 +72,32 @@ def test_step_buckets_compile_to_dlcs_and_link_into_one_context_binary(tiny_bund
     bundle = tiny_bundle(int8=tiny_model(), profile="qnn")
     add_model(bundle, "int8-bucket-1", tiny_model(scale=0.5), {"profile": "qnn"})
     names = ["int8", "int8-bucket-1"]
-    binding = bucket_binding("mask_share", [0.5], [(n, bundle.artifact(n).sha256) for n in names])  # as quantize records it
-    bundle.record("quantization", {"profile": "qnn", "step_buckets": {"n": 2, "by": "mask_share", "boundaries": [0.5],
-                                                                      "artifacts": names, "binding": binding}})
+    binding = bucket_binding(
+        "mask_share", [0.5], [(n, bundle.artifact(n).sha256) for n in names]
+    )  # as quantize records it
+    bundle.record(
+        "quantization",
+        {
+            "profile": "qnn",
+            "step_buckets": {"n": 2, "by": "mask_share", "boundaries": [0.5], "artifacts": names, "binding": binding},
+        },
+    )
     bundle.save()
     doc = build_bundle(bundle.root, TARGET, "int8", runtime="aihub")
     compiles = hub.calls("submit_compile_job")
     ids = hub.submitted("compile")
     assert [c["options"] for c in compiles] == ["--target_runtime qnn_dlc --truncate_64bit_io"] * 2
-    assert [hub.uploads[i] for i in ids] == [bundle.path_of("int8").read_bytes(), bundle.path_of("int8-bucket-1").read_bytes()]
+    assert [hub.uploads[i] for i in ids] == [
+        bundle.path_of("int8").read_bytes(),
+        bundle.path_of("int8-bucket-1").read_bytes(),
+    ]
     (link,) = hub.calls("submit_link_job")
     assert [m.model_id for m in link["models"]] == [f"m{i[1:]}" for i in ids] and link["device"].name == S24
     kinds = [(e[0], e[1]) for e in hub.events]
     # Both compiles submitted before either was waited on; the link only once both succeeded.
-    assert kinds[:2] == [("submit", "compile")] * 2 and kinds.index(("submit", "link")) > kinds.index(("status", "compile"))
+    assert kinds[:2] == [("submit", "compile")] * 2 and kinds.index(("submit", "link")) > kinds.index(
+        ("status", "compile")
+    )
     e = doc["engine"]
     (link_id,) = hub.submitted("link")
     assert e["aihub"]["link_job"] == link_id and e["aihub"]["compile_jobs"] == ids
@@ -111,7 +141,10 @@ def test_a_failed_compile_says_why_in_one_line_and_records_nothing(tiny_bundle, 
     hub = FakeHub(monkeypatch)
     hub.fail["compile"] = "Tensor 'logits' has an unsupported type.\nCompiler log follows"
     bundle = tiny_bundle()
-    with pytest.raises(EdgekitError, match=r"AI Hub compile job \w+ \(Samsung Galaxy S24 \(Family\)\) failed: Tensor 'logits' has an unsupported type\. \(see "):
+    with pytest.raises(
+        EdgekitError,
+        match=r"AI Hub compile job \w+ \(Samsung Galaxy S24 \(Family\)\) failed: Tensor 'logits' has an unsupported type\. \(see ",
+    ):
         build_bundle(bundle.root, TARGET, "fp16", runtime="aihub")
     assert Bundle.load(bundle.root).engines == {}
 
@@ -129,8 +162,15 @@ def test_without_a_configured_client_nothing_is_sent(tiny_bundle, monkeypatch, t
 def test_the_cli_takes_the_runtime_and_refuses_one_the_target_does_not_build(tiny_bundle, monkeypatch):
     FakeHub(monkeypatch)
     bundle = tiny_bundle()
-    r = CliRunner().invoke(app, ["build", str(bundle.root), "--target", TARGET, "--precision", "fp16", "--runtime", "aihub", "--json"])
+    r = CliRunner().invoke(
+        app, ["build", str(bundle.root), "--target", TARGET, "--precision", "fp16", "--runtime", "aihub", "--json"]
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["key"] == f"{TARGET}/fp16@aihub"  # one document: the client's prints stayed off stdout
-    r = CliRunner().invoke(app, ["build", str(bundle.root), "--target", TARGET, "--precision", "fp16", "--runtime", "trt"])
-    assert r.exit_code == 2 and "--runtime trt is not one target snapdragon-8-gen-3 builds for; valid: qnn, aihub" in r.stderr
+    r = CliRunner().invoke(
+        app, ["build", str(bundle.root), "--target", TARGET, "--precision", "fp16", "--runtime", "trt"]
+    )
+    assert (
+        r.exit_code == 2
+        and "--runtime trt is not one target snapdragon-8-gen-3 builds for; valid: qnn, aihub" in r.stderr
+    )

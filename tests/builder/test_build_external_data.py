@@ -28,13 +28,18 @@ def _build(root, target, precision, limited=True):
     return json.loads(r.stdout)["engine"]
 
 
-@pytest.mark.parametrize("target, precision, reads_beside", [
-    ("cpu", "fp32", True),  # an optimized .onnx: its own weights file
-    ("intel-cpu", "fp32", False),  # OpenVINO's compiled blob holds them
-    ("android-arm64", "fp32", False),  # the .ort flatbuffer holds them (under 2 GiB)
-    ("snapdragon-8-gen-3", "fp16", True),  # EPContext model + its context binary
-])
-def test_engine_files_are_recorded_and_decode_like_the_embedded_twin(external_bundles, tmp_path, target, precision, reads_beside):
+@pytest.mark.parametrize(
+    "target, precision, reads_beside",
+    [
+        ("cpu", "fp32", True),  # an optimized .onnx: its own weights file
+        ("intel-cpu", "fp32", False),  # OpenVINO's compiled blob holds them
+        ("android-arm64", "fp32", False),  # the .ort flatbuffer holds them (under 2 GiB)
+        ("snapdragon-8-gen-3", "fp16", True),  # EPContext model + its context binary
+    ],
+)
+def test_engine_files_are_recorded_and_decode_like_the_embedded_twin(
+    external_bundles, tmp_path, target, precision, reads_beside
+):
     if target == "snapdragon-8-gen-3":
         pytest.importorskip("onnxruntime_qnn")
     if target == "intel-cpu":

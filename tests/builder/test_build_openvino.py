@@ -9,13 +9,12 @@ import sys
 
 import numpy as np
 import pytest
+from build_helpers import X86, tiny_model  # tests/builder/build_helpers.py
 
 from edgekit.builder import build_bundle, engine_problems, select_engine
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError, MissingDependency, TargetUnavailable, UsageError
 from edgekit.targets import load_target, parse_target
-
-from build_helpers import X86, tiny_model  # tests/builder/build_helpers.py
 
 pytest.importorskip("openvino")
 from edgekit.runtimes.openvino import available_devices, device_capabilities, openvino_version  # noqa: E402
@@ -34,11 +33,19 @@ def test_intel_cpu_build_writes_a_blob_keyed_to_version_device_and_isa(tiny_bund
     bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(128, np.uint8)), profile="cpu")
     doc = build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)
     entry = doc["engine"]
-    assert doc["status"] == "built" and entry["path"].startswith("engines/intel-cpu/int8-") and entry["path"].endswith(".blob")
-    assert entry["runtime"] == "openvino" and entry["runtime_version"] == openvino_version() and entry["format"] == "blob"
+    assert (
+        doc["status"] == "built"
+        and entry["path"].startswith("engines/intel-cpu/int8-")
+        and entry["path"].endswith(".blob")
+    )
+    assert (
+        entry["runtime"] == "openvino" and entry["runtime_version"] == openvino_version() and entry["format"] == "blob"
+    )
     assert entry["device"].startswith("CPU: ") and entry["cpu_isa"] == ["avx2", "avx512f", "avx512_vnni"]
     assert f"ov={openvino_version()}" in entry["runtime_requirements"] and entry["portable"] is False
-    assert entry["config"]["inference_precision"] == "f32" and entry["config"]["compiled"]["inference_precision"] == "f32"
+    assert (
+        entry["config"]["inference_precision"] == "f32" and entry["config"]["compiled"]["inference_precision"] == "f32"
+    )
     assert entry["source"] == "int8" and entry["source_onnx_sha256"] == Bundle.load(bundle.root).artifact("int8").sha256
     assert build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)["status"] == "up-to-date"
 
@@ -54,7 +61,9 @@ def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle):
     bundle = tiny_bundle()
     build_bundle(bundle.root, "intel-cpu", "fp32", host=HOST)
     other = dataclasses.replace(HOST, isa=("avx2",))
-    with pytest.raises(EdgekitError, match=r"cannot be used here: CPU instruction set: lacks avx512f, avx512_vnni .*--rebuild"):
+    with pytest.raises(
+        EdgekitError, match=r"cannot be used here: CPU instruction set: lacks avx512f, avx512_vnni .*--rebuild"
+    ):
         select_engine(bundle.root, "intel-cpu", "fp32", host=other)
     b = Bundle.load(bundle.root)
     entry = b.engines["intel-cpu/fp32"]
@@ -66,7 +75,9 @@ def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle):
     choice = select_engine(bundle.root, "intel-cpu", "fp32", rebuild=True, host=other)
     assert choice.built and Bundle.load(bundle.root).manifest["engines"]["intel-cpu/fp32"]["cpu_isa"] == ["avx2"]
     with choice.open(threads=1) as rt:
-        np.testing.assert_allclose(rt.run({"tokens": TOKENS})["logits"], _ort(bundle.path_of("fp32")), atol=1e-4, rtol=0)
+        np.testing.assert_allclose(
+            rt.run({"tokens": TOKENS})["logits"], _ort(bundle.path_of("fp32")), atol=1e-4, rtol=0
+        )
 
 
 @pytest.mark.skipif("BF16" not in device_capabilities("CPU"), reason="this CPU has no bf16 (AMX / AVX512-BF16)")
@@ -90,7 +101,11 @@ def test_gpu_and_npu_builds_convert_the_graph_and_say_the_device_is_needed(tiny_
         build_bundle(bundle.root, target, precision, host=HOST)
     message = str(err.value)
     assert err.value.exit_code == 3
-    assert f"sees CPU, not {device}" in message and "The graph itself converts (" in message and f"needs the {device}" in message
+    assert (
+        f"sees CPU, not {device}" in message
+        and "The graph itself converts (" in message
+        and f"needs the {device}" in message
+    )
     assert f"--target {target}" in err.value.hint
     assert "engines" not in Bundle.load(bundle.root).manifest or not Bundle.load(bundle.root).manifest["engines"]
 
@@ -110,7 +125,11 @@ def test_without_openvino_intel_cpu_runs_on_ort_and_build_says_how_to_install(ti
 
 def test_intel_targets_load_and_bad_openvino_values_list_valid_ones():
     cpu, gpu, npu = (load_target(n) for n in ("intel-cpu", "intel-gpu", "intel-npu"))
-    assert cpu.runtimes == ("openvino", "ort") and cpu.openvino.device == "CPU" and cpu.openvino.inference_precision == "f32"
+    assert (
+        cpu.runtimes == ("openvino", "ort")
+        and cpu.openvino.device == "CPU"
+        and cpu.openvino.inference_precision == "f32"
+    )
     assert gpu.openvino.device == "GPU" and npu.openvino.device == "NPU" and "fp32" not in npu.precisions
     base = 'name = "x"\nruntimes = ["openvino"]\nprecisions = ["int8"]\n'
     with pytest.raises(UsageError, match="openvino.device = 'VPU' is invalid; valid: CPU, GPU, NPU"):

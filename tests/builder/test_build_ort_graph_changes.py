@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from build_helpers import X86  # tests/builder/build_helpers.py
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.builder import build_bundle, select_engine
@@ -22,8 +23,6 @@ from edgekit.runtimes.ort import GRAPH_OPTIMIZATION_LEVELS, OrtOptions, OrtRunti
 from edgekit.runtimes.ort_fusions import CPU_DISABLED_OPTIMIZERS, fuse_fast_gelu
 from tests.external_data import assert_weights_outside, scaled_limit
 from tests.runtimes.test_ort_fusions import gelu_chain
-
-from build_helpers import X86  # tests/builder/build_helpers.py
 
 ATOL = 1e-4  # ORT's defaults re-fuse a LayerNorm (SkipLayerNormalization): float sums in another order
 CPU = ["CPUExecutionProvider"]
@@ -38,7 +37,9 @@ def _plain(path, recorded=None) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     if recorded is not None:
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[recorded["graph_optimization_level"]])
+        so.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION_LEVELS[recorded["graph_optimization_level"]]
+        )
         for key, value in recorded["config_entries"].items():
             so.add_session_config_entry(key, value)
     return ort.InferenceSession(str(path), so, providers=CPU)
@@ -66,24 +67,41 @@ def _gelu_head(qdq: bool, gemm: bool = False) -> onnx.ModelProto:
     x, weight = "h", "w"
     if qdq:
         wscale = np.float32(np.abs(w).max() / 127)
-        inits += [numpy_helper.from_array(np.clip(np.round(w / wscale), -127, 127).astype(np.int8), "wq"),
-                  numpy_helper.from_array(wscale, "ws"), numpy_helper.from_array(np.int8(0), "wz"),
-                  numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.uint8(128), "xz")]
-        nodes += [helper.make_node("QuantizeLinear", ["h", "xs", "xz"], ["hq"], name="q"),
-                  helper.make_node("DequantizeLinear", ["hq", "xs", "xz"], ["hdq"], name="dq"),
-                  helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], name="wdq")]
+        inits += [
+            numpy_helper.from_array(np.clip(np.round(w / wscale), -127, 127).astype(np.int8), "wq"),
+            numpy_helper.from_array(wscale, "ws"),
+            numpy_helper.from_array(np.int8(0), "wz"),
+            numpy_helper.from_array(np.float32(0.03), "xs"),
+            numpy_helper.from_array(np.uint8(128), "xz"),
+        ]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["h", "xs", "xz"], ["hq"], name="q"),
+            helper.make_node("DequantizeLinear", ["hq", "xs", "xz"], ["hdq"], name="dq"),
+            helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], name="wdq"),
+        ]
         x = "hdq"
     else:
         inits.append(numpy_helper.from_array(w, "w"))
     if gemm:
-        inits += [numpy_helper.from_array(np.array([16, 4], np.int64), "rows"), numpy_helper.from_array(np.array([2, 8, 16], np.int64), "out")]
-        nodes += [helper.make_node("Reshape", [x, "rows"], ["x2"], name="flat"), helper.make_node("Gemm", ["x2", weight], ["m2"], name="head"),
-                  helper.make_node("Reshape", ["m2", "out"], ["m"], name="unflat")]
+        inits += [
+            numpy_helper.from_array(np.array([16, 4], np.int64), "rows"),
+            numpy_helper.from_array(np.array([2, 8, 16], np.int64), "out"),
+        ]
+        nodes += [
+            helper.make_node("Reshape", [x, "rows"], ["x2"], name="flat"),
+            helper.make_node("Gemm", ["x2", weight], ["m2"], name="head"),
+            helper.make_node("Reshape", ["m2", "out"], ["m"], name="unflat"),
+        ]
     else:
         nodes.append(helper.make_node("MatMul", [x, weight], ["m"], name="head"))
     chain, consts = gelu_chain("g", "m", "logits")
-    graph = helper.make_graph(nodes + chain, "gelu-head", [helper.make_tensor_value_info("tokens", TensorProto.INT64, [2, 8])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 8, 16])], initializer=inits + consts)
+    graph = helper.make_graph(
+        nodes + chain,
+        "gelu-head",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [2, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 8, 16])],
+        initializer=inits + consts,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     return model
@@ -135,7 +153,9 @@ def test_the_int8_engine_is_int8_kernels_with_its_gelu_fused(tiny_bundle):
     assert entry["graph_changes"]["fusions"] == {"FastGelu": 1}
     feeds = _feeds(bundle)
     got, _ = _edgekit_target(bundle.root, "cpu", "int8", feeds)
-    np.testing.assert_array_equal(_plain(bundle.root / entry["path"], entry["session_options"]).run(None, feeds)[0], got)
+    np.testing.assert_array_equal(
+        _plain(bundle.root / entry["path"], entry["session_options"]).run(None, feeds)[0], got
+    )
 
 
 def _required_ops(root, entry) -> set[str]:
@@ -149,19 +169,26 @@ def test_the_android_ort_file_stays_standard_onnx_and_records_the_replay_entry(t
     bundle = tiny_bundle(fp32=_gelu_head(qdq=False, gemm=True), int8=_gelu_head(qdq=True, gemm=True), profile="cpu")
     entry = build_bundle(bundle.root, "android-arm64", "int8", host=X86)["engine"]
     assert entry["graph_changes"] == {"fusions": {}, "disabled_optimizers": []}
-    assert entry["session_options"] == {"graph_optimization_level": "all", "config_entries": {"session.enable_saved_runtime_optimizations": "1"}}
+    assert entry["session_options"] == {
+        "graph_optimization_level": "all",
+        "config_entries": {"session.enable_saved_runtime_optimizations": "1"},
+    }
     ops = _required_ops(bundle.root, entry)
     assert "Tanh" in ops and "FastGelu" not in ops
     assert {"DequantizeLinear", "QGemm"} <= ops  # without and with the replay
     feeds = _feeds(bundle)
     got, _ = _edgekit_target(bundle.root, "android-arm64", "int8", feeds)
-    np.testing.assert_array_equal(_plain(bundle.root / entry["path"], entry["session_options"]).run(None, feeds)[0], got)
+    np.testing.assert_array_equal(
+        _plain(bundle.root / entry["path"], entry["session_options"]).run(None, feeds)[0], got
+    )
 
 
 def test_a_cpu_only_ort_target_gets_the_fusions_in_its_ort_file(masked, tmp_path):
     toml = tmp_path / "cpu-mobile.toml"
-    toml.write_text('runtimes = ["ort"]\nprecisions = ["fp32"]\narch = "host"\n'
-                    '[ort]\nproviders = ["CPUExecutionProvider"]\nformat = "ort"\noptimization_style = "fixed"\n')
+    toml.write_text(
+        'runtimes = ["ort"]\nprecisions = ["fp32"]\narch = "host"\n'
+        '[ort]\nproviders = ["CPUExecutionProvider"]\nformat = "ort"\noptimization_style = "fixed"\n'
+    )
     entry = build_bundle(masked, toml, "fp32", host=X86)["engine"]
     assert entry["path"].endswith(".ort") and entry["graph_changes"]["fusions"] == {"FastGelu": 4}
     ops = _required_ops(masked, entry)

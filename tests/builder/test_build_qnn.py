@@ -80,7 +80,12 @@ def test_a_context_from_another_qnn_sdk_or_soc_is_stale(masked, tmp_path):
     from importlib import resources
 
     other = tmp_path / "sd.toml"
-    other.write_text(resources.files("edgekit.targets").joinpath(f"{TARGET}.toml").read_text().replace("soc_model = 57", "soc_model = 69"))
+    other.write_text(
+        resources.files("edgekit.targets")
+        .joinpath(f"{TARGET}.toml")
+        .read_text()
+        .replace("soc_model = 57", "soc_model = 69")
+    )
     with pytest.raises(EngineNeedsBuild, match="soc_model: compiled for 57"):
         find_engine(masked, other, "int8")
 
@@ -104,7 +109,9 @@ def test_check_with_the_target_runs_the_candidate_from_the_precompiled_context(m
     from edgekit.check import CheckConfig, check_bundle
 
     build_bundle(masked, TARGET, "int8")
-    doc = check_bundle(masked, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1, cond={"class_id": "1"}, target=TARGET))
+    doc = check_bundle(
+        masked, CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1, cond={"class_id": "1"}, target=TARGET)
+    )
     assert doc["candidate"] == "qnn:int8" and any("emulated" in w for w in doc["warnings"])
 
 

@@ -19,7 +19,9 @@ def test_build_cpu_then_android(masked):
     r = invoke("build", masked, "--target", "cpu", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "edgekit.build/1" and doc["status"] == "built" and (masked / doc["engine"]["path"]).is_file()
+    assert (
+        doc["schema"] == "edgekit.build/1" and doc["status"] == "built" and (masked / doc["engine"]["path"]).is_file()
+    )
     r = invoke("build", masked, "--target", "android-arm64")
     assert r.exit_code == 0, r.output
     assert "engine: " in r.stdout and ".ort\n" in r.stdout and "required_operators.config" in r.stdout

@@ -31,14 +31,19 @@ def flow_cond_rows(n: int = 12, seed: int = 0) -> dict[str, np.ndarray]:
     (each row's first 3..8 frames valid), not uniform draws."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(3, 9, n)
-    return {"enc": rng.standard_normal((n, 6, 8)).astype(np.float32),
-            "frame_mask": np.arange(8)[None, :] < lengths[:, None]}
+    return {
+        "enc": rng.standard_normal((n, 6, 8)).astype(np.float32),
+        "frame_mask": np.arange(8)[None, :] < lengths[:, None],
+    }
 
 
 def grid_cond_rows(n: int = 10, seed: int = 1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"class_id": rng.integers(0, 4, n), "text": rng.standard_normal((n, 3, 8)).astype(np.float32),
-            "style": rng.integers(0, 5, (n, 2)).astype(np.int32)}
+    return {
+        "class_id": rng.integers(0, 4, n),
+        "text": rng.standard_normal((n, 3, 8)).astype(np.float32),
+        "style": rng.integers(0, 5, (n, 2)).astype(np.int32),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -47,8 +52,12 @@ def byo_bundles(tmp_path_factory) -> dict[str, Path]:
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("byo")
     out = {}
-    for name, ref in (("grid_masked", f"{MODELS}:grid_masked"), ("masked_flow", f"{MODELS}:masked_flow"),
-                      ("grn_masked", f"{MODELS}:grn_masked"), ("example", f"{EXAMPLE}:make_model")):
+    for name, ref in (
+        ("grid_masked", f"{MODELS}:grid_masked"),
+        ("masked_flow", f"{MODELS}:masked_flow"),
+        ("grn_masked", f"{MODELS}:grn_masked"),
+        ("example", f"{EXAMPLE}:make_model"),
+    ):
         r = invoke("export", ref, "-o", root / name, "--batch", "2")
         assert r.exit_code == 0, r.output
         out[name] = root / name

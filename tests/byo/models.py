@@ -87,7 +87,9 @@ def grid_masked(batch: int = 2) -> ModelSpec:
         },
         outputs={"logits": TensorSpec((batch, L, V), "float32")},
         meta={
-            "vocab_size": V, "mask_id": V, "seq_len": L,
+            "vocab_size": V,
+            "mask_id": V,
+            "seq_len": L,
             "conditioning": {
                 "class_id": {"uncond": 4},
                 "text": {"uncond": [[0.0] * 8, [0.0] * 8, [0.1] * 8]},  # per element: a null embedding
@@ -203,7 +205,11 @@ def grn_masked(batch: int = 2) -> ModelSpec:
             "scale": TensorSpec((batch, 1), "float32", 0.5, 2.0),
         },
         outputs={"logits": TensorSpec((batch, L, V), "float32")},
-        meta={"vocab_size": V, "mask_id": V, "seq_len": L,
-              "conditioning": {"label": {"uncond": 3}, "scale": {"uncond": "same"}}},
+        meta={
+            "vocab_size": V,
+            "mask_id": V,
+            "seq_len": L,
+            "conditioning": {"label": {"uncond": 3}, "scale": {"uncond": "same"}},
+        },
         decode_defaults={"steps": 4, "schedule": "cosine"},
     )

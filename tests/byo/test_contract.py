@@ -19,7 +19,11 @@ def test_check_decodes_with_the_settings_quantize_gated(byo_bundles, tmp_path):
     bundle = tmp_path / "flow"
     shutil.copytree(byo_bundles["example"], bundle)
     q = invoke_json("quantize", bundle, *FAST, "--decode", "guidance=2", "--seed", "5")
-    assert q["passed"] and q["budget"]["eval"] == q["budget"]["eval"] | {"samples": 4, "seed": 5, "decode": {"guidance": 2}}
+    assert q["passed"] and q["budget"]["eval"] == q["budget"]["eval"] | {
+        "samples": 4,
+        "seed": 5,
+        "decode": {"guidance": 2},
+    }
     c = invoke_json("check", bundle)
     assert c["passed"] and c["decode"]["guidance"] == 2.0 and c["n"] == 4 and c["seed"] == 5
     # teacher-forced velocity SNR is part of what quantize gated
@@ -40,7 +44,12 @@ def test_budget_includes_checks_gate_and_fails_with_it(byo_bundles, tmp_path):
     bundle = tmp_path / "flow"
     shutil.copytree(byo_bundles["example"], bundle)
     # snr_db floor off, no fallback: only check's velocity SNR / SNR gates (>= 30 dB) can fail it
-    s = quantize_bundle(bundle, QuantizeConfig(calib_samples=2, eval_samples=2, budget={"snr_db": -100.0, "check_margin": 10.0}, fallback=False))
+    s = quantize_bundle(
+        bundle,
+        QuantizeConfig(
+            calib_samples=2, eval_samples=2, budget={"snr_db": -100.0, "check_margin": 10.0}, fallback=False
+        ),
+    )
     row = next(r for r in s["budget"]["checks"] if r["key"] == "check_margin")
     assert row["passed"] is False and s["passed"] is False
 
@@ -67,13 +76,21 @@ def test_flow_run_writes_x0_by_the_documented_rule(byo_bundles, tmp_path):
     from edgekit.runtimes import open_runtime
 
     npz = tmp_path / "o.npz"
-    run = invoke_json("run", byo_bundles["example"], "--cond", "speaker=0.5", "--seed", "7", "--temperature", "0.7", "-o", npz)
+    run = invoke_json(
+        "run", byo_bundles["example"], "--cond", "speaker=0.5", "--seed", "7", "--temperature", "0.7", "-o", npz
+    )
     data = np.load(npz)
     want = (0.7 * np.random.default_rng(7).standard_normal((2, 32, 16))).astype(np.float32)
     np.testing.assert_array_equal(data["x0"], want)
     bundle = Bundle.load(byo_bundles["example"])
     with open_runtime(bundle) as rt:  # the frames follow from x0 alone (any seed)
-        again = decode_flow(rt, bundle.meta, {"speaker": data["cond_speaker"]}, FlowDecodeConfig(**(run["decode"] | {"seed": 123})), x0=data["x0"])
+        again = decode_flow(
+            rt,
+            bundle.meta,
+            {"speaker": data["cond_speaker"]},
+            FlowDecodeConfig(**(run["decode"] | {"seed": 123})),
+            x0=data["x0"],
+        )
     np.testing.assert_array_equal(again.x, data["frames"])
 
 
@@ -82,11 +99,15 @@ def test_per_element_and_same_unconditional_rows(byo_bundles):
     "same" (kept), class_id a number; with guidance the unconditional call sees exactly those."""
     from edgekit.bundle import Bundle
     from edgekit.decode import MaskedDecodeConfig, decode_masked
-    from edgekit.runtimes.recording import RecordingRuntime
     from edgekit.runtimes import open_runtime
+    from edgekit.runtimes.recording import RecordingRuntime
 
     bundle = Bundle.load(byo_bundles["grid_masked"])
-    cond = {"class_id": np.array([1, 2]), "text": np.ones((2, 3, 8), np.float32), "style": np.array([[1, 2], [3, 4]], np.int32)}
+    cond = {
+        "class_id": np.array([1, 2]),
+        "text": np.ones((2, 3, 8), np.float32),
+        "style": np.array([[1, 2], [3, 4]], np.int32),
+    }
     with open_runtime(bundle) as rt:
         rec = RecordingRuntime(rt, "masked", bundle.meta)
         decode_masked(rec, bundle.meta, cond, MaskedDecodeConfig(steps=2, guidance=2.0))

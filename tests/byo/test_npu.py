@@ -20,7 +20,10 @@ def test_the_flow_example_goes_through_the_npu_path(tmp_path):
     assert r.exit_code == 0, r.output
     q = invoke_json("quantize", bundle, "--target", TARGET)
     assert q["profile"] == "qnn" and q["passed"] and q["measured"]["check_margin"] >= 0
-    assert q["budget"]["measured_on"].startswith("qnn HTP backend") and (q["qnn"]["htp_arch"], q["qnn"]["soc_model"]) == (75, 57)
+    assert q["budget"]["measured_on"].startswith("qnn HTP backend") and (
+        q["qnn"]["htp_arch"],
+        q["qnn"]["soc_model"],
+    ) == (75, 57)
     b = invoke_json("build", bundle, "--target", TARGET, "--precision", "int8")
     assert b["engine"]["format"] == "epcontext"
     c = invoke_json("check", bundle, "--candidate", "qnn:int8", "--reference", "ort:fp32", "--target", TARGET)

@@ -44,7 +44,9 @@ def test_cond_data_split_is_recorded_and_stored(byo_bundles, tmp_path):
     shutil.copytree(byo_bundles["masked_flow"], bundle)
     rows = flow_cond_rows(n=10)
     np.savez(tmp_path / "cond.npz", **rows)
-    q = invoke_json("quantize", bundle, "--cond-data", tmp_path / "cond.npz", "--calib-samples", "3", "--eval-samples", "4")
+    q = invoke_json(
+        "quantize", bundle, "--cond-data", tmp_path / "cond.npz", "--calib-samples", "3", "--eval-samples", "4"
+    )
     cond = q["conditions"]
     # held out: the last min(eval_samples, N // 2) = 4 rows; calibration: the first min(calib, rest) = 3
     assert cond["heldout_rows"] == [6, 10] and cond["calibration_rows"] == [0, 3] and cond["rows"] == 10
@@ -72,9 +74,15 @@ def test_cond_data_directory_of_npy(byo_bundles, tmp_path):
     "arrays,needle",
     [
         ({"speaker": np.zeros((4, 8), np.float32)}, "'speaker' is not a conditioning input"),
-        ({"enc": np.zeros((4, 6, 9), np.float32), "frame_mask": np.ones((4, 8), bool)}, "'enc' has shape [4, 6, 9]; valid: [N, 6, 8]"),
+        (
+            {"enc": np.zeros((4, 6, 9), np.float32), "frame_mask": np.ones((4, 8), bool)},
+            "'enc' has shape [4, 6, 9]; valid: [N, 6, 8]",
+        ),
         ({"enc": np.zeros((4, 6, 8), np.float32), "frame_mask": np.ones((3, 8), bool)}, "different row counts"),
-        ({"enc": np.zeros((4, 6, 8), np.float32), "frame_mask": np.ones((4, 8), np.float32)}, "'frame_mask' is float32; valid: bool"),
+        (
+            {"enc": np.zeros((4, 6, 8), np.float32), "frame_mask": np.ones((4, 8), np.float32)},
+            "'frame_mask' is float32; valid: bool",
+        ),
     ],
 )
 def test_bad_cond_data_is_one_line_usage_error(arrays, needle, byo_bundles, tmp_path):
@@ -121,6 +129,9 @@ def test_condition_sampler_hook_feeds_quantize_and_check(byo_bundles, tmp_path):
         TRUST_CODE.reset(token)
     assert all(np.all(np.diff(row.astype(int)) <= 0) and row[:3].all() for row in mask)  # prefixes, >= 3 frames
     q = invoke_json("quantize", bundle, *FAST, "--trust-code")
-    assert "condition sampler" in q["conditions"]["source"] and "conditions" not in invoke_json("inspect", bundle)["artifacts"]
+    assert (
+        "condition sampler" in q["conditions"]["source"]
+        and "conditions" not in invoke_json("inspect", bundle)["artifacts"]
+    )
     c = invoke_json("check", bundle, "--trust-code")
     assert c["passed"] and "condition sampler" in c["conditions"]

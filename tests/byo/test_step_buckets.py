@@ -26,9 +26,22 @@ def test_a_conditioned_flow_model_quantizes_with_step_buckets_and_runs_everywher
     root = _copy(byo_bundles, "masked_flow", tmp_path)
     np.savez(tmp_path / "cond.npz", **flow_cond_rows())
     single = _copy(byo_bundles, "masked_flow", tmp_path / "one")
-    base = invoke_json("quantize", single, *FAST, *LOOSE, "--budget", "snr_db=0", "--no-fallback", "--cond-data", tmp_path / "cond.npz")
-    q = invoke_json("quantize", root, *FAST, *LOOSE, "--budget", "snr_db=0", "--no-fallback", "--step-buckets", "2",
-                    "--cond-data", tmp_path / "cond.npz")
+    base = invoke_json(
+        "quantize", single, *FAST, *LOOSE, "--budget", "snr_db=0", "--no-fallback", "--cond-data", tmp_path / "cond.npz"
+    )
+    q = invoke_json(
+        "quantize",
+        root,
+        *FAST,
+        *LOOSE,
+        "--budget",
+        "snr_db=0",
+        "--no-fallback",
+        "--step-buckets",
+        "2",
+        "--cond-data",
+        tmp_path / "cond.npz",
+    )
     b = q["step_buckets"]
     assert b["n"] == 2 and b["by"] == "t" and len(b["boundaries"]) == 1 and 0 < b["boundaries"][0] < 1
     assert b["artifacts"] == ["int8", "int8-bucket-1"] and sum(b["calls_per_bucket"]) > 0
@@ -49,7 +62,20 @@ def test_a_conditioned_flow_model_quantizes_with_step_buckets_and_runs_everywher
     assert r["precision"] == "int8"
     check = invoke("check", root, "--json")
     assert check.exit_code in (0, 4), check.output
-    p = invoke_json("profile", root, "--precision", "fp32,int8", "--iters", "2", "--min-seconds", "0", "--warmup", "0", "--power", "off")
+    p = invoke_json(
+        "profile",
+        root,
+        "--precision",
+        "fp32,int8",
+        "--iters",
+        "2",
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "0",
+        "--power",
+        "off",
+    )
     assert {v["precision"] for v in p["variants"] if v["available"]} == {"fp32", "int8"}
     built = invoke_json("build", root, "--target", "cpu", "--precision", "int8")
     assert len(built["engine"]["buckets"]["engines"]) == 1
@@ -69,14 +95,27 @@ def test_the_bucketed_runtime_uses_each_bucket_for_its_own_steps(byo_bundles, tm
 
     root = _copy(byo_bundles, "masked_flow", tmp_path)
     np.savez(tmp_path / "cond.npz", **flow_cond_rows())
-    invoke_json("quantize", root, *FAST, *LOOSE, "--budget", "snr_db=0", "--no-fallback", "--step-buckets", "3",
-                "--cond-data", tmp_path / "cond.npz")
+    invoke_json(
+        "quantize",
+        root,
+        *FAST,
+        *LOOSE,
+        "--budget",
+        "snr_db=0",
+        "--no-fallback",
+        "--step-buckets",
+        "3",
+        "--cond-data",
+        tmp_path / "cond.npz",
+    )
     bundle = Bundle.load(root)
     edges = list(bundle.step_buckets().boundaries)
     with open_runtime(bundle, "ort", "int8") as rt:
         assert isinstance(rt, BucketedRuntime) and len(rt.runtimes) == 3
         # The bucket sessions take turns: one arena between them, threads that spin inside runs only.
-        assert all(r.options.shared_arena and r.options.allow_spinning and not r.options.spin_between_runs for r in rt.runtimes)
+        assert all(
+            r.options.shared_arena and r.options.allow_spinning and not r.options.spin_between_runs for r in rt.runtimes
+        )
         evaluate(bundle, rt, 2, 0, {"steps": 6}, cond={k: v[:2] for k, v in flow_cond_rows().items()})
         assert all(c > 0 for c in rt.calls), rt.calls  # t runs 0 -> 1: every range gets its calls
         for t, want in ((0.0, 0), (float(edges[0]) + 1e-6, 1), (0.999, 2)):
@@ -100,7 +139,9 @@ def test_bad_step_bucket_values_are_one_line(byo_bundles, tmp_path):
     root = _copy(byo_bundles, "grid_masked", tmp_path)
     for bad in ("0", "9", "many"):
         r = invoke("quantize", root, "--step-buckets", bad)
-        assert r.exit_code == 2 and "--step-buckets" in r.stderr and "auto or an integer in [1, 8]" in r.stderr, r.output
+        assert r.exit_code == 2 and "--step-buckets" in r.stderr and "auto or an integer in [1, 8]" in r.stderr, (
+            r.output
+        )
 
 
 def test_boundaries_follow_the_measured_drift():

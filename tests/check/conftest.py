@@ -5,15 +5,16 @@ the stage. Quantized/damaged graphs are made once per session and copied per tes
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy as np
 import pytest
 
 from edgekit.runtimes.base import BaseRuntime
 from edgekit.spec import TensorSpec
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -77,14 +78,23 @@ class TableAR(BaseRuntime):
     def __init__(self, batch: int, table: np.ndarray, max_len: int = 5):
         cache = TensorSpec((1, batch, 1, max_len, 1), "float32")
         super().__init__(
-            {"token": TensorSpec((batch, 1), "int64"), "pos": TensorSpec((1,), "int64"), "k_cache": cache, "v_cache": cache},
+            {
+                "token": TensorSpec((batch, 1), "int64"),
+                "pos": TensorSpec((1,), "int64"),
+                "k_cache": cache,
+                "v_cache": cache,
+            },
             {"logits": TensorSpec((batch, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
         )
         self.table = table  # (V + 1, V): row V is the BOS token
 
     def _run_impl(self, feeds):
         logits = self.table[feeds["token"][:, 0]] + 0.3 * feeds["pos"][0]
-        return {"logits": logits.astype(np.float32), "k_cache_out": feeds["k_cache"].copy(), "v_cache_out": feeds["v_cache"].copy()}
+        return {
+            "logits": logits.astype(np.float32),
+            "k_cache_out": feeds["k_cache"].copy(),
+            "v_cache_out": feeds["v_cache"].copy(),
+        }
 
 
 AR_META = {"vocab_size": V, "max_len": 5, "bos_id": V, "conditioning": {}}
@@ -102,9 +112,9 @@ def weighted_matmuls(model) -> list[str]:
 
 def calibration_feeds(bundle, batches: int = 2) -> list[dict[str, np.ndarray]]:
     """The fp32 network's inputs at every step of real decodes (the issue-4 recipe, in small)."""
-    from edgekit.evaluate.metrics import ShadowRecorder
     from edgekit.decode.dispatch import decode, decode_config
     from edgekit.evaluate import conditions
+    from edgekit.evaluate.metrics import ShadowRecorder
     from edgekit.runtimes import open_runtime
 
     feeds: list[dict[str, np.ndarray]] = []
@@ -144,8 +154,14 @@ def quantize_careful(src: Path, dst: Path, bundle) -> None:
 
     model = onnx.load(str(src))
     quantize_static(
-        model, dst, _reader(calibration_feeds(bundle)), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=weighted_matmuls(model),
+        model,
+        dst,
+        _reader(calibration_feeds(bundle)),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        nodes_to_quantize=weighted_matmuls(model),
         extra_options={"WeightSymmetric": True},
     )
 
@@ -157,8 +173,13 @@ def quantize_naive(src: Path, dst: Path, bundle) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quantize_static(
-        str(src), dst, _reader(calibration_feeds(bundle, 1)[:1]), quant_format=QuantFormat.QDQ, per_channel=False,
-        activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8,
+        str(src),
+        dst,
+        _reader(calibration_feeds(bundle, 1)[:1]),
+        quant_format=QuantFormat.QDQ,
+        per_channel=False,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QUInt8,
     )
 
 
@@ -210,7 +231,9 @@ def int8_models(demo_bundles, tmp_path_factory) -> Callable[[str, str], Path]:
                 shutil.copy(get(kind, "careful"), dst)
                 perturb_weight(dst, 3.0)
             else:
-                {"careful": quantize_careful, "naive": quantize_naive, "dynamic_all": quantize_dynamic_all}[how](src, dst, bundle)
+                {"careful": quantize_careful, "naive": quantize_naive, "dynamic_all": quantize_dynamic_all}[how](
+                    src, dst, bundle
+                )
             made[(kind, how)] = dst
         return made[(kind, how)]
 
@@ -246,6 +269,14 @@ def bundle_with(demo_bundles, tmp_path) -> Callable[..., Path]:
 def fakes() -> SimpleNamespace:
     """The tiny numpy runtimes and their metadata (tests cannot import conftest)."""
     return SimpleNamespace(
-        TableMasked=TableMasked, LinearFlow=LinearFlow, TableAR=TableAR, masked_table=masked_table,
-        MASKED_META=MASKED_META, FLOW_META=FLOW_META, AR_META=AR_META, V=V, L=L, MASK=MASK,
+        TableMasked=TableMasked,
+        LinearFlow=LinearFlow,
+        TableAR=TableAR,
+        masked_table=masked_table,
+        MASKED_META=MASKED_META,
+        FLOW_META=FLOW_META,
+        AR_META=AR_META,
+        V=V,
+        L=L,
+        MASK=MASK,
     )

@@ -45,19 +45,29 @@ def masked(tmp_path):
 def test_the_device_runs_every_recorded_call_and_check_gates_it(masked, monkeypatch):
     hub = FakeHub(monkeypatch, network=device_network(masked))
     lines: list[str] = []
-    doc = check_bundle(masked, CheckConfig(runtime="aihub", candidate="fp16", device="snapdragon-8-gen-3", n=4), progress=lines.append)
+    doc = check_bundle(
+        masked, CheckConfig(runtime="aihub", candidate="fp16", device="snapdragon-8-gen-3", n=4), progress=lines.append
+    )
     assert (doc["reference"], doc["candidate"]) == ("ort:fp32", "aihub:fp16")
-    (compile_call,) = hub.calls("submit_compile_job")  # no AI Hub engine in the bundle: compiled for the target's first device
+    (compile_call,) = hub.calls(
+        "submit_compile_job"
+    )  # no AI Hub engine in the bundle: compiled for the target's first device
     assert compile_call["device"].name == S24
     (infer,) = hub.calls("submit_inference_job")
     assert infer["profile"] is False and infer["device"].name == S24
     tokens = infer["inputs"]["tokens"]
     assert len(tokens) == doc["aihub"]["calls"] == 2 * 4  # 4 rows = 2 batches of 2, 4 steps each, one call per step
-    assert tokens[0].shape == (B, L) and tokens[0].dtype == np.int32 and (tokens[0] == V).all()  # step 1: every token masked
+    assert (
+        tokens[0].shape == (B, L) and tokens[0].dtype == np.int32 and (tokens[0] == V).all()
+    )  # step 1: every token masked
     assert doc["metrics"]["logits_kl"] == pytest.approx(0.0, abs=1e-9) and doc["metrics"]["top1_agreement"] == 1.0
     assert doc["metrics"]["token_agreement"] is None and "token_agreement" in doc["aihub"]["not_measured"]
     rows = {r["metric"]: r for r in doc["rows"]}
-    assert rows["top1_agreement"]["gated"] and rows["top1_agreement"]["passed"] and rows["token_agreement"]["value"] is None
+    assert (
+        rows["top1_agreement"]["gated"]
+        and rows["top1_agreement"]["passed"]
+        and rows["token_agreement"]["value"] is None
+    )
     assert doc["passed"] and len(doc["curves"]["top1_agreement_per_step"]) == 4
     assert doc["devices"]["candidate"].startswith(f"Qualcomm AI Hub {S24} (qualcomm-snapdragon-8gen3), compile job ")
     assert doc["aihub"]["mode"].startswith("per step on recorded feeds")
@@ -67,8 +77,24 @@ def test_the_device_runs_every_recorded_call_and_check_gates_it(masked, monkeypa
 
 def test_a_device_that_strays_fails_the_gate_with_exit_4(masked, monkeypatch, tmp_path):
     FakeHub(monkeypatch, network=device_network(masked, noise=5.0))
-    r = CliRunner().invoke(app, ["check", str(masked), "--runtime", "aihub", "--candidate", "fp16", "--device", S24, "--n", "4",
-                                 "--junit", str(tmp_path / "check.xml"), "--json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "check",
+            str(masked),
+            "--runtime",
+            "aihub",
+            "--candidate",
+            "fp16",
+            "--device",
+            S24,
+            "--n",
+            "4",
+            "--junit",
+            str(tmp_path / "check.xml"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 4, r.output
     doc = json.loads(r.stdout)
     assert not doc["passed"] and "top1_agreement" in doc["failed"] and doc["metrics"]["top1_agreement"] < 0.9
@@ -80,11 +106,16 @@ def test_a_gate_on_a_metric_the_device_does_not_measure_is_said(masked, monkeypa
     thresholds = tmp_path / "t.toml"
     thresholds.write_text("[masked]\ntoken_agreement = 0.99\n")
     doc = check_bundle(masked, CheckConfig(runtime="aihub", candidate="fp16", device=S24, n=2, thresholds=thresholds))
-    assert any(w.startswith("token_agreement: not measured on AI Hub") and w.endswith("not gated") for w in doc["warnings"])
+    assert any(
+        w.startswith("token_agreement: not measured on AI Hub") and w.endswith("not gated") for w in doc["warnings"]
+    )
 
 
 def test_device_is_for_aihub_only(masked):
     from edgekit.errors import UsageError
 
     with pytest.raises(UsageError, match="--device names an AI Hub device: add --runtime aihub"):
-        check_bundle(masked, CheckConfig(reference="fp32", candidate="fp32", runtime="ort", device=S24, candidate_decode={"steps": 2}))
+        check_bundle(
+            masked,
+            CheckConfig(reference="fp32", candidate="fp32", runtime="ort", device=S24, candidate_decode={"steps": 2}),
+        )

@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.evaluate.thresholds import DEFAULTS
 from edgekit.cli import app
+from edgekit.evaluate.thresholds import DEFAULTS
 
 runner = CliRunner()
 
@@ -79,7 +79,21 @@ def test_junit_and_baselines(clean, tmp_path):
 
 
 def test_reference_candidate_and_runtime_reach_the_check(clean):
-    r = invoke("check", clean, "--reference", "ORT:FP32", "--candidate", "int8", "--runtime", "ort", "--n", 2, "--seed", 3, "--json")
+    r = invoke(
+        "check",
+        clean,
+        "--reference",
+        "ORT:FP32",
+        "--candidate",
+        "int8",
+        "--runtime",
+        "ort",
+        "--n",
+        2,
+        "--seed",
+        3,
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert (doc["reference"], doc["candidate"], doc["seed"], doc["n"]) == ("ort:fp32", "ort:int8", 3, 2)

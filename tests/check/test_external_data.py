@@ -19,8 +19,20 @@ def test_fp32_variants_agree(external_bundles, reference, candidate):
     docs = {}
     for which in ("external", "embedded"):
         with scaled_limit() if which == "external" else nullcontext():
-            r = CliRunner().invoke(app, ["check", str(external_bundles[which]), "--reference", reference, "--candidate", candidate,
-                                         "--n", "2", "--json"])
+            r = CliRunner().invoke(
+                app,
+                [
+                    "check",
+                    str(external_bundles[which]),
+                    "--reference",
+                    reference,
+                    "--candidate",
+                    candidate,
+                    "--n",
+                    "2",
+                    "--json",
+                ],
+            )
         assert r.exit_code == 0, r.output
         docs[which] = json.loads(r.stdout)
     assert docs["external"]["passed"] is True

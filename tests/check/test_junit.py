@@ -25,9 +25,18 @@ RULES = Thresholds(
 def _doc(metrics, baseline=None):
     verdict = compare(metrics, RULES, baseline)
     return {
-        "model": "masked-demo", "kind": "masked", "bundle": "b", "reference": "ort:fp32", "candidate": "ort:int8",
-        "n": 16, "seed": 0, "greedy": False, "wall_s": 1.25, "created": "2026-11-30T10:00:00+00:00",
-        "rows": [r.to_json() for r in verdict.rows], "passed": verdict.passed,
+        "model": "masked-demo",
+        "kind": "masked",
+        "bundle": "b",
+        "reference": "ort:fp32",
+        "candidate": "ort:int8",
+        "n": 16,
+        "seed": 0,
+        "greedy": False,
+        "wall_s": 1.25,
+        "created": "2026-11-30T10:00:00+00:00",
+        "rows": [r.to_json() for r in verdict.rows],
+        "passed": verdict.passed,
     }
 
 
@@ -37,7 +46,12 @@ def test_junit_counts_and_failure_messages(tmp_path):
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites" and root.get("tests") == "4" and root.get("failures") == "2"
     (suite,) = root.findall("testsuite")
-    assert suite.get("tests") == "4" and suite.get("failures") == "2" and suite.get("skipped") == "1" and suite.get("errors") == "0"
+    assert (
+        suite.get("tests") == "4"
+        and suite.get("failures") == "2"
+        and suite.get("skipped") == "1"
+        and suite.get("errors") == "0"
+    )
     assert suite.get("time") == "1.250"
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert list(cases) == ["token_agreement", "logits_kl", "first_divergence_step", "top1_agreement"]
@@ -66,6 +80,6 @@ def test_junit_baseline_failure_and_all_pass():
 
 
 def test_junit_escapes_odd_names():
-    metrics = {"quality_drop.<odd & \"name\">": 0.5}
+    metrics = {'quality_drop.<odd & "name">': 0.5}
     root = ET.fromstring(junit_xml(_doc(metrics)))
     assert root.find(".//testcase").get("name") == 'quality_drop.<odd & "name">'

@@ -181,8 +181,10 @@ def test_perturbed_int8_fails(bundle_with, int8_models):
 def test_baseline_passes_for_the_same_model_and_fails_for_a_regressed_one(bundle_with, tmp_path):
     # Absolute gates off: only the baseline can fail the check.
     toml = tmp_path / "t.toml"
-    toml.write_text('[masked]\ntoken_agreement = "off"\nlogits_kl = "off"\ntop1_agreement = "off"\n'
-                    'quality_drop.validity = "off"\nquality_drop.event_accuracy = "off"\nquality_drop.nll_per_token = "off"\n')
+    toml.write_text(
+        '[masked]\ntoken_agreement = "off"\nlogits_kl = "off"\ntop1_agreement = "off"\n'
+        'quality_drop.validity = "off"\nquality_drop.event_accuracy = "off"\nquality_drop.nll_per_token = "off"\n'
+    )
     base = tmp_path / "baseline.json"
     good = bundle_with("masked", fp32_perturb=0.1, name="good")
     first = _check(good, thresholds=toml, save_baseline=base)
@@ -212,7 +214,9 @@ def test_thresholds_file_applies_and_unknown_quality_metric_is_an_error(bundle_w
     doc = _check(root, n=2, thresholds=toml)
     assert doc["failed"] == ["first_divergence_step"] and doc["thresholds"] == str(toml)
     toml.write_text("[masked]\nquality_drop.snr_db = 1.0\n")  # a flow metric
-    with pytest.raises(EdgekitError, match="names no quality metric of masked-demo; valid: validity, event_accuracy, nll_per_token"):
+    with pytest.raises(
+        EdgekitError, match="names no quality metric of masked-demo; valid: validity, event_accuracy, nll_per_token"
+    ):
         _check(root, n=2, thresholds=toml)
 
 
@@ -227,7 +231,9 @@ def test_junit_file_matches_the_document(bundle_with, tmp_path):
 
 def test_metric_hook_adds_quality_rows(bundle_with, tmp_path):
     hook = tmp_path / "hooks.py"
-    hook.write_text("import numpy as np\ndef distinct(output, cond):\n    return {'distinct': float(len(np.unique(output)))}\n")
+    hook.write_text(
+        "import numpy as np\ndef distinct(output, cond):\n    return {'distinct': float(len(np.unique(output)))}\n"
+    )
     toml = tmp_path / "t.toml"
     toml.write_text("[masked]\nquality_drop.distinct = 0.0\n")
     doc = _check(bundle_with("masked", fp32_perturb=0.0), n=2, metric_hook=f"{hook}:distinct", thresholds=toml)

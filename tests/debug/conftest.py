@@ -114,7 +114,9 @@ def plant_range(path: Path, node_prefix: str, reach: float) -> None:
     old = numpy_helper.to_array(inits[bias_dq.input[0]]) * numpy_helper.to_array(inits[bias_dq.input[1]])
     new_scale = (scale * w_scale).astype(np.float32)
     inits[bias_dq.input[1]].CopyFrom(numpy_helper.from_array(new_scale, bias_dq.input[1]))
-    inits[bias_dq.input[0]].CopyFrom(numpy_helper.from_array(np.round(old / new_scale).astype(np.int32), bias_dq.input[0]))
+    inits[bias_dq.input[0]].CopyFrom(
+        numpy_helper.from_array(np.round(old / new_scale).astype(np.int32), bias_dq.input[0])
+    )
     staged = bundle.staging_path("int8.onnx")
     onnx.save(model, str(staged))
     bundle.add_artifact("int8", staged, made_by="test", config=bundle.artifact("int8").config, suffix=".onnx")

@@ -55,7 +55,10 @@ def _spec(name: str, module: nn.Module, batch: int) -> ModelSpec:
         name=name,
         kind="masked",
         module=module,
-        inputs={"tokens": TensorSpec((batch, L), "int64", 0, V + 1), "class_id": TensorSpec((batch,), "int64", 0, CLASSES)},
+        inputs={
+            "tokens": TensorSpec((batch, L), "int64", 0, V + 1),
+            "class_id": TensorSpec((batch,), "int64", 0, CLASSES),
+        },
         outputs={"logits": TensorSpec((batch, L, V), "float32")},
         meta={"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": CLASSES}}},
         decode_defaults={"steps": 4, "schedule": "cosine", "temperature": 1.0, "choice_temperature": 2.0},

@@ -33,8 +33,19 @@ def test_full_range_u8s8_weights_saturate_on_avx2_and_not_on_vnni():
     vnni = accumulation(MATMUL, act, x, weight, w, "ort", "avx512-vnni")
     assert vnni["sqnr_db"] == math.inf and not vnni["saturating_pairs"]
     assert not accumulation(MATMUL, act, x, weight, w, "qnn", "avx2")["modelled"]  # the HTP is no MLAS kernel
-    doc = {"activation": [{"tensor": "x", "role": "activation", "dtype": "uint8", "sqnr_db": 40.0, "clipped_share": 0.0,
-                           "range_used": 0.9}],
-           "weights": {"tensor": "w", "dtype": "int8", "per_channel": True, "sqnr_db": 45.0}, "accumulation": avx2}
+    doc = {
+        "activation": [
+            {
+                "tensor": "x",
+                "role": "activation",
+                "dtype": "uint8",
+                "sqnr_db": 40.0,
+                "clipped_share": 0.0,
+                "range_used": 0.9,
+            }
+        ],
+        "weights": {"tensor": "w", "dtype": "int8", "per_channel": True, "sqnr_db": 45.0},
+        "accumulation": avx2,
+    }
     assert cause(doc)[0] == "accumulation"
     assert cause(doc | {"accumulation": vnni})[0] == "activation range"

@@ -17,8 +17,14 @@ runner = CliRunner()
     ("args", "message"),
     [
         (["--candidate", "ort:int4"], "--candidate 'ort:int4' is not a variant; valid: runtime:precision"),
-        (["--reference", "int8", "--candidate", "int8"], "--reference and --candidate are both ort:int8: nothing to compare"),
-        (["--fix", "--candidate", "openvino:fp32"], "--fix re-quantizes the int8 model; --candidate openvino:fp32 is not one"),
+        (
+            ["--reference", "int8", "--candidate", "int8"],
+            "--reference and --candidate are both ort:int8: nothing to compare",
+        ),
+        (
+            ["--fix", "--candidate", "openvino:fp32"],
+            "--fix re-quantizes the int8 model; --candidate openvino:fp32 is not one",
+        ),
         (["--threshold", "nan"], "--threshold nan is out of bounds; valid: a number from -1000 to 1000 dB"),
         (["--isa", "avx9"], "--isa 'avx9' is unknown; valid: host, avx2"),
         (["--rows", "0"], "--rows"),

@@ -15,8 +15,18 @@ from tests.external_data import scaled_limit
 def test_debug_takes_an_external_data_bundle_apart(external_bundles):
     pytest.importorskip("openvino")
     with scaled_limit():
-        r = CliRunner().invoke(app, ["debug", str(external_bundles["external"]), "--candidate", "openvino:fp32",
-                                     "--reference", "ort:fp32", "--json"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "debug",
+                str(external_bundles["external"]),
+                "--candidate",
+                "openvino:fp32",
+                "--reference",
+                "ort:fp32",
+                "--json",
+            ],
+        )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["passed"] is True and "blocks." in doc["summary"]

@@ -32,7 +32,9 @@ def test_fix_makes_check_pass_and_quantize_overrides_reproduces_it(outlier, tmp_
     # fc2 breaks at every step alike (no range drift): the op fixes come before --step-buckets.
     assert not doc["compounding"]["step_dependent"] and [t["kind"] for t in doc["fix"]["tried"]] == ["weight-only"]
     assert doc["passed"] and winner["after"]["margin"] >= 0
-    assert doc["summary"].endswith(f"fixed by fc2 (MatMul) weight-only: check passes, margin {winner['after']['margin']:+.2f}")
+    assert doc["summary"].endswith(
+        f"fixed by fc2 (MatMul) weight-only: check passes, margin {winner['after']['margin']:+.2f}"
+    )
 
     bundle = Bundle.load(path)
     art = bundle.artifact("quantize-overrides")
@@ -45,7 +47,11 @@ def test_fix_makes_check_pass_and_quantize_overrides_reproduces_it(outlier, tmp_
     # A re-quantize of the original bundle with the written file (the line debug gives) reproduces the fix.
     again = copy_bundle(outlier, tmp_path / "again")
     line = winner["reproduce"].replace(str(path), str(again), 1)
-    assert f"--overrides {bundle.path_of('quantize-overrides')}" in line and "--no-fallback" in line and "--isa avx2" in line
+    assert (
+        f"--overrides {bundle.path_of('quantize-overrides')}" in line
+        and "--no-fallback" in line
+        and "--isa avx2" in line
+    )
     r = invoke(*shlex.split(line)[1:])
     assert r.exit_code in (0, 4), r.output  # its own budget may still fail: check's gate decides
     assert invoke("check", again).exit_code == 0

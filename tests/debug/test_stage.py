@@ -8,11 +8,11 @@ import math
 import pytest
 
 from edgekit.bundle import Bundle
-from edgekit.evaluate import gate_runtimes
 from edgekit.debug import DebugConfig, debug_bundle
 from edgekit.debug.config import DEFAULT_THRESHOLD_DB
 from edgekit.debug.html import write_heatmap
 from edgekit.debug.render import summary_line
+from edgekit.evaluate import gate_runtimes
 from edgekit.quantize import QuantizeConfig, quantize_bundle
 from edgekit.runtimes import open_runtime
 from tests.debug.conftest import QUANTIZE, copy_bundle
@@ -64,6 +64,8 @@ def test_the_document_has_every_step_and_tensor(outlier_doc):
     assert doc["schema"] == "edgekit.debug/1" and doc["steps"] == 4
     assert len(doc["sqnr"]["per_step"]) == doc["steps"]
     assert all(len(row) == len(doc["sqnr"]["tensors"]) for row in doc["sqnr"]["per_step"])
-    assert "fc2" in doc["sqnr"]["modules"] and math.isinf(doc["sqnr"]["per_step"][0][doc["sqnr"]["tensors"].index("embedding")])
+    assert "fc2" in doc["sqnr"]["modules"] and math.isinf(
+        doc["sqnr"]["per_step"][0][doc["sqnr"]["tensors"].index("embedding")]
+    )
     line = summary_line(doc)
     assert line.startswith(f"step {doc['entry']['step']} of 4, fc2 (MatMul): ") and "check fails, margin -" in line

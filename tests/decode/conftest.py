@@ -33,8 +33,9 @@ class FakeMasked(BaseRuntime):
 
     name = "fake-masked"
 
-    def __init__(self, batch=2, seq_len=16, vocab=12, n_classes=4, mask_column=False, mask_bias=0.0,
-                 conditioned=True, seed=0):
+    def __init__(
+        self, batch=2, seq_len=16, vocab=12, n_classes=4, mask_column=False, mask_bias=0.0, conditioned=True, seed=0
+    ):
         self.vocab, self.seq_len, self.mask_id, self.n_classes = vocab, seq_len, vocab, n_classes
         width = vocab + 1 if mask_column else vocab
         rng = np.random.default_rng(seed)
@@ -127,8 +128,12 @@ class FakeAR(BaseRuntime):
         }
         outputs = {"logits": TensorSpec((batch, vocab), "float32"), "k_cache_out": cache, "v_cache_out": cache}
         super().__init__(inputs, outputs)
-        self.meta = {"vocab_size": vocab, "max_len": max_len, "bos_id": self.bos_id,
-                     "conditioning": {"class_id": {"uncond": n_classes}}}
+        self.meta = {
+            "vocab_size": vocab,
+            "max_len": max_len,
+            "bos_id": self.bos_id,
+            "conditioning": {"class_id": {"uncond": n_classes}},
+        }
         self.calls = 0
         self._out = {name: np.empty(spec.shape, dtype=np.float32) for name, spec in outputs.items()}
 

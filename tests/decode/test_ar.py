@@ -75,8 +75,9 @@ def test_graph_batch_2b_and_b_agree_when_sampling(fake_ar):
     cfg = ARDecodeConfig(temperature=1.5, top_k=4, guidance=3.0, seed=5)
     cond = {"class_id": np.array([0, 2])}
     doubled, single = fake_ar(batch=4), fake_ar(batch=2)
-    np.testing.assert_array_equal(decode_ar(doubled, doubled.meta, cond, cfg).tokens,
-                                  decode_ar(single, single.meta, cond, cfg).tokens)
+    np.testing.assert_array_equal(
+        decode_ar(doubled, doubled.meta, cond, cfg).tokens, decode_ar(single, single.meta, cond, cfg).tokens
+    )
     assert (doubled.calls, single.calls) == (8, 16)
 
 
@@ -100,8 +101,9 @@ def test_top_1_is_greedy_and_seed_controls_sampling(fake_ar):
     net = fake_ar(batch=2)
     cond = {"class_id": np.array([0, 1])}
     greedy = decode_ar(net, net.meta, cond, ARDecodeConfig())
-    np.testing.assert_array_equal(decode_ar(net, net.meta, cond, ARDecodeConfig(temperature=3.0, top_k=1)).tokens,
-                                  greedy.tokens)
+    np.testing.assert_array_equal(
+        decode_ar(net, net.meta, cond, ARDecodeConfig(temperature=3.0, top_k=1)).tokens, greedy.tokens
+    )
     a, b, c = (decode_ar(net, net.meta, cond, ARDecodeConfig(temperature=3.0, seed=s)).tokens for s in (1, 1, 2))
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)

@@ -36,8 +36,15 @@ def forms(tmp_path_factory):
         rt.close()
 
 
-@pytest.mark.parametrize("cfg", [ARDecodeConfig(), ARDecodeConfig(temperature=1.0, top_k=4, seed=3),
-                                 ARDecodeConfig(guidance=2.0, seed=1), ARDecodeConfig(length=5)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ARDecodeConfig(),
+        ARDecodeConfig(temperature=1.0, top_k=4, seed=3),
+        ARDecodeConfig(guidance=2.0, seed=1),
+        ARDecodeConfig(length=5),
+    ],
+)
 def test_both_cache_forms_decode_the_same_tokens(forms, cfg):
     # With guidance the batch-2 graph takes two calls per step (conditional rows, then unconditional).
     cond = {"class_id": np.array([0, 2], np.int64)}

@@ -25,8 +25,11 @@ class FrameLocalFlow(BaseRuntime):
         self.r = r
         self.table = np.random.default_rng(seed).normal(size=(vocab + 1, channels)).astype(np.float32)
         super().__init__(
-            {"x": TensorSpec((batch, frames, channels), "float32"), "t": TensorSpec((batch,), "float32"),
-             "tokens": TensorSpec((batch, frames // r), "int64")},
+            {
+                "x": TensorSpec((batch, frames, channels), "float32"),
+                "t": TensorSpec((batch,), "float32"),
+                "tokens": TensorSpec((batch, frames // r), "int64"),
+            },
             {"v": TensorSpec((batch, frames, channels), "float32")},
         )
         self._out = np.empty((batch, frames, channels), dtype=np.float32)
@@ -38,9 +41,14 @@ class FrameLocalFlow(BaseRuntime):
 
 
 def meta(frames: int, window: int, context: int, lookahead: int = 0, channels: int = 3) -> dict:
-    return {"channels": channels, "frames": window, "frames_per_token": 2, "utterance_frames": frames,
-            "conditioning": {"tokens": {"uncond": 5}},
-            "chunk": {"frames": window - context - lookahead, "context": context, "lookahead": lookahead}}
+    return {
+        "channels": channels,
+        "frames": window,
+        "frames_per_token": 2,
+        "utterance_frames": frames,
+        "conditioning": {"tokens": {"uncond": 5}},
+        "chunk": {"frames": window - context - lookahead, "context": context, "lookahead": lookahead},
+    }
 
 
 @pytest.mark.parametrize("total,f,c,a", [(32, 8, 8, 0), (32, 4, 8, 4), (30, 8, 4, 2), (16, 16, 0, 0)])
@@ -70,8 +78,12 @@ def test_chunked_equals_whole_for_a_frame_local_network(solver, steps, lookahead
     total, window = 24, 12
     tokens = np.random.default_rng(3).integers(0, 5, size=(1, total // 2))
     cfg = FlowDecodeConfig(steps=steps, solver=solver, seed=7)
-    whole = decode_flow(FrameLocalFlow(total), {"channels": 3, "frames": total, "conditioning": {"tokens": {"uncond": 5}}},
-                        {"tokens": tokens}, cfg).x
+    whole = decode_flow(
+        FrameLocalFlow(total),
+        {"channels": 3, "frames": total, "conditioning": {"tokens": {"uncond": 5}}},
+        {"tokens": tokens},
+        cfg,
+    ).x
     m = meta(total, window, context=4, lookahead=lookahead)
     chunked, nfe = decode_chunked(FrameLocalFlow(window), m, {"tokens": tokens}, total, cfg)
     np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
@@ -90,7 +102,9 @@ def test_chunked_with_guidance_equals_whole(graph_batch):
     whole = decode_flow(FrameLocalFlow(total, batch=graph_batch), whole_meta, {"tokens": tokens}, cfg).x
     plain = decode_flow(FrameLocalFlow(total), whole_meta, {"tokens": tokens}, replace(cfg, guidance=1.0)).x
     assert not np.allclose(whole, plain)  # guidance changes the result: the test would see it dropped
-    chunked, _ = decode_chunked(FrameLocalFlow(window, batch=graph_batch), meta(total, window, 4), {"tokens": tokens}, total, cfg)
+    chunked, _ = decode_chunked(
+        FrameLocalFlow(window, batch=graph_batch), meta(total, window, 4), {"tokens": tokens}, total, cfg
+    )
     np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
 
 

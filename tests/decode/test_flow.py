@@ -43,8 +43,9 @@ def test_integrate_copes_with_a_reused_velocity_buffer():
         np.testing.assert_array_equal(integrate(velocity, x0, grid, solver)[0], integrate(riccati, x0, grid, solver)[0])
 
 
-@pytest.mark.parametrize("grid, sway", [("uniform", -1.0), ("cosine", -1.0), ("sway", -1.0), ("sway", -0.4),
-                                        ("sway", 0.5), ("sway", 1.75)])
+@pytest.mark.parametrize(
+    "grid, sway", [("uniform", -1.0), ("cosine", -1.0), ("sway", -1.0), ("sway", -0.4), ("sway", 0.5), ("sway", 1.75)]
+)
 @pytest.mark.parametrize("steps", [1, 2, 7, 32])
 def test_time_grids_are_monotone_from_0_to_1(grid, sway, steps):
     t = time_grid(grid, steps, sway)

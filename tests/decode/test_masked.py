@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,8 +108,9 @@ def test_known_tokens_never_change_and_output_has_no_mask(fake_masked):
         seen.append(state.step)
         np.testing.assert_array_equal(state.tokens[known], start[known])
 
-    got = decode_masked(net, net.meta, {"class_id": np.array([0, 3])}, MaskedDecodeConfig(steps=5), init_tokens=start,
-                        callback=check)
+    got = decode_masked(
+        net, net.meta, {"class_id": np.array([0, 3])}, MaskedDecodeConfig(steps=5), init_tokens=start, callback=check
+    )
     assert seen == [1, 2, 3, 4, 5]
     np.testing.assert_array_equal(got.tokens[known], start[known])
     assert not (got.tokens == net.mask_id).any() and got.tokens.max() < net.vocab
@@ -135,11 +135,16 @@ def test_guidance_zero_equals_unconditional(fake_masked, graph_batch_factor):
     uncond = net.meta["conditioning"]["class_id"]["uncond"]
     cfg = MaskedDecodeConfig(steps=6, guidance=0.0, seed=2)
     guided = decode_masked(net, net.meta, {"class_id": np.array([0, 1])}, cfg)
-    plain = decode_masked(fake_masked(batch=2), net.meta, {"class_id": np.array([uncond, uncond])},
-                          MaskedDecodeConfig(steps=6, guidance=1.0, seed=2))
+    plain = decode_masked(
+        fake_masked(batch=2),
+        net.meta,
+        {"class_id": np.array([uncond, uncond])},
+        MaskedDecodeConfig(steps=6, guidance=1.0, seed=2),
+    )
     np.testing.assert_array_equal(guided.tokens, plain.tokens)
-    conditional = decode_masked(fake_masked(batch=2), net.meta, {"class_id": np.array([0, 1])},
-                                MaskedDecodeConfig(steps=6, seed=2))
+    conditional = decode_masked(
+        fake_masked(batch=2), net.meta, {"class_id": np.array([0, 1])}, MaskedDecodeConfig(steps=6, seed=2)
+    )
     assert not np.array_equal(conditional.tokens, plain.tokens)  # the class matters at all
 
 
@@ -298,7 +303,9 @@ def test_spacing_changes_which_tokens_a_step_keeps_and_zero_is_the_reference(fak
     base = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3))
     zero = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3, spacing=0))
     np.testing.assert_array_equal(base.tokens, zero.tokens)
-    spaced = decode_masked(rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3, spacing=2), callback=lambda s: s.step < 1)
+    spaced = decode_masked(
+        rt, meta, cond, MaskedDecodeConfig(steps=4, seed=3, spacing=2), callback=lambda s: s.step < 1
+    )
     first = spaced.tokens[0]
     kept = np.flatnonzero(first != meta["mask_id"])
     assert len(kept) and np.all(np.diff(kept) > 2)  # the first step's few tokens are spread out

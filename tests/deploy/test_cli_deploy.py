@@ -17,7 +17,18 @@ def invoke(*args):
 
 
 def ssh_args(sshd):
-    return ["--host", sshd.host, "--port", sshd.port, "--identity", sshd.identity, "--known-hosts", sshd.known_hosts, "--remote-edgekit", sshd.edgekit]
+    return [
+        "--host",
+        sshd.host,
+        "--port",
+        sshd.port,
+        "--identity",
+        sshd.identity,
+        "--known-hosts",
+        sshd.known_hosts,
+        "--remote-edgekit",
+        sshd.edgekit,
+    ]
 
 
 def test_pack_and_unpack(masked, tmp_path):
@@ -32,21 +43,61 @@ def test_pack_and_unpack(masked, tmp_path):
 
 
 def test_deploy_run_json(sshd, masked, tmp_path):
-    r = invoke("deploy", masked, *ssh_args(sshd), "--target", "cpu", "--command", "run", "--remote-dir", tmp_path / "device",
-               "-o", tmp_path / "reports", "--json", "--", "--steps", "2")
+    r = invoke(
+        "deploy",
+        masked,
+        *ssh_args(sshd),
+        "--target",
+        "cpu",
+        "--command",
+        "run",
+        "--remote-dir",
+        tmp_path / "device",
+        "-o",
+        tmp_path / "reports",
+        "--json",
+        "--",
+        "--steps",
+        "2",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "edgekit.deploy/1" and doc["report"]["kind"] == "masked" and doc["report"]["nfe"] == 2
-    assert doc["build"]["where"] == "device" and doc["build"]["device"]["status"] == "built"  # cpu engines are this-CPU: built there
+    assert (
+        doc["build"]["where"] == "device" and doc["build"]["device"]["status"] == "built"
+    )  # cpu engines are this-CPU: built there
 
 
 def test_deploy_profile_brings_the_report_back(sshd, masked, tmp_path):
-    r = invoke("deploy", masked, *ssh_args(sshd), "--target", "cpu", "--command", "profile", "--remote-dir", tmp_path / "device",
-               "-o", tmp_path / "reports", "--json", "--", "--iters", "3", "--min-seconds", "0", "--warmup", "1", "--power", "off")
+    r = invoke(
+        "deploy",
+        masked,
+        *ssh_args(sshd),
+        "--target",
+        "cpu",
+        "--command",
+        "profile",
+        "--remote-dir",
+        tmp_path / "device",
+        "-o",
+        tmp_path / "reports",
+        "--json",
+        "--",
+        "--iters",
+        "3",
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "1",
+        "--power",
+        "off",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["report"]["schema"] == "edgekit.profile/1"
-    assert "--html" in doc["remote"]["argv"] and any(f.endswith(".html") for f in doc["fetched"])  # the HTML report came back
+    assert "--html" in doc["remote"]["argv"] and any(
+        f.endswith(".html") for f in doc["fetched"]
+    )  # the HTML report came back
 
 
 def test_deploy_without_edgekit_there_prints_the_install_line(sshd, masked, tmp_path):

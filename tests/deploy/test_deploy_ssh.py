@@ -28,8 +28,17 @@ def test_deploy_runs_edgekit_on_the_device_and_brings_the_report_back(sshd, mask
     device, out = tmp_path / "device", tmp_path / "reports"
     remote_lines: list[str] = []
     doc = deploy(
-        masked, sshd.host, "android-arm64", "run", ssh=options(sshd), remote_dir=str(device), remote_edgekit=sshd.edgekit,
-        out_dir=out, transfer=transfer, args=["--steps", "4", "-o", "tokens.npz"], on_stderr=remote_lines.append,
+        masked,
+        sshd.host,
+        "android-arm64",
+        "run",
+        ssh=options(sshd),
+        remote_dir=str(device),
+        remote_edgekit=sshd.edgekit,
+        out_dir=out,
+        transfer=transfer,
+        args=["--steps", "4", "-o", "tokens.npz"],
+        on_stderr=remote_lines.append,
     )
     assert doc["schema"] == DEPLOY_SCHEMA and doc["exit_code"] == 0 and doc["remote"]["transfer"] == transfer
     report = doc["report"]
@@ -58,7 +67,15 @@ def test_redeploy_replaces_the_bundle(sshd, masked, tmp_path):
 
 def test_missing_edgekit_gives_the_targets_install_line(sshd, masked, tmp_path):
     with pytest.raises(TargetUnavailable) as err:
-        deploy(masked, sshd.host, "rpi5", "run", ssh=options(sshd), remote_dir=str(tmp_path / "d"), remote_edgekit=str(tmp_path / "no-edgekit"))
+        deploy(
+            masked,
+            sshd.host,
+            "rpi5",
+            "run",
+            ssh=options(sshd),
+            remote_dir=str(tmp_path / "d"),
+            remote_edgekit=str(tmp_path / "no-edgekit"),
+        )
     assert f"edgekit is not installed on {sshd.host}" in str(err.value)
     assert load_target("rpi5").install in str(err.value)
     assert err.value.exit_code == 3
@@ -68,7 +85,15 @@ def test_unknown_host_key_is_refused(sshd, masked, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     with pytest.raises(TargetUnavailable) as err:
-        deploy(masked, sshd.host, "rpi5", "run", ssh=options(sshd, known_hosts=empty), remote_dir=str(tmp_path / "d"), remote_edgekit=sshd.edgekit)
+        deploy(
+            masked,
+            sshd.host,
+            "rpi5",
+            "run",
+            ssh=options(sshd, known_hosts=empty),
+            remote_dir=str(tmp_path / "d"),
+            remote_edgekit=sshd.edgekit,
+        )
     assert "host key is unknown or changed" in str(err.value) and f"ssh -p {sshd.port} {sshd.host}" in str(err.value)
     assert not (tmp_path / "d").exists()  # nothing ran on the device
 

@@ -110,10 +110,22 @@ def test_the_issues_remote_dir_injection_runs_nothing(fake_device, bundle):
     assert not fake_device["pwned"].exists() and not fake_device["logs"]["ssh"].exists()  # nothing reached the device
 
 
-@pytest.mark.parametrize("remote", [
-    "/tmp/x; touch {pwned}", "/tmp/$(touch {pwned})", "/tmp/`touch {pwned}`", "/tmp/x' ; touch {pwned}; '",
-    '/tmp/x" ; touch {pwned}; "', "/tmp/x\ntouch {pwned}", "-rf", "/tmp/x\r", "~root/x", "/tmp/a b", "x" * 2000,
-])
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "/tmp/x; touch {pwned}",
+        "/tmp/$(touch {pwned})",
+        "/tmp/`touch {pwned}`",
+        "/tmp/x' ; touch {pwned}; '",
+        '/tmp/x" ; touch {pwned}; "',
+        "/tmp/x\ntouch {pwned}",
+        "-rf",
+        "/tmp/x\r",
+        "~root/x",
+        "/tmp/a b",
+        "x" * 2000,
+    ],
+)
 def test_classic_injections_in_remote_paths_are_refused_before_anything_runs(fake_device, bundle, remote):
     remote = remote.format(pwned=fake_device["pwned"])
     for kw in ({"remote_dir": remote}, {"remote_edgekit": remote}):
@@ -122,18 +134,47 @@ def test_classic_injections_in_remote_paths_are_refused_before_anything_runs(fak
     assert not fake_device["pwned"].exists() and not fake_device["logs"]["ssh"].exists()
 
 
-@pytest.mark.parametrize("host", [
-    "pi@dev\n", "pi@dev\nx", ".", "..", "pi@-x", "-oProxyCommand=touch /tmp/x", "pi@dev;id", "pi@$(id)", "pi@`id`",
-    "h" * 100_000, "pi@" + "a" * 300, "p i@dev", "pi@dev'", "",
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "pi@dev\n",
+        "pi@dev\nx",
+        ".",
+        "..",
+        "pi@-x",
+        "-oProxyCommand=touch /tmp/x",
+        "pi@dev;id",
+        "pi@$(id)",
+        "pi@`id`",
+        "h" * 100_000,
+        "pi@" + "a" * 300,
+        "p i@dev",
+        "pi@dev'",
+        "",
+    ],
+)
 def test_hosts_are_refused_by_an_anchored_bounded_pattern(fake_device, bundle, host):
     with pytest.raises(UsageError, match="is not \\[user@\\]hostname"):
         _deploy(bundle, fake_device, host=host)
     assert not fake_device["logs"]["ssh"].exists()
 
 
-@pytest.mark.parametrize("arg", ["; touch {pwned}", "$(touch {pwned})", "`touch {pwned}`", "'; touch {pwned}; '",
-                                 '"; touch {pwned}; "', "a b", "\\", "*", "~", "--json", "ünïcode"])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "; touch {pwned}",
+        "$(touch {pwned})",
+        "`touch {pwned}`",
+        "'; touch {pwned}; '",
+        '"; touch {pwned}; "',
+        "a b",
+        "\\",
+        "*",
+        "~",
+        "--json",
+        "ünïcode",
+    ],
+)
 def test_extra_arguments_reach_the_device_command_verbatim_and_run_nothing(fake_device, bundle, arg):
     """Extra options for the device's command may hold any printable text: they arrive as the
     exact argv words they were, through the device's shell, and nothing in them runs."""
@@ -153,29 +194,47 @@ def test_extra_arguments_with_control_characters_or_unbounded_are_refused(fake_d
 
 def test_remote_sh_passes_values_as_data_through_a_shell(fake_device):
     """The one way a value reaches the device: a positional parameter of a constant script."""
-    hostile = ["$(touch {p})", "`touch {p}`", "; touch {p}", "' ; touch {p} ; '", '" ; touch {p} ; "', "a\nb", "$HOME", "*"]
+    hostile = [
+        "$(touch {p})",
+        "`touch {p}`",
+        "; touch {p}",
+        "' ; touch {p} ; '",
+        '" ; touch {p} ; "',
+        "a\nb",
+        "$HOME",
+        "*",
+    ]
     hostile = [h.format(p=fake_device["pwned"]) for h in hostile]
     code, out, err = run_command(["ssh", "--", "pi@dev", remote_sh('printf "%s\\0" "$@"', *hostile)])
     assert code == 0, err
     assert out.split("\0")[:-1] == hostile and not fake_device["pwned"].exists()
 
 
-@pytest.mark.parametrize("answer,why", [
-    ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nEDGEKIT=/srv/evil.sh\nRSYNC=\nHAS_BUILD=1\n---HELP---\n", "twice"),
-    ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nPWNED=1\nRSYNC=\nHAS_BUILD=1\n---HELP---\n", "unknown key"),
-    ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nx\nRSYNC=\nHAS_BUILD=1\n---HELP---\n", "a line without ="),
-    ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\n---HELP---\n", "keys missing"),
-    ("---EDGEKIT-PREFLIGHT---\nEDGEKIT_MISSING=1\nEDGEKIT=/e\n", "two forms"),
-    ("EDGEKIT=/srv/evil.sh\n", "no marker"),
-])
+@pytest.mark.parametrize(
+    "answer,why",
+    [
+        (
+            "---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nEDGEKIT=/srv/evil.sh\nRSYNC=\nHAS_BUILD=1\n---HELP---\n",
+            "twice",
+        ),
+        ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nPWNED=1\nRSYNC=\nHAS_BUILD=1\n---HELP---\n", "unknown key"),
+        ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nx\nRSYNC=\nHAS_BUILD=1\n---HELP---\n", "a line without ="),
+        ("---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\n---HELP---\n", "keys missing"),
+        ("---EDGEKIT-PREFLIGHT---\nEDGEKIT_MISSING=1\nEDGEKIT=/e\n", "two forms"),
+        ("EDGEKIT=/srv/evil.sh\n", "no marker"),
+    ],
+)
 def test_the_preflight_answer_is_parsed_strictly(answer, why):
     with pytest.raises(EdgekitError):
         parse_preflight(answer, "pi@dev")
 
 
 def test_a_chatty_login_shell_before_the_marker_is_ignored():
-    facts, help_text = parse_preflight("Welcome!\nEDGEKIT=/evil\n---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nRSYNC=\nHAS_BUILD=0\n"
-                                       "---HELP---\n  --target TEXT\n", "pi@dev")
+    facts, help_text = parse_preflight(
+        "Welcome!\nEDGEKIT=/evil\n---EDGEKIT-PREFLIGHT---\nEDGEKIT=/e\nDIR=/rd\nRSYNC=\nHAS_BUILD=0\n"
+        "---HELP---\n  --target TEXT\n",
+        "pi@dev",
+    )
     assert facts == {"EDGEKIT": "/e", "DIR": "/rd", "RSYNC": "", "HAS_BUILD": "0"} and "--target" in help_text
     assert parse_preflight("---EDGEKIT-PREFLIGHT---\nEDGEKIT_MISSING=1\n", "h")[0] == {"EDGEKIT_MISSING": "1"}
 

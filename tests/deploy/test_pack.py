@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from edgekit.builder import build_bundle
 from edgekit.bundle import Bundle
@@ -34,7 +34,10 @@ def test_pack_for_a_target_keeps_only_its_engines(built, tmp_path):
     doc = pack_bundle(built.root, out, "android-arm64")
     android = built.manifest["engines"]["android-arm64/fp32"]
     assert doc["schema"] == PACK_SCHEMA and doc["target"] == "android-arm64"
-    assert members(out) == {f"masked/{p}" for p in ("edgekit.json", built.artifact("fp32").path, android["path"], android["required_operators"]["path"])}
+    assert members(out) == {
+        f"masked/{p}"
+        for p in ("edgekit.json", built.artifact("fp32").path, android["path"], android["required_operators"]["path"])
+    }
     assert doc["left_out"] == [f"engine cpu/fp32 ({built.manifest['engines']['cpu/fp32']['path']})"]
     dest = tmp_path / "device"
     safe_extract(out, dest)
@@ -49,7 +52,9 @@ def test_pack_without_target_has_everything_the_manifest_names_and_nothing_else(
     out = tmp_path / "all.tar.gz"
     doc = pack_bundle(built.root, out)
     names = members(out)
-    assert "masked/notes.txt" not in names and len(names) == len(doc["files"]) == 5  # manifest, fp32, .onnx, .ort, .config
+    assert (
+        "masked/notes.txt" not in names and len(names) == len(doc["files"]) == 5
+    )  # manifest, fp32, .onnx, .ort, .config
     assert doc["left_out"] == ["file notes.txt (the manifest does not name it)"]  # said, never silent (issue #30)
 
 
@@ -92,7 +97,10 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int = 
         (_info("bundle/passwd", tarfile.SYMTYPE, "/etc/passwd"), "is a link (to '/etc/passwd'); bundles hold no links"),
         (_info("bundle/up", tarfile.SYMTYPE, "../../outside"), "is a link (to '../../outside')"),
         (_info("bundle/hard", tarfile.LNKTYPE, "../outside"), "is a link (to '../outside')"),
-        (_info("bundle/l1", tarfile.SYMTYPE, "."), "is a link (to '.')"),  # l1 -> ., l1/l2 -> .., l1/l2/file (issue #19)
+        (
+            _info("bundle/l1", tarfile.SYMTYPE, "."),
+            "is a link (to '.')",
+        ),  # l1 -> ., l1/l2 -> .., l1/l2/file (issue #19)
         (_info("bundle/tty", tarfile.CHRTYPE), "is a device or FIFO"),
         (_info("bundle/pipe", tarfile.FIFOTYPE), "is a device or FIFO"),
     ],
@@ -109,7 +117,9 @@ def test_safe_extract_refuses_members_that_escape(tmp_path, entry, why):
 def test_safe_extract_refuses_even_links_that_stay_inside(tmp_path):
     """Bundles hold no links, so none is accepted: a check by name alone cannot be fooled by
     links that only exist once earlier members are written."""
-    archive = _archive(tmp_path, _info("bundle/model.onnx", size=4), _info("bundle/latest.onnx", tarfile.SYMTYPE, "model.onnx"))
+    archive = _archive(
+        tmp_path, _info("bundle/model.onnx", size=4), _info("bundle/latest.onnx", tarfile.SYMTYPE, "model.onnx")
+    )
     with pytest.raises(BundleError, match="bundles hold no links"):
         safe_extract(archive, tmp_path / "dest")
     assert not (tmp_path / "dest").exists()
@@ -147,8 +157,16 @@ def test_pack_for_a_target_keeps_the_rows_quantize_gated_on(tiny_bundles, tmp_pa
 
     bundle = Path(shutil.copytree(tiny_bundles["masked"], tmp_path / "masked"))
     np.savez(tmp_path / "cond.npz", class_id=np.array([2, 0, 1, 2, 1, 0, 2, 2]))
-    quantize_bundle(bundle, QuantizeConfig(calib_samples=2, eval_samples=4, cond_data=str(tmp_path / "cond.npz"),
-                                           budget={"check_margin": -1.0}, fallback=False))
+    quantize_bundle(
+        bundle,
+        QuantizeConfig(
+            calib_samples=2,
+            eval_samples=4,
+            cond_data=str(tmp_path / "cond.npz"),
+            budget={"check_margin": -1.0},
+            fallback=False,
+        ),
+    )
     assert Bundle.load(bundle).has("conditions")
     before = check_bundle(bundle, CheckConfig())
     doc = pack_bundle(bundle, tmp_path / "cpu.tar.gz", "cpu")

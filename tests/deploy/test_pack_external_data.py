@@ -32,7 +32,9 @@ def built(external_bundles, tmp_path_factory):
 
 def _side_files(root):
     manifest = Bundle.load(root).manifest
-    return manifest["artifacts"]["fp32"]["side_files"][0]["path"], manifest["engines"]["cpu/fp32"]["external_data"]["path"]
+    return manifest["artifacts"]["fp32"]["side_files"][0]["path"], manifest["engines"]["cpu/fp32"]["external_data"][
+        "path"
+    ]
 
 
 def test_pack_carries_every_side_file_and_unpack_verifies_them(built, tmp_path):

@@ -19,7 +19,13 @@ X86 = HostFacts("x86_64", "Test CPU", None, None, False)
 ORIN = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.4.3", True)
 ORIN_JP60 = HostFacts("aarch64", "ARMv8", "NVIDIA Jetson Orin Nano Developer Kit", "36.3.0", True)
 JETSON_POWER = {"jetson": {"probe": "jetson", "available": True, "reason": None}}
-CPU_ONLY_ENV = {"onnxruntime": "1.32.0", "providers": ["CPUExecutionProvider"], "tensorrt": None, "gpu": None, "nvpmodel": None}
+CPU_ONLY_ENV = {
+    "onnxruntime": "1.32.0",
+    "providers": ["CPUExecutionProvider"],
+    "tensorrt": None,
+    "gpu": None,
+    "nvpmodel": None,
+}
 
 
 def missing(report) -> dict[str, dict]:
@@ -47,7 +53,14 @@ def test_every_target_is_reported():
 def test_gpu_target_without_gpu_lists_install_lines():
     report = target_report(load_target("nvidia-gpu"), X86, CPU_ONLY_ENV, {})
     assert [r["runtime"] for r in report["runtimes"]] == ["trt", "ort"]
-    assert report["runtimes"][0] == {"runtime": "trt", "available": False, "version": None, "gpu": None, "problems": ["tensorrt is not installed"], "limits": []}
+    assert report["runtimes"][0] == {
+        "runtime": "trt",
+        "available": False,
+        "version": None,
+        "gpu": None,
+        "problems": ["tensorrt is not installed"],
+        "limits": [],
+    }
     assert report["runtimes"][1]["providers_missing"] == ["CUDAExecutionProvider"]
     lacking = missing(report)
     assert lacking["TensorRT"]["install"] == "pip install 'edgekit[trt]'"
@@ -58,8 +71,15 @@ def test_gpu_target_without_gpu_lists_install_lines():
 
 
 def test_jetson_target_on_a_jetson_with_tensorrt():
-    env = dict(CPU_ONLY_ENV, tensorrt="10.3.0", gpu={"name": "Orin", "compute_capability": "8.7"}, nvpmodel="/usr/sbin/nvpmodel")
-    report = target_report(load_target("jetson-orin-nano"), ORIN, env, {"jetson": {"probe": "jetson", "available": True, "reason": None}})
+    env = dict(
+        CPU_ONLY_ENV,
+        tensorrt="10.3.0",
+        gpu={"name": "Orin", "compute_capability": "8.7"},
+        nvpmodel="/usr/sbin/nvpmodel",
+    )
+    report = target_report(
+        load_target("jetson-orin-nano"), ORIN, env, {"jetson": {"probe": "jetson", "available": True, "reason": None}}
+    )
     assert report["runtimes"][0]["available"] and report["runs_with"] == "trt"
     assert report["device"] == {"arch": "aarch64", "matches": True, "reasons": []}
     assert report["ready"] and report["nvpmodel"] == "/usr/sbin/nvpmodel"
@@ -67,7 +87,12 @@ def test_jetson_target_on_a_jetson_with_tensorrt():
 
 
 def test_a_tensorrt_8_jetson_is_told_what_it_lacks():
-    env = dict(CPU_ONLY_ENV, tensorrt="8.6.2.3", gpu={"name": "Orin", "compute_capability": "8.7"}, nvpmodel="/usr/sbin/nvpmodel")
+    env = dict(
+        CPU_ONLY_ENV,
+        tensorrt="8.6.2.3",
+        gpu={"name": "Orin", "compute_capability": "8.7"},
+        nvpmodel="/usr/sbin/nvpmodel",
+    )
     wrong = target_report(load_target("jetson-orin-nano"), ORIN_JP60, env, JETSON_POWER)
     trt = wrong["runtimes"][0]
     assert not trt["available"] and not wrong["ready"]
@@ -77,8 +102,12 @@ def test_a_tensorrt_8_jetson_is_told_what_it_lacks():
     right = target_report(load_target("jetson-orin-nano-jp60"), ORIN_JP60, env, JETSON_POWER)
     assert right["ready"] and right["runs_with"] == "trt"
     limits = " | ".join(right["runtimes"][0]["limits"])
-    for says in ("runs INT64 graph inputs/outputs as INT32", "opsets up to 17: export with --opset 17",
-                 "no strongly typed networks", "BuilderFlag.INT8"):
+    for says in (
+        "runs INT64 graph inputs/outputs as INT32",
+        "opsets up to 17: export with --opset 17",
+        "no strongly typed networks",
+        "BuilderFlag.INT8",
+    ):
         assert says in limits
     assert "builder_optimization_level" not in limits  # 8.6 has it; 8.5 does not
 
@@ -89,13 +118,20 @@ def test_tensorrt_8_5_and_older_hosts():
     gpu = load_target("nvidia-gpu")
     assert any("lint allows opset 20" in limit for limit in trt_limits("8.6.1", gpu))  # pip TensorRT 8 on x86
     env = dict(CPU_ONLY_ENV, tensorrt="8.4.1.5", gpu={"name": "Xavier", "compute_capability": "7.2"})
-    old = target_report(load_target("jetson-xavier"), HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True), env, {})
+    old = target_report(
+        load_target("jetson-xavier"), HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True), env, {}
+    )
     assert "lacks the name-based IO API" in old["runtimes"][0]["problems"][0]
     assert missing(old)["TensorRT >= 8.5"]["install"] == "upgrade to JetPack 5.1 or newer"
 
 
 def test_jetpack_5_without_bindings_for_this_python_gets_the_build_route():
-    report = target_report(load_target("jetson-xavier"), HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True), CPU_ONLY_ENV, {})
+    report = target_report(
+        load_target("jetson-xavier"),
+        HostFacts("aarch64", "ARMv8", "Jetson Xavier NX", "35.4.1", True),
+        CPU_ONLY_ENV,
+        {},
+    )
     assert "build TensorRT 8.5's bindings for this Python" in missing(report)["TensorRT"]["install"]
 
 
@@ -107,7 +143,10 @@ def test_jetson_target_elsewhere_says_why():
         "target jetson-xavier is for TensorRT 8.5 (JetPack 5.1.x), this host has 10.3.0",
         "GPU RTX 4090 has compute capability 8.9, target needs 7.2",
     ]
-    assert report["device"]["reasons"] == ["this host is x86_64, target jetson-xavier is aarch64", "this host is not a Jetson (no /etc/nv_tegra_release)"]
+    assert report["device"]["reasons"] == [
+        "this host is x86_64, target jetson-xavier is aarch64",
+        "this host is not a Jetson (no /etc/nv_tegra_release)",
+    ]
     assert "nvpmodel (Jetson power modes)" in missing(report)
     no_trt = target_report(load_target("jetson-xavier"), X86, CPU_ONLY_ENV, {})
     assert "JetPack" in missing(no_trt)["TensorRT"]["install"]
@@ -149,7 +188,11 @@ def test_intel_targets_report_openvino_its_devices_and_the_missing_drivers():
     cpu = doc["targets"][0]
     assert doc["environment"]["openvino"] == openvino_version() and "CPU" in doc["environment"]["openvino_devices"]
     assert isinstance(doc["host"]["cpu_isa"], list)
-    assert cpu["runs_with"] == "openvino" and cpu["ready"] and [r["runtime"] for r in cpu["runtimes"]] == ["openvino", "ort"]
+    assert (
+        cpu["runs_with"] == "openvino"
+        and cpu["ready"]
+        and [r["runtime"] for r in cpu["runtimes"]] == ["openvino", "ort"]
+    )
     assert "INT8" in cpu["runtimes"][0]["capabilities"]
     env = dict(CPU_ONLY_ENV, openvino=openvino_version(), openvino_devices={"CPU": ["FP32", "INT8"]})
     for name, device, driver in (("intel-gpu", "GPU", "intel-opencl-icd"), ("intel-npu", "NPU", "linux-npu-driver")):
@@ -176,7 +219,11 @@ def test_snapdragon_targets_run_with_qnn_where_onnxruntime_qnn_is_installed(name
     usable through the emulated HTP and says so; the device (an arm64 phone or laptop) is not this host."""
     pytest.importorskip("onnxruntime_qnn")
     doc = doctor(name)
-    assert doc["environment"]["onnxruntime_qnn"] and doc["environment"]["qnn_sdk"] and "qnn_error" not in doc["environment"]
+    assert (
+        doc["environment"]["onnxruntime_qnn"]
+        and doc["environment"]["qnn_sdk"]
+        and "qnn_error" not in doc["environment"]
+    )
     (report,) = doc["targets"]
     qnn, aihub = report["runtimes"]
     assert qnn["runtime"] == "qnn" and qnn["available"] and qnn["problems"] == [] and aihub["runtime"] == "aihub"
@@ -219,10 +266,17 @@ def test_snapdragon_target_says_whether_an_ai_hub_client_is_configured_and_its_d
     report = target_report(target, X86, dict(CPU_ONLY_ENV), {})
     aihub = report["runtimes"][1]
     assert aihub["runtime"] == "aihub" and not aihub["available"] and not aihub["configured"]
-    assert aihub["devices"] == ["Samsung Galaxy S24 (Family)", "Snapdragon 8 Gen 3 QRD"] and aihub["chipset"] == "qualcomm-snapdragon-8gen3"
+    assert (
+        aihub["devices"] == ["Samsung Galaxy S24 (Family)", "Snapdragon 8 Gen 3 QRD"]
+        and aihub["chipset"] == "qualcomm-snapdragon-8gen3"
+    )
     fix = missing(report)["an AI Hub API token"]
-    assert fix["why"] == f"no {no_aihub} and no $QAI_HUB_API_TOKEN" and fix["install"].startswith("run `qai-hub configure --api_token TOKEN`")
-    no_aihub.write_text("[api]\napi_token = t\napi_url = https://workbench.aihub.qualcomm.com\nweb_url = https://workbench.aihub.qualcomm.com\n")
+    assert fix["why"] == f"no {no_aihub} and no $QAI_HUB_API_TOKEN" and fix["install"].startswith(
+        "run `qai-hub configure --api_token TOKEN`"
+    )
+    no_aihub.write_text(
+        "[api]\napi_token = t\napi_url = https://workbench.aihub.qualcomm.com\nweb_url = https://workbench.aihub.qualcomm.com\n"
+    )
     aihub = target_report(target, X86, dict(CPU_ONLY_ENV), {})["runtimes"][1]
     assert aihub["available"] and aihub["configuration"]["source"] == str(no_aihub) and aihub["version"]
     assert aihub["notes"][0] == f"client configured from {no_aihub}"

@@ -8,6 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from edgekit.decode.dispatch import Decoded, decode, decode_config
+from edgekit.decode.schedules import time_grid
+from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate.metrics import (
     ARAccumulator,
     FlowAccumulator,
@@ -19,9 +22,6 @@ from edgekit.evaluate.metrics import (
     quality_drops,
     run_metric_hook,
 )
-from edgekit.decode.dispatch import Decoded, decode, decode_config
-from edgekit.decode.schedules import time_grid
-from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime
 
 
@@ -123,7 +123,9 @@ def test_masked_identical_networks_agree_exactly_with_guidance(fakes):
     cfg = decode_config("masked", {}, {"steps": 4, "guidance": 2.0}, seed=3)
     acc = MaskedAccumulator(fakes.MASKED_META)
     cond = {"class_id": np.array([0, 1, 2], dtype=np.int64)}
-    r, _ = _decode_pair("masked", fakes.MASKED_META, fakes.TableMasked(3, table), fakes.TableMasked(3, table), cfg, cond, acc)
+    r, _ = _decode_pair(
+        "masked", fakes.MASKED_META, fakes.TableMasked(3, table), fakes.TableMasked(3, table), cfg, cond, acc
+    )
     assert r.runtime_calls == 8  # graph batch = B: cond and uncond calls per step
     scalars, curves = acc.result()
     assert scalars["token_agreement"] == 1.0 and scalars["sequence_exact_match"] == 1.0
@@ -138,7 +140,15 @@ def test_masked_teacher_forced_kl_is_the_candidate_network_error(fakes):
     cfg = decode_config("masked", {}, {"steps": 3}, seed=0)
     acc = MaskedAccumulator(fakes.MASKED_META)
     classes = np.array([0, 2], dtype=np.int64)
-    _decode_pair("masked", fakes.MASKED_META, fakes.TableMasked(2, table), fakes.TableMasked(2, other), cfg, {"class_id": classes}, acc)
+    _decode_pair(
+        "masked",
+        fakes.MASKED_META,
+        fakes.TableMasked(2, table),
+        fakes.TableMasked(2, other),
+        cfg,
+        {"class_id": classes},
+        acc,
+    )
     _, curves = acc.result()
     # Step 1 sees all-mask inputs in both networks: KL of the mask rows' distributions.
     p = _softmax(table[fakes.MASK] + 0.1 * classes[:, None])
@@ -151,7 +161,9 @@ def test_masked_schedule_swap_diverges_at_step_one_but_not_in_the_network(fakes)
     table = fakes.masked_table(0)
     meta = {**fakes.MASKED_META, "seq_len": 5}
     acc = MaskedAccumulator(meta)
-    rec_ref = ShadowRecorder(fakes.TableMasked(4, table), record="tokens", shadow=fakes.TableMasked(4, table), on_pair=acc.on_pair)
+    rec_ref = ShadowRecorder(
+        fakes.TableMasked(4, table), record="tokens", shadow=fakes.TableMasked(4, table), on_pair=acc.on_pair
+    )
     rec_cand = ShadowRecorder(fakes.TableMasked(4, table), record="tokens")
     cond = {"class_id": np.arange(4, dtype=np.int64) % 3}
     r = decode("masked", rec_ref, meta, cond, decode_config("masked", {}, {"steps": 4, "schedule": "cosine"}))
@@ -168,7 +180,9 @@ def test_ar_first_divergence_position_and_agreement(fakes):
     ref_out = np.array([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [0, 0, 0, 0, 0]])
     cand_out = np.array([[1, 2, 3, 4, 5], [1, 2, 0, 4, 5], [1, 0, 0, 0, 0]])
     acc = ARAccumulator(fakes.AR_META)
-    acc.add(_recorder([], [[0.0, 1, 1]] * 5), _recorder([]), Decoded(ref_out, 5, 5, 5), Decoded(cand_out, 5, 5, 5), rows=3)
+    acc.add(
+        _recorder([], [[0.0, 1, 1]] * 5), _recorder([]), Decoded(ref_out, 5, 5, 5), Decoded(cand_out, 5, 5, 5), rows=3
+    )
     scalars, curves = acc.result()
     assert scalars["first_divergence_position"] == pytest.approx((5 + 2 + 0) / 3)
     assert scalars["token_agreement"] == pytest.approx(13 / 15)
@@ -184,7 +198,9 @@ def test_ar_teacher_forced_kl_at_the_first_token(fakes):
     acc = ARAccumulator(fakes.AR_META)
     r, c = _decode_pair("ar", fakes.AR_META, fakes.TableAR(2, table), fakes.TableAR(2, other), cfg, {}, acc)
     _, curves = acc.result()
-    assert curves["logits_kl_per_step"][0] == pytest.approx(_kl(_softmax(table[fakes.V]), _softmax(other[fakes.V])), rel=1e-6)
+    assert curves["logits_kl_per_step"][0] == pytest.approx(
+        _kl(_softmax(table[fakes.V]), _softmax(other[fakes.V])), rel=1e-6
+    )
     assert curves["logits_kl_per_step"][1:] == pytest.approx([0.0] * 4, abs=1e-12)  # later tokens never feed BOS
 
 
@@ -215,7 +231,9 @@ def test_flow_snr_cosine_and_divergence_curve_match_closed_form(fakes):
     )
     # Teacher forced: v_c − v_r = 0.05·x_ref at every evaluation.
     v0 = 0.5 * x0 + t[0]
-    assert curves["velocity_snr_db_per_step"][0] == pytest.approx(10 * math.log10(np.sum(v0**2) / np.sum((0.05 * x0) ** 2)), abs=1e-3)
+    assert curves["velocity_snr_db_per_step"][0] == pytest.approx(
+        10 * math.log10(np.sum(v0**2) / np.sum((0.05 * x0) ** 2)), abs=1e-3
+    )
 
 
 def test_flow_identical_networks_have_infinite_snr(fakes):

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from edgekit.errors import EdgekitError
 from edgekit.evaluate.thresholds import (
     BASELINE_KEYS,
     DEFAULTS,
@@ -20,7 +21,6 @@ from edgekit.evaluate.thresholds import (
     load_thresholds,
     save_baseline,
 )
-from edgekit.errors import EdgekitError
 
 
 def _toml(tmp_path, text: str):
@@ -74,7 +74,14 @@ snr_db = 40
     assert t.rule("quality_drop.validity").threshold == 0.125
     assert t.rule("quality_drop.my_metric") == Rule("max", 0.01)
     assert t.rule("first_divergence_step") == DEFAULTS["masked"]["first_divergence_step"]  # untouched
-    assert set(t.explicit) == {"token_agreement", "logits_kl", "sequence_exact_match", "top1_agreement", "quality_drop.validity", "quality_drop.my_metric"}
+    assert set(t.explicit) == {
+        "token_agreement",
+        "logits_kl",
+        "sequence_exact_match",
+        "top1_agreement",
+        "quality_drop.validity",
+        "quality_drop.my_metric",
+    }
     # The flow section applies to flow bundles only.
     assert load_thresholds("flow", path).rule("snr_db").threshold == 40.0
     assert t.rule("snr_db") is None
@@ -127,8 +134,17 @@ def test_unreadable_thresholds_files(tmp_path):
 # ---- baselines ----------------------------------------------------------------------------------
 def _doc(**metrics):
     doc = {k: None for k in BASELINE_KEYS}
-    doc |= {"model": "masked-demo", "kind": "masked", "reference": "ort:fp32", "candidate": "ort:int8", "n": 16, "seed": 0,
-            "greedy": False, "decode": {"steps": 8}, "candidate_decode": {"steps": 8}}
+    doc |= {
+        "model": "masked-demo",
+        "kind": "masked",
+        "reference": "ort:fp32",
+        "candidate": "ort:int8",
+        "n": 16,
+        "seed": 0,
+        "greedy": False,
+        "decode": {"steps": 8},
+        "candidate_decode": {"steps": 8},
+    }
     return doc | {"metrics": metrics}
 
 

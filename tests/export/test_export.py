@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from edgekit.bundle import Bundle  # noqa: E402
 from edgekit.errors import ExportError  # noqa: E402
-from edgekit.export import ExportConfig, VerifyConfig  # noqa: E402
+from edgekit.export import ExportConfig  # noqa: E402
 from edgekit.export.onnx_export import RANDOM_OPS, export_onnx  # noqa: E402
 from edgekit.export.to_bundle import export_bundle  # noqa: E402
 from edgekit.spec import ModelSpec, TensorSpec  # noqa: E402
@@ -49,7 +49,9 @@ class Shifty(torch.nn.Module):
 
 def _flow_spec(module, name="toy"):
     return ModelSpec(
-        name=name, kind="flow", module=module,
+        name=name,
+        kind="flow",
+        module=module,
         inputs={"x": TensorSpec((1, 4, 3), "float32"), "t": TensorSpec((1,), "float32", 0.0, 1.0)},
         outputs={"v": TensorSpec((1, 4, 3), "float32")},
         meta={"channels": 3, "frames": 4, "conditioning": {}},
@@ -90,7 +92,9 @@ def test_opset_too_old(tmp_path):
 
 def test_output_shape_mismatch_is_caught(tmp_path):
     spec = ModelSpec(
-        name="bad", kind="flow", module=Shifty(),
+        name="bad",
+        kind="flow",
+        module=Shifty(),
         inputs={"x": TensorSpec((1, 4, 3), "float32"), "t": TensorSpec((1,), "float32")},
         outputs={"v": TensorSpec((1, 4, 5), "float32")},
         meta={"channels": 3, "frames": 4, "conditioning": {}},
@@ -158,10 +162,25 @@ def test_export_refuses_to_replace_a_bundle_and_names_what_would_be_lost(masked,
 def test_what_a_replaced_bundle_loses_in_words(tmp_path):
     from edgekit.export.stage import replaced_contents
 
-    manifest = {"artifacts": {"fp32": {}, "int8": {}, "int8-bucket-1": {}, "conditions": {}, "fused-step": {}, "quantize-overrides": {}},
-                "engines": {"cpu/fp32": {}, "cpu/int8": {}}, "flow_quality": {"rungs": []}}
+    manifest = {
+        "artifacts": {
+            "fp32": {},
+            "int8": {},
+            "int8-bucket-1": {},
+            "conditions": {},
+            "fused-step": {},
+            "quantize-overrides": {},
+        },
+        "engines": {"cpu/fp32": {}, "cpu/int8": {}},
+        "flow_quality": {"rungs": []},
+    }
     assert replaced_contents(None) == ["its fp32 model"]  # a manifest that does not load: its model at least
     assert replaced_contents(Bundle(tmp_path, manifest)) == [
-        "its fp32 model", "the int8 model (2 step buckets)", "the held-out condition rows quantize stored", "the fused step graph",
-        "the quantize overrides (edgekit debug --fix)", "2 engines (cpu/fp32, cpu/int8)", "the measured flow quality table (run --latency-budget-ms)",
+        "its fp32 model",
+        "the int8 model (2 step buckets)",
+        "the held-out condition rows quantize stored",
+        "the fused step graph",
+        "the quantize overrides (edgekit debug --fix)",
+        "2 engines (cpu/fp32, cpu/int8)",
+        "the measured flow quality table (run --latency-budget-ms)",
     ]

@@ -98,4 +98,11 @@ def test_the_threshold_decides_per_model(tiny_specs, tmp_path, monkeypatch):
     over = export_bundle(tiny_specs["masked"], tmp_path / "over", source="tiny")
     assert len(over.manifest["artifacts"]["fp32"]["side_files"]) == 1
     with scaled_limit():  # the knob the tests use: 0
-        assert len(export_bundle(tiny_specs["masked"], tmp_path / "zero", source="tiny").manifest["artifacts"]["fp32"]["side_files"]) == 1
+        assert (
+            len(
+                export_bundle(tiny_specs["masked"], tmp_path / "zero", source="tiny").manifest["artifacts"]["fp32"][
+                    "side_files"
+                ]
+            )
+            == 1
+        )

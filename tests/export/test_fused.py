@@ -21,7 +21,11 @@ def _torch_fused(spec, graph, opts):
 
     module, inputs, outputs = fused_module(spec, graph, opts)
     defaults = {"spacing": 0}  # a decode option the fused graphs bake with its config default
-    entry = {"graph": graph, "baked": {k: opts.get(k, defaults.get(k)) for k in BAKED[(spec.kind, graph)]}, "mask_id": spec.meta.get("mask_id")}
+    entry = {
+        "graph": graph,
+        "baked": {k: opts.get(k, defaults.get(k)) for k in BAKED[(spec.kind, graph)]},
+        "mask_id": spec.meta.get("mask_id"),
+    }
     return TorchRuntime(module, inputs, outputs), entry
 
 
@@ -49,9 +53,8 @@ def test_flow_step_wrapper_matches_host_loop(tiny_specs, solver, guidance):
 def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
     from edgekit.bundle import Bundle
     from edgekit.decode.fused import decode_flow_fused
-    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
-    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes import open_fused, open_runtime
 
     spec, path = tiny_specs["flow"], tiny_bundles["flow"]
     step = fused_bundle(path, "step", {"solver": "rk4"}, spec=spec)
@@ -63,8 +66,10 @@ def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
     assert set(bundle.manifest["fused"]) == {"step", "unrolled"}
     cond = {"tokens": FLOW_TOKENS}
     with open_runtime(bundle) as host:
-        for graph, cfg in (("step", FlowDecodeConfig(steps=2, solver="rk4", seed=1)),
-                           ("unrolled", FlowDecodeConfig(steps=3, solver="heun", grid="uniform", seed=2))):
+        for graph, cfg in (
+            ("step", FlowDecodeConfig(steps=2, solver="rk4", seed=1)),
+            ("unrolled", FlowDecodeConfig(steps=3, solver="heun", grid="uniform", seed=2)),
+        ):
             rt, entry = open_fused(bundle, graph)
             with rt:
                 fused = decode_flow_fused(rt, entry, cond, cfg)
@@ -76,9 +81,8 @@ def test_flow_onnx_step_and_unrolled_match_host_loop(tiny_specs, tiny_bundles):
 def test_masked_onnx_step_greedy_tokens_identical(tiny_specs, tiny_bundles):
     from edgekit.bundle import Bundle
     from edgekit.decode.fused import decode_masked_fused
-    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
-    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes import open_fused, open_runtime
 
     spec, path = tiny_specs["masked"], tiny_bundles["masked"]
     entry = fused_bundle(path, "step", {"temperature": 0.0}, spec=spec)
@@ -101,7 +105,14 @@ def test_masked_step_sampled_tokens_identical_for_same_seed(tiny_specs, guidance
     from edgekit.decode.fused import decode_masked_fused
 
     spec = tiny_specs["masked"]
-    opts = {"steps": 5, "schedule": schedule, "choice_temperature": 4.5, "temperature": 1.0, "guidance": guidance, "spacing": spacing}
+    opts = {
+        "steps": 5,
+        "schedule": schedule,
+        "choice_temperature": 4.5,
+        "temperature": 1.0,
+        "guidance": guidance,
+        "spacing": spacing,
+    }
     rt, entry = _torch_fused(spec, "step", opts)
     for seed in (0, 7):
         cfg = MaskedDecodeConfig(seed=seed, **opts)
@@ -115,7 +126,9 @@ def test_mask_counts_follow_the_host_loop(tiny_specs):
 
     spec = tiny_specs["masked"]
     for steps, schedule in ((6, "cosine"), (4, "linear"), (8, "exp")):
-        r = decode_masked(_host(spec), spec.meta, {"class_id": CLASSES}, MaskedDecodeConfig(steps=steps, schedule=schedule))
+        r = decode_masked(
+            _host(spec), spec.meta, {"class_id": CLASSES}, MaskedDecodeConfig(steps=steps, schedule=schedule)
+        )
         expected = [int(m[0]) for m in r.masked_per_step]
         assert masked_mask_counts(steps, schedule, spec.meta["seq_len"]).tolist() == expected
 
@@ -153,7 +166,13 @@ def test_masked_unrolled_wrapper_matches_host_loop(tiny_specs, temperature, guid
     from edgekit.decode.fused import decode_fused
 
     spec = tiny_specs["masked"]
-    opts = {"steps": 5, "schedule": "cosine", "choice_temperature": 4.5, "temperature": temperature, "guidance": guidance}
+    opts = {
+        "steps": 5,
+        "schedule": "cosine",
+        "choice_temperature": 4.5,
+        "temperature": temperature,
+        "guidance": guidance,
+    }
     rt, entry = _torch_fused(spec, "unrolled", opts)
     assert ("gumbel" in rt.inputs) == (temperature > 0)
     if temperature > 0:
@@ -185,16 +204,23 @@ def test_masked_onnx_unrolled_greedy_tokens_identical_in_one_call(tiny_specs, ti
 
     from edgekit.bundle import Bundle
     from edgekit.decode.fused import decode_fused
-    from edgekit.runtimes import open_fused
     from edgekit.export.fused import fused_bundle
-    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes import open_fused, open_runtime
 
     spec, path = tiny_specs["masked"], tiny_bundles["masked"]
     entry = fused_bundle(path, "unrolled", {"temperature": 0.0}, spec=spec)
     assert list(entry["inputs"]) == ["class_id"] and list(entry["outputs"]) == ["tokens_out"]
-    assert entry["baked"] == {"steps": 6, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 0.0,
-                              # 12·cos(π/3) is 5.9999995 in float32 (the reference's precision): 5, not 6
-                              "guidance": 1.0, "spacing": 0, "mask_counts": [11, 10, 8, 5, 3, 0], "start": "all-masked"}
+    assert entry["baked"] == {
+        "steps": 6,
+        "schedule": "cosine",
+        "choice_temperature": 4.5,
+        "temperature": 0.0,
+        # 12·cos(π/3) is 5.9999995 in float32 (the reference's precision): 5, not 6
+        "guidance": 1.0,
+        "spacing": 0,
+        "mask_counts": [11, 10, 8, 5, 3, 0],
+        "start": "all-masked",
+    }
     # One TopK per re-masking step (the last step re-masks nothing); no random op in the graph.
     assert entry["ops"]["TopK"] == 5 and entry["ops"]["ArgMax"] == 6
     assert not {"RandomUniformLike", "RandomNormalLike", "Multinomial"} & set(entry["ops"])
@@ -202,7 +228,10 @@ def test_masked_onnx_unrolled_greedy_tokens_identical_in_one_call(tiny_specs, ti
     bundle = Bundle.load(path)
     host_file, fused_file = bundle.path_of("fp32"), bundle.path_of("fused-unrolled")
     # Weights are shared initializers, not K copies; the file (graph included) stays under 1.5x.
-    weights = [sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(f)).graph.initializer) for f in (host_file, fused_file)]
+    weights = [
+        sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(f)).graph.initializer)
+        for f in (host_file, fused_file)
+    ]
     assert weights[1] < 1.5 * weights[0]
     assert fused_file.stat().st_size < 1.5 * host_file.stat().st_size
 
@@ -243,8 +272,11 @@ def test_cli_export_and_run_masked_unrolled(tmp_path):
     runner = CliRunner()
     factory = f"{Path(__file__).resolve().parents[1] / 'tiny_models.py'}:tiny_masked_spec"
     bundle = tmp_path / "m"
-    r = runner.invoke(app, ["export", factory, "-o", str(bundle), "--batch", "2", "--graph", "unrolled",
-                            "--decode", "steps=4", "--json"], catch_exceptions=False)
+    r = runner.invoke(
+        app,
+        ["export", factory, "-o", str(bundle), "--batch", "2", "--graph", "unrolled", "--decode", "steps=4", "--json"],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     fused = json.loads(r.stdout)["fused"]["unrolled"]
     assert fused["baked"]["steps"] == 4 and fused["baked"]["temperature"] == 1.0
@@ -252,7 +284,21 @@ def test_cli_export_and_run_masked_unrolled(tmp_path):
     docs, tokens = {}, {}
     for graph in ("unrolled", "host"):
         npz = tmp_path / f"{graph}.npz"
-        args = ["run", str(bundle), "--graph", graph, "--steps", "4", "--seed", "5", "--cond", "class_id=1", "-o", str(npz), "--json"]
+        args = [
+            "run",
+            str(bundle),
+            "--graph",
+            graph,
+            "--steps",
+            "4",
+            "--seed",
+            "5",
+            "--cond",
+            "class_id=1",
+            "-o",
+            str(npz),
+            "--json",
+        ]
         r = runner.invoke(app, args, catch_exceptions=False)
         assert r.exit_code == 0, r.output
         docs[graph], tokens[graph] = json.loads(r.stdout), np.load(npz)["tokens"]

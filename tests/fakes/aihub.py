@@ -12,8 +12,9 @@ from __future__ import annotations
 import inspect
 import json
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -22,8 +23,12 @@ from qai_hub.util.dataset_entries_converters import dataset_entries_to_h5, h5_to
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "aihub"
 State = qai_hub.JobStatus.State
-RUNNING = {"compile": State.OPTIMIZING_MODEL, "link": State.LINKING_MODELS, "profile": State.MEASURING_PERFORMANCE,
-           "inference": State.RUNNING_INFERENCE}
+RUNNING = {
+    "compile": State.OPTIMIZING_MODEL,
+    "link": State.LINKING_MODELS,
+    "profile": State.MEASURING_PERFORMANCE,
+    "inference": State.RUNNING_INFERENCE,
+}
 QAIRT = "2.37.1.250807"
 
 
@@ -57,7 +62,13 @@ class FakeHub:
     ``profiles``: {device name: profile fixture file}; ``network(feeds) -> outputs``: the device's
     network for inference jobs (per sample, inputs as the dataset carries them)."""
 
-    def __init__(self, monkeypatch, *, polls: int = 1, network: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None):
+    def __init__(
+        self,
+        monkeypatch,
+        *,
+        polls: int = 1,
+        network: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+    ):
         self.module = mock.create_autospec(qai_hub)
         for name in ("Error", "UserError", "InternalError", "Device", "JobStatus", "ClientConfig", "ModelMetadataKey"):
             setattr(self.module, name, getattr(qai_hub, name))
@@ -98,9 +109,12 @@ class FakeHub:
     def _model(self, model_id: str, graphs: list[str]) -> Any:
         model = mock.create_autospec(qai_hub.Model, instance=True)
         model.model_id = model_id
-        model.metadata = {qai_hub.ModelMetadataKey.QAIRT_SDK_VERSION: QAIRT, qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_HEXAGON_VERSION: "v75",
-                          qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_SOC_MODEL: "57",
-                          qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_GRAPH_NAMES: ",".join(graphs)}
+        model.metadata = {
+            qai_hub.ModelMetadataKey.QAIRT_SDK_VERSION: QAIRT,
+            qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_HEXAGON_VERSION: "v75",
+            qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_SOC_MODEL: "57",
+            qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_GRAPH_NAMES: ",".join(graphs),
+        }
         self.models[model_id] = model
         return model
 
@@ -128,7 +142,9 @@ class FakeHub:
         job.get_target_model.return_value = model
 
         def download(filename: str) -> str:
-            path = filename if filename.endswith(".bin") else filename + ".bin"  # the client adds the model type's extension
+            path = (
+                filename if filename.endswith(".bin") else filename + ".bin"
+            )  # the client adds the model type's extension
             Path(path).write_bytes(b"QNN context binary of " + job.job_id.encode())
             return path
 
@@ -138,7 +154,9 @@ class FakeHub:
         a = _bound(qai_hub.Client.submit_compile_job, args, kwargs)
         job = self._job(qai_hub.CompileJob, "compile", a["device"])
         src = Path(a["model"])
-        self.uploads[job.job_id] = (src / "model.onnx" if src.is_dir() else src).read_bytes()  # read now: the upload happens in submit
+        self.uploads[job.job_id] = (
+            src / "model.onnx" if src.is_dir() else src
+        ).read_bytes()  # read now: the upload happens in submit
         self._target(job, [f"graph_{job.job_id}"])
         return job
 
@@ -153,7 +171,9 @@ class FakeHub:
         kind = "profile" if a["inputs"] is None else "inference"
         job = self._job(qai_hub.InferenceJob, kind, a["device"])
         if kind == "profile":
-            job.download_profile.side_effect = lambda filename=None: fixture(self.profiles.get(a["device"].name, "profile_npu.json"))
+            job.download_profile.side_effect = lambda filename=None: fixture(
+                self.profiles.get(a["device"].name, "profile_npu.json")
+            )
         else:
             inputs = a["inputs"]
             samples = len(next(iter(inputs.values())))

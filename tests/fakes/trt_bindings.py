@@ -37,8 +37,15 @@ import numpy as np
 VERSIONS = ("8.5.2.2", "8.6.2.3", "10.3.0", "11.1.0")
 # onnx TensorProto element type -> DataType member name.
 _ONNX_TO_TRT = {1: "FLOAT", 10: "HALF", 6: "INT32", 7: "INT64", 9: "BOOL", 3: "INT8", 2: "UINT8"}
-_TRT_TO_NUMPY = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT64": "int64", "BOOL": "bool",
-                 "INT8": "int8", "UINT8": "uint8"}
+_TRT_TO_NUMPY = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "INT8": "int8",
+    "UINT8": "uint8",
+}
 POISON = 0xEE
 
 
@@ -102,9 +109,20 @@ class FakeCuda:
         mod = types.ModuleType("cuda.bindings.runtime")
         mod.cudaError_t = cudaError_t
         mod.cudaMemcpyKind = cudaMemcpyKind
-        for name in ("cudaGetDeviceCount", "cudaSetDevice", "cudaGetDevice", "cudaGetDeviceProperties", "cudaStreamCreate",
-                     "cudaStreamDestroy", "cudaStreamSynchronize", "cudaMalloc", "cudaFree", "cudaMallocHost",
-                     "cudaFreeHost", "cudaMemcpyAsync"):
+        for name in (
+            "cudaGetDeviceCount",
+            "cudaSetDevice",
+            "cudaGetDevice",
+            "cudaGetDeviceProperties",
+            "cudaStreamCreate",
+            "cudaStreamDestroy",
+            "cudaStreamSynchronize",
+            "cudaMalloc",
+            "cudaFree",
+            "cudaMallocHost",
+            "cudaFreeHost",
+            "cudaMemcpyAsync",
+        ):
             setattr(mod, name, getattr(self, name))
         return mod
 
@@ -216,7 +234,9 @@ class FakeTensorRT:
         v, major = self.version, _major(self.version)
         trt = types.ModuleType("tensorrt")
         trt.__version__ = v
-        severity = enum.IntEnum("Severity", [("INTERNAL_ERROR", 0), ("ERROR", 1), ("WARNING", 2), ("INFO", 3), ("VERBOSE", 4)])
+        severity = enum.IntEnum(
+            "Severity", [("INTERNAL_ERROR", 0), ("ERROR", 1), ("WARNING", 2), ("INFO", 3), ("VERBOSE", 4)]
+        )
 
         class ILogger:
             Severity = severity
@@ -233,12 +253,31 @@ class FakeTensorRT:
         if major >= 10:
             dtypes += ["BF16", "INT64", "INT4"]
         trt.DataType = enum.Enum("DataType", dtypes)
-        flags = ["FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
-                 "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO"]
+        flags = [
+            "FP16",
+            "INT8",
+            "DEBUG",
+            "GPU_FALLBACK",
+            "REFIT",
+            "DISABLE_TIMING_CACHE",
+            "TF32",
+            "SPARSE_WEIGHTS",
+            "OBEY_PRECISION_CONSTRAINTS",
+            "PREFER_PRECISION_CONSTRAINTS",
+            "DIRECT_IO",
+        ]
         if major >= 11:
-            flags = [f for f in flags if f not in ("FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO")]
+            flags = [
+                f
+                for f in flags
+                if f not in ("FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO")
+            ]
         trt.BuilderFlag = enum.Enum("BuilderFlag", flags)
-        creation = [("EXPLICIT_BATCH", 0), ("EXPLICIT_PRECISION", 1)] if major < 10 else [("EXPLICIT_BATCH", 0), ("STRONGLY_TYPED", 1)]
+        creation = (
+            [("EXPLICIT_BATCH", 0), ("EXPLICIT_PRECISION", 1)]
+            if major < 10
+            else [("EXPLICIT_BATCH", 0), ("STRONGLY_TYPED", 1)]
+        )
         if major >= 11:
             creation = [("STRONGLY_TYPED", 1)]
         trt.NetworkDefinitionCreationFlag = enum.IntEnum("NetworkDefinitionCreationFlag", creation)
@@ -283,15 +322,21 @@ class _Builder:
         for i in range(200):  # a real build logs thousands of VERBOSE lines
             fake.log(self.logger, "VERBOSE", f"tactic {i}")
         strongly = hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED") and bool(
-            network.flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)))
+            network.flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        )
         if _major(fake.version) >= 11:
             strongly = True
         if network.has_qdq and not strongly and trt.BuilderFlag.INT8 not in config.flags:
             fake.log(self.logger, "ERROR", "To enable any quantization operations, the INT8 flag must be set")
             return None
-        plan = {"version": fake.version, "device": fake.cuda.current, "io": network.io,
-                "flags": sorted(f.name for f in config.flags), "strongly_typed": strongly,
-                "onnx": network.onnx_bytes.hex()}
+        plan = {
+            "version": fake.version,
+            "device": fake.cuda.current,
+            "io": network.io,
+            "flags": sorted(f.name for f in config.flags),
+            "strongly_typed": strongly,
+            "onnx": network.onnx_bytes.hex(),
+        }
         return bytearray(json.dumps(plan).encode())
 
 
@@ -338,7 +383,11 @@ class _Config85:
         doc = json.loads(bytes(data))
         if doc["version"] != fake.version:
             # What TensorRT does with a cache serialized by another version: an error, no cache.
-            fake.log(self.fake_logger, "ERROR", f"Timing cache was created by TensorRT {doc['version']}, this is {fake.version}")
+            fake.log(
+                self.fake_logger,
+                "ERROR",
+                f"Timing cache was created by TensorRT {doc['version']}, this is {fake.version}",
+            )
             return None
         return _TimingCache(doc["version"], doc["device"], doc["entries"])
 
@@ -394,8 +443,12 @@ class _Parser:
         if major < 10:
             for value in (*model.graph.input, *model.graph.output):
                 if value.type.tensor_type.elem_type == 7:
-                    fake.log(self.logger, "WARNING", "Your ONNX model has been generated with INT64 weights, while "
-                             "TensorRT does not natively support INT64. Attempting to cast down to INT32.")
+                    fake.log(
+                        self.logger,
+                        "WARNING",
+                        "Your ONNX model has been generated with INT64 weights, while "
+                        "TensorRT does not natively support INT64. Attempting to cast down to INT32.",
+                    )
                     break
         initializers = {i.name for i in model.graph.initializer}
         for role, values in (("INPUT", model.graph.input), ("OUTPUT", model.graph.output)):
@@ -416,18 +469,26 @@ class _Runtime:
     def __init__(self, fake: FakeTensorRT, logger: Any):
         self.fake, self.logger = fake, logger
 
-    def deserialize_cuda_engine(self, data: bytes) -> "_Engine | None":
+    def deserialize_cuda_engine(self, data: bytes) -> _Engine | None:
         fake = self.fake
         fake.calls.append(("deserialize_cuda_engine", fake.cuda.current))
         try:
             plan = json.loads(bytes(data))
         except ValueError:
-            fake.log(self.logger, "ERROR", "1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization "
-                     "(Serialization assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match)")
+            fake.log(
+                self.logger,
+                "ERROR",
+                "1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization "
+                "(Serialization assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match)",
+            )
             return None
         if plan["version"] != fake.version:
-            fake.log(self.logger, "ERROR", f"The engine plan file is not compatible with this version of TensorRT, "
-                     f"expecting library version {fake.version} got {plan['version']}, please rebuild.")
+            fake.log(
+                self.logger,
+                "ERROR",
+                f"The engine plan file is not compatible with this version of TensorRT, "
+                f"expecting library version {fake.version} got {plan['version']}, please rebuild.",
+            )
             return None
         if plan["device"] != fake.cuda.current:
             fake.log(self.logger, "ERROR", "engine built on another device")
@@ -457,7 +518,7 @@ class _Engine:
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.io[name]["shape"])
 
-    def create_execution_context(self) -> "_Context":
+    def create_execution_context(self) -> _Context:
         return _Context(self)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -47,10 +47,16 @@ def bad_graph(write_onnx) -> Path:
         numpy_helper.from_array(np.array(128, dtype=np.uint8), "zp_u8"),
     ]
     return write_onnx(
-        "bad.onnx", nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]), helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
-        [helper.make_tensor_value_info("values", TensorProto.FLOAT, ["batch", None]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, ["batch", None])],
+        "bad.onnx",
+        nodes,
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, ["batch", None]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, ["batch", None]),
+        ],
         inits,
     )
 
@@ -64,7 +70,15 @@ def clean_graph(write_onnx) -> Path:
         numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "emb"),
         numpy_helper.from_array(rng.standard_normal((4, 16)).astype(np.float32), "w"),
     ]
-    nodes = [helper.make_node("Gather", ["emb", "tokens"], ["h"], name="embed"),
-             helper.make_node("MatMul", ["h", "w"], ["logits"], name="head")]
-    return write_onnx("clean.onnx", nodes, [helper.make_tensor_value_info("tokens", TensorProto.INT64, [2, 8])],
-                      [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 8, 16])], inits, opset=17)
+    nodes = [
+        helper.make_node("Gather", ["emb", "tokens"], ["h"], name="embed"),
+        helper.make_node("MatMul", ["h", "w"], ["logits"], name="head"),
+    ]
+    return write_onnx(
+        "clean.onnx",
+        nodes,
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [2, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 8, 16])],
+        inits,
+        opset=17,
+    )

@@ -25,9 +25,13 @@ def test_lint_clean_demo_exits_0(demo_bundles):
 
 
 def test_lint_bad_bundle_exits_4_with_a_table(bad_graph, tmp_path):
-    bundle = Bundle.new(tmp_path / "bad", model={"name": "bad", "kind": "masked", "meta": {}},
-                        inputs={"x": TensorSpec((2, 16), "float32"), "k": TensorSpec((1,), "int64")},
-                        outputs={"values": TensorSpec((2, 4), "float32")}, decode_defaults={})
+    bundle = Bundle.new(
+        tmp_path / "bad",
+        model={"name": "bad", "kind": "masked", "meta": {}},
+        inputs={"x": TensorSpec((2, 16), "float32"), "k": TensorSpec((1,), "int64")},
+        outputs={"values": TensorSpec((2, 4), "float32")},
+        decode_defaults={},
+    )
     staged = bundle.staging_path("fp32.onnx")
     onnx.save(onnx.load(str(bad_graph)), str(staged))
     bundle.add_artifact("fp32", staged, made_by="test", config={}, suffix=".onnx")
@@ -38,4 +42,9 @@ def test_lint_bad_bundle_exits_4_with_a_table(bad_graph, tmp_path):
     r = invoke("lint", bundle.root, "--target", "nvidia-gpu", "--json")
     doc = json.loads(r.stdout)
     assert r.exit_code == 4 and doc["schema"] == "edgekit.lint/1" and doc["passed"] is False
-    assert {f["rule"] for f in doc["findings"] if f["severity"] == "error"} == {"qdq", "random-op", "static-shapes", "topk"}
+    assert {f["rule"] for f in doc["findings"] if f["severity"] == "error"} == {
+        "qdq",
+        "random-op",
+        "static-shapes",
+        "topk",
+    }

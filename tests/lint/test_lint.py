@@ -56,7 +56,9 @@ def test_crafted_bad_graph_is_refused_for_tensorrt(bad_graph):
     assert one(findings, "topk").nodes == ("topk_dynamic",)
     qdq = [f for f in findings if f.rule == "qdq"]  # uint8, and asymmetric (zero point 128)
     assert [f.message.split(" (")[0] for f in qdq] == [
-        "2 Q/DQ node(s) have uint8 zero points", "2 Q/DQ node(s) have non-zero zero points"]
+        "2 Q/DQ node(s) have uint8 zero points",
+        "2 Q/DQ node(s) have non-zero zero points",
+    ]
     assert all(set(f.nodes) == {"quant", "dequant"} and "--profile trt" in f.hint for f in qdq)
     assert {f.severity for f in findings} == {"error"}
 
@@ -82,9 +84,14 @@ def test_clean_graph_is_clean_everywhere_but_nnapi_and_absent_device_notes(clean
 
 def _topk_graph(write_onnx, k: int, sorted_: int = 1):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5000])
-    outs = [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, k]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, k])]
+    outs = [
+        helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, k]),
+        helper.make_tensor_value_info("i", TensorProto.INT64, [2, k]),
+    ]
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=-1, sorted=sorted_)
-    return write_onnx(f"topk{k}_{sorted_}.onnx", [node], [x], outs, [numpy_helper.from_array(np.array([k], dtype=np.int64), "k")])
+    return write_onnx(
+        f"topk{k}_{sorted_}.onnx", [node], [x], outs, [numpy_helper.from_array(np.array([k], dtype=np.int64), "k")]
+    )
 
 
 def test_topk_k_limit_and_sorted_for_tensorrt(write_onnx):
@@ -100,9 +107,13 @@ def _qdq_graph(write_onnx, zp: np.ndarray, with_zp: bool = True):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
     args = ["x", "s", "zp"] if with_zp else ["x", "s"]
-    nodes = [helper.make_node("QuantizeLinear", args, ["q"], name="q"),
-             helper.make_node("DequantizeLinear", ["q", "s", "zp"] if with_zp else ["q", "s"], ["y"], name="dq")]
-    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s")] + ([numpy_helper.from_array(zp, "zp")] if with_zp else [])
+    nodes = [
+        helper.make_node("QuantizeLinear", args, ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"] if with_zp else ["q", "s"], ["y"], name="dq"),
+    ]
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s")] + (
+        [numpy_helper.from_array(zp, "zp")] if with_zp else []
+    )
     return write_onnx(f"qdq_{zp.dtype}_{int(zp)}_{with_zp}.onnx", nodes, [x], [y], inits)
 
 
@@ -118,20 +129,33 @@ def test_qdq_rules_for_tensorrt(write_onnx):
 
 def test_ops_tensorrt_cannot_parse(write_onnx):
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2])
-    det = write_onnx("det.onnx", [helper.make_node("Det", ["a"], ["d"], name="det")], [a],
-                     [helper.make_tensor_value_info("d", TensorProto.FLOAT, [])])
+    det = write_onnx(
+        "det.onnx",
+        [helper.make_node("Det", ["a"], ["d"], name="det")],
+        [a],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [])],
+    )
     found = one(lint_onnx(det, TRT), "unsupported-op")
     assert found.severity == "error" and "TensorRT does not support Det" in found.message
     assert lint_onnx(det, "cpu") == []
-    contrib = write_onnx("contrib.onnx", [helper.make_node("FusedMatMul", ["a", "a"], ["m"], name="fm", domain="com.microsoft")],
-                         [a], [helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 2])], check=False)
+    contrib = write_onnx(
+        "contrib.onnx",
+        [helper.make_node("FusedMatMul", ["a", "a"], ["m"], name="fm", domain="com.microsoft")],
+        [a],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 2])],
+        check=False,
+    )
     assert "no com.microsoft:FusedMatMul" in one(lint_onnx(contrib, TRT), "unsupported-op").message
 
 
 def test_data_dependent_shapes(write_onnx):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])
-    path = write_onnx("nonzero.onnx", [helper.make_node("NonZero", ["x"], ["nz"], name="nz")], [x],
-                      [helper.make_tensor_value_info("nz", TensorProto.INT64, [1, None])])
+    path = write_onnx(
+        "nonzero.onnx",
+        [helper.make_node("NonZero", ["x"], ["nz"], name="nz")],
+        [x],
+        [helper.make_tensor_value_info("nz", TensorProto.INT64, [1, None])],
+    )
     findings = lint_onnx(path, "cpu")
     assert rules(findings) == ["data-dependent-shape", "static-shapes"]
     assert one(findings, "data-dependent-shape").nodes == ("nz",)

@@ -15,7 +15,13 @@ pytest.importorskip("openvino")
 
 def _relu(write_onnx, op="Relu", domain=""):
     io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4])  # noqa: E731
-    return write_onnx(f"{op}.onnx", [helper.make_node(op, ["x"], ["y"], domain=domain or None)], [io("x")], [io("y")], check=not domain)
+    return write_onnx(
+        f"{op}.onnx",
+        [helper.make_node(op, ["x"], ["y"], domain=domain or None)],
+        [io("x")],
+        [io("y")],
+        check=not domain,
+    )
 
 
 def test_cpu_plugin_runs_every_op_so_there_is_nothing_to_say(write_onnx):
@@ -23,7 +29,9 @@ def test_cpu_plugin_runs_every_op_so_there_is_nothing_to_say(write_onnx):
 
 
 def test_an_op_openvino_cannot_convert_is_an_error(write_onnx):
-    findings = [f for f in lint_onnx(_relu(write_onnx, "Frobnicate", "com.example"), "intel-cpu") if f.rule == "unsupported-op"]
+    findings = [
+        f for f in lint_onnx(_relu(write_onnx, "Frobnicate", "com.example"), "intel-cpu") if f.rule == "unsupported-op"
+    ]
     assert findings[0].severity == "error" and "cannot convert the graph" in findings[0].message
 
 

@@ -52,7 +52,9 @@ def test_exact_nll_on_a_hand_built_sequence():
     last = 6 - d0
     lo = int(c.dmin[u1])
     surv = 1.0 if last <= lo else (1 - c.p_short[u1] if last == lo + 1 else 0.0)
-    expected = -(np.log(c.initial[cls, u0]) + np.log(c.p_short[u0]) + np.log(c.transition[cls, u0, u1]) + np.log(surv or 1e-300))
+    expected = -(
+        np.log(c.initial[cls, u0]) + np.log(c.p_short[u0]) + np.log(c.transition[cls, u0, u1]) + np.log(surv or 1e-300)
+    )
     got = c.sequence_nll(seq[None], np.array([cls]))[0]
     if surv == 0.0:
         assert np.isinf(got)

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -90,8 +89,10 @@ def test_ar_loop_form_step_equals_full_causal_forward():
 def test_ar_io_names_each_cache_form_and_the_step_module_matches():
     cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
     model = CausalTransformer(cfg)
-    for form, extra_in, outs in (("loop", ["attn_mask"], ["logits", "k_new", "v_new"]),
-                                 ("graph", [], ["logits", "k_cache_out", "v_cache_out"])):
+    for form, extra_in, outs in (
+        ("loop", ["attn_mask"], ["logits", "k_new", "v_new"]),
+        ("graph", [], ["logits", "k_cache_out", "v_cache_out"]),
+    ):
         inputs, outputs = ar_io(cfg, 2, form)
         assert list(inputs) == ["token", "pos", "k_cache", "v_cache", *extra_in, "class_id"]
         assert list(outputs) == outs
@@ -129,7 +130,9 @@ def test_user_factory_errors(tmp_path):
     with pytest.raises(EdgekitError, match="does not exist"):
         load_spec(str(tmp_path / "missing.py") + ":f")
     bad = tmp_path / "bad.py"
-    bad.write_text("def f(batch=1):\n    return 42\n\ndef g(batch=1):\n    raise RuntimeError('kaput')\n\ndef h():\n    return 1\n")
+    bad.write_text(
+        "def f(batch=1):\n    return 42\n\ndef g(batch=1):\n    raise RuntimeError('kaput')\n\ndef h():\n    return 1\n"
+    )
     with pytest.raises(EdgekitError, match="returned int, not an edgekit.ModelSpec"):
         load_spec(f"{bad}:f")
     with pytest.raises(EdgekitError, match="raised RuntimeError: kaput"):
@@ -146,7 +149,20 @@ def test_spec_validation():
     with pytest.raises(EdgekitError, match="not static"):
         TensorSpec((1, -1), "float32")
     with pytest.raises(EdgekitError, match="lacks metadata"):
-        ModelSpec("m", "masked", None, {"tokens": TensorSpec((1, 2), "int64")}, {"logits": TensorSpec((1, 2, 3), "float32")}, meta={})
+        ModelSpec(
+            "m",
+            "masked",
+            None,
+            {"tokens": TensorSpec((1, 2), "int64")},
+            {"logits": TensorSpec((1, 2, 3), "float32")},
+            meta={},
+        )
     with pytest.raises(EdgekitError, match="no input named"):
-        ModelSpec("m", "flow", None, {"y": TensorSpec((1, 2, 3), "float32")}, {"v": TensorSpec((1, 2, 3), "float32")},
-                  meta={"channels": 3, "frames": 2, "conditioning": {}})
+        ModelSpec(
+            "m",
+            "flow",
+            None,
+            {"y": TensorSpec((1, 2, 3), "float32")},
+            {"v": TensorSpec((1, 2, 3), "float32")},
+            meta={"channels": 3, "frames": 2, "conditioning": {}},
+        )

@@ -18,7 +18,9 @@ def test_train_demo_is_reproducible_and_loads(tmp_path):
     runner = CliRunner()
     paths = []
     for run in ("a", "b"):
-        r = runner.invoke(app, ["train-demo", "--steps", "3", "--models", "ar-demo", "--out", str(tmp_path / run), "--json"])
+        r = runner.invoke(
+            app, ["train-demo", "--steps", "3", "--models", "ar-demo", "--out", str(tmp_path / run), "--json"]
+        )
         assert r.exit_code == 0, r.output
         doc = json.loads(r.stdout)
         assert doc["models"]["ar-demo"]["seconds"] > 0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import pytest
 
@@ -71,7 +71,7 @@ class FakeNvml:
         return self.power_mw
 
     def nvmlDeviceGetFieldValues(self, handle, field_ids):
-        (field_id, _scope), = field_ids
+        ((field_id, _scope),) = field_ids
         return [_FieldValue(0 if self.fields else 3, self.power_mw + (1 if field_id == 186 else 0))]
 
     def nvmlDeviceGetClockInfo(self, handle, clock):

@@ -283,6 +283,8 @@ def test_interleaved_idles_before_each_timed_call_outside_the_timing(monkeypatch
 
     events = []
     monkeypatch.setattr(latency.time, "sleep", lambda s: events.append(("sleep", s)))
-    latency.interleaved({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, rounds=2, warmup=1, gap_s=0.1)
+    latency.interleaved(
+        {"a": lambda: events.append("a"), "b": lambda: events.append("b")}, rounds=2, warmup=1, gap_s=0.1
+    )
     # warm-up calls run back to back; every timed call is preceded by its idle gap
     assert events == ["a", "b"] + [("sleep", 0.1), "a", ("sleep", 0.1), "b"] * 2

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from edgekit.probes.system import compare_states, nvml_state, system_state
 
 CPUINFO = """processor\t: 0
@@ -52,7 +50,16 @@ def test_cpu_isa_reads_the_int8_and_bf16_features():
     from edgekit.host import cpu_isa
 
     sapphire = "flags\t: fpu avx2 avx512f avx512_vnni avx_vnni avx512_bf16 amx_tile amx_int8 amx_bf16 sse4_2\n"
-    assert cpu_isa(sapphire) == ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"]
+    assert cpu_isa(sapphire) == [
+        "avx2",
+        "avx512f",
+        "avx512_vnni",
+        "avx_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_int8",
+        "amx_bf16",
+    ]
     assert cpu_isa("Features\t: fp asimd asimddp i8mm bf16 sve\n") == ["asimd", "asimddp", "i8mm", "bf16", "sve"]
     assert cpu_isa("processor : 0\n") == []
 
@@ -60,8 +67,12 @@ def test_cpu_isa_reads_the_int8_and_bf16_features():
 def test_system_state_of_an_x86_host_with_a_gpu(write_tree, fake_nvml):
     state = system_state(write_tree(X86_HOST), run_command=commands, pynvml=fake_nvml())
     json.dumps(state)  # JSON-ready
-    assert state["cpu"] == {"model": "Intel(R) Core(TM) i7-1185G7 @ 3.00GHz", "cores": 2, "board": None,
-                            "isa": ["avx2", "avx512f", "avx512_vnni"]}
+    assert state["cpu"] == {
+        "model": "Intel(R) Core(TM) i7-1185G7 @ 3.00GHz",
+        "cores": 2,
+        "board": None,
+        "isa": ["avx2", "avx512f", "avx512_vnni"],
+    }
     assert state["cpufreq"]["cpu0"] == {"governor": "performance", "cur_mhz": 2400.0}
     assert state["cpufreq"]["cpu1"]["governor"] is None and "no cpufreq" in state["cpufreq"]["cpu1"]["reason"]
     assert [z["zone"] for z in state["thermal"]] == ["thermal_zone0", "thermal_zone10"]

@@ -53,7 +53,8 @@ def _masked_graph(scale: float):
     mix = numpy_helper.from_array(rng.standard_normal((V, V)).astype(np.float32), "mix")
     nodes = [helper.make_node("Gather", ["emb", "tokens"], ["h"]), helper.make_node("MatMul", ["h", "mix"], ["logits"])]
     return helper.make_graph(
-        nodes, "tiny_masked",
+        nodes,
+        "tiny_masked",
         [helper.make_tensor_value_info("tokens", TensorProto.INT64, [B, L])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, L, V])],
         [emb, mix],
@@ -73,7 +74,8 @@ def _ar_graph(max_len: int):
         helper.make_node("Identity", ["v_cache"], ["v_cache_out"]),
     ]
     return helper.make_graph(
-        nodes, "tiny_ar",
+        nodes,
+        "tiny_ar",
         [
             helper.make_tensor_value_info("token", TensorProto.INT64, [B, 1]),
             helper.make_tensor_value_info("pos", TensorProto.INT64, [1]),
@@ -92,8 +94,13 @@ def _ar_graph(max_len: int):
 def make_masked_bundle(root: Path, *, int8: bool = False, source: str = "masked-demo") -> Path:
     bundle = Bundle.new(
         root,
-        model={"name": "tiny-masked", "kind": "masked", "source": source, "ground_truth": None,
-               "meta": {"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {}}},
+        model={
+            "name": "tiny-masked",
+            "kind": "masked",
+            "source": source,
+            "ground_truth": None,
+            "meta": {"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {}},
+        },
         inputs={"tokens": TensorSpec((B, L), "int64", 0, V + 1)},
         outputs={"logits": TensorSpec((B, L, V), "float32")},
         decode_defaults={"steps": 4, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 1.0},
@@ -111,10 +118,19 @@ def make_ar_bundle(root: Path, *, max_len: int = L, source: str = "ar-demo") -> 
     cache = TensorSpec((DEPTH, B, HEADS, max_len, HD), "float32", -1.0, 1.0)
     bundle = Bundle.new(
         root,
-        model={"name": "tiny-ar", "kind": "ar", "source": source, "ground_truth": None,
-               "meta": {"vocab_size": V, "max_len": max_len, "bos_id": V, "conditioning": {}}},
-        inputs={"token": TensorSpec((B, 1), "int64", 0, V + 1), "pos": TensorSpec((1,), "int64", 0, max_len),
-                "k_cache": cache, "v_cache": cache},
+        model={
+            "name": "tiny-ar",
+            "kind": "ar",
+            "source": source,
+            "ground_truth": None,
+            "meta": {"vocab_size": V, "max_len": max_len, "bos_id": V, "conditioning": {}},
+        },
+        inputs={
+            "token": TensorSpec((B, 1), "int64", 0, V + 1),
+            "pos": TensorSpec((1,), "int64", 0, max_len),
+            "k_cache": cache,
+            "v_cache": cache,
+        },
         outputs={"logits": TensorSpec((B, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )

@@ -19,7 +19,9 @@ def invoke(*args):
 
 
 def test_json_is_one_profile_document_with_the_ar_comparison(tiny):
-    r = invoke("profile", tiny["masked8"], *QUICK, "--compare-ar", "--ar-bundle", tiny["ar"], "--sweep", "none", "--json")
+    r = invoke(
+        "profile", tiny["masked8"], *QUICK, "--compare-ar", "--ar-bundle", tiny["ar"], "--sweep", "none", "--json"
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "edgekit.profile/1"

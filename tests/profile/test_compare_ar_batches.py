@@ -26,7 +26,9 @@ def pair(tmp_path_factory):
 
 def test_compare_ar_decodes_the_ar_rows_in_several_calls(pair):
     masked, _ = pair  # the AR bundle is the sibling `ar`, as the README lays them out
-    doc = profile_bundle(masked, ProfileConfig(compare_ar=True, sweep_lengths=(), measure=FAST, power="off", cond={"class_id": "1"}))
+    doc = profile_bundle(
+        masked, ProfileConfig(compare_ar=True, sweep_lengths=(), measure=FAST, power="off", cond={"class_id": "1"})
+    )
     ar = doc["compare_ar"]["variants"][0]
     assert ar["available"] and ar["decode"]["rows"] == 4 == doc["variants"][0]["decode"]["rows"]
     assert ar["decode"]["runtime_calls"] == 4 * 12  # 4 calls of 1 row, 12 tokens each
@@ -38,7 +40,17 @@ def test_a_variant_that_cannot_run_is_a_row_saying_why(pair):
     """torch cannot rebuild these models (their source is no known model): the torch variants,
     NAR and AR, become 'not measured' lines naming the bundle; the ort ones are reported."""
     masked, ar = pair
-    doc = profile_bundle(masked, ProfileConfig(runtimes=("ort", "torch"), compare_ar=True, sweep_lengths=(), measure=FAST, power="off", cond={"class_id": "1"}))
+    doc = profile_bundle(
+        masked,
+        ProfileConfig(
+            runtimes=("ort", "torch"),
+            compare_ar=True,
+            sweep_lengths=(),
+            measure=FAST,
+            power="off",
+            cond={"class_id": "1"},
+        ),
+    )
     status = {v["id"]: v["available"] for v in doc["variants"] + doc["compare_ar"]["variants"]}
     assert status == {"ort fp32": True, "torch fp32": False, "AR ort fp32": True}
     lines = not_measured_lines(doc)
@@ -60,8 +72,19 @@ def test_the_frontier_decodes_the_ar_rows_in_several_calls_too(pair):
 
     masked, _ = pair
     hook = f"{Path(__file__).resolve()}:token_mean"
-    doc = profile_bundle(masked, ProfileConfig(compare_ar=True, sweep_lengths=(), measure=FAST, power="off", cond={"class_id": "1"},
-                                               frontier_steps=(1, 2), frontier_n=6, metric_hook=hook))
+    doc = profile_bundle(
+        masked,
+        ProfileConfig(
+            compare_ar=True,
+            sweep_lengths=(),
+            measure=FAST,
+            power="off",
+            cond={"class_id": "1"},
+            frontier_steps=(1, 2),
+            frontier_n=6,
+            metric_hook=hook,
+        ),
+    )
     f = doc["compare_ar"]["frontier"]
     assert f["available"] and f["rows"] == 4 and f["n"] == 6
     assert sorted({p["model"] for p in f["points"]}) == ["ar", "masked"]

@@ -16,8 +16,17 @@ ONCE = MeasureConfig(warmup_iters=0, warmup_seconds=0.0, iters=2, min_seconds=0.
 
 
 def test_nar_and_ar_are_compared_on_the_htp(tiny_qnn_bundles):
-    cfg = ProfileConfig(runtimes=("qnn",), precisions=("int8",), compare_ar=True, ar_bundle=tiny_qnn_bundles["ar"],
-                        measure=ONCE, power="off", cond={"class_id": "1"}, frontier_steps=(), sweep_lengths=(16,))
+    cfg = ProfileConfig(
+        runtimes=("qnn",),
+        precisions=("int8",),
+        compare_ar=True,
+        ar_bundle=tiny_qnn_bundles["ar"],
+        measure=ONCE,
+        power="off",
+        cond={"class_id": "1"},
+        frontier_steps=(),
+        sweep_lengths=(16,),
+    )
     doc = profile_bundle(tiny_qnn_bundles["masked"], cfg)
     nar, ar = doc["variants"][0], doc["compare_ar"]["variants"][0]
     assert nar["available"] and ar["available"] and ar["id"] == "AR qnn int8"

@@ -18,8 +18,24 @@ def test_profile_reports_the_weights_file_it_loaded(external_bundles, runtime):
     pytest.importorskip("openvino" if runtime == "openvino" else "onnxruntime")
     art = Bundle.load(external_bundles["external"]).manifest["artifacts"]["fp32"]
     with scaled_limit():
-        r = CliRunner().invoke(app, ["profile", str(external_bundles["external"]), "--runtime", runtime, "--iters", "1",
-                                     "--warmup", "0", "--steps", "1", "--cond", "class_id=1", "--json"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "profile",
+                str(external_bundles["external"]),
+                "--runtime",
+                runtime,
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--steps",
+                "1",
+                "--cond",
+                "class_id=1",
+                "--json",
+            ],
+        )
     assert r.exit_code == 0, r.output
     (variant,) = json.loads(r.stdout)["variants"]
     memory = variant["memory"]

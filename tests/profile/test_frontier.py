@@ -36,7 +36,12 @@ def test_pareto_lower_is_better():
 
 
 def test_smallest_k_within_relative_and_absolute_tolerance():
-    nar = [pt("masked", 16, 16.0, 0.93), pt("masked", 2, 2.0, 0.70), pt("masked", 8, 8.0, 0.86), pt("masked", 4, 4.0, 0.80)]
+    nar = [
+        pt("masked", 16, 16.0, 0.93),
+        pt("masked", 2, 2.0, 0.70),
+        pt("masked", 8, 8.0, 0.86),
+        pt("masked", 4, 4.0, 0.80),
+    ]
     assert smallest_steps_within(nar, 0.95, Tolerance.parse("10%"), "acc").steps == 8  # bar 0.855
     assert smallest_steps_within(nar, 0.95, Tolerance.parse("0.2"), "acc").steps == 4  # bar 0.75
     assert smallest_steps_within(nar, 0.95, Tolerance.parse("0"), "acc") is None
@@ -61,14 +66,25 @@ def test_bad_tolerance_is_a_usage_error(bad):
 
 def test_frontier_document_per_precision():
     points = [
-        pt("masked", 1, 1.0, 0.50), pt("masked", 8, 8.0, 0.90), pt("ar", 64, 24.0, 0.95),
-        pt("masked", 1, 0.5, 0.40, "int8"), pt("masked", 8, 5.0, 0.70, "int8"), pt("ar", 64, 30.0, 0.94, "int8"),
+        pt("masked", 1, 1.0, 0.50),
+        pt("masked", 8, 8.0, 0.90),
+        pt("ar", 64, 24.0, 0.95),
+        pt("masked", 1, 0.5, 0.40, "int8"),
+        pt("masked", 8, 5.0, 0.70, "int8"),
+        pt("ar", 64, 30.0, 0.94, "int8"),
     ]
     doc = frontier(points, "acc", Tolerance.parse("10%"))
     fp32, int8 = doc["smallest_k"]
     assert fp32["precision"] == "fp32" and fp32["steps"] == 8 and fp32["speedup"] == pytest.approx(3.0)
     assert int8["steps"] is None and int8["speedup"] is None and "best: K=8" in int8["reason"]
-    assert [p["pareto"] for p in doc["points"]] == [True, True, True, True, True, False]  # int8 AR: slower and worse than fp32 AR
+    assert [p["pareto"] for p in doc["points"]] == [
+        True,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]  # int8 AR: slower and worse than fp32 AR
     assert doc["tolerance"] == {"text": "10%", "amount": 0.1, "relative": True}
 
 

@@ -13,12 +13,12 @@ from edgekit.errors import UsageError
 from edgekit.profile import ProfileConfig, profile_bundle
 from edgekit.profile.frontier import FrontierPoint, Tolerance, frontier
 
-HOOK = '''
+HOOK = """
 SEEN = []
 def score(output, cond):
     SEEN.append(output.shape)
     return {"low_share": float((output < 16).mean()), "rows": float(len(output))}
-'''
+"""
 
 
 @pytest.fixture()
@@ -29,8 +29,16 @@ def hook(tmp_path):
 
 
 def _cfg(kit, tiny, hook, **kw):
-    base = dict(measure=kit.FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=(),
-                frontier_steps=(1, 2, 4), frontier_n=5, metric_hook=hook)
+    base = dict(
+        measure=kit.FAST,
+        power="off",
+        compare_ar=True,
+        ar_bundle=tiny["ar"],
+        sweep_lengths=(),
+        frontier_steps=(1, 2, 4),
+        frontier_n=5,
+        metric_hook=hook,
+    )
     return ProfileConfig(**(base | kw))
 
 
@@ -39,8 +47,15 @@ def test_frontier_scores_every_k_and_ar_on_one_evaluation_set(tiny, kit, hook):
     f = doc["compare_ar"]["frontier"]
     assert f["available"] and f["metric"] == "low_share" and f["n"] == 5 and f["rows"] == kit.B
     got = [(p["model"], p["precision"], p["steps"]) for p in f["points"]]
-    assert got == [("masked", "fp32", 1), ("masked", "fp32", 2), ("masked", "fp32", 4), ("ar", "fp32", kit.L),
-                   ("masked", "int8", 1), ("masked", "int8", 2), ("masked", "int8", 4)]
+    assert got == [
+        ("masked", "fp32", 1),
+        ("masked", "fp32", 2),
+        ("masked", "fp32", 4),
+        ("ar", "fp32", kit.L),
+        ("masked", "int8", 1),
+        ("masked", "int8", 2),
+        ("masked", "int8", 4),
+    ]
     assert all(p["latency_ms"] > 0 and p["quality"]["rows"] == 5 for p in f["points"])  # n rows, short chunk trimmed
     # The flags and the smallest K are those of profile.frontier on the measured points.
     pts = [FrontierPoint(p["model"], p["precision"], p["steps"], p["latency_ms"], p["quality"]) for p in f["points"]]
@@ -61,7 +76,9 @@ def test_a_k_already_profiled_is_not_timed_twice(tiny, kit, hook):
 def test_the_masked_decode_steps_change_the_outputs_scored(tiny, kit, tmp_path):
     # A hook that fingerprints the tokens: K=1 and K=4 decode different tokens under one seed.
     path = tmp_path / "fingerprint.py"
-    path.write_text("import numpy as np\ndef score(output, cond):\n    return {'sum': float(np.sum(output * np.arange(output.shape[1])))}\n")
+    path.write_text(
+        "import numpy as np\ndef score(output, cond):\n    return {'sum': float(np.sum(output * np.arange(output.shape[1])))}\n"
+    )
     doc = profile_bundle(tiny["masked"], _cfg(kit, tiny, f"{path}:score", frontier_steps=(1, 4)))
     sums = [p["quality"]["sum"] for p in doc["compare_ar"]["frontier"]["points"] if p["model"] == "masked"]
     assert sums[0] != sums[1]
@@ -89,8 +106,22 @@ QUICK = ["--iters", "3", "--min-seconds", "0", "--warmup", "1", "--power", "off"
 
 
 def test_cli_prints_the_frontier_and_json_carries_it(tiny, hook, tmp_path):
-    args = ["profile", str(tiny["masked"]), *QUICK, "--compare-ar", "--ar-bundle", str(tiny["ar"]),
-            "--metric", hook, "--frontier-steps", "1,2", "--frontier-n", "3", "--frontier-tolerance", "0.05"]
+    args = [
+        "profile",
+        str(tiny["masked"]),
+        *QUICK,
+        "--compare-ar",
+        "--ar-bundle",
+        str(tiny["ar"]),
+        "--metric",
+        hook,
+        "--frontier-steps",
+        "1,2",
+        "--frontier-n",
+        "3",
+        "--frontier-tolerance",
+        "0.05",
+    ]
     r = runner.invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "quality-latency frontier" in r.stdout and "smallest K with low_share within 0.05 of AR's" in r.stdout

@@ -5,21 +5,31 @@ from __future__ import annotations
 
 import pytest
 
+from edgekit.bundle import Bundle
 from edgekit.errors import UsageError
 from edgekit.profile import ProfileConfig, plan_variants, profile_bundle
-from edgekit.bundle import Bundle
 
 pytest.importorskip("openvino")
 
 
 def test_engines_side_by_side_with_the_precisions_each_runs(tiny, kit):
-    cfg = ProfileConfig(runtimes=("ort", "openvino"), precisions=("fp32", "int8", "bf16"), measure=kit.FAST, power="off", threads=1)
+    cfg = ProfileConfig(
+        runtimes=("ort", "openvino"), precisions=("fp32", "int8", "bf16"), measure=kit.FAST, power="off", threads=1
+    )
     assert [(v.runtime, v.precision) for v in plan_variants(Bundle.load(tiny["masked8"]), cfg)] == [
-        ("ort", "fp32"), ("ort", "int8"), ("openvino", "fp32"), ("openvino", "int8"), ("openvino", "bf16")]
+        ("ort", "fp32"),
+        ("ort", "int8"),
+        ("openvino", "fp32"),
+        ("openvino", "int8"),
+        ("openvino", "bf16"),
+    ]
     from edgekit.runtimes.openvino import device_capabilities
 
     precisions = ("fp32", "int8", "bf16") if "BF16" in device_capabilities() else ("fp32", "int8")
-    doc = profile_bundle(tiny["masked8"], ProfileConfig(runtimes=("ort", "openvino"), precisions=precisions, measure=kit.FAST, power="off", threads=1))
+    doc = profile_bundle(
+        tiny["masked8"],
+        ProfileConfig(runtimes=("ort", "openvino"), precisions=precisions, measure=kit.FAST, power="off", threads=1),
+    )
     by_id = {v["id"]: v for v in doc["variants"]}
     ov = by_id["openvino fp32"]
     assert ov["runtime_settings"]["inference_precision"] == "f32" and ov["runtime_settings"]["threads"] == 1
@@ -34,14 +44,25 @@ def test_engines_side_by_side_with_the_precisions_each_runs(tiny, kit):
 
 def test_a_precision_none_of_the_runtimes_runs_is_an_error(tiny, kit):
     with pytest.raises(UsageError, match="--precision bf16 runs on none of --runtime ort; bf16 runs on openvino"):
-        plan_variants(Bundle.load(tiny["masked"]), ProfileConfig(runtimes=("ort",), precisions=("bf16",), measure=kit.FAST))
+        plan_variants(
+            Bundle.load(tiny["masked"]), ProfileConfig(runtimes=("ort",), precisions=("bf16",), measure=kit.FAST)
+        )
 
 
 def test_nar_vs_ar_reports_a_crossover_per_engine(tiny, kit):
-    doc = profile_bundle(tiny["masked"], ProfileConfig(
-        runtimes=("ort", "openvino"), precisions=("fp32",), measure=kit.FAST, power="off", compare_ar=True,
-        ar_bundle=tiny["ar"], sweep_lengths=(), threads=1,
-    ))
+    doc = profile_bundle(
+        tiny["masked"],
+        ProfileConfig(
+            runtimes=("ort", "openvino"),
+            precisions=("fp32",),
+            measure=kit.FAST,
+            power="off",
+            compare_ar=True,
+            ar_bundle=tiny["ar"],
+            sweep_lengths=(),
+            threads=1,
+        ),
+    )
     crossovers = doc["compare_ar"]["crossovers"]
     assert [c["runtime"] for c in crossovers] == ["ort", "openvino"] and doc["compare_ar"]["crossover"] == crossovers[0]
     assert all(c["available"] and c["seed_formula"]["n"] is not None for c in crossovers)

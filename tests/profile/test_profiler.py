@@ -40,7 +40,9 @@ def test_config_rejects_bad_values_with_the_valid_ones(kwargs, needle):
 
 
 def test_precision_defaults_to_fp32_plus_int8_when_the_bundle_has_it(tiny):
-    assert [(v.runtime, v.precision) for v in plan_variants(Bundle.load(tiny["masked"]), ProfileConfig())] == [("ort", "fp32")]
+    assert [(v.runtime, v.precision) for v in plan_variants(Bundle.load(tiny["masked"]), ProfileConfig())] == [
+        ("ort", "fp32")
+    ]
     plan = plan_variants(Bundle.load(tiny["masked8"]), ProfileConfig(steps=(2, 4)))
     assert [(v.precision, v.steps) for v in plan] == [("fp32", 2), ("fp32", 4), ("int8", 2), ("int8", 4)]
 
@@ -172,7 +174,9 @@ def test_compare_ar_runs_the_baseline_on_the_same_runtime_and_precision(profile_
     assert ar["AR ort int8"]["available"] is False and "edgekit quantize" in ar["AR ort int8"]["reason"]
     fp32 = profile_doc["variants"][0]
     s = cmp["speedups"][0]
-    assert s["speedup"] == pytest.approx(ar["AR ort fp32"]["latency"]["median_ms"] / fp32["latency"]["median_ms"], rel=1e-12)
+    assert s["speedup"] == pytest.approx(
+        ar["AR ort fp32"]["latency"]["median_ms"] / fp32["latency"]["median_ms"], rel=1e-12
+    )
     assert cmp["speedups"][1]["speedup"] is None and "edgekit quantize" in cmp["speedups"][1]["reason"]
 
 
@@ -219,7 +223,10 @@ def test_crossover_gives_a_bound_when_one_side_always_wins():
 def test_crossover_ignores_a_root_where_nar_stops_winning():
     # A noisy fit gives c(N) a negative intercept: then K·c(N) < N·τ(N) near N = 0 and the first
     # root (~29) is where NAR stops "winning"; the crossover is the second root, where it starts.
-    pts = [{"length": 32, "nar_decode_ms": 80.0, "ar_decode_ms": 65.0}, {"length": 64, "nar_decode_ms": 395.0, "ar_decode_ms": 328.0}]
+    pts = [
+        {"length": 32, "nar_decode_ms": 80.0, "ar_decode_ms": 65.0},
+        {"length": 64, "nar_decode_ms": 395.0, "ar_decode_ms": 328.0},
+    ]
     out = crossover(pts, 8)
     (c0, c1), (t0, t1) = out["model"]["c_fit_ms"], out["model"]["tau_fit_ms"]
     a, b, c = t1, t0 - 8 * c1, -8 * c0
@@ -231,20 +238,23 @@ def test_crossover_ignores_a_root_where_nar_stops_winning():
     assert never["model"]["n"] is None and "never" in never["model"]["reason"]
 
 
-
 def test_crossover_does_not_turn_rounding_noise_into_a_root():
     """An AR token cost that is flat in N up to the last bits (a BLAS kernel's rounding: +1e-18 ms
     per token on one ISA, -1e-18 on another) is flat: NAR that loses at every length never
     overtakes, on every host. Before: the noise was the gain quadratic's leading coefficient and
     put the crossover at N ~ 2e19 on an AVX2 host, None on an AVX-512 one."""
     for eps in (1e-16, -1e-16, 4e-17, 0.0):
-        pts = [{"length": n, "nar_decode_ms": 4 * 10.0 * n, "ar_decode_ms": n * 0.1 * (1 + eps * i)} for i, n in enumerate((16, 32))]
+        pts = [
+            {"length": n, "nar_decode_ms": 4 * 10.0 * n, "ar_decode_ms": n * 0.1 * (1 + eps * i)}
+            for i, n in enumerate((16, 32))
+        ]
         out = crossover(pts, 4)
         assert out["model"]["n"] is None and "never" in out["model"]["reason"], (eps, out)
         assert out["model"]["tau_fit_ms"][1] == 0.0
     # A real slope (a millionth of the cost per token) is kept: the fit is not flattened by taste.
     pts = _points([100, 200, 800], 8, lambda n: 1 + 0.01 * n, lambda n: 0.1 + 1e-6 * n)
     assert crossover(pts, 8)["model"]["tau_fit_ms"][1] == pytest.approx(1e-6, rel=1e-6)
+
 
 def test_length_sweep_without_a_buildable_architecture_says_why(tmp_path, kit):
     masked = kit.masked(tmp_path / "m", source="mypkg.models:make")
@@ -334,8 +344,16 @@ def test_demo_profile_writes_the_report_and_returns_the_tables(tiny, tmp_path, m
 
     monkeypatch.setattr("edgekit.profile.demo.DEMO_SWEEP_LENGTHS", ())  # no exports in a unit test
     # Which engine is fastest is this host's (and its load's) answer: pin it, the tables are what is tested.
-    monkeypatch.setattr("edgekit.profile.demo.fastest_engine", lambda bundle, precision: {
-        "runtime": "ort", "precision": precision, "median_ms": {}, "rounds": 0, "candidates": ["ort"]})
+    monkeypatch.setattr(
+        "edgekit.profile.demo.fastest_engine",
+        lambda bundle, precision: {
+            "runtime": "ort",
+            "precision": precision,
+            "median_ms": {},
+            "rounds": 0,
+            "candidates": ["ort"],
+        },
+    )
     out = demo_profile({"masked": Bundle.load(tiny["masked8"]), "ar": tiny["ar"]}, tmp_path / "demo")
     assert out["html"] == str(tmp_path / "demo" / "report" / "profile.html")
     assert (tmp_path / "demo" / "report" / "profile.json").is_file()
@@ -354,7 +372,9 @@ def test_bad_decode_override_fails_before_measuring(tiny, kit):
 def test_decode_override_reaches_every_variant(tiny, kit):
     from edgekit.profile import profile_bundle
 
-    doc = profile_bundle(tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", steps=(2, 3), decode={"schedule": "linear"}))
+    doc = profile_bundle(
+        tiny["masked"], ProfileConfig(measure=kit.FAST, power="off", steps=(2, 3), decode={"schedule": "linear"})
+    )
     assert [v["decode_config"]["schedule"] for v in doc["variants"]] == ["linear", "linear"]
     assert [v["decode_config"]["steps"] for v in doc["variants"]] == [2, 3]
     assert doc["config"]["decode"] == {"schedule": "linear"}
@@ -362,7 +382,9 @@ def test_decode_override_reaches_every_variant(tiny, kit):
 
 def test_int8_sweep_on_torch_says_why_instead_of_timing_fp32(tiny, kit):
     masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
-    out = length_sweep(masked, ar, "torch", 2, kit.B, [8], ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8"))
+    out = length_sweep(
+        masked, ar, "torch", 2, kit.B, [8], ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8")
+    )
     assert out["available"] is False and "int8 quantizes for ort" in out["reason"] and out["points"] == []
 
 
@@ -376,14 +398,33 @@ def test_sweep_in_both_precisions_gives_one_crossover_each_side_by_side(tiny, ki
     def fake_sweep(bundle, ar, runtime, k, rows, lengths, cfg, progress=None):
         seen.append((runtime, cfg.sweep_precision, tuple(lengths)))
         slow_ar = 4.0 if cfg.sweep_precision == "int8" else 3.0  # AR ms per token: the crossovers differ
-        return {"available": True, "how": f"fake {cfg.sweep_precision}", "notes": [],
-                "points": [{"length": n, "source": "architecture-only", "nar_decode_ms": 10.0 + n * 0.1,
-                            "ar_decode_ms": slow_ar * n} for n in lengths]}
+        return {
+            "available": True,
+            "how": f"fake {cfg.sweep_precision}",
+            "notes": [],
+            "points": [
+                {
+                    "length": n,
+                    "source": "architecture-only",
+                    "nar_decode_ms": 10.0 + n * 0.1,
+                    "ar_decode_ms": slow_ar * n,
+                }
+                for n in lengths
+            ],
+        }
 
     monkeypatch.setattr("edgekit.profile.compare_ar.length_sweep", fake_sweep)
     assert ProfileConfig(sweep_precision="fp32, int8").sweep_precisions == ("fp32", "int8")
-    cfg = ProfileConfig(measure=kit.FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=(32, 256),
-                        precisions=("fp32", "int8"), sweep_precision="fp32,int8", frontier_steps=())
+    cfg = ProfileConfig(
+        measure=kit.FAST,
+        power="off",
+        compare_ar=True,
+        ar_bundle=tiny["ar"],
+        sweep_lengths=(32, 256),
+        precisions=("fp32", "int8"),
+        sweep_precision="fp32,int8",
+        frontier_steps=(),
+    )
     doc = profile_bundle(tiny["masked8"], cfg)
     assert seen == [("ort", "fp32", (32, 256)), ("ort", "int8", (32, 256))]
     crossovers = doc["compare_ar"]["crossovers"]
@@ -397,7 +438,9 @@ def test_sweep_in_both_precisions_gives_one_crossover_each_side_by_side(tiny, ki
     assert columns[:2] == ["engine", "K"] and {r[0] for r in rows} == {"ort fp32", "ort int8"}
     assert len(rows) == 2 * 3  # the bundle's own length and the two swept ones, per precision
     lines = crossover_lines(doc)
-    assert lines[0].startswith("crossover (ort fp32, K=") and any(line.startswith("crossover on ort int8, K=") for line in lines)
+    assert lines[0].startswith("crossover (ort fp32, K=") and any(
+        line.startswith("crossover on ort int8, K=") for line in lines
+    )
 
 
 @pytest.mark.parametrize("found", [True, False], ids=["frontier-k", "no-k-reaches-ar"])
@@ -411,21 +454,40 @@ def test_the_crossover_is_swept_at_the_frontiers_smallest_k(tiny, kit, monkeypat
 
     def fake_sweep(bundle, ar, runtime, k, rows, lengths, cfg, progress=None):
         swept.append((cfg.sweep_precision, k))
-        return {"available": True, "how": "fake", "notes": [],
-                "points": [{"length": n, "source": "architecture-only", "nar_decode_ms": k * n * 0.1, "ar_decode_ms": 3.0 * n}
-                           for n in lengths]}
+        return {
+            "available": True,
+            "how": "fake",
+            "notes": [],
+            "points": [
+                {"length": n, "source": "architecture-only", "nar_decode_ms": k * n * 0.1, "ar_decode_ms": 3.0 * n}
+                for n in lengths
+            ],
+        }
 
     hit = {"precision": "fp32", "steps": 2, "quality": 0.9, "threshold": 0.85, "latency_ms": 7.5}
     miss = {"precision": "fp32", "steps": None, "reason": "no measured K reaches event_accuracy 0.85"}
 
     def fake_frontier(bundle, ar, variants, ar_docs, rows, cfg, progress):
-        return {"available": True, "runtime": "ort", "metric": "event_accuracy", "tolerance": {"text": "10%"},
-                "smallest_k": [hit if found else miss]}
+        return {
+            "available": True,
+            "runtime": "ort",
+            "metric": "event_accuracy",
+            "tolerance": {"text": "10%"},
+            "smallest_k": [hit if found else miss],
+        }
 
     monkeypatch.setattr("edgekit.profile.compare_ar.length_sweep", fake_sweep)
     monkeypatch.setattr("edgekit.profile.compare_ar.measure_frontier", fake_frontier)
-    cfg = ProfileConfig(measure=kit.FAST, power="off", compare_ar=True, ar_bundle=tiny["ar"], sweep_lengths=(256,),
-                        precisions=("fp32",), sweep_precision="fp32,int8", frontier_steps=(2, 4))
+    cfg = ProfileConfig(
+        measure=kit.FAST,
+        power="off",
+        compare_ar=True,
+        ar_bundle=tiny["ar"],
+        sweep_lengths=(256,),
+        precisions=("fp32",),
+        sweep_precision="fp32,int8",
+        frontier_steps=(2, 4),
+    )
     doc = profile_bundle(tiny["masked8"], cfg)
     (variant,) = doc["variants"]
     default_k = variant["decode"]["steps"]

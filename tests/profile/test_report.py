@@ -69,7 +69,9 @@ def test_variants_table_shows_the_measured_figures(profile_doc):
     columns, rows = variants_table(profile_doc)
     assert columns == ["metric", "ort fp32", "ort int8", "AR ort fp32"]
     by_label = {r[0]: r[1:] for r in rows}
-    medians = [v["latency"]["median_ms"] for v in profile_doc["variants"]] + [profile_doc["compare_ar"]["variants"][0]["latency"]["median_ms"]]
+    medians = [v["latency"]["median_ms"] for v in profile_doc["variants"]] + [
+        profile_doc["compare_ar"]["variants"][0]["latency"]["median_ms"]
+    ]
     assert by_label["median ms"] == medians
     assert by_label["tokens / s"][0] == profile_doc["variants"][0]["throughput"]["items_per_s"]
     assert by_label["mJ / decode"] == ["unavailable"] * 3
@@ -96,12 +98,21 @@ def test_summary_has_every_table_and_the_power_reason(profile_doc):
 
 
 def test_crossover_lines_quote_the_measured_and_fitted_lengths():
-    doc = {"compare_ar": {"crossover": {
-        "available": True, "runtime": "ort", "precision": "fp32", "nar_steps": 8,
-        "seed_formula": {"c_ms": 2.0, "tau_ms": 0.5, "n": 5.0}, "k_steps_estimate": {"n": 32.0},
-        "measured": {"n": 40.4, "bound": None}, "model": {"n": 44.6},
-        "sweep": {"available": True, "how": "architecture-only models", "notes": []},
-    }}}
+    doc = {
+        "compare_ar": {
+            "crossover": {
+                "available": True,
+                "runtime": "ort",
+                "precision": "fp32",
+                "nar_steps": 8,
+                "seed_formula": {"c_ms": 2.0, "tau_ms": 0.5, "n": 5.0},
+                "k_steps_estimate": {"n": 32.0},
+                "measured": {"n": 40.4, "bound": None},
+                "model": {"n": 44.6},
+                "sweep": {"available": True, "how": "architecture-only models", "notes": []},
+            }
+        }
+    }
     lines = crossover_lines(doc)
     # one answer (issue #31: four different statements), the estimates labelled on one line
     assert lines[0] == "crossover (ort fp32, K=8): measured crossover N ~ 40 tokens"
@@ -150,7 +161,9 @@ def test_html_renders_in_headless_chromium(profile_doc, tmp_path):
     path = write_report(profile_doc, tmp_path)["html"]
     r = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     dom = r.stdout

@@ -11,8 +11,11 @@ from edgekit.profile.table import SUMMARY_ROWS, crossover_statement, nar_vs_ar_l
 def test_one_crossover_statement_even_when_the_fit_disagrees_with_the_measurement():
     # The run that printed both "NAR faster at every measured length" and "the fitted costs never
     # make NAR overtake AR": the measurement wins, the fit is not quoted.
-    cross = {"available": True, "measured": {"n": None, "bound": "< 32 (NAR faster at every measured length)"},
-             "model": {"n": None, "reason": "the fitted costs never make NAR overtake AR as N grows"}}
+    cross = {
+        "available": True,
+        "measured": {"n": None, "bound": "< 32 (NAR faster at every measured length)"},
+        "model": {"n": None, "reason": "the fitted costs never make NAR overtake AR as N grows"},
+    }
     assert crossover_statement(cross) == "measured crossover N < 32 (NAR faster at every measured length)"
     cross["measured"] = {"n": 36.6, "bound": None}
     assert crossover_statement(cross) == "measured crossover N ~ 37 tokens"
@@ -22,9 +25,13 @@ def test_one_crossover_statement_even_when_the_fit_disagrees_with_the_measuremen
 
 
 def test_nar_vs_ar_line_quotes_every_measured_speedup():
-    doc = {"compare_ar": {"length": 64, "speedups": [
-        {"nar": "ort fp32", "speedup": 1.357}, {"nar": "ort int8", "speedup": None, "reason": "x"}],
-        "crossover": {"available": True, "measured": {"n": 37.2}, "model": {}}}}
+    doc = {
+        "compare_ar": {
+            "length": 64,
+            "speedups": [{"nar": "ort fp32", "speedup": 1.357}, {"nar": "ort int8", "speedup": None, "reason": "x"}],
+            "crossover": {"available": True, "measured": {"n": 37.2}, "model": {}},
+        }
+    }
     assert nar_vs_ar_line(doc) == "NAR vs AR: 1.36x (ort fp32) at L = 64; measured crossover N ~ 37 tokens"
     assert nar_vs_ar_line({"compare_ar": None}) is None
 

@@ -72,7 +72,10 @@ def build_tiny_model(path: Path, seed: int = 0, outlier: float = 0.0) -> Path:
     graph = helper.make_graph(
         nodes,
         "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, D]), helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, D]),
+            helper.make_tensor_value_info("t", TensorProto.FLOAT, [2]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, D])],
         inits,
     )
@@ -86,7 +89,10 @@ def build_tiny_model(path: Path, seed: int = 0, outlier: float = 0.0) -> Path:
 def tiny_feeds(n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [
-        {"x": rng.standard_normal((2, 4, D)).astype(np.float32), "t": np.array([i / max(n - 1, 1), 0.5], dtype=np.float32)}
+        {
+            "x": rng.standard_normal((2, 4, D)).astype(np.float32),
+            "t": np.array([i / max(n - 1, 1), 0.5], dtype=np.float32),
+        }
         for i in range(n)
     ]
 

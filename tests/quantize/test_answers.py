@@ -16,7 +16,9 @@ pytest.importorskip("onnxruntime")
 # Enough to make the search try candidates: tight budgets, few rows. The trt profile: the cpu
 # profile times its fallbacks' form on this host, and a candidate more or less would follow the load.
 CONFIGS = {
-    "masked": QuantizeConfig(profile="trt", eval_samples=4, calib_samples=2, budget={"lockstep_token_agreement": 0.9999}, max_fallback=2),
+    "masked": QuantizeConfig(
+        profile="trt", eval_samples=4, calib_samples=2, budget={"lockstep_token_agreement": 0.9999}, max_fallback=2
+    ),
     "flow": QuantizeConfig(profile="trt", eval_samples=4, calib_samples=2, budget={"snr_db": 80.0}, max_fallback=2),
 }
 

@@ -67,7 +67,10 @@ def test_compare_frames_snr_vs_fp32_and_ground_truth_drop():
 
 
 def test_check_directions_and_unmeasured_keys():
-    ok, rows = check({"lockstep_token_agreement": 0.995, "event_accuracy_drop": 0.02}, {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.01})
+    ok, rows = check(
+        {"lockstep_token_agreement": 0.995, "event_accuracy_drop": 0.02},
+        {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.01},
+    )
     assert not ok and [r["passed"] for r in rows] == [True, False]
     ok, rows = check({"snr_db": 31.0}, {"snr_db": 30.0, "gt_snr_drop_db": 0.5})  # no ground truth: not measured
     assert ok and rows[1]["passed"] is None
@@ -85,11 +88,14 @@ def test_budget_keys_per_kind_and_overrides():
 
 
 def test_parse_budget_and_decode_options():
-    from edgekit.errors import UsageError
     from edgekit.decode.dispatch import parse_decode_options
+    from edgekit.errors import UsageError
     from edgekit.quantize.config import parse_budget
 
-    assert parse_budget(["lockstep-token-agreement=0.98", "snr_db=25"]) == {"lockstep_token_agreement": 0.98, "snr_db": 25.0}
+    assert parse_budget(["lockstep-token-agreement=0.98", "snr_db=25"]) == {
+        "lockstep_token_agreement": 0.98,
+        "snr_db": 25.0,
+    }
     for bad in (["lockstep_token_agreement"], ["agreement=1"], ["snr_db=high"]):
         with pytest.raises(UsageError):
             parse_budget(bad)

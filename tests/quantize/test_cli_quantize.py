@@ -34,8 +34,18 @@ def test_quantize_prints_a_readable_summary(masked):
     r = invoke("quantize", masked, *FAST, "--profile", "trt", "--exclude", "head", "--no-fallback", *LOOSE)
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for needle in ("trt / minmax", "kept in float", "attention core", "--exclude head", "accuracy vs budget",
-                   "lockstep_token_agreement", "ground truth, FP32 vs INT8", "range drift", "mask share", "wrote"):
+    for needle in (
+        "trt / minmax",
+        "kept in float",
+        "attention core",
+        "--exclude head",
+        "accuracy vs budget",
+        "lockstep_token_agreement",
+        "ground truth, FP32 vs INT8",
+        "range drift",
+        "mask share",
+        "wrote",
+    ):
         assert needle in out, needle
     r = invoke("run", masked, "--precision", "int8", "--json")  # what was written runs
     assert r.exit_code == 0, r.output
@@ -43,7 +53,16 @@ def test_quantize_prints_a_readable_summary(masked):
 
 
 def test_budget_miss_exits_4_with_one_line(masked):
-    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "lockstep_token_agreement=1.01", "--budget", "event_accuracy_drop=1")
+    r = invoke(
+        "quantize",
+        masked,
+        *FAST,
+        "--no-fallback",
+        "--budget",
+        "lockstep_token_agreement=1.01",
+        "--budget",
+        "event_accuracy_drop=1",
+    )
     assert r.exit_code == 4
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "misses the accuracy budget" in last and "lockstep_token_agreement" in last

@@ -44,11 +44,16 @@ def test_the_plan_counts_the_decodes_and_prices_them_from_one():
 @pytest.mark.parametrize("kind", ["masked", "flow"])
 def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, tiny_bundles, tmp_path):
     said = []
-    s = quantize_bundle(shutil.copytree(tiny_bundles[kind], tmp_path / kind),
-                        QuantizeConfig(calib_samples=4, eval_samples=4), progress=said.append)
+    s = quantize_bundle(
+        shutil.copytree(tiny_bundles[kind], tmp_path / kind),
+        QuantizeConfig(calib_samples=4, eval_samples=4),
+        progress=said.append,
+    )
     batch = 2
     assert any(line.startswith("plan: 2 calibration + 2 held-out FP32 decodes") for line in said), said
     plan = s["plan"]
     assert plan["calibration_decodes"] == 4 // batch and plan["heldout_decodes"] == 4 // batch
     assert plan["int8_decodes_per_candidate"] == 2 * plan["heldout_decodes"]
-    assert plan["fp32_decode_s"] > 0 and s["fp32_decodes"] == pytest.approx(s["timing_s"]["total_s"] / plan["fp32_decode_s"], rel=0.01)
+    assert plan["fp32_decode_s"] > 0 and s["fp32_decodes"] == pytest.approx(
+        s["timing_s"]["total_s"] / plan["fp32_decode_s"], rel=0.01
+    )

@@ -66,7 +66,9 @@ class OneShot:
 
     def search(self) -> SearchResult:
         run = self.run
-        model = quantize_unbudgeted(run.fp32_path, run.tmp / "fake.onnx", run.traj.feeds, dataclasses.replace(run.cfg, preprocess=False))
+        model = quantize_unbudgeted(
+            run.fp32_path, run.tmp / "fake.onnx", run.traj.feeds, dataclasses.replace(run.cfg, preprocess=False)
+        )
         with self.open_candidate(model) as rt:
             metrics = run.measure(rt)
         passed, checks = run.judge(metrics)
@@ -74,7 +76,11 @@ class OneShot:
         int8 = sorted(n for n in quantized_nodes(onnx.load(str(model))) if n in known)
         total = run.plan.matmul_flops()
         return SearchResult(
-            model=model, passed=passed, metrics=metrics, checks=checks, int8_nodes=int8,
+            model=model,
+            passed=passed,
+            metrics=metrics,
+            checks=checks,
+            int8_nodes=int8,
             history=[{k: metrics.get(k) for k in run.budget} | {"passed": passed}],
             int8_flop_share={"matmul": run.plan.matmul_flops(int8) / total if total else None, "weighted": None},
             drift=range_drift(run.prepared, [], run.traj),
@@ -84,9 +90,19 @@ class OneShot:
 FAKE = QuantizeProfile(
     name="fake",
     help="a test profile: everything INT8 at once, symmetric int8 activations",
-    settings=ProfileSettings(activation_type="QInt8", weight_type="QInt8", per_channel=True, reduce_range=False,
-                             activation_symmetric=True, weight_symmetric=True, quantize_bias=False, quantized_outputs=(),
-                             skip_gemv=False, weight_only_float=False, weight_only_fallback=False),
+    settings=ProfileSettings(
+        activation_type="QInt8",
+        weight_type="QInt8",
+        per_channel=True,
+        reduce_range=False,
+        activation_symmetric=True,
+        weight_symmetric=True,
+        quantize_bias=False,
+        quantized_outputs=(),
+        skip_gemv=False,
+        weight_only_float=False,
+        weight_only_fallback=False,
+    ),
     hooks=OneShot,
     budgets={"masked": {"lockstep_token_agreement": 0.5, "check_margin": -1e9}},
     emulated=True,
@@ -106,8 +122,11 @@ def fake_profile():
 def _activation_zero_point_dtypes(path: Path) -> set[str]:
     model = onnx.load(str(path))
     inits = {i.name: i for i in model.graph.initializer}
-    return {str(onnx.numpy_helper.to_array(inits[n.input[2]]).dtype) for n in model.graph.node
-            if n.op_type == "QuantizeLinear" and n.input[0] not in inits and len(n.input) > 2 and n.input[2] in inits}
+    return {
+        str(onnx.numpy_helper.to_array(inits[n.input[2]]).dtype)
+        for n in model.graph.node
+        if n.op_type == "QuantizeLinear" and n.input[0] not in inits and len(n.input) > 2 and n.input[2] in inits
+    }
 
 
 def test_a_registered_profile_quantizes_through_the_pipeline(fake_profile, tiny_bundles, tmp_path):
@@ -132,8 +151,22 @@ def test_the_cli_offers_and_runs_a_registered_profile(fake_profile, tiny_bundles
     r = runner.invoke(app, ["quantize", "--help"], env=wide)
     assert "[cpu|trt|qnn|fake]" in r.stdout and "fake: a test profile" in r.stdout
     root = Path(shutil.copytree(tiny_bundles["masked"], tmp_path / "masked"))
-    r = runner.invoke(app, ["quantize", str(root), "--profile", "fake", "--cond", "class_id=1", "--calib-samples", "2",
-                            "--eval-samples", "2", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "quantize",
+            str(root),
+            "--profile",
+            "fake",
+            "--cond",
+            "class_id=1",
+            "--calib-samples",
+            "2",
+            "--eval-samples",
+            "2",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["profile"] == "fake"
 

@@ -36,8 +36,11 @@ def test_demo_models_meet_default_budgets(quantized):
 def _float_weight_bytes(path) -> int:
     """Bytes of FP32 matrices (rank >= 2) left in a model: the layers it computes in float."""
     model = onnx.load(str(path))
-    return sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer
-               if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) >= 2)
+    return sum(
+        onnx.numpy_helper.to_array(i).nbytes
+        for i in model.graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) >= 2
+    )
 
 
 @pytest.mark.slow  # quantizes the three demo models (minutes under load)
@@ -64,11 +67,18 @@ def test_manifest_records_config_calibration_budget_and_result(quantized, quant_
     assert len(auto) >= 8 and q["selection"]["excluded_user"] == []  # 4 blocks x (QKᵀ, AV)
     reasons = {r["reason"].split(" (")[0] for r in q["selection"]["float"]}
     assert "attention core" in reasons
-    assert q["selection"]["float_by_op_type"]["Softmax"] == 4 and q["selection"]["float_by_op_type"]["LayerNormalization"] == 9
+    assert (
+        q["selection"]["float_by_op_type"]["Softmax"] == 4
+        and q["selection"]["float_by_op_type"]["LayerNormalization"] == 9
+    )
     assert bundle.artifact("int8-calibration").path.endswith(".cache")
     model = onnx.load(str(bundle.path_of("int8")))
     inits = {i.name: i.data_type for i in model.graph.initializer}
-    bias_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and inits.get(n.input[0]) == onnx.TensorProto.INT32]
+    bias_dq = [
+        n
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and inits.get(n.input[0]) == onnx.TensorProto.INT32
+    ]
     # cpu profile: every fully INT8 Gemm has an int32 bias, so ORT fuses DQ -> Gemm into QGemm
     # (budget fallbacks are weight-only: float activations, float bias).
     int8_gemms = [r for r in q["selection"]["int8"] if r["op"] == "Gemm"]
@@ -164,6 +174,8 @@ def test_budget_fallbacks_take_the_form_the_manifest_records(quantized, quant_bu
             assert act is None or act.op_type != "DequantizeLinear", (kind, node.name)  # float activation
             weight = producer.get(node.input[1])
             if form["chosen"] == "weight-only":
-                assert weight.op_type == "DequantizeLinear" and inits[weight.input[0]].data_type == onnx.TensorProto.INT8, (kind, node.name)
+                assert (
+                    weight.op_type == "DequantizeLinear" and inits[weight.input[0]].data_type == onnx.TensorProto.INT8
+                ), (kind, node.name)
             else:  # FP32 weight read straight from the initializer
                 assert weight is None and inits[node.input[1]].data_type == onnx.TensorProto.FLOAT, (kind, node.name)

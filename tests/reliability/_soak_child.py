@@ -75,8 +75,13 @@ def masked(root: Path) -> dict:
             samples[i] = time.perf_counter_ns() - t0
         after = memory_snapshot().rss_bytes
     stats = summarize(samples.tolist())
-    return {"growth": after - before, "shape": list(out.output.shape), "n": stats.n,
-            "median_ms": stats.median_ms, "p99_ms": stats.p99_ms}
+    return {
+        "growth": after - before,
+        "shape": list(out.output.shape),
+        "n": stats.n,
+        "median_ms": stats.median_ms,
+        "p99_ms": stats.p99_ms,
+    }
 
 
 if __name__ == "__main__":

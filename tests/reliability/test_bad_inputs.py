@@ -18,7 +18,9 @@ def test_calibration_set_of_the_wrong_shape_is_one_clear_error():
     good = {"tokens": np.zeros((2, 64), np.int64), "class_id": np.zeros(2, np.int64)}
     assert len(calibration_reader([good, good], specs)) == 2
     bad = {"tokens": np.zeros((2, 32), np.int64), "class_id": np.zeros(2, np.int64)}
-    with pytest.raises(EdgekitError, match=r"calibration sample 1: feed 'tokens' is int64\[2, 32\], expected int64\[2, 64\]"):
+    with pytest.raises(
+        EdgekitError, match=r"calibration sample 1: feed 'tokens' is int64\[2, 32\], expected int64\[2, 64\]"
+    ):
         calibration_reader([good, bad], specs)
     with pytest.raises(EdgekitError, match="calibration set is empty"):
         calibration_reader([], specs)
@@ -40,8 +42,15 @@ def test_condition_file_of_the_wrong_shape(demo_bundles, tmp_path):
 def test_engine_for_another_tensorrt_or_gpu_is_refused_with_reasons():
     from edgekit.runtimes.trt import EngineMetadata, HostMetadata, check_compatible
 
-    engine = EngineMetadata(tensorrt_version="10.3.0", gpu_name="Orin", compute_capability="8.7", l4t="36.3.0",
-                            source_onnx_sha256="a" * 64, precision="int8", created="2026-11-30T00:00:00+00:00")
+    engine = EngineMetadata(
+        tensorrt_version="10.3.0",
+        gpu_name="Orin",
+        compute_capability="8.7",
+        l4t="36.3.0",
+        source_onnx_sha256="a" * 64,
+        precision="int8",
+        created="2026-11-30T00:00:00+00:00",
+    )
     host = HostMetadata(tensorrt_version="10.7.0", gpu_name="NVIDIA H200", compute_capability="9.0", l4t=None)
     reasons = check_compatible(engine, host, source_sha256="b" * 64)
     text = " ".join(reasons)

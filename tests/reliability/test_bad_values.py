@@ -36,7 +36,7 @@ def tiny_masked(tiny_bundles, tmp_path):
 
 
 # ---- 5: NaN/Inf outputs fail export verification ---------------------------------------------------
-FACTORIES = textwrap.dedent('''
+FACTORIES = textwrap.dedent("""
     import sys
     import dataclasses
     import torch
@@ -73,7 +73,7 @@ FACTORIES = textwrap.dedent('''
 
     def exits(batch=2):
         sys.exit(0)
-''')
+""")
 
 
 @pytest.fixture
@@ -89,14 +89,17 @@ def test_nan_outputs_fail_verification_with_the_count(factories, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-@pytest.mark.parametrize("factory,needle", [
-    ("not_a_module", "not a torch.nn.Module"),
-    ("bad_meta", "meta is not plain JSON data"),
-    ("bad_defaults", "steps='ten' is invalid"),
-    ("huge_steps", "steps=1000000000 is invalid; valid: an integer in [1, 10000]"),
-    ("ansi_name", "printable characters"),
-    ("exits", "called sys.exit(0)"),
-])
+@pytest.mark.parametrize(
+    "factory,needle",
+    [
+        ("not_a_module", "not a torch.nn.Module"),
+        ("bad_meta", "meta is not plain JSON data"),
+        ("bad_defaults", "steps='ten' is invalid"),
+        ("huge_steps", "steps=1000000000 is invalid; valid: an integer in [1, 10000]"),
+        ("ansi_name", "printable characters"),
+        ("exits", "called sys.exit(0)"),
+    ],
+)
 def test_bad_factory_results_never_make_a_bundle(factories, tmp_path, factory, needle):
     r = invoke("export", f"{factories}:{factory}", "-o", tmp_path / "b")
     one_line(r, r.exit_code if r.exit_code in (1, 2) else -1, needle)
@@ -111,14 +114,17 @@ def test_opset_beyond_onnx_is_one_line(tmp_path):
 
 
 # ---- 6: --cond values ------------------------------------------------------------------------------
-@pytest.mark.parametrize("value,needle", [
-    ("3", "value 3 is outside the valid range"),  # class_id in [0, 3]: 3 is the uncond class? high is 4
-    ("1000", "value 1000 is outside the valid range"),
-    ("-1", "value -1 is outside the valid range"),
-    ("nan", "is not finite"),
-    ("inf", "is not finite"),
-    ("1.5", "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "value,needle",
+    [
+        ("3", "value 3 is outside the valid range"),  # class_id in [0, 3]: 3 is the uncond class? high is 4
+        ("1000", "value 1000 is outside the valid range"),
+        ("-1", "value -1 is outside the valid range"),
+        ("nan", "is not finite"),
+        ("inf", "is not finite"),
+        ("1.5", "must be an integer"),
+    ],
+)
 def test_cond_numbers_out_of_range(tiny_masked, value, needle):
     spec = Bundle.load(tiny_masked).inputs["class_id"]
     if value == "3" and spec.high > 3:
@@ -137,7 +143,11 @@ def _npy(tmp_path, name, arr=None, raw=None, **kw):
 
 
 def test_cond_files_that_are_not_plain_numbers(tiny_masked, tmp_path):
-    header_8tib = b"\x93NUMPY\x01\x00" + b"{'descr': '<i8', 'fortran_order': False, 'shape': (1099511627776,), }".ljust(118) + b"\n"
+    header_8tib = (
+        b"\x93NUMPY\x01\x00"
+        + b"{'descr': '<i8', 'fortran_order': False, 'shape': (1099511627776,), }".ljust(118)
+        + b"\n"
+    )
     cases = {
         "empty": _npy(tmp_path, "empty.npy", raw=b""),
         "strings": _npy(tmp_path, "s.npy", np.array(["a", "b"])),
@@ -155,12 +165,15 @@ def test_cond_files_that_are_not_plain_numbers(tiny_masked, tmp_path):
 
 
 # ---- 7: upper bounds before allocating ------------------------------------------------------------
-@pytest.mark.parametrize("args,needle", [
-    (["--batch", "1000000000"], "--batch 1000000000 is out of bounds"),
-    (["--steps", "1000000000"], "steps=1000000000 is invalid"),
-    (["--threads", "100000"], "--threads 100000 is out of bounds; valid: an integer from 0 to 1024"),
-    (["--seed", "-1"], "--seed -1 is out of bounds; valid: an integer from 0 to 4294967295"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--batch", "1000000000"], "--batch 1000000000 is out of bounds"),
+        (["--steps", "1000000000"], "steps=1000000000 is invalid"),
+        (["--threads", "100000"], "--threads 100000 is out of bounds; valid: an integer from 0 to 1024"),
+        (["--seed", "-1"], "--seed -1 is out of bounds; valid: an integer from 0 to 4294967295"),
+    ],
+)
 def test_upper_bounds(tiny_masked, args, needle):
     r = invoke("run", tiny_masked, "--cond", "class_id=1", *args)
     assert r.exit_code in (1, 2)
@@ -181,11 +194,14 @@ def test_manifest_steps_bound(tiny_masked):
 
 
 # ---- 8: NaN options ------------------------------------------------------------------------------
-@pytest.mark.parametrize("args,needle", [
-    (["--temperature", "nan"], "temperature=nan is invalid"),
-    (["--choice-temperature", "nan"], "choice_temperature=nan is invalid"),
-    (["--guidance", "inf"], "guidance=inf is invalid"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--temperature", "nan"], "temperature=nan is invalid"),
+        (["--choice-temperature", "nan"], "choice_temperature=nan is invalid"),
+        (["--guidance", "inf"], "guidance=inf is invalid"),
+    ],
+)
 def test_nan_decode_options(tiny_masked, args, needle):
     r = invoke("run", tiny_masked, "--cond", "class_id=1", *args)
     one_line(r, 2, needle)
@@ -208,15 +224,18 @@ def test_nan_never_reaches_a_manifest(tiny_masked):
 
 
 # ---- 12: malformed manifests -----------------------------------------------------------------------
-@pytest.mark.parametrize("mutate", [
-    lambda d: d["model"].update(name=["not", "a", "string"]),
-    lambda d: d.update(decode_defaults=[1, 2]),
-    lambda d: d.update(engines="nope"),
-    lambda d: d["artifacts"]["fp32"].update(bytes="12"),
-    lambda d: d["artifacts"]["fp32"].pop("sha256"),
-    lambda d: d["model"].update(name="\x1b[31mred"),
-    lambda d: d["model"].pop("kind"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["model"].update(name=["not", "a", "string"]),
+        lambda d: d.update(decode_defaults=[1, 2]),
+        lambda d: d.update(engines="nope"),
+        lambda d: d["artifacts"]["fp32"].update(bytes="12"),
+        lambda d: d["artifacts"]["fp32"].pop("sha256"),
+        lambda d: d["model"].update(name="\x1b[31mred"),
+        lambda d: d["model"].pop("kind"),
+    ],
+)
 def test_malformed_manifests_are_one_line(tiny_masked, mutate):
     doc = json.loads((tiny_masked / MANIFEST).read_text())
     mutate(doc)
@@ -242,13 +261,30 @@ def test_corrupt_onnx_with_updated_hash_is_one_line(tiny_masked):
     doc = json.loads((tiny_masked / MANIFEST).read_text())
     doc["artifacts"]["fp32"].update(sha256=sha256_file(path), bytes=path.stat().st_size)
     (tiny_masked / MANIFEST).write_text(json.dumps(doc))
-    for cmd in (["build", "--target", "cpu"], ["quantize", "--calib-samples", "1", "--eval-samples", "1"],
-                ["debug", "--candidate", "ort:fp32", "--reference", "openvino:fp32"],  # issue #45: a DecodeError in debug
-                ["run", "--cond", "class_id=1"], ["lint"]):
+    for cmd in (
+        ["build", "--target", "cpu"],
+        ["quantize", "--calib-samples", "1", "--eval-samples", "1"],
+        ["debug", "--candidate", "ort:fp32", "--reference", "openvino:fp32"],  # issue #45: a DecodeError in debug
+        ["run", "--cond", "class_id=1"],
+        ["lint"],
+    ):
         r = invoke(cmd[0], tiny_masked, *cmd[1:])
         one_line(r, 1)
     # profile reports a variant it cannot load as "not measured" and goes on with the others.
-    r = invoke("profile", tiny_masked, "--iters", "1", "--min-seconds", "0", "--warmup", "0", "--power", "off", "--cond", "class_id=1")
+    r = invoke(
+        "profile",
+        tiny_masked,
+        "--iters",
+        "1",
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "0",
+        "--power",
+        "off",
+        "--cond",
+        "class_id=1",
+    )
     assert "Traceback" not in r.output and "not a model ONNX Runtime can load" in r.output, r.output
 
 

@@ -33,18 +33,39 @@ def masked(tiny_bundles, tmp_path_factory):
 # (command, option, bad values): every count and time option of check, debug, profile, quantize,
 # loadtest and run.
 CASES = [
-    ("check", "--n", [BIG, "0"]), ("check", "--seed", ["-1", "4294967296"]), ("check", "--threads", ["100000", "-1"]),
-    ("debug", "--n", [BIG]), ("debug", "--rows", [BIG, "0"]), ("debug", "--seed", ["-1"]), ("debug", "--threads", ["100000"]),
+    ("check", "--n", [BIG, "0"]),
+    ("check", "--seed", ["-1", "4294967296"]),
+    ("check", "--threads", ["100000", "-1"]),
+    ("debug", "--n", [BIG]),
+    ("debug", "--rows", [BIG, "0"]),
+    ("debug", "--seed", ["-1"]),
+    ("debug", "--threads", ["100000"]),
     ("debug", "--threshold", ["inf", "nan", "-inf"]),
-    ("profile", "--iters", [BIG, "0"]), ("profile", "--min-seconds", ["inf", "nan", "-1", "1e9"]), ("profile", "--warmup", [BIG, "-1"]),
-    ("profile", "--batch", [BIG]), ("profile", "--frontier-n", [BIG]), ("profile", "--latency-budget-ms", ["inf", "nan", "0"]),
-    ("profile", "--seed", ["-1"]), ("profile", "--threads", ["100000"]),
-    ("quantize", "--calib-samples", [BIG, "0"]), ("quantize", "--eval-samples", [BIG]), ("quantize", "--seed", ["-1"]),
+    ("profile", "--iters", [BIG, "0"]),
+    ("profile", "--min-seconds", ["inf", "nan", "-1", "1e9"]),
+    ("profile", "--warmup", [BIG, "-1"]),
+    ("profile", "--batch", [BIG]),
+    ("profile", "--frontier-n", [BIG]),
+    ("profile", "--latency-budget-ms", ["inf", "nan", "0"]),
+    ("profile", "--seed", ["-1"]),
+    ("profile", "--threads", ["100000"]),
+    ("quantize", "--calib-samples", [BIG, "0"]),
+    ("quantize", "--eval-samples", [BIG]),
+    ("quantize", "--seed", ["-1"]),
     ("quantize", "--threads", ["100000"]),
-    ("run", "--batch", [BIG]), ("run", "--seed", ["-1"]), ("run", "--threads", ["100000"]), ("run", "--latency-budget-ms", ["nan"]),
+    ("run", "--batch", [BIG]),
+    ("run", "--seed", ["-1"]),
+    ("run", "--threads", ["100000"]),
+    ("run", "--latency-budget-ms", ["nan"]),
 ]
-LOADTEST = [("--streams", [BIG, "0"]), ("--deadline-ms", ["inf", "nan", "0", "-5"]), ("--duration-s", ["inf", "nan", "0"]),
-            ("--steps", [BIG]), ("--seed", ["-1"]), ("--threads", ["100000"])]
+LOADTEST = [
+    ("--streams", [BIG, "0"]),
+    ("--deadline-ms", ["inf", "nan", "0", "-5"]),
+    ("--duration-s", ["inf", "nan", "0"]),
+    ("--steps", [BIG]),
+    ("--seed", ["-1"]),
+    ("--threads", ["100000"]),
+]
 
 
 def _refused_at_parse(r, flag):
@@ -94,12 +115,23 @@ def test_the_steps_bound_is_the_decode_loops_own():
     assert LIMITS_MAX_STEPS == MAX_STEPS
 
 
-@pytest.mark.parametrize("make,kw", [
-    (CheckConfig, {"seed": -1}), (CheckConfig, {"n": 10**9}), (DebugConfig, {"rows": 10**9}), (DebugConfig, {"threshold_db": float("nan")}),
-    (MeasureConfig, {"min_seconds": float("inf")}), (MeasureConfig, {"iters": 10**9, "max_iters": 10**10}),
-    (ProfileConfig, {"steps": (10**9,)}), (ProfileConfig, {"sweep_lengths": (10**9,)}), (QuantizeConfig, {"eval_seed": -1}),
-    (RunRequest, {"seed": -1}), (LoadConfig, {"duration_s": float("inf")}),
-], ids=lambda x: getattr(x, "__name__", str(x)))
+@pytest.mark.parametrize(
+    "make,kw",
+    [
+        (CheckConfig, {"seed": -1}),
+        (CheckConfig, {"n": 10**9}),
+        (DebugConfig, {"rows": 10**9}),
+        (DebugConfig, {"threshold_db": float("nan")}),
+        (MeasureConfig, {"min_seconds": float("inf")}),
+        (MeasureConfig, {"iters": 10**9, "max_iters": 10**10}),
+        (ProfileConfig, {"steps": (10**9,)}),
+        (ProfileConfig, {"sweep_lengths": (10**9,)}),
+        (QuantizeConfig, {"eval_seed": -1}),
+        (RunRequest, {"seed": -1}),
+        (LoadConfig, {"duration_s": float("inf")}),
+    ],
+    ids=lambda x: getattr(x, "__name__", str(x)),
+)
 def test_stage_configs_built_in_code_hold_the_same_bounds(make, kw):
     with pytest.raises(UsageError, match="out of bounds"):
         make(**kw)

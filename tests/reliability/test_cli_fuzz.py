@@ -19,7 +19,9 @@ from edgekit.cli import app
 
 runner = CliRunner()
 LIMIT_S = 60  # any case slower than this is a hang (a good tiny decode takes well under a second)
-FUZZ = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+FUZZ = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None
+)
 
 ints = st.sampled_from(["0", "-1", "1", "2", "3", "1000000000", "99999999999999999999", "1e9", "nan", "abc", ""])
 floats = st.sampled_from(["0", "-1", "1.5", "nan", "-nan", "inf", "-inf", "1e308", "1e-320", "abc", ""])
@@ -56,8 +58,24 @@ def bundle(tiny_bundles, tmp_path_factory):
 @FUZZ
 @given(steps=ints, temperature=floats, choice=floats, batch=ints, seed=ints, threads=ints, cond=conds)
 def test_run_options(bundle, steps, temperature, choice, batch, seed, threads, cond):
-    args = ["run", str(bundle), "--steps", steps, "--temperature", temperature, "--choice-temperature", choice,
-            "--batch", batch, "--seed", seed, "--threads", threads, "--cond", f"class_id={cond}"]
+    args = [
+        "run",
+        str(bundle),
+        "--steps",
+        steps,
+        "--temperature",
+        temperature,
+        "--choice-temperature",
+        choice,
+        "--batch",
+        batch,
+        "--seed",
+        seed,
+        "--threads",
+        threads,
+        "--cond",
+        f"class_id={cond}",
+    ]
     with time_limit(LIMIT_S):
         r = runner.invoke(app, args)
     check(r, bundle)
@@ -66,16 +84,22 @@ def test_run_options(bundle, steps, temperature, choice, batch, seed, threads, c
 
 
 @FUZZ
-@given(decode=st.lists(st.tuples(st.sampled_from(["steps", "temperature", "guidance", "schedule", "bogus"]), floats | ints),
-                       max_size=3),
-       budget=st.lists(st.tuples(st.sampled_from(["token_agreement", "snr_db", "bogus"]), floats), max_size=2),
-       threads=ints, samples=ints)
+@given(
+    decode=st.lists(
+        st.tuples(st.sampled_from(["steps", "temperature", "guidance", "schedule", "bogus"]), floats | ints), max_size=3
+    ),
+    budget=st.lists(st.tuples(st.sampled_from(["token_agreement", "snr_db", "bogus"]), floats), max_size=2),
+    threads=ints,
+    samples=ints,
+)
 def test_quantize_options_fail_fast(bundle, decode, budget, threads, samples):
     """Only bad values here (good ones would quantize for real): each is refused before any work."""
     args = ["quantize", str(bundle), "--calib-samples", samples, "--threads", threads]
     args += [a for k, v in decode for a in ("--decode", f"{k}={v}")]
     args += [a for k, v in budget for a in ("--budget", f"{k}={v}")]
-    bad = any(v in ("nan", "-nan", "inf", "-inf", "abc", "", "1e308") for _, v in budget) or any(k == "bogus" for k, _ in decode)
+    bad = any(v in ("nan", "-nan", "inf", "-inf", "abc", "", "1e308") for _, v in budget) or any(
+        k == "bogus" for k, _ in decode
+    )
     if not bad:
         return
     with time_limit(LIMIT_S):
@@ -87,7 +111,10 @@ def test_quantize_options_fail_fast(bundle, decode, budget, threads, samples):
 
 
 @FUZZ
-@given(target=st.sampled_from(["cpu", "nope", "../x", "", "android-arm64"]), precision=st.sampled_from(["fp32", "int8", "fp16", "x"]))
+@given(
+    target=st.sampled_from(["cpu", "nope", "../x", "", "android-arm64"]),
+    precision=st.sampled_from(["fp32", "int8", "fp16", "x"]),
+)
 def test_build_options(bundle, target, precision):
     with time_limit(LIMIT_S):
         r = runner.invoke(app, ["build", str(bundle), "--target", target, "--precision", precision])

@@ -51,11 +51,14 @@ def _refused(r, what):
     assert what in r.stderr and "--trust-code" in r.stderr and "payload.py" in r.stderr
 
 
-@pytest.mark.parametrize("argv", [
-    ["check", "{b}", "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "2"],
-    ["quantize", "{b}", "--calib-samples", "2", "--eval-samples", "2"],
-    ["profile", "{b}", "--iters", "1", "--warmup", "0", "--steps", "1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "{b}", "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "2"],
+        ["quantize", "{b}", "--calib-samples", "2", "--eval-samples", "2"],
+        ["profile", "{b}", "--iters", "1", "--warmup", "0", "--steps", "1"],
+    ],
+)
 def test_condition_sampler_of_a_copied_bundle_is_not_run(evil, tmp_path, argv):
     marker = _plant(evil, tmp_path, "condition_sampler")
     r = runner.invoke(app, [a.format(b=evil) for a in argv])
@@ -63,10 +66,13 @@ def test_condition_sampler_of_a_copied_bundle_is_not_run(evil, tmp_path, argv):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "{b}", "--runtime", "torch", "--cond", "class_id=1"],
-    ["check", "{b}", "--reference", "ort:fp32", "--candidate", "torch:fp32", "--n", "2", "--cond", "class_id=1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "{b}", "--runtime", "torch", "--cond", "class_id=1"],
+        ["check", "{b}", "--reference", "ort:fp32", "--candidate", "torch:fp32", "--n", "2", "--cond", "class_id=1"],
+    ],
+)
 def test_model_source_of_a_copied_bundle_is_not_run(evil, tmp_path, argv):
     marker = _plant(evil, tmp_path, "source")
     r = runner.invoke(app, [a.format(b=evil) for a in argv] + ["--json"])
@@ -77,7 +83,9 @@ def test_model_source_of_a_copied_bundle_is_not_run(evil, tmp_path, argv):
 
 def test_trust_code_is_the_users_explicit_yes(evil, tmp_path):
     marker = _plant(evil, tmp_path, "condition_sampler")
-    r = runner.invoke(app, ["check", str(evil), "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "2", "--trust-code"])
+    r = runner.invoke(
+        app, ["check", str(evil), "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "2", "--trust-code"]
+    )
     assert marker.read_text() == "pwned"  # it ran because the user said so
     assert r.exit_code == 1 and "payload ran" in r.stderr and "Traceback" not in r.output
 
@@ -96,8 +104,20 @@ def test_relative_and_package_refs_from_the_bundle_folder_are_refused(evil, tmp_
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ref=st.text(min_size=1, max_size=30) | st.sampled_from(["os:system", "shutil:rmtree", "subprocess:run", "builtins:exec",
-                                                               "/etc/passwd:x", "../../x.py:f", "edgekit.cli:main"]))
+@given(
+    ref=st.text(min_size=1, max_size=30)
+    | st.sampled_from(
+        [
+            "os:system",
+            "shutil:rmtree",
+            "subprocess:run",
+            "builtins:exec",
+            "/etc/passwd:x",
+            "../../x.py:f",
+            "edgekit.cli:main",
+        ]
+    )
+)
 def test_no_ref_a_foreign_manifest_names_is_imported(tmp_path_factory, ref):
     """Whatever string the manifest holds, an unrecorded bundle imports nothing without --trust-code."""
     root = tmp_path_factory.mktemp("foreign")
@@ -119,7 +139,8 @@ def own(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "tiny_helper.py").write_text("from tests.tiny_models import tiny_masked_spec\n")
-    (src / "factory.py").write_text(textwrap.dedent("""\
+    (src / "factory.py").write_text(
+        textwrap.dedent("""\
         from tiny_helper import tiny_masked_spec
 
         def make(batch=2):
@@ -127,7 +148,8 @@ def own(tmp_path, monkeypatch):
 
         def sampler(rng, batch):
             return {"class_id": rng.integers(0, 3, batch)}
-        """))
+        """)
+    )
     monkeypatch.chdir(src)
     r = runner.invoke(app, ["export", "factory.py:make", "-o", str(tmp_path / "own")])
     assert r.exit_code == 0, r.output
@@ -161,8 +183,14 @@ def test_factory_importing_a_missing_module_names_it(tmp_path):
     assert r.exit_code == 1 and "not_installed_anywhere_xyz" in r.stderr and "pip install it" in r.stderr
 
 
-@pytest.mark.parametrize("ref, suggestion", [("masked-dem", "masked-demo"), ("{src}/factory.py:mak", "factory.py:make"),
-                                             ("{src}/factroy.py:make", "factory.py")])
+@pytest.mark.parametrize(
+    "ref, suggestion",
+    [
+        ("masked-dem", "masked-demo"),
+        ("{src}/factory.py:mak", "factory.py:make"),
+        ("{src}/factroy.py:make", "factory.py"),
+    ],
+)
 def test_mistyped_factory_gets_a_suggestion(own, tmp_path, ref, suggestion):
     r = runner.invoke(app, ["export", ref.format(src=tmp_path / "src"), "-o", str(tmp_path / "x")])
     assert r.exit_code in (1, 2) and "did you mean" in r.stderr and suggestion in r.stderr, r.output

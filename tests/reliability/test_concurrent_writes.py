@@ -77,7 +77,9 @@ def test_replaced_artifact_from_a_stale_copy_keeps_the_newer_file_alive(tiny_mas
         bundle.save()
     final = Bundle.load(tiny_masked)  # hashes verified: the winner's file is there
     assert final.path_of("int8").read_bytes() == b"second"
-    orphans = [p.name for p in tiny_masked.iterdir() if p.name.startswith("int8-") and p.name != final.artifact("int8").path]
+    orphans = [
+        p.name for p in tiny_masked.iterdir() if p.name.startswith("int8-") and p.name != final.artifact("int8").path
+    ]
     assert orphans == []
 
 

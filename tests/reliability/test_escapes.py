@@ -23,8 +23,20 @@ def _cpu_toml(name: str) -> str:
     return text.replace('name = "cpu"', f"name = {name}")
 
 
-@pytest.mark.parametrize("name", ['"../../../escaped"', '"/tmp/abs-escaped"', '".."', '"."', '"a/b"', '""',
-                                  '"\\u001b[31mred"', '"x\\u0000y"', '"' + "a" * 65 + '"'])
+@pytest.mark.parametrize(
+    "name",
+    [
+        '"../../../escaped"',
+        '"/tmp/abs-escaped"',
+        '".."',
+        '"."',
+        '"a/b"',
+        '""',
+        '"\\u001b[31mred"',
+        '"x\\u0000y"',
+        '"' + "a" * 65 + '"',
+    ],
+)
 def test_unsafe_target_names_are_refused_before_building(tiny_bundles, tmp_path, name):
     bundle = shutil.copytree(tiny_bundles["masked"], tmp_path / "box" / "masked")
     toml = tmp_path / "evil.toml"

@@ -29,7 +29,8 @@ def test_side_file_is_named_hashed_and_recorded(external):
     assert side["path"].startswith("fp32-") and side["path"].endswith(".onnx.data")
     assert (external / side["path"]).stat().st_size == side["bytes"] > 0
     assert sorted(p.name for p in external.iterdir() if not p.name.startswith(".")) == sorted(
-        ["edgekit.json", art["path"], side["path"]])
+        ["edgekit.json", art["path"], side["path"]]
+    )
     r = runner.invoke(app, ["run", str(external), "--cond", "class_id=1", "--steps", "2"])
     assert r.exit_code == 0, r.output
 
@@ -57,8 +58,7 @@ def test_side_file_is_packed_and_unpacks_loadable(external, tmp_path):
 
 
 def test_failed_reexport_keeps_the_previous_side_file(external, tiny_specs, monkeypatch):
-    from edgekit.export import ExportConfig
-    from edgekit.export import to_bundle
+    from edgekit.export import ExportConfig, to_bundle
 
     before = Bundle.load(external).manifest["artifacts"]
 
@@ -80,14 +80,26 @@ def ext_built(tiny_specs, tmp_path_factory):
     from edgekit.export import ExportConfig
     from edgekit.export.to_bundle import export_bundle
 
-    root = export_bundle(tiny_specs["masked"], tmp_path_factory.mktemp("extq") / "ext", ExportConfig(external_data_mb=0), source="tiny").root
+    root = export_bundle(
+        tiny_specs["masked"], tmp_path_factory.mktemp("extq") / "ext", ExportConfig(external_data_mb=0), source="tiny"
+    ).root
     r = runner.invoke(app, ["quantize", str(root), "--calib-samples", "4", "--eval-samples", "4"])
     assert r.exit_code in (0, 4), r.output
     return root
 
 
-@pytest.mark.parametrize("target, precision", [("cpu", "fp32"), ("cpu", "int8"), ("arm64-cpu", "fp32"), ("rpi5", "int8"),
-                                               ("intel-cpu", "fp32"), ("android-arm64", "fp32"), ("snapdragon-8-gen-3", "fp16")])
+@pytest.mark.parametrize(
+    "target, precision",
+    [
+        ("cpu", "fp32"),
+        ("cpu", "int8"),
+        ("arm64-cpu", "fp32"),
+        ("rpi5", "int8"),
+        ("intel-cpu", "fp32"),
+        ("android-arm64", "fp32"),
+        ("snapdragon-8-gen-3", "fp16"),
+    ],
+)
 def test_builds_for_every_target_and_the_engine_runs(ext_built, tmp_path, target, precision):
     import shutil
 
@@ -105,7 +117,10 @@ def test_builds_for_every_target_and_the_engine_runs(ext_built, tmp_path, target
         assert reads == ({entry["external_data"]["path"].rsplit("/", 1)[-1]} if "external_data" in entry else set())
         assert all((engine.parent / name).is_file() for name in reads)
     if target in ("cpu", "intel-cpu", "snapdragon-8-gen-3"):  # runnable on this host
-        r = runner.invoke(app, ["run", str(bundle), "--target", target, "--precision", precision, "--cond", "class_id=1", "--steps", "2"])
+        r = runner.invoke(
+            app,
+            ["run", str(bundle), "--target", target, "--precision", precision, "--cond", "class_id=1", "--steps", "2"],
+        )
         assert r.exit_code == 0, r.output
     out = tmp_path / "p.tar.gz"
     pack_doc = runner.invoke(app, ["pack", str(bundle), "--target", target, "-o", str(out), "--json"])
@@ -115,7 +130,9 @@ def test_builds_for_every_target_and_the_engine_runs(ext_built, tmp_path, target
     unpacked = unpack_bundle(out, tmp_path / "device")["bundle"]
     Bundle.load(unpacked)
     if target == "cpu":
-        r = runner.invoke(app, ["run", unpacked, "--target", "cpu", "--precision", precision, "--cond", "class_id=1", "--steps", "2"])
+        r = runner.invoke(
+            app, ["run", unpacked, "--target", "cpu", "--precision", precision, "--cond", "class_id=1", "--steps", "2"]
+        )
         assert r.exit_code == 0, r.output
 
 

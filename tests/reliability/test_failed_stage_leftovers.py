@@ -57,6 +57,7 @@ def test_the_issues_nan_speed_is_refused_before_anything_is_built(work):
 def test_a_build_whose_manifest_cannot_be_written_leaves_no_engine(work, monkeypatch):
     """The commit itself fails (a value JSON cannot hold, a full disk at the rename): the engine
     moved into engines/ goes with the failed stage."""
+
     def refuse(path, doc):
         raise BundleError(f"refusing to write {path}: Out of range float values are not JSON compliant: nan")
 
@@ -74,8 +75,23 @@ def test_a_quantize_that_fails_after_moving_its_graph_in_leaves_nothing_unlisted
 
     monkeypatch.setattr(bundle_module, "write_json_atomic", refuse)
     before = bundle_files(work)
-    r = runner.invoke(app, ["quantize", str(work), "--calib-samples", "2", "--eval-samples", "2", "--budget", "check_margin=-100",
-                            "--isa", "avx2", "--method", "entropy"])
+    r = runner.invoke(
+        app,
+        [
+            "quantize",
+            str(work),
+            "--calib-samples",
+            "2",
+            "--eval-samples",
+            "2",
+            "--budget",
+            "check_margin=-100",
+            "--isa",
+            "avx2",
+            "--method",
+            "entropy",
+        ],
+    )
     assert r.exit_code == 1, r.output
     assert _listed_or_old(work, before) == [] and bundle_files(work) == before
     Bundle.load(work)  # the old int8 model, every hash intact

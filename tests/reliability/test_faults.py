@@ -48,12 +48,39 @@ def disk_full(monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: full(f"fd {fd}"))  # write_json_atomic's last step
 
 
-@pytest.mark.parametrize("cmd", [
-    ["run", "{b}", "--steps", "2", "-o", "{t}/out.npz"],
-    ["check", "{b}", "--reference", "torch", "--candidate", "ort:fp32", "--n", "2", "--junit", "{t}/j.xml"],
-    ["check", "{b}", "--reference", "torch", "--candidate", "ort:fp32", "--n", "2", "--save-baseline", "{t}/base.json"],
-    ["profile", "{b}", "--iters", "1", "--warmup", "0", "--min-seconds", "0", "--power", "off", "--html", "{t}/r.html"],
-])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["run", "{b}", "--steps", "2", "-o", "{t}/out.npz"],
+        ["check", "{b}", "--reference", "torch", "--candidate", "ort:fp32", "--n", "2", "--junit", "{t}/j.xml"],
+        [
+            "check",
+            "{b}",
+            "--reference",
+            "torch",
+            "--candidate",
+            "ort:fp32",
+            "--n",
+            "2",
+            "--save-baseline",
+            "{t}/base.json",
+        ],
+        [
+            "profile",
+            "{b}",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--min-seconds",
+            "0",
+            "--power",
+            "off",
+            "--html",
+            "{t}/r.html",
+        ],
+    ],
+)
 def test_disk_full_is_one_line(masked, tmp_path, disk_full, cmd):
     r = invoke(*(c.format(b=masked, t=tmp_path) for c in cmd))
     one_error(r, "No space left on device")
@@ -74,7 +101,9 @@ def test_pack_to_a_full_disk_is_one_line(tiny_masked, tmp_path, monkeypatch):
 
 def test_readonly_bundle_fails_before_quantizing(tiny_masked, monkeypatch):
     real = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == tiny_masked and mode == os.W_OK else real(p, mode, **k))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **k: False if Path(p) == tiny_masked and mode == os.W_OK else real(p, mode, **k)
+    )
     start = time.monotonic()
     r = invoke("quantize", tiny_masked, "--calib-samples", "1", "--eval-samples", "1")
     one_error(r, "is not writable")
@@ -122,19 +151,30 @@ def test_sigint_handler_is_restored_after_a_command(tiny_masked):
 @pytest.mark.slow
 def test_sigint_after_the_command_finished_is_quiet(tiny_masked):
     """The command's work is done; Ctrl-C during interpreter shutdown gives neither a traceback nor -2."""
-    code = ("import os, signal, atexit, time\n"
-            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
-            "import sys; sys.argv = ['edgekit', 'inspect', sys.argv[1]]\n"
-            "from edgekit.cli import main; main()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tiny_masked)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    code = (
+        "import os, signal, atexit, time\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+        "import sys; sys.argv = ['edgekit', 'inspect', sys.argv[1]]\n"
+        "from edgekit.cli import main; main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_masked)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, (
+        proc.stderr
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.5, 2.0, 4.0])
 def test_interrupted_build_leaves_a_loadable_bundle_and_no_litter(tiny_masked, delay):
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", "build", str(tiny_masked), "--target", "cpu"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgekit.cli", "build", str(tiny_masked), "--target", "cpu"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)

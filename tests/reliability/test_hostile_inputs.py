@@ -70,16 +70,28 @@ def _bad_files(tmp):
     np.savez(tmp / "vocab.npz", class_id=np.array([1, 99, 1, 1]))
     np.savez(tmp / "negative.npz", class_id=np.array([-5, 1]))
     np.savez(tmp / "objects.npz", class_id=np.array([{"a": 1}], dtype=object))
-    return {"empty.npz": "cannot read", "notzip.npz": "cannot read", "text.npz": "cannot read", "badhdr.npz": "cannot read",
-            "huge": "more than edgekit's cap", "hugez.npz": "more than edgekit's cap", "vocab.npz": "value 99 is outside",
-            "negative.npz": "value -5 is outside", "objects.npz": "cannot read"}
+    return {
+        "empty.npz": "cannot read",
+        "notzip.npz": "cannot read",
+        "text.npz": "cannot read",
+        "badhdr.npz": "cannot read",
+        "huge": "more than edgekit's cap",
+        "hugez.npz": "more than edgekit's cap",
+        "vocab.npz": "value 99 is outside",
+        "negative.npz": "value -5 is outside",
+        "objects.npz": "cannot read",
+    }
 
 
 @pytest.mark.time_limit(240)
 @pytest.mark.parametrize("command", ["run", "check", "quantize", "profile"])
 def test_hostile_cond_data_is_one_line_before_any_work(masked, tmp_path, command):
-    extra = {"run": [], "check": ["--reference", "ort:fp32", "--candidate", "openvino:fp32"], "quantize": [],
-             "profile": ["--iters", "1", "--warmup", "0"]}[command]
+    extra = {
+        "run": [],
+        "check": ["--reference", "ort:fp32", "--candidate", "openvino:fp32"],
+        "quantize": [],
+        "profile": ["--iters", "1", "--warmup", "0"],
+    }[command]
     before = _files(masked)
     for name, needle in _bad_files(tmp_path).items():
         doc = _refused([command, masked, "--cond-data", tmp_path / name, *extra], 2, needle)
@@ -105,7 +117,10 @@ def test_too_many_rows_for_run_are_refused_before_decoding(masked, tmp_path):
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=300), prefix=st.sampled_from([b"", b"PK\x03\x04", b"\x93NUMPY\x01\x00", b"\x93NUMPY\x02\x00"]))
+@given(
+    data=st.binary(max_size=300),
+    prefix=st.sampled_from([b"", b"PK\x03\x04", b"\x93NUMPY\x01\x00", b"\x93NUMPY\x02\x00"]),
+)
 def test_any_bytes_as_cond_data_are_rows_or_one_clean_error(tiny_bundles, tmp_path_factory, data, prefix):
     from edgekit.errors import EdgekitError
     from edgekit.evaluate import load_condition_data
@@ -128,7 +143,10 @@ def test_output_paths_are_refused_before_the_work(masked, tmp_path, monkeypatch)
     cases = [
         (["profile", masked, "--cond", "class_id=1", "--html", "/dev/null"], "is not a folder"),
         (["profile", masked, "--cond", "class_id=1", "--html", "afile"], "afile is a file"),
-        (["run", masked, "--cond", "class_id=1", "-o", "afile/out.npz"], "afile, on the way to afile/out.npz, is a file"),
+        (
+            ["run", masked, "--cond", "class_id=1", "-o", "afile/out.npz"],
+            "afile, on the way to afile/out.npz, is a file",
+        ),
         (["run", masked, "--cond", "class_id=1", "-o", f"{long}.npz"], "more than the file system takes"),
         (["run", masked, "--cond", "class_id=1", "-o", tmp_path], "must end in .npz"),
         (["check", masked, "--junit", "/dev/null"], "is not a regular file"),
@@ -168,7 +186,10 @@ def test_engines_folder_that_is_a_file_or_a_folder_in_the_way(masked):
 def test_numbers_that_would_allocate_or_loop_forever(masked, tmp_path):
     cases = [
         (["profile", masked, "--cond", "class_id=1", "--batch", "1000000000"], "1000000000", "65536"),
-        (["check", masked, "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "1000000000"], "--n 1000000000 is out of bounds"),
+        (
+            ["check", masked, "--reference", "ort:fp32", "--candidate", "openvino:fp32", "--n", "1000000000"],
+            "--n 1000000000 is out of bounds",
+        ),
         (["run", masked, "--cond", "class_id=1", "--steps", "1000000000"], "steps=1000000000"),
         (["loadtest", masked, masked, "--deadline-ms", "inf"], "--deadline-ms inf"),
         (["loadtest", masked, masked, "--steps", "1000000000"], "--steps 1000000000"),
@@ -196,7 +217,8 @@ def test_factory_with_a_wrongly_shaped_input_is_one_clean_line(tmp_path, monkeyp
     factory.write_text(
         "import dataclasses\nfrom tests.tiny_models import tiny_flow_spec\nfrom edgekit.spec import TensorSpec\n\n"
         "def make(batch=2):\n    s = tiny_flow_spec(batch)\n"
-        "    return dataclasses.replace(s, inputs={**s.inputs, 't': TensorSpec((batch, 7, 3), 'float32', 0.0, 1.0)})\n")
+        "    return dataclasses.replace(s, inputs={**s.inputs, 't': TensorSpec((batch, 7, 3), 'float32', 0.0, 1.0)})\n"
+    )
     r = runner.invoke(app, ["export", f"{factory}:make", "-o", str(tmp_path / "bt"), "--json"])
     assert r.exit_code == 1, r.output
     doc = json.loads(r.stdout)

@@ -17,15 +17,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stage(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "edgekit.cli", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgekit.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("stage,after", [("quantize", 4.0), ("quantize", 9.0), ("build", 3.0)])
 def test_killed_stage_leaves_bundle_loadable(demo_bundles, tmp_path, stage, after):
     out = tmp_path / "masked"
     shutil.copytree(demo_bundles["masked"], out)
-    args = [stage, str(out)] + (["--calib-samples", "2", "--eval-samples", "2"] if stage == "quantize" else ["--target", "cpu"])
+    args = [stage, str(out)] + (
+        ["--calib-samples", "2", "--eval-samples", "2"] if stage == "quantize" else ["--target", "cpu"]
+    )
     proc = _stage(args)
     time.sleep(after)
     proc.send_signal(signal.SIGKILL)

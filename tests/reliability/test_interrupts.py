@@ -21,7 +21,10 @@ EXAMPLE = f"{ROOT / 'examples' / 'custom_model.py'}:make_model"
 def _export(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "edgekit.cli", "export", EXAMPLE, "-o", str(out), "--overwrite", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

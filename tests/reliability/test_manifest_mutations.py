@@ -32,10 +32,28 @@ COMMANDS = {
     "inspect": ["inspect"],
     "run": ["run", "--precision", "int8", "--cond", "class_id=1"],
     "check": ["check"],
-    "debug": ["debug", "--fix", "--rows", "1"],  # --fix reads quantization.config first (the gate passes: no trial runs)
+    "debug": [
+        "debug",
+        "--fix",
+        "--rows",
+        "1",
+    ],  # --fix reads quantization.config first (the gate passes: no trial runs)
     "build": ["build", "--target", "cpu", "--precision", "auto"],
-    "profile": ["profile", "--precision", "fp32,int8", "--iters", "1", "--min-seconds", "0", "--warmup", "0", "--power", "off",
-                "--cond", "class_id=1"],
+    "profile": [
+        "profile",
+        "--precision",
+        "fp32,int8",
+        "--iters",
+        "1",
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "0",
+        "--power",
+        "off",
+        "--cond",
+        "class_id=1",
+    ],
     "lint": ["lint", "--target", "cpu"],
 }
 WRONG_TYPES = [None, True, 7, 2.5, "x", [1], {"k": 1}]
@@ -58,7 +76,9 @@ def base(tiny_bundles, tmp_path_factory):
 
     root = shutil.copytree(tiny_bundles["masked"], tmp_path_factory.mktemp("mutations") / "masked")
     loose = {"check_margin": -100.0, "lockstep_token_agreement": 0.0, "event_accuracy_drop": 1.0}
-    quantize_bundle(root, QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", step_buckets=2, fallback=False, budget=loose))
+    quantize_bundle(
+        root, QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", step_buckets=2, fallback=False, budget=loose)
+    )
     build_bundle(root, "cpu", "int8")
     doc = json.loads((root / MANIFEST).read_text())
     assert doc["quantization"]["step_buckets"]["artifacts"] == ["int8", "int8-bucket-1"]
@@ -148,23 +168,42 @@ def test_every_field_with_every_wrong_type_loads_or_is_one_line_and_fix_config_t
     assert cases > 500 and failures == [], "\n".join(failures[:20])
 
 
-@pytest.mark.parametrize("path,value,field", [
-    (("quantization", "config"), [1, 2], "quantization.config: expected null or an object"),
-    (("quantization", "config", "exclude"), 5, "quantization.config.exclude: expected a list of string items"),
-    (("quantization", "config", "overrides"), [1], "quantization.config.overrides[0]: expected an object"),
-    (("quantization", "config", "budget"), [1], "quantization.config.budget: expected an object"),
-    (("quantization", "config", "decode"), "x", "quantization.config.decode: expected an object"),
-    (("quantization", "config", "percentile"), "x", "quantization.config.percentile: expected a number"),
-    (("quantization", "config", "percentile"), 500.0, "quantization.config.percentile: 500.0 is invalid"),
-    (("quantization", "config", "profile"), "zz", "quantization.config.profile: 'zz' is unknown"),
-    (("quantization", "config", "budget"), {"snr_db": 30}, "quantization.config.budget: snr_db does not apply to the masked model"),
-    (("quantization", "config", "isa"), "zz9", "quantization.config.isa: expected one of host, avx2"),
-    (("quantization", "arithmetic", "isa"), "zz9", "quantization.arithmetic.isa: expected null or one of avx2"),
-    (("quantization", "step_buckets", "boundaries"), ["x", None], "quantization.step_buckets.boundaries[0]: expected a number"),
-    (("quantization", "speed", "int8_speedup"), float("nan"), "quantization.speed.int8_speedup: expected a finite number"),
-    (("quantization", "budget", "eval", "seed"), -1, "quantization.budget.eval.seed: expected an integer from 0 to 4294967295"),
-    (("decode_defaults", "steps"), 10**9, "decode_defaults.steps: expected an integer from 1 to 10000"),
-])
+@pytest.mark.parametrize(
+    "path,value,field",
+    [
+        (("quantization", "config"), [1, 2], "quantization.config: expected null or an object"),
+        (("quantization", "config", "exclude"), 5, "quantization.config.exclude: expected a list of string items"),
+        (("quantization", "config", "overrides"), [1], "quantization.config.overrides[0]: expected an object"),
+        (("quantization", "config", "budget"), [1], "quantization.config.budget: expected an object"),
+        (("quantization", "config", "decode"), "x", "quantization.config.decode: expected an object"),
+        (("quantization", "config", "percentile"), "x", "quantization.config.percentile: expected a number"),
+        (("quantization", "config", "percentile"), 500.0, "quantization.config.percentile: 500.0 is invalid"),
+        (("quantization", "config", "profile"), "zz", "quantization.config.profile: 'zz' is unknown"),
+        (
+            ("quantization", "config", "budget"),
+            {"snr_db": 30},
+            "quantization.config.budget: snr_db does not apply to the masked model",
+        ),
+        (("quantization", "config", "isa"), "zz9", "quantization.config.isa: expected one of host, avx2"),
+        (("quantization", "arithmetic", "isa"), "zz9", "quantization.arithmetic.isa: expected null or one of avx2"),
+        (
+            ("quantization", "step_buckets", "boundaries"),
+            ["x", None],
+            "quantization.step_buckets.boundaries[0]: expected a number",
+        ),
+        (
+            ("quantization", "speed", "int8_speedup"),
+            float("nan"),
+            "quantization.speed.int8_speedup: expected a finite number",
+        ),
+        (
+            ("quantization", "budget", "eval", "seed"),
+            -1,
+            "quantization.budget.eval.seed: expected an integer from 0 to 4294967295",
+        ),
+        (("decode_defaults", "steps"), 10**9, "decode_defaults.steps: expected an integer from 1 to 10000"),
+    ],
+)
 def test_the_issues_manifest_fields_are_one_line_naming_the_field(base, tmp_path, path, value, field):
     """The issue's cases (``debug --fix`` built its config from these unchecked): one line that
     names the manifest field, never an option the user did not pass (no "--isa 'zz9'")."""

@@ -33,17 +33,49 @@ def base(tiny_bundles, tmp_path_factory):
     root = shutil.copytree(tiny_bundles["masked"], tmp_path_factory.mktemp("schema") / "masked")
     doc = json.loads((root / MANIFEST).read_text())
     fp32 = doc["artifacts"]["fp32"]
-    doc["quantization"] = {"profile": "cpu", "passed": True, "budget": {"eval": {"samples": 4, "seed": 0, "decode": {"steps": 4}}}}
-    doc["engines"] = {"cpu/fp32": {
-        "path": fp32["path"], "sha256": fp32["sha256"], "bytes": fp32["bytes"], "runtime": "ort", "runtime_version": "1.0",
-        "format": "onnx", "device": "x86_64", "portable": True, "cpu_isa": ["avx2"], "target": "cpu", "precision": "fp32",
-        "source": "fp32", "source_onnx_sha256": fp32["sha256"], "config": {"device": "CPU", "compiled": {"threads": 1}},
-        "session_seconds": {"compile": 1.0, "load_precompiled": 0.1}, "qnn": {"htp_arch": 73, "soc_model": 57},
-    }}
-    doc["fused"] = {"step": {"graph": "step", "artifact": "fp32", "path": fp32["path"], "mask_id": 16, "ops": {"Add": 1},
-                             "baked": {"steps": 6, "schedule": "cosine", "mask_counts": [12, 6, 0]}}}
+    doc["quantization"] = {
+        "profile": "cpu",
+        "passed": True,
+        "budget": {"eval": {"samples": 4, "seed": 0, "decode": {"steps": 4}}},
+    }
+    doc["engines"] = {
+        "cpu/fp32": {
+            "path": fp32["path"],
+            "sha256": fp32["sha256"],
+            "bytes": fp32["bytes"],
+            "runtime": "ort",
+            "runtime_version": "1.0",
+            "format": "onnx",
+            "device": "x86_64",
+            "portable": True,
+            "cpu_isa": ["avx2"],
+            "target": "cpu",
+            "precision": "fp32",
+            "source": "fp32",
+            "source_onnx_sha256": fp32["sha256"],
+            "config": {"device": "CPU", "compiled": {"threads": 1}},
+            "session_seconds": {"compile": 1.0, "load_precompiled": 0.1},
+            "qnn": {"htp_arch": 73, "soc_model": 57},
+        }
+    }
+    doc["fused"] = {
+        "step": {
+            "graph": "step",
+            "artifact": "fp32",
+            "path": fp32["path"],
+            "mask_id": 16,
+            "ops": {"Add": 1},
+            "baked": {"steps": 6, "schedule": "cosine", "mask_counts": [12, 6, 0]},
+        }
+    }
     doc["flow_quality"] = {"table": [{"solver": "euler", "steps": 4, "nfe": 4, "snr_db": 20.0}]}
-    doc["model"]["meta"]["chunk"] = {"frames": 4, "context": 0, "lookahead": 0, "tokens_input": "tokens", "sigma_min": 0.0}
+    doc["model"]["meta"]["chunk"] = {
+        "frames": 4,
+        "context": 0,
+        "lookahead": 0,
+        "tokens_input": "tokens",
+        "sigma_min": 0.0,
+    }
     (root / MANIFEST).write_text(json.dumps(doc))
     Bundle.load(root)  # the base itself is valid, and run works on it
     r = runner.invoke(app, ["run", str(root), *RUN])
@@ -65,8 +97,13 @@ def _fields(doc, where=()):
 
 def _mutations(doc):
     """(path, wrong value) for every field and every JSON type it does not have."""
-    return [(path, value) for path in _fields(doc) if path != ("schema",)
-            for value in WRONG if _json_type(value) is not _json_type(_get(doc, path))]
+    return [
+        (path, value)
+        for path in _fields(doc)
+        if path != ("schema",)
+        for value in WRONG
+        if _json_type(value) is not _json_type(_get(doc, path))
+    ]
 
 
 def _get(doc, path):
@@ -135,18 +172,36 @@ def test_inspect_and_run_on_a_manifest_with_a_wrong_type_are_clean(base, tmp_pat
         _clean(r, cmd, path, value)
 
 
-@pytest.mark.parametrize("path,value,field,expected", [
-    (("model", "meta", "conditioning"), [1, 2], "model.meta.conditioning", "expected null or an object, found list [1, 2]"),
-    (("model", "meta", "conditioning"), "class_id", "model.meta.conditioning", "found string 'class_id'"),
-    (("model", "meta", "conditioning", "class_id"), 3, "model.meta.conditioning.class_id", "found integer 3"),
-    (("quantization",), [], "quantization", "expected null or an object, found list []"),
-    (("verification",), "ok", "verification", "found string 'ok'"),
-    (("verification", "fp32"), 1, "verification.fp32", "expected an object, found integer 1"),
-    (("model", "ground_truth"), "imagenet", "model.ground_truth", "corpus-tokens, corpus-frames, found string 'imagenet'"),
-    (("engines", "cpu/fp32", "config"), ["CPU"], "engines['cpu/fp32'].config", "found list ['CPU']"),
-    (("quantization", "budget", "eval", "samples"), "4", "quantization.budget.eval.samples", "expected an integer from 1 to 65536, found string '4'"),
-    (("decode_defaults", "steps"), "ten", "decode_defaults.steps", "found string 'ten'"),
-])
+@pytest.mark.parametrize(
+    "path,value,field,expected",
+    [
+        (
+            ("model", "meta", "conditioning"),
+            [1, 2],
+            "model.meta.conditioning",
+            "expected null or an object, found list [1, 2]",
+        ),
+        (("model", "meta", "conditioning"), "class_id", "model.meta.conditioning", "found string 'class_id'"),
+        (("model", "meta", "conditioning", "class_id"), 3, "model.meta.conditioning.class_id", "found integer 3"),
+        (("quantization",), [], "quantization", "expected null or an object, found list []"),
+        (("verification",), "ok", "verification", "found string 'ok'"),
+        (("verification", "fp32"), 1, "verification.fp32", "expected an object, found integer 1"),
+        (
+            ("model", "ground_truth"),
+            "imagenet",
+            "model.ground_truth",
+            "corpus-tokens, corpus-frames, found string 'imagenet'",
+        ),
+        (("engines", "cpu/fp32", "config"), ["CPU"], "engines['cpu/fp32'].config", "found list ['CPU']"),
+        (
+            ("quantization", "budget", "eval", "samples"),
+            "4",
+            "quantization.budget.eval.samples",
+            "expected an integer from 1 to 65536, found string '4'",
+        ),
+        (("decode_defaults", "steps"), "ten", "decode_defaults.steps", "found string 'ten'"),
+    ],
+)
 def test_the_issues_malformed_fields_name_field_type_and_value(base, tmp_path, path, value, field, expected):
     root, doc = base
     work = shutil.copytree(root, tmp_path / "b")
@@ -165,7 +220,9 @@ def test_conditioning_must_name_a_graph_input(base, tmp_path):
     work = shutil.copytree(root, tmp_path / "b")
     doc = _mutated(doc, ("model", "meta", "conditioning"), {"class_id": {"uncond": 3}, "speaker": {"uncond": 0}})
     (work / MANIFEST).write_text(json.dumps(doc))
-    with pytest.raises(BundleError, match="field model.meta.conditioning: expected names of graph inputs .* found 'speaker'"):
+    with pytest.raises(
+        BundleError, match="field model.meta.conditioning: expected names of graph inputs .* found 'speaker'"
+    ):
         Bundle.load(work)
 
 

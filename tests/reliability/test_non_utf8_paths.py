@@ -21,7 +21,9 @@ from edgekit.cli import app
 runner = CliRunner()
 BAD = b"b\xff\xfe"
 
-pytestmark = pytest.mark.skipif(sys.getfilesystemencoding().lower() not in ("utf-8", "utf8"), reason="a UTF-8 file system")
+pytestmark = pytest.mark.skipif(
+    sys.getfilesystemencoding().lower() not in ("utf-8", "utf8"), reason="a UTF-8 file system"
+)
 
 
 def _one_line(r, code, *needles):
@@ -39,11 +41,18 @@ def odd_bundle(tiny_bundles, tmp_path):
     return path
 
 
-@pytest.mark.parametrize("args", [
-    ["run", "{b}", "--precision", "fp32", "--cond", "class_id=1"], ["inspect", "{b}"],
-    ["quantize", "{b}", "--calib-samples", "2", "--eval-samples", "2"], ["build", "{b}", "--target", "cpu"],
-    ["check", "{b}", "--candidate", "fp32", "--reference", "ort:fp32"], ["lint", "{b}"], ["pack", "{b}", "-o", "{tmp}/x.tar.gz"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "{b}", "--precision", "fp32", "--cond", "class_id=1"],
+        ["inspect", "{b}"],
+        ["quantize", "{b}", "--calib-samples", "2", "--eval-samples", "2"],
+        ["build", "{b}", "--target", "cpu"],
+        ["check", "{b}", "--candidate", "fp32", "--reference", "ort:fp32"],
+        ["lint", "{b}"],
+        ["pack", "{b}", "-o", "{tmp}/x.tar.gz"],
+    ],
+)
 def test_a_bundle_at_a_non_utf8_path_is_one_line(odd_bundle, tmp_path, args):
     before = sorted(os.listdir(odd_bundle))
     r = runner.invoke(app, [a.format(b=odd_bundle, tmp=tmp_path) for a in args])
@@ -51,8 +60,15 @@ def test_a_bundle_at_a_non_utf8_path_is_one_line(odd_bundle, tmp_path, args):
     assert sorted(os.listdir(odd_bundle)) == before  # nothing written into it
 
 
-@pytest.mark.parametrize("args", [["export", "tiny", "-o", "{odd}"], ["run", "{b}", "--cond", "class_id=1", "-o", "{odd}.npz"],
-                                  ["demo", "-o", "{odd}"], ["unpack", "{tmp}/none.tar.gz", "-o", "{odd}"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "tiny", "-o", "{odd}"],
+        ["run", "{b}", "--cond", "class_id=1", "-o", "{odd}.npz"],
+        ["demo", "-o", "{odd}"],
+        ["unpack", "{tmp}/none.tar.gz", "-o", "{odd}"],
+    ],
+)
 def test_output_paths_that_are_not_utf8_are_refused_before_the_work(tiny_bundles, tmp_path, args):
     odd = os.fsdecode(os.fsencode(tmp_path) + b"/x\xff")
     r = runner.invoke(app, [a.format(b=tiny_bundles["masked"], odd=odd, tmp=tmp_path) for a in args])

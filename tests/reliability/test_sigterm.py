@@ -23,8 +23,14 @@ def test_sigterm_during_quantize_sweeps_its_temp_folder_and_records_nothing(tiny
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", "quantize", str(bundle), "--calib-samples", "64", "--eval-samples", "64"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgekit.cli", "quantize", str(bundle), "--calib-samples", "64", "--eval-samples", "64"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not list(scratch.glob("edgekit-quantize-*")):
         time.sleep(0.05)
@@ -50,6 +56,11 @@ def test_sigterm_raises_terminated_and_the_previous_handler_comes_back():
         "try:\n    os.kill(os.getpid(), signal.SIGTERM)\nexcept KeyboardInterrupt as e:\n    print(type(e).__name__, seen())\n"
         "restore()\nprint(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.split() == ["Terminated", "True", "True"], proc.stderr

@@ -36,7 +36,10 @@ def _soak_in_child(which: str, root: Path) -> dict:
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-m", "tests.reliability._soak_child", which, str(root)],
-        cwd=repo, capture_output=True, text=True, timeout=600,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -54,10 +57,9 @@ def test_ar_ping_pong_decodes_do_not_grow_rss(tmp_path):
 def test_fused_step_decodes_do_not_grow_rss(tmp_path):
     """Tokens ping-pong through the fused masked step graph: 1,000 decodes stay under 1 MiB."""
     pytest.importorskip("torch")
-    from tests.tiny_models import tiny_masked_spec
-
     from edgekit.export.fused import fused_bundle
     from edgekit.export.to_bundle import export_bundle
+    from tests.tiny_models import tiny_masked_spec
 
     spec = tiny_masked_spec()
     export_bundle(spec, tmp_path / "m", source="tiny-masked")

@@ -6,8 +6,16 @@ from hypothesis import strategies as st
 from edgekit.errors import EdgekitError
 from edgekit.targets import builtin_names, load_target, parse_target
 
-keys = st.sampled_from(["name", "runtimes", "precisions", "quantization", "power", "arch", "ort", "trt", "lint", "bogus", "providers"])
-scalars = st.none() | st.booleans() | st.integers(-5, 5000) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6)
+keys = st.sampled_from(
+    ["name", "runtimes", "precisions", "quantization", "power", "arch", "ort", "trt", "lint", "bogus", "providers"]
+)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5000)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
 
 
 def _toml_value(v) -> str:
@@ -24,10 +32,15 @@ values = scalars.filter(lambda v: v is not None) | st.lists(scalars.filter(lambd
 
 
 @settings(max_examples=200, deadline=None, database=None)
-@given(doc=st.dictionaries(keys, values, max_size=6), table=st.dictionaries(st.text("abcdefgh_", min_size=1, max_size=8), values, max_size=3))
+@given(
+    doc=st.dictionaries(keys, values, max_size=6),
+    table=st.dictionaries(st.text("abcdefgh_", min_size=1, max_size=8), values, max_size=3),
+)
 def test_any_target_document_is_a_target_or_one_clean_error(doc, table):
-    text = "\n".join(f"{k} = {_toml_value(v)}" for k, v in doc.items()) + "\n[ort]\n" + "\n".join(
-        f"{k} = {_toml_value(v)}" for k, v in table.items()
+    text = (
+        "\n".join(f"{k} = {_toml_value(v)}" for k, v in doc.items())
+        + "\n[ort]\n"
+        + "\n".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
     )
     try:
         target = parse_target(text, "fuzz.toml")

@@ -102,8 +102,15 @@ def old_style(tiny_specs, tmp_path):
     return root, side
 
 
-@pytest.mark.parametrize("argv", [["run", "{b}", "--cond", "class_id=1", "--steps", "2"], ["pack", "{b}", "-o", "{t}/o.tar.gz"],
-                                  ["inspect", "{b}"], ["build", "{b}", "--target", "cpu"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "{b}", "--cond", "class_id=1", "--steps", "2"],
+        ["pack", "{b}", "-o", "{t}/o.tar.gz"],
+        ["inspect", "{b}"],
+        ["build", "{b}", "--target", "cpu"],
+    ],
+)
 def test_unlisted_side_file_is_refused_not_used_unchecked(old_style, tmp_path, argv):
     root, side = old_style
     r = runner.invoke(app, [a.format(b=root, t=tmp_path) for a in argv])

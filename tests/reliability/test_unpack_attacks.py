@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from edgekit.bundle import Bundle
 from edgekit.cli import app
-from edgekit.deploy import pack_bundle, safe_extract, unpack_bundle
 from edgekit.deploy import pack as pack_module
+from edgekit.deploy import pack_bundle, safe_extract, unpack_bundle
 from edgekit.errors import BundleError
 
 runner = CliRunner()
@@ -43,8 +43,14 @@ def _one_line(r):
 def test_link_chain_is_refused_before_writing(tmp_path):
     """l1 -> ., l1/l2 -> .., l1/l2/file: passes a check that resolves paths on disk before the
     links exist; refused here by name (no links at all)."""
-    archive = _tar(tmp_path / "chain.tar", [("l1", tarfile.SYMTYPE, ".", b""), ("l1/l2", tarfile.SYMTYPE, "..", b""),
-                                            ("l1/l2/escaped", tarfile.REGTYPE, "", b"pwned")])
+    archive = _tar(
+        tmp_path / "chain.tar",
+        [
+            ("l1", tarfile.SYMTYPE, ".", b""),
+            ("l1/l2", tarfile.SYMTYPE, "..", b""),
+            ("l1/l2/escaped", tarfile.REGTYPE, "", b"pwned"),
+        ],
+    )
     r = runner.invoke(app, ["unpack", str(archive), "-o", str(tmp_path / "dest")])
     assert r.exit_code == 1 and "is a link" in r.stderr
     _one_line(r)
@@ -126,8 +132,12 @@ def test_not_a_bundle_archive(tmp_path):
     assert list((tmp_path / "dest").iterdir()) == []
 
 
-names = st.lists(st.sampled_from(["a", "..", ".", "/", "b", "l", "/etc", "\\\\", "C:"]), min_size=1, max_size=4).map("/".join)
-kinds = st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE])
+names = st.lists(st.sampled_from(["a", "..", ".", "/", "b", "l", "/etc", "\\\\", "C:"]), min_size=1, max_size=4).map(
+    "/".join
+)
+kinds = st.sampled_from(
+    [tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE]
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)

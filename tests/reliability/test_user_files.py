@@ -38,7 +38,13 @@ def specials(tmp_path_factory):
     big = root / "big.json"
     with open(big, "wb") as fh:  # sparse: 17 MiB reported, nothing written
         fh.truncate(MAX_DOCUMENT_BYTES + (1 << 20))
-    return {"FIFO": fifo, "device": "/dev/zero", "random": "/dev/urandom", "directory": root / "folder.npz", "too big": big}
+    return {
+        "FIFO": fifo,
+        "device": "/dev/zero",
+        "random": "/dev/urandom",
+        "directory": root / "folder.npz",
+        "too big": big,
+    }
 
 
 def _one_line(r, *needles):
@@ -49,15 +55,29 @@ def _one_line(r, *needles):
 
 
 def _why(kind):
-    return {"FIFO": "a FIFO", "device": "a device", "random": "a device", "directory": "a directory", "too big": "more than edgekit reads"}[kind]
+    return {
+        "FIFO": "a FIFO",
+        "device": "a device",
+        "random": "a device",
+        "directory": "a directory",
+        "too big": "more than edgekit reads",
+    }[kind]
 
 
 @pytest.mark.parametrize("kind", ["FIFO", "device", "random", "directory", "too big"])
-@pytest.mark.parametrize("args", [
-    ["check", "{b}", "--thresholds", "{f}"], ["check", "{b}", "--baseline", "{f}"], ["quantize", "{b}", "--overrides", "{f}"],
-    ["run", "{b}", "--cond", "class_id={f}"], ["run", "{b}", "--cond-data", "{f}"], ["run", "{b}", "--cond", "class_id=1", "--target", "{f}"],
-    ["deploy", "{b}", "--host", "pi@dev", "--identity", "{f}"], ["deploy", "{b}", "--host", "pi@dev", "--known-hosts", "{f}"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "{b}", "--thresholds", "{f}"],
+        ["check", "{b}", "--baseline", "{f}"],
+        ["quantize", "{b}", "--overrides", "{f}"],
+        ["run", "{b}", "--cond", "class_id={f}"],
+        ["run", "{b}", "--cond-data", "{f}"],
+        ["run", "{b}", "--cond", "class_id=1", "--target", "{f}"],
+        ["deploy", "{b}", "--host", "pi@dev", "--identity", "{f}"],
+        ["deploy", "{b}", "--host", "pi@dev", "--known-hosts", "{f}"],
+    ],
+)
 def test_user_named_files_that_are_not_regular_or_too_big_are_refused_up_front(masked, specials, kind, args):
     path = specials[kind]
     if kind == "too big" and ("--cond" in args or "--cond-data" in args):
@@ -100,17 +120,20 @@ def test_regular_files_still_read(masked, tmp_path):
 
 
 # ---- output paths, before the run -------------------------------------------------------------------
-@pytest.mark.parametrize("args,needle", [
-    (["debug", "{b}", "--html", "/proc/self/x"], "/proc/self"),
-    (["debug", "{b}", "--html", "/dev/null"], "/dev/null is not a folder"),
-    (["debug", "{b}", "--html", "{file}"], "is a file"),
-    (["profile", "{b}", "--html", "/dev/null", "--cond", "class_id=1"], "/dev/null is not a folder"),
-    (["check", "{b}", "--junit", "{dir}"], "is a folder"),
-    (["check", "{b}", "--junit", "/dev/null"], "is not a regular file"),
-    (["check", "{b}", "--save-baseline", "/proc/self/x.json"], "/proc/self"),
-    (["run", "{b}", "-o", "{dir}/x.npz/y.npz", "--cond", "class_id=1"], "on the way to"),
-    (["export", "tiny", "-o", "/proc/self/bundle"], "/proc/self"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["debug", "{b}", "--html", "/proc/self/x"], "/proc/self"),
+        (["debug", "{b}", "--html", "/dev/null"], "/dev/null is not a folder"),
+        (["debug", "{b}", "--html", "{file}"], "is a file"),
+        (["profile", "{b}", "--html", "/dev/null", "--cond", "class_id=1"], "/dev/null is not a folder"),
+        (["check", "{b}", "--junit", "{dir}"], "is a folder"),
+        (["check", "{b}", "--junit", "/dev/null"], "is not a regular file"),
+        (["check", "{b}", "--save-baseline", "/proc/self/x.json"], "/proc/self"),
+        (["run", "{b}", "-o", "{dir}/x.npz/y.npz", "--cond", "class_id=1"], "on the way to"),
+        (["export", "tiny", "-o", "/proc/self/bundle"], "/proc/self"),
+    ],
+)
 def test_output_paths_are_checked_before_the_run(masked, tmp_path, args, needle):
     if not os.path.isdir("/proc/self") and "/proc" in " ".join(args):
         pytest.skip("no /proc")

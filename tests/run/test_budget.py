@@ -40,7 +40,9 @@ def quality(tiny_bundles):
     from edgekit.run.budget import QualityConfig, measure_flow_quality
 
     cfg = QualityConfig(steps=(1, 2, 4, 8), seeds=(0, 1))
-    return measure_flow_quality(tiny_bundles["flow"], cfg, cond={"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}), Bundle
+    return measure_flow_quality(
+        tiny_bundles["flow"], cfg, cond={"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}
+    ), Bundle
 
 
 def test_quality_table_is_measured_and_stored(tiny_bundles, quality):
@@ -63,7 +65,9 @@ def test_quality_table_follows_the_sway_coefficient(tiny_bundles, tmp_path):
     path = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")  # the module fixture's table stays
     cond = {"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 0]])}
     docs = {
-        s: measure_flow_quality(path, QualityConfig(solvers=("euler",), steps=(2,), seeds=(0,), grid="sway", sway=s), cond=cond)
+        s: measure_flow_quality(
+            path, QualityConfig(solvers=("euler",), steps=(2,), seeds=(0,), grid="sway", sway=s), cond=cond
+        )
         for s in (-1.0, 1.0)
     }
     assert [(d["grid"], d["sway"]) for d in docs.values()] == [("sway", -1.0), ("sway", 1.0)]
@@ -80,7 +84,8 @@ def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(
     order = {"euler": 1, "midpoint": 2, "heun": 2, "rk4": 4}
     bundle.manifest["flow_quality"]["table"] = [
         {"solver": s, "steps": k, "nfe": k * n, "snr_db": 6.0 * order[s] * np.log2(2 * k)}
-        for s, n in (("euler", 1), ("midpoint", 2), ("heun", 2), ("rk4", 4)) for k in (1, 2, 3, 4)
+        for s, n in (("euler", 1), ("midpoint", 2), ("heun", 2), ("rk4", 4))
+        for k in (1, 2, 3, 4)
     ]
     bundle.save()
     with open_runtime(bundle) as inner:
@@ -102,5 +107,8 @@ def test_plan_picks_rk4_at_four_steps_with_headroom_and_euler_at_one_when_tight(
 def test_choose_prefers_fewer_nfe_on_equal_quality():
     from edgekit.run.budget import choose
 
-    table = [{"solver": "heun", "steps": 2, "nfe": 4, "snr_db": 20.0}, {"solver": "euler", "steps": 2, "nfe": 2, "snr_db": 20.0}]
+    table = [
+        {"solver": "heun", "steps": 2, "nfe": 4, "snr_db": 20.0},
+        {"solver": "euler", "steps": 2, "nfe": 2, "snr_db": 20.0},
+    ]
     assert choose(table, 1.0, 10.0).solver == "euler"

@@ -28,10 +28,15 @@ def test_export_graph_step_records_what_was_baked(tiny_flow):
 def test_bad_graph_and_decode_values(tmp_path):
     """Usage errors (exit 2), found before the export starts: no bundle is left behind."""
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "x"), "--graph", "sideways"])
-    assert r.exit_code == 2 and "Invalid value for '--graph': 'sideways' is not one of 'host', 'step', 'unrolled'" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "Invalid value for '--graph': 'sideways' is not one of 'host', 'step', 'unrolled'" in r.stderr
+    )
     r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "y"), "--graph", "step", "--decode", "steps=many"])
     assert r.exit_code == 2 and "steps needs an integer" in r.stderr
-    r = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "z"), "--graph", "step", "--decode", "solver=leapfrog"])
+    r = runner.invoke(
+        app, ["export", EXAMPLE, "-o", str(tmp_path / "z"), "--graph", "step", "--decode", "solver=leapfrog"]
+    )
     assert r.exit_code == 2 and "leapfrog" in r.stderr
     assert not any((tmp_path / d).exists() for d in ("x", "y", "z"))
 
@@ -50,13 +55,17 @@ def test_run_with_latency_budget_picks_a_plan_or_fails_with_exit_4(tiny_flow):
 def test_profile_with_latency_budget_measures_the_chosen_plan(tiny_flow):
     out, _ = tiny_flow
     quick = ["--iters", "2", "--min-seconds", "0", "--warmup", "1", "--power", "off", "--precision", "fp32"]
-    r = runner.invoke(app, ["profile", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "10000", *quick, "--json"])
+    r = runner.invoke(
+        app, ["profile", str(out), "--cond", "speaker=0.5", "--latency-budget-ms", "10000", *quick, "--json"]
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     budget, variant = doc["budget"], doc["variants"][0]
     assert budget["solver"] in ("euler", "midpoint", "heun", "rk4") and budget["expected_ms"] <= 10000
     assert doc["config"]["decode"] == {"solver": budget["solver"]}
-    assert variant["decode_config"]["solver"] == budget["solver"] and variant["decode_config"]["steps"] == budget["steps"]
+    assert (
+        variant["decode_config"]["solver"] == budget["solver"] and variant["decode_config"]["steps"] == budget["steps"]
+    )
     r = runner.invoke(app, ["profile", str(out), "--latency-budget-ms", "50", "--steps", "2", *quick])
     assert r.exit_code == 2 and "drop --steps" in r.output
 
@@ -68,7 +77,10 @@ def test_run_graph_step_matches_host_loop_and_refuses_other_baked_values(tiny_fl
     res = {}
     for graph in ("host", "step"):
         npz = out.parent / f"{graph}.npz"
-        r = runner.invoke(app, ["run", str(out), "--graph", graph, "--cond", "speaker=0.5", "--solver", "heun", "-o", str(npz), "--json"])
+        r = runner.invoke(
+            app,
+            ["run", str(out), "--graph", graph, "--cond", "speaker=0.5", "--solver", "heun", "-o", str(npz), "--json"],
+        )
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["graph"] == graph
         res[graph] = np.load(npz)["frames"]

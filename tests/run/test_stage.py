@@ -30,7 +30,10 @@ def test_ort_and_torch_give_identical_tokens(demo_bundles, kind, temperature):
 
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 def test_flow_ort_matches_torch(demo_bundles, solver):
-    outs = [run_bundle(demo_bundles["flow"], RunRequest(runtime=rt, seed=1, decode={"solver": solver}))["output"] for rt in ("ort", "torch")]
+    outs = [
+        run_bundle(demo_bundles["flow"], RunRequest(runtime=rt, seed=1, decode={"solver": solver}))["output"]
+        for rt in ("ort", "torch")
+    ]
     assert outs[0].shape == (2, 128, 80)
     np.testing.assert_allclose(outs[0], outs[1], atol=1e-3, rtol=1e-3)
 
@@ -59,8 +62,24 @@ def test_evaluate_pads_short_last_batch_and_uses_given_conditions(demo_bundles):
 
 def test_cli_run_writes_npz_and_json(demo_bundles, tmp_path):
     out = tmp_path / "tokens.npz"
-    r = runner.invoke(app, ["run", str(demo_bundles["masked"]), "--steps", "4", "--schedule", "linear", "--temperature", "0",
-                            "--cond", "class_id=3", "-o", str(out), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            str(demo_bundles["masked"]),
+            "--steps",
+            "4",
+            "--schedule",
+            "linear",
+            "--temperature",
+            "0",
+            "--cond",
+            "class_id=3",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "edgekit.run/1" and doc["steps"] == 4 and doc["decode"]["schedule"] == "linear"

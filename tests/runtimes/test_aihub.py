@@ -22,7 +22,10 @@ INI = "[api]\napi_token = abc\napi_url = https://workbench.aihub.qualcomm.com\nw
 # ---- configuration --------------------------------------------------------------------------------
 def test_configured_by_the_token_variable_or_the_clients_own_file(tmp_path):
     ini = tmp_path / "client.ini"
-    assert hub_client.configuration({"QAI_HUB_API_TOKEN": "t", "QAIHUB_CLIENT_INI": str(ini)}).source == "$QAI_HUB_API_TOKEN"
+    assert (
+        hub_client.configuration({"QAI_HUB_API_TOKEN": "t", "QAIHUB_CLIENT_INI": str(ini)}).source
+        == "$QAI_HUB_API_TOKEN"
+    )
     missing = hub_client.configuration({"QAIHUB_CLIENT_INI": str(ini)})
     assert not missing.configured and missing.problem == f"no {ini} and no $QAI_HUB_API_TOKEN"
     ini.write_text("[api]\napi_token = abc\n")  # what the client would refuse: no api_url, web_url
@@ -48,7 +51,11 @@ def test_no_client_configured_is_exit_3_with_the_line_that_configures_one(tmp_pa
     monkeypatch.delenv("QAI_HUB_API_TOKEN", raising=False)
     with pytest.raises(TargetUnavailable) as err:
         hub_client.connect()
-    assert err.value.exit_code == 3 and "qai-hub configure --api_token" in str(err.value) and "QAI_HUB_API_TOKEN" in str(err.value)
+    assert (
+        err.value.exit_code == 3
+        and "qai-hub configure --api_token" in str(err.value)
+        and "QAI_HUB_API_TOKEN" in str(err.value)
+    )
 
 
 def test_a_token_in_the_environment_makes_the_clients_config(monkeypatch):
@@ -56,7 +63,9 @@ def test_a_token_in_the_environment_makes_the_clients_config(monkeypatch):
     assert hub_client.connect() is hub.client
     config = hub.module.Client.call_args.kwargs["config"]
     assert config.api_token == "test-token"
-    hub.client.set_verbose.assert_called_once_with(False)  # edgekit prints progress; the client's bars would corrupt --json
+    hub.client.set_verbose.assert_called_once_with(
+        False
+    )  # edgekit prints progress; the client's bars would corrupt --json
 
 
 def test_the_runtime_is_not_opened_in_this_process(tiny_bundles):
@@ -74,7 +83,9 @@ def test_devices_by_exact_name_and_the_closest_names_for_a_typo(monkeypatch):
     client = hub_client.connect()
     device = hub_client.find_device(client, "Samsung Galaxy S24 (Family)")
     assert hub_client.chipset_of(device) == "qualcomm-snapdragon-8gen3"
-    with pytest.raises(UsageError, match=r"AI Hub has no device named 'Galaxy S24'; closest: Samsung Galaxy S24 \(Family\)"):
+    with pytest.raises(
+        UsageError, match=r"AI Hub has no device named 'Galaxy S24'; closest: Samsung Galaxy S24 \(Family\)"
+    ):
         hub_client.find_device(client, "Galaxy S24")
 
 
@@ -94,7 +105,9 @@ def test_inference_dataset_and_outputs():
     feeds = [{"tokens": np.full((2, 4), i, np.int64), "t": np.full((2,), i, np.float32)} for i in range(3)]
     data = hub_client.device_feeds(feeds, ["tokens", "t"])
     assert list(data) == ["tokens", "t"] and len(data["tokens"]) == 3
-    assert data["tokens"][2].dtype == np.int32 and data["tokens"][2][0, 0] == 2  # --truncate_64bit_io: int64 IO is int32 there
+    assert (
+        data["tokens"][2].dtype == np.int32 and data["tokens"][2][0, 0] == 2
+    )  # --truncate_64bit_io: int64 IO is int32 there
     assert data["t"][1].dtype == np.float32
     outs = {"output_0": [np.full((2, 4), i, np.float16) for i in range(3)]}
     per_call = hub_client.device_outputs(outs, ["logits"], 3)  # the compiled graph's names: by order
@@ -106,8 +119,12 @@ def test_inference_dataset_and_outputs():
 
 # ---- the job book ------------------------------------------------------------------------------------
 def _submit(book: JobBook, hub: FakeHub, device: str = "Samsung Galaxy S24 (Family)"):
-    return book.submit("profile", device, {"kind": "profile", "device": device, "model": "m1"},
-                       lambda: hub.client.submit_inference_job("model.bin", device=hub.module.Device(device), profile=True))
+    return book.submit(
+        "profile",
+        device,
+        {"kind": "profile", "device": device, "model": "m1"},
+        lambda: hub.client.submit_inference_job("model.bin", device=hub.module.Device(device), profile=True),
+    )
 
 
 def test_a_job_is_in_the_book_before_anything_waits_and_ctrl_c_leaves_it_running(monkeypatch, tmp_path):
@@ -129,7 +146,9 @@ def test_an_open_job_is_never_submitted_again_and_resume_collects_it(monkeypatch
     hub = FakeHub(monkeypatch)
     client = hub_client.connect()
     first = _submit(JobBook(tmp_path, "profile", client), hub)
-    with pytest.raises(EdgekitError, match=rf"job {first.id} .* is still open .*: edgekit does not submit it again") as err:
+    with pytest.raises(
+        EdgekitError, match=rf"job {first.id} .* is still open .*: edgekit does not submit it again"
+    ) as err:
         _submit(JobBook(tmp_path, "profile", client), hub)
     assert "--resume" in str(err.value)
     assert hub.client.submit_inference_job.call_count == 1
@@ -152,7 +171,10 @@ def test_a_failed_job_says_its_own_message_in_one_line_and_is_not_resubmitted(mo
     book.wait([h])
     assert h.record["state"] == FAILED and h.failed == "Failed to profile the model."
     assert lines[-1].endswith(f"job {h.id} (Samsung Galaxy S24 (Family)): failed: Failed to profile the model.")
-    with pytest.raises(EdgekitError, match=rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) failed: Failed to profile the model\. \(see "):
+    with pytest.raises(
+        EdgekitError,
+        match=rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) failed: Failed to profile the model\. \(see ",
+    ):
         book.require_success([h])
     resumed = JobBook(tmp_path, "profile", client, resume=True)
     assert _submit(resumed, hub).failed and hub.client.submit_inference_job.call_count == 1
@@ -163,5 +185,7 @@ def test_a_client_error_is_one_line(monkeypatch, tmp_path):
     hub.client.submit_inference_job.side_effect = hub.module.UserError("Samsung Galaxy S99 is not available.\nmore")
     with pytest.raises(EdgekitError) as err:
         _submit(JobBook(tmp_path, "profile", hub_client.connect()), hub, device="Samsung Galaxy S99")
-    assert str(err.value).startswith("AI Hub: submitting the profile job (Samsung Galaxy S99): Samsung Galaxy S99 is not available. (")
+    assert str(err.value).startswith(
+        "AI Hub: submitting the profile job (Samsung Galaxy S99): Samsung Galaxy S99 is not available. ("
+    )
     assert not (tmp_path / "aihub" / "jobs.json").exists()  # nothing was submitted, nothing recorded

@@ -26,8 +26,8 @@ def configured():
 def test_build_profile_and_check_on_a_hosted_device(configured, tmp_path):
     from edgekit.builder import build_bundle
     from edgekit.check import CheckConfig, check_bundle
-    from edgekit.profile import ProfileConfig, profile_bundle
     from edgekit.probes.latency import MeasureConfig
+    from edgekit.profile import ProfileConfig, profile_bundle
     from tests.profile.conftest import make_masked_bundle
 
     root = make_masked_bundle(tmp_path / "masked")
@@ -37,6 +37,11 @@ def test_build_profile_and_check_on_a_hosted_device(configured, tmp_path):
     quick = MeasureConfig(warmup_iters=1, warmup_seconds=0.0, iters=3, min_seconds=0.0)
     doc = profile_bundle(root, ProfileConfig(runtimes=("aihub",), devices=(device,), measure=quick, power="off"))
     (row,) = doc["aihub"]["devices"]
-    assert row["available"] and row["per_call_ms"] > 0 and row["ops"]["total"] > 0 and row["model"] == f"engine {TARGET}/fp16@aihub"
+    assert (
+        row["available"]
+        and row["per_call_ms"] > 0
+        and row["ops"]["total"] > 0
+        and row["model"] == f"engine {TARGET}/fp16@aihub"
+    )
     checked = check_bundle(root, CheckConfig(runtime="aihub", candidate="fp16", device=device, n=2))
     assert checked["metrics"]["top1_agreement"] > 0.9, checked["metrics"]

@@ -28,7 +28,9 @@ def bucketed(tiny_bundles, tmp_path_factory):
 
     root = shutil.copytree(tiny_bundles["masked"], tmp_path_factory.mktemp("binding") / "masked")
     loose = {"check_margin": -100.0, "lockstep_token_agreement": 0.0, "event_accuracy_drop": 1.0}
-    quantize_bundle(root, QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", step_buckets=2, fallback=False, budget=loose))
+    quantize_bundle(
+        root, QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", step_buckets=2, fallback=False, budget=loose)
+    )
     build_bundle(root, "cpu", "int8")
     return root
 
@@ -73,8 +75,12 @@ def test_a_swap_or_an_edited_edge_is_refused_by_every_reader(bucketed, tmp_path,
     Bundle.load(root)  # every file still matches its hash: only the binding tells
     with pytest.raises(BundleError, match="step buckets"):
         Bundle.load(root).step_buckets()
-    for args in (["run", str(root), *RUN], ["check", str(root)], ["debug", str(root)], ["build", str(root), "--target", "cpu",
-                                                                                       "--precision", "int8", "--rebuild"]):
+    for args in (
+        ["run", str(root), *RUN],
+        ["check", str(root)],
+        ["debug", str(root)],
+        ["build", str(root), "--target", "cpu", "--precision", "int8", "--rebuild"],
+    ):
         r = runner.invoke(app, args)
         assert r.exit_code == 1 and "Traceback" not in r.output, (args, r.output)
         assert r.stderr.count("error:") == 1 and "step buckets" in r.stderr, (args, r.stderr)

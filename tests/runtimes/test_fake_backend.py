@@ -7,8 +7,8 @@ take it through the CLI like a built-in one, and its help lists it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import pytest
@@ -56,13 +56,20 @@ class NumpyRuntime(BaseRuntime):
 
 @pytest.fixture
 def fake_backend(monkeypatch):
-    backend = register_backend(Backend(
-        name=NAME, title="fake numpy", help="a test's own backend",
-        precisions=("fp32",), artifacts={"fp32": "fp32"}, lacks="the fake runs fp32 only",
-        open=lambda bundle, precision, threads: NumpyRuntime(bundle.path_of("fp32"), threads),
-        requires=Requirement("numpy", "pip install numpy"),
-        open_file=lambda path, options: NumpyRuntime(path, options.threads), debug=DebugHooks(capture=CAPTURE),
-    ))
+    backend = register_backend(
+        Backend(
+            name=NAME,
+            title="fake numpy",
+            help="a test's own backend",
+            precisions=("fp32",),
+            artifacts={"fp32": "fp32"},
+            lacks="the fake runs fp32 only",
+            open=lambda bundle, precision, threads: NumpyRuntime(bundle.path_of("fp32"), threads),
+            requires=Requirement("numpy", "pip install numpy"),
+            open_file=lambda path, options: NumpyRuntime(path, options.threads),
+            debug=DebugHooks(capture=CAPTURE),
+        )
+    )
     monkeypatch.setitem(BUILDERS, NAME, NoBuilder("the fake backend runs the bundle's ONNX as it is"))
     monkeypatch.setitem(RUNTIME_LINT, NAME, NoLint("the fake backend runs any graph ONNX Runtime runs"))
     yield backend
@@ -79,14 +86,37 @@ def test_run_profile_and_check_take_a_registered_backend(fake_backend, tiny_bund
     r = invoke("run", bundle, "--runtime", NAME, *COND, "--seed", 3, "-o", tmp_path / "fake.npz", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert (doc["runtime"], doc["device"], doc["timing_note"]) == (NAME, "numpy (fake NPU)", "a fake backend: ONNX Runtime's latency")
-    assert doc["runtime_settings"] == {"wrapped": "onnxruntime", "threads": 0} and doc["session"] == {"seconds": 0.0, "precompiled": False}
+    assert (doc["runtime"], doc["device"], doc["timing_note"]) == (
+        NAME,
+        "numpy (fake NPU)",
+        "a fake backend: ONNX Runtime's latency",
+    )
+    assert doc["runtime_settings"] == {"wrapped": "onnxruntime", "threads": 0} and doc["session"] == {
+        "seconds": 0.0,
+        "precompiled": False,
+    }
     r = invoke("run", bundle, "--runtime", "ort", *COND, "--seed", 3, "-o", tmp_path / "ort.npz", "--json")
     assert r.exit_code == 0, r.output
     np.testing.assert_array_equal(np.load(tmp_path / "fake.npz")["tokens"], np.load(tmp_path / "ort.npz")["tokens"])
 
-    r = invoke("profile", bundle, "--runtime", f"ort,{NAME}", "--precision", "fp32", *COND,
-               "--iters", 2, "--min-seconds", 0, "--warmup", 1, "--power", "off", "--json")
+    r = invoke(
+        "profile",
+        bundle,
+        "--runtime",
+        f"ort,{NAME}",
+        "--precision",
+        "fp32",
+        *COND,
+        "--iters",
+        2,
+        "--min-seconds",
+        0,
+        "--warmup",
+        1,
+        "--power",
+        "off",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     variants = {v["id"]: v for v in json.loads(r.stdout)["variants"]}
     fake = variants[f"{NAME} fp32"]
@@ -105,15 +135,28 @@ def test_debug_taps_a_registered_backend(fake_backend, tiny_bundles, tmp_path):
     outputs, and fp32 against fp32 adds no noise anywhere."""
     rows = tmp_path / "rows.npz"
     np.savez(rows, class_id=np.array([1, 2]))  # the tiny masked model has no demo evaluation set
-    r = invoke("debug", tiny_bundles["masked"], "--reference", "ort:fp32", "--candidate", f"{NAME}:fp32",
-               "--cond-data", rows, "--n", 2, "--json")
+    r = invoke(
+        "debug",
+        tiny_bundles["masked"],
+        "--reference",
+        "ort:fp32",
+        "--candidate",
+        f"{NAME}:fp32",
+        "--cond-data",
+        rows,
+        "--n",
+        2,
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["candidate"] == f"{NAME}:fp32" and doc["devices"]["candidate"] == "numpy (fake NPU)"
     assert doc["capture"]["candidate"] == CAPTURE and doc["capture"]["tensors"] > 3
     assert doc["capture"]["outputs_changed_by_taps"] < 1e-4  # float rounding of other fusions at most
     assert doc["passed"] and not doc["entry"]["crossed_threshold"]
-    assert all(float(db) > 100 for step in doc["sqnr"]["per_step"] for db in step)  # the same kernels: no added noise ("inf")
+    assert all(
+        float(db) > 100 for step in doc["sqnr"]["per_step"] for db in step
+    )  # the same kernels: no added noise ("inf")
 
 
 def test_the_cli_lists_and_checks_it_like_a_built_in_one(fake_backend, tiny_bundles):

@@ -166,7 +166,9 @@ def test_dynamic_dims_are_a_clear_error(dynamic_onnx):
         OpenVinoRuntime(dynamic_onnx, ONE)
 
 
-@pytest.mark.skipif("GPU" in (available_devices() if "openvino" in sys.modules else []), reason="this host has an Intel GPU")
+@pytest.mark.skipif(
+    "GPU" in (available_devices() if "openvino" in sys.modules else []), reason="this host has an Intel GPU"
+)
 def test_a_device_this_host_lacks_is_target_unavailable(matmul_add_onnx):
     with pytest.raises(TargetUnavailable) as err:
         OpenVinoRuntime(matmul_add_onnx, OvOptions(device="GPU"))

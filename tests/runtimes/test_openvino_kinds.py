@@ -40,8 +40,12 @@ def tiny_ar_spec(batch: int = 2):
         module=ar_step(CausalTransformer(cfg), "graph"),
         inputs=inputs,
         outputs=outputs,
-        meta={"vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "bos_id": cfg.bos_id,
-              "conditioning": {"class_id": {"uncond": cfg.num_classes}}},
+        meta={
+            "vocab_size": cfg.vocab_size,
+            "max_len": cfg.max_len,
+            "bos_id": cfg.bos_id,
+            "conditioning": {"class_id": {"uncond": cfg.num_classes}},
+        },
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )
 
@@ -52,7 +56,9 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("ov-kinds")
     specs = {"masked": tiny_masked_spec(), "flow": tiny_flow_spec(), "ar": tiny_ar_spec()}
-    return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in specs.items()} | {"_specs": specs}
+    return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in specs.items()} | {
+        "_specs": specs
+    }
 
 
 def _both(bundle: Bundle, precision: str = "fp32"):
@@ -162,9 +168,15 @@ def test_qdq_int8_runs_int8_kernels_close_to_ort_int8(bundles, tmp_path):
     bundle = Bundle.load(bundles["masked"])
     rng = np.random.default_rng(0)
     calib = [{"tokens": rng.integers(0, 17, (2, 12)), "class_id": rng.integers(0, 4, 2)} for _ in range(8)]
-    int8 = quantize_unbudgeted(bundle.path_of("fp32"), tmp_path / "int8.onnx", calib, QuantizeConfig(scheme="u8s8-pair"))
+    int8 = quantize_unbudgeted(
+        bundle.path_of("fp32"), tmp_path / "int8.onnx", calib, QuantizeConfig(scheme="u8s8-pair")
+    )
     feeds = calib[0]
-    with OpenVinoRuntime(int8, OvOptions(threads=1, profiling=True)) as ov, OrtRuntime(int8) as ort, OrtRuntime(bundle.path_of("fp32")) as fp32:
+    with (
+        OpenVinoRuntime(int8, OvOptions(threads=1, profiling=True)) as ov,
+        OrtRuntime(int8) as ort,
+        OrtRuntime(bundle.path_of("fp32")) as fp32,
+    ):
         got = ov.run(feeds)["logits"]
         kernels = {r["kernel"] for r in ov.op_profile()}
         want = ort.run(feeds)["logits"]

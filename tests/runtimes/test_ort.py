@@ -32,9 +32,10 @@ def test_matmul_add_matches_numpy(matmul_add_onnx, matmul_add_reference, x_feed,
 
 
 def test_io_binding_on_and_off_give_identical_outputs(matmul_add_onnx, x_feed):
-    with OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=True)) as bound, OrtRuntime(
-        matmul_add_onnx, OrtOptions(io_binding=False)
-    ) as plain:
+    with (
+        OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=True)) as bound,
+        OrtRuntime(matmul_add_onnx, OrtOptions(io_binding=False)) as plain,
+    ):
         a, b = bound.run({"x": x_feed}), plain.run({"x": x_feed})
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])
@@ -144,9 +145,7 @@ def test_no_available_provider_is_target_unavailable(matmul_add_onnx):
     assert "NoSuchExecutionProvider" in str(err.value) and "CPUExecutionProvider" in str(err.value)
 
 
-@pytest.mark.parametrize(
-    "content", [b"", b"this is not an onnx model\n", None], ids=["empty", "text", "truncated"]
-)
+@pytest.mark.parametrize("content", [b"", b"this is not an onnx model\n", None], ids=["empty", "text", "truncated"])
 def test_unreadable_model_file_is_one_error_naming_the_path(tmp_path, matmul_add_onnx, content):
     path = tmp_path / "broken.onnx"
     path.write_bytes(matmul_add_onnx.read_bytes()[:40] if content is None else content)
@@ -198,7 +197,6 @@ def test_run_after_close_is_an_error(matmul_add_onnx, x_feed):
         rt.run({"x": x_feed})
 
 
-
 SHARED_ARENA_SCRIPT = """
 import json, sys
 import numpy as np
@@ -223,7 +221,9 @@ def test_shared_arena_sessions_take_memory_from_the_environment_arena(matmul_add
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", SHARED_ARENA_SCRIPT, str(matmul_add_onnx)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SHARED_ARENA_SCRIPT, str(matmul_add_onnx)], capture_output=True, text=True, check=True
+    )
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     assert doc["entries"] == [["1", "1"], ["1", "1"]]
     assert all(doc["same"]) and len(doc["same"]) == 5
@@ -234,5 +234,10 @@ def test_taking_turns_options_spin_inside_runs_and_share_the_arena():
 
     base = OrtOptions(intra_op_threads=2, spin_between_runs=True)
     turns = taking_turns(base)
-    assert (turns.spin_between_runs, turns.shared_arena, turns.allow_spinning, turns.intra_op_threads) == (False, True, True, 2)
+    assert (turns.spin_between_runs, turns.shared_arena, turns.allow_spinning, turns.intra_op_threads) == (
+        False,
+        True,
+        True,
+        2,
+    )
     assert taking_turns(base, shared=False) is base

@@ -113,15 +113,17 @@ def test_runtime_fuses_in_memory_only_for_cpu_and_when_asked(tmp_path):
 def test_demo_masked_graph_gets_its_four_gelus_fused(tmp_path):
     """The exporter's real GELU pattern (not just our hand-written one) is matched."""
     pytest.importorskip("torch")
+    from edgekit.bundle import Bundle
     from edgekit.export.to_bundle import export_bundle
     from edgekit.models import load_spec
-    from edgekit.bundle import Bundle
 
     export_bundle(load_spec("masked-demo", batch=1), tmp_path / "m", source="masked-demo")
     bundle = Bundle.load(tmp_path / "m")
     feeds = {"tokens": np.full((1, 64), 64, np.int64), "class_id": np.array([3])}
-    with OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1)) as fused, \
-         OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1, contrib_fusions=False)) as plain:
+    with (
+        OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1)) as fused,
+        OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=1, contrib_fusions=False)) as plain,
+    ):
         assert fused.fusions == {"FastGelu": 4}
         np.testing.assert_allclose(fused.run(feeds)["logits"], plain.run(feeds)["logits"], atol=1e-4)
 
@@ -137,8 +139,13 @@ def test_a_model_with_external_weights_is_fused_and_reads_them_from_its_folder(t
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"])]
     chain, inits = gelu_chain("g", "h", "y")
     model = helper.make_model(
-        helper.make_graph(nodes + chain, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], [numpy_helper.from_array(w, "W"), *inits]),
+        helper.make_graph(
+            nodes + chain,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+            [numpy_helper.from_array(w, "W"), *inits],
+        ),
         opset_imports=[helper.make_opsetid("", 17)],
     )
     convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=64)
@@ -152,12 +159,19 @@ def test_a_model_with_external_weights_is_fused_and_reads_them_from_its_folder(t
         np.testing.assert_allclose(rt.run({"x": x})["y"], _gelu_tanh(x @ w), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("providers, fusions, disabled", [
-    (["CPUExecutionProvider"], True, CPU_DISABLED_OPTIMIZERS),
-    (["CUDAExecutionProvider", "CPUExecutionProvider"], True, ()),  # SkipLayerNorm is CUDA's fast path
-    (["NnapiExecutionProvider", "CPUExecutionProvider"], False, ()),  # NNAPI runs no contrib op: standard ONNX
-    (["QNNExecutionProvider", "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"], False, ()),
-])
+@pytest.mark.parametrize(
+    "providers, fusions, disabled",
+    [
+        (["CPUExecutionProvider"], True, CPU_DISABLED_OPTIMIZERS),
+        (["CUDAExecutionProvider", "CPUExecutionProvider"], True, ()),  # SkipLayerNorm is CUDA's fast path
+        (["NnapiExecutionProvider", "CPUExecutionProvider"], False, ()),  # NNAPI runs no contrib op: standard ONNX
+        (
+            ["QNNExecutionProvider", "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"],
+            False,
+            (),
+        ),
+    ],
+)
 def test_one_rule_says_what_a_provider_list_gets(providers, fusions, disabled):
     """The runtime (in memory) and `edgekit build` (in the engine file) ask the same rule."""
     changes = graph_changes(providers)
@@ -170,14 +184,29 @@ def test_a_built_engines_recorded_options_open_it_as_recorded_with_nothing_chang
     set as an app sets them (here the entry that keeps ORT's SkipLayerNormFusion off)."""
     from edgekit.runtimes.ort_fusions import DISABLE_OPTIMIZERS_ENTRY, engine_session_options
 
-    nodes = [helper.make_node("Add", ["x", "r"], ["h"]), helper.make_node("LayerNormalization", ["h", "s", "b"], ["y"], axis=-1)]
+    nodes = [
+        helper.make_node("Add", ["x", "r"], ["h"]),
+        helper.make_node("LayerNormalization", ["h", "s", "b"], ["y"], axis=-1),
+    ]
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, SHAPE) for n in ("x", "r")]
-    inits = [numpy_helper.from_array(np.full(8, 2, np.float32), "s"), numpy_helper.from_array(np.ones(8, np.float32), "b")]
-    path = save_model(tmp_path / "ln.onnx", nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits)
-    recorded = {"graph_optimization_level": "extended", "config_entries": {DISABLE_OPTIMIZERS_ENTRY: "SkipLayerNormFusion"}}
+    inits = [
+        numpy_helper.from_array(np.full(8, 2, np.float32), "s"),
+        numpy_helper.from_array(np.ones(8, np.float32), "b"),
+    ]
+    path = save_model(
+        tmp_path / "ln.onnx", nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits
+    )
+    recorded = {
+        "graph_optimization_level": "extended",
+        "config_entries": {DISABLE_OPTIMIZERS_ENTRY: "SkipLayerNormFusion"},
+    }
     fields = engine_session_options(recorded)
-    assert fields == {"graph_optimization": "extended", "contrib_fusions": False, "disabled_optimizers": (),
-                      "session_config": ((DISABLE_OPTIMIZERS_ENTRY, "SkipLayerNormFusion"),)}
+    assert fields == {
+        "graph_optimization": "extended",
+        "contrib_fusions": False,
+        "disabled_optimizers": (),
+        "session_config": ((DISABLE_OPTIMIZERS_ENTRY, "SkipLayerNormFusion"),),
+    }
     rng = np.random.default_rng(0)
     feeds = {n: rng.standard_normal(SHAPE).astype(np.float32) for n in ("x", "r")}
     h = feeds["x"] + feeds["r"]
@@ -185,7 +214,9 @@ def test_a_built_engines_recorded_options_open_it_as_recorded_with_nothing_chang
     ops = {}
     for name, entries in (("recorded", fields["session_config"]), ("without", ())):
         saved = tmp_path / f"{name}.onnx"
-        options = OrtOptions(intra_op_threads=1, **{**fields, "session_config": entries}, optimized_model_path=str(saved))
+        options = OrtOptions(
+            intra_op_threads=1, **{**fields, "session_config": entries}, optimized_model_path=str(saved)
+        )
         with OrtRuntime(path, options) as rt:
             assert rt.fusions == {} and rt.disabled_optimizers == ()
             np.testing.assert_allclose(rt.run(feeds)["y"], want, atol=1e-4)

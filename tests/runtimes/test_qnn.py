@@ -10,9 +10,8 @@ import pytest
 
 from edgekit.errors import MissingDependency, UsageError
 from edgekit.runtimes.qnn import QnnCompileError, QnnOptions, QnnRuntime, float_nodes, refused_nodes
-
-from tests.qnn_graphs import graphs  # noqa: F401  (module fixture)
 from tests.qnn_graphs import feeds as _feeds
+from tests.qnn_graphs import graphs  # noqa: F401  (module fixture)
 
 
 def _snr(ref: np.ndarray, out: np.ndarray) -> float:
@@ -63,8 +62,10 @@ def test_a_node_the_npu_refuses_is_one_error_naming_node_and_op(graphs):
 
 
 def test_refused_nodes_parses_the_ep_log():
-    log = ("QNN.backendValidateOpConfig() failed for node `fc1` of type `FullyConnected` with error code 3110\n"
-           "Unsupported nodes in QNN EP: { name: fc1, type: Gemm }{ name: ln, type: LayerNormalization }")
+    log = (
+        "QNN.backendValidateOpConfig() failed for node `fc1` of type `FullyConnected` with error code 3110\n"
+        "Unsupported nodes in QNN EP: { name: fc1, type: Gemm }{ name: ln, type: LayerNormalization }"
+    )
     assert refused_nodes(log) == [
         {"node": "fc1", "op": "Gemm", "qnn_op": "FullyConnected"},
         {"node": "ln", "op": "LayerNormalization", "qnn_op": ""},

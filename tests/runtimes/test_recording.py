@@ -42,7 +42,11 @@ class TinyFlow(BaseRuntime):
 
     def __init__(self, batch: int):
         super().__init__(
-            {"x": TensorSpec((batch, T, C), "float32"), "t": TensorSpec((batch,), "float32"), "tokens": TensorSpec((batch, L), "int64")},
+            {
+                "x": TensorSpec((batch, T, C), "float32"),
+                "t": TensorSpec((batch,), "float32"),
+                "tokens": TensorSpec((batch, L), "int64"),
+            },
             {"v": TensorSpec((batch, T, C), "float32")},
         )
 
@@ -60,8 +64,13 @@ class TinyAR(BaseRuntime):
     def __init__(self, batch: int, max_len: int = 6):
         cache = TensorSpec((1, batch, 1, max_len, 2), "float32")
         super().__init__(
-            {"token": TensorSpec((batch, 1), "int64"), "pos": TensorSpec((1,), "int64"), "k_cache": cache,
-             "v_cache": cache, "class_id": TensorSpec((batch,), "int64")},
+            {
+                "token": TensorSpec((batch, 1), "int64"),
+                "pos": TensorSpec((1,), "int64"),
+                "k_cache": cache,
+                "v_cache": cache,
+                "class_id": TensorSpec((batch,), "int64"),
+            },
             {"logits": TensorSpec((batch, V), "float32"), "k_cache_out": cache, "v_cache_out": cache},
         )
 
@@ -98,12 +107,16 @@ def test_every_nth_call_is_recorded_and_the_decode_still_runs_every_call():
     host out of memory (the int8 length sweep at 1024 tokens); keeping calls 0, n, 2n, ... of
     each decode bounds it while the loop still sees every call's outputs."""
     rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, every=4)
-    result = decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    result = decode(
+        "masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3)
+    )
     assert result.runtime_calls == 10
     assert [c.call for c in rec.calls] == [0, 4, 8] and len(rec.feeds) == 3
     assert (rec.feeds[0]["tokens"] == V).all()  # call 0 (all masked) is always kept
     rec.begin_decode()
-    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=4))
+    decode(
+        "masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=4)
+    )
     assert [(c.decode, c.call) for c in rec.calls][3:] == [(1, 0), (1, 4), (1, 8)]  # the count restarts per decode
 
 
@@ -112,12 +125,20 @@ def test_a_recording_past_its_byte_bound_keeps_every_nth_call_of_every_decode():
     whole KV cache (the demo baseline at 1024 tokens, batch 8: 34 GB per decode). Past
     ``max_bytes`` the stride doubles and the calls off it are dropped, in every decode alike."""
     rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META)
-    decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3))
+    decode(
+        "masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=3)
+    )
     per_call = sum(a.nbytes for a in rec.feeds[0].values())
     bounded = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, max_bytes=4 * per_call)
     for seed in (3, 4):
         bounded.begin_decode()
-        result = decode("masked", bounded, MASKED_META, {"class_id": np.array([0, 1])}, decode_config("masked", {}, {"steps": 10}, seed=seed))
+        result = decode(
+            "masked",
+            bounded,
+            MASKED_META,
+            {"class_id": np.array([0, 1])},
+            decode_config("masked", {}, {"steps": 10}, seed=seed),
+        )
         assert result.runtime_calls == 10  # the loop still ran every call
     assert bounded.every == 8 and [(c.decode, c.call) for c in bounded.calls] == [(0, 0), (0, 8), (1, 0), (1, 8)]
     assert sum(a.nbytes for f in bounded.feeds for a in f.values()) <= 4 * per_call
@@ -132,7 +153,14 @@ def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_cal
 
 def test_flow_every_ode_evaluation_and_cfg_row_recorded():
     rec, result = _decode(
-        "flow", TinyFlow(4), FLOW_META, {"tokens": np.ones((2, L), np.int64)}, steps=3, solver="midpoint", grid="cosine", guidance=2.0
+        "flow",
+        TinyFlow(4),
+        FLOW_META,
+        {"tokens": np.ones((2, L), np.int64)},
+        steps=3,
+        solver="midpoint",
+        grid="cosine",
+        guidance=2.0,
     )
     assert len(rec.feeds) == result.nfe == 6  # 3 steps x 2 evaluations, cond + uncond rows in one call
     grid = time_grid("cosine", 3)

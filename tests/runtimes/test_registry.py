@@ -64,7 +64,9 @@ def test_one_error_for_an_unknown_runtime_or_a_precision_it_lacks(tiny_bundles):
         open_runtime(bundle, "tensorflow")
     with pytest.raises(UsageError, match=r"--precision 'int4' is unknown; valid: fp32, fp16, int8, bf16"):
         open_runtime(bundle, "ort", "int4")
-    with pytest.raises(UsageError, match=r"--runtime ort has no bf16 \(ONNX Runtime runs fp32 or int8 bundles\); valid: fp32, int8") as err:
+    with pytest.raises(
+        UsageError, match=r"--runtime ort has no bf16 \(ONNX Runtime runs fp32 or int8 bundles\); valid: fp32, int8"
+    ) as err:
         check_precision("ort", "bf16")
     assert "--runtime openvino for bf16" in str(err.value)
     with pytest.raises(UsageError, match="--runtime qnn has no fp32"):

@@ -41,8 +41,13 @@ def test_matches_ort_on_the_exported_module(tmp_path, x_feed):
     module = make_module()
     path = tmp_path / "tiny_head.onnx"
     torch.onnx.export(
-        module.eval(), (torch.from_numpy(x_feed),), str(path), dynamo=False,
-        input_names=["x"], output_names=["y", "best"], opset_version=17,
+        module.eval(),
+        (torch.from_numpy(x_feed),),
+        str(path),
+        dynamo=False,
+        input_names=["x"],
+        output_names=["y", "best"],
+        opset_version=17,
     )
     with TorchRuntime(module, INPUTS, OUTPUTS) as ref, OrtRuntime(path) as ort_rt:
         assert ort_rt.inputs == ref.inputs and ort_rt.outputs == ref.outputs
@@ -115,12 +120,16 @@ def test_a_chunk_window_bundle_runs_on_torch_as_on_ort(tmp_path):
     from edgekit.runtimes import open_runtime
     from tests.stream import tiny_stream
 
-    root = export_bundle(window_spec(tiny_stream.flow(), 4, context=4), tmp_path / "flow-chunk",
-                         source="tests.stream.tiny_stream:flow").root
+    root = export_bundle(
+        window_spec(tiny_stream.flow(), 4, context=4), tmp_path / "flow-chunk", source="tests.stream.tiny_stream:flow"
+    ).root
     bundle = Bundle.load(root)
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.normal(size=(1, 8, 4)).astype(np.float32), "t": np.array([0.3], np.float32),
-             "tokens": rng.integers(0, 8, size=(1, 4))}
+    feeds = {
+        "x": rng.normal(size=(1, 8, 4)).astype(np.float32),
+        "t": np.array([0.3], np.float32),
+        "tokens": rng.integers(0, 8, size=(1, 4)),
+    }
     with open_runtime(bundle, "torch") as rt, open_runtime(bundle, "ort") as ort_rt:
         assert rt.inputs["x"].shape == (1, 8, 4)
         np.testing.assert_allclose(rt.run(feeds)["v"], ort_rt.run(feeds)["v"], rtol=1e-4, atol=1e-5)

@@ -305,7 +305,9 @@ def test_int64_feeds_outside_int32_are_refused_on_tensorrt_8(monkeypatch, tmp_pa
     install(monkeypatch, version)
     build_engine(tokens_onnx, tmp_path / "tokens.plan")
     with TrtRuntime(tmp_path / "tokens.plan") as rt:
-        with pytest.raises(EdgekitError, match=r"feed 'tokens' has values in \[0, 4294967296\], outside int32.*casts INT64 down"):
+        with pytest.raises(
+            EdgekitError, match=r"feed 'tokens' has values in \[0, 4294967296\], outside int32.*casts INT64 down"
+        ):
             rt.run({"tokens": np.full((2, 8), 2**32, np.int64) * np.eye(2, 8, dtype=np.int64)})
 
 
@@ -329,7 +331,9 @@ def test_qdq_int8_sets_the_int8_flag_where_weakly_typed(fake_trt, tmp_path, qdq_
     assert ("only the layers inside Q/DQ pairs run in INT8" in notes) == (major >= 10)
     assert json.loads(plan.read_bytes())["strongly_typed"] == (major >= 10)
     with load_engine(plan, qdq_onnx, precision="int8") as rt:
-        np.testing.assert_allclose(rt.run({"x": x_feed})["y"], ort_run(qdq_onnx, {"x": x_feed})["y"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            rt.run({"x": x_feed})["y"], ort_run(qdq_onnx, {"x": x_feed})["y"], rtol=1e-6, atol=1e-6
+        )
 
 
 def test_fp32_builds_turn_tf32_off_and_fp16_builds_set_fp16(monkeypatch, tmp_path, matmul_add_onnx):
@@ -371,7 +375,9 @@ def test_a_foreign_timing_cache_does_not_leak_into_a_later_error(monkeypatch, tm
     cache = tmp_path / "timing.cache"
     cache.write_text(json.dumps({"version": "8.5.2.2", "device": "Orin", "entries": 3}))
     # A weakly typed Q/DQ build without the INT8 flag fails in the builder: its error, only.
-    monkeypatch.setattr("edgekit.runtimes.trt.builder.resolve_build_flags", lambda *a, **k: BuildFlags(False, False, False, False))
+    monkeypatch.setattr(
+        "edgekit.runtimes.trt.builder.resolve_build_flags", lambda *a, **k: BuildFlags(False, False, False, False)
+    )
     with pytest.raises(EdgekitError) as err:
         build_engine(qdq_onnx, tmp_path / "q.plan", TrtBuildConfig(precision="int8", timing_cache=str(cache)))
     assert "INT8 flag must be set" in str(err.value) and "Timing cache" not in str(err.value)
@@ -379,14 +385,17 @@ def test_a_foreign_timing_cache_does_not_leak_into_a_later_error(monkeypatch, tm
 
 def test_a_build_without_any_timing_cache_still_builds(monkeypatch, tmp_path, matmul_add_onnx, caplog):
     fake = install(monkeypatch, "10.3.0")
-    monkeypatch.setattr(type(fake.mod.Builder(None).create_builder_config()), "create_timing_cache", lambda self, data: None)
+    monkeypatch.setattr(
+        type(fake.mod.Builder(None).create_builder_config()), "create_timing_cache", lambda self, data: None
+    )
     cache = tmp_path / "timing.cache"
     build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(timing_cache=str(cache)))
     assert not cache.exists() and any("gave no timing cache" in r.message for r in caplog.records)
 
 
-def test_outputs_outlive_close_and_pinned_memory_is_freed_after_them(monkeypatch, tmp_path, matmul_add_onnx, x_feed,
-                                                                     matmul_add_reference):
+def test_outputs_outlive_close_and_pinned_memory_is_freed_after_them(
+    monkeypatch, tmp_path, matmul_add_onnx, x_feed, matmul_add_reference
+):
     import gc
 
     fake = install(monkeypatch, "10.3.0")
@@ -409,15 +418,18 @@ def test_a_plan_that_does_not_deserialize_releases_everything(monkeypatch, tmp_p
     install(monkeypatch, "8.6.2.3")
     build_engine(matmul_add_onnx, tmp_path / "m.plan")
     fake = install(monkeypatch, "10.3.0")  # the host's TensorRT was upgraded
-    with pytest.raises(EdgekitError, match=r"TensorRT 10.3.0 cannot deserialize .*expecting library version 10.3.0 got 8.6.2.3"):
+    with pytest.raises(
+        EdgekitError, match=r"TensorRT 10.3.0 cannot deserialize .*expecting library version 10.3.0 got 8.6.2.3"
+    ):
         TrtRuntime(tmp_path / "m.plan")
     gc.collect()
     assert fake.cuda.streams == set() and fake.cuda.device_memory == {} and fake.cuda.host_memory == {}
     assert ("cudaStreamCreate", next(c[1] for c in fake.cuda.calls if c[0] == "cudaStreamCreate")) in fake.cuda.calls
 
 
-def test_device_index_is_honoured_when_building_and_deserializing(monkeypatch, tmp_path, matmul_add_onnx, x_feed,
-                                                                    matmul_add_reference):
+def test_device_index_is_honoured_when_building_and_deserializing(
+    monkeypatch, tmp_path, matmul_add_onnx, x_feed, matmul_add_reference
+):
     fake = install(monkeypatch, "10.3.0", devices=(("RTX 4090", "8.9"), ("A100", "8.0")))
     meta = build_engine(matmul_add_onnx, tmp_path / "m.plan", device=1)
     assert (meta.gpu_name, meta.compute_capability) == ("A100", "8.0")

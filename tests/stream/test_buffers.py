@@ -29,9 +29,14 @@ class WindowFlow(BaseRuntime):
     name = "window-flow"
 
     def __init__(self, window: int, channels: int):
-        super().__init__({"x": TensorSpec((1, window, channels), "float32"), "t": TensorSpec((1,), "float32"),
-                          "tokens": TensorSpec((1, window // R), "int64")},
-                         {"v": TensorSpec((1, window, channels), "float32")})
+        super().__init__(
+            {
+                "x": TensorSpec((1, window, channels), "float32"),
+                "t": TensorSpec((1,), "float32"),
+                "tokens": TensorSpec((1, window // R), "int64"),
+            },
+            {"v": TensorSpec((1, window, channels), "float32")},
+        )
         self.table = np.random.default_rng(0).normal(size=(V + 1, channels)).astype(np.float32)
         self._out = np.empty((1, window, channels), dtype=np.float32)
 
@@ -47,7 +52,9 @@ class PositionMasked(BaseRuntime):
     name = "position-masked"
 
     def __init__(self, length: int):
-        super().__init__({"tokens": TensorSpec((1, length), "int64")}, {"logits": TensorSpec((1, length, V), "float32")})
+        super().__init__(
+            {"tokens": TensorSpec((1, length), "int64")}, {"logits": TensorSpec((1, length, V), "float32")}
+        )
         self._out = np.zeros((1, length, V), dtype=np.float32)
         self._out[0, np.arange(length), np.arange(length) % V] = 3.0
         self.threads: set[int] = set()
@@ -58,16 +65,31 @@ class PositionMasked(BaseRuntime):
 
 
 def _context(frames: int, channels: int, chunk: int, scores: list | None = None):
-    flow_meta = {"channels": channels, "frames": 2 * chunk, "frames_per_token": R, "utterance_frames": frames,
-                 "conditioning": {"tokens": {"uncond": V}}, "chunk": {"frames": chunk, "context": chunk, "lookahead": 0}}
+    flow_meta = {
+        "channels": channels,
+        "frames": 2 * chunk,
+        "frames_per_token": R,
+        "utterance_frames": frames,
+        "conditioning": {"tokens": {"uncond": V}},
+        "chunk": {"frames": chunk, "context": chunk, "lookahead": 0},
+    }
     length = frames // R
     masked_meta = {"vocab_size": V, "mask_id": V, "seq_len": length, "conditioning": {}}
     device = Device()
     masked = PositionMasked(length)
     tokens = TokenSource("masked", DeviceRuntime(masked, device), masked_meta, MaskedDecodeConfig(steps=2), {})
     score = None if scores is None else (lambda toks, x: scores.append((toks, x, np.array(toks), np.array(x))) or {})
-    ctx = StreamContext(tokens, DeviceRuntime(WindowFlow(2 * chunk, channels), device), device, flow_meta,
-                        FlowDecodeConfig(steps=2, solver="midpoint"), FixedPolicy(rung("midpoint", 2)), score, 1e3, device.clock)
+    ctx = StreamContext(
+        tokens,
+        DeviceRuntime(WindowFlow(2 * chunk, channels), device),
+        device,
+        flow_meta,
+        FlowDecodeConfig(steps=2, solver="midpoint"),
+        FixedPolicy(rung("midpoint", 2)),
+        score,
+        1e3,
+        device.clock,
+    )
     return ctx, masked
 
 
@@ -82,7 +104,9 @@ def test_a_stream_reuses_its_buffers_and_token_thread_for_every_utterance():
             run_utterance(ctx, 0, u, seed=10 + u, buffers=buffers, worker=worker)
     finally:
         worker.close()
-    assert all(a is b for a, b in zip(arrays, (buffers.feed.tokens, buffers.noise, buffers.noise_scratch, buffers.frames)))
+    assert all(
+        a is b for a, b in zip(arrays, (buffers.feed.tokens, buffers.noise, buffers.noise_scratch, buffers.frames))
+    )
     assert all(toks is buffers.feed.tokens and x is buffers.frames for toks, x, _, _ in scores)  # scored in place
     assert len(masked.threads) == 1  # one token thread for the three utterances
     np.testing.assert_array_equal(buffers.noise, utterance_noise(buffers.noise.shape, FlowDecodeConfig(seed=12)))
@@ -104,7 +128,9 @@ def _soak(ctx, utterances: int, warmup: int, leak: list | None) -> int:
                 before = memory_snapshot().rss_bytes
             run_utterance(ctx, 0, u, seed=u, buffers=buffers, worker=worker)
             if leak is not None:  # what per-utterance buffers kept alive would cost
-                leak.append([np.array(a) for a in (buffers.feed.tokens, buffers.noise, buffers.noise_scratch, buffers.frames)])
+                leak.append(
+                    [np.array(a) for a in (buffers.feed.tokens, buffers.noise, buffers.noise_scratch, buffers.frames)]
+                )
             ctx.chunks.clear()  # the records are the measurement, not the stream's memory
             ctx.utterances.clear()
     finally:
@@ -124,4 +150,6 @@ def test_rss_stays_flat_over_many_utterances_and_a_leak_would_show():
     assert growth < bound, f"RSS grew {growth} B over 60 utterances; bound {bound} B (4 utterances' buffers)"
     leaked: list = []
     leaky = _soak(ctx, utterances=60, warmup=5, leak=leaked)
-    assert leaky > bound, f"a leak of {per_utterance} B per utterance grew RSS only {leaky} B: the bound would not catch it"
+    assert leaky > bound, (
+        f"a leak of {per_utterance} B per utterance grew RSS only {leaky} B: the bound would not catch it"
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -24,7 +23,9 @@ def bundles(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("stream")
     return {
-        "flow": export_bundle(window_spec(tiny_stream.flow(), 4, context=4), root / "flow-chunk", source=f"{SOURCE}:flow").root,
+        "flow": export_bundle(
+            window_spec(tiny_stream.flow(), 4, context=4), root / "flow-chunk", source=f"{SOURCE}:flow"
+        ).root,
         "masked": export_bundle(tiny_stream.masked(), root / "masked", source=f"{SOURCE}:masked").root,
         "ar": export_bundle(tiny_stream.ar(), root / "ar", source=f"{SOURCE}:ar").root,
     }
@@ -47,19 +48,41 @@ def test_window_bundle_records_its_geometry(bundles):
 
 @pytest.mark.parametrize("tokens,arrivals", [("masked", "all"), ("ar", "poisson")])
 def test_loadtest_json_reports_every_policy(bundles, tokens, arrivals):
-    res = _cli("loadtest", bundles[tokens], bundles["flow"], "--streams", 2, "--deadline-ms", 20, "--duration-s", 0.2,
-               "--steps", 2, "--threads", 1, "--cond", "class_id=1", "--arrivals", arrivals, "--json")
+    res = _cli(
+        "loadtest",
+        bundles[tokens],
+        bundles["flow"],
+        "--streams",
+        2,
+        "--deadline-ms",
+        20,
+        "--duration-s",
+        0.2,
+        "--steps",
+        2,
+        "--threads",
+        1,
+        "--cond",
+        "class_id=1",
+        "--arrivals",
+        arrivals,
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["schema"] == "edgekit.loadtest/1" and set(doc["policies"]) == {"fixed", "adaptive"}
     assert doc["chunk"]["chunks_per_utterance"] == 4
     for name, r in doc["policies"].items():
-        assert r["utterances"] >= 2 and r["chunks"] == 4 * r["utterances"]  # every utterance finished, every chunk recorded
+        assert (
+            r["utterances"] >= 2 and r["chunks"] == 4 * r["utterances"]
+        )  # every utterance finished, every chunk recorded
         assert 0.0 <= r["deadline_miss_rate"] <= 1.0 and r["deadline_misses"] <= r["chunks"] - r["utterances"]
         assert r["time_to_first_chunk_ms"]["n"] == r["utterances"]
         assert sum(r["rungs_used"].values()) == r["chunks"]
         assert r["switches"] == len(doc["switch_log"][name])
-        assert list(r["by_chunk"]) == ["0", "1", "2", "3"] and r["by_chunk"]["0"]["misses"] == 0  # the first has no deadline
+        assert (
+            list(r["by_chunk"]) == ["0", "1", "2", "3"] and r["by_chunk"]["0"]["misses"] == 0
+        )  # the first has no deadline
         assert sum(c["misses"] for c in r["by_chunk"].values()) == r["deadline_misses"]
         assert r["first_chunk_ms"]["tokens_wait"]["n"] == r["first_chunk_ms"]["decode"]["n"] == r["utterances"]
     assert doc["policies"]["fixed"]["rungs_used"] == {"rk4x2": doc["policies"]["fixed"]["chunks"]}
@@ -69,20 +92,38 @@ def test_loadtest_json_reports_every_policy(bundles, tokens, arrivals):
 
 
 def test_loadtest_writes_html(bundles, tmp_path):
-    res = _cli("loadtest", bundles["masked"], bundles["flow"], "--policy", "adaptive", "--duration-s", 0.1,
-               "--deadline-ms", 5, "--threads", 1, "--cond", "class_id=0", "--html", tmp_path / "r")
+    res = _cli(
+        "loadtest",
+        bundles["masked"],
+        bundles["flow"],
+        "--policy",
+        "adaptive",
+        "--duration-s",
+        0.1,
+        "--deadline-ms",
+        5,
+        "--threads",
+        1,
+        "--cond",
+        "class_id=0",
+        "--html",
+        tmp_path / "r",
+    )
     assert res.exit_code == 0, res.output
     text = (tmp_path / "r" / "loadtest.html").read_text()
     assert "per policy" in text and "adaptive" in text
 
 
-@pytest.mark.parametrize("args,code,needle", [
-    (("--streams", 0), 2, "streams"),
-    (("--policy", "greedy"), 2, "--policy"),
-    (("--arrivals", "burst"), 2, "--arrivals"),
-    (("--chunk-frames", 6), 2, "does not match"),
-    (("--solver", "rk5"), 2, "rk5"),
-])
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (("--streams", 0), 2, "streams"),
+        (("--policy", "greedy"), 2, "--policy"),
+        (("--arrivals", "burst"), 2, "--arrivals"),
+        (("--chunk-frames", 6), 2, "does not match"),
+        (("--solver", "rk5"), 2, "rk5"),
+    ],
+)
 def test_bad_options_are_one_line_usage_errors(bundles, args, code, needle):
     res = _cli("loadtest", bundles["masked"], bundles["flow"], *args, "--duration-s", 0.1, "--cond", "class_id=0")
     assert res.exit_code == code, res.output
@@ -94,15 +135,36 @@ def test_flow_bundle_without_a_window_graph_is_refused(bundles):
     assert res.exit_code == 2 and "flow bundle" in res.output
 
 
-@pytest.mark.parametrize("runtime,precision,dep", [
-    ("torch", "fp32", "torch"),  # the module rebuilt from its source at the window's frame count
-    ("openvino", "fp32", "openvino"),
-    ("qnn", "fp16", "onnxruntime_qnn"),  # HTP emulation: both graphs in float16 (the NPU has no fp32)
-])
+@pytest.mark.parametrize(
+    "runtime,precision,dep",
+    [
+        ("torch", "fp32", "torch"),  # the module rebuilt from its source at the window's frame count
+        ("openvino", "fp32", "openvino"),
+        ("qnn", "fp16", "onnxruntime_qnn"),  # HTP emulation: both graphs in float16 (the NPU has no fp32)
+    ],
+)
 def test_loadtest_runs_on_every_runtime_of_a_flow_bundle(bundles, runtime, precision, dep):
     pytest.importorskip(dep)
-    res = _cli("loadtest", bundles["masked"], bundles["flow"], "--runtime", runtime, "--precision", precision,
-               "--policy", "fixed", "--steps", 1, "--duration-s", 0.05, "--threads", 1, "--cond", "class_id=1", "--json")
+    res = _cli(
+        "loadtest",
+        bundles["masked"],
+        bundles["flow"],
+        "--runtime",
+        runtime,
+        "--precision",
+        precision,
+        "--policy",
+        "fixed",
+        "--steps",
+        1,
+        "--duration-s",
+        0.05,
+        "--threads",
+        1,
+        "--cond",
+        "class_id=1",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["runtime"]["name"] == runtime and doc["runtime"]["precision"] == precision
@@ -120,8 +182,22 @@ def test_qnn_int8_loadtest_runs_the_qnn_profile_window_graph(bundles, tmp_path):
     from edgekit.quantize import QuantizeConfig, quantize_bundle
 
     flow = shutil.copytree(bundles["flow"], tmp_path / "flow-chunk")
-    args = ("--runtime", "qnn", "--precision", "int8", "--policy", "fixed", "--steps", 1, "--duration-s", 0.05,
-            "--threads", 1, "--cond", "class_id=1")
+    args = (
+        "--runtime",
+        "qnn",
+        "--precision",
+        "int8",
+        "--policy",
+        "fixed",
+        "--steps",
+        1,
+        "--duration-s",
+        0.05,
+        "--threads",
+        1,
+        "--cond",
+        "class_id=1",
+    )
     res = _cli("loadtest", bundles["masked"], flow, *args)
     assert res.exit_code == 1 and "quantize" in res.output and "Traceback" not in res.output
     # random weights: the budget is what 8 bits reach here (as tests/conftest.py's qnn fixture)

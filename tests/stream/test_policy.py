@@ -55,8 +55,17 @@ def test_adaptive_steps_up_one_rung_after_patience_chunks_of_headroom():
     p = policy(per_nfe_ms=1.0, patience=3, headroom=0.5)
     p.choose(0, 0, slack_ms=0.1, in_flight=1)  # down to eulerx1
     picks = [p.choose(0, k, slack_ms=100.0, in_flight=1).label for k in range(1, 10)]
-    assert picks == ["eulerx1", "eulerx1", "midpointx1", "midpointx1", "midpointx1", "midpointx2",
-                     "midpointx2", "midpointx2", "rk4x2"]
+    assert picks == [
+        "eulerx1",
+        "eulerx1",
+        "midpointx1",
+        "midpointx1",
+        "midpointx1",
+        "midpointx2",
+        "midpointx2",
+        "midpointx2",
+        "rk4x2",
+    ]
 
 
 def test_adaptive_does_not_flap_on_a_rung_that_just_fits():

@@ -24,9 +24,14 @@ def flow(batch: int = 1):
 
     fc = FlowConfig(channels=4, seq_len=L, frames_per_token=R, vocab_size=V, dim=16, depth=1, heads=2, time_freqs=8)
     return ModelSpec(
-        name="tiny-flow", kind="flow", module=_perturb(_seeded(lambda: FlowDecoder(fc), 0), 0),
-        inputs={"x": TensorSpec((batch, fc.frames, 4), "float32", -3.0, 3.0), "t": TensorSpec((batch,), "float32", 0.0, 1.0),
-                "tokens": TensorSpec((batch, L), "int64", 0, V + 1)},
+        name="tiny-flow",
+        kind="flow",
+        module=_perturb(_seeded(lambda: FlowDecoder(fc), 0), 0),
+        inputs={
+            "x": TensorSpec((batch, fc.frames, 4), "float32", -3.0, 3.0),
+            "t": TensorSpec((batch,), "float32", 0.0, 1.0),
+            "tokens": TensorSpec((batch, L), "int64", 0, V + 1),
+        },
         outputs={"v": TensorSpec((batch, fc.frames, 4), "float32")},
         meta={"channels": 4, "frames": fc.frames, "frames_per_token": R, "conditioning": {"tokens": {"uncond": V}}},
         decode_defaults={"steps": 2, "solver": "midpoint", "grid": "cosine", "temperature": 1.0},
@@ -40,7 +45,9 @@ def masked(batch: int = 1):
 
     mc = MaskedConfig(vocab_size=V, seq_len=L, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
     return ModelSpec(
-        name="tiny-masked", kind="masked", module=_perturb(_seeded(lambda: MaskedTransformer(mc), 1), 1),
+        name="tiny-masked",
+        kind="masked",
+        module=_perturb(_seeded(lambda: MaskedTransformer(mc), 1), 1),
         inputs={"tokens": TensorSpec((batch, L), "int64", 0, V + 1), "class_id": TensorSpec((batch,), "int64", 0, 4)},
         outputs={"logits": TensorSpec((batch, L, V), "float32")},
         meta={"vocab_size": V, "mask_id": V, "seq_len": L, "conditioning": {"class_id": {"uncond": 3}}},
@@ -56,8 +63,17 @@ def ar(batch: int = 1):
     ac = ARConfig(vocab_size=V, max_len=L, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
     inputs, outputs = ar_io(ac, batch, "graph")
     return ModelSpec(
-        name="tiny-ar", kind="ar", module=ar_step(_perturb(_seeded(lambda: CausalTransformer(ac), 2), 2), "graph"),
-        inputs=inputs, outputs=outputs,
-        meta={"vocab_size": V, "max_len": L, "bos_id": V, "num_classes": 3, "conditioning": {"class_id": {"uncond": 3}}},
+        name="tiny-ar",
+        kind="ar",
+        module=ar_step(_perturb(_seeded(lambda: CausalTransformer(ac), 2), 2), "graph"),
+        inputs=inputs,
+        outputs=outputs,
+        meta={
+            "vocab_size": V,
+            "max_len": L,
+            "bos_id": V,
+            "num_classes": 3,
+            "conditioning": {"class_id": {"uncond": 3}},
+        },
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )

@@ -11,11 +11,28 @@ from edgekit.errors import UsageError
 from edgekit.probes.power import CHOICES as POWER_PROBES
 from edgekit.targets import DEFAULT_TARGET, OrtSettings, builtin_names, list_targets, load_target, parse_target
 
-SHIPPED = {"cpu", "arm64-cpu", "nvidia-gpu", "jetson-orin-nano", "jetson-orin-nano-jp60", "jetson-agx-orin",
-           "jetson-agx-orin-jp60", "jetson-xavier", "android-arm64", "rpi5",
-           "intel-cpu", "intel-gpu", "intel-npu",
-           "snapdragon-8-gen-2", "snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-x-elite",
-           "x86-avx2", "x86-avx512-vnni", "x86-amx"}
+SHIPPED = {
+    "cpu",
+    "arm64-cpu",
+    "nvidia-gpu",
+    "jetson-orin-nano",
+    "jetson-orin-nano-jp60",
+    "jetson-agx-orin",
+    "jetson-agx-orin-jp60",
+    "jetson-xavier",
+    "android-arm64",
+    "rpi5",
+    "intel-cpu",
+    "intel-gpu",
+    "intel-npu",
+    "snapdragon-8-gen-2",
+    "snapdragon-8-gen-3",
+    "snapdragon-8-elite",
+    "snapdragon-x-elite",
+    "x86-avx2",
+    "x86-avx512-vnni",
+    "x86-amx",
+}
 MINIMAL = 'runtimes = ["ort"]\nprecisions = ["fp32"]\n'
 
 
@@ -43,8 +60,13 @@ def test_cpu_targets_name_the_int8_arithmetic_they_run():
     from edgekit.quantize import QuantizeConfig
 
     assert load_target("cpu").isa == "host"
-    for name, isa, scheme in (("x86-avx2", "avx2", "u8s8-pair"), ("x86-avx512-vnni", "avx512-vnni", "u8s8"),
-                              ("x86-amx", "amx", "u8s8"), ("rpi5", "arm64-dotprod", "u8s8"), ("arm64-cpu", "arm64", "u8s8")):
+    for name, isa, scheme in (
+        ("x86-avx2", "avx2", "u8s8-pair"),
+        ("x86-avx512-vnni", "avx512-vnni", "u8s8"),
+        ("x86-amx", "amx", "u8s8"),
+        ("rpi5", "arm64-dotprod", "u8s8"),
+        ("arm64-cpu", "arm64", "u8s8"),
+    ):
         t = load_target(name)
         assert t.isa == isa and t.quantization_profile == "cpu" and t.ort.graph_optimization != "all", name
         cfg = QuantizeConfig(target=name).resolved()
@@ -64,7 +86,9 @@ def test_each_target_declares_what_the_issue_asks():
     assert android.lint.supported_ops == "nnapi"
     assert load_target("rpi5").power_probe == "rpi"
     gpu = load_target("nvidia-gpu")
-    assert gpu.runtimes == ("trt", "ort") and gpu.ort.providers[0] == "CUDAExecutionProvider" and gpu.power_probe == "nvml"
+    assert (
+        gpu.runtimes == ("trt", "ort") and gpu.ort.providers[0] == "CUDAExecutionProvider" and gpu.power_probe == "nvml"
+    )
     for name, cc in (("jetson-orin-nano", "8.7"), ("jetson-agx-orin", "8.7"), ("jetson-xavier", "7.2")):
         t = load_target(name)
         assert t.runtimes[0] == "trt" and t.trt.jetson and t.trt.compute_capability == (cc,)
@@ -108,7 +132,11 @@ def test_jetson_targets_state_their_jetpack(name):
         assert f"cuda-python>={cuda},<" in target.install
     else:
         # JetPack 5: bindings for Python 3.8 only, edgekit needs >= 3.10: a documented route.
-        assert "python3.10" in target.install and "docs/targets.md" in target.install and "cuda-python>=11.8,<12" in target.install
+        assert (
+            "python3.10" in target.install
+            and "docs/targets.md" in target.install
+            and "cuda-python>=11.8,<12" in target.install
+        )
 
 
 def test_jetpack_of_l4t_and_the_targets_for_it():
@@ -130,8 +158,14 @@ def test_user_file_by_path_with_defaults(tmp_path):
 @pytest.mark.parametrize(
     "text,needle",
     [
-        (MINIMAL + "runtime_order = 1\n", "unknown key 'runtime_order'; valid: name, runtimes, precisions, description, arch"),
-        (MINIMAL + "[ort]\nprovider = ['CPUExecutionProvider']\n", "unknown key 'provider' in [ort]; valid: providers, provider_options, graph_optimization"),
+        (
+            MINIMAL + "runtime_order = 1\n",
+            "unknown key 'runtime_order'; valid: name, runtimes, precisions, description, arch",
+        ),
+        (
+            MINIMAL + "[ort]\nprovider = ['CPUExecutionProvider']\n",
+            "unknown key 'provider' in [ort]; valid: providers, provider_options, graph_optimization",
+        ),
         (MINIMAL + "[lint]\nmax_topk = 5\n", "unknown key 'max_topk' in [lint]; valid: static_shapes, max_topk_k"),
         ('runtimes = "ort"\nprecisions = ["fp32"]\n', "key 'runtimes' must be an array, got str 'ort'"),
         (MINIMAL + "[lint]\nmax_topk_k = 'big'\n", "key 'lint.max_topk_k' must be an integer, got str 'big'"),
@@ -139,10 +173,16 @@ def test_user_file_by_path_with_defaults(tmp_path):
         (MINIMAL + "ort = 3\n", "key 'ort' must be a table"),
         (MINIMAL + "[ort]\nprovider_options = [3]\n", "key 'ort.provider_options[0]' must be a table"),
         ('runtimes = ["ort"]\n', "required key 'precisions' is missing"),
-        ('runtimes = ["tensorflow"]\nprecisions = ["fp32"]\n', "runtimes = 'tensorflow' is invalid; valid: ort, trt, openvino"),
+        (
+            'runtimes = ["tensorflow"]\nprecisions = ["fp32"]\n',
+            "runtimes = 'tensorflow' is invalid; valid: ort, trt, openvino",
+        ),
         ('runtimes = ["ort"]\nprecisions = ["fp8"]\n', "precisions = 'fp8' is invalid; valid: fp32, fp16, int8, bf16"),
         (MINIMAL + 'power_probe = "wattmeter"\n', "power_probe = 'wattmeter' is invalid; valid: off, auto, nvml"),
-        (MINIMAL + "[ort]\nproviders = ['A', 'B']\nprovider_options = [{}]\n", "ort.provider_options has 1 tables for 2 providers"),
+        (
+            MINIMAL + "[ort]\nproviders = ['A', 'B']\nprovider_options = [{}]\n",
+            "ort.provider_options has 1 tables for 2 providers",
+        ),
         (MINIMAL + "[lint]\nopset_min = 20\nopset_max = 10\n", "20..10 is not a range"),
         ("runtimes = [\n", "is not valid TOML"),
     ],
@@ -155,7 +195,10 @@ def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
 
 
 def test_unknown_names_list_the_shipped_targets(tmp_path):
-    with pytest.raises(UsageError, match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite, .*x86-avx2.* or a path to a .toml file"):
+    with pytest.raises(
+        UsageError,
+        match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite, .*x86-avx2.* or a path to a .toml file",
+    ):
         load_target("jetson-nano")
     with pytest.raises(UsageError, match="does not exist"):
         load_target(tmp_path / "missing.toml")
@@ -168,8 +211,12 @@ def test_parse_target_names_its_source():
 
 def test_snapdragon_targets_name_their_htp_and_soc():
     # QnnTypes.h QNN_SOC_MODEL_*: SM8550 43 (v73), SM8650 57 (v75), SM8750 69 (v79), SC8380XP 60 (v73).
-    expected = {"snapdragon-8-gen-2": (73, 43), "snapdragon-8-gen-3": (75, 57), "snapdragon-8-elite": (79, 69),
-                "snapdragon-x-elite": (73, 60)}
+    expected = {
+        "snapdragon-8-gen-2": (73, 43),
+        "snapdragon-8-gen-3": (75, 57),
+        "snapdragon-8-elite": (79, 69),
+        "snapdragon-x-elite": (73, 60),
+    }
     for name, (arch, soc) in expected.items():
         t = load_target(name)
         assert (t.qnn.htp_arch, t.qnn.soc_model) == (arch, soc)
@@ -179,10 +226,12 @@ def test_snapdragon_targets_name_their_htp_and_soc():
 
 def test_snapdragon_targets_name_their_ai_hub_devices():
     # AI Hub's device list: the first is what `edgekit build --runtime aihub` compiles for.
-    expected = {"snapdragon-8-gen-2": ("Samsung Galaxy S23 (Family)", "qualcomm-snapdragon-8gen2"),
-                "snapdragon-8-gen-3": ("Samsung Galaxy S24 (Family)", "qualcomm-snapdragon-8gen3"),
-                "snapdragon-8-elite": ("Samsung Galaxy S25 (Family)", "qualcomm-snapdragon-8-elite"),
-                "snapdragon-x-elite": ("Snapdragon X Elite CRD", "qualcomm-snapdragon-x-elite")}
+    expected = {
+        "snapdragon-8-gen-2": ("Samsung Galaxy S23 (Family)", "qualcomm-snapdragon-8gen2"),
+        "snapdragon-8-gen-3": ("Samsung Galaxy S24 (Family)", "qualcomm-snapdragon-8gen3"),
+        "snapdragon-8-elite": ("Samsung Galaxy S25 (Family)", "qualcomm-snapdragon-8-elite"),
+        "snapdragon-x-elite": ("Snapdragon X Elite CRD", "qualcomm-snapdragon-x-elite"),
+    }
     for name, (device, chipset) in expected.items():
         t = load_target(name)
         assert (t.aihub.devices[0], t.aihub.chipset) == (device, chipset)
@@ -194,16 +243,22 @@ def test_an_aihub_target_without_devices_is_refused(tmp_path):
     path.write_text('name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n')
     with pytest.raises(UsageError, match="a target that lists runtime aihub needs aihub.devices"):
         load_target(path)
-    path.write_text('name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n[aihub]\ndevices = ["X"]\ncompile_options = "--target_runtime tflite"\n')
+    path.write_text(
+        'name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n[aihub]\ndevices = ["X"]\ncompile_options = "--target_runtime tflite"\n'
+    )
     with pytest.raises(UsageError, match="aihub.compile_options must not set --target_runtime"):
         load_target(path)
 
 
 def test_a_qnn_target_without_its_soc_is_refused(tmp_path):
     path = tmp_path / "sd.toml"
-    path.write_text('name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\nquantization_profile = "qnn"\n[qnn]\nhtp_arch = 75\n')
+    path.write_text(
+        'name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\nquantization_profile = "qnn"\n[qnn]\nhtp_arch = 75\n'
+    )
     with pytest.raises(UsageError, match="qnn.htp_arch and qnn.soc_model"):
         load_target(path)
-    path.write_text('name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\n[qnn]\nhtp_arch = 75\nsoc_model = 57\nperformance_mode = "turbo"\n')
+    path.write_text(
+        'name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\n[qnn]\nhtp_arch = 75\nsoc_model = 57\nperformance_mode = "turbo"\n'
+    )
     with pytest.raises(UsageError, match="qnn.performance_mode = 'turbo' is invalid"):
         load_target(path)

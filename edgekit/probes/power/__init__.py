@@ -8,8 +8,9 @@ reason, never a made-up figure.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.probes._sysfs import CommandRunner

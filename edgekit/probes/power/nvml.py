@@ -12,8 +12,9 @@ and newer except GA100).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from edgekit._deps import require
 from edgekit.errors import MissingDependency

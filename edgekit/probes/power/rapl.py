@@ -18,7 +18,7 @@ from edgekit.probes.power.trace import TOTAL_KEY, Unavailable
 POWERCAP = "/sys/class/powercap"
 PERMISSION_REASON = (
     "energy_uj is readable by root only since Linux 5.10 (CVE-2020-8694): run as root or add a udev rule "
-    "(ACTION==\"add\", SUBSYSTEM==\"powercap\", RUN+=\"/bin/chmod a+r /sys%p/energy_uj\"); for this boot only: "
+    '(ACTION=="add", SUBSYSTEM=="powercap", RUN+="/bin/chmod a+r /sys%p/energy_uj"); for this boot only: '
     "sudo chmod a+r /sys/class/powercap/intel-rapl:*/energy_uj /sys/class/powercap/intel-rapl:*:*/energy_uj"
 )
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from edgekit.probes.power.trace import TOTAL_KEY, PowerSample, PowerTrace
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from edgekit.probes.power.sampler import PowerSampler, Reading, with_sum_total
 from edgekit.probes.power.trace import TOTAL_KEY

@@ -8,9 +8,10 @@ averaged over the intervals where both ends have it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 # The key samplers use when the total is the sum of rails rather than one input rail.
 TOTAL_KEY = "total"

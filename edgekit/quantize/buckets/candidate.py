@@ -18,8 +18,9 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,9 @@ def open_graph(runtime: str, model: Path, threads: int, spin: bool = True, bucke
     return entry.open_file(model, FileOptions("int8", threads, shared=bucket, spin=spin))
 
 
-def added_rss(runtime: str, graphs: Sequence[Path], feeds: Sequence[Mapping[str, np.ndarray]], threads: int) -> int | None:
+def added_rss(
+    runtime: str, graphs: Sequence[Path], feeds: Sequence[Mapping[str, np.ndarray]], threads: int
+) -> int | None:
     """Bytes of resident memory that opening ``graphs`` (one candidate: a graph per step bucket) on
     ``runtime`` and running graph i once on ``feeds[i]`` add to a fresh process; None where the
     process's RSS cannot be read (no /proc: not Linux)."""
@@ -51,12 +54,18 @@ def added_rss(runtime: str, graphs: Sequence[Path], feeds: Sequence[Mapping[str,
         np.savez(npz, **{f"{i}/{name}": np.asarray(value) for i, f in enumerate(feeds) for name, value in f.items()})
         spec = {"runtime": runtime, "graphs": [str(g) for g in graphs], "feeds": str(npz), "threads": threads}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
-        done = subprocess.run([sys.executable, "-m", "edgekit.quantize.buckets.candidate", str(Path(tmp) / "spec.json")],
-                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "edgekit.quantize.buckets.candidate", str(Path(tmp) / "spec.json")],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EdgekitError(f"measuring the memory of a step-bucketed candidate on {runtime} failed: {last}",
-                           hint="--bucket-memory 0 skips the measurement (no bound on the memory step buckets add)")
+        raise EdgekitError(
+            f"measuring the memory of a step-bucketed candidate on {runtime} failed: {last}",
+            hint="--bucket-memory 0 skips the measurement (no bound on the memory step buckets add)",
+        )
     value = json.loads(done.stdout.strip().splitlines()[-1])["added_bytes"]
     return None if value is None else int(value)
 

@@ -16,8 +16,9 @@ where more do not help.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class StepBuckets:
         return {"n": self.n, "by": self.by, "boundaries": [float(b) for b in self.boundaries]}
 
     @classmethod
-    def from_json(cls, doc: Any) -> "StepBuckets":
+    def from_json(cls, doc: Any) -> StepBuckets:
         return cls(str(doc["by"]), tuple(float(b) for b in doc["boundaries"]))
 
 

@@ -6,8 +6,9 @@ the bundle stores (``record.stage_buckets``) and what a candidate's memory is me
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from edgekit._deps import require
 
@@ -59,7 +60,12 @@ def _shared_initializers(models: Sequence[Any], onnx: Any) -> dict[str, bytes]:
         data = onnx.numpy_helper.to_array(init).tobytes()
         if len(data) < SHARED_MIN_BYTES or not init.HasField("raw_data"):
             continue
-        if all(name in o and o[name].data_type == init.data_type and list(o[name].dims) == list(init.dims)
-               and onnx.numpy_helper.to_array(o[name]).tobytes() == data for o in others):
+        if all(
+            name in o
+            and o[name].data_type == init.data_type
+            and list(o[name].dims) == list(init.dims)
+            and onnx.numpy_helper.to_array(o[name]).tobytes() == data
+            for o in others
+        ):
             out[name] = data
     return out

@@ -8,20 +8,21 @@ behind one runtime. Without buckets both are the single-graph path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from edgekit.evaluate import snr_db
+from edgekit.quantize.buckets.candidate import added_rss
 from edgekit.quantize.buckets.ranges import (
     AUTO_COUNTS,
     StepBuckets,
     choose_buckets,
     split_feeds,
 )
+from edgekit.quantize.buckets.shared import shared_copies
 from edgekit.quantize.budget import worst_margin
 from edgekit.quantize.calibrate import RangeDrift, calibration_reader, range_drift
-from edgekit.quantize.buckets.candidate import added_rss
-from edgekit.quantize.buckets.shared import shared_copies
 from edgekit.quantize.context import QuantizeRun
 from edgekit.runtimes.bucketed import BucketedRuntime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -67,8 +68,13 @@ class BucketState:
                 self.current = None
         return self.current
 
-    def choose(self, build: Callable[[], Path], measure: Callable[[Path], dict[str, Any]], note: str = "",
-               memory: str | None = None) -> None:
+    def choose(
+        self,
+        build: Callable[[], Path],
+        measure: Callable[[Path], dict[str, Any]],
+        note: str = "",
+        memory: str | None = None,
+    ) -> None:
         """Pick the bucket count the search goes on with (a knob before any fallback or 16-bit
         promotion: a bucket costs the scales' memory, those cost speed at every call). Each count
         of ``counts`` is built (``build``: the candidate with the current buckets) and measured
@@ -91,7 +97,11 @@ class BucketState:
             buckets = self.use(n)
             if n > 1 and buckets is None:
                 continue  # fewer distinct positions than buckets
-            edges = "one scale" if buckets is None else f"{buckets.by} edges " + ", ".join(f"{b:.3g}" for b in buckets.boundaries)
+            edges = (
+                "one scale"
+                if buckets is None
+                else f"{buckets.by} edges " + ", ".join(f"{b:.3g}" for b in buckets.boundaries)
+            )
             run.say(f"step buckets: {n} ({edges})")
             model = build()
             if n == 1:
@@ -101,20 +111,33 @@ class BucketState:
                 ratio = self.memory_ratio(model, memory)
                 row["memory_ratio"] = ratio
                 if ratio is None:
-                    run.say(f"step buckets: {n}: memory not measured (this host's process RSS is unreadable): no --bucket-memory bound")
+                    run.say(
+                        f"step buckets: {n}: memory not measured (this host's process RSS is unreadable): no --bucket-memory bound"
+                    )
                 elif ratio > bound and asked:
-                    run.warn(f"--step-buckets {n}: on {memory} the {n} bucket graphs add {ratio:.2f}x the memory of one scale "
-                             f"(over --bucket-memory {bound:g}; --step-buckets auto keeps within it)")
+                    run.warn(
+                        f"--step-buckets {n}: on {memory} the {n} bucket graphs add {ratio:.2f}x the memory of one scale "
+                        f"(over --bucket-memory {bound:g}; --step-buckets auto keeps within it)"
+                    )
                 elif ratio > bound:
-                    run.say(f"step buckets: {n} not tried: on {memory} they add {ratio:.2f}x the memory of one scale "
-                            f"(--bucket-memory {bound:g})")
+                    run.say(
+                        f"step buckets: {n} not tried: on {memory} they add {ratio:.2f}x the memory of one scale "
+                        f"(--bucket-memory {bound:g})"
+                    )
                     self.tried.append(row | {"passed": False, "skipped": f"memory > {bound:g}x"})
                     break
             metrics = measure(model)
             passed, _ = run.judge(metrics)
             margin = worst_margin(metrics, run.budget)
-            self.tried.append(row | {"passed": passed, "margin": margin,
-                                     **({"measured_on": note} if note else {}), **{k: metrics.get(k) for k in run.budget}})
+            self.tried.append(
+                row
+                | {
+                    "passed": passed,
+                    "margin": margin,
+                    **({"measured_on": note} if note else {}),
+                    **{k: metrics.get(k) for k in run.budget},
+                }
+            )
             if best is None or margin > best[1] or passed:
                 best = (n, margin)
             if passed:
@@ -184,8 +207,16 @@ class BucketState:
         calls = [i for i, c in enumerate(traj.calls) if c.decode == 0]
         out_name = next(iter(run.bundle.outputs))
         opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)
-        rows: dict[str, list[float]] = {"position": [traj.calls[i].position for i in calls], "one_scale_db": [], "bucketed_db": []}
-        with OrtRuntime(run.fp32_path, opts) as fp, OrtRuntime(single, opts) as one, self.open(model, lambda p: OrtRuntime(p, opts)) as many:
+        rows: dict[str, list[float]] = {
+            "position": [traj.calls[i].position for i in calls],
+            "one_scale_db": [],
+            "bucketed_db": [],
+        }
+        with (
+            OrtRuntime(run.fp32_path, opts) as fp,
+            OrtRuntime(single, opts) as one,
+            self.open(model, lambda p: OrtRuntime(p, opts)) as many,
+        ):
             for i in calls:
                 ref = fp.run(traj.feeds[i])[out_name].copy()
                 rows["one_scale_db"].append(snr_db(ref, one.run(traj.feeds[i])[out_name], floor=1e-30))
@@ -201,8 +232,10 @@ class BucketState:
         calls = [len(mine) for mine in self.calls_by_bucket(buckets)]
         doc = buckets.to_json() | {"calls_per_bucket": [int(c) for c in calls], "tried": self.tried}
         if drift is not None:  # per call index: where the boundaries came from (plots)
-            doc["drift"] = {"positions": [float(p) for p in drift.positions],
-                            "mean_share_of_range": [float(v) for v in drift.share.mean(axis=1)]}
+            doc["drift"] = {
+                "positions": [float(p) for p in drift.positions],
+                "mean_share_of_range": [float(v) for v in drift.share.mean(axis=1)],
+            }
         if self.single is not None:
             doc["per_step"] = self.per_step(self.single, model)
         return doc

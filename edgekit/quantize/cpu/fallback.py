@@ -79,8 +79,14 @@ class FallbackProfile:
         run = self.run
         prepared, skipped = prepare_model(run.fp32_path, run.tmp / "prepared.onnx", run.cfg.preprocess)
         if skipped is None:  # over 2 GiB the same optimization runs from files (cpu/optimize.py)
-            run.say("prepared the graph with " + ("ORT's graph optimization from files (over 2 GiB)"
-                                                  if over_protobuf_limit(run.fp32_path) else "quant_pre_process"))
+            run.say(
+                "prepared the graph with "
+                + (
+                    "ORT's graph optimization from files (over 2 GiB)"
+                    if over_protobuf_limit(run.fp32_path)
+                    else "quant_pre_process"
+                )
+            )
         elif run.cfg.preprocess:  # the one warning line: what was skipped and why
             run.warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
         run.prepared, run.preprocess = prepared, {"applied": skipped is None, "skipped_because": skipped}
@@ -113,7 +119,9 @@ class FallbackProfile:
         With step buckets: one graph per bucket (the first is returned; ``buckets.paths`` has all)."""
         run, s = self.run, self.run.cfg.settings
         wo_fallback = s.weight_only_fallback if weight_only_fallback is None else weight_only_fallback
-        wo = weight_only_by_rule(self.floated, run.cfg) + ([n for n in self.selected if n not in self.full_float] if wo_fallback else [])
+        wo = weight_only_by_rule(self.floated, run.cfg) + (
+            [n for n in self.selected if n not in self.full_float] if wo_fallback else []
+        )
         current = self.buckets.current
         tag = "" if current is None else "-".join(f"{b:.6g}" for b in current.boundaries)
 
@@ -132,7 +140,9 @@ class FallbackProfile:
         sessions, which take turns, inside runs only); False: inside runs only (timed side by side
         with another session: TIMED_SPIN, stage.py)."""
         single = len(self.buckets.paths(model)) == 1
-        return self.buckets.open(model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single))
+        return self.buckets.open(
+            model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single)
+        )
 
     def measure(self, model: Path) -> dict[str, Any]:
         with self.open_candidate(model) as rt:
@@ -144,14 +154,19 @@ class FallbackProfile:
         pick = np.linspace(0, len(feeds) - 1, min(run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
         chosen = [feeds[i] for i in sorted(set(pick.tolist()))]
         by_name = run.plan.by_name()
-        current, self.buckets.current = self.buckets.current, None  # rank on one scale: a heuristic, cheaper N times over
+        current, self.buckets.current = (
+            self.buckets.current,
+            None,
+        )  # rank on one scale: a heuristic, cheaper N times over
         try:
             single = self.build(nodes) if current is not None else model
             scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
             suspects = screen(scores, nodes, model_bytes(run.fp32_path))
             if len(suspects) < len(nodes):
-                run.say(f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
-                        "are measured one at a time")
+                run.say(
+                    f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
+                    "are measured one at a time"
+                )
             alone = isolated_output_sqnr(run.prepared, self.build, suspects, chosen, KIND_IO[run.kind][1][0])
         finally:
             self.buckets.current = current
@@ -162,8 +177,15 @@ class FallbackProfile:
         run, s = self.run, self.run.cfg.settings
         labels = {n.name: n.label for n in run.plan.nodes}
         return fallback_until_within_budget(
-            self.selected, run.budget, self.build, self.measure, self.sensitivity,
-            enabled=run.cfg.fallback, max_fallback=run.cfg.max_fallback, labels=labels, progress=run.say,
+            self.selected,
+            run.budget,
+            self.build,
+            self.measure,
+            self.sensitivity,
+            enabled=run.cfg.fallback,
+            max_fallback=run.cfg.max_fallback,
+            labels=labels,
+            progress=run.say,
             fallback_to="weight-only" if s.weight_only_fallback else "float",
         )
 
@@ -175,23 +197,34 @@ class FallbackProfile:
         weighed = run.cfg.runtime if run.cfg.entry.bucket_memory else None
         self.buckets.choose(lambda: self.build(self.selected), self.measure, memory=weighed)
         n = 1 if self.buckets.current is None else self.buckets.current.n
-        run.say(f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
-                f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8")
+        run.say(
+            f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
+            f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8"
+        )
         model, outcome = self._loop()
         escalated: dict[str, str] = {}
         # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
         # the budget still failing, the first (most sensitive) fallback goes fully float and the
         # loop runs again (flow demo, batch 2: every node weight-only still lost > 1 dB).
-        while (not outcome.passed and run.cfg.fallback and s.weight_only_fallback and outcome.fallback
-               and len(self.full_float) < MAX_FULL_FLOAT):
+        while (
+            not outcome.passed
+            and run.cfg.fallback
+            and s.weight_only_fallback
+            and outcome.fallback
+            and len(self.full_float) < MAX_FULL_FLOAT
+        ):
             first = next((f for f in outcome.fallback if f["node"] not in self.full_float), None)
             if first is None:
                 break
             self.full_float.append(first["node"])
             escalated[first["node"]] = first["reason"] + "; weight-only was not enough: fully float"
-            run.say(f"budget still not met with weight-only fallbacks: {first['label']} -> fully float, fall back again")
+            run.say(
+                f"budget still not met with weight-only fallbacks: {first['label']} -> fully float, fall back again"
+            )
             model, outcome = self._loop()
-        outcome.fallback = [f | {"reason": escalated[f["node"]]} if f["node"] in escalated else f for f in outcome.fallback]
+        outcome.fallback = [
+            f | {"reason": escalated[f["node"]]} if f["node"] in escalated else f for f in outcome.fallback
+        ]
         form = self.choose_fallback_form(model, outcome) if run.cfg.entry.cpu_arithmetic and outcome.fallback else None
         if form is not None and form["chosen"] == "weight-only":
             model = form.pop("model")
@@ -205,21 +238,28 @@ class FallbackProfile:
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
         opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)  # TIMED_SPIN (stage.py)
         with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
-            ms = interleaved({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2)
+            ms = interleaved(
+                {"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2
+            )
         med = {k: float(np.median(v)) for k, v in ms.items()}
         doc: dict[str, Any] = {"chosen": "float", "forward_ms": med, "measured_on": "ort (this host)"}
         if med["weight-only"] < med["float"] * (1 - FORM_MARGIN):
             metrics = self.measure(wo_model)
             passed, checks = run.judge(metrics)
             if passed:
-                doc |= {"chosen": "weight-only", "model": wo_model,
-                        "why": "weight-only fallbacks ran faster here and kept the budget"}
+                doc |= {
+                    "chosen": "weight-only",
+                    "model": wo_model,
+                    "why": "weight-only fallbacks ran faster here and kept the budget",
+                }
                 outcome.metrics, outcome.checks = metrics, checks
                 return doc
             doc["why"] = "weight-only fallbacks ran faster here but missed the budget"
         else:
-            doc["why"] = (f"FP32 fallbacks ran as fast or faster here (weight-only was not {FORM_MARGIN:.0%} faster: "
-                          "a weight-only layer dequantizes its weight at every call)")
+            doc["why"] = (
+                f"FP32 fallbacks ran as fast or faster here (weight-only was not {FORM_MARGIN:.0%} faster: "
+                "a weight-only layer dequantizes its weight at every call)"
+            )
         return doc
 
     # ---- what it made --------------------------------------------------------------------------
@@ -245,23 +285,40 @@ class FallbackProfile:
             scheme = SCHEMES[cfg.settings.scheme]
             # validated_on: the class whose kernels decoded the budget (this host: run, check and
             # profile warn when they run the model on another class; lint checks a target's).
-            extras["arithmetic"] = {"isa": cfg.arithmetic, "scheme": scheme.to_json(), "validated_on": HostFacts.detect().isa_class,
-                                    "saturates_on": [c for c in ISA_CLASSES if scheme.saturates_on(c)]}
+            extras["arithmetic"] = {
+                "isa": cfg.arithmetic,
+                "scheme": scheme.to_json(),
+                "validated_on": HostFacts.detect().isa_class,
+                "saturates_on": [c for c in ISA_CLASSES if scheme.saturates_on(c)],
+            }
             extras["fallback_form"] = form or {"chosen": "none", "why": "no budget fallback"}
         extras["step_buckets"] = self.buckets.to_json(model)
         return SearchResult(
-            model=model, passed=outcome.passed, metrics=outcome.metrics, checks=outcome.checks, int8_nodes=int8,
-            float_rows=rows, fallback=outcome.fallback,
+            model=model,
+            passed=outcome.passed,
+            metrics=outcome.metrics,
+            checks=outcome.checks,
+            int8_nodes=int8,
+            float_rows=rows,
+            fallback=outcome.fallback,
             sensitivity={n: outcome.ranking[n] for n in rank_by_sensitivity(outcome.ranking)[:10]},
-            history=outcome.history, float_by_op_type=notable_float_ops(run),
+            history=outcome.history,
+            float_by_op_type=notable_float_ops(run),
             int8_flop_share={
                 "matmul": run.plan.matmul_flops(int8) / total_mm if total_mm else None,
                 "weighted": run.plan.matmul_flops(int8, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,
             },
-            structure={"ops": structure["ops"], "qdq_nodes": len(structure["qdq"]),
-                       # the key keeps its name (the trt profile's rules) in the edgekit.quantize/1 document
-                       "trt_rules": "pass" if rules is not None else f"not checked ({cfg.profile} profile)"},
-            drift=drift, tensors=tensors, cache=self.cache, extras=extras, bucket_models=self.buckets.paths(model),
+            structure={
+                "ops": structure["ops"],
+                "qdq_nodes": len(structure["qdq"]),
+                # the key keeps its name (the trt profile's rules) in the edgekit.quantize/1 document
+                "trt_rules": "pass" if rules is not None else f"not checked ({cfg.profile} profile)",
+            },
+            drift=drift,
+            tensors=tensors,
+            cache=self.cache,
+            extras=extras,
+            bucket_models=self.buckets.paths(model),
         )
 
     def _float_rows(self, outcome: BudgetOutcome, weight_only: set[str]) -> list[dict[str, Any]]:
@@ -270,9 +327,14 @@ class FallbackProfile:
         def row(name: str, reason: str, source: str) -> dict[str, Any]:
             # precision: "weight-only" = INT8 weight + DQ, float activations and compute; "float" = FP32.
             wo = name in weight_only
-            return {"node": name, "label": by_name[name].label, "op": by_name[name].op_type, "source": source,
-                    "precision": "weight-only" if wo else "float",
-                    "reason": reason + ("; weights stored INT8, computed in float" if wo else "")}
+            return {
+                "node": name,
+                "label": by_name[name].label,
+                "op": by_name[name].op_type,
+                "source": source,
+                "precision": "weight-only" if wo else "float",
+                "reason": reason + ("; weights stored INT8, computed in float" if wo else ""),
+            }
 
         def source(reason: str) -> str:
             return "user" if reason.startswith("excluded") else "override" if reason.startswith("override ") else "rule"
@@ -280,5 +342,3 @@ class FallbackProfile:
         return [row(n, r, source(r)) for n, r in self.floated.items()] + [
             row(f["node"], f["reason"], "budget") for f in outcome.fallback
         ]
-
-

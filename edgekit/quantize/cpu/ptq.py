@@ -10,8 +10,9 @@ import inspect
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,13 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     elif preprocess:
         quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
         # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
-        where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data") if big else {}
+        where = (
+            dict(
+                save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data"
+            )
+            if big
+            else {}
+        )
         try:
             with quiet_ort_logging():
                 quant_pre_process(str(fp32_path), str(out_path), **where)
@@ -117,7 +124,11 @@ def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> 
         # tensors until collect_data returns, so they collect in chunks that fit in memory (each
         # chunk's histograms merged into the running ones: the statistics grow, the memory does not).
         n = len(reader)
-        step = n if cfg.method == "minmax" else max(1, CALIB_CHUNK_BYTES // max(activation_bytes(prepared, cfg.op_types), 1))
+        step = (
+            n
+            if cfg.method == "minmax"
+            else max(1, CALIB_CHUNK_BYTES // max(activation_bytes(prepared, cfg.op_types), 1))
+        )
         for start in range(0, n, step):
             reader.set_range(start, start + step)
             calibrator.collect_data(reader)
@@ -138,7 +149,9 @@ def activation_bytes(prepared: Path, op_types: Sequence[str]) -> int:
     model = onnx.shape_inference.infer_shapes(onnx.load(str(prepared), load_external_data=False))
     inits = {i.name for i in model.graph.initializer}
     shapes = {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
-    wanted = {t for n in model.graph.node if n.op_type in op_types for t in [*n.input, *n.output] if t and t not in inits}
+    wanted = {
+        t for n in model.graph.node if n.op_type in op_types for t in [*n.input, *n.output] if t and t not in inits
+    }
     total = 0
     for name in wanted:
         t = shapes.get(name)
@@ -276,15 +289,22 @@ def _weight_only(path: Path, names: Sequence[str]) -> None:
         q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
         base = f"{w_name}_weight_only"
         model.graph.initializer.remove(init)
-        model.graph.initializer.extend([
-            numpy_helper.from_array(q, f"{base}_quantized"),
-            numpy_helper.from_array(scale, f"{base}_scale"),
-            numpy_helper.from_array(np.zeros(scale.shape, np.int8), f"{base}_zero_point"),
-        ])
-        new_nodes.append(helper.make_node(
-            "DequantizeLinear", [f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"], [w_name],
-            name=f"{base}_DequantizeLinear", axis=axis,
-        ))
+        model.graph.initializer.extend(
+            [
+                numpy_helper.from_array(q, f"{base}_quantized"),
+                numpy_helper.from_array(scale, f"{base}_scale"),
+                numpy_helper.from_array(np.zeros(scale.shape, np.int8), f"{base}_zero_point"),
+            ]
+        )
+        new_nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"],
+                [w_name],
+                name=f"{base}_DequantizeLinear",
+                axis=axis,
+            )
+        )
     if new_nodes:
         for dq in reversed(new_nodes):  # producers first: keep the graph topologically sorted
             model.graph.node.insert(0, dq)
@@ -323,7 +343,9 @@ def _float_inputs_for_float_nodes(path: Path, int8: set[str], quantized_outputs:
         onnx.save(model, str(path))
 
 
-def quantize_unbudgeted(fp32_path: Path, out_path: Path, feeds: Sequence[Mapping[str, np.ndarray]], cfg: QuantizeConfig | None = None) -> Path:
+def quantize_unbudgeted(
+    fp32_path: Path, out_path: Path, feeds: Sequence[Mapping[str, np.ndarray]], cfg: QuantizeConfig | None = None
+) -> Path:
     """INT8 QDQ of every node ``cfg`` selects (default: the ``cpu`` profile's), no accuracy budget
     and no fallback, calibrated on ``feeds`` (recorded decode calls). For *timing* graphs no
     budget can be checked for: the profiler's architecture-only (random-weight) models at other

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,10 +63,16 @@ def node_sensitivity(
     own_sums: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():
         aug_f, aug_q = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-        dbg.modify_model_output_intermediate_tensors(str(float_model), str(aug_f), op_types_for_saving=op_types,
-                                                     save_as_external_data=needs_side_file(float_model))
         dbg.modify_model_output_intermediate_tensors(
-            str(qdq_model), str(aug_q), op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"],
+            str(float_model),
+            str(aug_f),
+            op_types_for_saving=op_types,
+            save_as_external_data=needs_side_file(float_model),
+        )
+        dbg.modify_model_output_intermediate_tensors(
+            str(qdq_model),
+            str(aug_q),
+            op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"],
             save_as_external_data=needs_side_file(qdq_model),
         )
         _drop_saved_weights(aug_q)
@@ -213,9 +220,14 @@ def rank_by_sensitivity(scores: Mapping[str, Mapping[str, float]]) -> list[str]:
     """Node names, most sensitive first: the ones measured alone by their one-layer-at-a-time
     output SQNR (lowest first), then the rest (screened out, or none measured) by the added SQNR
     of qdq_loss_debug."""
-    alone = sorted((n for n in scores if "isolated_output_sqnr_db" in scores[n]), key=lambda n: scores[n]["isolated_output_sqnr_db"])
-    rest = sorted((n for n in scores if "isolated_output_sqnr_db" not in scores[n]),
-                  key=lambda n: scores[n].get("added_sqnr_db", float("-inf")))
+    alone = sorted(
+        (n for n in scores if "isolated_output_sqnr_db" in scores[n]),
+        key=lambda n: scores[n]["isolated_output_sqnr_db"],
+    )
+    rest = sorted(
+        (n for n in scores if "isolated_output_sqnr_db" not in scores[n]),
+        key=lambda n: scores[n].get("added_sqnr_db", float("-inf")),
+    )
     return alone + rest
 
 
@@ -278,7 +290,9 @@ def fallback_until_within_budget(
         model = build(nodes)
         metrics = measure(model)
         passed, rows = check(metrics, budget)
-        history.append({"fallback": rank, "node": name, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed})
+        history.append(
+            {"fallback": rank, "node": name, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed}
+        )
         if passed or not nodes:
             break
         margin = worst_margin(metrics, budget)

@@ -5,7 +5,7 @@ weights (``weight_only_by_rule``)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from edgekit.errors import UsageError
 from edgekit.quantize.config import QuantizeConfig
@@ -18,7 +18,9 @@ def match_exclude(plan: GraphPlan, pattern: str) -> list[str]:
     return [
         n.name
         for n in plan.nodes
-        if pattern in (n.name, n.op_type, n.label) or n.label.startswith(pattern + ".") or n.name.split("/")[0] == pattern
+        if pattern in (n.name, n.op_type, n.label)
+        or n.label.startswith(pattern + ".")
+        or n.name.split("/")[0] == pattern
     ]
 
 
@@ -41,8 +43,10 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
             continue
         hits = match_exclude(plan, o["node"])
         if not hits:
-            raise UsageError(f"override {dict(o)!r} names no node of this graph; valid: a node name, op type or module path",
-                             hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
+            raise UsageError(
+                f"override {dict(o)!r} names no node of this graph; valid: a node name, op type or module path",
+                hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file",
+            )
         why = f"override {o['action']}" + (f" ({o['reason']})" if o.get("reason") else "")
         for name in hits:
             floated.setdefault(name, why)
@@ -69,6 +73,7 @@ def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list
     """The float-kept nodes (``select_nodes``' second result) that store INT8 weights: those kept
     float by rule where the profile allows it, and weight-only overrides; ``--exclude`` and float
     overrides mean fully float."""
+
     def weight_only(why: str) -> bool:
         if why.startswith("override "):
             return why.startswith("override weight-only")

@@ -29,8 +29,10 @@ def weight_only_nodes(model: Any) -> set[str]:
     return {
         n.name
         for n in model.graph.node
-        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and n.name not in int8
-        and len(n.input) > 1 and n.input[1] in weight_dq
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        and n.name not in int8
+        and len(n.input) > 1
+        and n.input[1] in weight_dq
     }
 
 
@@ -46,7 +48,11 @@ def qdq_structure(path: Path) -> dict[str, Any]:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
         scale = numpy_helper.to_array(inits[node.input[1]], base) if node.input[1] in inits else None
-        zp = numpy_helper.to_array(inits[node.input[2]], base) if len(node.input) > 2 and node.input[2] in inits else None
+        zp = (
+            numpy_helper.to_array(inits[node.input[2]], base)
+            if len(node.input) > 2 and node.input[2] in inits
+            else None
+        )
         qdq.append(
             {
                 "name": node.name,
@@ -58,7 +64,8 @@ def qdq_structure(path: Path) -> dict[str, Any]:
                 "zero_point_dtype": None if zp is None else str(zp.dtype),
                 "zero_point_max_abs": None if zp is None else int(np.abs(zp.astype(np.int64)).max(initial=0)),
                 "quantized_dtype": str(onnx.helper.tensor_dtype_to_np_dtype(inits[node.input[0]].data_type))
-                if node.input[0] in inits else None,
+                if node.input[0] in inits
+                else None,
             }
         )
     return {
@@ -78,7 +85,9 @@ def trt_violations(path: Path) -> list[str]:
     problems = []
     for q in struct["qdq"]:
         if q["zero_point_dtype"] != "int8":  # no zero point at all means uint8 in ONNX
-            problems.append(f"{q['name']}: zero point dtype {q['zero_point_dtype'] or 'absent (uint8)'} (TensorRT: int8)")
+            problems.append(
+                f"{q['name']}: zero point dtype {q['zero_point_dtype'] or 'absent (uint8)'} (TensorRT: int8)"
+            )
         if q["zero_point_max_abs"]:
             problems.append(f"{q['name']}: zero point {q['zero_point_max_abs']} != 0 (TensorRT: symmetric)")
         if q["quantized_dtype"] not in (None, "int8"):

@@ -5,9 +5,10 @@ promotions, which tensors each promotion takes to 16 bit with it, and the bits t
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,11 @@ def prepare_qnn(fp32_path: Path, out: Path) -> Path:
     MatMul + Add (``gemm_as_matmul``)."""
     qnn = require("onnxruntime.quantization.execution_providers.qnn")
     big = needs_side_file(fp32_path)
-    where = dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out.name + ".data") if big else {}
+    where = (
+        dict(save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out.name + ".data")
+        if big
+        else {}
+    )
     with quiet_ort_logging():
         changed = qnn.qnn_preprocess_model(str(fp32_path), str(out), **where)
     if not changed and big:
@@ -51,14 +56,22 @@ def gemm_as_matmul(path: Path) -> int:
     nodes, rewritten, replaced = [], 0, set()
     for node in graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if (node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits or attrs.get("transA", 0)
-                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+        if (
+            node.op_type != "Gemm"
+            or len(node.input) < 2
+            or node.input[1] not in inits
+            or attrs.get("transA", 0)
+            or attrs.get("alpha", 1.0) != 1.0
+            or attrs.get("beta", 1.0) != 1.0
+        ):
             nodes.append(node)
             continue
         w = numpy_helper.to_array(inits[node.input[1]])
         weight = f"{node.input[1]}_matmul"
         if node.input[1] not in replaced:  # two Gemms over one weight share one MatMul weight
-            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight))
+            graph.initializer.append(
+                numpy_helper.from_array(np.ascontiguousarray(w.T if attrs.get("transB", 0) else w), weight)
+            )
         replaced.add(node.input[1])
         has_bias = len(node.input) > 2 and node.input[2]
         product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
@@ -100,19 +113,29 @@ class GraphFacts:
     conv_weights: tuple[str, ...] = ()
 
     @classmethod
-    def read(cls, model_path: Path) -> "GraphFacts":
+    def read(cls, model_path: Path) -> GraphFacts:
         onnx = require("onnx")
         model = onnx.load(str(model_path), load_external_data=False)
         inits = {i.name: i for i in model.graph.initializer}
-        weights = {n.input[1]: n.input[0] for n in model.graph.node
-                   if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits}
+        weights = {
+            n.input[1]: n.input[0]
+            for n in model.graph.node
+            if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits and n.input[0] not in inits
+        }
         return cls(
             matmul_weights=weights,
-            gather_tables={n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits},
+            gather_tables={
+                n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits
+            },
             two_d=tuple(w for w in weights if len(inits[w].dims) == 2),
             floats=frozenset(i.name for i in inits.values() if i.data_type == onnx.TensorProto.FLOAT),
-            conv_weights=tuple(dict.fromkeys(n.input[1] for n in model.graph.node
-                                             if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits)),
+            conv_weights=tuple(
+                dict.fromkeys(
+                    n.input[1]
+                    for n in model.graph.node
+                    if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits
+                )
+            ),
         )
 
 
@@ -201,8 +224,16 @@ def time_angle_tensors(model_path: Path, time_input: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequence[str] = (), method: str = "minmax",
-                       all_activations_16bit: bool = False, per_channel: bool = True, facts: GraphFacts | None = None) -> Path:
+def quantize_qnn_model(
+    prepared: Path,
+    out: Path,
+    reader: Any,
+    promoted: Sequence[str] = (),
+    method: str = "minmax",
+    all_activations_16bit: bool = False,
+    per_channel: bool = True,
+    facts: GraphFacts | None = None,
+) -> Path:
     """Every op of ``prepared`` QDQ-quantized by the QNN rules (uint8 activations), the tensors in
     ``promoted`` at uint16: activations, and MatMul weights (whose activation input then goes to
     uint16 too: the HTP has A16W16, not A8W16).
@@ -231,7 +262,9 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     gathered = {out: table for table, out in tables.items()}
     names = list(promoted) + [weights[w] for w in promoted if w in weights]
     names += [gathered[t] for t in promoted if t in gathered] + [tables[t] for t in promoted if t in tables]
-    overrides: dict[str, list[dict[str, Any]]] = {name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)}
+    overrides: dict[str, list[dict[str, Any]]] = {
+        name: [{"quant_type": quant.QuantType.QUInt16}] for name in dict.fromkeys(names)
+    }
     if per_channel:
         for weight in facts.two_d:
             if weight not in overrides:
@@ -243,7 +276,8 @@ def quantize_qnn_model(prepared: Path, out: Path, reader: Any, promoted: Sequenc
     try:
         with quiet_ort_logging():
             config = qnn.get_qnn_qdq_config(
-                str(prepared), reader,
+                str(prepared),
+                reader,
                 calibrate_method=getattr(quant.CalibrationMethod, METHODS[method]),
                 activation_type=quant.QuantType.QUInt16 if all_activations_16bit else quant.QuantType.QUInt8,
                 weight_type=quant.QuantType.QUInt8,

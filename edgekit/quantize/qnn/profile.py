@@ -25,8 +25,9 @@ cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summar
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,11 +110,15 @@ class QnnProfile:
 
     def check(self) -> None:
         if any(o.get("node") for o in self.run.cfg.overrides):
-            raise EdgekitError("node overrides (float, weight-only) do not apply to --profile qnn: the NPU has no float fallback",
-                               hint="the qnn profile takes tensor overrides: {\"tensor\": NAME, \"action\": \"int16\"}")
+            raise EdgekitError(
+                "node overrides (float, weight-only) do not apply to --profile qnn: the NPU has no float fallback",
+                hint='the qnn profile takes tensor overrides: {"tensor": NAME, "action": "int16"}',
+            )
         if self.run.cfg.exclude:
-            raise EdgekitError("--exclude does not apply to --profile qnn: the NPU has no float fallback",
-                               hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude")
+            raise EdgekitError(
+                "--exclude does not apply to --profile qnn: the NPU has no float fallback",
+                hint="the profile promotes sensitive tensors to 16 bit instead; drop --exclude",
+            )
 
     def prepare(self) -> None:
         run = self.run
@@ -149,8 +154,16 @@ class QnnProfile:
         def one(bucket: int, reader: Any) -> Path:
             out = self.run.tmp / f"qnn-{next(self.builds)}.onnx"
             mine = list(dict.fromkeys(tensors_in(promoted, bucket)))
-            return quantize_qnn_model(self.run.prepared, out, reader, mine, self.run.cfg.method, every_activation,
-                                      per_channel=self.run.cfg.settings.per_channel, facts=self.facts)
+            return quantize_qnn_model(
+                self.run.prepared,
+                out,
+                reader,
+                mine,
+                self.run.cfg.method,
+                every_activation,
+                per_channel=self.run.cfg.settings.per_channel,
+                facts=self.facts,
+            )
 
         return self.buckets.graphs(one)
 
@@ -168,7 +181,9 @@ class QnnProfile:
         options = OrtOptions(intra_op_threads=self.run.cfg.threads, graph_optimization="basic")
         return self.buckets.open(model, lambda p: OrtRuntime(p, options))
 
-    def measure(self, model: Path, promoted: Sequence[Promotion], backend: str = "htp") -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
+    def measure(
+        self, model: Path, promoted: Sequence[Promotion], backend: str = "htp"
+    ) -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
         """Decode the held-out set with ``model`` on the HTP backend, with check's gate (budget met
         means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
         velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
@@ -178,8 +193,14 @@ class QnnProfile:
         with self.open_candidate(model) if backend == "htp" else self.open_simulation(model) as rt:
             metrics = run.measure(rt, gate=backend == "htp")
         passed, rows = run.judge(metrics)
-        run.history.append({"backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)", "promoted": len(promoted),
-                            **{k: metrics.get(k) for k in run.budget}, "passed": passed})
+        run.history.append(
+            {
+                "backend": "qnn-htp" if backend == "htp" else "ort-cpu (search only)",
+                "promoted": len(promoted),
+                **{k: metrics.get(k) for k in run.budget},
+                "passed": passed,
+            }
+        )
         return passed, metrics, rows
 
     def search(self) -> SearchResult:
@@ -194,8 +215,11 @@ class QnnProfile:
         known = producer_labels(run.prepared, self.labels)  # tensors of the float graph (the QDQ one renames outputs)
         self.buckets.measure_drift([t for t in self.tensors if t in known])
         # Chosen on the CPU EP's QDQ simulation (cheap); the HTP backend then measures that count.
-        self.buckets.choose(lambda: self.build(self.forced), lambda m: self.measure(m, self.forced, backend="cpu")[1],
-                            note="ort-cpu (search only)")
+        self.buckets.choose(
+            lambda: self.build(self.forced),
+            lambda m: self.measure(m, self.forced, backend="cpu")[1],
+            note="ort-cpu (search only)",
+        )
         model = self.build(self.forced)
         passed, metrics, rows = self.measure(model, self.forced)
         promoted: list[Promotion] = list(self.forced)
@@ -230,7 +254,9 @@ class QnnProfile:
         share = [c / max(len(calls), 1) for c in count]
         weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]
         noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
-        return bucket_promotion_order(noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced)
+        return bucket_promotion_order(
+            noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced
+        )
 
     def _by_rule(self) -> dict[str, str]:
         """{tensor at 16 bit by rule: why}: a flow model's time angle
@@ -244,7 +270,11 @@ class QnnProfile:
         bit: top-1 0.904, lockstep 0.953, 151 of 152 activations at 8 bit."""
         quantized = set(self.tensors) | self.facts.floats
         if self.run.kind == "flow":
-            return {t: "rule: time angle" for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1]) if t in quantized}
+            return {
+                t: "rule: time angle"
+                for t in time_angle_tensors(self.run.prepared, KIND_IO["flow"][0][1])
+                if t in quantized
+            }
         logits = KIND_IO[self.run.kind][1][0]  # "logits", the first output of the masked and ar contracts
         return {logits: "rule: logits"} if logits in quantized else {}
 
@@ -254,8 +284,10 @@ class QnnProfile:
         forced = tensor_overrides(self.run.cfg.overrides)
         unknown = [t for t in forced if t not in known]
         if unknown:
-            raise EdgekitError(f"override tensor {unknown[0]!r} is not an activation or MatMul weight of this graph",
-                               hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file")
+            raise EdgekitError(
+                f"override tensor {unknown[0]!r} is not an activation or MatMul weight of this graph",
+                hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file",
+            )
         return forced
 
     def rank(self, eight_bit: Path) -> list[Sensitivity]:
@@ -285,11 +317,15 @@ class QnnProfile:
                 groups.append((path, [feeds[i] for i in chosen]))
         self.ranked_calls = [len(g[1]) for g in groups]
         total = sum(self.ranked_calls)
-        run.say(f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({total} recorded calls)")
+        run.say(
+            f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({total} recorded calls)"
+        )
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
-    def promote(self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
+    def promote(
+        self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]
+    ):
         """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget."""
         return promote(self, order, model, passed, metrics, rows)
 
@@ -297,12 +333,21 @@ class QnnProfile:
         """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
         return disagreeing(self, forced, candidates)
 
-    def result(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], passed: bool,
-               metrics: dict[str, Any], rows: list[dict[str, Any]]) -> SearchResult:
+    def result(
+        self,
+        model: Path,
+        promoted: list[Promotion],
+        ranking: Mapping[Promotion, float],
+        passed: bool,
+        metrics: dict[str, Any],
+        rows: list[dict[str, Any]],
+    ) -> SearchResult:
         run = self.run
         floats = float_nodes(model)
         if floats:  # get_qnn_qdq_config quantizes every op it knows; anything else is named here
-            run.warn(f"{len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16")
+            run.warn(
+                f"{len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16"
+            )
         producer = producer_labels(run.prepared, self.labels)
         shown = [t for t in self.tensors if t in producer][:64]
         with run.timed("range_drift_s"):
@@ -311,17 +356,31 @@ class QnnProfile:
         for n in run.plan.nodes:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
         return SearchResult(
-            model=model, passed=passed, metrics=metrics, checks=rows, int8_nodes=[n.name for n in run.plan.nodes],
-            sensitivity={promotion_label(t): {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.__getitem__)[:10]},
-            history=run.history, float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
+            model=model,
+            passed=passed,
+            metrics=metrics,
+            checks=rows,
+            int8_nodes=[n.name for n in run.plan.nodes],
+            sensitivity={
+                promotion_label(t): {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.__getitem__)[:10]
+            },
+            history=run.history,
+            float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
             int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
-            structure={"ops": ops, "float_nodes": floats}, drift=drift, tensors=self.tensors,
+            structure={"ops": ops, "float_nodes": floats},
+            drift=drift,
+            tensors=self.tensors,
             budget_extra={"measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else "")},
-            extras={"qnn": self.promotions(model, promoted, ranking, producer), "step_buckets": self.buckets.to_json(model)},
+            extras={
+                "qnn": self.promotions(model, promoted, ranking, producer),
+                "step_buckets": self.buckets.to_json(model),
+            },
             bucket_models=self.buckets.paths(model),
         )
 
-    def promotions(self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], producer: Mapping[str, str]) -> dict[str, Any]:
+    def promotions(
+        self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], producer: Mapping[str, str]
+    ) -> dict[str, Any]:
         weight_set = set(self.weights)
         tensors = set(self.tensors)
         rule = set(self.by_rule)
@@ -338,9 +397,15 @@ class QnnProfile:
         # The 8-bit share per call of the decode: a bucket's graph runs for its own calls.
         mean_wide = float(sum(w * c for w, c in zip(wide, share)))
         doc = {
-            "htp_arch": self.htp.arch, "soc_model": self.htp.soc, **versions(),
-            "weights": ("MatMul weights int8 per output channel" if self.run.cfg.settings.per_channel else "MatMul weights uint8 per tensor")
-                       + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
+            "htp_arch": self.htp.arch,
+            "soc_model": self.htp.soc,
+            **versions(),
+            "weights": (
+                "MatMul weights int8 per output channel"
+                if self.run.cfg.settings.per_channel
+                else "MatMul weights uint8 per tensor"
+            )
+            + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
             "activations": "uint8, promoted tensors uint16",
             "activation_tensors": len(self.tensors),
             "promoted_16bit": len(promoted),
@@ -349,15 +414,27 @@ class QnnProfile:
             "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
             "refused_by_htp": self.refused,
             "promotions": [
-                {"step": i + 1, "tensor": tensor_of(p), "bucket": None if isinstance(p, str) else p[0],
-                 "kind": "weight" if tensor_of(p) in weight_set else "constant" if tensor_of(p) in self.facts.floats else "activation",
-                 "produced_by": "initializer" if tensor_of(p) in weight_set or tensor_of(p) in self.facts.floats else producer.get(tensor_of(p), tensor_of(p)),
-                 "output_snr_db": ranking.get(p),
-                 "why": self.by_rule[p] if p in rule else "override" if p in self.forced else "budget"}
+                {
+                    "step": i + 1,
+                    "tensor": tensor_of(p),
+                    "bucket": None if isinstance(p, str) else p[0],
+                    "kind": "weight"
+                    if tensor_of(p) in weight_set
+                    else "constant"
+                    if tensor_of(p) in self.facts.floats
+                    else "activation",
+                    "produced_by": "initializer"
+                    if tensor_of(p) in weight_set or tensor_of(p) in self.facts.floats
+                    else producer.get(tensor_of(p), tensor_of(p)),
+                    "output_snr_db": ranking.get(p),
+                    "why": self.by_rule[p] if p in rule else "override" if p in self.forced else "budget",
+                }
                 for i, p in enumerate(promoted)
             ],
         }
         if len(paths) > 1:
             doc["activations_16bit_per_bucket"] = wide
-            doc["share_8bit_is"] = "per call of the decode: each step bucket's graph, weighted by its share of the calls"
+            doc["share_8bit_is"] = (
+                "per call of the decode: each step bucket's graph, weighted by its share of the calls"
+            )
         return doc

@@ -5,8 +5,9 @@ whose ``build``, ``measure``, ``open_candidate``, ``open_simulation`` and ``disa
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -38,7 +39,14 @@ def promotion_label(p: Promotion) -> str:
     return p if isinstance(p, str) else f"{p[1]} (bucket {p[0]})"
 
 
-def promote(profile: Any, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]):
+def promote(
+    profile: Any,
+    order: Sequence[Promotion],
+    model: Path,
+    passed: bool,
+    metrics: dict[str, Any],
+    rows: list[dict[str, Any]],
+):
     """Promote the first tensors of ``order`` until the budget holds: the smallest count found
     by doubling groups (1, 2, 4, ...) and then bisecting between the last failing and the first
     passing group (doubling alone promoted 32 where 17 might do). Emulating 16-bit tensors
@@ -120,7 +128,9 @@ def tightened(budget: Mapping[str, float], offset: Mapping[str, float]) -> dict[
     return {key: limit + _better(key) * offset.get(key, 0.0) for key, limit in budget.items()}
 
 
-def htp_offset(offset: dict[str, float], budget: Mapping[str, float], simulated: Mapping[str, Any], htp: Mapping[str, Any]) -> bool:
+def htp_offset(
+    offset: dict[str, float], budget: Mapping[str, float], simulated: Mapping[str, Any], htp: Mapping[str, Any]
+) -> bool:
     """Raise ``offset`` to the HTP backend's shortfall against its simulation on each budget
     key both measured (the largest seen so far is kept); True where one grew."""
     grew = False
@@ -137,13 +147,17 @@ def htp_offset(offset: dict[str, float], budget: Mapping[str, float], simulated:
 def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
     """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""
     tensor = tensor_of(bad[0])
-    profile.run.warn(f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
-                     "below it): left at 8 bit")
+    profile.run.warn(
+        f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
+        "below it): left at 8 bit"
+    )
     profile.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
     return [p for p in order if tensor_of(p) != tensor]
 
 
-def disagreeing(profile: Any, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
+def disagreeing(
+    profile: Any, forced: list[Promotion], candidates: Sequence[Promotion]
+) -> tuple[Promotion, float] | None:
     """The first of ``candidates`` (promoted in order, after ``forced``) whose promotion makes the
     HTP backend's output on a recorded call more than ``HTP_AGREE_DB`` below its CPU
     simulation's (both against FP32), and that gap; None when the whole set agrees. One call

@@ -21,9 +21,10 @@ noise they remove per activation they put at 16 bit."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,9 @@ def gated_graph(qdq_model: Path, float_model: Path, candidates: Sequence[str]) -
 
 
 def output_sensitivity(
-    float_model: Path, graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]], candidates: Sequence[str],
+    float_model: Path,
+    graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]],
+    candidates: Sequence[str],
     threads: int = 1,
 ) -> Sensitivity:
     """Each candidate's effect on the outputs, alone at 8 bit, summed over ``graphs``: pairs of (a
@@ -140,7 +143,9 @@ def output_sensitivity(
 
 
 def output_sensitivity_per_graph(
-    float_model: Path, graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]], candidates: Sequence[str],
+    float_model: Path,
+    graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]],
+    candidates: Sequence[str],
     threads: int = 1,
 ) -> list[Sensitivity]:
     """``output_sensitivity`` for each pair of ``graphs`` on its own (one per step bucket; a
@@ -170,13 +175,19 @@ def output_sensitivity_per_graph(
             signal += sum(float(np.sum(y**2)) for y in ref)
             for t, gate in gates.items():
                 ys = session.run(None, base | {gate: on})
-                noise[t] = noise.get(t, 0.0) + sum(float(np.sum((np.asarray(y, np.float64) - r) ** 2)) for y, r in zip(ys, ref))
+                noise[t] = noise.get(t, 0.0) + sum(
+                    float(np.sum((np.asarray(y, np.float64) - r) ** 2)) for y, r in zip(ys, ref)
+                )
         parts.append(Sensitivity(noise=noise, signal=signal))
     return parts
 
 
-def promotion_order(noise: Mapping[str, float], ties: Mapping[str, frozenset[str]], activations: Iterable[str],
-                    start: Iterable[str] = ()) -> list[str]:
+def promotion_order(
+    noise: Mapping[str, float],
+    ties: Mapping[str, frozenset[str]],
+    activations: Iterable[str],
+    start: Iterable[str] = (),
+) -> list[str]:
     """The candidates of ``ties`` (not in ``start``, which is at 16 bit already) in the order the
     search promotes them: each next one removes the most output noise (``noise``: a tensor's, alone
     at 8 bit) per activation it newly puts at 16 bit, its ties included; one that puts no new
@@ -190,6 +201,7 @@ def promotion_order(noise: Mapping[str, float], ties: Mapping[str, frozenset[str
     left = sorted(c for c in ties if c not in set(start))
     order: list[str] = []
     while left:
+
         def score(c: str) -> float:
             new = ties[c] - wide
             gain = sum(noise.get(t, 0.0) for t in new)
@@ -203,9 +215,14 @@ def promotion_order(noise: Mapping[str, float], ties: Mapping[str, frozenset[str
     return order
 
 
-def bucket_promotion_order(noise: Sequence[Mapping[str, float]], weight: Sequence[float], calls: Sequence[float],
-                           ties: Mapping[str, frozenset[str]], activations: Iterable[str],
-                           start: Iterable[str] = ()) -> list[tuple[int, str]]:
+def bucket_promotion_order(
+    noise: Sequence[Mapping[str, float]],
+    weight: Sequence[float],
+    calls: Sequence[float],
+    ties: Mapping[str, frozenset[str]],
+    activations: Iterable[str],
+    start: Iterable[str] = (),
+) -> list[tuple[int, str]]:
     """``promotion_order`` over (step bucket, tensor): a tensor can be at 16 bit in one bucket's
     graph and at 8 bit in another's. ``noise[b]``: each tensor's output noise alone at 8 bit in
     bucket b, per call; ``weight[b]``: what an output error in bucket b's calls weighs in the

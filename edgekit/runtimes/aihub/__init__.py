@@ -26,13 +26,18 @@ from edgekit.runtimes.registry import (
 
 INSTALL = "pip install 'edgekit[aihub]'"
 # What `--runtime aihub` is instead of an in-process runtime: one command each.
-COMMANDS = ("build it with `edgekit build BUNDLE --target snapdragon-8-gen-3 --runtime aihub`, profile it with "
-            "`edgekit profile BUNDLE --runtime aihub --devices NAME`, check it with `edgekit check BUNDLE --runtime aihub --device NAME`")
+COMMANDS = (
+    "build it with `edgekit build BUNDLE --target snapdragon-8-gen-3 --runtime aihub`, profile it with "
+    "`edgekit profile BUNDLE --runtime aihub --devices NAME`, check it with `edgekit check BUNDLE --runtime aihub --device NAME`"
+)
 
 
 def _not_in_process(*_: Any) -> Any:
-    raise UsageError("--runtime aihub runs on Qualcomm AI Hub's hosted devices as jobs, not as a runtime in this process "
-                     "(one job per decode step would take minutes each)", hint=COMMANDS)
+    raise UsageError(
+        "--runtime aihub runs on Qualcomm AI Hub's hosted devices as jobs, not as a runtime in this process "
+        "(one job per decode step would take minutes each)",
+        hint=COMMANDS,
+    )
 
 
 def _check_artifact(bundle: Any, precision: str) -> None:
@@ -44,8 +49,10 @@ def _check_artifact(bundle: Any, precision: str) -> None:
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
     devices = ", ".join(target.aihub.devices) or "its AI Hub devices"
-    return (f"target {target.name}'s aihub engine runs on AI Hub's hosted devices ({devices}), not on this host: "
-            "`edgekit profile/check BUNDLE --runtime aihub`"), []
+    return (
+        f"target {target.name}'s aihub engine runs on AI Hub's hosted devices ({devices}), not on this host: "
+        "`edgekit profile/check BUNDLE --runtime aihub`"
+    ), []
 
 
 def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
@@ -58,17 +65,27 @@ def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, fa
     same_chip = bool(target.aihub.chipset) and built.get("chipset") == target.aihub.chipset
     if same_device or same_chip:
         return []
-    return [f"compiled on AI Hub for {built.get('device')} ({built.get('chipset') or 'chipset unknown'}), "
-            f"target {target.name} now names {', '.join(target.aihub.devices)}"]
+    return [
+        f"compiled on AI Hub for {built.get('device')} ({built.get('chipset') or 'chipset unknown'}), "
+        f"target {target.name} now names {', '.join(target.aihub.devices)}"
+    ]
 
 
-AIHUB = register_backend(Backend(
-    name="aihub", title="Qualcomm AI Hub",
-    help="Qualcomm AI Hub's hosted Snapdragon devices: compile, profile and check jobs through the qai-hub client",
-    precisions=("int8", "fp16"), artifacts={"int8": "int8", "fp16": "fp32"}, check_artifact=_check_artifact,
-    open=_not_in_process, lacks="the Hexagon NPU computes in integers or float16",
-    requires=Requirement("qai_hub", INSTALL, extra="aihub"), quantize_profile="qnn", hosted=True,
-    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_not_in_process, runs_unbuilt=False),
-))
+AIHUB = register_backend(
+    Backend(
+        name="aihub",
+        title="Qualcomm AI Hub",
+        help="Qualcomm AI Hub's hosted Snapdragon devices: compile, profile and check jobs through the qai-hub client",
+        precisions=("int8", "fp16"),
+        artifacts={"int8": "int8", "fp16": "fp32"},
+        check_artifact=_check_artifact,
+        open=_not_in_process,
+        lacks="the Hexagon NPU computes in integers or float16",
+        requires=Requirement("qai_hub", INSTALL, extra="aihub"),
+        quantize_profile="qnn",
+        hosted=True,
+        engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_not_in_process, runs_unbuilt=False),
+    )
+)
 
 __all__ = ["AIHUB", "COMMANDS", "INSTALL"]

@@ -15,10 +15,11 @@ import difflib
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,12 @@ class Configuration:
     problem: str | None  # why not configured (None when it is)
 
     def to_json(self) -> dict[str, Any]:
-        return {"configured": self.configured, "source": self.source, "config_file": self.config_file, "problem": self.problem}
+        return {
+            "configured": self.configured,
+            "source": self.source,
+            "config_file": self.config_file,
+            "problem": self.problem,
+        }
 
 
 def configuration(env: Mapping[str, str] | None = None) -> Configuration:
@@ -86,7 +92,9 @@ def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with quiet():
             return fn(*args, **kwargs)
     except hub.Error as exc:
-        raise EdgekitError(f"AI Hub: {what}: {one_line(exc)}", hint="see https://workbench.aihub.qualcomm.com/jobs/") from None
+        raise EdgekitError(
+            f"AI Hub: {what}: {one_line(exc)}", hint="see https://workbench.aihub.qualcomm.com/jobs/"
+        ) from None
 
 
 def one_line(text: Any) -> str:
@@ -103,9 +111,14 @@ def connect() -> Any:
         raise TargetUnavailable(f"no Qualcomm AI Hub client is configured on this host ({conf.problem})", hint=SETUP)
     hub = qai_hub()
     token = os.environ.get(TOKEN_ENV, "").strip()
-    client = call("configuring the client", hub.Client, config=hub.ClientConfig(api_token=token)) if token else call(
-        "configuring the client", hub.Client)
-    call("reading the client configuration", client.set_verbose, False)  # no status bars of its own: edgekit prints progress
+    client = (
+        call("configuring the client", hub.Client, config=hub.ClientConfig(api_token=token))
+        if token
+        else call("configuring the client", hub.Client)
+    )
+    call(
+        "reading the client configuration", client.set_verbose, False
+    )  # no status bars of its own: edgekit prints progress
     return client
 
 
@@ -117,8 +130,10 @@ def find_device(client: Any, name: str) -> Any:
         return found[0]
     every = [d.name for d in call("listing devices", client.get_devices)]
     close = difflib.get_close_matches(name, every, n=3, cutoff=0.4)
-    raise UsageError(f"AI Hub has no device named {name!r}" + (f"; closest: {', '.join(close)}" if close else ""),
-                     hint="list them with `qai-hub list-devices` (names are exact, e.g. \"Samsung Galaxy S24 (Family)\")")
+    raise UsageError(
+        f"AI Hub has no device named {name!r}" + (f"; closest: {', '.join(close)}" if close else ""),
+        hint='list them with `qai-hub list-devices` (names are exact, e.g. "Samsung Galaxy S24 (Family)")',
+    )
 
 
 def chipset_of(device: Any) -> str | None:
@@ -148,8 +163,11 @@ def profile_figures(profile: Mapping[str, Any]) -> dict[str, Any]:
     peak = summary.get("inference_memory_peak_range")
     units = Counter(str(op.get("compute_unit", "UNSPECIFIED")) for op in detail)
     total = sum(units.values())
-    off_npu = [{"name": op.get("name"), "type": op.get("type"), "compute_unit": op.get("compute_unit")}
-               for op in detail if op.get("compute_unit") != "NPU"]
+    off_npu = [
+        {"name": op.get("name"), "type": op.get("type"), "compute_unit": op.get("compute_unit")}
+        for op in detail
+        if op.get("compute_unit") != "NPU"
+    ]
     return {
         "per_call_ms": us(summary.get("estimated_inference_time")),  # AI Hub's own figure per inference
         "per_call": _stats(times),  # every measured iteration on the device
@@ -157,8 +175,11 @@ def profile_figures(profile: Mapping[str, Any]) -> dict[str, Any]:
         "estimated_peak_memory_bytes": summary.get("estimated_inference_peak_memory"),
         "first_load_ms": us(summary.get("first_load_time")),
         "warm_load_ms": us(summary.get("warm_load_time")),
-        "ops": {"total": total, **{u: units.get(u, 0) for u in ("NPU", "GPU", "CPU")},
-                **{u: n for u, n in units.items() if u not in ("NPU", "GPU", "CPU")}},
+        "ops": {
+            "total": total,
+            **{u: units.get(u, 0) for u in ("NPU", "GPU", "CPU")},
+            **{u: n for u, n in units.items() if u not in ("NPU", "GPU", "CPU")},
+        },
         "npu_share": units.get("NPU", 0) / total if total else None,
         "off_npu": off_npu[:20],
     }
@@ -168,8 +189,13 @@ def _stats(values: Sequence[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0}
     arr = np.asarray(values, dtype=np.float64)
-    return {"n": len(arr), "median_ms": float(np.median(arr)), "p90_ms": float(np.percentile(arr, 90)),
-            "min_ms": float(arr.min()), "max_ms": float(arr.max())}
+    return {
+        "n": len(arr),
+        "median_ms": float(np.median(arr)),
+        "p90_ms": float(np.percentile(arr, 90)),
+        "min_ms": float(arr.min()),
+        "max_ms": float(arr.max()),
+    }
 
 
 def device_feeds(feeds: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> dict[str, list[np.ndarray]]:
@@ -178,11 +204,15 @@ def device_feeds(feeds: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
     with ``--truncate_64bit_io``, which makes the device graph's int64 IO int32."""
     out: dict[str, list[np.ndarray]] = {}
     for name in names:
-        out[name] = [np.ascontiguousarray(f[name].astype(np.int32) if f[name].dtype == np.int64 else f[name]) for f in feeds]
+        out[name] = [
+            np.ascontiguousarray(f[name].astype(np.int32) if f[name].dtype == np.int64 else f[name]) for f in feeds
+        ]
     return out
 
 
-def device_outputs(data: Mapping[str, Sequence[np.ndarray]], names: Sequence[str], calls: int) -> list[dict[str, np.ndarray]]:
+def device_outputs(
+    data: Mapping[str, Sequence[np.ndarray]], names: Sequence[str], calls: int
+) -> list[dict[str, np.ndarray]]:
     """Per-call outputs from ``InferenceJob.download_output_data()``'s ``{name: [one array per
     sample]}``: by name when the device kept the graph's output names, else in the graph's output
     order (compiled graphs may name them ``output_0``, ...); float16 outputs as float32."""
@@ -192,6 +222,15 @@ def device_outputs(data: Mapping[str, Sequence[np.ndarray]], names: Sequence[str
         raise EdgekitError(f"AI Hub returned outputs {keys}; the bundle's graph has {list(names)}")
     columns = {n: list(data[n] if by_name else data[keys[i]]) for i, n in enumerate(names)}
     if any(len(v) != calls for v in columns.values()):
-        raise EdgekitError(f"AI Hub returned {[len(v) for v in columns.values()]} samples per output for {calls} inputs")
-    return [{n: np.asarray(columns[n][i], dtype=np.float32) if np.asarray(columns[n][i]).dtype.kind == "f" else np.asarray(columns[n][i])
-             for n in names} for i in range(calls)]
+        raise EdgekitError(
+            f"AI Hub returned {[len(v) for v in columns.values()]} samples per output for {calls} inputs"
+        )
+    return [
+        {
+            n: np.asarray(columns[n][i], dtype=np.float32)
+            if np.asarray(columns[n][i]).dtype.kind == "f"
+            else np.asarray(columns[n][i])
+            for n in names
+        }
+        for i in range(calls)
+    ]

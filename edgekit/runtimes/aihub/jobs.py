@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from edgekit.bundle import now_iso
 from edgekit.errors import EdgekitError
@@ -91,8 +92,10 @@ class JobBook:
         try:
             doc = json.loads(self.path.read_text())
         except (OSError, ValueError) as exc:
-            raise EdgekitError(f"AI Hub job book {self.path} is unreadable ({exc})",
-                               hint="the job ids are also on https://workbench.aihub.qualcomm.com/jobs/; move the file away to start a new book") from None
+            raise EdgekitError(
+                f"AI Hub job book {self.path} is unreadable ({exc})",
+                hint="the job ids are also on https://workbench.aihub.qualcomm.com/jobs/; move the file away to start a new book",
+            ) from None
         return list(doc.get("jobs") or [])
 
     def _update(self, job_id: str, **fields: Any) -> dict[str, Any]:
@@ -113,7 +116,9 @@ class JobBook:
         earlier = [r for r in self.records() if r.get("request") == key and r["id"] not in mine]
         last = earlier[-1] if earlier else None
         if last is not None and self.resume:
-            handle = Handle(dict(last), call(f"fetching job {last['id']}", self.client.get_job, last["id"]), reused=True)
+            handle = Handle(
+                dict(last), call(f"fetching job {last['id']}", self.client.get_job, last["id"]), reused=True
+            )
             self.say(f"AI Hub {kind} job {last['id']} ({label}): collected from an earlier run ({last.get('state')})")
             self.handles.append(handle)
             return handle
@@ -124,8 +129,17 @@ class JobBook:
                 hint="collect it with the same command and --resume",
             )
         job = call(f"submitting the {kind} job ({label})", submit)
-        record = {"id": str(job.job_id), "kind": kind, "label": label, "command": self.command, "request": key,
-                  "submitted": now_iso(), "state": OPEN, "message": None, "url": _url(job)}
+        record = {
+            "id": str(job.job_id),
+            "kind": kind,
+            "label": label,
+            "command": self.command,
+            "request": key,
+            "submitted": now_iso(),
+            "state": OPEN,
+            "message": None,
+            "url": _url(job),
+        }
         with self._locked() as records:
             records.append(record)
         self.say(f"AI Hub {kind} job {record['id']} ({label}): submitted, recorded in {self.path}")
@@ -160,21 +174,27 @@ class JobBook:
                     time.sleep(POLL_SECONDS if self.poll_seconds is None else self.poll_seconds)
         except (KeyboardInterrupt, EdgekitError):
             if pending:
-                self.say(f"AI Hub jobs {', '.join(pending)} keep running on AI Hub (recorded in {self.path}); "
-                         f"collect them with the same `edgekit {self.command}` command and --resume")
+                self.say(
+                    f"AI Hub jobs {', '.join(pending)} keep running on AI Hub (recorded in {self.path}); "
+                    f"collect them with the same `edgekit {self.command}` command and --resume"
+                )
             raise
 
     def require_success(self, handles: list[Handle]) -> None:
         """One error line for the first failed job (its own message), after all were waited on."""
         for h in handles:
             if h.failed:
-                raise EdgekitError(f"AI Hub {h.record['kind']} job {h.id} ({h.record['label']}) failed: {h.failed}",
-                                   hint=f"see {h.record.get('url') or 'https://workbench.aihub.qualcomm.com/jobs/'}")
+                raise EdgekitError(
+                    f"AI Hub {h.record['kind']} job {h.id} ({h.record['label']}) failed: {h.failed}",
+                    hint=f"see {h.record.get('url') or 'https://workbench.aihub.qualcomm.com/jobs/'}",
+                )
 
     def summary(self) -> list[dict[str, Any]]:
         """This run's jobs for the command's document."""
-        return [{k: h.record.get(k) for k in ("id", "kind", "label", "state", "message", "url")} | {"reused": h.reused}
-                for h in self.handles]
+        return [
+            {k: h.record.get(k) for k in ("id", "kind", "label", "state", "message", "url")} | {"reused": h.reused}
+            for h in self.handles
+        ]
 
 
 def _url(job: Any) -> str | None:

@@ -6,9 +6,10 @@ aihub``), else the model a compile job makes for it (recorded in the job book li
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations
@@ -42,11 +43,19 @@ def upload_form(model_path: Path, workdir: Path) -> str:
     if not external_data_locations(model_path):
         return str(model_path)
     onnx = require("onnx")
-    model = load_onnx(model_path, "the model to upload", external_data=True)  # reads the external weights from beside the model
+    model = load_onnx(
+        model_path, "the model to upload", external_data=True
+    )  # reads the external weights from beside the model
     folder = workdir / f"upload-{model_path.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     big = model.ByteSize() > INLINE_LIMIT
-    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=big, all_tensors_to_one_file=True, location="model.data")
+    onnx.save(
+        model,
+        str(folder / "model.onnx"),
+        save_as_external_data=big,
+        all_tensors_to_one_file=True,
+        location="model.data",
+    )
     return str(folder if big else folder / "model.onnx")
 
 
@@ -80,7 +89,9 @@ def built_devices(bundle: Bundle) -> list[str]:
     return list(dict.fromkeys(str(d) for d in built if d))
 
 
-def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: Any, book: JobBook) -> dict[str, DeviceModel]:
+def device_models(
+    bundle: Bundle, precision: str, names: Sequence[str], client: Any, book: JobBook
+) -> dict[str, DeviceModel]:
     """Per device name: the bundle's AI Hub engine of ``precision`` compiled for that device (or
     its chipset: a context binary runs on every device of one), else a compile job for it,
     submitted for every such device at once. A step-bucketed model needs its engine built
@@ -98,16 +109,26 @@ def device_models(bundle: Bundle, precision: str, names: Sequence[str], client: 
             continue
         problems = engine_problems(bundle, match, host)
         if problems:
-            raise EdgekitError(f"engine {match.key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-                               hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} --runtime aihub --rebuild`")
+            raise EdgekitError(
+                f"engine {match.key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
+                hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} --runtime aihub --rebuild`",
+            )
         a = match.aihub
         model = hub_client.call(f"fetching model {a['model_id']}", client.get_model, a["model_id"])
-        out[name] = DeviceModel(name, chipset, model, tuple(a.get("graphs") or ()) if match.bucketed else (),
-                                match.bucket_boundaries, f"engine {match.key}")
+        out[name] = DeviceModel(
+            name,
+            chipset,
+            model,
+            tuple(a.get("graphs") or ()) if match.bucketed else (),
+            match.bucket_boundaries,
+            f"engine {match.key}",
+        )
     if missing and bundle.step_buckets(artifact):
-        raise UsageError(f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context binary, "
-                         f"which `edgekit build` makes; none is built for {missing[0][0]}",
-                         hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` for a target whose [aihub] devices name it")
+        raise UsageError(
+            f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context binary, "
+            f"which `edgekit build` makes; none is built for {missing[0][0]}",
+            hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` for a target whose [aihub] devices name it",
+        )
     if missing:
         out.update(_compile_for(bundle, artifact, precision, missing, client, book))
     return out
@@ -123,24 +144,56 @@ def _engine_for(engines: list[EngineRecord], name: str, chipset: str | None) -> 
     return None
 
 
-def _compile_for(bundle: Bundle, artifact: str, precision: str, devices: list[tuple[str, str | None]], client: Any,
-                 book: JobBook) -> dict[str, DeviceModel]:
+def _compile_for(
+    bundle: Bundle, artifact: str, precision: str, devices: list[tuple[str, str | None]], client: Any, book: JobBook
+) -> dict[str, DeviceModel]:
     """One compile job per device for the bundle's own model (its static shapes given as the
     job's input specs), all submitted before any is waited on."""
     hub = hub_client.qai_hub()
     options = compile_options(bundle, CONTEXT_BINARY)
-    request = {"kind": "compile", "options": options, "model": bundle.artifact(artifact).sha256, "shapes": input_specs(bundle)}
+    request = {
+        "kind": "compile",
+        "options": options,
+        "model": bundle.artifact(artifact).sha256,
+        "shapes": input_specs(bundle),
+    }
     with tempfile.TemporaryDirectory(prefix="edgekit-aihub-") as tmp:  # the upload is done when submit returns
-        handles = {name: book.submit("compile", name, request | {"device": name}, lambda name=name: client.submit_compile_job(
-                       model=upload_form(bundle.path_of(artifact), Path(tmp)), device=hub.Device(name), name=job_name(bundle, precision),
-                       input_specs=input_specs(bundle), options=options))
-                   for name, _ in devices}
+        handles = {
+            name: book.submit(
+                "compile",
+                name,
+                request | {"device": name},
+                lambda name=name: client.submit_compile_job(
+                    model=upload_form(bundle.path_of(artifact), Path(tmp)),
+                    device=hub.Device(name),
+                    name=job_name(bundle, precision),
+                    input_specs=input_specs(bundle),
+                    options=options,
+                ),
+            )
+            for name, _ in devices
+        }
     book.wait(list(handles.values()))
     out = {}
     for (name, chipset), h in zip(devices, handles.values()):
         model = None if h.failed else hub_client.call(f"reading job {h.id}'s compiled model", h.job.get_target_model)
-        out[name] = DeviceModel(name, chipset, model, source=f"compile job {h.id}", error=h.failed and f"compile job {h.id} failed: {h.failed}")
+        out[name] = DeviceModel(
+            name,
+            chipset,
+            model,
+            source=f"compile job {h.id}",
+            error=h.failed and f"compile job {h.id} failed: {h.failed}",
+        )
     return out
 
 
-__all__ = ["CONTEXT_BINARY", "DLC", "DeviceModel", "compile_options", "device_models", "input_specs", "job_name", "upload_form"]
+__all__ = [
+    "CONTEXT_BINARY",
+    "DLC",
+    "DeviceModel",
+    "compile_options",
+    "device_models",
+    "input_specs",
+    "job_name",
+    "upload_form",
+]

@@ -66,16 +66,22 @@ def _open_file(path: Path, o: FileOptions) -> Runtime:
     return trt_runtime.TrtRuntime(plan)
 
 
-TRT = register_backend(Backend(
-    name="trt", title="TensorRT",
-    help="the TensorRT engine `edgekit build` made on the NVIDIA device",
-    precisions=("fp32", "fp16", "int8"), open=open_trt, lacks="TensorRT engines are fp32, fp16 or int8",
-    requires=Requirement("tensorrt", "pip install 'edgekit[trt]'", extra="trt"),  # Jetson: comes with JetPack
-    engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine, runs_unbuilt=False),
-    open_file=_open_file, quantize_profile="trt",
-    # A marked tensor can keep TensorRT from fusing across it: debug's replay checks that the
-    # final outputs are unchanged.
-    debug=DebugHooks(capture="an engine built from a copy of the ONNX with the tensors marked as outputs"),
-))
+TRT = register_backend(
+    Backend(
+        name="trt",
+        title="TensorRT",
+        help="the TensorRT engine `edgekit build` made on the NVIDIA device",
+        precisions=("fp32", "fp16", "int8"),
+        open=open_trt,
+        lacks="TensorRT engines are fp32, fp16 or int8",
+        requires=Requirement("tensorrt", "pip install 'edgekit[trt]'", extra="trt"),  # Jetson: comes with JetPack
+        engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_open_engine, runs_unbuilt=False),
+        open_file=_open_file,
+        quantize_profile="trt",
+        # A marked tensor can keep TensorRT from fusing across it: debug's replay checks that the
+        # final outputs are unchanged.
+        debug=DebugHooks(capture="an engine built from a copy of the ONNX with the tensors marked as outputs"),
+    )
+)
 
 __all__ = ["TRT", "open_trt"]

@@ -69,14 +69,15 @@ class TrtFeatures:
     int64_io: bool  # DataType.INT64: engines keep INT64 IO (8.x casts it to INT32)
 
     @classmethod
-    def of(cls, trt: Any) -> "TrtFeatures":
+    def of(cls, trt: Any) -> TrtFeatures:
         version = str(trt.__version__)
         has_strong = hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
-        return cls(version, has_strong, hasattr(trt.BuilderFlag, "FP16"), _major(version) < 11,
-                   hasattr(trt.DataType, "INT64"))
+        return cls(
+            version, has_strong, hasattr(trt.BuilderFlag, "FP16"), _major(version) < 11, hasattr(trt.DataType, "INT64")
+        )
 
     @classmethod
-    def for_version(cls, version: str) -> "TrtFeatures":
+    def for_version(cls, version: str) -> TrtFeatures:
         major = _major(version)
         return cls(version, major >= 10, major < 11, major < 11, major >= 10)
 
@@ -215,8 +216,9 @@ def build_engine(
         try:
             config.builder_optimization_level = cfg.builder_optimization_level
         except AttributeError:
-            notes.append(f"TensorRT {host.tensorrt_version} has no builder_optimization_level; built with its "
-                         "default tactics")
+            notes.append(
+                f"TensorRT {host.tensorrt_version} has no builder_optimization_level; built with its default tactics"
+            )
             log.warning(notes[-1])
     cache = _load_timing_cache(config, Path(cfg.timing_cache), logger) if cfg.timing_cache is not None else False
 

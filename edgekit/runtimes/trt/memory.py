@@ -47,8 +47,9 @@ def select_device(device: int) -> None:
         return
     cudart = _import_cudart()
     if cudart is None:
-        raise MissingDependency("selecting a CUDA device needs torch with CUDA or cuda-python; neither is usable",
-                                hint=CUDA_HINT)
+        raise MissingDependency(
+            "selecting a CUDA device needs torch with CUDA or cuda-python; neither is usable", hint=CUDA_HINT
+        )
     _cuda_device_count_or_raise(cudart)
     _cuda_check(cudart.cudaSetDevice(device))
 

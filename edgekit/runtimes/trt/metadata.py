@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import edgekit.runtimes.trt.memory as memory
 from edgekit._deps import require
@@ -56,7 +57,7 @@ class EngineMetadata:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "EngineMetadata":
+    def from_json(cls, doc: Mapping[str, Any]) -> EngineMetadata:
         if doc.get("schema") != ENGINE_SCHEMA:
             raise BundleError(f"engine metadata schema {doc.get('schema')!r} is unknown; expected {ENGINE_SCHEMA!r}")
         required = [f for f in cls.__dataclass_fields__ if f not in ("edgekit_version", "io_dtypes", "notes")]

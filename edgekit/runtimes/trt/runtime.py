@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def load_engine(
     build_config: TrtBuildConfig | None = None,
     l4t_path: str | Path = L4T_RELEASE_PATH,
     device: int = 0,
-) -> "TrtRuntime":
+) -> TrtRuntime:
     """A ``TrtRuntime`` for ``plan_path`` once it is known to fit this host (and ``source_onnx``).
 
     A mismatched, stale or unkeyed engine is refused with every reason, or rebuilt from

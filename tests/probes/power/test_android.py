@@ -35,11 +35,13 @@ def test_battery_charging_is_negative_discharge_power():
 
 
 def test_battery_sampler_notes_charging(write_tree):
-    root = write_tree({
-        "/sys/class/power_supply/battery/current_now": -500000,
-        "/sys/class/power_supply/battery/voltage_now": 4000000,
-        "/sys/class/power_supply/battery/status": "Charging",
-    })
+    root = write_tree(
+        {
+            "/sys/class/power_supply/battery/current_now": -500000,
+            "/sys/class/power_supply/battery/voltage_now": 4000000,
+            "/sys/class/power_supply/battery/status": "Charging",
+        }
+    )
     s = open_android(root)
     assert isinstance(s, BatterySampler) and s.total_rail == "battery"
     assert s.read().rails_mw == {"battery": pytest.approx(-2000.0)}
@@ -76,11 +78,13 @@ def test_parse_odpm():
 
 
 def test_odpm_sampler_sums_both_pmics_as_counters(write_tree):
-    root = write_tree({
-        "/sys/bus/iio/devices/iio:device0/energy_value": ODPM_MAIN,
-        "/sys/bus/iio/devices/iio:device1/energy_value": ODPM_SUB,
-        "/sys/bus/iio/devices/iio:device2/name": "not odpm",
-    })
+    root = write_tree(
+        {
+            "/sys/bus/iio/devices/iio:device0/energy_value": ODPM_MAIN,
+            "/sys/bus/iio/devices/iio:device1/energy_value": ODPM_SUB,
+            "/sys/bus/iio/devices/iio:device2/name": "not odpm",
+        }
+    )
     s = open_odpm(root)
     assert isinstance(s, OdpmSampler) and s.power_from_counters
     c = s.read().counters_mj

@@ -117,11 +117,13 @@ def test_rails_that_disappear_and_appear_between_samples(write_tree, monkeypatch
     assert "VDDQ_VDD2_1V8AO" in s.read().rails_mw
     # A rail that appears later is found by the periodic rediscovery.
     monkeypatch.setattr(jetson, "REDISCOVER_S", 0.0)
-    write_tree({
-        "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/in3_label": "VDD_NEW",
-        "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/in3_input": 1000,
-        "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/curr3_input": 10,
-    })
+    write_tree(
+        {
+            "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/in3_label": "VDD_NEW",
+            "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/in3_input": 1000,
+            "/sys/bus/i2c/devices/1-0041/hwmon/hwmon5/curr3_input": 10,
+        }
+    )
     time.sleep(0.001)
     assert s.read().rails_mw["VDD_NEW"] == pytest.approx(10.0)
 
@@ -155,9 +157,11 @@ def test_parse_nvpmodel_output_with_warning_line():
 
 
 def test_gpu_load_from_devfreq(write_tree):
-    root = write_tree({
-        "/sys/class/devfreq/17000000.ga10b/device/load": 634,
-        "/sys/class/devfreq/ff000000.emc/device/load": 999,  # not the GPU
-    })
+    root = write_tree(
+        {
+            "/sys/class/devfreq/17000000.ga10b/device/load": 634,
+            "/sys/class/devfreq/ff000000.emc/device/load": 999,  # not the GPU
+        }
+    )
     assert gpu_load(root) == pytest.approx(63.4)
     assert gpu_load(root / "nothing") is None

@@ -49,7 +49,7 @@ def test_power_integration_path_without_counter_or_fields(fake_nvml):
 def test_average_field_when_instant_is_missing(fake_nvml):
     class AverageOnly(fake_nvml):
         def nvmlDeviceGetFieldValues(self, handle, field_ids):
-            (field_id, _), = field_ids
+            ((field_id, _),) = field_ids
             if field_id == 186:
                 raise self.NVMLError("Not Supported")
             return super().nvmlDeviceGetFieldValues(handle, field_ids)

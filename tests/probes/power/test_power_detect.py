@@ -37,12 +37,14 @@ def test_auto_with_nothing_lists_every_reason(tmp_path, fake_nvml):
 
 
 def test_auto_prefers_nvml_then_jetson(write_tree, fake_nvml):
-    root = write_tree({
-        "/sys/bus/i2c/devices/1-0040/name": "ina3221",
-        "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/in1_label": "VDD_IN",
-        "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/in1_input": 5000,
-        "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/curr1_input": 1000,
-    })
+    root = write_tree(
+        {
+            "/sys/bus/i2c/devices/1-0040/name": "ina3221",
+            "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/in1_label": "VDD_IN",
+            "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/in1_input": 5000,
+            "/sys/bus/i2c/devices/1-0040/hwmon/hwmon1/curr1_input": 1000,
+        }
+    )
     assert isinstance(detect("auto", root, pynvml=fake_nvml()), NvmlSampler)
     assert isinstance(detect("auto", root, pynvml=fake_nvml(gpus=0)), JetsonSampler)
     assert isinstance(detect("jetson", root), JetsonSampler)
@@ -51,11 +53,13 @@ def test_auto_prefers_nvml_then_jetson(write_tree, fake_nvml):
 def test_auto_skips_unreadable_rapl_and_keeps_its_reason(write_tree, fake_nvml, monkeypatch):
     from edgekit.probes.power import rapl
 
-    root = write_tree({
-        "/sys/class/powercap/intel-rapl:0/name": "package-0",
-        "/sys/class/powercap/intel-rapl:0/energy_uj": 1,
-        "/sys/class/powercap/intel-rapl:0/max_energy_range_uj": 1000,
-    })
+    root = write_tree(
+        {
+            "/sys/class/powercap/intel-rapl:0/name": "package-0",
+            "/sys/class/powercap/intel-rapl:0/energy_uj": 1,
+            "/sys/class/powercap/intel-rapl:0/max_energy_range_uj": 1000,
+        }
+    )
     no_gpu = fake_nvml(gpus=0)
     assert isinstance(detect("auto", root, pynvml=no_gpu, run_command=no_vcgencmd), RaplSampler)
 
@@ -72,10 +76,12 @@ def test_auto_skips_unreadable_rapl_and_keeps_its_reason(write_tree, fake_nvml, 
 
 
 def test_explicit_choices_on_fake_platforms(write_tree, fake_nvml):
-    root = write_tree({
-        "/sys/class/power_supply/battery/current_now": 400000,
-        "/sys/class/power_supply/battery/voltage_now": 3900000,
-    })
+    root = write_tree(
+        {
+            "/sys/class/power_supply/battery/current_now": 400000,
+            "/sys/class/power_supply/battery/voltage_now": 3900000,
+        }
+    )
     assert isinstance(detect("auto", root, pynvml=fake_nvml(gpus=0), run_command=no_vcgencmd), BatterySampler)
     pmic = "  VDD_CORE_A current(7)=1.0A\n  VDD_CORE_V volt(15)=0.9V\n"
     assert isinstance(detect("rpi", root, run_command=lambda argv: pmic), RpiPmicSampler)

@@ -67,7 +67,7 @@ def test_sampler_with_an_injected_runner_and_the_5v_note():
 
 def test_pmic_read_adc_failing_is_unavailable():
     def pi4(argv):
-        raise subprocess.CalledProcessError(255, argv, output="", stderr="error=1 error_msg=\"Command not registered\"")
+        raise subprocess.CalledProcessError(255, argv, output="", stderr='error=1 error_msg="Command not registered"')
 
     u = open_rpi(run=pi4)
     assert isinstance(u, Unavailable) and "Raspberry Pi 5 only" in u.reason
@@ -80,7 +80,9 @@ def test_throttled_bits():
     assert t["now"] == ["under-voltage detected", "currently throttled"]
     assert t["since_boot"] == ["under-voltage has occurred", "throttling has occurred"]
     assert parse_throttled("throttled=0xe000e")["now"] == [
-        "arm frequency capped", "currently throttled", "soft temperature limit active"
+        "arm frequency capped",
+        "currently throttled",
+        "soft temperature limit active",
     ]
     with pytest.raises(ValueError):
         parse_throttled("error")

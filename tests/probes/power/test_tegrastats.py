@@ -59,8 +59,18 @@ def test_memory_and_frequency_fields_are_not_rails():
 
 RAIL_NAME = st.from_regex(r"[A-Z][A-Z0-9_]{1,14}", fullmatch=True).filter(lambda n: n not in NOT_RAILS)
 NOISE = st.sampled_from(
-    ["RAM 6185/7620MB (lfb 8x2MB)", "SWAP 851/3810MB (cached 1MB)", "IRAM 0/252kB(lfb 252kB)", "EMC_FREQ 43%@2133",
-     "GR3D_FREQ 63%@[621]", "CPU [15%@729,11%@729]", "APE 200", "cpu@53.968C", "NVDEC off", "thermal@23C"]
+    [
+        "RAM 6185/7620MB (lfb 8x2MB)",
+        "SWAP 851/3810MB (cached 1MB)",
+        "IRAM 0/252kB(lfb 252kB)",
+        "EMC_FREQ 43%@2133",
+        "GR3D_FREQ 63%@[621]",
+        "CPU [15%@729,11%@729]",
+        "APE 200",
+        "cpu@53.968C",
+        "NVDEC off",
+        "thermal@23C",
+    ]
 )
 
 

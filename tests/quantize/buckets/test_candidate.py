@@ -57,8 +57,25 @@ def test_auto_on_openvino_records_what_each_count_adds_and_keeps_the_bound(quant
     from edgekit.cli import app
 
     root = Path(shutil.copytree(quant_bundles["flow"], tmp_path / "flow"))
-    r = CliRunner().invoke(app, ["quantize", str(root), "--step-buckets", "auto", "--runtime", "openvino", "--calib-samples", "4",
-                                 "--eval-samples", "4", "--threads", "1", "--json"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        app,
+        [
+            "quantize",
+            str(root),
+            "--step-buckets",
+            "auto",
+            "--runtime",
+            "openvino",
+            "--calib-samples",
+            "4",
+            "--eval-samples",
+            "4",
+            "--threads",
+            "1",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code in (0, 4), r.output
     doc = json.loads(r.stdout)
     tried = doc["step_buckets"]["tried"]
@@ -78,4 +95,9 @@ def test_bucket_memory_must_be_a_ratio(tmp_path):
     from edgekit.cli import app
 
     r = CliRunner().invoke(app, ["quantize", str(tmp_path), "--bucket-memory", "0.5"])
-    assert r.exit_code == 2 and "--bucket-memory 0.5" in r.output and "[1, 100]" in r.output and "Traceback" not in r.output
+    assert (
+        r.exit_code == 2
+        and "--bucket-memory 0.5" in r.output
+        and "[1, 100]" in r.output
+        and "Traceback" not in r.output
+    )

@@ -17,13 +17,23 @@ from edgekit.quantize.qnn.profile import AUTO_COUNTS_QNN, QnnProfile
 SNR_LIMIT = 30.0
 
 
-def _choose(auto: tuple[int, ...], snr_by_count: dict[int, float], memory_by_count: dict[int, float] | None = None,
-            bound: float = 1.2, requested: int | str = "auto") -> tuple[BucketState, list[int]]:
+def _choose(
+    auto: tuple[int, ...],
+    snr_by_count: dict[int, float],
+    memory_by_count: dict[int, float] | None = None,
+    bound: float = 1.2,
+    requested: int | str = "auto",
+) -> tuple[BucketState, list[int]]:
     """A flow run over 8 calls at distinct t whose ranges shrink with t; the candidate built with
     n buckets measures ``snr_by_count[n]`` against a 30 dB budget and, where ``memory_by_count``
     is given, adds that ratio of one scale's memory on the budget runtime."""
-    run = SimpleNamespace(cfg=SimpleNamespace(step_buckets=requested, bucket_memory=bound), kind="flow", say=lambda msg: None,
-                          budget={"snr_db": SNR_LIMIT}, warnings=[])
+    run = SimpleNamespace(
+        cfg=SimpleNamespace(step_buckets=requested, bucket_memory=bound),
+        kind="flow",
+        say=lambda msg: None,
+        budget={"snr_db": SNR_LIMIT},
+        warnings=[],
+    )
     run.warn = run.warnings.append
     run.judge = lambda metrics: (metrics["snr_db"] >= SNR_LIMIT, [])
     state = BucketState(run, auto=auto)
@@ -70,7 +80,13 @@ def test_auto_does_not_try_a_count_that_adds_more_memory_than_the_bound():
     assert built == [1, 2, 3] and state.current.n == 2  # 4 would meet the budget, but 3 is already past the bound
     rows = {t["n"]: t for t in state.tried}
     assert rows[2]["memory_ratio"] == 1.15 and "margin" in rows[2]
-    assert rows[3] == {"n": 3, "boundaries": rows[3]["boundaries"], "memory_ratio": 1.31, "passed": False, "skipped": "memory > 1.2x"}
+    assert rows[3] == {
+        "n": 3,
+        "boundaries": rows[3]["boundaries"],
+        "memory_ratio": 1.31,
+        "passed": False,
+        "skipped": "memory > 1.2x",
+    }
     assert 4 not in rows
     # A looser bound lets 4 through, and 4 meets the budget.
     state, built = _choose(AUTO_COUNTS, snr, memory_by_count={2: 1.15, 3: 1.31, 4: 1.5}, bound=2.0)
@@ -82,8 +98,10 @@ def test_an_explicit_count_is_taken_as_asked_with_a_warning_and_a_zero_bound_mea
     over = {2: 9.0, 3: 9.0, 4: 9.0}
     state, built = _choose(AUTO_COUNTS, snr, memory_by_count=over, requested=4)  # --step-buckets 4: as asked
     assert state.current.n == 4 and state.tried[-1]["memory_ratio"] == 9.0 and state.tried[-1]["passed"]
-    assert state.run.warnings == ["--step-buckets 4: on openvino the 4 bucket graphs add 9.00x the memory of one scale "
-                                  "(over --bucket-memory 1.2; --step-buckets auto keeps within it)"]
+    assert state.run.warnings == [
+        "--step-buckets 4: on openvino the 4 bucket graphs add 9.00x the memory of one scale "
+        "(over --bucket-memory 1.2; --step-buckets auto keeps within it)"
+    ]
     state, built = _choose(AUTO_COUNTS, snr, memory_by_count=over, bound=0)  # --bucket-memory 0
     assert built == [1, 2, 3, 4] and state.current.n == 4 and not any("memory_ratio" in t for t in state.tried)
 
@@ -94,8 +112,15 @@ def test_only_the_cpu_profile_bounds_auto_by_the_budget_runtimes_memory(profile,
     (the entries' ``bucket_memory``)."""
     from edgekit.quantize import quantize_profile
 
-    run = SimpleNamespace(cfg=SimpleNamespace(profile=profile, entry=quantize_profile(profile), runtime="openvino",
-                                              settings=SimpleNamespace(), step_buckets="auto"))
+    run = SimpleNamespace(
+        cfg=SimpleNamespace(
+            profile=profile,
+            entry=quantize_profile(profile),
+            runtime="openvino",
+            settings=SimpleNamespace(),
+            step_buckets="auto",
+        )
+    )
     fallback = FallbackProfile(run)
     seen = {}
 

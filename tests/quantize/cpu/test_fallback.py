@@ -50,7 +50,9 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     candidates = []
     real = FallbackProfile.budget_runtime
     monkeypatch.setattr(stage, "OrtRuntime", Spy)
-    monkeypatch.setattr(FallbackProfile, "budget_runtime", lambda self, model, **kw: (candidates.append(kw), real(self, model, **kw))[1])
+    monkeypatch.setattr(
+        FallbackProfile, "budget_runtime", lambda self, model, **kw: (candidates.append(kw), real(self, model, **kw))[1]
+    )
     s = quantize_bundle(masked, QuantizeConfig(calib_samples=4, eval_samples=4, threads=1))
     assert s["speed"]["measured"]
     timed = [o for o in fp32_options if not o.spin_between_runs]

@@ -23,7 +23,11 @@ def test_openvino_decodes_the_int8_candidates(masked, monkeypatch):
 
     opened = []
     real = FallbackProfile.budget_runtime
-    monkeypatch.setattr(FallbackProfile, "budget_runtime", lambda self, model, **kw: (opened.append(rt := real(self, model, **kw)), rt)[1])
+    monkeypatch.setattr(
+        FallbackProfile,
+        "budget_runtime",
+        lambda self, model, **kw: (opened.append(rt := real(self, model, **kw)), rt)[1],
+    )
     s = quantize_bundle(masked, QuantizeConfig(runtime="openvino", calib_samples=4, eval_samples=4, threads=1))
     assert opened and all(isinstance(rt, OpenVinoRuntime) for rt in opened)
     assert s["config"]["runtime"] == "openvino" and s["passed"], s["budget"]["checks"]

@@ -19,8 +19,14 @@ ort = pytest.importorskip("onnxruntime")
 def _external(tmp_path: Path) -> Path:
     model = onnx.load(str(build_tiny_model(tmp_path / "src.onnx", seed=3)))
     path = tmp_path / "fp32.onnx"
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="fp32.onnx.data", size_threshold=256)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="fp32.onnx.data",
+        size_threshold=256,
+    )
     return path
 
 
@@ -45,8 +51,10 @@ def test_prepare_model_takes_the_file_path_over_the_limit_and_quant_pre_process_
 
     fp32 = _external(tmp_path)
     called: list[str] = []
-    monkeypatch.setattr("onnxruntime.quantization.shape_inference.quant_pre_process",
-                        lambda *a, **k: called.append("quant_pre_process") or (_ for _ in ()).throw(RuntimeError("stop")))
+    monkeypatch.setattr(
+        "onnxruntime.quantization.shape_inference.quant_pre_process",
+        lambda *a, **k: called.append("quant_pre_process") or (_ for _ in ()).throw(RuntimeError("stop")),
+    )
     monkeypatch.setattr(ptq, "over_protobuf_limit", lambda path: True)
     prepared, skipped = ptq.prepare_model(fp32, tmp_path / "prepared.onnx")
     assert skipped is None and called == [] and prepared == tmp_path / "prepared.onnx"

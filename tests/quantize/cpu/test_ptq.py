@@ -16,8 +16,8 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from edgekit.quantize import graph as qgraph  # noqa: E402
-from edgekit.quantize.cpu import ptq, select, structure  # noqa: E402
 from edgekit.quantize.calibrate import calibration_reader  # noqa: E402
+from edgekit.quantize.cpu import ptq, select, structure  # noqa: E402
 
 
 def test_roles_attention_core_time_embedding_and_flops(tiny_model):
@@ -26,7 +26,15 @@ def test_roles_attention_core_time_embedding_and_flops(tiny_model):
     assert [n for n, r in roles.items() if r == "attention-core"] == ["qk", "av"]
     assert {n for n, r in roles.items() if r == "weighted"} == {"q_proj", "k_proj", "proj", "ada_a", "ada_b"}
     # The embedding ends at the tensor both ada Gemms read; they themselves are ordinary layers.
-    assert {n for n, r in roles.items() if r == "time-embedding"} == {"t_unsq", "t_scale", "sin", "cos", "concat", "tile", "time_mlp"}
+    assert {n for n, r in roles.items() if r == "time-embedding"} == {
+        "t_unsq",
+        "t_scale",
+        "sin",
+        "cos",
+        "concat",
+        "tile",
+        "time_mlp",
+    }
     by = plan.by_name()
     assert by["q_proj"].flops == 2 * 2 * 4 * 16 * 16 and by["q_proj"].rows == 8
     assert by["qk"].flops == 2 * 2 * 4 * 4 * 16
@@ -41,7 +49,16 @@ def test_default_selection_keeps_core_and_time_embedding_float(tiny_model):
     assert floated["qk"].startswith("attention core") and floated["av"].startswith("attention core")
     assert floated["time_mlp"].startswith("flow time embedding")
     naive = QuantizeConfig(float_attention_core=False, float_time_embedding=False)
-    assert sorted(select.select_nodes(plan, naive)[0]) == ["ada_a", "ada_b", "av", "k_proj", "proj", "q_proj", "qk", "time_mlp"]
+    assert sorted(select.select_nodes(plan, naive)[0]) == [
+        "ada_a",
+        "ada_b",
+        "av",
+        "k_proj",
+        "proj",
+        "q_proj",
+        "qk",
+        "time_mlp",
+    ]
 
 
 def test_exclude_by_name_op_type_and_module_path(tiny_model):
@@ -105,7 +122,10 @@ def test_cpu_profile_u8_activations_and_excluded_nodes_compute_in_float(tiny_mod
     # float nodes keep float weights.
     weights = {q["input"]: q for q in struct["qdq"] if q["constant_input"]}
     assert weights["Wt_weight_only_quantized"]["quantized_dtype"] == "int8"
-    assert weights["Wt_weight_only_quantized"]["zero_point_max_abs"] == 0 and weights["Wt_weight_only_quantized"]["axis"] == 1
+    assert (
+        weights["Wt_weight_only_quantized"]["zero_point_max_abs"] == 0
+        and weights["Wt_weight_only_quantized"]["axis"] == 1
+    )
     assert "Wk" in {i.name for i in model.graph.initializer} and "Wa" in {i.name for i in model.graph.initializer}
     assert structure.trt_violations(out), "u8 zero points must break the TensorRT rules"
 
@@ -142,10 +162,14 @@ def test_entropy_calibration_clips_where_minmax_does_not_and_prints_nothing(tiny
         cfg = QuantizeConfig(method=method)
         reader, cache, out = calibration_reader(tiny_feeds(8)), tmp_path / f"{method}.json", tmp_path / f"{method}.onnx"
         assert ptq.calibrate(tiny_model, reader, cfg, cache)
-        ptq.quantize_model(tiny_model, out, reader, select.select_nodes(plan, cfg)[0], cfg, plan, calibration_cache=cache)
+        ptq.quantize_model(
+            tiny_model, out, reader, select.select_nodes(plan, cfg)[0], cfg, plan, calibration_cache=cache
+        )
         model = onnx.load(str(out))
         inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-        scales[method] = {n.input[0]: float(inits[n.input[1]]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
+        scales[method] = {
+            n.input[0]: float(inits[n.input[1]]) for n in model.graph.node if n.op_type == "QuantizeLinear"
+        }
     # LayerNorm output h has a long tail: the KL threshold (512 bins -> 128 levels) clips it.
     assert scales["entropy"]["h"] < 0.8 * scales["minmax"]["h"]
     assert capsys.readouterr().out == ""  # ORT's histogram calibrators print; --json must stay clean
@@ -173,7 +197,9 @@ def test_budget_fallback_node_is_weight_only_int8_weight_float_activation(tiny_m
     weight = onnx.numpy_helper.to_array(inits[dq.input[0]])
     assert weight.dtype == np.int8 and np.abs(weight).max() == 127  # symmetric: the row max maps to 127
     zp = onnx.numpy_helper.to_array(inits[dq.input[2]])
-    assert zp.dtype == np.int8 and not zp.any() and onnx.numpy_helper.to_array(inits[dq.input[1]]).size == weight.shape[-1]
+    assert (
+        zp.dtype == np.int8 and not zp.any() and onnx.numpy_helper.to_array(inits[dq.input[1]]).size == weight.shape[-1]
+    )
     assert "Wq" not in inits  # no float copy of the weight is left
     assert structure.weight_only_nodes(model) == {"q_proj"}
     assert quantized_nodes(model) == set(nodes)

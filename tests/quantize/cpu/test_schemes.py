@@ -38,7 +38,11 @@ def _int8_weights(path):
     for node in model.graph.node:
         if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in producer:
             dq = producer[node.input[1]]
-            if dq.op_type == "DequantizeLinear" and inits.get(dq.input[0]) is not None and inits[dq.input[0]].dtype == np.int8:
+            if (
+                dq.op_type == "DequantizeLinear"
+                and inits.get(dq.input[0]) is not None
+                and inits[dq.input[0]].dtype == np.int8
+            ):
                 trans_b = any(a.name == "transB" and a.i for a in node.attribute)
                 yield node.name, inits[dq.input[0]], k_axis(node.op_type, inits[dq.input[0]], 1, trans_b)
 
@@ -46,8 +50,14 @@ def _int8_weights(path):
 def test_the_pair_scheme_writes_weights_the_avx2_kernel_cannot_saturate(tmp_path, tiny_model):
     """Through ORT's quantizer (TensorQuantOverrides): every int8 weight of the u8s8-pair model
     keeps its pairs <= 128; the full-range u8s8 model of the same graph does not."""
-    bounded = dict((n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k)) for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8-pair")))
-    full = dict((n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k)) for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8")))
+    bounded = dict(
+        (n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k))
+        for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8-pair"))
+    )
+    full = dict(
+        (n, max_pair_sum(q, q.ndim - 1 if k == 0 else 0, k))
+        for n, q, k in _int8_weights(_quantized(tmp_path, tiny_model, "u8s8"))
+    )
     assert bounded and set(bounded) == set(full)
     assert max(bounded.values()) <= PAIR_LIMIT, bounded
     assert max(full.values()) > PAIR_LIMIT, full  # full range: 127-magnitude neighbours exist
@@ -79,7 +89,11 @@ def test_the_scheme_follows_the_class_it_is_quantized_for(monkeypatch):
     assert SCHEMES["u8s8"].saturates_on("avx2") and not SCHEMES["u8s8-pair"].saturates_on("avx2")
     assert not SCHEMES["u8s8-rr"].saturates_on("avx2") and not SCHEMES["u8u8"].saturates_on("avx2")
     # "host" means this machine's class, read from /proc/cpuinfo.
-    monkeypatch.setattr(HostFacts, "detect", classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))))
+    monkeypatch.setattr(
+        HostFacts,
+        "detect",
+        classmethod(lambda cls, root="/": HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))),
+    )
     assert QuantizeConfig().arithmetic == "avx2" and QuantizeConfig().settings.scheme == "u8s8-pair"
     assert QuantizeConfig(profile="trt").settings.scheme == ""  # TensorRT's own rules, not a CPU's
     assert QuantizeConfig(scheme="u8u8").settings.weight_type == "QUInt8"

@@ -25,19 +25,31 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
     def sensitivity(model, nodes):
         return {"a": {"added_sqnr_db": 20.0}, "b": {"added_sqnr_db": 25.0}, "c": {"added_sqnr_db": 50.0}}
 
-    model, out = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity)
+    model, out = fallback_until_within_budget(
+        ["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity
+    )
     assert out.passed and out.quantized == ["c"]
     assert [f["node"] for f in out.fallback] == ["a", "b"]
     assert out.fallback[0]["reason"].startswith("budget fallback #1") and "20.0 dB" in out.fallback[0]["reason"]
     assert [h["lockstep_token_agreement"] for h in out.history] == pytest.approx([0.96, 0.98, 1.0])
     assert model == "model3"
-    _, capped = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1)
+    _, capped = fallback_until_within_budget(
+        ["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1
+    )
     assert not capped.passed and len(capped.fallback) == 1
     ranked: list[str] = []
-    _, none = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure,
-                                           lambda m, n: ranked.append(m) or sensitivity(m, n), max_fallback=0)
+    _, none = fallback_until_within_budget(
+        ["c", "b", "a"],
+        {"lockstep_token_agreement": 0.99},
+        build,
+        measure,
+        lambda m, n: ranked.append(m) or sensitivity(m, n),
+        max_fallback=0,
+    )
     assert not none.passed and none.fallback == [] and ranked == []  # nothing to move: nothing ranked
-    _, off = fallback_until_within_budget(["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, enabled=False)
+    _, off = fallback_until_within_budget(
+        ["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, enabled=False
+    )
     assert not off.passed and off.fallback == [] and len(off.history) == 1
 
 
@@ -46,9 +58,12 @@ def test_rank_by_sensitivity_lowest_added_sqnr_first():
 
 
 def test_nodes_measured_alone_rank_first_and_the_screened_out_after_them():
-    scores = {"a": {"added_sqnr_db": 30.0, "isolated_output_sqnr_db": 25.0},
-              "b": {"added_sqnr_db": 10.0, "isolated_output_sqnr_db": 35.0},
-              "c": {"added_sqnr_db": 45.0}, "d": {"added_sqnr_db": 40.0}}
+    scores = {
+        "a": {"added_sqnr_db": 30.0, "isolated_output_sqnr_db": 25.0},
+        "b": {"added_sqnr_db": 10.0, "isolated_output_sqnr_db": 35.0},
+        "c": {"added_sqnr_db": 45.0},
+        "d": {"added_sqnr_db": 40.0},
+    }
     assert rank_by_sensitivity(scores) == ["a", "b", "d", "c"]
 
 
@@ -61,7 +76,7 @@ def test_the_screen_keeps_every_node_of_a_small_model_and_the_noisiest_of_a_larg
     assert screen(scores, nodes, weight_bytes=1 << 20) == nodes[::-1][:SCREEN_NODES]
     big = screen({k: v for k, v in scores.items() if k != "n3"}, nodes, weight_bytes=LARGE_BYTES + 1)
     assert len(big) == SCREEN_LARGE and big[0] == "n3"  # a node the pass did not score counts as noisiest
-    assert big[1:] == nodes[::-1][:SCREEN_LARGE - 1]
+    assert big[1:] == nodes[::-1][: SCREEN_LARGE - 1]
 
 
 NAIVE_OPS = ("MatMul", "Gemm", "Conv", "LayerNormalization", "Softmax", "Sin", "Cos")
@@ -130,28 +145,43 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
     chosen, _ = select_nodes(plan, cfg)
     calib = tiny_feeds(8, seed=1)
     qdq = tmp_path / "int8.onnx"
-    ptq.quantize_model(model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json")
+    ptq.quantize_model(
+        model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json"
+    )
     saved_outputs: list[list[str]] = []
     real_saved = search._saved
-    monkeypatch.setattr(search, "_saved", lambda s, f: saved_outputs.append([o.name for o in s.get_outputs()]) or real_saved(s, f))
+    monkeypatch.setattr(
+        search, "_saved", lambda s, f: saved_outputs.append([o.name for o in s.get_outputs()]) or real_saved(s, f)
+    )
     nodes = {k: plan.by_name()[k] for k in chosen}
     scores = search.node_sensitivity(model, qdq, calib[:4], nodes)
     assert len(saved_outputs) == 8  # two sessions, one run each per feed
     import onnx
 
     inits = {i.name for i in onnx.load(str(qdq)).graph.initializer}
-    weights = {n.output[0] for n in onnx.load(str(qdq)).graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
+    weights = {
+        n.output[0] for n in onnx.load(str(qdq)).graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    }
     assert weights and not any(name[: -len("_ReshapedSavedOutput")] in weights for name in saved_outputs[1])
     # ORT's own path, every feed collected at once
     aug_f, aug_q = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    dbg.modify_model_output_intermediate_tensors(str(model), str(aug_f), op_types_for_saving=sorted({n.op_type for n in nodes.values()}))
-    dbg.modify_model_output_intermediate_tensors(str(qdq), str(aug_q),
-                                                 op_types_for_saving=[*sorted({n.op_type for n in nodes.values()}), "QuantizeLinear", "DequantizeLinear"])
+    dbg.modify_model_output_intermediate_tensors(
+        str(model), str(aug_f), op_types_for_saving=sorted({n.op_type for n in nodes.values()})
+    )
+    dbg.modify_model_output_intermediate_tensors(
+        str(qdq),
+        str(aug_q),
+        op_types_for_saving=[*sorted({n.op_type for n in nodes.values()}), "QuantizeLinear", "DequantizeLinear"],
+    )
     f_acts = dbg.collect_activations(str(aug_f), calibration_reader(calib[:4]))
     q_acts = dbg.collect_activations(str(aug_q), calibration_reader(calib[:4]))
     matched = dbg.create_activation_matching(q_acts, f_acts)
     graph = {n.name: n for n in onnx.load(str(model)).graph.node}
     for name in ("proj", "qk", "time_mlp"):
         y = graph[name].output[0]
-        expected = float(dbg.compute_signal_to_quantization_noice_ratio(f_acts[y], matched[y]["post_qdq"] if y in matched else q_acts[y]))
+        expected = float(
+            dbg.compute_signal_to_quantization_noice_ratio(
+                f_acts[y], matched[y]["post_qdq"] if y in matched else q_acts[y]
+            )
+        )
         assert scores[name]["output_sqnr_db"] == pytest.approx(expected, abs=1e-3)

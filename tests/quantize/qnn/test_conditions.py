@@ -39,17 +39,39 @@ def test_cond_data_rows_are_the_ones_the_htp_decodes(tiny_flow_b1, tmp_path, mon
     np.savez(tmp_path / "cond.npz", tokens=rows)
     seen: list[np.ndarray] = []
     real_run = QnnRuntime.run
-    monkeypatch.setattr(QnnRuntime, "run", lambda self, feeds: (seen.append(np.array(feeds["tokens"])), real_run(self, feeds))[1])
-    r = CliRunner().invoke(app, ["quantize", str(root), "--profile", "qnn", "--calib-samples", "2", "--eval-samples", "2",
-                                 "--cond-data", str(tmp_path / "cond.npz"), "--budget", "snr_db=0", "--budget", "check_margin=-100",
-                                 "--no-fallback", "--json"])
+    monkeypatch.setattr(
+        QnnRuntime, "run", lambda self, feeds: (seen.append(np.array(feeds["tokens"])), real_run(self, feeds))[1]
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "quantize",
+            str(root),
+            "--profile",
+            "qnn",
+            "--calib-samples",
+            "2",
+            "--eval-samples",
+            "2",
+            "--cond-data",
+            str(tmp_path / "cond.npz"),
+            "--budget",
+            "snr_db=0",
+            "--budget",
+            "check_margin=-100",
+            "--no-fallback",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     held = doc["conditions"]["heldout_rows"]
-    want = rows[held[0]:held[1]]
+    want = rows[held[0] : held[1]]
     assert doc["conditions"]["source"].startswith("--cond-data")
     decoded = {tuple(s.reshape(-1)) for s in seen}
-    assert decoded and decoded <= {tuple(r) for r in want} | {(8, 8, 8, 8)}  # the file's held-out rows (and CFG's null row)
+    assert decoded and decoded <= {tuple(r) for r in want} | {
+        (8, 8, 8, 8)
+    }  # the file's held-out rows (and CFG's null row)
     assert {tuple(r) for r in want} <= decoded
     stored = np.load(Bundle.load(root).path_of("conditions"))["tokens"]
     np.testing.assert_array_equal(stored, want)  # check decodes these by default

@@ -24,8 +24,13 @@ def _gemm_graph(path, trans_b: int, alpha: float = 1.0, bias: bool = True):
         inits.append(numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b"))
         inputs.append("b")
     node = helper.make_node("Gemm", inputs, ["y"], name="fc", transB=trans_b, alpha=alpha)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], inits)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 

@@ -24,8 +24,11 @@ def _uint16_q_nodes(path) -> int:
     model = onnx.load(str(path))
     inits = {i.name: i for i in model.graph.initializer}
     return sum(
-        1 for n in model.graph.node
-        if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[2] in inits
+        1
+        for n in model.graph.node
+        if n.op_type == "QuantizeLinear"
+        and len(n.input) > 2
+        and n.input[2] in inits
         and inits[n.input[2]].data_type == onnx.TensorProto.UINT16
     )
 
@@ -56,7 +59,9 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
 
 def test_the_qnn_profile_has_its_own_token_floor_and_keeps_the_rest():
     budget = QuantizeConfig(profile="qnn").budget_for("masked")
-    assert budget["lockstep_token_agreement"] == 0.95 and budget["top1_agreement"] == 0.90  # check's default top-1 floor
+    assert (
+        budget["lockstep_token_agreement"] == 0.95 and budget["top1_agreement"] == 0.90
+    )  # check's default top-1 floor
     assert budget["event_accuracy_drop"] == DEFAULT_BUDGETS["masked"]["event_accuracy_drop"]
     assert QuantizeConfig(profile="qnn").budget_for("flow") == DEFAULT_BUDGETS["flow"]
 
@@ -65,7 +70,9 @@ def test_a_failing_budget_promotes_the_least_precise_tensors_to_16_bit(tiny_qnn_
     root = tmp_path / "masked"
     shutil.copytree(tiny_qnn_bundles["masked"], root)
     # An unreachable floor: the search promotes (at most 2 tensors here) and records each step.
-    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"lockstep_token_agreement": 1.01}, max_fallback=2)
+    cfg = QuantizeConfig(
+        profile="qnn", calib_samples=2, eval_samples=2, budget={"lockstep_token_agreement": 1.01}, max_fallback=2
+    )
     s = quantize_bundle(root, cfg)
     assert not s["passed"]
     q = s["qnn"]
@@ -90,7 +97,7 @@ def test_flow_budget_promotions_are_ranked_beside_the_time_angle_rule(tiny_qnn_b
     q = quantize_bundle(root, cfg)["qnn"]
     rule = [p for p in q["promotions"] if p["why"] == "rule: time angle"]
     budget = [p for p in q["promotions"] if p["why"] == "budget"]
-    assert rule and q["promotions"][:len(rule)] == rule  # the rule's tensors come first
+    assert rule and q["promotions"][: len(rule)] == rule  # the rule's tensors come first
     assert len(budget) == 2 and all(isinstance(p["output_snr_db"], float) for p in budget), budget
 
 
@@ -100,7 +107,9 @@ def test_with_step_buckets_each_buckets_graph_takes_its_own_promotions(tiny_qnn_
     8-bit share is per call of the decode."""
     root = tmp_path / "flow"
     shutil.copytree(tiny_qnn_bundles["flow"], root)
-    cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 200.0}, max_fallback=4, step_buckets=2)
+    cfg = QuantizeConfig(
+        profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 200.0}, max_fallback=4, step_buckets=2
+    )
     s = quantize_bundle(root, cfg)
     q, sb = s["qnn"], s["step_buckets"]
     budget = [p for p in q["promotions"] if p["why"] == "budget"]
@@ -190,8 +199,9 @@ def test_qnn_runtime_refuses_an_int8_model_of_another_profile(tiny_qnn_bundles, 
 def test_check_runs_the_candidate_on_the_htp(tiny_qnn_bundles):
     from edgekit.check import CheckConfig, check_bundle
 
-    doc = check_bundle(tiny_qnn_bundles["masked"], CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1,
-                                                               cond={"class_id": "1"}))
+    doc = check_bundle(
+        tiny_qnn_bundles["masked"], CheckConfig(reference="ort:fp32", candidate="qnn:int8", n=1, cond={"class_id": "1"})
+    )
     assert doc["candidate"] == "qnn:int8"
     assert np.isfinite(doc["metrics"]["logits_kl"])
 
@@ -217,7 +227,14 @@ def test_the_ar_baseline_runs_on_the_htp_in_its_loop_cache_form(tiny_qnn_bundles
         v, mask = np.zeros_like(k), np.zeros(bundle.inputs["attn_mask"].shape, np.float32)
         token = np.full((1, 1), bundle.meta["bos_id"], np.int64)
         for pos in range(bundle.meta["max_len"]):
-            feed = {"token": token, "pos": np.array([pos], np.int64), "k_cache": k, "v_cache": v, "attn_mask": mask, **cond}
+            feed = {
+                "token": token,
+                "pos": np.array([pos], np.int64),
+                "k_cache": k,
+                "v_cache": v,
+                "attn_mask": mask,
+                **cond,
+            }
             ref = {n: a.copy() for n, a in cpu.run(feed).items()}
             out = htp.run(feed)
             scale = float(np.abs(ref["logits"]).max())
@@ -232,7 +249,9 @@ def test_a_target_measures_the_budget_on_its_own_htp(tiny_qnn_bundles, tmp_path)
     soc_model 43), not the default 8 Gen 3's, and the manifest says which."""
     root = tmp_path / "masked"
     shutil.copytree(tiny_qnn_bundles["masked"], root)
-    s = quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, target="snapdragon-8-gen-2"))
+    s = quantize_bundle(
+        root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, target="snapdragon-8-gen-2")
+    )
     assert (s["qnn"]["htp_arch"], s["qnn"]["soc_model"]) == (73, 43)
     assert s["config"]["target"] == "snapdragon-8-gen-2"
     default = Bundle.load(tiny_qnn_bundles["masked"]).manifest["quantization"]["qnn"]
@@ -257,6 +276,8 @@ def test_budget_met_means_check_passes_on_the_htp(tiny_qnn_bundles, tmp_path):
 def test_a_budget_whose_own_keys_pass_fails_when_check_would_fail(tiny_qnn_bundles, tmp_path):
     root = tmp_path / "flow"
     shutil.copytree(tiny_qnn_bundles["flow"], root)
-    s = quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 10.0}, fallback=False))
+    s = quantize_bundle(
+        root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 10.0}, fallback=False)
+    )
     assert not s["passed"] and s["measured"]["check_margin"] < 0 and s["measured"]["check_failed"]
     assert next(c for c in s["budget"]["checks"] if c["key"] == "snr_db")["passed"]  # its own key held

@@ -14,15 +14,20 @@ import pytest
 from edgekit.quantize.qnn.profile import QnnProfile
 
 
-def _search(cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (),
-            drop=None):
+def _search(
+    cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (), drop=None
+):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
     HTP's check margin, which the simulation does not measure)."""
     profile = QnnProfile.__new__(QnnProfile)  # promote() reads these and calls build/measure
     warned: list[str] = []
-    profile.run = SimpleNamespace(cfg=SimpleNamespace(max_fallback=max_fallback), say=lambda msg: None, warn=warned.append,
-                                  budget={"gt_snr_drop_db": 1.0})
+    profile.run = SimpleNamespace(
+        cfg=SimpleNamespace(max_fallback=max_fallback),
+        say=lambda msg: None,
+        warn=warned.append,
+        budget={"gt_snr_drop_db": 1.0},
+    )
     profile.forced = []
     profile.refused = []
     checked: list[int] = []
@@ -106,7 +111,9 @@ def test_the_htp_shortfall_tightens_the_simulations_budget_and_the_count_is_sear
 
 
 def test_a_shortfall_the_simulation_cannot_close_sends_the_whole_order_to_the_htp():
-    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, n=30, drop=lambda backend, k: 10 / k + (5.0 if backend == "htp" else 0.0))
+    promoted, passed, measured = _search(
+        cpu_needs=0, htp_needs=0, n=30, drop=lambda backend, k: 10 / k + (5.0 if backend == "htp" else 0.0)
+    )
     assert not passed and len(promoted) == 30 and measured["htp"] == [10, 30]
 
 

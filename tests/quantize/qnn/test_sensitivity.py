@@ -51,9 +51,12 @@ def _graph(path):
         helper.make_node("Add", ["ab", "c"], ["y"], name="sum"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, D])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, D])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D])],
-        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(big, "big"), numpy_helper.from_array(small, "small")])
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(big, "big"), numpy_helper.from_array(small, "small")],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 
@@ -76,8 +79,11 @@ def _run(model, feed, gates=None):
     would run the host's int8 kernels instead)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    session = ort.InferenceSession(model.SerializeToString() if hasattr(model, "SerializeToString") else str(model),
-                                   options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString() if hasattr(model, "SerializeToString") else str(model),
+        options,
+        providers=["CPUExecutionProvider"],
+    )
     return session.run(None, {**feed, **(gates or {})})[0]
 
 
@@ -90,7 +96,9 @@ def test_the_gated_graph_is_the_float_graph_with_gates_off_and_the_qdq_graph_wit
     on = {g: np.ones(1, np.float32) for g in gates.values()}
     np.testing.assert_allclose(_run(model, feed, off), _run(graphs["fp32"], feed), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(_run(model, feed, on), _run(graphs["q8"], feed), rtol=1e-5, atol=1e-5)
-    assert not np.allclose(_run(graphs["q8"], feed), _run(graphs["fp32"], feed), rtol=1e-4, atol=1e-4)  # 8 bit is visible
+    assert not np.allclose(
+        _run(graphs["q8"], feed), _run(graphs["fp32"], feed), rtol=1e-4, atol=1e-4
+    )  # 8 bit is visible
 
 
 def test_output_sensitivity_sees_what_the_network_does_with_a_tensors_error(graphs):
@@ -106,8 +114,11 @@ def test_output_sensitivity_sees_what_the_network_does_with_a_tensors_error(grap
     assert sens.predicted_snr_db(["s_a", "s_b"]) < sens.predicted_snr_db(["s_b"])  # noise adds
     assert set(output_sensitivity(graphs["fp32"], [(graphs["q8"], [])], ["s_a"]).noise) == set()  # no feeds, no claim
     # Per step bucket: one Sensitivity per graph, which sum to the whole.
-    parts = output_sensitivity_per_graph(graphs["fp32"], [(graphs["q8"], _feeds(6, seed=1)[:2]), (graphs["q8"], []),
-                                                          (graphs["q8"], _feeds(6, seed=1)[2:])], ["s_a", "s_b"])
+    parts = output_sensitivity_per_graph(
+        graphs["fp32"],
+        [(graphs["q8"], _feeds(6, seed=1)[:2]), (graphs["q8"], []), (graphs["q8"], _feeds(6, seed=1)[2:])],
+        ["s_a", "s_b"],
+    )
     assert len(parts) == 3 and parts[1].noise == {} and parts[1].signal == 0
     whole = output_sensitivity(graphs["fp32"], [(graphs["q8"], _feeds(6, seed=1))], ["s_a", "s_b"])
     for t in ("s_a", "s_b"):
@@ -124,7 +135,9 @@ def test_promotion_ties_are_what_the_qnn_quantizer_writes(graphs):
     assert {"a", "b", "c"} <= ties["b"] and "s_b" in ties["b"]  # the Split's outputs, and b's consumer
     assert "x" in ties["W"] and "h" in ties["W"]
     for i, candidate in enumerate(["b", "ab", "W"]):
-        q = quantize_qnn_model(fp32, graphs["tmp"] / f"p{i}.onnx", calibration_reader(_feeds()), [candidate], facts=facts)
+        q = quantize_qnn_model(
+            fp32, graphs["tmp"] / f"p{i}.onnx", calibration_reader(_feeds()), [candidate], facts=facts
+        )
         wide = {t for t, bits in activation_bits(q, acts).items() if bits == 16}
         assert wide == set(ties[candidate]) & set(acts), (candidate, wide, ties[candidate])
 

@@ -41,9 +41,12 @@ def _graph(path):
         helper.make_node("MatMul", ["r", "W2"], ["y"], name="fc2"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, L])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, L])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, L, D])],
-        [numpy_helper.from_array(a, n) for a, n in ((table, "table"), (w, "W"), (w2, "W2"))])
+        [numpy_helper.from_array(a, n) for a, n in ((table, "table"), (w, "W"), (w2, "W2"))],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 
@@ -70,9 +73,11 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("qnn-w")
     fp32 = _graph(root / "fp32.onnx")
     cal = calibration_reader(_feeds(8, seed=1))
-    return {"fp32": fp32,
-            "pc": quantize_qnn_model(fp32, root / "pc.onnx", cal),
-            "pt": quantize_qnn_model(fp32, root / "pt.onnx", cal, per_channel=False)}
+    return {
+        "fp32": fp32,
+        "pc": quantize_qnn_model(fp32, root / "pc.onnx", cal),
+        "pt": quantize_qnn_model(fp32, root / "pt.onnx", cal, per_channel=False),
+    }
 
 
 def test_matmul_weights_are_int8_per_output_channel(built):
@@ -128,10 +133,19 @@ def _sinusoid(path):
         helper.make_node("Concat", ["s", "c"], ["emb"], name="cat", axis=-1),
         helper.make_node("MatMul", ["emb", "W"], ["y"], name="fc"),
     ]
-    inits = [numpy_helper.from_array(np.array([1], np.int64), "axes"), numpy_helper.from_array(freqs, "freqs"),
-             numpy_helper.from_array(np.array(1000, np.float32), "k"), numpy_helper.from_array(w, "W")]
-    graph = helper.make_graph(nodes, "time", [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D])], inits)
+    inits = [
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+        numpy_helper.from_array(freqs, "freqs"),
+        numpy_helper.from_array(np.array(1000, np.float32), "k"),
+        numpy_helper.from_array(w, "W"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "time",
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 
@@ -166,10 +180,12 @@ def test_conv_weights_are_int8_per_output_channel_and_run_on_the_htp(tmp_path):
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((D, D, 3)) * np.logspace(-3, 0, D)[:, None, None]).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "K", "bias"], ["y"], name="conv", pads=[1, 1])], "g",
+        [helper.make_node("Conv", ["x", "K", "bias"], ["y"], name="conv", pads=[1, 1])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, D, L])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, D, L])],
-        [numpy_helper.from_array(w, "K"), numpy_helper.from_array(np.zeros(D, np.float32), "bias")])
+        [numpy_helper.from_array(w, "K"), numpy_helper.from_array(np.zeros(D, np.float32), "bias")],
+    )
     fp32 = tmp_path / "conv.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(fp32))
     feeds = [{"x": np.random.default_rng(i).standard_normal((1, D, L)).astype(np.float32)} for i in range(6)]
@@ -184,7 +200,9 @@ def test_conv_weights_are_int8_per_output_channel_and_run_on_the_htp(tmp_path):
             assert rt.providers_used[0] == "QNNExecutionProvider"
             pairs = [(ref.run(None, f)[0], rt.run(f)["y"].copy()) for f in feeds]  # the runtime reuses its outputs
         small = slice(0, D // 2)  # the small channels: where one scale for all costs the bits
-        return 10 * np.log10(sum(float(np.sum(a[:, small] ** 2)) for a, _ in pairs)
-                             / sum(float(np.sum((a[:, small] - b[:, small]) ** 2)) for a, b in pairs))
+        return 10 * np.log10(
+            sum(float(np.sum(a[:, small] ** 2)) for a, _ in pairs)
+            / sum(float(np.sum((a[:, small] - b[:, small]) ** 2)) for a, b in pairs)
+        )
 
     assert snr(pc) > snr(pt) + 10
