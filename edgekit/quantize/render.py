@@ -36,27 +36,7 @@ def print_quantize(o: Output, s: dict) -> None:
         ["module / node", "op", "source", "reason"],
         [(r["label"], r["op"], r["source"], r["reason"]) for r in sel["float"]],
     )
-    checks = s["budget"]["checks"]
-    reported = [
-        (k, "—", v, "reported")
-        for k, v in s["measured"].items()
-        if not k.startswith("quality") and k not in {c["key"] for c in checks} and isinstance(v, (int, float))
-    ]
-    reported += [(f"check: {k}", "—", v, "reported") for k, v in (s["measured"].get("check_metrics") or {}).items()]
-    o.table(
-        "accuracy vs budget (held-out set, identical noise on FP32 and INT8)",
-        ["metric", "limit", "INT8 vs FP32", ""],
-        [
-            (
-                c["key"],
-                f"{c['op']} {c['limit']:g}",
-                c["value"],
-                {True: "pass", False: "FAIL", None: "not measured"}[c["passed"]],
-            )
-            for c in checks
-        ]
-        + reported,
-    )
+    _print_accuracy(o, s)
     qf, qi = s["measured"].get("quality_fp32") or {}, s["measured"].get("quality_int8") or {}
     if qf:
         o.table("ground truth, FP32 vs INT8", ["metric", "FP32", "INT8"], [(k, qf[k], qi.get(k)) for k in qf])
@@ -86,6 +66,31 @@ def print_quantize(o: Output, s: dict) -> None:
     o.line(
         f"wrote {s['bundle']}/{s['artifact']['int8']} (run it: edgekit run {s['bundle']} --precision int8"
         + (" --runtime qnn)" if q else ")")
+    )
+
+
+def _print_accuracy(o: Output, s: dict) -> None:
+    """The budget's checks beside every other measured metric (held-out set)."""
+    checks = s["budget"]["checks"]
+    reported = [
+        (k, "—", v, "reported")
+        for k, v in s["measured"].items()
+        if not k.startswith("quality") and k not in {c["key"] for c in checks} and isinstance(v, (int, float))
+    ]
+    reported += [(f"check: {k}", "—", v, "reported") for k, v in (s["measured"].get("check_metrics") or {}).items()]
+    o.table(
+        "accuracy vs budget (held-out set, identical noise on FP32 and INT8)",
+        ["metric", "limit", "INT8 vs FP32", ""],
+        [
+            (
+                c["key"],
+                f"{c['op']} {c['limit']:g}",
+                c["value"],
+                {True: "pass", False: "FAIL", None: "not measured"}[c["passed"]],
+            )
+            for c in checks
+        ]
+        + reported,
     )
 
 

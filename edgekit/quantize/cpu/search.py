@@ -94,6 +94,16 @@ def node_sensitivity(
             del float_acts, qdq_acts, matched
         del f_session, q_session
 
+    return _node_scores(nodes, graph, cross_sums, own_sums)
+
+
+def _node_scores(
+    nodes: Mapping[str, Any],
+    graph: Mapping[str, Any],
+    cross_sums: Mapping[tuple[str, bool], list[float]],
+    own_sums: Mapping[str, list[float]],
+) -> dict[str, dict[str, float]]:
+    """node_sensitivity's per-node figures from the summed signal and noise powers."""
     out: dict[str, dict[str, float]] = {}
     for name, info in nodes.items():
         node = graph.get(name)
