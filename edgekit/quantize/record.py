@@ -113,8 +113,9 @@ BUCKET_ARTIFACT = "int8-bucket-"
 
 
 def replaced_by_quantize(artifact: str) -> bool:
-    """The artifacts a quantize run writes anew: "int8" and its step buckets' graphs."""
-    return artifact == "int8" or artifact.startswith(BUCKET_ARTIFACT)
+    """The artifacts a quantize run writes anew or removes: "int8", its step buckets' graphs and
+    the TensorRT calibration table (a missing one must not stop the run that remakes it)."""
+    return artifact in ("int8", "int8-calibration") or artifact.startswith(BUCKET_ARTIFACT)
 
 
 def stage_buckets(

@@ -137,6 +137,22 @@ def test_trt_profile_on_demo_graph_all_zero_points_int8_zero(demo_bundles, tmp_p
     assert not any(inits[i].dtype == np.int8 for i in head[0].input if i in inits)
 
 
+def test_quantize_remakes_what_an_earlier_quantize_wrote_when_its_files_are_gone(demo_bundles, tmp_path):
+    """The error for a missing INT8 artifact says "run `edgekit quantize` again": that run must work,
+    whichever of quantize's own files (graph, TensorRT calibration table) were deleted."""
+    path = shutil.copytree(demo_bundles["masked"], tmp_path / "masked")
+    cfg = QuantizeConfig(profile="trt", calib_samples=2, eval_samples=2, fallback=False)
+    quantize_bundle(path, cfg)
+    bundle = Bundle.load(path)
+    made = [bundle.path_of(n) for n in ("int8", "int8-calibration")]
+    for f in made:
+        f.unlink()
+    s = quantize_bundle(path, cfg)
+    assert set(s["artifact"]) == {"int8", "int8-calibration"}
+    Bundle.load(path).verify()
+    assert all((path / s["artifact"][n]).is_file() for n in s["artifact"])
+
+
 def test_wrong_budget_key_fails_before_any_work(quant_bundles):
     with pytest.raises(UsageError, match="does not apply to the masked model"):
         quantize_bundle(quant_bundles["masked"], QuantizeConfig(budget={"snr_db": 20}))
