@@ -301,7 +301,8 @@ def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BU
         return (
             f"the int8 model was validated on {where} with scheme {scheme.name}, whose u8s8 GEMMs saturate on this "
             f"{host_isa} CPU: its accuracy here is not the one quantize measured; re-quantize for this CPU "
-            f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU (`edgekit quantize {bundle} --target x86-avx2`)"
+            f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU "
+            f"(`edgekit quantize {bundle} --target x86-avx2`)"
         )
     return (
         f"the int8 model was validated on {where}; this CPU is {host_isa}: scheme {scheme.name} computes the same "

@@ -128,8 +128,9 @@ def decode_rows(
 
     cond: {conditioning input: array [B, ...]}. rows: B where no conditioning array says it (an
     unconditional model). batch: Bg (default: dim 0 of the runtime's first input). each_call(i):
-    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline decode the rows of a batch-8 masked bundle, and an
-    evaluation set decode in graph batches under per-batch seeds."""
+    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline
+    decode the rows of a batch-8 masked bundle, and an evaluation set decode in graph batches
+    under per-batch seeds."""
     counts = {int(np.shape(a)[0]) for a in cond.values() if np.ndim(a)} | ({rows} if rows is not None else set())
     graph_batch = int(batch if batch is not None else next(iter(runtime.inputs.values())).shape[0])
     if len(counts) != 1 or (b := counts.pop()) <= graph_batch:

@@ -111,7 +111,8 @@ def device_models(
         if problems:
             raise EdgekitError(
                 f"engine {match.key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-                hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} --runtime aihub --rebuild`",
+                hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} "
+                "--runtime aihub --rebuild`",
             )
         a = match.aihub
         model = hub_client.call(f"fetching model {a['model_id']}", client.get_model, a["model_id"])
@@ -125,9 +126,10 @@ def device_models(
         )
     if missing and bundle.step_buckets(artifact):
         raise UsageError(
-            f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context binary, "
-            f"which `edgekit build` makes; none is built for {missing[0][0]}",
-            hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` for a target whose [aihub] devices name it",
+            f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context "
+            f"binary, which `edgekit build` makes; none is built for {missing[0][0]}",
+            hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` "
+            "for a target whose [aihub] devices name it",
         )
     if missing:
         out.update(_compile_for(bundle, artifact, precision, missing, client, book))
