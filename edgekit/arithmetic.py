@@ -232,7 +232,9 @@ def int8_weight_pairs(model: Any, base_dir: str | Path = "") -> dict[str, int]:
         if node.name not in int8 or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
             continue
         dq = producer.get(node.input[1])
-        init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        init = inits.get(dq.input[0])
         if init is None or init.data_type != onnx.TensorProto.INT8:
             continue
         q = onnx.numpy_helper.to_array(init, base_dir=str(base_dir))

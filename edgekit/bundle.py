@@ -265,13 +265,18 @@ class Bundle(ManifestViews):
         """Commit under the bundle's lock: this stage's changes applied to the manifest as it is
         on disk now (never a stale copy), written atomically; then superseded files go."""
         with bundle_lock(self.root, "save", create=True):
-            disk = None
-            if self._base is not None and (self.root / MANIFEST).is_file():
+            base, disk = self._base, None
+            if base is not None and (self.root / MANIFEST).is_file():
                 try:
                     disk = read_json(self.root / MANIFEST)
                 except BundleError:
                     disk = None
-            merged = merge_manifest(self._base, self.manifest, disk) if isinstance(disk, dict) else self.manifest
+            # No base (a new bundle) or nothing readable on disk: this manifest is the whole truth.
+            merged = (
+                merge_manifest(base, self.manifest, disk)
+                if base is not None and isinstance(disk, dict)
+                else self.manifest
+            )
             merged["updated"] = now_iso()
             try:
                 write_json_atomic(self.root / MANIFEST, merged)

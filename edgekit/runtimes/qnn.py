@@ -25,7 +25,7 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
-from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.base import BaseRuntime, Runtime, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -136,7 +136,7 @@ def _check_artifact(bundle: Any, precision: str) -> None:
         )
 
 
-def _open(bundle: Any, precision: str, threads: int) -> QnnRuntime:
+def _open(bundle: Any, precision: str, threads: int) -> Runtime:  # a QnnRuntime, or one per step bucket
     options = QnnOptions(fp16=precision == "fp16")
     return open_artifact(
         bundle, QNN.artifact(bundle, precision), lambda path, shared: QnnRuntime(path, options, threads=threads)

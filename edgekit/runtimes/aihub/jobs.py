@@ -27,7 +27,7 @@ from edgekit.runtimes.aihub.client import call, one_line
 try:  # POSIX; elsewhere one edgekit process at a time writes a book (as bundles)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # None marks the module absent; every use checks for it
 
 BOOK = "aihub/jobs.json"
 SCHEMA = "edgekit.aihub-jobs/1"

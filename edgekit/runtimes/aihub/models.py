@@ -5,6 +5,7 @@ aihub``), else the model a compile job makes for it (recorded in the job book li
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,19 +161,18 @@ def _compile_for(
         "shapes": input_specs(bundle),
     }
     with tempfile.TemporaryDirectory(prefix="edgekit-aihub-") as tmp:  # the upload is done when submit returns
-        handles = {
-            name: book.submit(
-                "compile",
-                name,
-                request | {"device": name},
-                lambda name=name: client.submit_compile_job(
-                    model=upload_form(bundle.path_of(artifact), Path(tmp)),
-                    device=hub.Device(name),
-                    name=job_name(bundle, precision),
-                    input_specs=input_specs(bundle),
-                    options=options,
-                ),
+
+        def compile_for(device: str) -> Any:
+            return client.submit_compile_job(
+                model=upload_form(bundle.path_of(artifact), Path(tmp)),
+                device=hub.Device(device),
+                name=job_name(bundle, precision),
+                input_specs=input_specs(bundle),
+                options=options,
             )
+
+        handles = {
+            name: book.submit("compile", name, request | {"device": name}, functools.partial(compile_for, name))
             for name, _ in devices
         }
     book.wait(list(handles.values()))
