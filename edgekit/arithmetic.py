@@ -232,7 +232,9 @@ def int8_weight_pairs(model: Any, base_dir: str | Path = "") -> dict[str, int]:
         if node.name not in int8 or node.op_type not in ("MatMul", "Gemm", "Conv") or len(node.input) < 2:
             continue
         dq = producer.get(node.input[1])
-        init = inits.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        init = inits.get(dq.input[0])
         if init is None or init.data_type != onnx.TensorProto.INT8:
             continue
         q = onnx.numpy_helper.to_array(init, base_dir=str(base_dir))
@@ -301,7 +303,8 @@ def host_warning(q: QuantizationSummary | None, host_isa: str, bundle: str = "BU
         return (
             f"the int8 model was validated on {where} with scheme {scheme.name}, whose u8s8 GEMMs saturate on this "
             f"{host_isa} CPU: its accuracy here is not the one quantize measured; re-quantize for this CPU "
-            f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU (`edgekit quantize {bundle} --target x86-avx2`)"
+            f"(`edgekit quantize {bundle} --isa {host_isa}`) or for every CPU "
+            f"(`edgekit quantize {bundle} --target x86-avx2`)"
         )
     return (
         f"the int8 model was validated on {where}; this CPU is {host_isa}: scheme {scheme.name} computes the same "

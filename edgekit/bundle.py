@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from edgekit.manifest import (
     inside,
     live_paths,
     merge_manifest,
-    narrowed,
     provenance,
     prune_empty,
     read_json,
@@ -35,16 +34,15 @@ from edgekit.manifest import (
 )
 from edgekit.manifest_schema import validate_manifest
 from edgekit.manifest_sections import (
-    ARTIFACT_FIELDS,
     Artifact,
     BucketGraphs,
     EngineRecord,
     QuantizationSummary,
     Verification,
     bucket_binding,
-    step_bucket_problem,
 )
-from edgekit.spec import TensorSpec, tensor_specs_from_json
+from edgekit.manifest_views import ManifestViews
+from edgekit.spec import TensorSpec
 
 # Bundles whose manifest this process committed (the CLI says so when Ctrl-C comes after a commit).
 COMMITTED: list[str] = []
@@ -72,9 +70,10 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-class Bundle:
+class Bundle(ManifestViews):
     """A bundle directory and its manifest. Stages call ``staging_path`` → write there →
-    ``add_artifact`` → ``save``; readers call ``Bundle.load`` (hashes verified)."""
+    ``add_artifact`` → ``save``; readers call ``Bundle.load`` (hashes verified) and ask what it
+    holds through the views it inherits (``manifest_views.ManifestViews``)."""
 
     def __init__(self, root: Path, manifest: dict[str, Any]):
         self.root = Path(root)
@@ -161,143 +160,7 @@ class Bundle:
             bundle.verify()
         return bundle
 
-    # ---- views -------------------------------------------------------------------------------
-    @property
-    def kind(self) -> str:
-        return self.manifest["model"]["kind"]
-
-    @property
-    def name(self) -> str:
-        return self.manifest["model"]["name"]
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return self.manifest["model"]["meta"]
-
-    @property
-    def inputs(self) -> dict[str, TensorSpec]:
-        return tensor_specs_from_json(self.manifest["io"]["inputs"])
-
-    @property
-    def outputs(self) -> dict[str, TensorSpec]:
-        return tensor_specs_from_json(self.manifest["io"]["outputs"])
-
-    @property
-    def ground_truth(self) -> str | None:
-        return self.manifest["model"].get("ground_truth")
-
-    # What the stages read, said once. Sections come back as copies: a stage that changes one
-    # says so through ``record``/``record_entry``, never by mutating what it read.
-    @property
-    def source(self) -> str | None:
-        """The model source the bundle was exported from (a built-in name or ``module:function``)."""
-        return self.manifest["model"].get("source")
-
-    @property
-    def source_sha256(self) -> str | None:  # a file.py source's sha256 at export (None: a module)
-        return self.manifest["model"].get("source_sha256")
-
-    @property
-    def condition_sampler(self) -> str | None:
-        """The spec's condition sampler (``module:function``) that draws conditioning rows, if any."""
-        return self.manifest["model"].get("condition_sampler")
-
-    @property
-    def conditioning(self) -> dict[str, dict[str, Any]]:
-        """{conditioning input name: {"uncond": fill value or None, ...}}, in graph input order."""
-        return copy.deepcopy(self.meta.get("conditioning") or {})
-
-    @property
-    def batch(self) -> int:
-        """The exported graph's static batch (dim 0 of its first input): rows per network call."""
-        return next(iter(self.inputs.values())).shape[0]
-
-    @property
-    def decode_defaults(self) -> dict[str, Any]:
-        """The decode settings recorded at export (``edgekit.decode.dispatch.decode_config`` input)."""
-        return copy.deepcopy(self.manifest.get("decode_defaults") or {})
-
-    @property
-    def engines(self) -> dict[str, EngineRecord]:
-        """{"<target>/<precision>": the engine built for it (path, runtime, compatibility keys, ...)}."""
-        engines = self.manifest.get("engines") or {}
-        return {k: EngineRecord.from_json(k, e) for k, e in engines.items() if isinstance(e, dict)}
-
-    def engine_for(self, runtime: str, precision: str) -> EngineRecord | None:
-        """The first engine built for ``runtime`` in ``precision`` (any target's), or None."""
-        return next((e for e in self.engines.values() if e.runtime == runtime and e.precision == precision), None)
-
-    @property
-    def fused(self) -> dict[str, dict[str, Any]]:
-        """{graph ("step", "unrolled", ...): fused-graph entry with the parameters it baked in}."""
-        return copy.deepcopy(self.manifest.get("fused") or {})
-
-    @property
-    def quantization(self) -> QuantizationSummary | None:
-        """The summary ``edgekit quantize`` recorded (profile, budget, arithmetic, ...), or None."""
-        doc = self.manifest.get("quantization")
-        return QuantizationSummary.from_json(doc) if isinstance(doc, dict) and doc else None
-
-    def step_buckets(self, artifact: str = "int8") -> BucketGraphs | None:
-        """The step buckets ``artifact`` was quantized with (bucket 0 is ``artifact`` itself, each
-        graph's sha256 filled in), or None for a one-scale model (or another artifact). A record
-        whose parts disagree (counts, order, edges, its binding) is a BundleError."""
-        q = self.manifest.get("quantization")
-        doc = q.get("step_buckets") if artifact == "int8" and isinstance(q, dict) else None
-        if not isinstance(doc, dict) or (not doc.get("artifacts") and (doc.get("n") or 1) < 2):
-            return None
-        problem = step_bucket_problem(doc, artifact, lambda a: self.artifact(a).sha256 if self.has(a) else None)
-        if problem is not None:
-            n = max(len(doc.get("artifacts") or []), 2)
-            raise BundleError(
-                f"bundle {self.root}: the int8 model's step buckets {problem}",
-                hint=f"re-quantize with `edgekit quantize {self.root} --step-buckets {n}`",
-            )
-        graphs = tuple(str(a) for a in doc["artifacts"])
-        return BucketGraphs(
-            len(graphs),
-            doc.get("by") if isinstance(doc.get("by"), str) else None,
-            tuple(float(e) for e in doc["boundaries"]),
-            graphs,
-            tuple(self.artifact(a).sha256 for a in graphs),
-            doc.get("binding"),
-        )
-
-    @property
-    def verification(self) -> dict[str, Verification]:
-        """{artifact name: the export-time check of that graph against its reference}."""
-        checks = self.manifest.get("verification") or {}
-        return {k: Verification.from_json(v) for k, v in checks.items() if isinstance(v, dict)}
-
-    @property
-    def flow_quality(self) -> dict[str, Any] | None:
-        """The (solver, steps) quality table ``run --budget-ms`` measured and stored, or None."""
-        return copy.deepcopy(self.manifest.get("flow_quality")) or None
-
-    @property
-    def artifact_names(self) -> tuple[str, ...]:
-        return tuple(self.manifest["artifacts"])
-
-    def has(self, artifact: str) -> bool:
-        """Whether the manifest lists ``artifact`` ("fp32", "int8", "conditions", ...)."""
-        return artifact in self.manifest["artifacts"]
-
-    def to_json(self) -> dict[str, Any]:
-        """The whole manifest, a copy (``inspect``'s and ``export``'s document)."""
-        return copy.deepcopy(self.manifest)
-
-    def named_files(self) -> set[str]:
-        """Every bundle-relative file the manifest names (artifacts, side files, engines, fused)."""
-        return live_paths(self.manifest)
-
-    def subset(
-        self, artifacts: Iterable[str], engines: Iterable[str] | None, *, fused: bool = True, **sections: Any
-    ) -> dict[str, Any]:
-        """A copy of the manifest naming only ``artifacts`` and ``engines`` (None: no engines
-        section), the fused graphs only if ``fused``, with ``sections`` set: what a packed bundle
-        or a scratch copy holds."""
-        return narrowed(self.manifest, artifacts, engines, fused=fused) | sections
-
+    # ---- recording (in memory; ``save`` commits) ---------------------------------------------
     def record(self, section: str, doc: Any) -> None:
         """Set a whole top-level section (in memory; ``save`` commits it)."""
         self.manifest[section] = doc
@@ -307,27 +170,6 @@ class Bundle:
         if not isinstance(self.manifest.get(section), dict):
             self.manifest[section] = {}
         self.manifest[section][key] = doc
-
-    def artifact(self, name: str) -> Artifact:
-        doc = self.manifest["artifacts"].get(name)
-        if doc is None:
-            have = ", ".join(self.manifest["artifacts"]) or "none"
-            raise BundleError(
-                f"bundle {self.root} has no {name!r} artifact (it has: {have})", hint=self._remake_hint(name, "first")
-            )
-        # Fields a newer edgekit added are not this one's business (the schema checked the known ones).
-        return Artifact(name=name, **{k: doc[k] for k in ARTIFACT_FIELDS if k in doc})
-
-    def _remake_hint(self, name: str, when: str = "again") -> str:
-        """The command that (re)makes artifact ``name`` ("int8", "int8-bucket-N": quantize)."""
-        if name.startswith("int8"):
-            return f"run `edgekit quantize {self.root}` {when}"
-        return (
-            f"re-export with `edgekit export MODEL -o {self.root}`" if name == "fp32" else "run the stage that makes it"
-        )
-
-    def path_of(self, name: str) -> Path:
-        return self.root / self.artifact(name).path
 
     # ---- integrity ---------------------------------------------------------------------------
     def verify(self, skip: Callable[[str], bool] | None = None) -> None:
@@ -423,13 +265,18 @@ class Bundle:
         """Commit under the bundle's lock: this stage's changes applied to the manifest as it is
         on disk now (never a stale copy), written atomically; then superseded files go."""
         with bundle_lock(self.root, "save", create=True):
-            disk = None
-            if self._base is not None and (self.root / MANIFEST).is_file():
+            base, disk = self._base, None
+            if base is not None and (self.root / MANIFEST).is_file():
                 try:
                     disk = read_json(self.root / MANIFEST)
                 except BundleError:
                     disk = None
-            merged = merge_manifest(self._base, self.manifest, disk) if isinstance(disk, dict) else self.manifest
+            # No base (a new bundle) or nothing readable on disk: this manifest is the whole truth.
+            merged = (
+                merge_manifest(base, self.manifest, disk)
+                if base is not None and isinstance(disk, dict)
+                else self.manifest
+            )
             merged["updated"] = now_iso()
             try:
                 write_json_atomic(self.root / MANIFEST, merged)

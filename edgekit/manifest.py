@@ -160,7 +160,9 @@ def merge_manifest(base: Mapping[str, Any], mine: Mapping[str, Any], disk: Mappi
         if mine.get(key, _MISSING) == base.get(key, _MISSING):
             continue
         if key in _MERGED_SECTIONS and isinstance(mine.get(key), dict) and isinstance(out.get(key), dict):
-            old = base.get(key) if isinstance(base.get(key), dict) else {}
+            old = base.get(key)
+            if not isinstance(old, dict):
+                old = {}
             for sub in set(old) | set(mine[key]):
                 if mine[key].get(sub, _MISSING) == old.get(sub, _MISSING):
                     continue

@@ -43,6 +43,11 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` itself where it is an object (read, not kept: no copy), else {}."""
+    return value if isinstance(value, dict) else {}
+
+
 def _texts(value: Any) -> tuple[str, ...] | None:
     return tuple(str(v) for v in value) if isinstance(value, list) else None
 
@@ -112,10 +117,10 @@ class Verification:
     def from_json(cls, doc: Mapping[str, Any]) -> Verification:
         def error(o: dict[str, Any]) -> OutputError:
             nan = float("nan")  # not recorded: no number to show
-            errors = (_or(_number(o.get(k)), nan) for k in ("max_abs", "max_rel", "tolerance"))
-            return OutputError(*errors, o.get("passed") is True, _or(_int(o.get("nonfinite")), 0))
+            max_abs, max_rel, tolerance = (_or(_number(o.get(k)), nan) for k in ("max_abs", "max_rel", "tolerance"))
+            return OutputError(max_abs, max_rel, tolerance, o.get("passed") is True, _or(_int(o.get("nonfinite")), 0))
 
-        outputs = doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {}
+        outputs = _dict(doc.get("outputs"))
         return cls(
             doc.get("passed") is True,
             _text(doc.get("reference")),
@@ -318,16 +323,15 @@ class EngineRecord:
     bucket_boundaries: tuple[float, ...]  # a step-bucketed model's edges (() for one scale)
     bucket_engines: tuple[EngineRecord, ...]  # buckets 1.. as their own engines (bucket 0 is this one)
     bucket_by: str  # the position axis the buckets were built for ("" where not recorded)
-    bucket_binding: (
-        str | None
-    )  # bucket_binding over (source, sha256) of this engine and each bucket's, as build wrote it
+    # bucket_binding over (source, sha256) of this engine and each bucket's, as build wrote it
+    bucket_binding: str | None
     bucketed: bool  # built from a step-bucketed int8 model (AI Hub links every bucket into this one file)
     session_options: dict[str, Any] | None  # ORT: the options a plain session needs for the file (None: not recorded)
     as_recorded: dict[str, Any]  # the entry (the build document shows it)
 
     @classmethod
     def from_json(cls, key: str, doc: Mapping[str, Any]) -> EngineRecord:
-        buckets = doc.get("buckets") if isinstance(doc.get("buckets"), dict) else {}
+        buckets = _dict(doc.get("buckets"))
         subs = _list(buckets.get("engines"))
         cpu_isa = doc.get("cpu_isa")
         return cls(

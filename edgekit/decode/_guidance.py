@@ -213,10 +213,10 @@ class GuidedNetwork:
             outs = self.runtime.run({**feeds, **cond})
             for name, arr in outs.items():
                 # Copy now: the next call may overwrite the runtime's output buffers.
-                dst = into.get(name)
-                if dst is None:
-                    dst = self._output_buffer(name, arr)
-                np.copyto(self._rows(dst, name, call), arr)
+                buffer = into.get(name)
+                if buffer is None:
+                    buffer = self._output_buffer(name, arr)
+                np.copyto(self._rows(buffer, name, call), arr)
         return {**self._outputs, **into}
 
     def _output_buffer(self, name: str, arr: np.ndarray) -> np.ndarray:

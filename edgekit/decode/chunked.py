@@ -53,7 +53,8 @@ class ChunkSpec:
         r = self.frames_per_token
         if self.frames < 1 or self.context < 0 or self.lookahead < 0:
             raise UsageError(
-                f"chunk frames={self.frames}, context={self.context}, lookahead={self.lookahead}; valid: frames >= 1, context and lookahead >= 0"
+                f"chunk frames={self.frames}, context={self.context}, lookahead={self.lookahead}; "
+                "valid: frames >= 1, context and lookahead >= 0"
             )
         for name, value in (
             ("--chunk-frames", self.frames),
@@ -105,7 +106,8 @@ def plan_chunks(total_frames: int, spec: ChunkSpec) -> list[Chunk]:
     """The chunks of an utterance of ``total_frames`` (>= the window)."""
     if total_frames < spec.window:
         raise UsageError(
-            f"an utterance of {total_frames} frames is shorter than the {spec.window}-frame window; valid: a smaller --chunk-frames/--context/--lookahead"
+            f"an utterance of {total_frames} frames is shorter than the {spec.window}-frame window; "
+            "valid: a smaller --chunk-frames/--context/--lookahead"
         )
     out = []
     for k, s in enumerate(range(0, total_frames, spec.frames)):

@@ -128,8 +128,9 @@ def decode_rows(
 
     cond: {conditioning input: array [B, ...]}. rows: B where no conditioning array says it (an
     unconditional model). batch: Bg (default: dim 0 of the runtime's first input). each_call(i):
-    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline decode the rows of a batch-8 masked bundle, and an
-    evaluation set decode in graph batches under per-batch seeds."""
+    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline
+    decode the rows of a batch-8 masked bundle, and an evaluation set decode in graph batches
+    under per-batch seeds."""
     counts = {int(np.shape(a)[0]) for a in cond.values() if np.ndim(a)} | ({rows} if rows is not None else set())
     graph_batch = int(batch if batch is not None else next(iter(runtime.inputs.values())).shape[0])
     if len(counts) != 1 or (b := counts.pop()) <= graph_batch:
@@ -140,10 +141,10 @@ def decode_rows(
     for i in range(-(-b // graph_batch)):
         chunk = {}
         for name, arr in cond.items():
-            part = arr[i * graph_batch : (i + 1) * graph_batch]
-            if len(part) < graph_batch:
-                part = np.concatenate([part, np.repeat(part[-1:], graph_batch - len(part), axis=0)])
-            chunk[name] = part
+            piece = arr[i * graph_batch : (i + 1) * graph_batch]
+            if len(piece) < graph_batch:
+                piece = np.concatenate([piece, np.repeat(piece[-1:], graph_batch - len(piece), axis=0)])
+            chunk[name] = piece
         if each_call is not None:
             each_call(i)
         part = decode(kind, runtime, meta, chunk, dataclasses.replace(config, seed=config.seed + i))
@@ -154,12 +155,12 @@ def decode_rows(
 
 def decode(kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapping[str, np.ndarray], config) -> Decoded:
     if kind == "masked":
-        r = decode_masked(runtime, meta, cond, config)
-        return Decoded(r.tokens, r.nfe, r.runtime_calls, r.steps_run)
+        masked = decode_masked(runtime, meta, cond, config)
+        return Decoded(masked.tokens, masked.nfe, masked.runtime_calls, masked.steps_run)
     if kind == "flow":
-        r = decode_flow(runtime, meta, cond, config)
-        return Decoded(r.x, r.nfe, r.runtime_calls, config.steps)
+        flow = decode_flow(runtime, meta, cond, config)
+        return Decoded(flow.x, flow.nfe, flow.runtime_calls, config.steps)
     if kind == "ar":
-        r = decode_ar(runtime, meta, cond, config)
-        return Decoded(r.tokens, r.nfe, r.runtime_calls, r.tokens.shape[1])
+        ar = decode_ar(runtime, meta, cond, config)
+        return Decoded(ar.tokens, ar.nfe, ar.runtime_calls, ar.tokens.shape[1])
     raise UsageError(f"model kind {kind!r} is unknown; valid: {', '.join(CONFIGS)}")

@@ -59,7 +59,8 @@ def _cond_feeds(
         spec, arr = runtime.inputs[name], np.asarray(cond[name])
         if arr.shape != spec.shape:
             raise EdgekitError(
-                f"conditioning input {name!r} is {list(arr.shape)}; valid: {spec.dtype}{list(spec.shape)} (the graph's static batch)"
+                f"conditioning input {name!r} is {list(arr.shape)}; "
+                f"valid: {spec.dtype}{list(spec.shape)} (the graph's static batch)"
             )
         out[name] = np.ascontiguousarray(arr, dtype=spec.dtype)
     return out

@@ -40,12 +40,13 @@ def check_mask_schedule(schedule: str) -> None:
         )
 
 
-def mask_ratio(schedule: str, r: np.ndarray | float, total_unknown: np.ndarray | int) -> np.ndarray:
+def mask_ratio(schedule: str, r: np.ndarray | np.floating | float, total_unknown: np.ndarray | int) -> np.ndarray:
     """γ(r): the fraction of the initially unknown tokens still masked after progress ``r``.
 
-    ``r`` in (0, 1] (float or array); ``total_unknown`` is N, the unknown count at the start
-    (int or int array [B]), used only by "log" and "exp". Returns **float32**, broadcast over
-    ``r`` and ``total_unknown``, clipped to [1e-6, 1] as the reference does.
+    ``r`` in (0, 1] (a float, a numpy float such as ``step_ratio``'s, or an array);
+    ``total_unknown`` is N, the unknown count at the start (int or int array [B]), used only by
+    "log" and "exp". Returns **float32**, broadcast over ``r`` and ``total_unknown``, clipped to
+    [1e-6, 1] as the reference does.
 
     float32 on purpose: MaskGIT's JAX code (x64 off) and the common PyTorch port compute γ in
     float32, and the mask count is floor(N0·γ). At L = 64, K = 12, step 8: 64·cos(π/3) is 32.0 in

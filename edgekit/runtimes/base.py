@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from edgekit.errors import EdgekitError
 from edgekit.spec import TensorSpec
 
 log = logging.getLogger(__name__)
+# A backend's own class (``with OpenVinoRuntime(...) as rt`` keeps ``rt``'s type: typing.Self is 3.11+).
+_SelfRuntime = TypeVar("_SelfRuntime", bound="BaseRuntime")
 
 
 @runtime_checkable
@@ -26,29 +28,56 @@ class Runtime(Protocol):
     next ``run`` call (backends reuse output buffers across steps; copy to keep longer).
 
     Everything a stage reads from a runtime is declared here (``BaseRuntime`` has the defaults),
-    never probed with ``getattr``."""
+    never probed with ``getattr``. Stages only read these (declared as read-only properties, so a
+    backend may hold them as plain attributes of a narrower type, a ``dict`` for a ``Mapping``)."""
 
-    name: str
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
-    device: str  # what actually executed: an execution provider or a device name
-    warnings: list[str]  # e.g. a requested provider that was not available
-    # Settings read back from the engine as compiled (OpenVINO: threads, streams, performance
-    # hint, inference precision); {} when the backend has none to report.
-    settings: Mapping[str, Any]
-    # Where a latency is not the device's (the Hexagon NPU emulated on x86): said with every
-    # figure; None when timings are this device's.
-    timing_note: str | None
-    # How the session was made, where creating it costs (QNN compiles the graph): {"seconds":
-    # to create it, "precompiled": a compiled model/context was loaded instead, optionally
-    # "compile_seconds_at_build" and "saved_seconds"}; None when there is nothing to say.
-    session_info: Mapping[str, Any] | None
-    # The files it loaded (model and external weights, or the engine): what memory reports size;
-    # () for an in-process module.
-    model_files: tuple[Path, ...]
-    # How many ``run`` calls an output survives: 2 (double-buffered outputs, ORT's IOBinding) lets
-    # a loop feed an output straight back as the next input (ping-pong, no copy).
-    outputs_stay_valid: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]: ...
+
+    @property
+    def device(self) -> str:  # what actually executed: an execution provider or a device name
+        ...
+
+    @property
+    def warnings(self) -> list[str]:  # e.g. a requested provider that was not available
+        ...
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """Settings read back from the engine as compiled (OpenVINO: threads, streams, performance
+        hint, inference precision); {} when the backend has none to report."""
+        ...
+
+    @property
+    def timing_note(self) -> str | None:
+        """Where a latency is not the device's (the Hexagon NPU emulated on x86): said with every
+        figure; None when timings are this device's."""
+        ...
+
+    @property
+    def session_info(self) -> Mapping[str, Any] | None:
+        """How the session was made, where creating it costs (QNN compiles the graph): {"seconds":
+        to create it, "precompiled": a compiled model/context was loaded instead, optionally
+        "compile_seconds_at_build" and "saved_seconds"}; None when there is nothing to say."""
+        ...
+
+    @property
+    def model_files(self) -> tuple[Path, ...]:
+        """The files it loaded (model and external weights, or the engine): what memory reports
+        size; () for an in-process module."""
+        ...
+
+    @property
+    def outputs_stay_valid(self) -> int:
+        """How many ``run`` calls an output survives: 2 (double-buffered outputs, ORT's IOBinding)
+        lets a loop feed an output straight back as the next input (ping-pong, no copy)."""
+        ...
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
@@ -136,7 +165,7 @@ class BaseRuntime:
     def _close_impl(self) -> None:
         pass
 
-    def __enter__(self) -> BaseRuntime:
+    def __enter__(self: _SelfRuntime) -> _SelfRuntime:
         return self
 
     def __exit__(self, *exc: object) -> None:

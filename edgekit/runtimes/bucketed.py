@@ -24,7 +24,8 @@ class BucketedRuntime:
     def __init__(self, runtimes: Sequence[Runtime], boundaries: Sequence[float], kind: str, meta: Mapping[str, Any]):
         if len(runtimes) != len(boundaries) + 1 or not runtimes:
             raise BundleError(
-                f"step buckets: {len(runtimes)} graphs for {len(boundaries)} boundaries; expected one more graph than boundaries"
+                f"step buckets: {len(runtimes)} graphs for {len(boundaries)} boundaries; "
+                "expected one more graph than boundaries"
             )
         self.runtimes = list(runtimes)
         self.edges = np.asarray(boundaries, dtype=np.float64)

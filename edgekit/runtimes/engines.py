@@ -98,7 +98,8 @@ def engine_problems(
         unrecorded = external_data_locations(path) - ({Path(side.path).name} if side is not None else set())
         if unrecorded:
             problems.append(
-                f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record (built by an older edgekit)"
+                f"it reads weights from {sorted(unrecorded)[0]!r}, a file its entry does not record "
+                "(built by an older edgekit)"
             )
     if not bundle.has(entry.source):
         problems.append(f"its source model {entry.source!r} is no longer in the bundle")
@@ -115,7 +116,8 @@ def engine_problems(
         graphs = [(entry.source, entry.sha256), *((sub.source, sub.sha256) for sub in entry.bucket_engines)]
         if entry.bucket_binding != bucket_binding(entry.bucket_by, entry.bucket_boundaries, graphs):
             problems.append(
-                "its step bucket engines do not match the boundaries they were built for (swapped or edited in the manifest)"
+                "its step bucket engines do not match the boundaries they were built for "
+                "(swapped or edited in the manifest)"
             )
     runtime = entry.runtime
     hooks = backend(runtime if runtime in names() else "ort").engine
@@ -242,13 +244,15 @@ def find_engine(
         if entry is None:
             raise EngineNeedsBuild(
                 f"bundle {b.root} has no {be.title} {precision} engine for target {target.name}",
-                hint=f"build it here with `edgekit build {b.root} --target {target.name} --precision {precision}` (or pass --rebuild)",
+                hint=f"build it here with `edgekit build {b.root} --target {target.name} --precision {precision}` "
+                "(or pass --rebuild)",
             )
         problems = engine_problems(b, entry, host, target=target)
         if problems:
             raise EngineNeedsBuild(
                 f"engine {key} of bundle {b.root} cannot be used here: {'; '.join(problems)}",
-                hint=f"pass --rebuild, or run `edgekit build {b.root} --target {target.name} --precision {precision} --rebuild`",
+                hint="pass --rebuild, or run "
+                f"`edgekit build {b.root} --target {target.name} --precision {precision} --rebuild`",
                 stale=True,
             )
         source = b.root / b.artifact(entry.source).path

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import TensorSpec
 
@@ -39,7 +40,7 @@ def feed_digest(feeds: Mapping[str, np.ndarray]) -> str:
     for name in sorted(feeds):
         arr = np.ascontiguousarray(feeds[name])
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
-        h.update(memoryview(arr).cast("B"))
+        h.update(arr.data.cast("B"))
     return h.hexdigest()
 
 
@@ -71,11 +72,14 @@ class MemoRuntime:
     ):
         if inner is None and opener is None:
             raise ValueError("give the runtime, its opener, or both (an open runtime that can be opened again)")
-        if inner is None and (inputs is None or outputs is None):
-            raise ValueError("a lazily opened runtime needs its inputs and outputs")
         self._inner, self._opener = inner, opener
-        self.inputs = dict(inputs if inputs is not None else inner.inputs)  # type: ignore[union-attr]
-        self.outputs = dict(outputs if outputs is not None else inner.outputs)  # type: ignore[union-attr]
+        if inner is None:
+            if inputs is None or outputs is None:
+                raise ValueError("a lazily opened runtime needs its inputs and outputs")
+            self.inputs, self.outputs = dict(inputs), dict(outputs)
+        else:
+            self.inputs = dict(inputs if inputs is not None else inner.inputs)
+            self.outputs = dict(outputs if outputs is not None else inner.outputs)
         self.name = name or f"memo({inner.name if inner is not None else 'lazy'})"
         self.folder = folder
         self.ram_bytes = ram_bytes
@@ -123,7 +127,9 @@ class MemoRuntime:
     def runtime(self) -> Runtime:
         """The network itself (opened now where it is not open): to run calls that need no memo."""
         if self._inner is None:
-            self._inner = self._opener()  # type: ignore[misc]
+            if self._opener is None:  # closed, and nothing to open it again with
+                raise EdgekitError(f"{self.name}: run() after close()")
+            self._inner = self._opener()
         return self._inner
 
     def _keep(self, key: str, out: dict[str, np.ndarray]) -> None:
@@ -134,7 +140,9 @@ class MemoRuntime:
         elif self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"{key}.npz"
-            np.savez(path, **out)
+            # numpy's stub types **kwds against savez's own allow_pickle: bool keyword; the keys
+            # here are the graph's output names.
+            np.savez(path, **out)  # type: ignore[arg-type]
             self._files[key] = path
 
     def release(self) -> None:

@@ -77,7 +77,8 @@ class OvOptions:
             )
         if self.inference_precision not in INFERENCE_PRECISIONS:
             raise UsageError(
-                f"openvino inference_precision {self.inference_precision!r} is unknown; valid: {', '.join(INFERENCE_PRECISIONS)}"
+                f"openvino inference_precision {self.inference_precision!r} is unknown; "
+                f"valid: {', '.join(INFERENCE_PRECISIONS)}"
             )
         for name in ("threads", "streams"):
             value = getattr(self, name)

@@ -144,7 +144,8 @@ def _open_file(path: Path, o: FileOptions) -> OpenVinoRuntime:
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
     if not OPENVINO.requires.available():
         return (
-            f"target {target.name}: OpenVINO skipped on this host (openvino is not installed: {OPENVINO.requires.install})",
+            f"target {target.name}: OpenVINO skipped on this host "
+            f"(openvino is not installed: {OPENVINO.requires.install})",
             [],
         )
     return None, cross_arch_notes(target, host)

@@ -5,9 +5,10 @@ runtime a target can list) how its engines are chosen, checked and opened.
 Each backend registers itself with one ``register_backend(...)`` call in its own module
 (importing ``edgekit.runtimes`` imports the built-in ones); everything else reads this table:
 ``open_runtime``, ``runtimes.engines``, profile's and check's variants, debug's taps, quantize's
-budget runtime, ``doctor``, and the CLI's ``--runtime``/``--precision`` choices and help. The names and precisions themselves are the
-hallway's vocabulary (``edgekit.vocabulary``). Importing this module imports nothing heavy: an
-entry's functions import their dependency when they run.
+budget runtime, ``doctor``, and the CLI's ``--runtime``/``--precision`` choices and help. The
+names and precisions themselves are the hallway's vocabulary (``edgekit.vocabulary``).
+Importing this module imports nothing heavy: an entry's functions import their dependency when
+they run.
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
         )
     if backend.debug is not None and backend.open_file is None and backend.debug.open_hooked is None:
         raise ValueError(
-            f"backend {backend.name!r}: debug taps a copy of the graph through open_file, or the module through open_hooked"
+            f"backend {backend.name!r}: debug taps a copy of the graph through open_file, "
+            "or the module through open_hooked"
         )
     if backend.name in _BACKENDS and not replace:
         raise ValueError(f"a backend named {backend.name!r} is already registered")

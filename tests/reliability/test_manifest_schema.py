@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from edgekit.bundle import MANIFEST, Bundle
+from edgekit.bundle import MANIFEST, Bundle, QuantizationSummary
 from edgekit.cli import app
 from edgekit.errors import BundleError
 from tests.reliability.test_cli_fuzz import LIMIT_S, time_limit
@@ -130,7 +130,10 @@ def _clean(r, *commands):
 def _reads_everything(b: Bundle) -> None:
     """What the stages read from a loaded bundle works on whatever the schema let through."""
     assert b.kind and b.name and b.inputs and b.outputs and b.batch >= 0
-    b.decode_defaults, b.engines, b.fused, b.quantization, b.verification, b.flow_quality, b.source, b.condition_sampler
+    assert all(isinstance(section, dict) for section in (b.decode_defaults, b.engines, b.fused, b.verification))
+    assert b.quantization is None or isinstance(b.quantization, QuantizationSummary)
+    assert b.flow_quality is None or isinstance(b.flow_quality, dict)
+    assert all(text is None or isinstance(text, str) for text in (b.source, b.condition_sampler))
     for name in b.artifact_names:
         b.artifact(name)
     for name in b.conditioning:

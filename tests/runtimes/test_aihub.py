@@ -79,7 +79,7 @@ def test_the_runtime_is_not_opened_in_this_process(tiny_bundles):
 
 # ---- devices ----------------------------------------------------------------------------------------
 def test_devices_by_exact_name_and_the_closest_names_for_a_typo(monkeypatch):
-    hub = FakeHub(monkeypatch)
+    FakeHub(monkeypatch)  # installs the fake qai-hub module the client talks to
     client = hub_client.connect()
     device = hub_client.find_device(client, "Samsung Galaxy S24 (Family)")
     assert hub_client.chipset_of(device) == "qualcomm-snapdragon-8gen3"
@@ -173,7 +173,8 @@ def test_a_failed_job_says_its_own_message_in_one_line_and_is_not_resubmitted(mo
     assert lines[-1].endswith(f"job {h.id} (Samsung Galaxy S24 (Family)): failed: Failed to profile the model.")
     with pytest.raises(
         EdgekitError,
-        match=rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) failed: Failed to profile the model\. \(see ",
+        match=rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) "
+        r"failed: Failed to profile the model\. \(see ",
     ):
         book.require_success([h])
     resumed = JobBook(tmp_path, "profile", client, resume=True)

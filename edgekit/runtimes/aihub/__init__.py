@@ -28,7 +28,8 @@ INSTALL = "pip install 'edgekit[aihub]'"
 # What `--runtime aihub` is instead of an in-process runtime: one command each.
 COMMANDS = (
     "build it with `edgekit build BUNDLE --target snapdragon-8-gen-3 --runtime aihub`, profile it with "
-    "`edgekit profile BUNDLE --runtime aihub --devices NAME`, check it with `edgekit check BUNDLE --runtime aihub --device NAME`"
+    "`edgekit profile BUNDLE --runtime aihub --devices NAME`, "
+    "check it with `edgekit check BUNDLE --runtime aihub --device NAME`"
 )
 
 

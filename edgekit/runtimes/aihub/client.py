@@ -29,7 +29,10 @@ from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 TOKEN_ENV = "QAI_HUB_API_TOKEN"  # edgekit's: the client itself only reads its config file
 CONFIG_ENV = "QAIHUB_CLIENT_INI"  # the client's own: the config file to read instead of the default
 DEFAULT_CONFIG = "~/.qai_hub/client.ini"
-SETUP = f"run `qai-hub configure --api_token TOKEN` (writes {DEFAULT_CONFIG}), or export {TOKEN_ENV}=TOKEN; tokens: https://aihub.qualcomm.com (Settings)"
+SETUP = (
+    f"run `qai-hub configure --api_token TOKEN` (writes {DEFAULT_CONFIG}), or export {TOKEN_ENV}=TOKEN; "
+    "tokens: https://aihub.qualcomm.com (Settings)"
+)
 # The fields the client reads from the [api] section (api_utils.load_api_config_from_file).
 CONFIG_FIELDS = ("api_token", "api_url", "web_url")
 

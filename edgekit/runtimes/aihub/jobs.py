@@ -27,7 +27,7 @@ from edgekit.runtimes.aihub.client import call, one_line
 try:  # POSIX; elsewhere one edgekit process at a time writes a book (as bundles)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # None marks the module absent; every use checks for it
 
 BOOK = "aihub/jobs.json"
 SCHEMA = "edgekit.aihub-jobs/1"
@@ -94,7 +94,8 @@ class JobBook:
         except (OSError, ValueError) as exc:
             raise EdgekitError(
                 f"AI Hub job book {self.path} is unreadable ({exc})",
-                hint="the job ids are also on https://workbench.aihub.qualcomm.com/jobs/; move the file away to start a new book",
+                hint="the job ids are also on https://workbench.aihub.qualcomm.com/jobs/; "
+                "move the file away to start a new book",
             ) from None
         return list(doc.get("jobs") or [])
 
@@ -124,8 +125,8 @@ class JobBook:
             return handle
         if last is not None and last.get("state") == OPEN:
             raise EdgekitError(
-                f"AI Hub {kind} job {last['id']} ({label}) from an earlier `edgekit {last.get('command')}` is still open "
-                f"in {self.path}: edgekit does not submit it again",
+                f"AI Hub {kind} job {last['id']} ({label}) from an earlier `edgekit {last.get('command')}` "
+                f"is still open in {self.path}: edgekit does not submit it again",
                 hint="collect it with the same command and --resume",
             )
         job = call(f"submitting the {kind} job ({label})", submit)

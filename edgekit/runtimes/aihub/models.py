@@ -5,6 +5,7 @@ aihub``), else the model a compile job makes for it (recorded in the job book li
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,7 +112,8 @@ def device_models(
         if problems:
             raise EdgekitError(
                 f"engine {match.key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-                hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} --runtime aihub --rebuild`",
+                hint=f"rebuild it with `edgekit build {bundle.root} --target {match.target} --precision {precision} "
+                "--runtime aihub --rebuild`",
             )
         a = match.aihub
         model = hub_client.call(f"fetching model {a['model_id']}", client.get_model, a["model_id"])
@@ -125,9 +127,10 @@ def device_models(
         )
     if missing and bundle.step_buckets(artifact):
         raise UsageError(
-            f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context binary, "
-            f"which `edgekit build` makes; none is built for {missing[0][0]}",
-            hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` for a target whose [aihub] devices name it",
+            f"bundle {bundle.root}'s int8 model is step-bucketed: its graphs run on AI Hub as one linked context "
+            f"binary, which `edgekit build` makes; none is built for {missing[0][0]}",
+            hint=f"build it with `edgekit build {bundle.root} --target TARGET --runtime aihub` "
+            "for a target whose [aihub] devices name it",
         )
     if missing:
         out.update(_compile_for(bundle, artifact, precision, missing, client, book))
@@ -158,19 +161,18 @@ def _compile_for(
         "shapes": input_specs(bundle),
     }
     with tempfile.TemporaryDirectory(prefix="edgekit-aihub-") as tmp:  # the upload is done when submit returns
-        handles = {
-            name: book.submit(
-                "compile",
-                name,
-                request | {"device": name},
-                lambda name=name: client.submit_compile_job(
-                    model=upload_form(bundle.path_of(artifact), Path(tmp)),
-                    device=hub.Device(name),
-                    name=job_name(bundle, precision),
-                    input_specs=input_specs(bundle),
-                    options=options,
-                ),
+
+        def compile_for(device: str) -> Any:
+            return client.submit_compile_job(
+                model=upload_form(bundle.path_of(artifact), Path(tmp)),
+                device=hub.Device(device),
+                name=job_name(bundle, precision),
+                input_specs=input_specs(bundle),
+                options=options,
             )
+
+        handles = {
+            name: book.submit("compile", name, request | {"device": name}, functools.partial(compile_for, name))
             for name, _ in devices
         }
     book.wait(list(handles.values()))

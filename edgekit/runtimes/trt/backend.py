@@ -31,7 +31,8 @@ def open_trt(bundle: Any, precision: str, threads: int = 0) -> Runtime:
     if match is None:
         raise BundleError(
             f"bundle {bundle.root} has no TensorRT {precision} engine",
-            hint=f"build one on the device with `edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
+            hint="build one on the device with "
+            f"`edgekit build {bundle.root} --target nvidia-gpu --precision {precision}`",
         )
     return find_engine(bundle, match.target, precision).open()
 

@@ -220,7 +220,8 @@ def build_engine(
                 f"TensorRT {host.tensorrt_version} has no builder_optimization_level; built with its default tactics"
             )
             log.warning(notes[-1])
-    cache = _load_timing_cache(config, Path(cfg.timing_cache), logger) if cfg.timing_cache is not None else False
+    cache_path = Path(cfg.timing_cache) if cfg.timing_cache is not None else None
+    cache = cache_path is not None and _load_timing_cache(config, cache_path, logger)
 
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
@@ -229,10 +230,10 @@ def build_engine(
             f"{' | '.join(logger.errors[-5:]) or 'see the TensorRT log'}",
             hint="try a larger workspace_mib, or precision fp32 to isolate the failing layer",
         )
-    if cache:
+    if cache_path is not None and cache:
         updated = config.get_timing_cache()
         if updated is not None:
-            _write_atomic(Path(cfg.timing_cache), memoryview(updated.serialize()))
+            _write_atomic(cache_path, memoryview(updated.serialize()))
 
     meta = EngineMetadata(
         tensorrt_version=host.tensorrt_version,

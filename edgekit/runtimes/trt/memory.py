@@ -144,7 +144,9 @@ class _CudaPython:
         # Every array made from raw keeps raw alive (its .base chain), so the memory is freed
         # after the last view, not at close(). Not at interpreter exit: the process frees it.
         weakref.finalize(raw, _free_host, self.cudart, ptr).atexit = False
-        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+        # A ctypes array exports the buffer protocol; numpy's stub (for Python < 3.12, no
+        # typing.Buffer) lists only bytes-like types.
+        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)  # type: ignore[call-overload]
 
     def host_array(self, buffer: np.ndarray) -> np.ndarray:
         return buffer

@@ -66,7 +66,7 @@ class EngineMetadata:
             raise BundleError(f"engine metadata lacks {missing}", hint=REBUILD_HINT)
         if doc["precision"] not in PRECISIONS:
             raise BundleError(f"engine precision {doc['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
-        values = {f: doc.get(f) for f in cls.__dataclass_fields__}
+        values: dict[str, Any] = {f: doc.get(f) for f in cls.__dataclass_fields__}
         values["notes"] = tuple(doc.get("notes") or ())
         return cls(**values)
 

@@ -129,10 +129,14 @@ class TrtRuntime(BaseRuntime):
         if io_dtypes is None and self.metadata is not None:
             io_dtypes = self.metadata.io_dtypes
         self._tensorrt_version = str(trt.__version__)
-        self.context = self.engine = self._trt_runtime = None
+        # TensorRT's execution context, engine and runtime (tensorrt ships no type information).
+        self.context: Any = None
+        self.engine: Any = None
+        self._trt_runtime: Any = None
         self._device_buffers: dict[str, Any] = {}
         self._host_buffers: dict[str, Any] = {}
         self._host_outputs: dict[str, np.ndarray] = {}
+        self._engine_host: dict[str, np.ndarray] = {}  # the engine's own host output arrays
         self._narrow_inputs: dict[str, np.ndarray] = {}  # int64 feed -> pinned int32 staging array
         self._widen_outputs: dict[str, np.ndarray] = {}  # int32 engine output -> int64 array returned
         self._cuda = memory.cuda_backend(device)
