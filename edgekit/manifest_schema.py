@@ -23,6 +23,7 @@ from edgekit.errors import BundleError
 from edgekit.host import ISA_CLASSES
 from edgekit.limits import MAX_ROWS, MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_THREADS
 from edgekit.spec import GRAPHS, GROUND_TRUTH_TASKS, KINDS, tensor_specs_from_json
+from edgekit.vocabulary import SPEED_VERDICTS
 
 
 class _Mismatch(Exception):
@@ -366,6 +367,8 @@ MANIFEST_SCHEMA = Table(
                                 "isa": Nullable(Str()),
                                 "runtime": Nullable(Str()),
                                 "int8_speedup": Nullable(Number()),
+                                "verdict": Nullable(OneOf(*SPEED_VERDICTS)),
+                                "unsure": ListOf(Str()),
                             }
                         )
                     ),
