@@ -358,7 +358,7 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     t = prof["table"]  # the full side-by-side table, ratios and sweep are in the HTML report
     eng = prof["engine"]
     o.line(
-        f"profile engine: {eng['runtime']}, the fastest here ("
+        f"profile engine: {eng['runtime']}, {eng.get('why') or 'the fastest here'} ("
         + ", ".join(f"{e} {ms:.1f} ms" for e, ms in sorted(eng["median_ms"].items(), key=lambda kv: kv[1]))
         + f" per {eng['precision']} decode, median of {eng['rounds']} interleaved rounds)"
     )

@@ -46,6 +46,7 @@ from edgekit.manifest_types import (
     found,
 )
 from edgekit.spec import GRAPHS, GROUND_TRUTH_TASKS, KINDS, tensor_specs_from_json
+from edgekit.vocabulary import SPEED_VERDICTS
 
 META = Table(
     {
@@ -202,6 +203,8 @@ MANIFEST_SCHEMA = Table(
                                 "isa": Nullable(Str()),
                                 "runtime": Nullable(Str()),
                                 "int8_speedup": Nullable(Number()),
+                                "verdict": Nullable(OneOf(*SPEED_VERDICTS)),
+                                "unsure": ListOf(Str()),
                             }
                         )
                     ),

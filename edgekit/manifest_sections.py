@@ -217,6 +217,10 @@ class SpeedRecord:
     isa: str | None
     runtime: str | None
     int8_speedup: float | None
+    # vocabulary.SPEED_VERDICTS of INT8 against FP32, and why "within noise" (None: an older edgekit)
+    verdict: str | None = None
+    unsure: tuple[str, ...] = ()
+    timing: dict[str, Any] | None = None  # how it was measured (probes.speed.Decision.to_json)
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,9 @@ class QuantizationSummary:
                 _text(speed.get("isa")),
                 _text(speed.get("runtime")),
                 _number(speed.get("int8_speedup")),
+                _text(speed.get("verdict")),
+                tuple(str(u) for u in _list(speed.get("unsure"))),
+                _object(speed.get("timing")) or None,
             )
             if isinstance(speed, dict)
             else None,

@@ -1,4 +1,5 @@
-"""The names every room shares: edgekit's runtimes and the precisions a model runs in.
+"""The names every room shares: edgekit's runtimes, the precisions a model runs in, and what a
+speed decision can conclude.
 
 Defined once, here in the hallway: target files are checked against them (``targets``), the
 runtime registry has one entry per runtime (``edgekit.runtimes.registry``, which also holds what
@@ -25,4 +26,9 @@ PRECISION_NOTES: dict[str, str] = {
     "bf16": "the fp32 model computed in bfloat16",
 }
 
-__all__ = ["PRECISIONS", "PRECISION_NOTES", "RUNTIMES", "TARGET_RUNTIMES"]
+# What timing A against B can conclude (``probes.speed``): "within noise" where the samples' spread
+# is not below the difference, or the host was busier than its cores while they were taken. A
+# manifest and every report that records a speed decision use these words.
+SPEED_VERDICTS: tuple[str, ...] = ("faster", "slower", "within noise")
+
+__all__ = ["PRECISIONS", "PRECISION_NOTES", "RUNTIMES", "SPEED_VERDICTS", "TARGET_RUNTIMES"]

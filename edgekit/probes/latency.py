@@ -186,12 +186,18 @@ SPIN_GAP_S = 0.1
 
 
 def interleaved(
-    fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1, gap_s: float = 0.0
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int,
+    warmup: int = 1,
+    gap_s: float = 0.0,
+    clock: Callable[[], int] | None = None,
 ) -> dict[str, list[float]]:
     """ms per call of each fn, called round-robin ``rounds`` times after ``warmup`` rounds: load
     that comes and goes (a shared machine, a governor ramp) hits every candidate alike, so their
     ratio holds where absolute times do not. ``gap_s``: idle seconds before each call, not timed
-    (``SPIN_GAP_S`` between candidates whose threads spin-wait after a call)."""
+    (``SPIN_GAP_S`` between candidates whose threads spin-wait after a call). ``clock``: ns
+    (``time.perf_counter_ns``; a stand-in in tests). A decision on the result: ``probes.speed``."""
+    clock = clock or time.perf_counter_ns
     if rounds < 1 or warmup < 0 or not 0 <= gap_s <= 10:
         raise UsageError(
             f"interleaved rounds={rounds}, warmup={warmup}, gap_s={gap_s} are invalid; "
@@ -205,9 +211,9 @@ def interleaved(
         for name, fn in fns.items():
             if gap_s:
                 time.sleep(gap_s)
-            start = time.perf_counter_ns()
+            start = clock()
             fn()
-            samples[name].append((time.perf_counter_ns() - start) / 1e6)
+            samples[name].append((clock() - start) / 1e6)
     return samples
 
 

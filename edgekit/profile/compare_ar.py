@@ -23,7 +23,7 @@ from edgekit.profile.config import (
 )
 from edgekit.profile.frontier_points import measure_frontier
 from edgekit.profile.measure import PowerProbe, profile_variant
-from edgekit.profile.ratios import safe_ratio
+from edgekit.profile.ratios import latency_verdict, safe_ratio
 from edgekit.profile.sweep import length_sweep
 from edgekit.runtimes.registry import backend
 
@@ -199,6 +199,7 @@ def compare_ar(
                 "speedup": safe_ratio(a["latency"]["median_ms"], v["latency"]["median_ms"]),
                 "throughput_ratio": safe_ratio(v["throughput"]["items_per_s"], a["throughput"]["items_per_s"]),
             }
+            | latency_verdict(v, a)  # NAR's decode against AR's: faster, slower or within noise
         )
     result: dict[str, Any] = {
         "ar_bundle": str(ar.root),

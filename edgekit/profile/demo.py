@@ -86,5 +86,5 @@ def demo_profile(
         "crossover": {k: cross.get(k) for k in ("seed_formula", "measured", "model")},
         "frontier": (doc["compare_ar"] or {}).get("frontier"),
         "power": doc["power"],
-        "warnings": doc["warnings"],
+        "warnings": doc["warnings"] + ([engine["warning"]] if engine.get("warning") else []),
     }

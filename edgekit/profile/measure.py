@@ -21,6 +21,7 @@ from edgekit.probes.power import (
     energy_per_decode_mj,
     measure_idle,
 )
+from edgekit.probes.speed import HostProbe, Timing, Watch
 from edgekit.probes.system import compare_states, system_state
 from edgekit.profile.config import DecodeModel, ProfileConfig, ProgressFn, Variant
 from edgekit.runtimes import open_runtime
@@ -46,9 +47,12 @@ def measure_decodes(
     rss: RssTracker | None,
     progress: Callable[[int, int], None] | None,
     keep_samples: bool,
+    probe: HostProbe | None = None,
 ) -> dict[str, Any]:
     """Warm up, then measure decodes of ``runtime`` with the breakdown, power and RSS probes
-    around the measured phase only. Returns the variant's figures (JSON-ready)."""
+    around the measured phase only. Returns the variant's figures (JSON-ready); ``timing``: the
+    median, spread and the host's load around the measured phase (``probes.speed``; ``probe``
+    reads the host, a stand-in in tests), what the ratios between variants are judged on."""
     timed = TimedRuntime(runtime)
     last: dict[str, Any] = {}
 
@@ -67,11 +71,13 @@ def measure_decodes(
     trace = None
     if sampler is not None:
         sampler.start()
+    watch = Watch(probe or HostProbe())
     try:
         m = measure(fn, steady, progress)
     finally:
         if sampler is not None:
             trace = sampler.stop()
+    timing = Timing.of([s / 1e6 for s in m.samples_ns], watch.stop())
     decoded = last["decoded"]
     breakdown = timed.breakdown()
     n = m.stats.n
@@ -89,6 +95,7 @@ def measure_decodes(
         "timing_note": runtime.timing_note,
         "decode": {"steps": decoded.steps, "nfe": decoded.nfe, "runtime_calls": decoded.runtime_calls, "rows": rows},
         "latency": m.stats.to_json(),
+        "timing": timing.to_json(samples=False),
         "measurement": {
             "warmup_iters": warm.warmup_iters + 1,  # + the discarded call of the warm-up measure()
             "warmup_s": (warm.warmup_ns + warm.wall_ns) / 1e9,

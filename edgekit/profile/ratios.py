@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from edgekit.probes.speed import Timing, compare
 from edgekit.profile.config import candidate_order
 
 
@@ -15,13 +16,27 @@ def safe_ratio(a: float | None, b: float | None) -> float | None:
     return float(a) / float(b)
 
 
+def latency_verdict(num: Mapping[str, Any], den: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether ``num``'s decode is faster or slower than ``den``'s, or within noise (their spreads
+    not below the difference, or the host busier than its cores while either was measured:
+    ``probes.speed.compare`` on each variant's ``timing``), and why; verdict None where a variant
+    recorded no timing."""
+    a, b = Timing.from_json(num.get("timing")), Timing.from_json(den.get("timing"))
+    if a is None or b is None:
+        return {"verdict": None, "unsure": []}
+    d = compare(str(num["id"]), a, str(den["id"]), b)
+    return {"verdict": d.verdict, "unsure": list(d.unsure)}
+
+
 def ratio(num: Mapping[str, Any], den: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Figures of variant ``num`` over variant ``den`` (both measured in this run)."""
+    """Figures of variant ``num`` over variant ``den`` (both measured in this run), and whether
+    the latency ratio is within noise (``latency_verdict``)."""
     med = safe_ratio(num["latency"]["median_ms"], den["latency"]["median_ms"])
     return {
         "name": name,
         "numerator": num["id"],
         "denominator": den["id"],
+        **latency_verdict(num, den),
         "median_latency": med,
         "p99_latency": safe_ratio(num["latency"]["p99_ms"], den["latency"]["p99_ms"]),
         "speedup": (1.0 / med) if med else None,

@@ -112,6 +112,8 @@ _RATIO_ROWS = (
     ("median latency", "median_latency"),
     ("p99 latency", "p99_latency"),
     ("speedup", "speedup"),
+    # faster / slower / within noise (the spreads or the host's load cannot tell): JSON says why.
+    ("latency verdict", "verdict"),
     ("ITEMS/s", "throughput"),
     ("energy / decode", "energy_per_decode"),
     ("host overhead share", "host_overhead_share"),
@@ -139,11 +141,22 @@ def ar_table(doc: Doc) -> Rows:
         "AR ms",
         "speedup",
         f"{doc.get('item_unit', 'tokens')}/s ratio",
+        "NAR is",
     ]
     rows = []
     for s in cmp.get("speedups", []):
         if s.get("speedup") is not None:  # one that could not be measured is a line (not_measured_lines)
-            rows.append([s["nar"], s["ar"], s["nar_median_ms"], s["ar_median_ms"], s["speedup"], s["throughput_ratio"]])
+            rows.append(
+                [
+                    s["nar"],
+                    s["ar"],
+                    s["nar_median_ms"],
+                    s["ar_median_ms"],
+                    s["speedup"],
+                    s["throughput_ratio"],
+                    s.get("verdict"),
+                ]
+            )
     return columns, rows
 
 
@@ -185,7 +198,11 @@ def nar_vs_ar_line(doc: Doc) -> str | None:
     cmp = doc.get("compare_ar")
     if not cmp:
         return None
-    parts = [f"{s['speedup']:.2f}x ({s['nar']})" for s in cmp.get("speedups", []) if s.get("speedup") is not None]
+    parts = [
+        f"{s['speedup']:.2f}x ({s['nar']}{', within noise' if s.get('verdict') == 'within noise' else ''})"
+        for s in cmp.get("speedups", [])
+        if s.get("speedup") is not None
+    ]
     speed = ", ".join(parts) if parts else "no variant measured on both"
     return f"NAR vs AR: {speed} at L = {cmp.get('length')}; {crossover_statement(cmp.get('crossover'))}"
 

@@ -60,7 +60,9 @@ class Plan:
     calibration: int  # FP32 decodes whose every call is recorded
     heldout: int  # FP32 decodes of the held-out set: the reference every candidate is judged against
     per_candidate: int  # INT8 decodes per candidate (its own decode; its answers on FP32's trajectory)
-    speed: int  # decodes timing INT8 against FP32 at the end (0: not timed, an emulated device)
+    # decodes timing INT8 against FP32 at the end (0: not timed, an emulated device); one round: a
+    # timing within noise is measured again, up to probes.speed.EXTRA_ROUNDS more rounds
+    speed: int
 
     def estimate(self, decode_s: float) -> dict[str, float]:
         """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an

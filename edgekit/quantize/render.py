@@ -147,9 +147,11 @@ def _ratio(value: float | None) -> str:
 def _print_speed(o: Output, s: dict) -> None:
     sp = s.get("speed") or {}
     if sp.get("measured"):
+        speedup = "not measured" if sp["int8_speedup"] is None else f"{sp['int8_speedup']:.2f}x"
+        noise = f", within noise ({'; '.join(sp['unsure'])})" if sp.get("verdict") == "within noise" else ""
         o.line(
             f"INT8 vs FP32 per decode on this {sp['isa']} CPU ({sp['runtime']}): {sp['int8_ms_per_decode']:.1f} vs "
-            f"{sp['fp32_ms_per_decode']:.1f} ms, {sp['int8_speedup']:.2f}x"
+            f"{sp['fp32_ms_per_decode']:.1f} ms, {speedup}{noise}"
         )
     arith = s.get("arithmetic")
     if arith:

@@ -21,14 +21,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from edgekit._lock import owned_tempdir, writes_bundle
 from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.host import HostFacts
-from edgekit.probes.latency import interleaved
+from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
@@ -214,7 +212,8 @@ def record_fp32(run: QuantizeRun) -> None:
 # never spin pay a wake-up per parallel section: 1.08x per decode), and stops when the run returns.
 def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) -> dict[str, Any]:
     """INT8 against FP32 per decode on this host: whole decodes of one graph batch on the budget's
-    runtime (INT8) and ORT (FP32), interleaved, median; one warning line where INT8 is slower.
+    runtime (INT8) and ORT (FP32), interleaved, median, timed again while the timings cannot tell
+    (``probes.speed.decide``); one warning line where INT8 is slower or it stays within noise.
     Not measured for an emulated device (its time is the emulator's, not the device's)."""
     cfg = run.cfg
     host = HostFacts.detect()
@@ -233,26 +232,54 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
 
-        ms = interleaved({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, SPEED_ROUNDS, warmup=1)
-    med = {k: float(np.median(v)) for k, v in ms.items()}
+        decision = decide(
+            {"fp32": decode(fp32_rt), "int8": decode(int8_rt)},
+            SPEED_ROUNDS,
+            pair=lambda timings: ("int8", "fp32"),
+            probe=HostProbe(cpu_class=host.isa_class),
+        )
+    doc, warning = speed_record(decision, cfg.runtime, host, batch, len(result.fallback))
+    if warning:
+        run.warn(warning)
+    return doc
+
+
+def speed_record(
+    decision: Decision, runtime: str, host: HostFacts, rows: int, fallbacks: int
+) -> tuple[dict[str, Any], str | None]:
+    """The ``speed`` summary of INT8 (``decision.a``) against FP32 per decode, with how it was
+    measured (``timing``: samples, spread, load, CPU class), and the one warning line it calls for:
+    INT8 slower, or the timings could not tell after re-measuring (``build --precision auto``
+    then ships FP32, the safe choice)."""
+    int8, fp32 = decision.timings["int8"], decision.timings["fp32"]
     doc = {
         "measured": True,
-        "runtime": cfg.runtime,
+        "runtime": runtime,
         "fp32_reference": "ort",
         "isa": host.isa_class,
         "cpu": host.cpu,
-        "rows_per_decode": batch,
-        "fp32_ms_per_decode": med["fp32"],
-        "int8_ms_per_decode": med["int8"],
-        "int8_speedup": med["fp32"] / med["int8"] if med["int8"] > 0 else None,
+        "rows_per_decode": rows,
+        "fp32_ms_per_decode": fp32.median_ms,
+        "int8_ms_per_decode": int8.median_ms,
+        "int8_speedup": decision.speedup,
+        "verdict": decision.verdict,
+        "unsure": list(decision.unsure),
+        "timing": decision.to_json(),
     }
-    if doc["int8_speedup"] is not None and doc["int8_speedup"] < 1.0:
-        run.warn(
-            f"INT8 is {doc['int8_speedup']:.2f}x FP32 per decode on this host ({host.isa_class}, {cfg.runtime}): "
-            f"slower; `edgekit build BUNDLE --precision auto` ships FP32 here, or fewer fallbacks "
-            f"({len(result.fallback)} now: relax --budget) make INT8 pay"
+    speedup = decision.speedup
+    where = f"on this host ({host.isa_class}, {runtime})"
+    if not decision.sure:
+        shown = f"{speedup:.2f}x" if speedup is not None else "not measured against"
+        return doc, (
+            f"INT8 ran {shown} FP32 per decode {where}, within noise after {decision.rounds} rounds "
+            f"({decision.why()}): `edgekit build --precision auto` ships FP32; re-run quantize on a quieter host"
         )
-    return doc
+    if decision.verdict == SLOWER:
+        return doc, (
+            f"INT8 is {speedup:.2f}x FP32 per decode {where}: slower; `edgekit build BUNDLE --precision auto` "
+            f"ships FP32 here, or fewer fallbacks ({fallbacks} now: relax --budget) make INT8 pay"
+        )
+    return doc, None
 
 
 # The flow decoder's activation ranges follow the ODE time t: scales per step range keep more of it

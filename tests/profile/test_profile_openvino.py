@@ -76,7 +76,12 @@ def test_fastest_engine_times_every_available_engine_and_picks_the_lowest(tiny):
 
     pick = fastest_engine(Bundle.load(tiny["masked8"]), "int8", threads=1, rounds=3)
     assert pick["candidates"] == ["openvino", "ort"] and set(pick["median_ms"]) == {"openvino", "ort"}
-    assert pick["runtime"] == min(pick["median_ms"], key=pick["median_ms"].get) and pick["rounds"] == 3
+    assert pick["rounds"] == 3 and pick["recorded"] == "ort"  # no engine built: edgekit's default
+    # Surely faster: the lowest median; within noise on this (shared) host: the recorded engine, said once.
+    if pick["within_noise"]:
+        assert pick["runtime"] == "ort" and pick["warning"].startswith("profile engine: kept ort")
+    else:
+        assert pick["runtime"] == min(pick["median_ms"], key=pick["median_ms"].get) and pick["warning"] is None
 
 
 def test_without_openvino_the_demo_engine_is_ort(tiny, monkeypatch):

@@ -195,3 +195,33 @@ def test_budget_fallbacks_take_the_form_the_manifest_records(quantized, quant_bu
                 ), (kind, node.name)
             else:  # FP32 weight read straight from the initializer
                 assert weight is None and inits[node.input[1]].data_type == onnx.TensorProto.FLOAT, (kind, node.name)
+
+
+@pytest.mark.parametrize(
+    "loads,int8_ms,verdict,warns",
+    [
+        ((0.3,), [70], "faster", None),
+        ((0.3,), [130], "slower", "INT8 is 0.77x FP32 per decode on this host (avx2, ort): slower"),
+        ((3.1,), [70], "within noise", "INT8 ran 1.43x FP32 per decode on this host (avx2, ort), within noise after 3"),
+    ],
+)
+def test_the_speed_record_says_how_int8_was_timed_and_warns_once(loads, int8_ms, verdict, warns):
+    """INT8 against FP32 on a stand-in clock and load: the record keeps the samples, spread, loads
+    and CPU class; a busy host was timed again, then one warning says build ships FP32."""
+    from edgekit.host import HostFacts
+    from edgekit.probes.speed import decide
+    from edgekit.quantize.stage import speed_record
+    from tests.fakes.host import StandInHost
+
+    host = StandInHost(loads=loads)
+    fns = {"fp32": host.call("fp32", [100]), "int8": host.call("int8", int8_ms)}
+    decision = decide(fns, 5, pair=lambda t: ("int8", "fp32"), probe=host.probe)
+    doc, warning = speed_record(decision, "ort", HostFacts("x86_64", "EPYC", None, None, False, ("avx2",)), 2, 1)
+    assert doc["verdict"] == verdict and doc["int8_speedup"] == pytest.approx(100 / int8_ms[0])
+    assert (doc["fp32_ms_per_decode"], doc["int8_ms_per_decode"]) == (100.0, float(int8_ms[0]))
+    timing = doc["timing"]["timings"]["int8"]
+    assert (timing["n"], timing["cores"], timing["cpu_class"], timing["load_before"]) == (5, 2, "avx2", loads[0])
+    assert warning is None if warns is None else (warns in warning and "\n" not in warning)
+    if verdict == "within noise":
+        assert doc["unsure"] == ["load 3.1 on 2 cores (2.1 of it other processes)"] and doc["timing"]["rounds"] == 3
+        assert "`edgekit build --precision auto` ships FP32" in warning

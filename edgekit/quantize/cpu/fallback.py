@@ -25,7 +25,7 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
-from edgekit.probes.latency import interleaved
+from edgekit.probes.speed import FASTER, Decision, HostProbe, decide
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
@@ -232,18 +232,42 @@ class FallbackProfile:
 
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
         """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only; keep
-        weight-only (smaller file) only where it is faster and still within the budget."""
+        weight-only (smaller file) only where it is surely faster (``probes.speed.decide``: timed
+        again while the timings cannot tell), by more than FORM_MARGIN, and still within the
+        budget. Within noise after re-measuring: FP32 fallbacks, the safe form, and one warning."""
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
         opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)  # TIMED_SPIN (stage.py)
         with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
-            ms = interleaved(
-                {"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, FORM_ROUNDS, warmup=2
+            decision = decide(
+                {"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)},
+                FORM_ROUNDS,
+                pair=lambda timings: ("weight-only", "float"),
+                warmup=2,
+                probe=HostProbe(),
             )
-        med = {k: float(np.median(v)) for k, v in ms.items()}
-        doc: dict[str, Any] = {"chosen": "float", "forward_ms": med, "measured_on": "ort (this host)"}
-        if med["weight-only"] < med["float"] * (1 - FORM_MARGIN):
+        return self._form(decision, wo_model, outcome)
+
+    def _form(self, decision: Decision, wo_model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
+        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward)."""
+        run = self.run
+        med = {name: t.median_ms for name, t in decision.timings.items()}
+        doc: dict[str, Any] = {
+            "chosen": "float",
+            "forward_ms": med,
+            "measured_on": "ort (this host)",
+            "verdict": decision.verdict,
+            "timing": decision.to_json(),
+        }
+        if not decision.sure:
+            doc["why"] = f"weight-only against FP32 fallbacks within noise ({decision.why()}): FP32, the safe form"
+            shown = "not measured against" if decision.speedup is None else f"{decision.speedup:.2f}x"
+            run.warn(
+                f"fallback form: weight-only ran {shown} FP32 fallbacks per forward, within noise "
+                f"after {decision.rounds} rounds ({decision.why()}); kept FP32 fallbacks"
+            )
+        elif decision.verdict == FASTER and (decision.ratio or 1.0) < 1 - FORM_MARGIN:
             metrics = self.measure(wo_model)
             passed, checks = run.judge(metrics)
             if passed:

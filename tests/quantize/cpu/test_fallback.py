@@ -55,6 +55,42 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     )
     s = quantize_bundle(masked, QuantizeConfig(calib_samples=4, eval_samples=4, threads=1))
     assert s["speed"]["measured"]
+    # how it was timed is recorded in the manifest: samples, spread, loads, cores, CPU class, verdict
+    from edgekit.bundle import Bundle
+    from edgekit.vocabulary import SPEED_VERDICTS
+
+    speed = Bundle.load(masked).quantization.speed
+    assert speed.verdict in SPEED_VERDICTS and speed.timing["rounds"] >= 1
+    assert all(len(t["samples_ms"]) == stage.SPEED_ROUNDS and t["cores"] >= 1 for t in speed.timing["timings"].values())
     timed = [o for o in fp32_options if not o.spin_between_runs]
     assert len(timed) == 1 and timed[0].allow_spinning  # the FP32 side of the INT8-vs-FP32 timing
     assert candidates[-1] == {"spin": False, "bucket": False}  # its INT8 side, opened last
+
+
+@pytest.mark.parametrize(
+    "loads,wo_ms,chosen,warned",
+    [
+        ((0.3,), [80], "weight-only", False),  # surely faster, by more than FORM_MARGIN: measured, kept
+        ((0.3,), [99], "float", False),  # surely faster, by less than FORM_MARGIN: not worth the noise
+        ((3.1,), [80], "float", True),  # a busy host, timed again: FP32 fallbacks, the safe form, said once
+        ((0.3,), [90, 110, 95, 105, 100], "float", True),  # the spread is wider than the difference
+    ],
+)
+def test_the_fallback_form_is_weight_only_only_where_surely_faster(loads, wo_ms, chosen, warned):
+    from edgekit.probes.speed import decide
+    from tests.fakes.host import StandInHost
+
+    host = StandInHost(loads=loads)
+    fns = {"float": host.call("float", [100]), "weight-only": host.call("weight-only", wo_ms)}
+    decision = decide(fns, 5, pair=lambda t: ("weight-only", "float"), warmup=0, probe=host.probe)
+    warnings, judged = [], []
+    profile = FallbackProfile.__new__(FallbackProfile)
+    profile.run = SimpleNamespace(warn=warnings.append, judge=lambda metrics: (True, ["ok"]))
+    profile.measure = lambda model: judged.append(model) or {"snr_db": 40.0}
+    outcome = SimpleNamespace(metrics=None, checks=None)
+    form = profile._form(decision, "wo.onnx", outcome)
+    assert form["chosen"] == chosen and form["verdict"] == decision.verdict and form["timing"]["timings"]
+    assert judged == (["wo.onnx"] if chosen == "weight-only" else [])  # the budget is asked only of a win
+    assert len(warnings) == (1 if warned else 0)
+    if warned:
+        assert "within noise after 3 rounds" in warnings[0] and "kept FP32 fallbacks" in warnings[0]
