@@ -196,6 +196,8 @@ MANIFEST_SCHEMA = Table(
                     ),
                     "config": Nullable(QUANTIZE_CONFIG),
                     "step_buckets": Nullable(STEP_BUCKETS),
+                    # Each int8 artifact's files as quantize wrote them (graph, side files); none in older bundles.
+                    "int8_files": Nullable(MapOf(ListOf(SIDE_FILE))),
                     "speed": Nullable(
                         Table(
                             {

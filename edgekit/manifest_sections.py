@@ -245,6 +245,9 @@ class QuantizationSummary:
     budget_eval: BudgetEval
     step_buckets: BucketGraphs | None  # as recorded; ``Bundle.step_buckets`` checks it against the artifacts
     as_recorded: dict[str, Any]  # the whole summary (the ``edgekit.quantize/1`` document)
+    # {artifact ("int8", "int8-bucket-1"): its files as quantize wrote them, the graph first, then
+    # its side files}: what ``int8_match`` compares the bundle's int8 model with. None: an older edgekit.
+    int8_files: dict[str, tuple[EngineFile, ...]] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> QuantizationSummary:
@@ -279,12 +282,20 @@ class QuantizationSummary:
             budget_eval=BudgetEval(_int(ev.get("samples")), _int(ev.get("seed")), _object(ev.get("decode"))),
             step_buckets=BucketGraphs.from_json(doc.get("step_buckets")),
             as_recorded=copy.deepcopy(dict(doc)),
+            int8_files={
+                str(a): tuple(f for f in map(EngineFile.from_json, files) if f is not None)
+                for a, files in doc["int8_files"].items()
+                if isinstance(files, list)
+            }
+            if isinstance(doc.get("int8_files"), dict)
+            else None,
         )
 
 
 @dataclass(frozen=True)
 class EngineFile:
-    """A file beside an engine (weights, TensorRT's metadata sidecar) with the sha256 it was built with."""
+    """A file beside an engine (weights, TensorRT's metadata sidecar) with the sha256 it was built
+    with; also a file of the int8 model as quantize wrote it (``QuantizationSummary.int8_files``)."""
 
     path: str
     sha256: str | None

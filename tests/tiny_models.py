@@ -139,3 +139,34 @@ def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
         quantize_bundle(bundle, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget=budget))
         out[kind] = bundle
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_bundles(tiny_bundles, tmp_path_factory) -> dict[str, Path]:
+    """The tiny masked model quantized once (cpu profile, scheme exact on every x86 CPU, no
+    fallback search, a budget it meets anywhere): ``embedded`` one int8 file, ``buckets`` two
+    step buckets' graphs over one weights file, ``external`` its weights in a side file
+    (``EDGEKIT_EXTERNAL_DATA_MB=0``, as a model over 2 GB). Seconds in all. Tests that write
+    into a bundle copy it first."""
+    import dataclasses
+    import shutil
+
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    root = tmp_path_factory.mktemp("tiny-int8")
+    loose = {"check_margin": -100.0, "lockstep_token_agreement": 0.0, "event_accuracy_drop": 1.0}
+    cfg = QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", fallback=False, budget=loose)
+    embedded = Path(shutil.copytree(tiny_bundles["masked"], root / "embedded"))
+    quantize_bundle(embedded, cfg)
+    buckets = Path(shutil.copytree(tiny_bundles["masked"], root / "buckets"))
+    quantize_bundle(buckets, dataclasses.replace(cfg, step_buckets=2))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEKIT_EXTERNAL_DATA_MB", "0")
+        torch = pytest.importorskip("torch")
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            spec = tiny_masked_spec()
+        external = export_bundle(spec, root / "external", source=spec.name).root
+        quantize_bundle(external, cfg)
+    return {"embedded": embedded, "buckets": buckets, "external": external}

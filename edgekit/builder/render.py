@@ -12,6 +12,8 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
     e = doc["engine"]
     if doc.get("precision_choice"):
         o.line(f"precision {doc['precision']} (auto): {doc['precision_choice']}")
+    for w in doc["warnings"]:
+        o.warn(w)
     for f in doc["lint"]:
         if f["severity"] == "warning":
             o.warn(f"{f['artifact']}: {f['message']}")

@@ -36,6 +36,7 @@ from edgekit.builder.trt import build_trt, prepare_trt
 from edgekit.bundle import STAGING_PREFIX, Bundle, bucket_binding, now_iso
 from edgekit.errors import BundleError, EdgekitError, UsageError
 from edgekit.host import HostFacts
+from edgekit.int8_match import int8_warnings
 from edgekit.lint import Finding, has_errors, lint_onnx, quantization_profile_of
 from edgekit.runtimes.engines import (
     EngineChoice,
@@ -175,6 +176,7 @@ def build_bundle(
     on a service is doing."""
     bundle = path if isinstance(path, Bundle) else Bundle.load(path)
     target = load_target(target)
+    warnings = int8_warnings(bundle, [precision])[1]  # int8, or auto, which reads quantize's summary
     choice = None
     if precision == "auto":
         precision, choice = choose_precision(bundle, target, host)
@@ -201,7 +203,7 @@ def build_bundle(
     if old is not None and not rebuild:
         problems = engine_problems(bundle, old, host, device_facts, target=target)
         if not problems:
-            return _document(bundle, target, precision, old.as_recorded, "up-to-date", [], choice, key)
+            return _document(bundle, target, precision, old.as_recorded, "up-to-date", [], choice, key, warnings)
         raise EdgekitError(
             f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
             hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision}{again} --rebuild`",
@@ -257,7 +259,7 @@ def build_bundle(
     bundle.record_entry("engines", key, entry)
     bundle.save()
     remove_superseded(bundle, old)
-    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice, key)
+    return _document(bundle, target, precision, entry, "rebuilt" if old else "built", findings, choice, key, warnings)
 
 
 def _chosen_runtime(target: Target, runtime: str) -> str:
@@ -314,6 +316,7 @@ def _document(
     findings: Iterable[Finding],
     choice: str | None = None,
     key: str | None = None,
+    warnings: Iterable[str] = (),
 ) -> dict[str, Any]:
     return {
         "schema": BUILD_SCHEMA,
@@ -328,6 +331,7 @@ def _document(
         # INT8 against FP32 for it (samples, spread, load, CPU class; None where not timed).
         "precision_choice": choice,
         "precision_evidence": precision_evidence(bundle) if choice is not None else None,
+        "warnings": list(warnings),  # an int8 model that is not the one quantize made (edgekit.int8_match)
     }
 
 

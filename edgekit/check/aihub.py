@@ -24,6 +24,7 @@ import numpy as np
 
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.junit import write_junit
+from edgekit.check.strict import settle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import check_rows, conditions
@@ -206,6 +207,7 @@ def check_on_aihub(
             "job_book": str(book.path),
         },
     }
+    settle(doc, bundle, [ref_v.precision, cand_v.precision], cfg.strict)
     doc["wall_s"] = time.perf_counter() - start
     if cfg.save_baseline is not None:
         doc["saved_baseline"] = str(save_baseline(cfg.save_baseline, doc))

@@ -27,6 +27,7 @@ from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check.aihub import check_on_aihub
 from edgekit.check.junit import write_junit
+from edgekit.check.strict import settle
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import (
@@ -119,6 +120,7 @@ class CheckConfig:
     device: str | None = None
     # aihub: collect an earlier run's inference jobs (the bundle's aihub/jobs.json) instead of submitting.
     resume: bool = False
+    strict: bool = False  # every warning fails the check (a "warnings" row; exit 4 as a failed metric)
 
     def __post_init__(self) -> None:
         for flag, value, bound in (
@@ -260,6 +262,7 @@ def check_bundle(
         "baseline": baseline.path if baseline else None,
         "warnings": warnings,
     }
+    settle(doc, bundle, [ref_v.precision, cand_v.precision], cfg.strict)
     doc["wall_s"] = time.perf_counter() - start
     if cfg.save_baseline is not None:
         doc["saved_baseline"] = str(save_baseline(cfg.save_baseline, doc))

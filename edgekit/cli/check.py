@@ -24,12 +24,13 @@ from edgekit.output import Output
 
 
 @command(
-    epilog="Exit codes: 0 pass · 4 a metric failed · 1 error.\n\n"
+    epilog="Exit codes: 0 pass · 4 a metric failed (with --strict: or any warning) · 1 error.\n\n"
     "Examples:\n\n  edgekit check bundles/masked                     (ort:int8 vs ort:fp32, default thresholds)\n\n"
     "  edgekit check bundles/flow --reference torch --candidate ort:fp32 --n 32\n\n"
     "  edgekit check bundles/masked --candidate openvino:int8 --reference ort:fp32\n\n"
     "  edgekit check bundles/masked --thresholds ci/thresholds.toml --baseline ci/masked.json --junit report.xml\n\n"
     "  edgekit check bundles/masked --save-baseline ci/masked.json\n\n"
+    "  edgekit check bundles/masked --strict     (any warning fails too: an int8 model quantize did not make)\n\n"
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
@@ -120,6 +121,13 @@ def check(
             help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
         ),
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Every warning fails the check (exit 4), e.g. an int8 model `edgekit quantize` did not make.",
+        ),
+    ] = False,
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -152,6 +160,7 @@ def check(
         target=target,
         device=device,
         resume=resume,
+        strict=strict,
     )
     o.info(f"checking {bundle}: {candidate} vs {reference} …")
     doc = check_bundle(bundle, cfg, progress=o.step)

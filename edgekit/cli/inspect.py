@@ -18,4 +18,4 @@ def inspect(bundle: BundleArg, json_out: JsonOpt = False) -> None:
     o = Output(json_out)
     b, doc = inspect_bundle(bundle)
     o.document(doc)
-    print_bundle(o, b)
+    print_bundle(o, b, doc)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from edgekit.bundle import SCHEMA, Bundle
 from edgekit.output import Output
 
+# What inspect says of an int8 model that matches, or that quantize left no record of.
+INT8_STATUS = {
+    "matches": "int8 model: the one `edgekit quantize` made (sha256 as recorded)",
+    "not recorded": "int8 model: not recorded by quantize (an older edgekit, or not made by quantize): not compared",
+}
 
-def print_bundle(o: Output, b: Bundle) -> None:
+
+def print_bundle(o: Output, b: Bundle, doc: dict[str, Any]) -> None:
+    """The manifest for people; ``doc`` (``inspect_bundle``'s) adds whether the int8 model is quantize's."""
     o.pairs(
         f"bundle {b.root}",
         {
@@ -32,3 +41,8 @@ def print_bundle(o: Output, b: Bundle) -> None:
     for name, ver in b.verification.items():
         status = "passed" if ver.passed else "FAILED"
         o.line(f"verification of {name}: {status} ({ver.reference} vs {ver.candidate}, {ver.samples} inputs)")
+    match = doc["int8_match"]
+    if match is not None and match["status"] in INT8_STATUS:
+        o.line(INT8_STATUS[match["status"]])
+    for w in doc["warnings"]:
+        o.warn(w)

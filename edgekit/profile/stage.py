@@ -18,8 +18,9 @@ from edgekit.arithmetic import int8_host_warnings
 from edgekit.bundle import Bundle, now_iso
 from edgekit.decode.dispatch import decode_config
 from edgekit.errors import EdgekitError
+from edgekit.int8_match import int8_warnings
 from edgekit.probes.system import compare_states, system_state
-from edgekit.profile.aihub import AIHUB, profile_on_aihub
+from edgekit.profile.aihub import AIHUB, aihub_precisions, profile_on_aihub
 from edgekit.profile.compare_ar import compare_ar, resolve_ar_bundle
 from edgekit.profile.config import (
     SCHEMA,
@@ -82,7 +83,9 @@ def profile_bundle(
     end_state = system_state()
     doc["system"] = {"before": start_state, "after": end_state, "warnings": compare_states(start_state, end_state)}
     arithmetic = int8_host_warnings(bundle.quantization, [v["precision"] for v in measured], str(bundle.root))
-    doc["warnings"] = arithmetic + list(_warnings(doc)) + (doc["aihub"]["warnings"] if doc["aihub"] else [])
+    asked = [v.precision for v in variants_plan] + (list(aihub_precisions(bundle, cfg)) if doc["aihub"] else [])
+    swapped = int8_warnings(bundle, asked)[1]  # an int8 model quantize did not make: its figures are another model's
+    doc["warnings"] = swapped + arithmetic + list(_warnings(doc)) + (doc["aihub"]["warnings"] if doc["aihub"] else [])
     return doc
 
 

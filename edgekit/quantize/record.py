@@ -81,6 +81,7 @@ def record_result(
             summary["artifact"]["int8-calibration"] = table.path
         else:
             bundle.remove_artifact("int8-calibration")
+        summary["int8_files"] = int8_files(bundle)
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
         decode_s = (summary.get("plan") or {}).get("fp32_decode_s")
@@ -94,6 +95,19 @@ def record_result(
             staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
+
+
+def int8_files(bundle: Bundle) -> dict[str, list[dict[str, Any]]]:
+    """{artifact: its files (graph, then side files) with sha256 and bytes} of every int8 graph
+    this run staged, as ``add_artifact`` hashed them (no file is read again): what
+    ``edgekit.int8_match`` later compares the bundle's int8 model with."""
+    out = {}
+    for name in [n for n in bundle.artifact_names if n == "int8" or n.startswith(BUCKET_ARTIFACT)]:
+        art = bundle.artifact(name)
+        out[name] = [{"path": art.path, "sha256": art.sha256, "bytes": art.bytes}] + [
+            {"path": str(s["path"]), "sha256": str(s["sha256"]), "bytes": int(s["bytes"])} for s in art.side_files
+        ]
+    return out
 
 
 def stage_model(model: Path, staged: Path) -> list[Path]:

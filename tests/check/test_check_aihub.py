@@ -111,6 +111,17 @@ def test_a_gate_on_a_metric_the_device_does_not_measure_is_said(masked, monkeypa
     )
 
 
+def test_strict_fails_the_device_check_on_its_warnings(masked, monkeypatch, tmp_path):
+    FakeHub(monkeypatch, network=device_network(masked))
+    thresholds = tmp_path / "t.toml"
+    thresholds.write_text("[masked]\ntoken_agreement = 0.99\n")
+    cfg = CheckConfig(runtime="aihub", candidate="fp16", device=S24, n=2, thresholds=thresholds, strict=True)
+    doc = check_bundle(masked, cfg)
+    assert not doc["passed"] and doc["failed"] == ["warnings"] and doc["strict"]
+    row = next(r for r in doc["rows"] if r["metric"] == "warnings")
+    assert row["value"] == len(doc["warnings"]) >= 1 and "token_agreement: not measured" in row["reason"]
+
+
 def test_device_is_for_aihub_only(masked):
     from edgekit.errors import UsageError
 
