@@ -193,13 +193,11 @@ def main() -> None:
         print(json.dumps(ttfc, indent=1))
         return
     flow_chunk = root / "flow-c16"
-    run = lambda n, d, pol, tokens="masked": loadtest(
-        root / tokens,
-        flow_chunk,
-        LoadConfig(  # noqa: E731
-            streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads
-        ),
-    )
+
+    def run(n, d, pol, tokens="masked"):
+        cfg = LoadConfig(streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads)
+        return loadtest(root / tokens, flow_chunk, cfg)
+
     deadline = args.deadline_ms
     if deadline is None:
         probe = run(1, 1e4, ("fixed",))

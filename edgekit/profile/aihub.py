@@ -112,7 +112,7 @@ def profile_on_aihub(
                         "profile",
                         label,
                         {"kind": "profile", "device": name, "model": dm.model.model_id, "options": options},
-                        lambda name=name, dm=dm, options=options: client.submit_inference_job(
+                        lambda name=name, dm=dm, options=options, precision=precision: client.submit_inference_job(
                             dm.model,
                             device=hub.Device(name),
                             name=f"edgekit {bundle.name} {precision}",

@@ -35,7 +35,7 @@ COLUMNS = (
 
 def policy_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
     rows = []
-    for name, r in doc["policies"].items():
+    for r in doc["policies"].values():
         lat = r["chunk_latency_ms"]
         rows.append(
             [

@@ -130,7 +130,9 @@ def _clean(r, *commands):
 def _reads_everything(b: Bundle) -> None:
     """What the stages read from a loaded bundle works on whatever the schema let through."""
     assert b.kind and b.name and b.inputs and b.outputs and b.batch >= 0
-    b.decode_defaults, b.engines, b.fused, b.quantization, b.verification, b.flow_quality, b.source, b.condition_sampler
+    views = ("decode_defaults", "engines", "fused", "quantization", "verification", "flow_quality", "source")
+    for view in (*views, "condition_sampler"):
+        getattr(b, view)  # each reads without raising
     for name in b.artifact_names:
         b.artifact(name)
     for name in b.conditioning:

@@ -79,7 +79,7 @@ def test_the_runtime_is_not_opened_in_this_process(tiny_bundles):
 
 # ---- devices ----------------------------------------------------------------------------------------
 def test_devices_by_exact_name_and_the_closest_names_for_a_typo(monkeypatch):
-    hub = FakeHub(monkeypatch)
+    FakeHub(monkeypatch)
     client = hub_client.connect()
     device = hub_client.find_device(client, "Samsung Galaxy S24 (Family)")
     assert hub_client.chipset_of(device) == "qualcomm-snapdragon-8gen3"
