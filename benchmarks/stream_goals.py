@@ -93,7 +93,8 @@ def chunk_quality(root: Path, threads: int, seeds=(0, 1, 2, 3)) -> list[dict]:
                 }
             )
             _say(
-                f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, {rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
+                f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, "
+                f"{rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
                 f"(whole {rows[-1]['whole_snr_db_vs_clean']:.2f})"
             )
     return rows
@@ -148,7 +149,8 @@ def ttfc_table(root: Path, threads: int, duration_s: float) -> list[dict]:
             )
             _say(
                 f"{tokens} {f}+{c}: TTFC {ttfc:.1f} ms (tokens {rows[-1]['first_tokens_wait_ms']:.1f} + first chunk "
-                f"{rows[-1]['first_chunk_decode_ms']:.1f}) = {100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms"
+                f"{rows[-1]['first_chunk_decode_ms']:.1f}) = "
+                f"{100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms"
             )
     return rows
 

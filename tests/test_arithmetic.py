@@ -141,7 +141,8 @@ def test_isa_class_from_arm_features():
         isa_class(
             "aarch64",
             cpu_isa(
-                "Features : fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
+                "Features : fp asimd evtstrm aes pmull sha1 sha2 crc32 "
+                "atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
             ),
         )
         == "arm64-dotprod"

@@ -143,8 +143,8 @@ TrustCodeOpt = Annotated[
     typer.Option(
         "--trust-code",
         help=(
-            "Run Python code the bundle's manifest names (condition sampler, model source) although you did not "
-            "export the bundle here."
+            "Run Python code the bundle's manifest names (condition sampler, "
+            "model source) although you did not export the bundle here."
         ),
     ),
 ]
@@ -177,8 +177,8 @@ CondDataOpt = Annotated[
     typer.Option(
         "--cond-data",
         help=(
-            "Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning "
-            "inputs, [N, ...] each."
+            "Real conditions: an .npz (or a directory of .npz / NAME.npy) "
+            "with arrays named like the conditioning inputs, [N, ...] each."
         ),
     ),
 ]

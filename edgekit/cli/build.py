@@ -24,8 +24,8 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
     "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
     "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson\n\n"
-    "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled "
-    "on Qualcomm AI Hub"
+    "  edgekit build bundles/masked --target snapdragon-8-gen-3 "
+    "--precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
 )
 def build(
     bundle: BundleArg,

@@ -33,8 +33,8 @@ from edgekit.output import Output
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
-    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the '
-    "device vs fp32 here)"
+    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   '
+    "(int8 on the device vs fp32 here)"
 )
 def check(
     bundle: BundleArg,
@@ -59,8 +59,8 @@ def check(
             "--n",
             callback=bounded("rows"),
             help=(
-                "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` "
-                "gated on, else 16."
+                "Evaluation conditions (graph batch i decodes with seed + "
+                "i); default: the rows `edgekit quantize` gated on, else 16."
             ),
         ),
     ] = None,
@@ -111,8 +111,8 @@ def check(
             "--target",
             "-t",
             help=(
-                "A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: "
-                "its precompiled context)."
+                "A variant on this target's runtime loads the engine built for "
+                "it (qnn:int8 + a Snapdragon target: its precompiled context)."
             ),
         ),
     ] = None,
@@ -131,8 +131,8 @@ def check(
         typer.Option(
             "--resume",
             help=(
-                "With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the "
-                "bundle's aihub/jobs.json)."
+                "With --runtime aihub: collect the inference jobs an earlier, "
+                "interrupted check submitted (the bundle's aihub/jobs.json)."
             ),
         ),
     ] = False,
@@ -181,7 +181,7 @@ def check(
         raise CheckFailed(
             f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
             hint=(
-                "the table shows each value against its threshold; a deliberate change needs a new --save-baseline "
-                "or --thresholds"
+                "the table shows each value against its threshold; a "
+                "deliberate change needs a new --save-baseline or --thresholds"
             ),
         )

@@ -24,10 +24,10 @@ from edgekit.output import Output
 
 @command(
     epilog="Exit codes (as check): 0 check passes (after the fix, with --fix) · 4 it fails · 1 error · 2 usage.\n\n"
-    "Examples:\n\n  edgekit debug bundles/masked                         (ort:int8 vs ort:fp32: the first step "
-    "and op where the error enters)\n\n"
-    "  edgekit debug bundles/masked --fix                   (try the smallest fix, prove it with check's gate, "
-    "write it into the bundle)\n\n"
+    "Examples:\n\n  edgekit debug bundles/masked                         "
+    "(ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
+    "  edgekit debug bundles/masked --fix                   "
+    "(try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
     "  edgekit debug bundles/masked --candidate openvino:int8 --html debug-report\n\n"
     "  edgekit debug bundles/masked --candidate qnn:int8 --target snapdragon-8-gen-3 --fix\n\n"
     "  edgekit debug bundles/flow --reference torch --candidate ort:int8 --json"
@@ -39,8 +39,8 @@ def debug(
         typer.Option(
             "--candidate",
             help=(
-                "Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision "
-                "(on --runtime) or a runtime."
+                "Variant under test: runtime:precision (ort:int8, openvino:int8, "
+                "qnn:int8, trt:int8), a precision (on --runtime) or a runtime."
             ),
         ),
     ] = "int8",

@@ -27,8 +27,8 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16\n\n"
     "  edgekit loadtest bundles/masked bundles/flow-chunk --streams 4 --deadline-ms 400 --policy fixed,adaptive\n\n"
     "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json\n\n"
-    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 --policy fixed "
-    "--steps 1 --duration-s 1"
+    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 "
+    "--policy fixed --steps 1 --duration-s 1"
 )
 def loadtest(
     tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
@@ -82,8 +82,8 @@ def loadtest(
         typer.Option(
             "--cond",
             help=(
-                "NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); "
-                "repeatable."
+                "NAME=VALUE conditioning of the token stage (e.g. "
+                "class_id=3; default: the demo's held-out set); repeatable."
             ),
         ),
     ] = None,
@@ -113,8 +113,8 @@ def loadtest(
                     f"({chunk.get('frames', 'none')} frames)"
                 ),
                 hint=(
-                    f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} "
-                    f"--context {chunk_frames}`"
+                    f"export one: `edgekit export flow-demo -o {flow_bundle} "
+                    f"--chunk-frames {chunk_frames} --context {chunk_frames}`"
                 ),
             )
     cfg = LoadConfig(

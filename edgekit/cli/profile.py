@@ -88,8 +88,8 @@ def profile(
         typer.Option(
             "--compare-ar",
             help=(
-                "Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency "
-                "frontier."
+                "Also decode the AR baseline at the same length: speedup, "
+                "crossover length and the quality-latency frontier."
             ),
         ),
     ] = False,
@@ -113,8 +113,8 @@ def profile(
         typer.Option(
             "--frontier-metric",
             help=(
-                "Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the "
-                "--metric hook's first)."
+                "Quality metric the frontier ranks by (default: event_accuracy "
+                "for the demo models, else the --metric hook's first)."
             ),
         ),
     ] = None,
@@ -154,8 +154,8 @@ def profile(
             "--latency-budget-ms",
             callback=bounded("ms"),
             help=(
-                "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit "
-                "run --latency-budget-ms`)."
+                "flow: profile the solver and steps that fit this many ms per "
+                "decode on this device (as `edgekit run --latency-budget-ms`)."
             ),
         ),
     ] = None,
@@ -185,8 +185,8 @@ def profile(
             "--devices",
             help=(
                 "With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for "
-                "their first device; one profile job each, all at once (default: the devices of the bundle's AI "
-                "Hub engines)."
+                "their first device; one profile job each, all at once "
+                "(default: the devices of the bundle's AI Hub engines)."
             ),
         ),
     ] = None,
@@ -288,7 +288,7 @@ def profile(
         raise CheckFailed(
             "--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
             hint=(
-                "quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target "
-                "TARGET` names the ops"
+                "quantize every op with `edgekit quantize BUNDLE --profile "
+                "qnn`; `edgekit lint BUNDLE --target TARGET` names the ops"
             ),
         )

@@ -133,8 +133,8 @@ def trt_limits(version: str, target: Target | None = None) -> list[str]:
     if have >= (10,) or have < TRT_MIN:
         return []
     limits = [
-        f"TensorRT {version} runs INT64 graph inputs/outputs as INT32: edgekit casts int64 feeds at the boundary "
-        "(values must fit in int32)",
+        f"TensorRT {version} runs INT64 graph inputs/outputs as INT32: "
+        "edgekit casts int64 feeds at the boundary (values must fit in int32)",
         f"TensorRT {version} parses ONNX opsets up to 17: export with --opset 17 (edgekit export defaults to 18)",
         f"TensorRT {version} has no strongly typed networks: INT8 engines build weakly typed from the trt-profile "
         "Q/DQ model with BuilderFlag.INT8",

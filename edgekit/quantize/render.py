@@ -89,8 +89,8 @@ def _summary_pairs(s: dict) -> dict[str, str]:
         "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
         "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
         "size": (
-            f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 "
-            f"({sizes['ratio']:.2f}x)"
+            f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> "
+            f"{sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)"
         ),
         "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
         "conditions": (s.get("conditions") or {}).get("source", "—"),
@@ -127,8 +127,8 @@ def _print_buckets(o: Output, b: dict | None, where: str) -> None:
         edges = [None, *b["boundaries"], None]
         o.table(
             (
-                f"step buckets: {b['n']} by {b['by']} (activation scales each; weights shared: "
-                f"{b.get('weights_file', '—')})"
+                f"step buckets: {b['n']} by {b['by']} (activation scales "
+                f"each; weights shared: {b.get('weights_file', '—')})"
             ),
             ["bucket", f"{where} from", "to", "calls"],
             [
@@ -164,8 +164,8 @@ def _print_speed(o: Output, s: dict) -> None:
     arith = s.get("arithmetic")
     if arith:
         o.line(
-            f"arithmetic: scheme {arith['scheme']['name']} for {arith['isa']} CPUs (budget measured on "
-            f"{arith.get('validated_on')}; "
+            f"arithmetic: scheme {arith['scheme']['name']} for {arith['isa']} "
+            f"CPUs (budget measured on {arith.get('validated_on')}; "
             f"saturates on: {', '.join(arith.get('saturates_on') or []) or 'none'})"
         )
 
@@ -178,12 +178,12 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         {
             "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
             "HTP": (
-                f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn "
-                f"{q['onnxruntime_qnn']})"
+                f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK "
+                f"{q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})"
             ),
             "activations at 8 bit": (
-                f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} "
-                "at 16 bit"
+                f"{share} of {q['activation_tensors']} tensors "
+                f"({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit"
             )
             + (
                 f"; per call, by step bucket: {', '.join(str(n) for n in q['activations_16bit_per_bucket'])})"

@@ -162,8 +162,8 @@ def _check_values(t: Target, source: str) -> None:
         )
     if t.trt.builder_optimization_level not in range(-1, 6):
         raise UsageError(
-            f"target file {source}: trt.builder_optimization_level = {t.trt.builder_optimization_level} is invalid;"
-            " valid: -1 (default) or 0..5"
+            f"target file {source}: trt.builder_optimization_level = "
+            f"{t.trt.builder_optimization_level} is invalid; valid: -1 (default) or 0..5"
         )
     if t.trt.workspace_mib <= 0:
         raise UsageError(f"target file {source}: trt.workspace_mib = {t.trt.workspace_mib} must be positive")

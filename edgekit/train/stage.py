@@ -69,7 +69,8 @@ def train_demo(
                 trained[MASKED_INIT].state_dict() if MASKED_INIT in trained else load_trained(MASKED_INIT).state_dict()
             )
             tell(
-                f"{name}: starting from the {MASKED_INIT} weights {'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}"
+                f"{name}: starting from the {MASKED_INIT} weights "
+                f"{'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}"
             )
         with bar(f"training {name}", cfg.steps or DEFAULT_STEPS[name]) as advance:
             module, loss = train_model(

@@ -173,7 +173,10 @@ def test_a_failed_job_says_its_own_message_in_one_line_and_is_not_resubmitted(mo
     assert lines[-1].endswith(f"job {h.id} (Samsung Galaxy S24 (Family)): failed: Failed to profile the model.")
     with pytest.raises(
         EdgekitError,
-        match=rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) failed: Failed to profile the model\. \(see ",
+        match=(
+            rf"AI Hub profile job {h.id} \(Samsung Galaxy S24 \(Family\)\) failed: Failed to profile the model\. "
+            r"\(see "
+        ),
     ):
         book.require_success([h])
     resumed = JobBook(tmp_path, "profile", client, resume=True)

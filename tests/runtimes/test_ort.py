@@ -208,7 +208,8 @@ ref = own.run({"x": x})["z"].copy()
 shared = [OrtRuntime(path, OrtOptions(shared_arena=True, spin_between_runs=False)) for _ in range(2)]
 after = OrtRuntime(path)  # a session with its own arena, after the environment's was registered
 print(json.dumps({
-    "entries": [[rt.session.get_session_options().get_session_config_entry(k) for k in ("session.use_env_allocators", "session.force_spinning_stop")]
+    "entries": [[rt.session.get_session_options().get_session_config_entry(k)
+                 for k in ("session.use_env_allocators", "session.force_spinning_stop")]
                 for rt in shared],
     "same": [bool(np.array_equal(rt.run({"x": x})["z"], ref)) for rt in (*shared, after, *shared)],
 }))
