@@ -289,7 +289,10 @@ def fast_numbers(
                 _number(
                     f"fused {graph}/host ({kind})",
                     d and d["speedup_vs_host"].get(graph),
-                    f"median decode ms host loop / fused {graph} graph, ORT fp32, batch {d and d['batch']} (goal >= 1.15)",
+                    (
+                        f"median decode ms host loop / fused {graph} graph, "
+                        f"ORT fp32, batch {d and d['batch']} (goal >= 1.15)"
+                    ),
                     fast.get(f"fused_{kind}_reason"),
                 )
             )
@@ -311,7 +314,10 @@ def fast_numbers(
         _number(
             f"NAR/AR speedup at L={d['length'] if d else '?'} (ORT int8, {fast['threads']} thread)",
             d and d["speedup"],
-            f"AR decode ms / MaskGIT K={d and d['nar_steps']} decode ms, architecture-only models, both INT8 (goal >= 4)",
+            (
+                f"AR decode ms / MaskGIT K={d and d['nar_steps']} decode "
+                "ms, architecture-only models, both INT8 (goal >= 4)"
+            ),
             fast.get("nar_ar_int8_reason"),
             nar_ms=d and d["nar_ms"],
             ar_ms=d and d["ar_ms"],
@@ -322,7 +328,10 @@ def fast_numbers(
         _number(
             f"RSS growth over {r['decodes'] if r else '?'} decodes (MiB)",
             None if not r or r["growth_bytes"] is None else r["growth_bytes"] / 2**20,
-            f"RSS after the decodes minus RSS after {r['warmup'] if r else '?'} warm-up decodes, masked host loop (goal < 1 MiB)",
+            (
+                f"RSS after the decodes minus RSS after {r['warmup'] if r else '?'} "
+                "warm-up decodes, masked host loop (goal < 1 MiB)"
+            ),
             (r or {}).get("reason") or fast.get("rss_reason"),
         )
     )
@@ -389,7 +398,8 @@ def _openvino(args: argparse.Namespace, masked: Path, ar: Path, quant: dict[str,
     )
     threads = args.threads or 1
     _say(
-        f"per masked decode, ORT vs OpenVINO (+ fused graphs on OpenVINO), {args.fused_iters} interleaved rounds, {threads} thread(s)"
+        "per masked decode, ORT vs OpenVINO (+ fused graphs on OpenVINO), "
+        f"{args.fused_iters} interleaved rounds, {threads} thread(s)"
     )
     out["decode"], out["decode_reason"] = _attempt(
         "engines decode", lambda: openvino_rows.engines_decode(masked, threads, args.fused_iters, graphs or ())
@@ -521,7 +531,10 @@ def main() -> None:
         "--threads",
         type=int,
         default=1,
-        help="intra-op threads of every runtime (0 = each runtime's default); 1 keeps a shared 2-core VM's figures steady",
+        help=(
+            "intra-op threads of every runtime (0 = each runtime's "
+            "default); 1 keeps a shared 2-core VM's figures steady"
+        ),
     )
     ap.add_argument("--flow-batch", type=int, default=2, help="graph batch of the exported flow bundle")
     ap.add_argument("--forward-iters", type=int, default=100, help="interleaved forwards per precision for INT8/FP32")

@@ -58,7 +58,10 @@ def decode_grid(n: int, batch: int, masked_steps: tuple[int, ...], tmp: Path) ->
                     q = evaluate(bundle, rt, n, seed=0, decode_options=options)["quality"]
                     rows.append({"model": name, "steps": k or spec.meta["max_len"], "setting": label, **q})
                     print(
-                        f"{name:12} K={k or '-':>3} {label:30} validity {q['validity']:.3f}  event acc {q['event_accuracy']:.3f}",
+                        (
+                            f"{name:12} K={k or '-':>3} {label:30} validity "
+                            f"{q['validity']:.3f}  event acc {q['event_accuracy']:.3f}"
+                        ),
                         flush=True,
                     )
     return rows

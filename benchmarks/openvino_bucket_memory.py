@@ -283,7 +283,8 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
     }
     print(
-        f"| way ({len(graphs)} buckets, flow demo batch 2) | memory added, MB | vs one graph | ms per call | vs one graph |"
+        f"| way ({len(graphs)} buckets, flow demo batch 2) | memory "
+        "added, MB | vs one graph | ms per call | vs one graph |"
     )
     print("|---|---|---|---|---|")
     for way, r in rows.items():

@@ -165,7 +165,9 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="append to benchmarks/quantize_vs_nncf_runs.jsonl")
     args = ap.parse_args()
     if not args.nncf_python:
-        raise SystemExit("--nncf-python is required: a venv's python with `pip install nncf==3.4.0` (see the docstring)")
+        raise SystemExit(
+            "--nncf-python is required: a venv's python with `pip install nncf==3.4.0` (see the docstring)"
+        )
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="edgekit-vs-nncf-") as tmp:
         rows = [run_model(m, args.nncf_python, Path(tmp)) for m in args.models]

@@ -230,7 +230,8 @@ def table(path: Path = HERE / "real_size_runs.jsonl") -> str:
         m = report["machine"]
         decodes = "" if row.get("fp32_decodes") is None else f"{row['fp32_decodes']:g}"
         out.append(
-            f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB | `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
+            f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB "
+            f"| `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
             f"| {row['peak_rss_mb'] / 1024:.1f} GB | {row['bytes_written'] / 2**30:.2f} GiB | {decodes} "
             f"| {m['cpu']} ({m['cores']} cores, {m['isa_class']}), {report['date'][:10]} |"
         )

@@ -1,9 +1,10 @@
-"""The engine `edgekit build` ships for an ONNX Runtime target, opened the way an app opens it
+r"""The engine `edgekit build` ships for an ONNX Runtime target, opened the way an app opens it
 (a plain ``onnxruntime.InferenceSession``, ``session.run(None, feeds)``), against what
 `edgekit run` runs on the bundle (its ``OrtRuntime``: graph fusions in memory, IOBinding), per
 forward, FP32 and INT8, on the masked and flow demos (issue #44, point 1):
 
-    flock /tmp/edgekit-cpu.lock python benchmarks/shipped_engine.py --masked edgekit-demo/masked --flow edgekit-demo/flow
+    flock /tmp/edgekit-cpu.lock python benchmarks/shipped_engine.py \
+        --masked edgekit-demo/masked --flow edgekit-demo/flow
 
 Bundles with an int8 model come from `edgekit demo -o edgekit-demo`; a bundle path that does not
 exist is made there (export at batch 8, then `quantize`, about a minute each on 2 cores). The
@@ -216,19 +217,22 @@ def main() -> None:
         f"(class {host.isa_class}); onnxruntime {ort.__version__}; threads {args.threads or 'ORT default'}"
     )
     print(
-        f"load average before {doc['load_before']}, after {doc['load_after']}; {args.rounds} rounds x {args.burst} forwards, "
+        f"load average before {doc['load_before']}, after "
+        f"{doc['load_after']}; {args.rounds} rounds x {args.burst} forwards, "
         f"interleaved, {SPIN_GAP_S}s gap"
     )
     for name, res in results.items():
         print(
-            f"\n{name} demo (batch {res['batch']}): ms per forward, median [p25-p75], and speed as a share of `edgekit run`"
+            f"\n{name} demo (batch {res['batch']}): ms per forward, median [p25-p75], and speed as a share of "
+            "`edgekit run`"
         )
         for key, row in res["stats"].items():
             # The android .ort is standard ONNX for QNN/NNAPI (no contrib fusion): not held to the goal.
             held = not key.startswith(("edgekit", "plain android"))
             flag = f"  < {GOAL}" if held and row["share_of_edgekit_run"] < GOAL else ""
             print(
-                f"  {key:30s} {row['median_ms']:7.2f} [{row['p25_ms']:6.2f}-{row['p75_ms']:6.2f}]  {row['share_of_edgekit_run']:5.3f}{flag}"
+                f"  {key:30s} {row['median_ms']:7.2f} [{row['p25_ms']:6.2f}-{row['p75_ms']:6.2f}]  "
+                f"{row['share_of_edgekit_run']:5.3f}{flag}"
             )
         print("  INT8 speedup over FP32: " + ", ".join(f"{r} {v:.2f}x" for r, v in res["int8_speedup"].items()))
     if args.json:

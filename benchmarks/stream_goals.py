@@ -93,7 +93,8 @@ def chunk_quality(root: Path, threads: int, seeds=(0, 1, 2, 3)) -> list[dict]:
                 }
             )
             _say(
-                f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, {rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
+                f"chunk {f}+{c}: {rows[-1]['snr_db_vs_whole']:.1f} dB vs whole, "
+                f"{rows[-1]['snr_db_vs_clean']:.2f} dB vs clean "
                 f"(whole {rows[-1]['whole_snr_db_vs_clean']:.2f})"
             )
     return rows
@@ -148,7 +149,8 @@ def ttfc_table(root: Path, threads: int, duration_s: float) -> list[dict]:
             )
             _say(
                 f"{tokens} {f}+{c}: TTFC {ttfc:.1f} ms (tokens {rows[-1]['first_tokens_wait_ms']:.1f} + first chunk "
-                f"{rows[-1]['first_chunk_decode_ms']:.1f}) = {100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms"
+                f"{rows[-1]['first_chunk_decode_ms']:.1f}) = "
+                f"{100 * ttfc / whole[tokens]:.0f} % of {whole[tokens]:.1f} ms"
             )
     return rows
 
@@ -193,13 +195,11 @@ def main() -> None:
         print(json.dumps(ttfc, indent=1))
         return
     flow_chunk = root / "flow-c16"
-    run = lambda n, d, pol, tokens="masked": loadtest(
-        root / tokens,
-        flow_chunk,
-        LoadConfig(  # noqa: E731
-            streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads
-        ),
-    )
+
+    def run(n, d, pol, tokens="masked"):
+        cfg = LoadConfig(streams=n, deadline_ms=d, policies=pol, duration_s=args.duration_s, threads=args.threads)
+        return loadtest(root / tokens, flow_chunk, cfg)
+
     deadline = args.deadline_ms
     if deadline is None:
         probe = run(1, 1e4, ("fixed",))

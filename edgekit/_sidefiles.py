@@ -164,7 +164,11 @@ def check_side_files_listed(path: Path, name: str, doc: Mapping[str, Any]) -> No
     unlisted = sorted(external_data_locations(path) - listed)
     if unlisted:
         raise BundleError(
-            f"artifact {name!r} ({doc.get('path')}) reads weights from {unlisted[0]!r}, a file its manifest does not list "
+            f"artifact {name!r} ({doc.get('path')}) reads weights "
+            f"from {unlisted[0]!r}, a file its manifest does not list "
             "(a bundle from an older edgekit?); edgekit loads no unhashed file",
-            hint="re-run the stage that made it (fp32: `edgekit export MODEL -o BUNDLE`, int8: `edgekit quantize BUNDLE`)",
+            hint=(
+                "re-run the stage that made it (fp32: `edgekit export "
+                "MODEL -o BUNDLE`, int8: `edgekit quantize BUNDLE`)"
+            ),
         )

@@ -105,7 +105,10 @@ def _import_hint(exc: Exception, target: str, forms: str) -> str | None:
             "holds it on PYTHONPATH (a module beside a file.py is found)"
         )
     top = target.partition(".")[0]
-    return f"{top!r} is not importable from here: run from the folder that holds it, set PYTHONPATH, or use path/to/file.py:function"
+    return (
+        f"{top!r} is not importable from here: run from the folder "
+        "that holds it, set PYTHONPATH, or use path/to/file.py:function"
+    )
 
 
 def _suggest_file(path: Path) -> str | None:

@@ -81,7 +81,10 @@ def _check_names(path: Path, flag: str) -> None:
     for part in path.parts:
         if len(os.fsencode(part)) > limit:
             raise UsageError(
-                f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes, more than the file system takes ({limit})",
+                (
+                    f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} "
+                    f"bytes, more than the file system takes ({limit})"
+                ),
                 hint="choose a shorter name",
             )
 

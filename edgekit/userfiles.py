@@ -83,7 +83,10 @@ def _check_stat(st: os.stat_result, path: Path, flag: str, max_bytes: int | None
         )
     if max_bytes is not None and st.st_size > max_bytes:
         raise error(
-            f"{_shown(path, flag)} is {human_bytes(st.st_size)}, more than edgekit reads for it ({human_bytes(max_bytes)})",
+            (
+                f"{_shown(path, flag)} is {human_bytes(st.st_size)}, more "
+                f"than edgekit reads for it ({human_bytes(max_bytes)})"
+            ),
             hint="check that it is the file you meant",
         )
 

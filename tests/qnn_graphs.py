@@ -44,7 +44,7 @@ def feeds(n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
 
 
 @pytest.fixture(scope="module")
-def graphs(tmp_path_factory):
+def qnn_graphs(tmp_path_factory):
     """{"fp32": float graph, "qdq": its full-integer QDQ (qnn profile rules), "cpu_int8": the
     cpu profile's QDQ (int8 per-channel weights, float bias: what the HTP refuses)}."""
     from edgekit.quantize.calibrate import calibration_reader

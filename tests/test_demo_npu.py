@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import edgekit.demo as demo
+import edgekit.demo.stage as demo
+from edgekit.demo.render import _print_npu
 from edgekit.output import Output
 
 
@@ -14,7 +15,7 @@ def test_npu_stage_is_skipped_with_the_install_line_without_onnxruntime_qnn(monk
     monkeypatch.setattr(demo, "module_available", lambda name: name != "onnxruntime_qnn")
     report = demo.npu_stage(demo.DemoConfig(out=Path(tmp_path)), lambda message: None)
     assert report == {"skipped": "onnxruntime-qnn is not installed (pip install 'edgekit[qnn]')"}
-    demo._print_npu(Output(False), report)
+    _print_npu(Output(False), report)
     assert "pip install 'edgekit[qnn]'" in capsys.readouterr().out
     assert not (tmp_path / "npu").exists()  # nothing exported
 

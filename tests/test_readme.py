@@ -156,11 +156,15 @@ def test_every_command_of_a_page_runs_in_order_on_a_fresh_folder(page, tmp_path,
     for line in page_commands(page):
         args = shlex.split(line)[1:]
         if args[0] == "demo" or args[0] == "train-demo" or _extra_missing(line) or _hardware_missing(line):
-            continue  # minutes each (the demo has its own timing in benchmarks/demo_time.py), or an extra or CPU feature this host lacks
+            # minutes each (the demo has its own timing in benchmarks/demo_time.py), or an extra or
+            # CPU feature this host lacks
+            continue
         if "qnn" in line or "snapdragon" in line:
-            continue  # the HTP emulation takes ~10 min per quantize: tests/quantize/qnn/test_profile.py and tests/builder/test_build_qnn.py run these steps
+            # the HTP emulation takes ~10 min per quantize: tests/quantize/qnn/test_profile.py and
+            # tests/builder/test_build_qnn.py run these steps
+            continue
         if "aihub" in line:
-            continue  # needs a Qualcomm AI Hub account: tests/runtimes/test_aihub_live.py (marker aihub) runs these steps
+            continue  # needs an AI Hub account: tests/runtimes/test_aihub_live.py (marker aihub) runs these steps
         if args[0] == "profile" and "--sweep" not in args:
             args += ["--sweep", "32"]  # one swept length instead of three: the same code path
         elif args[0] == "profile" and args[args.index("--sweep") + 1] != "none":

@@ -86,7 +86,8 @@ def make(batch=2):
 
 def bad(batch=2):
     spec = grid_masked(batch)
-    return dataclasses.replace(spec, meta={**spec.meta, "conditioning": {**spec.meta["conditioning"], "class_id": "null"}})
+    cond = {**spec.meta["conditioning"], "class_id": "null"}
+    return dataclasses.replace(spec, meta={**spec.meta, "conditioning": cond})
 """
 
 

@@ -11,7 +11,7 @@ torchaudio, gradio and the like, which the per-step networks never import).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

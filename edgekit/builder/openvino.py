@@ -26,7 +26,8 @@ def build_openvino(
     if options.device.split(".")[0] not in {d.split(".")[0] for d in devices}:
         ops = ov_engine.convertible_ops(model_path)
         raise TargetUnavailable(
-            f"cannot build target {target.name}'s compiled model on this host: OpenVINO {ov_backend.openvino_version()} "
+            f"cannot build target {target.name}'s compiled model on this host: OpenVINO "
+            f"{ov_backend.openvino_version()} "
             f"sees {', '.join(devices)}, not {options.device}. The graph itself converts ({ops} OpenVINO ops from "
             f"{model_path.name}); compiling it needs the {options.device} and its driver",
             hint=f"build it on the device: `edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}`, "

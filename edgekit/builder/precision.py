@@ -38,7 +38,8 @@ def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = No
     if not target.profile_facts.cpu_arithmetic:
         return (
             "int8",
-            f"the int8 model met its budget ({target.quantization_profile} profile); INT8 is not timed before the device runs it",
+            f"the int8 model met its budget ({target.quantization_profile} profile); "
+            "INT8 is not timed before the device runs it",
         )
     isa = (host or HostFacts.detect()).isa_class if target.isa == "host" else target.isa
     recorded = q.arithmetic.scheme if q.arithmetic is not None else None
@@ -46,7 +47,8 @@ def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = No
     if scheme is None or scheme.saturates_on(isa):
         return (
             fallback,
-            f"the int8 model's scheme saturates on {isa} CPUs (re-quantize with `edgekit quantize {bundle.root} --target {target.name}`)",
+            f"the int8 model's scheme saturates on {isa} CPUs "
+            f"(re-quantize with `edgekit quantize {bundle.root} --target {target.name}`)",
         )
     speed = q.speed or SpeedRecord(False, None, None, None)
     ratio = speed.int8_speedup
@@ -68,7 +70,8 @@ def choose_precision(bundle: Bundle, target: Target, host: HostFacts | None = No
             )
         return (
             fallback,
-            f"INT8 met its budget but ran {ratio:.2f}x FP32 per decode on {isa} ({speed.runtime}): FP32 is faster there",
+            f"INT8 met its budget but ran {ratio:.2f}x FP32 per decode on {isa} ({speed.runtime}): "
+            "FP32 is faster there",
         )
     timed = f"timed on {speed.isa}" if speed.isa else "not timed"
     return "int8", (

@@ -33,7 +33,10 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
     if e.get("aihub"):
         a = e["aihub"]
         o.line(
-            f"AI Hub: {a['device']} ({a.get('chipset')}), QAIRT {a.get('qairt')}, compile jobs {', '.join(a['compile_jobs'])}"
+            (
+                f"AI Hub: {a['device']} ({a.get('chipset')}), QAIRT {a.get('qairt')}, compile jobs "
+                f"{', '.join(a['compile_jobs'])}"
+            )
             + (
                 f", link job {a['link_job']} ({len(a.get('graphs') or [])} graphs over shared weights)"
                 if a.get("link_job")
@@ -45,5 +48,6 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
     o.line(f"engine: {Path(doc['bundle']) / e['path']}")
     if e.get("required_operators"):
         o.line(
-            f"required operators (for a minimal onnxruntime build): {Path(doc['bundle']) / e['required_operators']['path']}"
+            "required operators (for a minimal onnxruntime build): "
+            f"{Path(doc['bundle']) / e['required_operators']['path']}"
         )

@@ -206,7 +206,10 @@ def build_bundle(
             return _document(bundle, target, precision, old.as_recorded, "up-to-date", [], choice, key, warnings)
         raise EdgekitError(
             f"engine {key} of bundle {bundle.root} is stale: {'; '.join(problems)}",
-            hint=f"rebuild it with `edgekit build {bundle.root} --target {target.name} --precision {precision}{again} --rebuild`",
+            hint=(
+                f"rebuild it with `edgekit build {bundle.root} --target "
+                f"{target.name} --precision {precision}{again} --rebuild`"
+            ),
         )
 
     source_name = _source_artifact(bundle, target, precision)

@@ -41,7 +41,10 @@ def print_check(o: Output, doc: dict) -> None:
     mode = "greedy" if doc["greedy"] else "sampling as the bundle, same noise"
     rows = [(r["metric"], r["value"], threshold_cell(r), baseline_cell(r), result_cell(r)) for r in doc["rows"]]
     o.table(
-        f"{doc['model']} ({doc['kind']}): {doc['candidate']} vs {doc['reference']} — n={doc['n']}, seed={doc['seed']}, {mode}",
+        (
+            f"{doc['model']} ({doc['kind']}): {doc['candidate']} vs "
+            f"{doc['reference']} — n={doc['n']}, seed={doc['seed']}, {mode}"
+        ),
         ["metric", "value", "threshold", "baseline", "result"],
         rows,
     )

@@ -70,7 +70,10 @@ class RuntimePrecision:
 def parse_variant(text: str, runtime: str = "ort", flag: str = "--candidate") -> RuntimePrecision:
     """``runtime:precision``, a bare precision (on ``runtime``) or a bare runtime (fp32)."""
 
-    valid = f"runtime:precision (runtimes {', '.join(names())}; precisions {', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
+    valid = (
+        f"runtime:precision (runtimes {', '.join(names())}; precisions "
+        f"{', '.join(PRECISIONS)}), e.g. ort:int8, torch:fp32, int8"
+    )
     raw = text.strip().lower()
     if ":" in raw:
         rt, _, prec = raw.partition(":")
@@ -241,7 +244,8 @@ def check_bundle(
     if unused:
         valid = ", ".join(drops) or "none (this model has no ground truth; pass --metric module:function)"
         raise EdgekitError(
-            f"thresholds file {thresholds.source}: {bundle.kind}.{unused[0]} names no quality metric of {bundle.name}; valid: {valid}"
+            f"thresholds file {thresholds.source}: {bundle.kind}.{unused[0]} "
+            f"names no quality metric of {bundle.name}; valid: {valid}"
         )
     metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
     verdict = compare(metrics, thresholds, baseline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import json
 import os
 import sys
@@ -141,7 +142,10 @@ TrustCodeOpt = Annotated[
     bool,
     typer.Option(
         "--trust-code",
-        help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
+        help=(
+            "Run Python code the bundle's manifest names (condition sampler, "
+            "model source) although you did not export the bundle here."
+        ),
     ),
 ]
 
@@ -172,7 +176,10 @@ CondDataOpt = Annotated[
     Path | None,
     typer.Option(
         "--cond-data",
-        help="Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning inputs, [N, ...] each.",
+        help=(
+            "Real conditions: an .npz (or a directory of .npz / NAME.npy) "
+            "with arrays named like the conditioning inputs, [N, ...] each."
+        ),
     ),
 ]
 
@@ -228,6 +235,10 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 TRUST_CODE.reset(trust)
                 restore()
 
+        if fn.__doc__ and "help" not in kwargs:
+            # A docstring wrapped in the source still reads as one line in `edgekit --help`'s list of
+            # commands (typer joins a first paragraph's lines on the command's own page only).
+            kwargs["help"] = "\n\n".join(" ".join(p.split()) for p in inspect.getdoc(fn).split("\n\n"))
         return app.command(name, cls=_Command, **kwargs)(wrapper)
 
     return register

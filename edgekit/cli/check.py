@@ -34,7 +34,8 @@ from edgekit.output import Output
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
-    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the device vs fp32 here)'
+    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   '
+    "(int8 on the device vs fp32 here)"
 )
 def check(
     bundle: BundleArg,
@@ -42,7 +43,10 @@ def check(
         str,
         typer.Option(
             "--reference",
-            help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).",
+            help=(
+                "Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on "
+                "--runtime) or a runtime (fp32)."
+            ),
         ),
     ] = "fp32",
     candidate: Annotated[
@@ -55,7 +59,10 @@ def check(
         typer.Option(
             "--n",
             callback=bounded("rows"),
-            help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
+            help=(
+                "Evaluation conditions (graph batch i decodes with seed + "
+                "i); default: the rows `edgekit quantize` gated on, else 16."
+            ),
         ),
     ] = None,
     seed: Annotated[
@@ -104,21 +111,30 @@ def check(
         typer.Option(
             "--target",
             "-t",
-            help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).",
+            help=(
+                "A variant on this target's runtime loads the engine built for "
+                "it (qnn:int8 + a Snapdragon target: its precompiled context)."
+            ),
         ),
     ] = None,
     device: Annotated[
         str | None,
         typer.Option(
             "--device",
-            help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.",
+            help=(
+                "With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for "
+                "its first device); per step on the reference's recorded inputs."
+            ),
         ),
     ] = None,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume",
-            help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
+            help=(
+                "With --runtime aihub: collect the inference jobs an earlier, "
+                "interrupted check submitted (the bundle's aihub/jobs.json)."
+            ),
         ),
     ] = False,
     strict: Annotated[
@@ -131,7 +147,8 @@ def check(
     trust_code: TrustCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
+    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise;
+    exit 4 when a metric fails."""
     configure_logging()
     from edgekit.check import CheckConfig, check_bundle
     from edgekit.check.render import print_check
@@ -172,5 +189,8 @@ def check(
         failed = ", ".join(doc["failed"])
         raise CheckFailed(
             f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
-            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
+            hint=(
+                "the table shows each value against its threshold; a "
+                "deliberate change needs a new --save-baseline or --thresholds"
+            ),
         )

@@ -16,7 +16,8 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit deploy bundles/masked --host pi@raspberrypi.local --target rpi5\n\n"
     "  edgekit deploy bundles/masked --host nvidia@orin.local --target jetson-orin-nano --command check --json\n\n"
-    "  edgekit deploy bundles/masked --host me@192.0.2.10 --port 2222 --identity ~/.ssh/id_ed25519 --command run -- --steps 4"
+    "  edgekit deploy bundles/masked --host me@192.0.2.10 --port 2222 "
+    "--identity ~/.ssh/id_ed25519 --command run -- --steps 4"
 )
 def deploy(
     bundle: BundleArg,

@@ -20,7 +20,11 @@ from edgekit.output import Output
 
 
 @command(
-    epilog="Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16"
+    epilog=(
+        "Examples:\n\n  edgekit export masked-demo -o bundles/masked\n\n"
+        "  edgekit export examples/custom_model.py:make_model -o bundles/mine --batch 2\n\n"
+        "  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16"
+    )
 )
 def export(
     model: Annotated[
@@ -39,14 +43,20 @@ def export(
         Literal["host", "step", "unrolled"],
         typer.Option(
             "--graph",
-            help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.",
+            help=(
+                "host: per-step network (default); step: decode update in "
+                "the graph; unrolled: the whole K-step decode in one call."
+            ),
         ),
     ] = "host",
     decode_opt: Annotated[
         list[str] | None,
         typer.Option(
             "--decode",
-            help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.",
+            help=(
+                "KEY=VALUE decode option to bake into a --graph step|unrolled "
+                "graph (default: the model's decode defaults); repeatable."
+            ),
         ),
     ] = None,
     wait: WaitOpt = False,
@@ -55,7 +65,10 @@ def export(
         typer.Option(
             "--chunk-frames",
             min=1,
-            help="Flow models: export the chunk window graph for streaming (F frames emitted per chunk; see `edgekit loadtest`).",
+            help=(
+                "Flow models: export the chunk window graph for streaming "
+                "(F frames emitted per chunk; see `edgekit loadtest`)."
+            ),
         ),
     ] = None,
     context: Annotated[
@@ -74,7 +87,10 @@ def export(
         bool,
         typer.Option(
             "--overwrite",
-            help="Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); without it export refuses and lists what would be lost.",
+            help=(
+                "Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); "
+                "without it export refuses and lists what would be lost."
+            ),
         ),
     ] = False,
     json_out: JsonOpt = False,

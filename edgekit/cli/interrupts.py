@@ -12,7 +12,10 @@ def _interrupted(committed: list[str], what: str = "interrupted") -> str:
     if not committed:
         return f"{what}: nothing was recorded for the unfinished stage"
     where = ", ".join(dict.fromkeys(committed))
-    return f"{what} after the manifest of {where} was written: what it records is complete and verified; the rest of the command did not run"
+    return (
+        f"{what} after the manifest of {where} was written: what it records "
+        "is complete and verified; the rest of the command did not run"
+    )
 
 
 class Terminated(KeyboardInterrupt):

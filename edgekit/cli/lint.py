@@ -14,7 +14,10 @@ from edgekit.output import Output
 
 
 @command(
-    epilog="Examples:\n\n  edgekit lint bundles/masked --target jetson-orin-nano\n\n  edgekit lint bundles/masked --target android-arm64 --json"
+    epilog=(
+        "Examples:\n\n  edgekit lint bundles/masked --target jetson-orin-nano\n\n"
+        "  edgekit lint bundles/masked --target android-arm64 --json"
+    )
 )
 def lint(bundle: BundleArg, target: TargetOpt = "cpu", json_out: JsonOpt = False) -> None:
     """Check that a bundle's graphs will deploy to a target (exit 4 on an error-level finding)."""

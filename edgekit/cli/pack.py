@@ -13,7 +13,10 @@ from edgekit.output import Output
 
 
 @command(
-    epilog="Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5"
+    epilog=(
+        "Examples:\n\n  edgekit pack bundles/masked -o masked.tar.gz\n\n"
+        "  edgekit pack bundles/masked -o masked-rpi5.tar.gz --target rpi5"
+    )
 )
 def pack(
     bundle: BundleArg,

@@ -26,7 +26,8 @@ from edgekit.output import Output
 
 @command(
     epilog="Examples:\n\n  edgekit run bundles/masked --steps 8 --schedule cosine -o tokens.npz\n\n"
-    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   (every row of tokens.npz)\n\n"
+    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   "
+    "(every row of tokens.npz)\n\n"
     "  edgekit run bundles/masked --runtime torch --temperature 0 --json\n\n"
     "  edgekit run bundles/masked --runtime openvino --precision int8 -o tokens.npz\n\n"
     "  edgekit run bundles/masked --target intel-cpu --precision int8 -o tokens.npz   # the blob `edgekit build` wrote"
@@ -38,7 +39,10 @@ def run(
         typer.Option(
             "-o",
             "--out",
-            help="Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz.",
+            help=(
+                "Write the outputs (tokens or frames, the conditions as "
+                "cond_NAME and, for flow, the starting noise x0) to this .npz."
+            ),
         ),
     ] = None,
     runtime: RuntimeOpt = "ort",
@@ -64,7 +68,10 @@ def run(
         int | None,
         typer.Option(
             min=0,
-            help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).",
+            help=(
+                "masked: tokens committed in one step prefer to be more "
+                "than this many positions apart (0 = confidence only)."
+            ),
         ),
     ] = None,
     length: Annotated[
@@ -74,7 +81,10 @@ def run(
         list[str] | None,
         typer.Option(
             "--cond",
-            help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.",
+            help=(
+                "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files "
+                "give the rows to decode (in as many graph batches as they need); repeatable."
+            ),
         ),
     ] = None,
     cond_data: CondDataOpt = None,
@@ -109,7 +119,10 @@ def run(
         typer.Option(
             "--latency-budget-ms",
             callback=bounded("ms"),
-            help="flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).",
+            help=(
+                "flow: pick solver and steps that fit this many ms per decode on this device (quality table "
+                "measured once, stored in the bundle)."
+            ),
         ),
     ] = None,
     trust_code: TrustCodeOpt = False,

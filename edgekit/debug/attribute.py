@@ -13,14 +13,14 @@ the float values that reach each Q/DQ pair of the op. Then, each on its own:
 - accumulation: for u8 × s8 MatMul/Gemm on a CPU runtime, the numpy model of the int8 kernel of
   the CPU class (``arithmetic.gemm_pairs_saturating`` where its int16 pair sums saturate: AVX2).
 
-The cause is the component with the lowest SQNR.
+The cause is the component with the lowest SQNR. The op's Q/DQ pairs and their numpy
+quantization are ``qdq``'s (``QdqInput``, ``quantize`` and ``range_use`` are named here too).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import side_files_beside
 from edgekit.arithmetic import arithmetic_for, saturation
+from edgekit.debug.qdq import QdqInput, find_node, qdq_of, quantize, range_use
 from edgekit.debug.topology import Entry
 from edgekit.evaluate import power_ratio_db as sqnr_db
 from edgekit.runtimes.onnx_file import load_onnx
@@ -40,124 +41,6 @@ MAX_KERNEL_ROWS = 512
 # An op whose output SQNR spreads over more than this across the steps has a step-dependent error
 # (range drift: a per-step-range scale, ``quantize --step-buckets``, is the fix to try first).
 STEP_DEPENDENT_DB = 10.0
-
-
-@dataclass(frozen=True)
-class QdqInput:
-    """One Q/DQ pair of the op: ``tensor`` is the float value before it (a weight: its
-    quantized initializer), ``scale``/``zero_point`` as stored, ``axis`` for per-channel."""
-
-    role: str  # activation | weight | output
-    tensor: str
-    scale: np.ndarray
-    zero_point: np.ndarray
-    qdtype: str
-    axis: int | None
-    values: np.ndarray | None = None  # a weight's stored integers
-
-    def dequantize(self, q: np.ndarray) -> np.ndarray:
-        shape = [1] * q.ndim
-        if self.axis is not None and self.scale.ndim == 1 and q.ndim:
-            shape[self.axis % q.ndim] = -1
-        scale = self.scale.reshape(shape) if self.scale.ndim else self.scale
-        zp = self.zero_point.astype(np.float64)
-        return (q.astype(np.float64) - (zp.reshape(shape) if zp.ndim else zp)) * scale
-
-
-def find_node(model: Any, entry: Entry) -> Any:
-    """The candidate node that computes the entry's weighted op (or its captured op): the same
-    name, or that name with the suffix a pre-processing pass added (``/MatMulAddFusion``, ``_matmul``)."""
-    names = [entry.shown.name, *[n.name for n in entry.nodes]]
-    for name in names:
-        for node in model.graph.node:
-            if node.name == name or node.name.startswith(name + "/") or node.name == f"{name}_matmul":
-                return node
-    produced = {o: n for n in model.graph.node for o in n.output}
-    return produced.get(entry.tensor)
-
-
-def qdq_of(model: Any, node: Any, base_dir: str | Path = "") -> list[QdqInput]:
-    """The Q/DQ pairs that feed ``node`` (activations, weights) and quantize its output; a tensor
-    in an external-data file is read from ``base_dir`` (the model's folder)."""
-    numpy_helper = require("onnx").numpy_helper
-    inits = {i.name: i for i in model.graph.initializer}
-    produced = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-
-    def arr(dq: Any, k: int) -> np.ndarray:
-        return (
-            numpy_helper.to_array(inits[dq.input[k]], str(base_dir))
-            if len(dq.input) > k and dq.input[k] in inits
-            else np.zeros((), np.uint8)
-        )
-
-    def pair(dq: Any, role: str, tensor: str) -> QdqInput:
-        axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
-        zp = arr(dq, 2)
-        return QdqInput(
-            role,
-            tensor,
-            arr(dq, 1).astype(np.float64),
-            zp,
-            str(zp.dtype),
-            axis,
-            arr(dq, 0) if role == "weight" else None,
-        )
-
-    out = []
-    for name in node.input[:2]:
-        dq = produced.get(name)
-        if dq is None or dq.op_type != "DequantizeLinear":
-            continue
-        if dq.input[0] in inits:
-            out.append(pair(dq, "weight", dq.input[0]))
-        elif (q := produced.get(dq.input[0])) is not None and q.op_type == "QuantizeLinear":
-            out.append(pair(dq, "activation", q.input[0]))
-    for q in consumers.get(node.output[0], []):
-        if q.op_type == "QuantizeLinear":
-            dq = next((n for n in consumers.get(q.output[0], []) if n.op_type == "DequantizeLinear"), None)
-            if dq is not None:
-                out.append(pair(dq, "output", node.output[0]))
-    return out
-
-
-def _bounds(qdtype: str) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(qdtype))  # uint8 | int8 | uint16 | int16 | int32 (bias)
-    return int(info.min), int(info.max)
-
-
-def quantize(x: np.ndarray, p: QdqInput) -> tuple[np.ndarray, np.ndarray]:
-    """(integer values, dequantized values) of ``x`` through ``p``'s Q/DQ (ONNX rounding: half to even)."""
-    shape = [1] * x.ndim
-    if p.axis is not None and p.scale.ndim == 1 and x.ndim:
-        shape[p.axis % x.ndim] = -1
-    s = p.scale.reshape(shape) if p.scale.ndim else p.scale
-    zp = p.zero_point.astype(np.float64)
-    zp = zp.reshape(shape) if zp.ndim else zp
-    lo, hi = _bounds(p.qdtype)
-    q = np.clip(np.round(x / s) + zp, lo, hi)
-    return q, (q - zp) * s
-
-
-def range_use(x: np.ndarray, p: QdqInput) -> dict[str, Any]:
-    """SQNR of ``x`` through ``p``, share of values outside its range, and how much of the range
-    (max |x| over the largest representable magnitude) this step uses."""
-    _, dq = quantize(x, p)
-    lo, hi = _bounds(p.qdtype)
-    zp, s = p.zero_point.astype(np.float64), p.scale
-    reach = float(np.max(np.maximum(np.abs((lo - zp) * s), np.abs((hi - zp) * s))))
-    clipped = float(np.mean((x < np.min((lo - zp) * s)) | (x > np.max((hi - zp) * s)))) if x.size else 0.0
-    return {
-        "tensor": p.tensor,
-        "role": p.role,
-        "dtype": p.qdtype,
-        "sqnr_db": sqnr_db(float(np.sum(x**2)), float(np.sum((x - dq) ** 2))),
-        "clipped_share": clipped,
-        "range_used": float(np.max(np.abs(x), initial=0.0)) / reach if reach > 0 else math.inf,
-    }
 
 
 def capture(
@@ -312,12 +195,13 @@ def cause(doc: Mapping[str, Any]) -> tuple[str, str]:
     options: list[tuple[float, str, str]] = []
     for a in doc.get("activation", []):
         db = a.get("output_sqnr_db", a["sqnr_db"])
+        what = f"{a['role']} {a['tensor']}"
         if a["clipped_share"] > 0:
-            why = f"{a['role']} {a['tensor']} exceeds its calibrated range: {a['clipped_share']:.1%} of values clipped"
+            why = f"{what} exceeds its calibrated range: {a['clipped_share']:.1%} of values clipped"
         elif a["range_used"] < 0.25:
-            why = f"{a['role']} {a['tensor']} uses {a['range_used']:.1%} of its calibrated range at this step (too coarse)"
+            why = f"{what} uses {a['range_used']:.1%} of its calibrated range at this step (too coarse)"
         else:
-            why = f"{a['role']} {a['tensor']} at {a['dtype']}: {db:.1f} dB"
+            why = f"{what} at {a['dtype']}: {db:.1f} dB"
         options.append((db, "activation range", why))
     w = doc.get("weights")
     if w:
@@ -398,3 +282,6 @@ def compounding(
         "sqnr_per_step": list(sqnr_per_step),
         "step_dependent": spread >= STEP_DEPENDENT_DB,
     }
+
+
+__all__ = ["QdqInput", "accumulation", "attribute", "cause", "components", "compounding", "quantize", "range_use"]

@@ -102,7 +102,10 @@ def recorded_config(bundle: Bundle) -> QuantizeConfig:
 def candidates(profile: str, entry: Entry, attribution: Mapping[str, Any], source: str) -> list[Fix]:
     """The fixes to try for ``entry``, smallest first."""
     label = f"{entry.shown.label} ({entry.shown.op_type})"
-    reason = f"step {entry.step + 1}: {label} adds noise at {entry.own_db:.1f} dB ({attribution.get('cause', 'unknown cause')})"
+    reason = (
+        f"step {entry.step + 1}: {label} adds noise at {entry.own_db:.1f} dB "
+        f"({attribution.get('cause', 'unknown cause')})"
+    )
 
     def item(**kw: Any) -> dict[str, Any]:
         return kw | {"reason": reason, "source": source}

@@ -23,10 +23,12 @@ Doc = Mapping[str, Any]
 LOW_DB, HIGH_DB = 0.0, 50.0
 
 _CSS = """
-body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1100px;
+  color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.5em; border-bottom: 1px solid #ddd; }
 .summary { font-size: 1.1em; padding: 0.6em; background: #f4f4f4; border-left: 4px solid #d62728; }
-table { border-collapse: collapse; font-size: 0.9em; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+table { border-collapse: collapse; font-size: 0.9em; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 img { max-width: 100%; }
 """
 
@@ -84,7 +86,10 @@ def _rows(items: Mapping[str, Any]) -> str:
 def render_html(doc: Doc) -> str:
     attribution, comp, fixed = doc.get("attribution") or {}, doc.get("compounding") or {}, doc.get("fix") or {}
     parts = [
-        f"<h1>edgekit debug: {html.escape(doc['model'])} — {html.escape(doc['candidate'])} vs {html.escape(doc['reference'])}</h1>",
+        (
+            f"<h1>edgekit debug: {html.escape(doc['model'])} — {html.escape(doc['candidate'])} vs "
+            f"{html.escape(doc['reference'])}</h1>"
+        ),
         f"<p class='summary'>{html.escape(str(doc.get('summary', '')))}</p>",
         "<h2>Where the error enters (SQNR per step and module)</h2>",
         heatmap_png(doc),
@@ -108,7 +113,10 @@ def render_html(doc: Doc) -> str:
         }
         rows |= {u["kind"]: "not available: " + u["why"] for u in fixed.get("unavailable", [])}
         parts += ["<h2>Fixes tried (check's gate)</h2>", _rows(rows or {"—": fixed.get("why", "")})]
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>edgekit debug</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>edgekit "
+        f"debug</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
+    )
 
 
 def write_heatmap(out_dir: Path | str, doc: Doc) -> Path:

@@ -56,7 +56,8 @@ def print_debug(o: Output, doc: Mapping[str, Any]) -> None:
     o.pairs(
         f"{doc['model']}: {doc['candidate']} vs {doc['reference']}",
         {
-            "replayed": f"{doc['calls']} network calls over {doc['steps']} steps ({doc['settings']['replay_rows']} row(s)), "
+            "replayed": f"{doc['calls']} network calls over {doc['steps']} "
+            f"steps ({doc['settings']['replay_rows']} row(s)), "
             f"{doc['capture']['tensors']} tensors",
             "captured (candidate)": doc["capture"]["candidate"],
             "error enters": "—"

@@ -37,7 +37,8 @@ def print_deploy(o: Output, doc: dict[str, Any], host: str, command: str) -> Non
             if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
                 o.pairs(key, value)
     o.line(
-        f"copied {len(doc['copied']['files'])} files ({doc['copied']['bytes'] / 1e6:.1f} MB) by {doc['remote']['transfer']}; "
+        f"copied {len(doc['copied']['files'])} files ({doc['copied']['bytes'] / 1e6:.1f} MB)"
+        f" by {doc['remote']['transfer']}; "
         f"reports in {doc['fetched'][0] if doc['fetched'] else '—'}"
     )
 

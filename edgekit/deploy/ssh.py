@@ -145,7 +145,8 @@ def ssh_failure(host: str, opts: SshOptions, stderr: str, doing: str) -> Edgekit
         name = host.split("@")[-1]
         hint = (
             f"verify the device's host key fingerprint, then accept it once with `ssh {port}{host}` "
-            f"(or add `ssh-keyscan {port}{name}` output to known_hosts after comparing it); edgekit never skips the check"
+            f"(or add `ssh-keyscan {port}{name}` output to known_hosts after comparing it);"
+            " edgekit never skips the check"
         )
         return TargetUnavailable(
             f"ssh to {host} refused: the device's host key is unknown or changed ({last})", hint=hint

@@ -57,7 +57,9 @@ REPORTS_DIR = "reports"
 # come after a marker line (a chatty login shell may print before it), one KEY=VALUE a line,
 # printed with printf '%s' (a value is never read as a format or an echo option).
 _PREFLIGHT = r"""
-expand() { case "$1" in "~") printf '%s\n' "$HOME";; "~/"*) printf '%s\n' "$HOME/${1#??}";; *) printf '%s\n' "$1";; esac; }
+expand() {
+  case "$1" in "~") printf '%s\n' "$HOME";; "~/"*) printf '%s\n' "$HOME/${1#??}";; *) printf '%s\n' "$1";; esac
+}
 dir=$(expand "$1"); name=$2; cmd=$3; shift 3
 found=""
 for c in "$@"; do c=$(expand "$c"); if command -v "$c" >/dev/null 2>&1; then found=$(command -v "$c"); break; fi; done
@@ -228,9 +230,8 @@ def _preflight(
     if code == SSH_FAILED:
         raise ssh_failure(host, ssh, err, "checking the device")
     if code != 0:
-        raise EdgekitError(
-            f"preparing {remote_dir} on {host} failed (exit {code}): {err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]}"
-        )
+        said = err.strip().splitlines()[-1] if err.strip() else out.strip()[-200:]
+        raise EdgekitError(f"preparing {remote_dir} on {host} failed (exit {code}): {said}")
     facts, help_text = parse_preflight(out, host)
     if "EDGEKIT_MISSING" in facts:
         looked = ", ".join(candidates)

@@ -1,6 +1,6 @@
 """The evaluation the stages share: conditioning inputs for a bundle, ground-truth scores where a
-model has them, a user's quality metric hook (``--metric module:function``), and decoding an evaluation set in batches of the graph's static batch under
-per-batch seeds.
+model has them, a user's quality metric hook (``--metric module:function``), and decoding an
+evaluation set in batches of the graph's static batch under per-batch seeds.
 
 Where conditions come from, first match per input: ``--cond NAME=VALUE`` (every row); rows of real
 data (``--cond-data FILE.npz|DIR``, or the held-out rows ``edgekit quantize`` stored in the

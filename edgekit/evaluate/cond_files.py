@@ -112,7 +112,8 @@ def cond_file_rows(raw: Mapping[str, str]) -> int | None:
                 raise
             except Exception as exc:  # noqa: BLE001 - any unreadable header: one line
                 raise UsageError(
-                    f"--cond {name}={value}: cannot read it as .npy ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                    f"--cond {name}={value}: cannot read it as .npy "
+                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
                 ) from None
             rows.add(int(header[0][0]) if header[0] else 0)
     if len(rows) > 1:

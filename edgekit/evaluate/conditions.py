@@ -25,10 +25,11 @@ def conditions(
     draw: bool = False,
 ) -> dict[str, np.ndarray]:
     """Conditioning arrays [batch, ...] for every conditioning input of ``bundle``, first match
-    per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a path loads a .npy),
-    (a .npy, .npz or .npz:KEY file gives its first ``batch`` rows), ``rows`` (real rows, at most ``batch``: a short last batch repeats its final row), the demo
-    model's held-out set (seed ``seed``), when ``draw``: the model's ``condition_sampler``
-    (seeded), else draws within the declared ``[low, high)``; else an error naming what is needed."""
+    per input: ``raw`` (``--cond NAME=VALUE``: a number fills the input; a .npy, .npz or
+    .npz:KEY file gives its first ``batch`` rows), ``rows`` (real rows, at most ``batch``: a short
+    last batch repeats its final row), the demo model's held-out set (seed ``seed``), when
+    ``draw``: the model's ``condition_sampler`` (seeded), else draws within the declared
+    ``[low, high)``; else an error naming what is needed."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         # numpy's generators take no negative seed (a ValueError deep in default_rng): the
         # CLI bounds --seed; a caller in code gets the same line.
@@ -69,7 +70,10 @@ def conditions(
         else:
             raise UsageError(
                 f"{bundle.name} needs conditioning input {name!r} ({spec.dtype}{list(shape)})",
-                hint=f"pass --cond {name}=VALUE (a number), --cond {name}=FILE.npy|FILE.npz[:KEY] or --cond-data FILE.npz",
+                hint=(
+                    f"pass --cond {name}=VALUE (a number), --cond "
+                    f"{name}=FILE.npy|FILE.npz[:KEY] or --cond-data FILE.npz"
+                ),
             )
     return out
 

@@ -102,11 +102,8 @@ def load_condition_data(bundle: Bundle, path: Path | str) -> ConditionData:
         want = tuple(spec.shape[1:])
         for c in chunks:
             if c.ndim != len(want) + 1 or tuple(c.shape[1:]) != want:
-                raise UsageError(
-                    f"{flag}: {name!r} has shape {list(c.shape)}; valid: [N, {', '.join(map(str, want))}] (N rows)".replace(
-                        "[N, ]", "[N]"
-                    )
-                )
+                valid = f"[N, {', '.join(map(str, want))}]".replace("[N, ]", "[N]")
+                raise UsageError(f"{flag}: {name!r} has shape {list(c.shape)}; valid: {valid} (N rows)")
             if not np.can_cast(c.dtype, spec.dtype, "same_kind"):
                 raise UsageError(
                     f"{flag}: {name!r} is {c.dtype}; valid: {spec.dtype} (or a dtype that casts to it safely)"

@@ -2,7 +2,8 @@
 
 ``onnx_export``: one module to one ONNX file (torch imported lazily); ``verify``: ONNX vs torch;
 ``to_bundle``: a bundle with the verified fp32 graph (``export_bundle``); ``fused``: the graphs
-with the decode update inside (``--graph step|unrolled``); ``chunk``: the chunk window of a flow model (``--chunk-frames``); ``stage``: the
+with the decode update inside (``--graph step|unrolled``), built as torch modules in
+``fused_graphs``; ``chunk``: the chunk window of a flow model (``--chunk-frames``); ``stage``: the
 command's request checked and run (``export_model``); ``render``: the console tables.
 """
 

@@ -29,7 +29,8 @@ def window_spec(
     W = chunk.window
     if W > total:
         raise UsageError(
-            f"the chunk window ({context} + {frames} + {lookahead} = {W} frames) exceeds the model's {total} frames; valid: <= {total}"
+            f"the chunk window ({context} + {frames} + {lookahead} = {W} "
+            f"frames) exceeds the model's {total} frames; valid: <= {total}"
         )
     if tokens_input not in spec.inputs:
         raise UsageError(

@@ -209,7 +209,8 @@ def check_graph(model: Any, spec: ModelSpec) -> None:
             dims = value.type.tensor_type.shape.dim
             shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
             if shape != expected[value.name].shape:
+                spec_shape = list(expected[value.name].shape)
                 raise ExportError(
-                    f"exported {role} {value.name!r} has shape {list(shape)}, the spec says {list(expected[value.name].shape)}",
+                    f"exported {role} {value.name!r} has shape {list(shape)}, the spec says {spec_shape}",
                     hint="make the module's output shapes static (no mode flags that change them)",
                 )

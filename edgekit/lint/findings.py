@@ -12,7 +12,9 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 @dataclass(frozen=True)
 class Finding:
     severity: str  # error | warning | info
-    rule: str  # static-shapes, random-op, data-dependent-shape, topk, opset, qdq, unsupported-op, ep-coverage, memory, format, precision, npu-refused, npu-float, npu-compile
+    # static-shapes, random-op, data-dependent-shape, topk, opset, qdq, unsupported-op, ep-coverage,
+    # memory, format, precision, npu-refused, npu-float, npu-compile
+    rule: str
     artifact: str  # which bundle artifact ("fp32", "int8") or model file it is about
     message: str
     hint: str | None = None

@@ -143,7 +143,10 @@ def _static_shape_findings(
     else:
         params = sorted({d for _, _, dims in dynamic for d in dims if isinstance(d, str) and d != "?"})
         args = " ".join(f"--dim_param {p} --dim_value N" for p in params) or "--input_name NAME --input_shape D0,D1,..."
-        hint = f"export with static shapes, or fix them: python -m onnxruntime.tools.make_dynamic_shape_fixed {args} in.onnx out.onnx"
+        hint = (
+            "export with static shapes, or fix them: python -m "
+            f"onnxruntime.tools.make_dynamic_shape_fixed {args} in.onnx out.onnx"
+        )
     severity = "error" if target.lint.static_shapes else "warning"
     return [Finding(severity, "static-shapes", name, f"graph IO has dynamic dims: {listed}", hint=hint)]
 
@@ -157,7 +160,8 @@ def _op_findings(nodes: Sequence[Any], target: Target, name: str) -> list[Findin
                 "error",
                 "random-op",
                 name,
-                f"{op} draws random numbers inside the graph ({len(group)} node(s): {shown_names(names)}): runtimes draw "
+                f"{op} draws random numbers inside the graph ({len(group)} "
+                f"node(s): {shown_names(names)}): runtimes draw "
                 "different numbers (TensorRT ignores the seed), so one seed no longer gives one output",
                 hint="take the noise as a graph input (edgekit's exported graphs do; the decode loop draws it)",
                 nodes=names,
@@ -208,7 +212,8 @@ def _topk_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], targe
                 "error",
                 "topk",
                 name,
-                f"TopK takes K from the graph at run time ({len(dynamic)} node(s): {shown_names(names)}): its output shape "
+                f"TopK takes K from the graph at run time ({len(dynamic)} "
+                f"node(s): {shown_names(names)}): its output shape "
                 "depends on the data, and TensorRT needs K as an initializer",
                 hint="make K a constant (an initializer) at export",
                 nodes=names,
@@ -258,7 +263,10 @@ def _memory_findings(model: Any, model_path: Path, target: Target, name: str) ->
                 "memory",
                 name,
                 f"model weights are {mb:.0f} MB; target {target.name}'s memory budget is {budget} MB",
-                hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`) or use a smaller model",
+                hint=(
+                    "quantize it (`edgekit quantize BUNDLE --profile "
+                    f"{target.quantization_profile}`) or use a smaller model"
+                ),
             )
         ]
     if mb > budget / 2:
@@ -288,9 +296,11 @@ def _format_findings(model_path: Path, target: Target, name: str) -> list[Findin
             "error",
             "format",
             name,
-            f"model weights are {size / (1 << 30):.2f} GiB; ONNX Runtime's .ort format (target {target.name}) holds at most 2 GiB "
+            f"model weights are {size / (1 << 30):.2f} GiB; ONNX Runtime's "
+            f".ort format (target {target.name}) holds at most 2 GiB "
             "in its one flatbuffer and has no external data",
-            hint=f"quantize it (`edgekit quantize BUNDLE --profile {target.quantization_profile}`, about a quarter of the size) "
+            hint="quantize it (`edgekit quantize BUNDLE --profile "
+            f"{target.quantization_profile}`, about a quarter of the size) "
             'or deploy the .onnx with external data (a target whose [ort] format is "onnx")',
         )
     ]

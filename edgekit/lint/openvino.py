@@ -45,7 +45,8 @@ def openvino_findings(model_path: Path, target: Target, name: str) -> list[Findi
                 "info",
                 "unsupported-op",
                 name,
-                f"OpenVINO {version} converts every op ({len(kinds_by_name)} OpenVINO ops); whether the {device} runs each "
+                f"OpenVINO {version} converts every op ({len(kinds_by_name)} "
+                f"OpenVINO ops); whether the {device} runs each "
                 f"is known only where the {device} is (checked when `edgekit build` compiles on the device)",
             )
         ]
@@ -57,7 +58,10 @@ def openvino_findings(model_path: Path, target: Target, name: str) -> list[Findi
                 "error",
                 "unsupported-op",
                 name,
-                f"OpenVINO's {device} plugin cannot run {', '.join(kinds)} ({len(lacking)} op(s): {shown_names(lacking)})",
+                (
+                    f"OpenVINO's {device} plugin cannot run {', '.join(kinds)} "
+                    f"({len(lacking)} op(s): {shown_names(lacking)})"
+                ),
                 hint="use another target device, or replace the op at export",
                 nodes=lacking,
             )

@@ -14,13 +14,19 @@ from edgekit.targets import Target
 
 # Ops whose output shape depends on the data: no static NPU graph can hold them.
 _DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression", "Compress", "Loop", "If", "Scan"})
-_QUANTIZE_FIX = "quantize with `edgekit quantize BUNDLE --profile qnn` (every op QDQ: uint8/uint16 activations, per-tensor MatMul weights)"
+_QUANTIZE_FIX = (
+    "quantize with `edgekit quantize BUNDLE --profile qnn` (every "
+    "op QDQ: uint8/uint16 activations, per-tensor MatMul weights)"
+)
 
 
 def fix_for(op: str, artifact: str) -> str:
     """The fix for a node of ``op`` the HTP refused in ``artifact``."""
     if op in _DATA_DEPENDENT:
-        return f"op rewrite: {op} has a data-dependent shape; move it to the host loop or express it with static-shape ops (masks, TopK of fixed K)"
+        return (
+            f"op rewrite: {op} has a data-dependent shape; move it to the host loop or express it with "
+            "static-shape ops (masks, TopK of fixed K)"
+        )
     if artifact == "int8" or op in ("QuantizeLinear", "DequantizeLinear"):
         return _QUANTIZE_FIX
     return (
@@ -72,7 +78,10 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
                     "warning",
                     "npu-float",
                     artifact,
-                    f"{len(floats)} node(s) of the int8 model compute in float (the HTP runs them in fp16, not int8): {shown}",
+                    (
+                        f"{len(floats)} node(s) of the int8 model compute in "
+                        f"float (the HTP runs them in fp16, not int8): {shown}"
+                    ),
                     hint=_QUANTIZE_FIX,
                     nodes=tuple(f["node"] for f in floats),
                 )
@@ -82,7 +91,10 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
             "info",
             "npu-compile",
             artifact,
-            f"compiles for {where} ({'fp16' if fp16 else 'QDQ'}) with CPU fallback off in {seconds:.2f} s: every node on the NPU",
+            (
+                f"compiles for {where} ({'fp16' if fp16 else 'QDQ'}) with "
+                f"CPU fallback off in {seconds:.2f} s: every node on the NPU"
+            ),
         )
     )
     return findings

@@ -71,7 +71,10 @@ def _quantization_profile_findings(bundle: Bundle, target: Target) -> list[Findi
             "error",
             "qdq",
             "int8",
-            f"the int8 model was quantized with profile {profile!r}; target {target.name} needs {target.quantization_profile!r}",
+            (
+                f"the int8 model was quantized with profile {profile!r}; target {target.name} needs "
+                f"{target.quantization_profile!r}"
+            ),
             hint=f"re-quantize with `edgekit quantize {bundle.root} --profile {target.quantization_profile}`",
         )
     ]
@@ -101,7 +104,8 @@ def _arithmetic_findings(bundle: Bundle, target: Target) -> list[Finding]:
             "error",
             "int8-arithmetic",
             "int8",
-            f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's u8s8 kernel of target {target.name}: their weight pairs "
+            f"{len(bad)} INT8 layer(s) can saturate the {isa} CPU's "
+            f"u8s8 kernel of target {target.name}: their weight pairs "
             f"sum to {worst} > {PAIR_LIMIT}, so u8 activations above {32767 // worst} overflow its int16 pair sums "
             f"(the model was quantized for {made_for})",
             hint=f"re-quantize for this target: `edgekit quantize {bundle.root} --target {target.name}`",

@@ -264,7 +264,10 @@ def trt_qdq_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], nam
                 "error",
                 "qdq",
                 name,
-                f"{len(group)} Q/DQ node(s) have {dtype} zero points ({shown_names(names)}); TensorRT quantizes to int8 only",
+                (
+                    f"{len(group)} Q/DQ node(s) have {dtype} zero points "
+                    f"({shown_names(names)}); TensorRT quantizes to int8 only"
+                ),
                 hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (int8, symmetric)",
                 nodes=names,
             )
@@ -276,7 +279,10 @@ def trt_qdq_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], nam
                 "error",
                 "qdq",
                 name,
-                f"{len(nonzero)} Q/DQ node(s) have non-zero zero points ({shown_names(names)}); TensorRT is symmetric only",
+                (
+                    f"{len(nonzero)} Q/DQ node(s) have non-zero zero points "
+                    f"({shown_names(names)}); TensorRT is symmetric only"
+                ),
                 hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (zero points 0)",
                 nodes=names,
             )
@@ -300,7 +306,10 @@ def trt_qdq_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], nam
                 "warning",
                 "qdq",
                 name,
-                f"{len(missing)} QuantizeLinear node(s) have no zero point ({shown_names(names)}): ONNX then means uint8",
+                (
+                    f"{len(missing)} QuantizeLinear node(s) have no zero "
+                    f"point ({shown_names(names)}): ONNX then means uint8"
+                ),
                 hint="give an explicit int8 zero point 0 (edgekit quantize --profile trt does)",
                 nodes=names,
             )
@@ -334,7 +343,10 @@ def trt_support_findings(nodes: Sequence[Any], name: str) -> list[Finding]:
                     "unsupported-op",
                     name,
                     f"TensorRT's ONNX parser has no {op} ({len(group)} node(s): {shown_names(names)})",
-                    hint="export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT plugin",
+                    hint=(
+                        "export without contrib ops (edgekit export uses "
+                        "only standard ONNX ops) or add a TensorRT plugin"
+                    ),
                     nodes=names,
                 )
             )

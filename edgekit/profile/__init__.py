@@ -2,10 +2,11 @@
 
 ``config``: what is measured (variants); ``measure``: one variant under the probes; ``ratios``;
 ``compare_ar``: NAR vs AR and the crossover; ``frontier``: Pareto marking and the smallest K
-within a tolerance of AR's quality (pure), ``frontier_points``: measuring those points; ``sweep``: architecture-only models at other lengths;
-``stage``: the run and its ``edgekit.profile/1`` document; ``table``/``html``/``document``: the
-report as table rows, self-contained HTML (matplotlib, lazily) and JSON; ``render``: the console;
-``demo``: the demo's profile stage; ``engines``: the fastest CPU engine on this host.
+within a tolerance of AR's quality (pure), ``frontier_points``: measuring those points;
+``sweep``: architecture-only models at other lengths; ``stage``: the run and its
+``edgekit.profile/1`` document; ``table``/``html``/``document``: the report as table rows,
+self-contained HTML (matplotlib, lazily) and JSON; ``render``: the console; ``demo``: the demo's
+profile stage; ``engines``: the fastest CPU engine on this host.
 """
 
 from edgekit.profile.compare_ar import crossover, default_ar_bundle, seed_crossover

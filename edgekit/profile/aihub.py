@@ -63,7 +63,9 @@ def device_names(items: Sequence[str], bundle: Bundle) -> list[str]:
             if not target.aihub.devices:
                 raise UsageError(
                     f"--devices {item}: target {target.name} names no AI Hub device",
-                    hint="use a Snapdragon target (`edgekit targets`) or an AI Hub device name (`qai-hub list-devices`)",
+                    hint=(
+                        "use a Snapdragon target (`edgekit targets`) or an AI Hub device name (`qai-hub list-devices`)"
+                    ),
                 )
             names.append(target.aihub.devices[0])
         else:
@@ -112,7 +114,7 @@ def profile_on_aihub(
                         "profile",
                         label,
                         {"kind": "profile", "device": name, "model": dm.model.model_id, "options": options},
-                        lambda name=name, dm=dm, options=options: client.submit_inference_job(
+                        lambda name=name, dm=dm, options=options, precision=precision: client.submit_inference_job(
                             dm.model,
                             device=hub.Device(name),
                             name=f"edgekit {bundle.name} {precision}",
@@ -215,7 +217,10 @@ def _device_row(precision: str, dm: DeviceModel, handles: list[Handle], loop: Ma
             "device_ms": device_ms,
             "host_loop_ms": loop["host_ms"],
             "estimate_ms": device_ms + loop["host_ms"],
-            "how": f"{loop['calls']} calls x the device's per-call time + the host loop measured on {loop['host']} ({loop['runtime']})",
+            "how": (
+                f"{loop['calls']} calls x the device's per-call time + the "
+                f"host loop measured on {loop['host']} ({loop['runtime']})"
+            ),
         },
         "peak_memory_bytes": max(peaks) if peaks else None,
         "first_load_ms": figures[0]["first_load_ms"],
@@ -228,7 +233,10 @@ def _device_row(precision: str, dm: DeviceModel, handles: list[Handle], loop: Ma
         where = ", ".join(f"{ops[u]} on the {u}" for u in ops if u not in ("NPU", "total") and ops[u])
         shown = ", ".join(f"{op['name']} ({op['type']})" for op in off[:4])
         row["warnings"] = [
-            f"{row['id']}: {ops['total'] - ops.get('NPU', 0)} of {ops['total']} ops fell back off the NPU ({where}): {shown}"
+            (
+                f"{row['id']}: {ops['total'] - ops.get('NPU', 0)} of "
+                f"{ops['total']} ops fell back off the NPU ({where}): {shown}"
+            )
         ]
     return row
 

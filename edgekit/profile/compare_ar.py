@@ -115,7 +115,10 @@ def seed_crossover(c_ms: float, tau_ms: float) -> dict[str, Any]:
 def resolve_ar_bundle(bundle: Bundle, cfg: ProfileConfig) -> Bundle:
     if bundle.kind != "masked":
         raise UsageError(
-            f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds the {bundle.kind} model {bundle.name}",
+            (
+                f"--compare-ar compares a masked (NAR) bundle with its AR baseline; {bundle.root} holds the "
+                f"{bundle.kind} model {bundle.name}"
+            ),
             hint="profile the masked bundle (e.g. edgekit-demo/masked) with --compare-ar",
         )
     path = Path(cfg.ar_bundle) if cfg.ar_bundle is not None else default_ar_bundle(bundle.root)

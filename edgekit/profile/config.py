@@ -163,7 +163,8 @@ class ProfileConfig:
         if (self.devices or self.require_npu) and not hosted:
             clouds = [n for n in names() if backend(n).hosted]
             raise UsageError(
-                f"{'--devices' if self.devices else '--require-npu'} is for AI Hub's devices; add --runtime {' or '.join(clouds)}"
+                f"{'--devices' if self.devices else '--require-npu'} is "
+                f"for AI Hub's devices; add --runtime {' or '.join(clouds)}"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -228,7 +229,10 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
         other = next((p for p in wants.precisions if p != "int8"), "fp32") if wants else "fp32"
         raise BundleError(
             f"--precision int8: bundle {bundle.root} has no int8 artifact (precisions it has: {have})",
-            hint=f"run `edgekit quantize {bundle.root}{f' --profile {prof}' if prof else ''}` first, or profile --precision {other}",
+            hint=(
+                f"run `edgekit quantize {bundle.root}{f' --profile {prof}' if prof else ''}` "
+                f"first, or profile --precision {other}"
+            ),
         )
     for name in cfg.runtimes:
         b = backend(name)
@@ -239,7 +243,10 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
             if bundle.engine_for(name, p) is None:
                 raise BundleError(
                     f"--runtime {name}: bundle {bundle.root} has no {b.title} {p} engine",
-                    hint=f"build one on the device with `edgekit build {bundle.root} --target TARGET --precision {p}` (targets: `edgekit targets`)",
+                    hint=(
+                        f"build one on the device with `edgekit build {bundle.root} --target TARGET --precision "
+                        f"{p}` (targets: `edgekit targets`)"
+                    ),
                 )
     steps: tuple[int | None, ...] = cfg.steps or (None,)
     if cfg.steps and bundle.kind == "ar":

@@ -37,7 +37,8 @@ def check_frontier_metric(bundle: Bundle, cfg: ProfileConfig) -> None:
     names = list(score(bundle, probe, cond) or {})
     if cfg.frontier_metric not in names:
         raise UsageError(
-            f"--frontier-metric {cfg.frontier_metric!r} is not a quality metric of {bundle.name}; valid: {', '.join(names)}"
+            f"--frontier-metric {cfg.frontier_metric!r} is not a "
+            f"quality metric of {bundle.name}; valid: {', '.join(names)}"
         )
 
 
@@ -141,7 +142,8 @@ def measure_frontier(
             notes.append(f"{precision}: no AR baseline ({(a or {}).get('reason', 'not measured')})")
             continue
         tell(
-            f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions (~{_seconds(a['latency']['median_ms'] * chunks / 1e3)})"
+            f"frontier AR {runtime} {precision}: quality on {cfg.frontier_n} conditions "
+            f"(~{_seconds(a['latency']['median_ms'] * chunks / 1e3)})"
         )
         with open_runtime(ar, runtime, precision, threads=cfg.threads) as rt:
             q = quality(ar, baseline, rt, eval_cond[AR], {"length": length})
@@ -160,7 +162,8 @@ def measure_frontier(
         "seed": cfg.seed,
         "quality_from": " + ".join(sources),
         "how": (
-            f"latency: median per decode of {rows} rows ({runtime}); quality: {cfg.frontier_n} {held_out}conditions, the same "
+            f"latency: median per decode of {rows} rows ({runtime}); quality: {cfg.frontier_n} "
+            f"{held_out}conditions, the same "
             f"for every point, decoded with each model's decode defaults (masked: K steps; AR: {length} tokens)"
         ),
         "notes": notes,

@@ -319,7 +319,10 @@ def render_html(doc: Doc) -> str:
     if doc.get("ratios"):
         parts += [
             "<h2>Ratios (measured in the same run)</h2>",
-            "<p>latency ratio = first / second median decode time (below 1: the first is faster); speedup = its inverse.</p>",
+            (
+                "<p>latency ratio = first / second median decode time "
+                "(below 1: the first is faster); speedup = its inverse.</p>"
+            ),
             _table(*ratios_table(doc)),
         ]
     if doc.get("compare_ar"):

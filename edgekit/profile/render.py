@@ -1,5 +1,6 @@
 """`edgekit profile`'s console output: progress bars on stderr, the side-by-side table, ratios,
-NAR vs AR with the quality-latency frontier, power and warnings (``deploy`` shows a device's profile with the same tables)."""
+NAR vs AR with the quality-latency frontier, power and warnings (``deploy`` shows a device's
+profile with the same tables)."""
 
 from __future__ import annotations
 

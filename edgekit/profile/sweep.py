@@ -179,7 +179,10 @@ def length_sweep(
         f"architectures at each length, {'exported to ONNX and ' if _exports(runtime) else ''}decoded on "
         f"{runtime} {cfg.sweep_precision} with K={nar_steps} NAR steps and N AR tokens"
         + (
-            f" (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
+            (
+                " (int8: cpu-profile QDQ of every weighted node, no budget, calibrated on one recorded fp32 "
+                f"decode, at most {SWEEP_CALIBRATION_CALLS} evenly spaced calls)"
+            )
             if cfg.sweep_precision == "int8"
             else ""
         )

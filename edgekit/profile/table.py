@@ -190,7 +190,10 @@ def crossover_statement(cross: Mapping[str, Any] | None) -> str:
         return f"fitted crossover N ~ {model['n']:.0f} tokens" + (
             " (extrapolated)" if model.get("extrapolated") else ""
         )
-    return "crossover: not measured (one length timed; `edgekit profile --compare-ar --sweep 32,128` or `edgekit demo --full` sweeps lengths)"
+    return (
+        "crossover: not measured (one length timed; `edgekit profile "
+        "--compare-ar --sweep 32,128` or `edgekit demo --full` sweeps lengths)"
+    )
 
 
 def nar_vs_ar_line(doc: Doc) -> str | None:
@@ -245,7 +248,10 @@ def crossover_lines(doc: Doc) -> list[str]:
         return [f"crossover: unavailable ({cross.get('reason')})"]
     seed = cross["seed_formula"]
     lines = [
-        f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}, K={cross['nar_steps']}): {crossover_statement(cross)}"
+        (
+            f"crossover ({cross['runtime']} {cross.get('sweep_precision', cross['precision'])}, "
+            f"K={cross['nar_steps']}): {crossover_statement(cross)}"
+        )
     ]
     m, model = cross.get("measured") or {}, cross.get("model") or {}
     estimates = []
@@ -322,7 +328,10 @@ def frontier_lines(doc: Doc) -> list[str]:
         return [f"frontier: unavailable ({f.get('reason')})"]
     metric, tol = f["metric"], f["tolerance"]["text"]
     lines = [
-        f"frontier: {f['how']}; quality from {f['quality_from']}; * = Pareto-optimal (no other point is as fast and as good)"
+        (
+            f"frontier: {f['how']}; quality from {f['quality_from']}; "
+            "* = Pareto-optimal (no other point is as fast and as good)"
+        )
     ]
     for e in f["smallest_k"]:
         head = f"{f['runtime']} {e['precision']}: smallest K with {metric} within {tol} of AR's"

@@ -171,7 +171,8 @@ class QuantizeConfig:
         memory = self.bucket_memory
         if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not (memory == 0 or 1 <= memory <= 100):
             raise UsageError(
-                f"--bucket-memory {memory!r} is not a ratio of one scale's memory; give one in [1, 100] (e.g. 1.2), or 0 for no bound"
+                f"--bucket-memory {memory!r} is not a ratio of one scale's "
+                "memory; give one in [1, 100] (e.g. 1.2), or 0 for no bound"
             )
         if self.scheme != "auto" and self.scheme not in SCHEMES:
             raise UsageError(f"--scheme {self.scheme!r} is unknown; valid: auto, {', '.join(SCHEMES)}")

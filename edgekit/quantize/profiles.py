@@ -94,7 +94,10 @@ TRT = register_profile(
 QNN = register_profile(
     QuantizeProfile(
         name="qnn",
-        help="Qualcomm Hexagon NPU, every op quantized, sensitive activations promoted to 16 bit, budget measured on the HTP backend",
+        help=(
+            "Qualcomm Hexagon NPU, every op quantized, sensitive activations "
+            "promoted to 16 bit, budget measured on the HTP backend"
+        ),
         settings=ProfileSettings(
             activation_type="QUInt8",
             weight_type="QUInt8",

@@ -7,30 +7,8 @@ from edgekit.output import Output
 
 
 def print_quantize(o: Output, s: dict) -> None:
-    sizes, share, cal = s["sizes"], s["int8_flop_share"], s["calibration"]
     sel = s["selection"]
-    o.pairs(
-        f"quantize {s['bundle']}",
-        {
-            "model": f"{s['model']} ({s['kind']})",
-            "profile / method": f"{s['profile']} / {s['method']}",
-            "calibration": f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network calls, {cal['calls_per_decode']} per decode"
-            + (
-                f" (one call in {cal['every_nth_call']} kept: the recording's memory bound)"
-                if cal.get("every_nth_call", 1) > 1
-                else ""
-            ),
-            "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
-            "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
-            "size": f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> {sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)",
-            "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
-            "conditions": (s.get("conditions") or {}).get("source", "—"),
-            "pre-processing": "quant_pre_process"
-            if (s.get("preprocess") or {}).get("applied", True)
-            else f"skipped: {s['preprocess']['skipped_because']}",
-            "budget": "met" if s["passed"] else "NOT met",
-        },
-    )
+    o.pairs(f"quantize {s['bundle']}", _summary_pairs(s))
     o.table(
         "kept in float (node, why)",
         ["module / node", "op", "source", "reason"],
@@ -51,7 +29,10 @@ def print_quantize(o: Output, s: dict) -> None:
         )
     where = {"masked": "mask share", "flow": "t", "ar": "position"}[s["kind"]]
     o.table(
-        f"activation range drift across decode steps ({s['range_drift']['tensors']} INT8 input tensors; share = step max|x| / calibrated max|x|)",
+        (
+            f"activation range drift across decode steps ({s['range_drift']['tensors']} INT8 input tensors; share "
+            "= step max|x| / calibrated max|x|)"
+        ),
         ["network calls", where, "mean share", "min share", "narrowest tensor"],
         [
             (span(r["calls"], "d"), span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
@@ -94,6 +75,37 @@ def _print_accuracy(o: Output, s: dict) -> None:
     )
 
 
+def _summary_pairs(s: dict) -> dict[str, str]:
+    """The summary's header: model, profile, calibration, INT8 share and size, the verdict."""
+    sizes, share, cal = s["sizes"], s["int8_flop_share"], s["calibration"]
+    sel = s["selection"]
+    return {
+        "model": f"{s['model']} ({s['kind']})",
+        "profile / method": f"{s['profile']} / {s['method']}",
+        "calibration": (
+            f"{cal['samples']} sequences in {cal['decodes']} FP32 decode(s): {cal['feeds']} recorded network "
+            f"calls, {cal['calls_per_decode']} per decode"
+        )
+        + (
+            f" (one call in {cal['every_nth_call']} kept: the recording's memory bound)"
+            if cal.get("every_nth_call", 1) > 1
+            else ""
+        ),
+        "INT8 nodes": f"{len(sel['int8'])} ({', '.join(sorted({r['op'] for r in sel['int8']}))})",
+        "INT8 share of FLOPs": f"{pct(share['matmul'])} of MatMul/Gemm, {pct(share['weighted'])} incl. Conv",
+        "size": (
+            f"{sizes['fp32_bytes'] / 1e6:.2f} MB fp32 -> "
+            f"{sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)"
+        ),
+        "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
+        "conditions": (s.get("conditions") or {}).get("source", "—"),
+        "pre-processing": "quant_pre_process"
+        if (s.get("preprocess") or {}).get("applied", True)
+        else f"skipped: {s['preprocess']['skipped_because']}",
+        "budget": "met" if s["passed"] else "NOT met",
+    }
+
+
 def _print_buckets(o: Output, b: dict | None, where: str) -> None:
     """--step-buckets: what each count measured, the chosen ranges, and where they pay."""
     if not b:
@@ -119,7 +131,10 @@ def _print_buckets(o: Output, b: dict | None, where: str) -> None:
     if b.get("n", 1) > 1:
         edges = [None, *b["boundaries"], None]
         o.table(
-            f"step buckets: {b['n']} by {b['by']} (activation scales each; weights shared: {b.get('weights_file', '—')})",
+            (
+                f"step buckets: {b['n']} by {b['by']} (activation scales "
+                f"each; weights shared: {b.get('weights_file', '—')})"
+            ),
             ["bucket", f"{where} from", "to", "calls"],
             [
                 (
@@ -156,7 +171,8 @@ def _print_speed(o: Output, s: dict) -> None:
     arith = s.get("arithmetic")
     if arith:
         o.line(
-            f"arithmetic: scheme {arith['scheme']['name']} for {arith['isa']} CPUs (budget measured on {arith.get('validated_on')}; "
+            f"arithmetic: scheme {arith['scheme']['name']} for {arith['isa']} "
+            f"CPUs (budget measured on {arith.get('validated_on')}; "
             f"saturates on: {', '.join(arith.get('saturates_on') or []) or 'none'})"
         )
 
@@ -168,8 +184,14 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         "Hexagon NPU (HTP) quantization",
         {
             "budget measured on": s["budget"].get("measured_on", "qnn HTP backend"),
-            "HTP": f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK {q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})",
-            "activations at 8 bit": f"{share} of {q['activation_tensors']} tensors ({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit"
+            "HTP": (
+                f"v{q['htp_arch']} soc_model {q['soc_model']} (QNN SDK "
+                f"{q['qnn_sdk']}, onnxruntime-qnn {q['onnxruntime_qnn']})"
+            ),
+            "activations at 8 bit": (
+                f"{share} of {q['activation_tensors']} tensors "
+                f"({q.get('activations_16bit', q['promoted_16bit'])} at 16 bit"
+            )
             + (
                 f"; per call, by step bucket: {', '.join(str(n) for n in q['activations_16bit_per_bucket'])})"
                 if q.get("activations_16bit_per_bucket")

@@ -99,8 +99,10 @@ def quantize_bundle(
         result.extras["speed"] = decode_speed(run, profile, result)
         if not result.int8_nodes:
             run.warn(
-                f"no layer of {bundle.name} stayed INT8 within the budget: the int8 artifact computes in float and gains "
-                f"nothing over fp32; try more calibration (--calib-samples {2 * cfg.calib_samples}), --method percentile, "
+                f"no layer of {bundle.name} stayed INT8 within the "
+                "budget: the int8 artifact computes in float and gains "
+                "nothing over fp32; try more calibration (--calib-samples "
+                f"{2 * cfg.calib_samples}), --method percentile, "
                 "or a looser --budget"
             )
         doc = summary(run, result)

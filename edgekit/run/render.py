@@ -32,6 +32,7 @@ def budget_doc(budget_ms: float, plan: Plan) -> dict[str, Any]:
 def print_run(o: Output, result: dict[str, Any], title: str) -> None:
     for w in result["warnings"]:
         o.warn(w)
+    decodes = result.get("decode_calls", 1)
     summary = {
         "model": f"{result['model']} ({result['kind']})",
         "runtime": f"{result['runtime']} on {result['device']}",
@@ -39,9 +40,7 @@ def print_run(o: Output, result: dict[str, Any], title: str) -> None:
         "batch": result["batch"],
         "steps": result["steps"],
         "NFE per decode": result["nfe"],
-        f"runtime calls ({result.get('decode_calls', 1)} decode{'s' if result.get('decode_calls', 1) != 1 else ''})": result[
-            "runtime_calls"
-        ],
+        f"runtime calls ({decodes} decode{'s' if decodes != 1 else ''})": result["runtime_calls"],
         "wall ms": result["wall_ms"],
     }
     summary |= {
@@ -53,9 +52,15 @@ def print_run(o: Output, result: dict[str, Any], title: str) -> None:
         summary["wall ms"] = f"{result['wall_ms']:.1f} ({result['timing_note']})"
     sess = result.get("session")
     if sess:
-        line = f"{sess['seconds'] * 1e3:.0f} ms ({'precompiled context loaded' if sess['precompiled'] else 'graph compiled at load'})"
+        line = (
+            f"{sess['seconds'] * 1e3:.0f} ms "
+            f"({'precompiled context loaded' if sess['precompiled'] else 'graph compiled at load'})"
+        )
         if sess.get("saved_seconds") is not None:
-            line += f"; compiling took {sess['compile_seconds_at_build'] * 1e3:.0f} ms at build: {sess['saved_seconds'] * 1e3:.0f} ms saved"
+            line += (
+                f"; compiling took {sess['compile_seconds_at_build'] * 1e3:.0f} ms at build: "
+                f"{sess['saved_seconds'] * 1e3:.0f} ms saved"
+            )
         summary["session creation"] = line
     summary |= {k: v for k, v in result["decode"].items() if k not in ("seed",)}
     for k, v in (result["quality"] or {}).items():

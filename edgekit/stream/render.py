@@ -35,7 +35,7 @@ COLUMNS = (
 
 def policy_rows(doc: Mapping[str, Any]) -> list[list[Any]]:
     rows = []
-    for name, r in doc["policies"].items():
+    for r in doc["policies"].values():
         lat = r["chunk_latency_ms"]
         rows.append(
             [
@@ -66,7 +66,10 @@ def _facts(doc: Mapping[str, Any]) -> dict[str, Any]:
     c, ch = doc["config"], doc["chunk"]
     rss = doc["rss"]
     return {
-        "flow": f"{doc['flow_bundle']} ({doc['runtime']['name']} {doc['runtime']['precision']} on {doc['runtime']['device']})",
+        "flow": (
+            f"{doc['flow_bundle']} ({doc['runtime']['name']} "
+            f"{doc['runtime']['precision']} on {doc['runtime']['device']})"
+        ),
         "tokens": doc["tokens_bundle"],
         "chunk": f"{ch['frames']} frames + {ch['context']} context + {ch['lookahead']} lookahead "
         f"({ch['chunks_per_utterance']} chunks per {ch['utterance_frames']}-frame utterance)",

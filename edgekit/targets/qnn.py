@@ -39,7 +39,8 @@ def check_qnn(q: QnnSettings, used: bool, source: str) -> None:
     """One clear error for a bad ``[qnn]`` value; a target that runs qnn must name its SoC."""
     if q.performance_mode not in QNN_PERFORMANCE_MODES:
         raise UsageError(
-            f"target file {source}: qnn.performance_mode = {q.performance_mode!r} is invalid; valid: {', '.join(QNN_PERFORMANCE_MODES)}"
+            f"target file {source}: qnn.performance_mode = {q.performance_mode!r} is invalid;"
+            f" valid: {', '.join(QNN_PERFORMANCE_MODES)}"
         )
     for key in ("htp_arch", "soc_model", "vtcm_mb"):
         if getattr(q, key) < 0:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.models.demo import WEIGHTS_DIR, load_trained
@@ -17,7 +18,7 @@ from edgekit.models.train import DEFAULT_STEPS, MASKED_INIT, TrainConfig, save_w
 SCHEMA = "edgekit.train-demo/1"
 DEMO_MODELS: tuple[str, ...] = ("masked-demo", "flow-demo", "ar-demo")
 # A progress bar per model: (label, total steps) -> a context manager yielding advance().
-ProgressBar = Callable[[str, int], ContextManager[Callable[[], None]]]
+ProgressBar = Callable[[str, int], AbstractContextManager[Callable[[], None]]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class TrainDemoConfig:
         return Path(self.out)
 
 
-def _no_bar(label: str, total: int) -> ContextManager[Callable[[], None]]:
+def _no_bar(label: str, total: int) -> AbstractContextManager[Callable[[], None]]:
     return contextlib.nullcontext(lambda: None)
 
 
@@ -68,7 +69,8 @@ def train_demo(
                 trained[MASKED_INIT].state_dict() if MASKED_INIT in trained else load_trained(MASKED_INIT).state_dict()
             )
             tell(
-                f"{name}: starting from the {MASKED_INIT} weights {'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}"
+                f"{name}: starting from the {MASKED_INIT} weights "
+                f"{'trained just now' if MASKED_INIT in trained else 'shipped with edgekit'}"
             )
         with bar(f"training {name}", cfg.steps or DEFAULT_STEPS[name]) as advance:
             module, loss = train_model(

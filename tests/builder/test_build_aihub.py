@@ -143,7 +143,10 @@ def test_a_failed_compile_says_why_in_one_line_and_records_nothing(tiny_bundle, 
     bundle = tiny_bundle()
     with pytest.raises(
         EdgekitError,
-        match=r"AI Hub compile job \w+ \(Samsung Galaxy S24 \(Family\)\) failed: Tensor 'logits' has an unsupported type\. \(see ",
+        match=(
+            r"AI Hub compile job \w+ \(Samsung Galaxy S24 \(Family\)\) failed: Tensor 'logits' has an unsupported "
+            r"type\. \(see "
+        ),
     ):
         build_bundle(bundle.root, TARGET, "fp16", runtime="aihub")
     assert Bundle.load(bundle.root).engines == {}

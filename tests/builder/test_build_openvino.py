@@ -68,7 +68,10 @@ def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle):
     b = Bundle.load(bundle.root)
     entry = b.engines["intel-cpu/fp32"]
     assert engine_problems(b, dataclasses.replace(entry, runtime_version="2025.0.0"), HOST) == [
-        f"OpenVINO version: built with 2025.0.0, this host has {openvino_version()} (a blob imports only into its own release)"
+        (
+            "OpenVINO version: built with 2025.0.0, this host has "
+            f"{openvino_version()} (a blob imports only into its own release)"
+        )
     ]
     with pytest.raises(EdgekitError, match="is stale: CPU instruction set"):
         build_bundle(bundle.root, "intel-cpu", "fp32", host=other)

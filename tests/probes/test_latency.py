@@ -185,8 +185,7 @@ def test_timed_runtime_is_a_runtime_with_the_inner_identity():
     # backend's own attributes are reached through ``inner``.
     inner.providers = ["CPUExecutionProvider"]
     assert timed.inner.providers == ["CPUExecutionProvider"]
-    with pytest.raises(AttributeError):
-        timed.providers
+    assert not hasattr(timed, "providers")
     with timed as rt:
         np.testing.assert_array_equal(rt.run(FEEDS)["y"], [2.0, 2.0])
     assert inner.closed
@@ -238,7 +237,7 @@ def test_timed_runtime_records_a_decode_that_raises():
     with pytest.raises(ZeroDivisionError):
         with timed.decode():
             timed.run(FEEDS)
-            1 / 0
+            raise ZeroDivisionError
     assert len(timed.decodes) == 1 and timed.decodes[0].calls == 1
 
 

@@ -77,7 +77,8 @@ def test_the_masked_decode_steps_change_the_outputs_scored(tiny, kit, tmp_path):
     # A hook that fingerprints the tokens: K=1 and K=4 decode different tokens under one seed.
     path = tmp_path / "fingerprint.py"
     path.write_text(
-        "import numpy as np\ndef score(output, cond):\n    return {'sum': float(np.sum(output * np.arange(output.shape[1])))}\n"
+        "import numpy as np\ndef score(output, cond):\n"
+        "    return {'sum': float(np.sum(output * np.arange(output.shape[1])))}\n"
     )
     doc = profile_bundle(tiny["masked"], _cfg(kit, tiny, f"{path}:score", frontier_steps=(1, 4)))
     sums = [p["quality"]["sum"] for p in doc["compare_ar"]["frontier"]["points"] if p["model"] == "masked"]

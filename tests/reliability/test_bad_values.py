@@ -130,7 +130,7 @@ def test_cond_numbers_out_of_range(tiny_masked, value, needle):
     if value == "3" and spec.high > 3:
         value, needle = str(int(spec.high)), f"value {int(spec.high)} is outside the valid range"
     r = invoke("run", tiny_masked, "--cond", f"class_id={value}", "--steps", "2")
-    one_line(r, 2, f"class_id={value}", f"valid: int64 in [{spec.low}, {spec.high})")
+    one_line(r, 2, f"class_id={value}", needle, f"valid: int64 in [{spec.low}, {spec.high})")
 
 
 def _npy(tmp_path, name, arr=None, raw=None, **kw):

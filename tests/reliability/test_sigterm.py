@@ -53,7 +53,8 @@ def test_sigterm_raises_terminated_and_the_previous_handler_comes_back():
         "import os, signal\n"
         "from edgekit.cli.app import _watch_sigint\n"
         "seen, restore = _watch_sigint()\n"
-        "try:\n    os.kill(os.getpid(), signal.SIGTERM)\nexcept KeyboardInterrupt as e:\n    print(type(e).__name__, seen())\n"
+        "try:\n    os.kill(os.getpid(), signal.SIGTERM)\nexcept KeyboardInterrupt as e:\n"
+        "    print(type(e).__name__, seen())\n"
         "restore()\nprint(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)\n"
     )
     proc = subprocess.run(

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from edgekit.bundle import Bundle
 from edgekit.cli import app
-from edgekit.deploy import pack as pack_module
 from edgekit.deploy import pack_bundle, safe_extract, unpack_bundle
+from edgekit.deploy import unpack as unpack_module
 from edgekit.errors import BundleError
 
 runner = CliRunner()
@@ -119,7 +119,7 @@ def test_size_bomb_is_refused_before_writing(tmp_path, monkeypatch):
 
 
 def test_member_count_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(pack_module, "MAX_MEMBERS", 5)
+    monkeypatch.setattr(unpack_module, "MAX_MEMBERS", 5)
     archive = _tar(tmp_path / "many.tar", [(f"b/{i}", tarfile.REGTYPE, "", b"") for i in range(6)])
     with pytest.raises(BundleError, match="more than 5 members"):
         safe_extract(archive, tmp_path / "dest")

@@ -10,23 +10,19 @@ import pytest
 
 from edgekit.errors import MissingDependency, UsageError
 from edgekit.runtimes.qnn import QnnCompileError, QnnOptions, QnnRuntime, float_nodes, refused_nodes
-from tests import qnn_graphs
 from tests.qnn_graphs import feeds as _feeds
-
-# The module fixture these tests share with tests/lint (bound here, so pytest finds it).
-graphs = qnn_graphs.graphs
 
 
 def _snr(ref: np.ndarray, out: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - out) ** 2), 1e-30)))
 
 
-def test_full_integer_graph_runs_on_the_htp_backend_close_to_fp32(graphs):
+def test_full_integer_graph_runs_on_the_htp_backend_close_to_fp32(qnn_graphs):
     import onnxruntime as ort
 
-    assert float_nodes(graphs["qdq"]) == []  # every op quantized: nothing for the NPU to run in float
-    ref = ort.InferenceSession(str(graphs["fp32"]), providers=["CPUExecutionProvider"])
-    with QnnRuntime(graphs["qdq"]) as rt:
+    assert float_nodes(qnn_graphs["qdq"]) == []  # every op quantized: nothing for the NPU to run in float
+    ref = ort.InferenceSession(str(qnn_graphs["fp32"]), providers=["CPUExecutionProvider"])
+    with QnnRuntime(qnn_graphs["qdq"]) as rt:
         assert "HTP" in rt.device and rt.providers_used[0] == "QNNExecutionProvider"
         assert rt.emulated == (rt.timing_note is not None)
         assert not rt.precompiled and rt.session_info["seconds"] > 0
@@ -35,28 +31,28 @@ def test_full_integer_graph_runs_on_the_htp_backend_close_to_fp32(graphs):
             assert _snr(ref.run(None, feed)[0], out) > 25  # uint8 per-tensor: ~35-40 dB on this graph
 
 
-def test_fp16_runs_the_float_graph_in_half_precision(graphs):
+def test_fp16_runs_the_float_graph_in_half_precision(qnn_graphs):
     import onnxruntime as ort
 
-    ref = ort.InferenceSession(str(graphs["fp32"]), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(str(qnn_graphs["fp32"]), providers=["CPUExecutionProvider"])
     feed = _feeds(1, seed=3)[0]
-    with QnnRuntime(graphs["fp32"], QnnOptions(fp16=True)) as rt:
+    with QnnRuntime(qnn_graphs["fp32"], QnnOptions(fp16=True)) as rt:
         assert "fp16" in rt.device
         assert _snr(ref.run(None, feed)[0], rt.run(feed)["y"]) > 45  # fp16 rounding only
 
 
-def test_outputs_are_double_buffered_like_ort(graphs):
-    with QnnRuntime(graphs["qdq"]) as rt:
+def test_outputs_are_double_buffered_like_ort(qnn_graphs):
+    with QnnRuntime(qnn_graphs["qdq"]) as rt:
         assert rt.outputs_stay_valid == 2
         a = rt.run(_feeds(1, seed=1)[0])["y"]
         b = rt.run(_feeds(1, seed=2)[0])["y"]
         assert a is not b and not np.shares_memory(a, b)
 
 
-def test_a_node_the_npu_refuses_is_one_error_naming_node_and_op(graphs):
+def test_a_node_the_npu_refuses_is_one_error_naming_node_and_op(qnn_graphs):
     # The cpu profile leaves float bias Adds and int8 per-channel weights: no silent CPU partition.
     with pytest.raises(QnnCompileError) as info:
-        QnnRuntime(graphs["cpu_int8"])
+        QnnRuntime(qnn_graphs["cpu_int8"])
     err = info.value
     assert err.exit_code == 3 and "\n" not in str(err)
     assert err.findings and all({"node", "op"} <= set(f) for f in err.findings)
@@ -75,14 +71,14 @@ def test_refused_nodes_parses_the_ep_log():
     ]
 
 
-def test_float_nodes_names_what_would_run_in_float(graphs):
-    names = {f["node"] for f in float_nodes(graphs["fp32"])}
+def test_float_nodes_names_what_would_run_in_float(qnn_graphs):
+    names = {f["node"] for f in float_nodes(qnn_graphs["fp32"])}
     assert names == {"fc1", "fc1_bias", "act", "fc2"}
 
 
-def test_native_banners_do_not_reach_stdout(graphs, capfd):
+def test_native_banners_do_not_reach_stdout(qnn_graphs, capfd):
     # The QNN libraries print a banner to stdout when the backend loads: `--json` must stay one document.
-    with QnnRuntime(graphs["qdq"]) as rt:
+    with QnnRuntime(qnn_graphs["qdq"]) as rt:
         rt.run(_feeds(1)[0])
     out = capfd.readouterr().out
     assert "LIBNATIVE" not in out and out == ""
@@ -95,8 +91,8 @@ def test_bad_options_are_usage_errors():
         QnnOptions(htp_arch=69, fp16=True)
 
 
-def test_missing_onnxruntime_qnn_is_exit_3_with_the_install_line(graphs, monkeypatch):
+def test_missing_onnxruntime_qnn_is_exit_3_with_the_install_line(qnn_graphs, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime_qnn", None)
     with pytest.raises(MissingDependency) as info:
-        QnnRuntime(graphs["qdq"])
+        QnnRuntime(qnn_graphs["qdq"])
     assert info.value.exit_code == 3 and "pip install 'edgekit[qnn]'" in str(info.value)

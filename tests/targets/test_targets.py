@@ -197,7 +197,10 @@ def test_bad_user_files_say_what_and_where(tmp_path, text, needle):
 def test_unknown_names_list_the_shipped_targets(tmp_path):
     with pytest.raises(
         UsageError,
-        match="target 'jetson-nano' is unknown; valid: cpu, .*rpi5, .*snapdragon-x-elite, .*x86-avx2.* or a path to a .toml file",
+        match=(
+            "target 'jetson-nano' is unknown; valid: cpu, .*rpi5, "
+            ".*snapdragon-x-elite, .*x86-avx2.* or a path to a .toml file"
+        ),
     ):
         load_target("jetson-nano")
     with pytest.raises(UsageError, match="does not exist"):
@@ -244,7 +247,8 @@ def test_an_aihub_target_without_devices_is_refused(tmp_path):
     with pytest.raises(UsageError, match="a target that lists runtime aihub needs aihub.devices"):
         load_target(path)
     path.write_text(
-        'name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n[aihub]\ndevices = ["X"]\ncompile_options = "--target_runtime tflite"\n'
+        'name = "hub"\nruntimes = ["aihub"]\nprecisions = ["int8"]\n[aihub]\ndevices = ["X"]\n'
+        'compile_options = "--target_runtime tflite"\n'
     )
     with pytest.raises(UsageError, match="aihub.compile_options must not set --target_runtime"):
         load_target(path)
@@ -258,7 +262,8 @@ def test_a_qnn_target_without_its_soc_is_refused(tmp_path):
     with pytest.raises(UsageError, match="qnn.htp_arch and qnn.soc_model"):
         load_target(path)
     path.write_text(
-        'name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\n[qnn]\nhtp_arch = 75\nsoc_model = 57\nperformance_mode = "turbo"\n'
+        'name = "sd"\nruntimes = ["qnn"]\nprecisions = ["int8"]\n[qnn]\nhtp_arch = 75\nsoc_model = 57\n'
+        'performance_mode = "turbo"\n'
     )
     with pytest.raises(UsageError, match="qnn.performance_mode = 'turbo' is invalid"):
         load_target(path)

@@ -112,11 +112,13 @@ class BucketState:
                 row["memory_ratio"] = ratio
                 if ratio is None:
                     run.say(
-                        f"step buckets: {n}: memory not measured (this host's process RSS is unreadable): no --bucket-memory bound"
+                        f"step buckets: {n}: memory not measured (this host's "
+                        "process RSS is unreadable): no --bucket-memory bound"
                     )
                 elif ratio > bound and asked:
                     run.warn(
-                        f"--step-buckets {n}: on {memory} the {n} bucket graphs add {ratio:.2f}x the memory of one scale "
+                        f"--step-buckets {n}: on {memory} the {n} bucket "
+                        f"graphs add {ratio:.2f}x the memory of one scale "
                         f"(over --bucket-memory {bound:g}; --step-buckets auto keeps within it)"
                     )
                 elif ratio > bound:

@@ -95,7 +95,10 @@ class FallbackProfile:
         self.selected, self.floated = select_nodes(run.plan, run.cfg)
         if not self.selected:
             raise EdgekitError(
-                f"nothing to quantize in {run.bundle.name}: every {'/'.join(run.cfg.op_types)} node is excluded or kept float",
+                (
+                    f"nothing to quantize in {run.bundle.name}: every "
+                    f"{'/'.join(run.cfg.op_types)} node is excluded or kept float"
+                ),
                 hint="drop some --exclude values",
             )
 

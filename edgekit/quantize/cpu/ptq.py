@@ -224,7 +224,10 @@ def quantize_model(
             )
     except (ValueError, RuntimeError) as exc:
         raise EdgekitError(
-            f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.method}): {str(exc).splitlines()[0][:300]}",
+            (
+                f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.method}): "
+                f"{str(exc).splitlines()[0][:300]}"
+            ),
             hint="try --method minmax, or --exclude the node named in the message",
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)

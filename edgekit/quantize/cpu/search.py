@@ -93,17 +93,18 @@ def node_sensitivity(
                     _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
             del float_acts, qdq_acts, matched
         del f_session, q_session
+    return _node_sqnrs(nodes, graph, cross_sums, own_sums)
 
-    return _node_scores(nodes, graph, cross_sums, own_sums)
 
-
-def _node_scores(
+def _node_sqnrs(
     nodes: Mapping[str, Any],
     graph: Mapping[str, Any],
     cross_sums: Mapping[tuple[str, bool], list[float]],
     own_sums: Mapping[str, list[float]],
 ) -> dict[str, dict[str, float]]:
-    """node_sensitivity's per-node figures from the summed signal and noise powers."""
+    """Each node's SQNRs from the power sums over the feeds (``node_sensitivity``): ``cross_sums``
+    by (tensor, after its Q/DQ) for the QDQ graph against the float one, ``own_sums`` by
+    activation for its own Q/DQ."""
     out: dict[str, dict[str, float]] = {}
     for name, info in nodes.items():
         node = graph.get(name)

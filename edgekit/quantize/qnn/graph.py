@@ -242,8 +242,9 @@ def quantize_qnn_model(
     per tensor, where one scale costs the small columns their bits (masked demo, all 8-bit on the
     HTP backend: top-1 0.869 per tensor, 0.903 per channel). The flow demo's Conv weights, which
     cannot go to 16 bit, were the largest error left once the activations were: the float
-    constants' floor per forward rose from 43.3 to 45.2 dB with them per channel. The HTP backend runs both forms without CPU fallback (onnxruntime-qnn
-    2.7; an earlier build left per-channel nodes to the CPU EP).
+    constants' floor per forward rose from 43.3 to 45.2 dB with them per channel. The HTP backend
+    runs both forms without CPU fallback (onnxruntime-qnn 2.7; an earlier build left per-channel
+    nodes to the CPU EP).
     ``all_activations_16bit``: uint16 as the default activation type rather than one override per
     tensor. The default type also widens constants no override names (on the demo flow, every
     activation overridden left 17.4 dB, the default type 36.5 dB: the sinusoid's frequency table,

@@ -6,13 +6,13 @@ core, the flow time embedding too) with onnxruntime's QNN rules
 (``quantization.execution_providers.qnn.get_qnn_qdq_config``: uint8 activations; MatMul weights
 int8 per output channel, other constants uint8 per tensor). A flow model's time angle and its
 frequency table are 16-bit by rule (``qnn.graph.time_angle_tensors``). Instead of falling back
-to float, the most sensitive tensors are
-promoted to uint16 (tensor quant overrides; ORT inserts the 8<->16-bit converts): ranked once by
-how much each one alone at 8 bit moves the network's outputs (``sensitivity.output_sensitivity``
-on recorded decode feeds, per step bucket), ordered by that noise per activation the promotion
-puts at 16 bit, ties included (``qnn.graph.promotion_ties``), then promoted in the smallest count
-of that order that holds the budget (doubling groups, then a bisection, on the CPU EP's
-simulation), **confirmed on the HTP backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
+to float, the most sensitive tensors are promoted to uint16 (tensor quant overrides; ORT inserts
+the 8<->16-bit converts): ranked once by how much each one alone at 8 bit moves the network's
+outputs (``sensitivity.output_sensitivity`` on recorded decode feeds, per step bucket), ordered
+by that noise per activation the promotion puts at 16 bit, ties included
+(``qnn.graph.promotion_ties``), then promoted in the smallest count of that order that holds the
+budget (doubling groups, then a bisection, on the CPU EP's simulation), **confirmed on the HTP
+backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
 the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
 
     prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
@@ -21,6 +21,7 @@ the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP
 
 ``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
 cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).
+The search is ``qnn.search``, what it hands back and the summary's ``qnn`` section ``qnn.summary``.
 """
 
 from __future__ import annotations
@@ -33,14 +34,12 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.quantize.buckets.state import BucketState
-from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph, module_labels
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
-    activation_bits,
     activation_tensors,
     prepare_qnn,
     producer_labels,
@@ -52,8 +51,6 @@ from edgekit.quantize.qnn.search import (
     Promotion,
     disagreeing,
     promote,
-    promotion_label,
-    tensor_of,
     tensors_in,
 )
 from edgekit.quantize.qnn.sensitivity import (
@@ -63,15 +60,13 @@ from edgekit.quantize.qnn.sensitivity import (
     promotion_order,
     step_weights,
 )
+from edgekit.quantize.qnn.summary import search_result
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.qnn import (
     QnnOptions,
     QnnRuntime,
-    emulated,
-    float_nodes,
     qnn_options_for,
-    versions,
 )
 from edgekit.spec import KIND_IO
 from edgekit.targets import load_target
@@ -317,9 +312,8 @@ class QnnProfile:
                 groups.append((path, [feeds[i] for i in chosen]))
         self.ranked_calls = [len(g[1]) for g in groups]
         total = sum(self.ranked_calls)
-        run.say(
-            f"rank {len(self.tensors) + len(self.weights)} tensors by their effect on the outputs ({total} recorded calls)"
-        )
+        ranked = len(self.tensors) + len(self.weights)
+        run.say(f"rank {ranked} tensors by their effect on the outputs ({total} recorded calls)")
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
@@ -342,99 +336,5 @@ class QnnProfile:
         metrics: dict[str, Any],
         rows: list[dict[str, Any]],
     ) -> SearchResult:
-        run = self.run
-        floats = float_nodes(model)
-        if floats:  # get_qnn_qdq_config quantizes every op it knows; anything else is named here
-            run.warn(
-                f"{len(floats)} node(s) stay float (e.g. {floats[0]['node']} {floats[0]['op']}): the HTP computes them in fp16"
-            )
-        producer = producer_labels(run.prepared, self.labels)
-        shown = [t for t in self.tensors if t in producer][:64]
-        with run.timed("range_drift_s"):
-            drift = range_drift(run.prepared, shown, run.traj, run.cfg.threads, labels={t: producer[t] for t in shown})
-        ops: dict[str, int] = {}
-        for n in run.plan.nodes:
-            ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        return SearchResult(
-            model=model,
-            passed=passed,
-            metrics=metrics,
-            checks=rows,
-            int8_nodes=[n.name for n in run.plan.nodes],
-            sensitivity={
-                promotion_label(t): {"output_snr_db": ranking[t]} for t in sorted(ranking, key=ranking.__getitem__)[:10]
-            },
-            history=run.history,
-            float_by_op_type={f["op"]: sum(1 for x in floats if x["op"] == f["op"]) for f in floats},
-            int8_flop_share={"matmul": 1.0 if run.plan.matmul_flops() else None, "weighted": 1.0},
-            structure={"ops": ops, "float_nodes": floats},
-            drift=drift,
-            tensors=self.tensors,
-            budget_extra={"measured_on": "qnn HTP backend" + (" (x86 emulation)" if emulated() else "")},
-            extras={
-                "qnn": self.promotions(model, promoted, ranking, producer),
-                "step_buckets": self.buckets.to_json(model),
-            },
-            bucket_models=self.buckets.paths(model),
-        )
-
-    def promotions(
-        self, model: Path, promoted: list[Promotion], ranking: Mapping[Promotion, float], producer: Mapping[str, str]
-    ) -> dict[str, Any]:
-        weight_set = set(self.weights)
-        tensors = set(self.tensors)
-        rule = set(self.by_rule)
-        # Activations at 16 bit as each bucket's written graph holds them (promoted ones, inputs of
-        # promoted MatMul weights, outputs of promoted Gather tables, and what ORT ties to them).
-        paths = self.buckets.paths(model)
-        wide = [len({t for t, b in activation_bits(p, self.tensors).items() if b == 16} & tensors) for p in paths]
-        buckets = self.buckets.for_model(model)
-        if buckets is None:
-            share = [1.0]
-        else:
-            calls = [len(mine) for mine in self.buckets.calls_by_bucket(buckets)]
-            share = [c / max(sum(calls), 1) for c in calls]
-        # The 8-bit share per call of the decode: a bucket's graph runs for its own calls.
-        mean_wide = float(sum(w * c for w, c in zip(wide, share)))
-        doc = {
-            "htp_arch": self.htp.arch,
-            "soc_model": self.htp.soc,
-            **versions(),
-            "weights": (
-                "MatMul weights int8 per output channel"
-                if self.run.cfg.settings.per_channel
-                else "MatMul weights uint8 per tensor"
-            )
-            + ", other weights uint8 per tensor; promoted MatMul weights and Gather tables uint16",
-            "activations": "uint8, promoted tensors uint16",
-            "activation_tensors": len(self.tensors),
-            "promoted_16bit": len(promoted),
-            "activations_16bit": round(mean_wide, 1) if len(paths) > 1 else wide[0],
-            "weights_16bit": sum(1 for p in promoted if tensor_of(p) in weight_set),
-            "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
-            "refused_by_htp": self.refused,
-            "promotions": [
-                {
-                    "step": i + 1,
-                    "tensor": tensor_of(p),
-                    "bucket": None if isinstance(p, str) else p[0],
-                    "kind": "weight"
-                    if tensor_of(p) in weight_set
-                    else "constant"
-                    if tensor_of(p) in self.facts.floats
-                    else "activation",
-                    "produced_by": "initializer"
-                    if tensor_of(p) in weight_set or tensor_of(p) in self.facts.floats
-                    else producer.get(tensor_of(p), tensor_of(p)),
-                    "output_snr_db": ranking.get(p),
-                    "why": self.by_rule[p] if p in rule else "override" if p in self.forced else "budget",
-                }
-                for i, p in enumerate(promoted)
-            ],
-        }
-        if len(paths) > 1:
-            doc["activations_16bit_per_bucket"] = wide
-            doc["share_8bit_is"] = (
-                "per call of the decode: each step bucket's graph, weighted by its share of the calls"
-            )
-        return doc
+        """``qnn.summary.search_result``: the chosen model, its checks and the ``qnn`` summary."""
+        return search_result(self, model, promoted, ranking, passed, metrics, rows)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from edgekit.quantize.config import BUDGET_RULES
 HTP_AGREE_DB = 1.5
 
 # A promotion: a tensor at 16 bit in every step bucket's graph, or (bucket, tensor) in that one's only.
-Promotion = Union[str, tuple[int, str]]
+Promotion = str | tuple[int, str]
 
 
 def tensor_of(p: Promotion) -> str:

@@ -191,8 +191,8 @@ def promotion_order(
     """The candidates of ``ties`` (not in ``start``, which is at 16 bit already) in the order the
     search promotes them: each next one removes the most output noise (``noise``: a tensor's, alone
     at 8 bit) per activation it newly puts at 16 bit, its ties included; one that puts no new
-    activation at 16 bit (a weight whose input is already there) costs nothing and comes next. Greedy by that
-    ratio, the set cover's usual approximation: the 8-bit share is counted in activations, and a
+    activation at 16 bit (a weight whose input is already there) costs nothing and comes next.
+    Greedy by that ratio, the set cover's usual approximation: the 8-bit share is counted in activations, and a
     Split's outputs or a residual sum's consumers go to 16 bit together."""
     acts = set(activations)
     wide: set[str] = set()  # every tensor at 16 bit so far (activations and constants)
@@ -200,14 +200,14 @@ def promotion_order(
         wide |= ties.get(t, frozenset({t}))
     left = sorted(c for c in ties if c not in set(start))
     order: list[str] = []
+
+    def score(c: str) -> float:  # reads ``wide`` as the loop below grows it (in place)
+        new = ties[c] - wide
+        gain = sum(noise.get(t, 0.0) for t in new)
+        cost = len(new & acts)
+        return np.inf if cost == 0 else gain / cost
+
     while left:
-
-        def score(c: str) -> float:
-            new = ties[c] - wide
-            gain = sum(noise.get(t, 0.0) for t in new)
-            cost = len(new & acts)
-            return np.inf if cost == 0 else gain / cost
-
         best = max(left, key=score)
         order.append(best)
         wide |= ties[best]

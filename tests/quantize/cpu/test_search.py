@@ -132,7 +132,7 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
 def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
     """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
     runs saves activations only (no dequantized weight: the whole model again per feed)."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
     from edgekit.quantize import graph as qgraph
     from edgekit.quantize.calibrate import calibration_reader
