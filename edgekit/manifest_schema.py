@@ -358,6 +358,10 @@ MANIFEST_SCHEMA = Table(
                         }
                     ),
                     "config": Nullable(QUANTIZE_CONFIG),
+                    # The layers kept float, with the names other tools know them by (older bundles: no names).
+                    "selection": Table(
+                        {"float": ListOf(Table({"fp32_nodes": ListOf(Str()), "module": Nullable(Str())}))}
+                    ),
                     "step_buckets": Nullable(STEP_BUCKETS),
                     "speed": Nullable(
                         Table(

@@ -224,6 +224,26 @@ class BudgetEval:
 
 
 @dataclass(frozen=True)
+class FloatNode:
+    """A layer quantize kept float (or weight-only: float compute), by every name it has: ``node``
+    in the prepared graph quantize worked on, ``fp32_nodes`` in the bundle's FP32 graph (None:
+    recorded by an edgekit before #44), ``module`` the torch module where the export knew it."""
+
+    node: str
+    precision: str  # float | weight-only
+    source: str  # user | override | rule | budget
+    fp32_nodes: tuple[str, ...] | None
+    module: str | None
+
+    @classmethod
+    def from_json(cls, doc: Any) -> FloatNode | None:
+        if not isinstance(doc, dict) or not isinstance(doc.get("node"), str):
+            return None
+        precision, source = _text(doc.get("precision")) or "float", _text(doc.get("source")) or "rule"
+        return cls(doc["node"], precision, source, _texts(doc.get("fp32_nodes")), _text(doc.get("module")))
+
+
+@dataclass(frozen=True)
 class QuantizationSummary:
     """``manifest["quantization"]``: what ``edgekit quantize`` recorded for the int8 model."""
 
@@ -233,6 +253,7 @@ class QuantizationSummary:
     arithmetic: ArithmeticRecord | None  # None: not recorded (a profile without CPU arithmetic, an older edgekit)
     speed: SpeedRecord | None
     fallback: tuple[str, ...]  # the layers the budget left in float, by label, in order
+    float_nodes: tuple[FloatNode, ...]  # every layer kept float: rule, --exclude, override, budget
     budget_eval: BudgetEval
     step_buckets: BucketGraphs | None  # as recorded; ``Bundle.step_buckets`` checks it against the artifacts
     as_recorded: dict[str, Any]  # the whole summary (the ``edgekit.quantize/1`` document)
@@ -244,6 +265,7 @@ class QuantizationSummary:
         speed = doc.get("speed")
         ev = (doc.get("budget") or {}).get("eval") if isinstance(doc.get("budget"), dict) else None
         ev = ev if isinstance(ev, dict) else {}
+        sel = doc.get("selection") if isinstance(doc.get("selection"), dict) else {}
         return cls(
             profile=_text(doc.get("profile")),
             passed=doc.get("passed") is True,
@@ -264,6 +286,7 @@ class QuantizationSummary:
             if isinstance(speed, dict)
             else None,
             fallback=tuple(str(f.get("label")) for f in _list(doc.get("fallback")) if isinstance(f, dict)),
+            float_nodes=tuple(f for f in map(FloatNode.from_json, _list(sel.get("float"))) if f is not None),
             budget_eval=BudgetEval(_int(ev.get("samples")), _int(ev.get("seed")), _object(ev.get("decode"))),
             step_buckets=BucketGraphs.from_json(doc.get("step_buckets")),
             as_recorded=copy.deepcopy(dict(doc)),
