@@ -195,6 +195,10 @@ MANIFEST_SCHEMA = Table(
                         }
                     ),
                     "config": Nullable(QUANTIZE_CONFIG),
+                    # The layers kept float, with the names other tools know them by (older bundles: no names).
+                    "selection": Table(
+                        {"float": ListOf(Table({"fp32_nodes": ListOf(Str()), "module": Nullable(Str())}))}
+                    ),
                     "step_buckets": Nullable(STEP_BUCKETS),
                     # Each int8 artifact's files as quantize wrote them (graph, side files); none in older bundles.
                     "int8_files": Nullable(MapOf(ListOf(SIDE_FILE))),

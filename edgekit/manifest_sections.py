@@ -18,42 +18,36 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from edgekit.manifest_engines import ENGINE_SIDE_FILES, EngineFile, EngineRecord
+from edgekit.manifest_values import (
+    _dict,
+    _int,
+    _list,
+    _number,
+    _numbers,
+    _object,
+    _or,
+    _text,
+    _texts,
+)
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if type(value) in (int, float) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
-def _object(value: Any) -> dict[str, Any]:
-    return copy.deepcopy(value) if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    """``value`` itself where it is an object (read, not kept: no copy), else {}."""
-    return value if isinstance(value, dict) else {}
-
-
-def _texts(value: Any) -> tuple[str, ...] | None:
-    return tuple(str(v) for v in value) if isinstance(value, list) else None
-
-
-def _numbers(value: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in value if type(v) in (int, float)) if isinstance(value, list) else ()
+__all__ = [
+    "ARTIFACT_FIELDS",
+    "ENGINE_SIDE_FILES",
+    "Artifact",
+    "ArithmeticRecord",
+    "BucketGraphs",
+    "BudgetEval",
+    "EngineFile",
+    "EngineRecord",
+    "FloatNode",
+    "OutputError",
+    "QuantizationSummary",
+    "SpeedRecord",
+    "Verification",
+    "bucket_binding",
+    "step_bucket_problem",
+]
 
 
 @dataclass(frozen=True)
@@ -233,6 +227,26 @@ class BudgetEval:
 
 
 @dataclass(frozen=True)
+class FloatNode:
+    """A layer quantize kept float (or weight-only: float compute), by every name it has: ``node``
+    in the prepared graph quantize worked on, ``fp32_nodes`` in the bundle's FP32 graph (None:
+    recorded by an edgekit before #44), ``module`` the torch module where the export knew it."""
+
+    node: str
+    precision: str  # float | weight-only
+    source: str  # user | override | rule | budget
+    fp32_nodes: tuple[str, ...] | None
+    module: str | None
+
+    @classmethod
+    def from_json(cls, doc: Any) -> FloatNode | None:
+        if not isinstance(doc, dict) or not isinstance(doc.get("node"), str):
+            return None
+        precision, source = _text(doc.get("precision")) or "float", _text(doc.get("source")) or "rule"
+        return cls(doc["node"], precision, source, _texts(doc.get("fp32_nodes")), _text(doc.get("module")))
+
+
+@dataclass(frozen=True)
 class QuantizationSummary:
     """``manifest["quantization"]``: what ``edgekit quantize`` recorded for the int8 model."""
 
@@ -242,6 +256,7 @@ class QuantizationSummary:
     arithmetic: ArithmeticRecord | None  # None: not recorded (a profile without CPU arithmetic, an older edgekit)
     speed: SpeedRecord | None
     fallback: tuple[str, ...]  # the layers the budget left in float, by label, in order
+    float_nodes: tuple[FloatNode, ...]  # every layer kept float: rule, --exclude, override, budget
     budget_eval: BudgetEval
     step_buckets: BucketGraphs | None  # as recorded; ``Bundle.step_buckets`` checks it against the artifacts
     as_recorded: dict[str, Any]  # the whole summary (the ``edgekit.quantize/1`` document)
@@ -256,6 +271,7 @@ class QuantizationSummary:
         speed = doc.get("speed")
         ev = (doc.get("budget") or {}).get("eval") if isinstance(doc.get("budget"), dict) else None
         ev = ev if isinstance(ev, dict) else {}
+        sel = _dict(doc.get("selection"))
         return cls(
             profile=_text(doc.get("profile")),
             passed=doc.get("passed") is True,
@@ -279,120 +295,20 @@ class QuantizationSummary:
             if isinstance(speed, dict)
             else None,
             fallback=tuple(str(f.get("label")) for f in _list(doc.get("fallback")) if isinstance(f, dict)),
+            float_nodes=tuple(f for f in map(FloatNode.from_json, _list(sel.get("float"))) if f is not None),
             budget_eval=BudgetEval(_int(ev.get("samples")), _int(ev.get("seed")), _object(ev.get("decode"))),
             step_buckets=BucketGraphs.from_json(doc.get("step_buckets")),
             as_recorded=copy.deepcopy(dict(doc)),
-            int8_files={
-                str(a): tuple(f for f in map(EngineFile.from_json, files) if f is not None)
-                for a, files in doc["int8_files"].items()
-                if isinstance(files, list)
-            }
-            if isinstance(doc.get("int8_files"), dict)
-            else None,
+            int8_files=_int8_files(doc.get("int8_files")),
         )
 
 
-@dataclass(frozen=True)
-class EngineFile:
-    """A file beside an engine (weights, TensorRT's metadata sidecar) with the sha256 it was built
-    with; also a file of the int8 model as quantize wrote it (``QuantizationSummary.int8_files``)."""
-
-    path: str
-    sha256: str | None
-    bytes: int | None = None  # its size where recorded
-
-    @classmethod
-    def from_json(cls, doc: Any) -> EngineFile | None:
-        return (
-            cls(str(doc.get("path", "")), _text(doc.get("sha256")), _int(doc.get("bytes")))
-            if isinstance(doc, dict)
-            else None
-        )
-
-
-# Files an engine entry names beside its model, by role.
-ENGINE_SIDE_FILES = ("metadata", "required_operators", "external_data")
-
-
-@dataclass(frozen=True)
-class EngineRecord:
-    """``manifest["engines"][key]``: one engine ``edgekit build`` made (key ``<target>/<precision>``,
-    ``@<runtime>`` for a target's other runtime) and the keys it is compatible with."""
-
-    key: str
-    path: str
-    sha256: str | None
-    bytes: int | None  # the engine file's size where recorded
-    runtime: str | None
-    precision: str | None
-    target: str  # the target it was built for (the key's first part where not recorded)
-    source: str  # the artifact it was built from
-    source_onnx_sha256: str | None
-    runtime_version: str | None
-    device: str | None  # ORT: the CPU an optimized graph is tied to
-    device_name: str | None  # OpenVINO: the device's full name
-    cpu_isa: tuple[str, ...] | None  # OpenVINO CPU: the instruction sets of the CPU that compiled it
-    portable: bool  # ORT: the optimized graph runs on any CPU
-    config: dict[str, Any]  # OpenVINO: the device and compiled properties
-    qnn: dict[str, Any]  # QNN: SDK, onnxruntime-qnn, HTP arch and SoC it was compiled with
-    aihub: dict[str, Any]  # AI Hub: the device, chipset, model id (and bucket graphs) it was compiled for
-    compile_seconds: float | None  # QNN: what compiling the graph took (what loading the context saves)
-    side_files: dict[str, EngineFile]  # role (``ENGINE_SIDE_FILES``) -> file
-    bucket_boundaries: tuple[float, ...]  # a step-bucketed model's edges (() for one scale)
-    bucket_engines: tuple[EngineRecord, ...]  # buckets 1.. as their own engines (bucket 0 is this one)
-    bucket_by: str  # the position axis the buckets were built for ("" where not recorded)
-    # bucket_binding over (source, sha256) of this engine and each bucket's, as build wrote it
-    bucket_binding: str | None
-    bucketed: bool  # built from a step-bucketed int8 model (AI Hub links every bucket into this one file)
-    session_options: dict[str, Any] | None  # ORT: the options a plain session needs for the file (None: not recorded)
-    as_recorded: dict[str, Any]  # the entry (the build document shows it)
-
-    @classmethod
-    def from_json(cls, key: str, doc: Mapping[str, Any]) -> EngineRecord:
-        buckets = _dict(doc.get("buckets"))
-        subs = _list(buckets.get("engines"))
-        cpu_isa = doc.get("cpu_isa")
-        return cls(
-            key=key,
-            path=str(doc.get("path", "")),
-            sha256=_text(doc.get("sha256")),
-            bytes=_int(doc.get("bytes")),
-            runtime=_text(doc.get("runtime")),
-            precision=_text(doc.get("precision")),
-            target=str(doc.get("target", key.split("/")[0])),
-            source=str(doc.get("source", "fp32")),
-            source_onnx_sha256=_text(doc.get("source_onnx_sha256")),
-            runtime_version=_text(doc.get("runtime_version")),
-            device=_text(doc.get("device")),
-            device_name=_text(doc.get("device_name")),
-            cpu_isa=_texts(cpu_isa),
-            portable=bool(doc.get("portable", True)),
-            config=_object(doc.get("config")),
-            qnn=_object(doc.get("qnn")),
-            aihub=_object(doc.get("aihub")),
-            compile_seconds=_number(_object(doc.get("session_seconds")).get("compile")),
-            side_files={r: f for r in ENGINE_SIDE_FILES if (f := EngineFile.from_json(doc.get(r))) is not None},
-            bucket_boundaries=_numbers(buckets.get("boundaries")),
-            bucket_engines=tuple(
-                cls.from_json(f"{key}#bucket{i + 1}", s) for i, s in enumerate(subs) if isinstance(s, dict)
-            ),
-            bucket_by=str(buckets.get("by", "")),
-            bucket_binding=_text(buckets.get("binding")),
-            bucketed=bool(buckets),
-            session_options=copy.deepcopy(dict(doc["session_options"]))
-            if isinstance(doc.get("session_options"), Mapping)
-            else None,
-            as_recorded=copy.deepcopy(dict(doc)),
-        )
-
-    @property
-    def recorded_files(self) -> tuple[EngineFile, ...]:
-        """Every file the entry records (with its sha256 and size where recorded): its model, the
-        files beside it, each bucket's engine and theirs."""
-        own = (EngineFile(self.path, self.sha256, self.bytes), *self.side_files.values())
-        return (*own, *(f for e in self.bucket_engines for f in e.recorded_files))
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """Every bundle-relative file the engine is: its model, the files beside it, its buckets' engines."""
-        return tuple(dict.fromkeys(f.path for f in self.recorded_files if f.path))
+def _int8_files(doc: Any) -> dict[str, tuple[EngineFile, ...]] | None:
+    """``quantization.int8_files``: each int8 artifact's files as quantize wrote them (None: not recorded)."""
+    if not isinstance(doc, dict):
+        return None
+    return {
+        str(a): tuple(f for f in map(EngineFile.from_json, files) if f is not None)
+        for a, files in doc.items()
+        if isinstance(files, list)
+    }

@@ -12,7 +12,7 @@ import pytest
 
 from tests.external_data import external_bundles, protobuf_limit  # noqa: F401  (a tiny model through a 2 GB model's code paths)
 from tests.qnn_graphs import qnn_graphs  # noqa: F401  (the HTP runtime and lint tests' module fixture)
-from tests.tiny_models import tiny_bundles, tiny_int8_bundles, tiny_qnn_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/, run/ and the qnn tests)
+from tests.tiny_models import tiny_bundles, tiny_fallback_bundle, tiny_int8_bundles, tiny_qnn_bundles, tiny_specs  # noqa: F401  (session fixtures shared by export/, run/ and the qnn tests)
 
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", "/tmp/edgekit-hypothesis")
 # Which bundles this user exported (so the code their manifests name may run): a session's own

@@ -288,6 +288,8 @@ MANIFEST_OWNERS = (
     "manifest_schema.py",
     "manifest_sections.py",
     "manifest_types.py",
+    "manifest_values.py",
+    "manifest_engines.py",
     "manifest_views.py",
 )
 RAW_SECTIONS = ("manifest", "as_recorded", "decode_defaults", "fused", "flow_quality")

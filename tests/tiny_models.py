@@ -170,3 +170,17 @@ def tiny_int8_bundles(tiny_bundles, tmp_path_factory) -> dict[str, Path]:
         external = export_bundle(spec, root / "external", source=spec.name).root
         quantize_bundle(external, cfg)
     return {"embedded": embedded, "buckets": buckets, "external": external}
+
+
+def tiny_fallback_bundle(tiny_bundles, tmp_path_factory) -> Path:
+    """The tiny masked model quantized (cpu profile) with one forced budget fallback: a budget no
+    INT8 model meets (agreement above 1) and ``max_fallback=1``, so the most sensitive layer goes
+    back to float and the run is recorded as failed. Tests that write into it copy it first."""
+    import shutil
+
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    path = Path(shutil.copytree(tiny_bundles["masked"], tmp_path_factory.mktemp("fallback") / "masked"))
+    cfg = QuantizeConfig(calib_samples=2, eval_samples=2, budget={"lockstep_token_agreement": 1.01}, max_fallback=1)
+    quantize_bundle(path, cfg)
+    return path

@@ -64,8 +64,8 @@ def quantize(
         typer.Option(
             "--exclude",
             help=(
-                "Keep in float: a node name, an op type (LayerNormalization) "
-                "or a module path (blocks.0.mlp); repeatable."
+                "Keep in float: a node name (of the FP32 graph or the prepared one), an op type "
+                "(LayerNormalization) or a torch module path (blocks.0.mlp: every layer under it); repeatable."
             ),
         ),
     ] = None,
@@ -195,7 +195,7 @@ def quantize(
             help=(
                 'JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", '
                 '"overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": '
-                "int16}]}), as `edgekit debug --fix` writes them."
+                "int16}]}), as `edgekit debug --fix` writes them; NAME as --exclude takes it."
             ),
         ),
     ] = None,

@@ -83,7 +83,7 @@ def export_fused_onnx(
 
 # Node metadata the exporter writes for debugging (stack traces with local paths, fx nodes, class
 # paths): about 1.3 kB per node, which the unrolled graph's K copies of the network would multiply
-# into a file larger than its weights. Name scopes stay: quantize/graph.module_labels reads them.
+# into a file larger than its weights. Name scopes stay: quantize/names.module_labels reads them.
 _KEPT_NODE_METADATA = ("pkg.torch.onnx.name_scopes",)
 
 

@@ -1,4 +1,5 @@
-"""`edgekit inspect`'s console output: a bundle's manifest for people (model, IO, artifacts, verification)."""
+"""`edgekit inspect`'s console output: a bundle's manifest for people (model, IO, artifacts, what
+quantize kept float, verification)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,22 @@ def print_bundle(o: Output, b: Bundle, doc: dict[str, Any]) -> None:
         ["name", "path", "MB", "sha256", "made by"],
         [(a.name, a.path, a.bytes / 1e6, a.sha256[:12], a.made_by) for a in arts],
     )
+    q = b.quantization
+    if q is not None and q.float_nodes:
+        o.table(
+            "kept float by quantize (torch module, FP32 graph node; `--float-set nncf|openvino|ort` names them for "
+            "other quantizers)",
+            ["module", "FP32 node", "precision", "source"],
+            [
+                (
+                    f.module,
+                    ", ".join(f.fp32_nodes or ()) or f"{f.node} (prepared graph)",
+                    f.precision,
+                    f.source,
+                )
+                for f in q.float_nodes
+            ],
+        )
     for name, ver in b.verification.items():
         status = "passed" if ver.passed else "FAILED"
         o.line(f"verification of {name}: {status} ({ver.reference} vs {ver.candidate}, {ver.samples} inputs)")

@@ -1,5 +1,6 @@
 """The ``edgekit inspect`` stage: a bundle loaded and verified (every artifact's sha256), its
-manifest as the document, with whether its int8 model is the one quantize made."""
+manifest as the document, with whether its int8 model is the one quantize made; or
+(``--float-set``) the layers quantize kept float, named for another quantizer (``float_set``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.bundle import Bundle
+from edgekit.inspect.float_set import float_set
 from edgekit.int8_match import int8_match
 
 
@@ -22,3 +24,8 @@ def inspect_bundle(path: Path | str) -> tuple[Bundle, dict[str, Any]]:
         "warnings": [line] if line else [],
     }
     return bundle, doc
+
+
+def float_set_document(path: Path | str, fmt: str) -> tuple[dict[str, Any], list[str]]:
+    """(the float set of the bundle at ``path`` as ``fmt``'s keyword arguments, warnings)."""
+    return float_set(Bundle.load(path), fmt)

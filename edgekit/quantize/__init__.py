@@ -24,7 +24,7 @@ from edgekit.quantize.config import (
     QuantizeConfig,
     parse_budget,
 )
-from edgekit.quantize.graph import module_labels
+from edgekit.quantize.names import module_labels
 from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
 from edgekit.quantize.overrides import overrides_document
 from edgekit.quantize.cpu.ptq import quantize_unbudgeted

@@ -16,12 +16,10 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.quantize.names import Lineage
 from edgekit.runtimes.onnx_file import load_onnx
 
 FLOAT = 1  # onnx.TensorProto.FLOAT
-
-
-_NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # torch.onnx (dynamo) node metadata: module path
 
 
 @dataclass(frozen=True)
@@ -32,11 +30,18 @@ class NodeInfo:
 
     name: str
     op_type: str
-    label: str  # module path from export metadata (``blocks.0.mlp.fc``), else the node name
+    label: str  # the torch module path (``blocks.0.mlp.fc``), else the node name
     role: str  # weighted | attention-core | time-embedding | other
     flops: int
     rows: int
     activations: tuple[str, ...]  # float inputs that are not constants
+    origin: tuple[str, ...] = ()  # the FP32 graph's nodes it came from (``names.Lineage``)
+    module: str | None = None  # the torch module it came from, where the export says
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name a user may call it by: prepared node, FP32 node(s), torch module."""
+        return (self.name, *self.origin, *([self.module] if self.module else []))
 
 
 @dataclass(frozen=True)
@@ -55,34 +60,17 @@ class GraphPlan:
         return sum(n.flops for n in self.nodes if n.op_type in ops and (chosen is None or n.name in chosen))
 
 
-def module_labels(fp32_path: Path) -> dict[str, str]:
-    """Node name -> module path, from the exporter's name-scope metadata of the original graph
-    (``quant_pre_process`` drops metadata but keeps names, adding ``/<Fusion>`` suffixes)."""
-    model = load_onnx(fp32_path, "artifact 'fp32'")
-    labels = {}
-    for node in model.graph.node:
-        meta = {p.key: p.value for p in node.metadata_props}
-        scopes = _parse_scopes(meta.get(_NAME_SCOPES, ""))
-        modules = [s for s in scopes[:-1] if s]  # the last entry names the op, not a module
-        if modules:
-            labels[node.name] = modules[-1]
-    return labels
-
-
-def _parse_scopes(text: str) -> list[str]:
-    text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")):
-        return []
-    return [p.strip().strip("'\"") for p in text[1:-1].split(",")]
-
-
 def analyse_graph(
-    model_path: Path, time_input: str | None = None, labels: Mapping[str, str] | None = None
+    model_path: Path,
+    time_input: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    lineage: Lineage | None = None,
 ) -> GraphPlan:
     """Every node of the (prepared, shape-inferred) float graph with its role and FLOPs.
 
     time_input: the flow time input (``t``); its embedding subgraph gets role ``time-embedding``.
-    labels: node name -> module path (``module_labels`` of the original graph)."""
+    labels: node name -> module path (``module_labels`` of the original graph), where no
+    ``lineage`` (``names.Lineage.read(fp32, prepared)``) says which FP32 nodes and module each came from."""
     onnx = require("onnx")
     model = onnx.shape_inference.infer_shapes(
         load_onnx(model_path, "the prepared float graph")
@@ -106,8 +94,12 @@ def analyse_graph(
         else:
             role = "other"
         flops, rows = _flops(node, shapes)
-        label = labels.get(node.name) or labels.get(node.name.split("/")[0]) or node.name
-        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts))
+        if lineage is not None:
+            origin, module = lineage.origin(node.name), lineage.module(node.name)
+        else:
+            origin, module = (), labels.get(node.name) or labels.get(node.name.split("/")[0])
+        label = module or node.name
+        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module))
     return GraphPlan(tuple(nodes))
 
 

@@ -8,7 +8,8 @@ into a bundle and ``edgekit quantize --overrides FILE`` reads, so a fix survives
        {"tensor": "/blocks.1/attn/Softmax_output_0", "action": "int16"}
      ]}
 
-``node``: a node name, op type or module path (as ``--exclude`` takes them); ``action`` float
+``node``: a node name of the FP32 graph or of the prepared one quantize works on, an op type or a
+torch module path (as ``--exclude`` takes them: ``cpu/select.match_exclude``); ``action`` float
 (FP32 weights and compute), weight-only (INT8 weights, float compute; cpu/trt profiles) or int16
 (qnn: the activation or MatMul weight tensor promoted to 16 bit from the start).
 """

@@ -10,9 +10,9 @@ def print_quantize(o: Output, s: dict) -> None:
     sel = s["selection"]
     o.pairs(f"quantize {s['bundle']}", _summary_pairs(s))
     o.table(
-        "kept in float (node, why)",
-        ["module / node", "op", "source", "reason"],
-        [(r["label"], r["op"], r["source"], r["reason"]) for r in sel["float"]],
+        "kept in float (torch module and FP32 graph node: names other tools know; why)",
+        ["module", "FP32 node", "op", "source", "reason"],
+        [(r.get("module"), fp32_names(r), r["op"], r["source"], r["reason"]) for r in sel["float"]],
     )
     _print_accuracy(o, s)
     qf, qi = s["measured"].get("quality_fp32") or {}, s["measured"].get("quality_int8") or {}
@@ -21,9 +21,9 @@ def print_quantize(o: Output, s: dict) -> None:
     if s["fallback"]:
         o.table(
             "budget fallback, most sensitive first (SQNR dB: output with only this node INT8; noise it adds locally)",
-            ["#", "module / node", "output SQNR alone", "added locally"],
+            ["#", "module", "FP32 node", "output SQNR alone", "added locally"],
             [
-                (i + 1, f["label"], f.get("isolated_output_sqnr_db"), f.get("added_sqnr_db"))
+                (i + 1, f.get("module"), fp32_names(f), f.get("isolated_output_sqnr_db"), f.get("added_sqnr_db"))
                 for i, f in enumerate(s["fallback"])
             ],
         )
@@ -225,6 +225,11 @@ def _print_qnn(o: Output, s: dict, q: dict) -> None:
         ["backend", "16-bit tensors", *limits, "passed"],
         [(h["backend"], h["promoted"], *(h.get(k) for k in limits), h["passed"]) for h in s["budget"]["history"]],
     )
+
+
+def fp32_names(row: dict) -> str:
+    """The FP32 graph's node(s) a float row came from; the prepared graph's name where none is known."""
+    return ", ".join(row.get("fp32_nodes") or []) or f"{row['node']} (prepared graph)"
 
 
 def pct(value) -> str:

@@ -17,12 +17,23 @@ NOTABLE_FLOAT_OPS = ("Softmax", "LayerNormalization", "Sin", "Cos", "Gelu", "Tan
 def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
     """The ``edgekit.quantize/1`` document of a finished search (sizes and timing added at record)."""
     cfg, bundle = run.cfg, run.bundle
-    rows = r.float_rows
+    by_name = run.plan.by_name()
+
+    def named(row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with the names other tools know its node by: the FP32 graph's node(s) it came
+        from and the torch module (``names.Lineage``); ``node`` is the prepared graph's name."""
+        info = by_name.get(row["node"])
+        return row | {
+            "fp32_nodes": list(info.origin) if info is not None else [],
+            "module": info.module if info is not None else None,
+        }
+
+    rows = [named(x) for x in r.float_rows]
 
     def brief(row: dict[str, Any]) -> dict[str, Any]:
-        return {"node": row["node"], "label": row["label"], "op": row["op"], "source": row["source"]}
+        keys = ("node", "fp32_nodes", "module", "label", "op", "source")
+        return {k: row[k] for k in keys}
 
-    by_name = run.plan.by_name()
     out = {
         "schema": SCHEMA,
         "model": bundle.name,
@@ -61,7 +72,7 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         },
         "passed": r.passed,
         "measured": r.metrics,
-        "fallback": r.fallback,
+        "fallback": [named(f) for f in r.fallback],
         "sensitivity": r.sensitivity,
         "int8_flop_share": r.int8_flop_share,
         "structure": r.structure,

@@ -42,8 +42,9 @@ from edgekit.quantize.cpu.search import (
 )
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.cpu.structure import qdq_structure
-from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.names import Lineage
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -91,7 +92,7 @@ class FallbackProfile:
             run.warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
         run.prepared, run.preprocess = prepared, {"applied": skipped is None, "skipped_because": skipped}
         time_input = KIND_IO["flow"][0][1] if run.kind == "flow" else None
-        run.plan = analyse_graph(prepared, time_input, module_labels(run.fp32_path))
+        run.plan = analyse_graph(prepared, time_input, lineage=Lineage.read(run.fp32_path, prepared))
         self.selected, self.floated = select_nodes(run.plan, run.cfg)
         if not self.selected:
             raise EdgekitError(

@@ -24,7 +24,8 @@ from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
-from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph, module_labels
+from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
+from edgekit.quantize.names import Lineage
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
 
@@ -357,7 +358,7 @@ def quantize_unbudgeted(
     cfg = cfg or QuantizeConfig()
     with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
         prepared, _ = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
-        plan = analyse_graph(prepared, None, module_labels(Path(fp32_path)))
+        plan = analyse_graph(prepared, None, lineage=Lineage.read(Path(fp32_path), prepared))
         nodes, floated = select_nodes(plan, cfg)
         weight_only = weight_only_by_rule(floated, cfg)
         staged = Path(tmp) / "int8.onnx"

@@ -5,6 +5,7 @@ weights (``weight_only_by_rule``)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from edgekit.errors import UsageError
@@ -13,15 +14,35 @@ from edgekit.quantize.graph import GraphPlan
 
 
 def match_exclude(plan: GraphPlan, pattern: str) -> list[str]:
-    """Node names a ``--exclude`` value names: a node name, an op type, or a module path
-    (``blocks.0`` matches ``blocks.0.attn.qkv``)."""
+    """Node names a ``--exclude`` value or an override names: a node name of the prepared graph or
+    of the FP32 graph it came from (``NodeInfo.origin``), an op type, or a torch module path
+    (``blocks.0`` matches ``blocks.0.attn.qkv``: a module covers every node under it)."""
     return [
         n.name
         for n in plan.nodes
         if pattern in (n.name, n.op_type, n.label)
+        or pattern in n.origin
         or n.label.startswith(pattern + ".")
         or n.name.split("/")[0] == pattern
     ]
+
+
+def unmatched(plan: GraphPlan, what: str, pattern: str, op_types: tuple[str, ...], hint: str) -> UsageError:
+    """The one line for a name that matches no node: the closest name a user could have meant
+    (any kind: prepared node, FP32 node, torch module or one above it), and what is valid."""
+    known = {n.op_type for n in plan.nodes}
+    for n in plan.candidates(op_types):
+        known.update(n.names)
+        parts = (n.module or "").split(".")
+        known.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    close = difflib.get_close_matches(pattern, sorted(known), n=1, cutoff=0.6)
+    examples = ", ".join(sorted({n.label for n in plan.candidates(op_types)})[:4])
+    return UsageError(
+        f"{what} matches no node of this graph"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; valid: a node name of the FP32 or prepared graph, an op type or a torch module path (e.g. {examples})",
+        hint=hint,
+    )
 
 
 def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
@@ -30,11 +51,12 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
     for pattern in cfg.exclude:
         hits = match_exclude(plan, pattern)
         if not hits:
-            examples = ", ".join(sorted({n.label for n in plan.candidates(cfg.op_types)})[:6])
-            raise UsageError(
-                f"--exclude {pattern!r} matches no node; valid: a node name, an op type "
-                f"({', '.join(sorted({n.op_type for n in plan.nodes}))}) or a module path (e.g. {examples})",
-                hint="`edgekit quantize BUNDLE --json` lists every node it quantized or kept float under selection",
+            raise unmatched(
+                plan,
+                f"--exclude {pattern!r}",
+                pattern,
+                cfg.op_types,
+                "`edgekit quantize BUNDLE --json` lists every node it quantized or kept float under selection",
             )
         for name in hits:
             floated.setdefault(name, f"excluded by --exclude {pattern}")
@@ -43,9 +65,12 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
             continue
         hits = match_exclude(plan, o["node"])
         if not hits:
-            raise UsageError(
-                f"override {dict(o)!r} names no node of this graph; valid: a node name, op type or module path",
-                hint="re-run `edgekit debug BUNDLE --fix` on this bundle, or fix the file",
+            raise unmatched(
+                plan,
+                f"override {{'node': {o['node']!r}, 'action': {o.get('action')!r}}}",
+                o["node"],
+                cfg.op_types,
+                "fix the name in the --overrides file, or re-run `edgekit debug BUNDLE --fix` on this bundle",
             )
         why = f"override {o['action']}" + (f" ({o['reason']})" if o.get("reason") else "")
         for name in hits:

@@ -35,8 +35,9 @@ import numpy as np
 from edgekit.errors import EdgekitError
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.graph import analyse_graph, module_labels
+from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
@@ -122,7 +123,7 @@ class QnnProfile:
         run.preprocess = {"applied": True, "skipped_because": None, "tool": "qnn_preprocess_model + Gemm as MatMul"}
         self.labels = module_labels(run.fp32_path)
         self.facts = GraphFacts.read(run.prepared)
-        run.plan = analyse_graph(run.prepared, None, self.labels)
+        run.plan = analyse_graph(run.prepared, None, lineage=Lineage.read(run.fp32_path, run.prepared))
 
     def calibrate(self) -> None:
         pass  # get_qnn_qdq_config calibrates every build from the reader

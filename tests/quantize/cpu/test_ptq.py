@@ -149,8 +149,9 @@ def test_empty_selection_writes_the_float_graph(tiny_model, tmp_path):
 
 def test_module_labels_from_export_metadata(quant_bundles):
     from edgekit.bundle import Bundle
+    from edgekit.quantize.names import module_labels
 
-    labels = qgraph.module_labels(Bundle.load(quant_bundles["masked"]).path_of("fp32"))
+    labels = module_labels(Bundle.load(quant_bundles["masked"]).path_of("fp32"))
     assert "head" in labels.values()
     assert "blocks.0.attn.qkv" in labels.values()
 
