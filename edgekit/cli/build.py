@@ -7,16 +7,8 @@ from typing import Annotated
 import typer
 
 from edgekit._lock import LOCK_WAIT
-from edgekit.cli.app import (
-    BundleArg,
-    JsonOpt,
-    TargetOpt,
-    WaitOpt,
-    command,
-    configure_logging,
-    precision_option,
-    runtime_option,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging
 from edgekit.output import Output
 
 
@@ -27,11 +19,11 @@ from edgekit.output import Output
     "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
 )
 def build(
-    bundle: BundleArg,
-    target: TargetOpt = "cpu",
+    bundle: opt.Bundle,
+    target: opt.Target = "cpu",
     precision: Annotated[
         str,
-        precision_option(
+        opt.precision_option(
             "One the target runs (`edgekit targets`)",
             extra={
                 "auto": (
@@ -46,7 +38,7 @@ def build(
     ] = False,
     runtime: Annotated[
         str | None,
-        runtime_option(
+        opt.runtime_option(
             "Another of the target's runtimes to build for (default: the first it lists that has engines), e.g. aihub"
         ),
     ] = None,
@@ -57,8 +49,8 @@ def build(
             help="AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's aihub/jobs.json) instead of submitting new ones.",
         ),
     ] = False,
-    wait: WaitOpt = False,
-    json_out: JsonOpt = False,
+    wait: opt.Wait = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
     configure_logging()

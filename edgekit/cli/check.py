@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    runtime_option,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -36,7 +26,7 @@ from edgekit.output import Output
     '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the device vs fp32 here)'
 )
 def check(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     reference: Annotated[
         str,
         typer.Option(
@@ -48,22 +38,17 @@ def check(
         str,
         typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made."),
     ] = "int8",
-    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
+    runtime: opt.VariantRuntime = "ort",
     n: Annotated[
         int | None,
-        typer.Option(
+        opt.rows_option(
             "--n",
-            callback=bounded("rows"),
-            help="Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
+            "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
         ),
     ] = None,
     seed: Annotated[
         int | None,
-        typer.Option(
-            "--seed",
-            callback=bounded("seed"),
-            help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.",
-        ),
+        opt.seed_option("Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0."),
     ] = None,
     greedy: Annotated[
         bool,
@@ -93,17 +78,13 @@ def check(
             help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.",
         ),
     ] = None,
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    threads: opt.Threads = 0,
     target: Annotated[
         str | None,
-        typer.Option(
-            "--target",
-            "-t",
-            help="A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context).",
+        opt.target_option(
+            "A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context)."
         ),
     ] = None,
     device: Annotated[
@@ -120,8 +101,8 @@ def check(
             help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
         ),
     ] = False,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
     configure_logging()

@@ -7,16 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    runtime_option,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging
 from edgekit.host import ISA_CLASSES
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -31,7 +23,7 @@ from edgekit.output import Output
     "  edgekit debug bundles/flow --reference torch --candidate ort:int8 --json"
 )
 def debug(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     candidate: Annotated[
         str,
         typer.Option(
@@ -46,18 +38,15 @@ def debug(
             help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.",
         ),
     ] = "fp32",
-    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
+    runtime: opt.VariantRuntime = "ort",
     target: Annotated[
-        str | None,
-        typer.Option(
-            "--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP)."
-        ),
+        str | None, opt.target_option("A variant on this target's runtime loads its engine (qnn: the target's HTP).")
     ] = None,
     threshold: Annotated[
         float | None,
         typer.Option(
             "--threshold",
-            callback=bounded("db"),
+            callback=opt.bounded("db"),
             help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
         ),
     ] = None,
@@ -65,21 +54,15 @@ def debug(
         int | None,
         typer.Option(
             "--rows",
-            callback=bounded("replay-rows"),
+            callback=opt.bounded("replay-rows"),
             help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).",
         ),
     ] = None,
     n: Annotated[
-        int | None,
-        typer.Option(
-            "--n", callback=bounded("rows"), help="Rows of check's gate (default: the rows `edgekit quantize` judged)."
-        ),
+        int | None, opt.rows_option("--n", "Rows of check's gate (default: the rows `edgekit quantize` judged).")
     ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (default: quantize's)."),
-    ] = None,
-    cond_data: CondDataOpt = None,
+    seed: Annotated[int | None, opt.seed_option("Seed of all decode noise (default: quantize's).")] = None,
+    cond_data: opt.CondData = None,
     fix: Annotated[
         bool,
         typer.Option(
@@ -97,11 +80,9 @@ def debug(
             help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).",
         ),
     ] = "host",
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    threads: opt.Threads = 0,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""
     configure_logging()

@@ -7,16 +7,17 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import JsonOpt, SeedOpt, bounded, command, configure_logging
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
 
 @command(epilog="Examples:\n\n  edgekit demo --out edgekit-demo\n\n  edgekit demo --full --out edgekit-demo-full")
 def demo(
-    out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the demo bundles.")] = Path("edgekit-demo"),
-    n: Annotated[int, typer.Option("--n", callback=bounded("rows"), help="Evaluation sequences per model.")] = 32,
-    seed: SeedOpt = 0,
+    out: Annotated[Path, opt.out_option("Directory for the demo bundles.")] = Path("edgekit-demo"),
+    n: Annotated[int, opt.rows_option("--n", "Evaluation sequences per model.")] = 32,
+    seed: opt.Seed = 0,
     full: Annotated[
         bool,
         typer.Option(
@@ -32,7 +33,7 @@ def demo(
             show_default=False,
         ),
     ] = None,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2 cores; --full for the complete sizes and the Snapdragon NPU stage)."""
     configure_logging()

@@ -8,13 +8,8 @@ from typing import Annotated, Literal
 import typer
 
 from edgekit._lock import LOCK_WAIT
-from edgekit.cli.app import (
-    BatchOpt,
-    JsonOpt,
-    WaitOpt,
-    command,
-    configure_logging,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -30,8 +25,8 @@ def export(
             show_default=False,
         ),
     ],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.", show_default=False)],
-    batch: BatchOpt = None,
+    out: Annotated[Path, opt.out_option("Bundle directory to write.", show_default=False)],
+    batch: opt.Batch = None,
     opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
@@ -49,7 +44,7 @@ def export(
             help="KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults); repeatable.",
         ),
     ] = None,
-    wait: WaitOpt = False,
+    wait: opt.Wait = False,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -77,7 +72,7 @@ def export(
             help="Replace a bundle already at -o, with everything made from it (int8 model, engines, fused graphs); without it export refuses and lists what would be lost.",
         ),
     ] = False,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
     configure_logging()

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from edgekit.cli.app import (
-    BundleArg,
-    JsonOpt,
-    command,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
 @command(epilog="Example:\n\n  edgekit inspect bundles/masked --json")
-def inspect(bundle: BundleArg, json_out: JsonOpt = False) -> None:
+def inspect(bundle: opt.Bundle, json_out: opt.Json = False) -> None:
     """Show a bundle's manifest: model, IO, artifacts, verification, engines."""
     from edgekit.inspect import inspect_bundle, print_bundle
 

@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    parse_csv,
-    precision_option,
-    runtime_option,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -35,7 +25,9 @@ def loadtest(
         Path,
         typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False),
     ],
-    streams: Annotated[int, typer.Option("--streams", callback=bounded("streams"), help="Concurrent streams N.")] = 1,
+    streams: Annotated[
+        int, typer.Option("--streams", callback=opt.bounded("streams"), help="Concurrent streams N.")
+    ] = 1,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -47,7 +39,7 @@ def loadtest(
     deadline_ms: Annotated[
         float,
         typer.Option(
-            "--deadline-ms", callback=bounded("ms"), help="Each chunk is due this long after the previous one."
+            "--deadline-ms", callback=opt.bounded("ms"), help="Each chunk is due this long after the previous one."
         ),
     ] = 50.0,
     policy: Annotated[
@@ -56,26 +48,24 @@ def loadtest(
     solver: Annotated[
         str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")
     ] = "rk4",
-    steps: Annotated[int, typer.Option("--steps", callback=bounded("steps"), help="Steps of --solver.")] = 4,
+    steps: Annotated[int, typer.Option("--steps", callback=opt.bounded("steps"), help="Steps of --solver.")] = 4,
     duration_s: Annotated[
         float,
         typer.Option(
             "--duration-s",
-            callback=bounded("duration"),
+            callback=opt.bounded("duration"),
             help="Streams start utterances for this long; the last one finishes.",
         ),
     ] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
     runtime: Annotated[
         str,
-        runtime_option(
+        opt.runtime_option(
             "Runtime of both graphs (the token graph runs in fp32, or a float precision where the runtime has no fp32)"
         ),
     ] = "ort",
-    precision: Annotated[str, precision_option("The flow graph's precision")] = "fp32",
-    threads: Annotated[
-        int, typer.Option("--threads", callback=bounded("threads"), help="Runtime intra-op threads (0 = its default).")
-    ] = 0,
+    precision: Annotated[str, opt.precision_option("The flow graph's precision")] = "fp32",
+    threads: Annotated[int, opt.threads_option("Runtime intra-op threads (0 = its default).")] = 0,
     cond: Annotated[
         list[str] | None,
         typer.Option(
@@ -83,10 +73,10 @@ def loadtest(
             help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.",
         ),
     ] = None,
-    seed: SeedOpt = 0,
+    seed: opt.Seed = 0,
     html_dir: Annotated[Path | None, typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
     configure_logging()

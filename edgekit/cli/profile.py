@@ -7,21 +7,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    parse_csv,
-    precision_option,
-    runtime_option,
-)
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -38,11 +25,11 @@ from edgekit.output import Output
     '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" --html report/'
 )
 def profile(
-    bundle: BundleArg,
-    runtime: Annotated[str, runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
+    bundle: opt.Bundle,
+    runtime: Annotated[str, opt.runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
     precision: Annotated[
         str | None,
-        precision_option(
+        opt.precision_option(
             "Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can",
             many=True,
         ),
@@ -53,19 +40,18 @@ def profile(
             "--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps)."
         ),
     ] = None,
-    batch: Annotated[
-        int | None,
-        typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch)."),
-    ] = None,
+    batch: Annotated[int | None, opt.rows_option("--batch", "Decode rows (default: the graph's batch).")] = None,
     iters: Annotated[
         int | None,
-        typer.Option("--iters", callback=bounded("iters"), help="Measured decodes per variant, at least (default 20)."),
+        typer.Option(
+            "--iters", callback=opt.bounded("iters"), help="Measured decodes per variant, at least (default 20)."
+        ),
     ] = None,
     min_seconds: Annotated[
         float | None,
         typer.Option(
             "--min-seconds",
-            callback=bounded("seconds"),
+            callback=opt.bounded("seconds"),
             help="Measure each variant for at least this long (default 1 s).",
         ),
     ] = None,
@@ -73,7 +59,7 @@ def profile(
         int | None,
         typer.Option(
             "--warmup",
-            callback=bounded("warmup"),
+            callback=opt.bounded("warmup"),
             help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).",
         ),
     ] = None,
@@ -97,10 +83,8 @@ def profile(
     ] = "1,2,4,8,16",
     frontier_n: Annotated[
         int,
-        typer.Option(
-            "--frontier-n",
-            callback=bounded("rows"),
-            help="Conditions in the frontier's evaluation set (the same for every K and for AR).",
+        opt.rows_option(
+            "--frontier-n", "Conditions in the frontier's evaluation set (the same for every K and for AR)."
         ),
     ] = 64,
     frontier_metric: Annotated[
@@ -139,10 +123,8 @@ def profile(
     ] = None,
     latency_budget_ms: Annotated[
         float | None,
-        typer.Option(
-            "--latency-budget-ms",
-            callback=bounded("ms"),
-            help="flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).",
+        opt.latency_budget_option(
+            "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`)."
         ),
     ] = None,
     sweep_precision: Annotated[
@@ -152,12 +134,10 @@ def profile(
             help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).",
         ),
     ] = "fp32",
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
-    seed: SeedOpt = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    threads: opt.Threads = 0,
+    seed: opt.Seed = 0,
     html: Annotated[
         Path | None,
         typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory."),
@@ -183,8 +163,8 @@ def profile(
             help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.",
         ),
     ] = False,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
     configure_logging()

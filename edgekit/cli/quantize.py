@@ -9,21 +9,8 @@ import typer
 
 from edgekit._lock import LOCK_WAIT
 from edgekit.arithmetic import SCHEMES
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    WaitOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    profile_option,
-    runtime_option,
-)  # the shared options
+from edgekit.cli import options as opt
+from edgekit.cli.app import command, configure_logging, parse_cond
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
@@ -37,14 +24,14 @@ from edgekit.output import Output
     "  edgekit quantize bundles/mine --cond-data conditions.npz      (real conditions: first rows calibrate, last rows held out)"
 )
 def quantize(
-    bundle: BundleArg,
-    profile: Annotated[str, profile_option("How the model is quantized, for which target family")] = "cpu",
+    bundle: opt.Bundle,
+    profile: Annotated[str, opt.profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[
         int,
         typer.Option(
             "--calib-samples",
-            callback=bounded("samples"),
+            callback=opt.bounded("samples"),
             help="Calibration sequences decoded in FP32; every network call of their loops is recorded.",
         ),
     ] = 8,
@@ -52,7 +39,7 @@ def quantize(
         int,
         typer.Option(
             "--eval-samples",
-            callback=bounded("samples"),
+            callback=opt.bounded("samples"),
             help="Held-out sequences decoded in FP32 and INT8 to check the budget.",
         ),
     ] = 16,
@@ -87,7 +74,7 @@ def quantize(
         int | None,
         typer.Option(
             "--max-fallback",
-            callback=bounded("fallbacks"),
+            callback=opt.bounded("fallbacks"),
             help="At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
         ),
     ] = None,
@@ -98,28 +85,23 @@ def quantize(
             help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).",
         ),
     ] = True,
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    seed: SeedOpt = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    seed: opt.Seed = 0,
     threads: Annotated[
-        int,
-        typer.Option(
-            callback=bounded("threads"), help="ONNX Runtime threads for calibration and evaluation (0 = ORT default)."
-        ),
+        int, opt.threads_option("ONNX Runtime threads for calibration and evaluation (0 = ORT default).")
     ] = 0,
-    wait: WaitOpt = False,
+    wait: opt.Wait = False,
     runtime: Annotated[
         str | None,
-        runtime_option(
+        opt.runtime_option(
             "Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)"
         ),
     ] = None,
     target: Annotated[
         str | None,
-        typer.Option(
-            "--target",
-            "-t",
-            help="Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino).",
+        opt.target_option(
+            "Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino)."
         ),
     ] = None,
     isa: Annotated[
@@ -157,8 +139,8 @@ def quantize(
             help='JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", "overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": int16}]}), as `edgekit debug --fix` writes them.',
         ),
     ] = None,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
     configure_logging()
