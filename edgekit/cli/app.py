@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from edgekit._lock import LOCK_WAIT
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.cli._params import click, parse_csv  # noqa: F401 (parse_csv: the commands import it from here)
@@ -101,15 +102,19 @@ def debug_enabled() -> bool:
 
 
 def command(name: str | None = None, **kwargs) -> Callable:
-    """Register a command whose user errors print one line and exit with their code."""
+    """Register a command whose user errors print one line and exit with their code (logging set
+    up first, the same for every command; ``--trust-code`` and ``--wait`` set for its stage)."""
 
     def register(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kw):
+            configure_logging()
             interrupted, restore = _watch_sigint()
             committed = len(COMMITTED)
             Output.documents_written = 0
-            trust = TRUST_CODE.set(bool(kw.get("trust_code")))  # only a command with --trust-code has it
+            # Only a command with --trust-code / --wait has them; they hold for its stage.
+            trust = TRUST_CODE.set(bool(kw.get("trust_code")))
+            wait = LOCK_WAIT.set(bool(kw.get("wait")))
             try:
                 return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
@@ -145,6 +150,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 raise typer.Exit(143 if term else 130) from None
             finally:
                 TRUST_CODE.reset(trust)
+                LOCK_WAIT.reset(wait)
                 restore()
 
         return app.command(name, cls=_Command, **kwargs)(wrapper)

@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
@@ -53,12 +52,10 @@ def build(
     json_out: opt.Json = False,
 ) -> None:
     """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
-    configure_logging()
     from edgekit.builder import build_bundle
     from edgekit.builder.render import print_build
 
     o = Output(json_out)
-    LOCK_WAIT.set(wait)
     doc = build_bundle(bundle, target, precision, rebuild, runtime=runtime, resume=resume, progress=o.step)
     o.document(doc)
     print_build(o, doc)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging, parse_cond
+from edgekit.cli.app import command, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -105,7 +105,6 @@ def check(
     json_out: opt.Json = False,
 ) -> None:
     """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
-    configure_logging()
     from edgekit.check import CheckConfig, check_bundle
     from edgekit.check.render import print_check
     from edgekit.errors import CheckFailed

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.host import ISA_CLASSES
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -85,7 +85,6 @@ def debug(
     json_out: opt.Json = False,
 ) -> None:
     """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""
-    configure_logging()
     from edgekit.debug import DebugConfig, debug_bundle
     from edgekit.debug.html import write_heatmap
     from edgekit.debug.render import print_debug, summary_line

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -36,7 +36,6 @@ def demo(
     json_out: opt.Json = False,
 ) -> None:
     """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2 cores; --full for the complete sizes and the Snapdragon NPU stage)."""
-    configure_logging()
     from edgekit.demo import DemoConfig, print_demo, run_demo
 
     o = Output(json_out)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -63,7 +63,6 @@ def deploy(
     json_out: opt.Json = False,
 ) -> None:
     """Copy a bundle to a device over SSH, run `edgekit profile|run|check` there and bring the report back."""
-    configure_logging()
     from edgekit.deploy import SshOptions
     from edgekit.deploy import deploy as run_deploy
     from edgekit.deploy.render import print_deploy

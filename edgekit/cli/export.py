@@ -7,9 +7,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -75,7 +74,6 @@ def export(
     json_out: opt.Json = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
-    configure_logging()
     from edgekit.export import ExportConfig, ExportRequest, VerifyConfig, export_model
     from edgekit.export.render import print_export
 
@@ -93,7 +91,6 @@ def export(
         overwrite=overwrite,
         cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)),
     )
-    LOCK_WAIT.set(wait)
     bundle, fused = export_model(req, progress=o.info)
     o.document(bundle.to_json())
     print_export(o, bundle, fused)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv
+from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -79,7 +79,6 @@ def loadtest(
     json_out: opt.Json = False,
 ) -> None:
     """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
-    configure_logging()
     from edgekit.bundle import Bundle
     from edgekit.errors import UsageError
     from edgekit.stream import LoadConfig

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging, parse_cond, parse_csv
+from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -167,7 +167,6 @@ def profile(
     json_out: opt.Json = False,
 ) -> None:
     """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
-    configure_logging()
     from edgekit.probes.latency import MeasureConfig
     from edgekit.profile import ProfileConfig, profile_bundle, write_report
     from edgekit.profile.render import print_profile, profile_progress

@@ -7,10 +7,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
 from edgekit.arithmetic import SCHEMES
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging, parse_cond
+from edgekit.cli.app import command, parse_cond
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
@@ -143,7 +142,6 @@ def quantize(
     json_out: opt.Json = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
-    configure_logging()
     from edgekit.decode.dispatch import parse_decode_options
     from edgekit.errors import CheckFailed
     from edgekit.quantize import (
@@ -179,7 +177,6 @@ def quantize(
         cond_data=None if cond_data is None else str(cond_data),
         target=target,
     )
-    LOCK_WAIT.set(wait)
     s = quantize_bundle(bundle, cfg, progress=o.step, warn=o.warn)
     o.document(s)
     print_quantize(o, s)

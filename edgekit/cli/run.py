@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging, parse_cond
+from edgekit.cli.app import command, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -96,7 +96,6 @@ def run(
     json_out: opt.Json = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""
-    configure_logging()
     from edgekit.evaluate import output_name
     from edgekit.run import (
         RunRequest,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from edgekit.cli import options as opt
-from edgekit.cli.app import command, configure_logging
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -42,7 +42,6 @@ def train_demo(
     json_out: opt.Json = False,
 ) -> None:
     """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle cores, the masked model 66 of them)."""
-    configure_logging()
     from edgekit.train import TrainDemoConfig, train_demo
     from edgekit.train.render import print_train
 
