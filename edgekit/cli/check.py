@@ -41,7 +41,7 @@ def check(
     runtime: opt.VariantRuntime = "ort",
     n: Annotated[
         int | None,
-        opt.rows_option(
+        opt.bounded_option(
             "--n",
             "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
         ),

@@ -44,22 +44,19 @@ def debug(
     ] = None,
     threshold: Annotated[
         float | None,
-        typer.Option(
+        opt.bounded_option(
             "--threshold",
-            callback=opt.bounded("db"),
-            help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
+            "dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
         ),
     ] = None,
     rows: Annotated[
         int | None,
-        typer.Option(
-            "--rows",
-            callback=opt.bounded("replay-rows"),
-            help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).",
+        opt.bounded_option(
+            "--rows", "Rows replayed teacher-forced with every tensor captured (default: one graph batch)."
         ),
     ] = None,
     n: Annotated[
-        int | None, opt.rows_option("--n", "Rows of check's gate (default: the rows `edgekit quantize` judged).")
+        int | None, opt.bounded_option("--n", "Rows of check's gate (default: the rows `edgekit quantize` judged).")
     ] = None,
     seed: Annotated[int | None, opt.seed_option("Seed of all decode noise (default: quantize's).")] = None,
     cond_data: opt.CondData = None,

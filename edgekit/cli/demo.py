@@ -16,7 +16,7 @@ from edgekit.output import Output
 @command(epilog="Examples:\n\n  edgekit demo --out edgekit-demo\n\n  edgekit demo --full --out edgekit-demo-full")
 def demo(
     out: Annotated[Path, opt.out_option("Directory for the demo bundles.")] = Path("edgekit-demo"),
-    n: Annotated[int, opt.rows_option("--n", "Evaluation sequences per model.")] = 32,
+    n: Annotated[int, opt.bounded_option("--n", "Evaluation sequences per model.")] = 32,
     seed: opt.Seed = 0,
     full: Annotated[
         bool,

@@ -25,9 +25,7 @@ def loadtest(
         Path,
         typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False),
     ],
-    streams: Annotated[
-        int, typer.Option("--streams", callback=opt.bounded("streams"), help="Concurrent streams N.")
-    ] = 1,
+    streams: Annotated[int, opt.bounded_option("--streams", "Concurrent streams N.")] = 1,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -38,9 +36,7 @@ def loadtest(
     ] = None,
     deadline_ms: Annotated[
         float,
-        typer.Option(
-            "--deadline-ms", callback=opt.bounded("ms"), help="Each chunk is due this long after the previous one."
-        ),
+        opt.bounded_option("--deadline-ms", "Each chunk is due this long after the previous one."),
     ] = 50.0,
     policy: Annotated[
         str, typer.Option("--policy", help="fixed | adaptive, comma-separated to compare side by side.")
@@ -48,14 +44,10 @@ def loadtest(
     solver: Annotated[
         str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")
     ] = "rk4",
-    steps: Annotated[int, typer.Option("--steps", callback=opt.bounded("steps"), help="Steps of --solver.")] = 4,
+    steps: Annotated[int, opt.bounded_option("--steps", "Steps of --solver.")] = 4,
     duration_s: Annotated[
         float,
-        typer.Option(
-            "--duration-s",
-            callback=opt.bounded("duration"),
-            help="Streams start utterances for this long; the last one finishes.",
-        ),
+        opt.bounded_option("--duration-s", "Streams start utterances for this long; the last one finishes."),
     ] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
     runtime: Annotated[

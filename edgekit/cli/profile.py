@@ -40,28 +40,18 @@ def profile(
             "--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps)."
         ),
     ] = None,
-    batch: Annotated[int | None, opt.rows_option("--batch", "Decode rows (default: the graph's batch).")] = None,
+    batch: Annotated[int | None, opt.bounded_option("--batch", "Decode rows (default: the graph's batch).")] = None,
     iters: Annotated[
         int | None,
-        typer.Option(
-            "--iters", callback=opt.bounded("iters"), help="Measured decodes per variant, at least (default 20)."
-        ),
+        opt.bounded_option("--iters", "Measured decodes per variant, at least (default 20)."),
     ] = None,
     min_seconds: Annotated[
         float | None,
-        typer.Option(
-            "--min-seconds",
-            callback=opt.bounded("seconds"),
-            help="Measure each variant for at least this long (default 1 s).",
-        ),
+        opt.bounded_option("--min-seconds", "Measure each variant for at least this long (default 1 s)."),
     ] = None,
     warmup: Annotated[
         int | None,
-        typer.Option(
-            "--warmup",
-            callback=opt.bounded("warmup"),
-            help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).",
-        ),
+        opt.bounded_option("--warmup", "Warm-up decodes per variant, at least (default 3; also >= 0.2 s)."),
     ] = None,
     power: Annotated[
         Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"],
@@ -83,7 +73,7 @@ def profile(
     ] = "1,2,4,8,16",
     frontier_n: Annotated[
         int,
-        opt.rows_option(
+        opt.bounded_option(
             "--frontier-n", "Conditions in the frontier's evaluation set (the same for every K and for AR)."
         ),
     ] = 64,
@@ -123,8 +113,9 @@ def profile(
     ] = None,
     latency_budget_ms: Annotated[
         float | None,
-        opt.latency_budget_option(
-            "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`)."
+        opt.bounded_option(
+            "--latency-budget-ms",
+            "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).",
         ),
     ] = None,
     sweep_precision: Annotated[

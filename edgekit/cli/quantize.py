@@ -28,19 +28,13 @@ def quantize(
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[
         int,
-        typer.Option(
-            "--calib-samples",
-            callback=opt.bounded("samples"),
-            help="Calibration sequences decoded in FP32; every network call of their loops is recorded.",
+        opt.bounded_option(
+            "--calib-samples", "Calibration sequences decoded in FP32; every network call of their loops is recorded."
         ),
     ] = 8,
     eval_samples: Annotated[
         int,
-        typer.Option(
-            "--eval-samples",
-            callback=opt.bounded("samples"),
-            help="Held-out sequences decoded in FP32 and INT8 to check the budget.",
-        ),
+        opt.bounded_option("--eval-samples", "Held-out sequences decoded in FP32 and INT8 to check the budget."),
     ] = 16,
     exclude: Annotated[
         list[str] | None,
@@ -71,10 +65,9 @@ def quantize(
     ] = True,
     max_fallback: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded_option(
             "--max-fallback",
-            callback=opt.bounded("fallbacks"),
-            help="At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
+            "At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
         ),
     ] = None,
     preprocess: Annotated[

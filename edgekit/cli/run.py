@@ -68,7 +68,7 @@ def run(
     seed: opt.Seed = 0,
     batch: Annotated[
         int | None,
-        opt.rows_option(
+        opt.bounded_option(
             "--batch", "Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph)."
         ),
     ] = None,
@@ -88,8 +88,9 @@ def run(
     ] = "host",
     latency_budget_ms: Annotated[
         float | None,
-        opt.latency_budget_option(
-            "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle)."
+        opt.bounded_option(
+            "--latency-budget-ms",
+            "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).",
         ),
     ] = None,
     trust_code: opt.TrustCode = False,
