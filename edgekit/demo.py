@@ -21,6 +21,7 @@ from edgekit.models import load_spec
 from edgekit.models.corpus import default_corpus
 from edgekit.output import Output
 from edgekit.profile import DEMO_FRONTIER_STEPS, DEMO_SWEEP_LENGTHS, demo_profile
+from edgekit.profile.render import print_frontier
 from edgekit.quantize import QuantizeConfig, demo_quantize, quantize_bundle
 from edgekit.runtimes import open_runtime
 
@@ -369,14 +370,7 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     )
     for line in t["not_measured"] + ([t["nar_vs_ar"]] if t.get("nar_vs_ar") else []):
         o.line(line)
-    if t.get("frontier", {}).get("rows"):
-        o.table(
-            f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)",
-            t["frontier"]["columns"],
-            t["frontier"]["rows"],
-        )
-    for line in t.get("frontier_lines", []) + t["power"]:
-        o.line(line)
+    print_frontier(o, t, prof.get("frontier"))
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
     npu = report["stages"].get("npu")
     if npu:
