@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command
 from edgekit.output import Output
 

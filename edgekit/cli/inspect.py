@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command
 from edgekit.output import Output
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.outpaths import check_dir
 from edgekit.output import Output

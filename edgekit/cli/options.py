@@ -2,7 +2,7 @@
 an ``Annotated`` alias where an option reads the same in every command that has it, and a
 factory where only its help differs from command to command (the flag, its short form and its
 bound, ``limits.OPTION_BOUNDS``, stay in one place). Commands import the module
-(``from edgekit.cli import options as opt``) and declare ``seed: opt.Seed = 0`` or
+(``import edgekit.cli.options as opt``) and declare ``seed: opt.Seed = 0`` or
 ``seed: Annotated[int | None, opt.seed_option("...")] = None``.
 
 The registry-driven ``--runtime`` / ``--precision`` / ``--profile`` are made in

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command
 from edgekit.outpaths import check_dir, check_file
 from edgekit.output import Output

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir

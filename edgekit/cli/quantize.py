@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 import typer
 
+import edgekit.cli.options as opt
 from edgekit.arithmetic import SCHEMES
-from edgekit.cli import options as opt
 from edgekit.cli.app import command, parse_cond
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output

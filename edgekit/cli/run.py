@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit.cli import options as opt
+import edgekit.cli.options as opt
 from edgekit.cli.app import command, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
