@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ def export(
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
     graph: Annotated[
-        Literal["host", "step", "unrolled"],
+        opt.GraphForm,
         typer.Option(
             "--graph",
             help="host: per-step network (default); step: decode update in the graph; unrolled: the whole K-step decode in one call.",

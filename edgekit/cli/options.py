@@ -11,7 +11,7 @@ The registry-driven ``--runtime`` / ``--precision`` / ``--profile`` are made in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -58,6 +58,10 @@ def target_option(help: str = "Target name (see `edgekit targets`) or a path to 
 def out_option(help: str, **kwargs: Any) -> Any:
     """``-o`` / ``--out``: what the command writes (``show_default`` and the like in ``kwargs``)."""
     return typer.Option("-o", "--out", help=help, **kwargs)
+
+
+# The forms a bundle's network comes in (``spec.GRAPHS``), the choices of export's and run's --graph.
+GraphForm = Literal["host", "step", "unrolled"]
 
 
 # ---- aliases: the same option in every command ---------------------------------------------------

@@ -80,7 +80,7 @@ def run(
         bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")
     ] = False,
     graph: Annotated[
-        Literal["host", "step", "unrolled"],
+        opt.GraphForm,
         typer.Option(
             "--graph",
             help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.",
