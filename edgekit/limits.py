@@ -3,9 +3,10 @@ claiming 10^12 rows, ``--batch 1000000000``, ``--n 10**9``; decode steps are bou
 ``decode.dispatch``) fails at once in one line naming
 the bound and how to move it, instead of after minutes or in an out-of-memory kill.
 
-Count and time options: one table (``BOUNDS``), checked by ``check_option`` at parse time (the
-CLI's ``bounded`` callback) and again by the stage configs, the same bound for the same option
-in every command (docs/reliability.md lists them). ``inf``, ``nan`` and negative seeds are one
+Count and time options: one table of ranges (``BOUNDS``) and one of which range each option has
+(``OPTION_BOUNDS``), checked at parse time (the CLI's ``bounded`` callback) and again by the
+stage configs (``check_options``), the same bound for the same option in every command
+(docs/reliability.md lists them). ``inf``, ``nan`` and negative seeds are one
 line, never an OverflowError deep inside numpy.
 
 Memory: the arrays a command builds from what it is given (condition rows, decode outputs) must
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,21 +113,49 @@ MAX_SWEEP_LENGTH = 8192
 MAX_FALLBACKS = 100_000
 
 BOUNDS: dict[str, Bound] = {
-    "rows": Bound(1, MAX_ROWS, True, "rows"),  # check/debug --n, run/profile --batch, profile --frontier-n
-    "replay-rows": Bound(1, MAX_REPLAY_ROWS, True, "rows"),  # debug --rows
-    "samples": Bound(1, MAX_SAMPLES, True, "decodes"),  # quantize --calib-samples, --eval-samples
-    "fallbacks": Bound(0, MAX_FALLBACKS, True, "nodes"),  # quantize --max-fallback
-    "iters": Bound(1, MAX_ITERS, True, "decodes"),  # profile --iters
-    "warmup": Bound(0, MAX_WARMUP, True, "decodes"),  # profile --warmup
-    "seconds": Bound(0, MAX_SECONDS, False, "s"),  # profile --min-seconds
-    "duration": Bound(0, MAX_SECONDS, False, "s", above_low=True),  # loadtest --duration-s
-    "ms": Bound(0, MAX_SECONDS * 1000, False, "ms", above_low=True),  # --deadline-ms, --latency-budget-ms
-    "seed": Bound(0, MAX_SEED, True),  # --seed of every command
-    "threads": Bound(0, MAX_THREADS, True),  # --threads of every command
-    "streams": Bound(1, MAX_STREAMS, True, "streams"),  # loadtest --streams
-    "db": Bound(-1000, 1000, False, "dB"),  # debug --threshold
-    "steps": Bound(1, MAX_STEPS, True, "steps"),  # profile --steps, --frontier-steps; loadtest --steps
-    "sweep-length": Bound(2, MAX_SWEEP_LENGTH, True, "tokens"),  # profile --sweep
+    "rows": Bound(1, MAX_ROWS, True, "rows"),
+    "replay-rows": Bound(1, MAX_REPLAY_ROWS, True, "rows"),
+    "samples": Bound(1, MAX_SAMPLES, True, "decodes"),
+    "fallbacks": Bound(0, MAX_FALLBACKS, True, "nodes"),
+    "iters": Bound(1, MAX_ITERS, True, "decodes"),
+    "warmup": Bound(0, MAX_WARMUP, True, "decodes"),
+    "seconds": Bound(0, MAX_SECONDS, False, "s"),
+    "duration": Bound(0, MAX_SECONDS, False, "s", above_low=True),
+    "ms": Bound(0, MAX_SECONDS * 1000, False, "ms", above_low=True),
+    "seed": Bound(0, MAX_SEED, True),
+    "threads": Bound(0, MAX_THREADS, True),
+    "streams": Bound(1, MAX_STREAMS, True, "streams"),
+    "db": Bound(-1000, 1000, False, "dB"),
+    "steps": Bound(1, MAX_STEPS, True, "steps"),
+    "sweep-length": Bound(2, MAX_SWEEP_LENGTH, True, "tokens"),
+}
+
+# The bound of each count and time option: one per option, so an option has the same range in
+# every command that has it (the CLI's ``bounded`` callback and the stage configs'
+# ``check_options`` read it). The last two are config fields with no option of their own.
+OPTION_BOUNDS: dict[str, str] = {
+    "--n": "rows",  # check, debug, demo
+    "--batch": "rows",  # export, run, profile
+    "--frontier-n": "rows",  # profile
+    "--rows": "replay-rows",  # debug
+    "--calib-samples": "samples",  # quantize
+    "--eval-samples": "samples",  # quantize
+    "--max-fallback": "fallbacks",  # quantize
+    "--iters": "iters",  # profile
+    "--warmup": "warmup",  # profile
+    "--min-seconds": "seconds",  # profile
+    "--duration-s": "duration",  # loadtest
+    "--deadline-ms": "ms",  # loadtest
+    "--latency-budget-ms": "ms",  # run, profile
+    "--seed": "seed",  # every command
+    "--threads": "threads",  # every command
+    "--streams": "streams",  # loadtest
+    "--threshold": "db",  # debug
+    "--steps": "steps",  # loadtest; profile's list (run's decode steps: decode.dispatch)
+    "--frontier-steps": "steps",  # profile
+    "--sweep": "sweep-length",  # profile
+    "calib_seed": "seed",  # QuantizeConfig
+    "warmup_seconds": "seconds",  # MeasureConfig
 }
 
 
@@ -145,3 +175,12 @@ def check_option(flag: str, value: Any, bound: str) -> Any:
             f"{flag} {shown} is out of bounds; valid: {b.describe()}", hint="every bound: docs/reliability.md"
         )
     return int(value) if b.integer else value
+
+
+def check_options(values: Mapping[str, Any]) -> None:
+    """A config's ``{option: value}`` each within the option's bound (``OPTION_BOUNDS``; a list
+    option's value, e.g. ``--steps 2,4,8``, item by item; None passes): the first one out of
+    bounds is the one UsageError."""
+    for flag, value in values.items():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            check_option(flag, item, OPTION_BOUNDS[flag])

@@ -253,6 +253,43 @@ def test_files_are_readable_in_one_sitting(path):
     assert lines <= MAX_LINES, f"{path} has {lines} lines; split it by concern"
 
 
+# The longest chain of stages importing stages, in rooms: an idea two stages share lives a floor
+# down (check's gate in evaluate, the feed recorder in runtimes, an INT8 file's weight pairs in
+# arithmetic), so the chain stays short. It was 6 (stream -> run -> builder -> lint -> quantize ->
+# check) before those moved (#41.4); 4 since (stream -> run -> builder -> lint). Only goes down.
+MAX_STAGE_CHAIN = 4
+
+
+def _stage_edges() -> dict[str, set[str]]:
+    """Stage room -> the other stage rooms its modules import (module or function level)."""
+    edges: dict[str, set[str]] = {room: set() for room in STAGES}
+    for module, imports in EDGES.items():
+        room = _room(module)[1]
+        if room in STAGES:
+            edges[room] |= {_room(t)[1] for t, *_ in imports if _room(t)[1] in STAGES} - {room}
+    return edges
+
+
+def _longest_chain(edges: dict[str, set[str]]) -> tuple[str, ...]:
+    def from_room(room: str, path: tuple[str, ...]) -> tuple[str, ...]:
+        if room in path:  # a cycle (test_no_import_cycles names it): stop here
+            return path
+        return max((from_room(t, (*path, room)) for t in sorted(edges[room])), key=len, default=(*path, room))
+
+    return max((from_room(room, ()) for room in STAGES), key=len)
+
+
+def test_the_stage_chain_stays_short():
+    chain = _longest_chain(_stage_edges())
+    assert len(chain) <= MAX_STAGE_CHAIN, " -> ".join(chain)
+    # The measure sees the chain the shared ideas made: lint importing quantize's weight pairs and
+    # quantize importing check's gate gave six rooms.
+    edges = _stage_edges()
+    edges["edgekit.lint"].add("edgekit.quantize")
+    edges["edgekit.quantize"].add("edgekit.check")
+    assert len(_longest_chain(edges)) == 6
+
+
 def test_the_rules_see_a_broken_house():
     """The checks above would fail on a decode loop importing a stage and on a cycle."""
     edges = dict(EDGES)

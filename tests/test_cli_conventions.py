@@ -51,6 +51,12 @@ def test_help_text_keeps_extras_in_brackets():
 
 
 def test_choice_options_list_their_choices_in_help():
+    from typing import get_args
+
+    from edgekit.cli.options import GraphForm
+    from edgekit.spec import GRAPHS
+
+    assert get_args(GraphForm) == GRAPHS  # export's and run's --graph: the forms the bundle knows
     wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
     r = runner.invoke(app, ["run", "--help"], env=wide)
     assert "[euler|midpoint|heun|rk4]" in r.stdout and "[host|step|unrolled]" in r.stdout

@@ -46,7 +46,7 @@ from edgekit.evaluate.thresholds import (
     save_baseline,
 )
 from edgekit.evaluate.verdict import compare
-from edgekit.limits import check_option
+from edgekit.limits import check_options
 from edgekit.manifest_sections import BudgetEval
 from edgekit.runtimes import PRECISIONS, open_runtime
 from edgekit.runtimes.registry import backend, names
@@ -126,12 +126,7 @@ class CheckConfig:
     strict: bool = False  # every warning fails the check (a "warnings" row; exit 4 as a failed metric)
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (
-            ("--n", self.n, "rows"),
-            ("--seed", self.seed, "seed"),
-            ("--threads", self.threads, "threads"),
-        ):
-            check_option(flag, value, bound)
+        check_options({"--n": self.n, "--seed": self.seed, "--threads": self.threads})
 
     def resolved(self, bundle: Bundle) -> CheckConfig:
         """n, seed and decode filled in: what ``edgekit quantize`` recorded for its budget (so a
@@ -188,15 +183,15 @@ def check_bundle(
     input; a failed check is ``passed: False``, not an exception. ``progress(message)`` is told
     what it is doing (opening a torch reference and decoding take minutes on a small CPU).
     """
+    start = time.perf_counter()
     say = progress or (lambda message: None)
     cand_v = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
     if cand_v.runtime == "aihub":  # the candidate on an AI Hub device, the reference on this host (ort by default)
         ref_v = parse_variant(cfg.reference, "ort" if cfg.runtime == "aihub" else cfg.runtime, "--reference")
-        return check_on_aihub(path, cfg, ref_v, cand_v, say, _settings, eval_rows)
+        return _finish(check_on_aihub(path, cfg, ref_v, cand_v, say, _settings, eval_rows), cfg, start)
     if cfg.device is not None:
         raise UsageError("--device names an AI Hub device: add --runtime aihub (or --candidate aihub:int8)")
 
-    start = time.perf_counter()
     bundle = Bundle.load(path)
     cfg = cfg.resolved(bundle)
     check_rows(bundle, cfg.n, "--n")  # before rows are read or a single batch decodes
@@ -267,6 +262,12 @@ def check_bundle(
         "warnings": warnings,
     }
     settle(doc, bundle, [ref_v.precision, cand_v.precision], cfg.strict)
+    return _finish(doc, cfg, start)
+
+
+def _finish(doc: dict[str, Any], cfg: CheckConfig, start: float) -> dict[str, Any]:
+    """The check's wall time and the baseline / JUnit files ``cfg`` names, whichever way it ran
+    (on this host or on an AI Hub device)."""
     doc["wall_s"] = time.perf_counter() - start
     if cfg.save_baseline is not None:
         doc["saved_baseline"] = str(save_baseline(cfg.save_baseline, doc))

@@ -1,5 +1,5 @@
 """The typer app, the command decorator (user errors print one line and exit with their code;
-Ctrl-C says nothing was recorded) and the options and parsers the commands share."""
+Ctrl-C says nothing was recorded) and the parsers the commands share (their options: ``options``)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,18 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from edgekit._lock import LOCK_WAIT
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
 from edgekit.cli._params import click, parse_csv  # noqa: F401 (parse_csv: the commands import it from here)
 from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
-
-# The registry-driven options live in their own module; commands import them from here with the rest.
-from edgekit.cli.registry_options import (  # noqa: E402,F401
-    PrecisionOpt,
-    RegistryHelp,
-    RuntimeOpt,
-    _PlainParams,
-    precision_option,
-    profile_option,
-    runtime_option,
-)
-from edgekit.errors import EXIT_USAGE, EdgekitError, UsageError
-from edgekit.limits import check_option
+from edgekit.cli.registry_options import _PlainParams
+from edgekit.errors import EXIT_USAGE, EdgekitError
 from edgekit.output import Output, clean
 
 
@@ -109,95 +98,24 @@ def _root(
     """Export, quantize, build, run and check non-autoregressive generative models on edge devices."""
 
 
-# ---- shared options ------------------------------------------------------------------------------
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
-
-
-BundleArg = Annotated[
-    Path, typer.Argument(help="Bundle directory (made by `edgekit export` or `edgekit demo`).", show_default=False)
-]
-
-
-def bounded(bound: str) -> Callable:
-    """An option's callback: its value within ``limits.BOUNDS[bound]`` (one line, exit 2, before
-    any work), the same bound in every command that has the option."""
-
-    def check(ctx: typer.Context, param: typer.CallbackParam, value):
-        if value is None or ctx.resilient_parsing:
-            return value
-        try:
-            return check_option(param.opts[0] if param.opts else f"--{param.name}", value, bound)
-        except UsageError as exc:
-            raise click.exceptions.UsageError(str(exc), ctx) from None
-
-    return check
-
-
-BatchOpt = Annotated[
-    int | None, typer.Option("--batch", callback=bounded("rows"), help="Static batch size baked into the graph.")
-]
-
-
-TrustCodeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--trust-code",
-        help=(
-            "Run Python code the bundle's manifest names (condition sampler, "
-            "model source) although you did not export the bundle here."
-        ),
-    ),
-]
-
-
-WaitOpt = Annotated[
-    bool,
-    typer.Option(
-        "--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1)."
-    ),
-]
-
-
-SeedOpt = Annotated[
-    int,
-    typer.Option(
-        "--seed", callback=bounded("seed"), help="Seed of all decode noise (same seed, same output on every runtime)."
-    ),
-]
-
-
-CondOpt = Annotated[
-    list[str] | None,
-    typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable."),
-]
-
-
-CondDataOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--cond-data",
-        help=(
-            "Real conditions: an .npz (or a directory of .npz / NAME.npy) "
-            "with arrays named like the conditioning inputs, [N, ...] each."
-        ),
-    ),
-]
-
-
 def debug_enabled() -> bool:
     return os.environ.get("EDGEKIT_DEBUG", "") not in ("", "0")
 
 
 def command(name: str | None = None, **kwargs) -> Callable:
-    """Register a command whose user errors print one line and exit with their code."""
+    """Register a command whose user errors print one line and exit with their code (logging set
+    up first, the same for every command; ``--trust-code`` and ``--wait`` set for its stage)."""
 
     def register(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kw):
+            configure_logging()
             interrupted, restore = _watch_sigint()
             committed = len(COMMITTED)
             Output.documents_written = 0
-            trust = TRUST_CODE.set(bool(kw.get("trust_code")))  # only a command with --trust-code has it
+            # Only a command with --trust-code / --wait has them; they hold for its stage.
+            trust = TRUST_CODE.set(bool(kw.get("trust_code")))
+            wait = LOCK_WAIT.set(bool(kw.get("wait")))
             try:
                 return _disk_errors(fn)(*args, **kw)
             except EdgekitError as exc:
@@ -233,6 +151,7 @@ def command(name: str | None = None, **kwargs) -> Callable:
                 raise typer.Exit(143 if term else 130) from None
             finally:
                 TRUST_CODE.reset(trust)
+                LOCK_WAIT.reset(wait)
                 restore()
 
         if fn.__doc__ and "help" not in kwargs:
@@ -302,8 +221,3 @@ def configure_logging() -> None:
     logging.basicConfig(
         level=logging.DEBUG if debug_enabled() else logging.WARNING, format="%(levelname)s: %(message)s"
     )
-
-
-TargetOpt = Annotated[
-    str, typer.Option("--target", "-t", help="Target name (see `edgekit targets`) or a path to your own target .toml.")
-]

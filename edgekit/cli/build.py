@@ -6,17 +6,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
-from edgekit.cli.app import (
-    BundleArg,
-    JsonOpt,
-    TargetOpt,
-    WaitOpt,
-    command,
-    configure_logging,
-    precision_option,
-    runtime_option,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
@@ -24,20 +15,18 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
     "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
     "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson\n\n"
-    "  edgekit build bundles/masked --target snapdragon-8-gen-3 "
-    "--precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
+    "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
 )
 def build(
-    bundle: BundleArg,
-    target: TargetOpt = "cpu",
+    bundle: opt.Bundle,
+    target: opt.Target = "cpu",
     precision: Annotated[
         str,
-        precision_option(
+        opt.precision_option(
             "One the target runs (`edgekit targets`)",
             extra={
                 "auto": (
-                    "the fastest that meets the accuracy budget on the target (INT8 only where quantize met "
-                    "its budget, its scheme is exact on "
+                    "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on "
                     "the target's CPU class and it was not slower than FP32 there), and why"
                 )
             },
@@ -48,7 +37,7 @@ def build(
     ] = False,
     runtime: Annotated[
         str | None,
-        runtime_option(
+        opt.runtime_option(
             "Another of the target's runtimes to build for (default: the first it lists that has engines), e.g. aihub"
         ),
     ] = None,
@@ -56,23 +45,17 @@ def build(
         bool,
         typer.Option(
             "--resume",
-            help=(
-                "AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's "
-                "aihub/jobs.json) instead of submitting new ones."
-            ),
+            help="AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's aihub/jobs.json) instead of submitting new ones.",
         ),
     ] = False,
-    wait: WaitOpt = False,
-    json_out: JsonOpt = False,
+    wait: opt.Wait = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan
-    on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
-    configure_logging()
+    """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
     from edgekit.builder import build_bundle
     from edgekit.builder.render import print_build
 
     o = Output(json_out)
-    LOCK_WAIT.set(wait)
     doc = build_bundle(bundle, target, precision, rebuild, runtime=runtime, resume=resume, progress=o.step)
     o.document(doc)
     print_build(o, doc)

@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    runtime_option,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
@@ -34,44 +24,32 @@ from edgekit.output import Output
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
-    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   '
-    "(int8 on the device vs fp32 here)"
+    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the device vs fp32 here)'
 )
 def check(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     reference: Annotated[
         str,
         typer.Option(
             "--reference",
-            help=(
-                "Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on "
-                "--runtime) or a runtime (fp32)."
-            ),
+            help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).",
         ),
     ] = "fp32",
     candidate: Annotated[
         str,
         typer.Option("--candidate", help="Variant under test, same forms; int8 = the model `edgekit quantize` made."),
     ] = "int8",
-    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
+    runtime: opt.VariantRuntime = "ort",
     n: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded_option(
             "--n",
-            callback=bounded("rows"),
-            help=(
-                "Evaluation conditions (graph batch i decodes with seed + "
-                "i); default: the rows `edgekit quantize` gated on, else 16."
-            ),
+            "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
         ),
     ] = None,
     seed: Annotated[
         int | None,
-        typer.Option(
-            "--seed",
-            callback=bounded("seed"),
-            help="Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0.",
-        ),
+        opt.seed_option("Seed of all decode noise; default: the seed `edgekit quantize` gated with, else 0."),
     ] = None,
     greedy: Annotated[
         bool,
@@ -101,40 +79,27 @@ def check(
             help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.",
         ),
     ] = None,
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    threads: opt.Threads = 0,
     target: Annotated[
         str | None,
-        typer.Option(
-            "--target",
-            "-t",
-            help=(
-                "A variant on this target's runtime loads the engine built for "
-                "it (qnn:int8 + a Snapdragon target: its precompiled context)."
-            ),
+        opt.target_option(
+            "A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context)."
         ),
     ] = None,
     device: Annotated[
         str | None,
         typer.Option(
             "--device",
-            help=(
-                "With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for "
-                "its first device); per step on the reference's recorded inputs."
-            ),
+            help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.",
         ),
     ] = None,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the inference jobs an earlier, "
-                "interrupted check submitted (the bundle's aihub/jobs.json)."
-            ),
+            help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
         ),
     ] = False,
     strict: Annotated[
@@ -144,12 +109,10 @@ def check(
             help="Every warning fails the check (exit 4), e.g. an int8 model `edgekit quantize` did not make.",
         ),
     ] = False,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise;
-    exit 4 when a metric fails."""
-    configure_logging()
+    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
     from edgekit.check import CheckConfig, check_bundle
     from edgekit.check.render import print_check
     from edgekit.errors import CheckFailed
@@ -189,8 +152,5 @@ def check(
         failed = ", ".join(doc["failed"])
         raise CheckFailed(
             f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
-            hint=(
-                "the table shows each value against its threshold; a "
-                "deliberate change needs a new --save-baseline or --thresholds"
-            ),
+            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
         )

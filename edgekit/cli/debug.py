@@ -7,16 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    JsonOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    runtime_option,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.host import ISA_CLASSES
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -24,24 +16,19 @@ from edgekit.output import Output
 
 @command(
     epilog="Exit codes (as check): 0 check passes (after the fix, with --fix) · 4 it fails · 1 error · 2 usage.\n\n"
-    "Examples:\n\n  edgekit debug bundles/masked                         "
-    "(ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
-    "  edgekit debug bundles/masked --fix                   "
-    "(try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
+    "Examples:\n\n  edgekit debug bundles/masked                         (ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
+    "  edgekit debug bundles/masked --fix                   (try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
     "  edgekit debug bundles/masked --candidate openvino:int8 --html debug-report\n\n"
     "  edgekit debug bundles/masked --candidate qnn:int8 --target snapdragon-8-gen-3 --fix\n\n"
     "  edgekit debug bundles/flow --reference torch --candidate ort:int8 --json"
 )
 def debug(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     candidate: Annotated[
         str,
         typer.Option(
             "--candidate",
-            help=(
-                "Variant under test: runtime:precision (ort:int8, openvino:int8, "
-                "qnn:int8, trt:int8), a precision (on --runtime) or a runtime."
-            ),
+            help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.",
         ),
     ] = "int8",
     reference: Annotated[
@@ -51,48 +38,33 @@ def debug(
             help="Known-good variant whose decode is replayed: ort:fp32, torch:fp32 (forward hooks), same forms.",
         ),
     ] = "fp32",
-    runtime: Annotated[str, runtime_option("Runtime of a variant given as a bare precision")] = "ort",
+    runtime: opt.VariantRuntime = "ort",
     target: Annotated[
-        str | None,
-        typer.Option(
-            "--target", "-t", help="A variant on this target's runtime loads its engine (qnn: the target's HTP)."
-        ),
+        str | None, opt.target_option("A variant on this target's runtime loads its engine (qnn: the target's HTP).")
     ] = None,
     threshold: Annotated[
         float | None,
-        typer.Option(
+        opt.bounded_option(
             "--threshold",
-            callback=bounded("db"),
-            help="dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
+            "dB: the error enters at the first step and op whose own added noise is below this SQNR (default 20).",
         ),
     ] = None,
     rows: Annotated[
         int | None,
-        typer.Option(
-            "--rows",
-            callback=bounded("replay-rows"),
-            help="Rows replayed teacher-forced with every tensor captured (default: one graph batch).",
+        opt.bounded_option(
+            "--rows", "Rows replayed teacher-forced with every tensor captured (default: one graph batch)."
         ),
     ] = None,
     n: Annotated[
-        int | None,
-        typer.Option(
-            "--n", callback=bounded("rows"), help="Rows of check's gate (default: the rows `edgekit quantize` judged)."
-        ),
+        int | None, opt.bounded_option("--n", "Rows of check's gate (default: the rows `edgekit quantize` judged).")
     ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option("--seed", callback=bounded("seed"), help="Seed of all decode noise (default: quantize's)."),
-    ] = None,
-    cond_data: CondDataOpt = None,
+    seed: Annotated[int | None, opt.seed_option("Seed of all decode noise (default: quantize's).")] = None,
+    cond_data: opt.CondData = None,
     fix: Annotated[
         bool,
         typer.Option(
             "--fix",
-            help=(
-                "Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write "
-                "it into the bundle and re-quantize."
-            ),
+            help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.",
         ),
     ] = False,
     html: Annotated[
@@ -105,15 +77,11 @@ def debug(
             help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).",
         ),
     ] = "host",
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    threads: opt.Threads = 0,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Find the first decode step and op where a variant's error enters (teacher-forced replay, every
-    tensor captured), say why, and with --fix prove and write the smallest fix."""
-    configure_logging()
+    """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""
     from edgekit.debug import DebugConfig, debug_bundle
     from edgekit.debug.html import write_heatmap
     from edgekit.debug.render import print_debug, summary_line
@@ -147,9 +115,6 @@ def debug(
     print_debug(o, doc)
     if not doc["passed"]:
         raise CheckFailed(
-            (
-                f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs "
-                f"{doc['reference']} on {doc['model']})"
-            ),
+            f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
             hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change",
         )

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit.cli.app import BundleArg, JsonOpt, TargetOpt, command, configure_logging, precision_option
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -20,12 +21,12 @@ from edgekit.output import Output
     "--identity ~/.ssh/id_ed25519 --command run -- --steps 4"
 )
 def deploy(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     host: Annotated[
         str,
         typer.Option("--host", help="user@host of the device (ssh checks its host key as always).", show_default=False),
     ],
-    target: TargetOpt = "cpu",
+    target: opt.Target = "cpu",
     command_name: Annotated[
         Literal["profile", "run", "check"],
         typer.Option("--command", help="The command run on the device (with --json)."),
@@ -37,7 +38,7 @@ def deploy(
         typer.Option("--known-hosts", help="known_hosts file to verify the device against (default: ssh's)."),
     ] = None,
     precision: Annotated[
-        str | None, precision_option("Precision to build/run there (default: the target's first)")
+        str | None, opt.precision_option("Precision to build/run there (default: the target's first)")
     ] = None,
     remote_dir: Annotated[
         str, typer.Option("--remote-dir", help="Folder on the device for bundles and reports.")
@@ -50,9 +51,9 @@ def deploy(
         Literal["auto", "rsync", "scp"],
         typer.Option("--transfer", help="auto: rsync when both ends have it, else scp."),
     ] = "auto",
-    out: Annotated[
-        Path, typer.Option("-o", "--out", help="Where the device's JSON and report files come back to.")
-    ] = Path("edgekit-reports"),
+    out: Annotated[Path, opt.out_option("Where the device's JSON and report files come back to.")] = Path(
+        "edgekit-reports"
+    ),
     rebuild: Annotated[
         bool, typer.Option("--rebuild", help="Rebuild a stale engine made here for the target.")
     ] = False,
@@ -60,10 +61,9 @@ def deploy(
         list[str] | None,
         typer.Argument(help="Extra options for the device's command (after --).", show_default=False),
     ] = None,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Copy a bundle to a device over SSH, run `edgekit profile|run|check` there and bring the report back."""
-    configure_logging()
     from edgekit.deploy import SshOptions
     from edgekit.deploy import deploy as run_deploy
     from edgekit.deploy.render import print_deploy

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
-from edgekit.cli.app import (
-    JsonOpt,
-    command,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
 @command(epilog="Examples:\n\n  edgekit doctor\n\n  edgekit doctor --target jetson-orin-nano --json")
 def doctor(
     target: Annotated[
-        str | None,
-        typer.Option("--target", "-t", help="Check one target (name or .toml); default: every built-in target."),
+        str | None, opt.target_option("Check one target (name or .toml); default: every built-in target.")
     ] = None,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Say what this host can run for a target, and what is missing (with the install line)."""
     from edgekit.doctor import doctor as run_doctor

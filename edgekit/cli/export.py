@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
-from edgekit.cli.app import (
-    BatchOpt,
-    JsonOpt,
-    WaitOpt,
-    command,
-    configure_logging,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -34,13 +28,13 @@ def export(
             show_default=False,
         ),
     ],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.", show_default=False)],
-    batch: BatchOpt = None,
+    out: Annotated[Path, opt.out_option("Bundle directory to write.", show_default=False)],
+    batch: opt.Batch = None,
     opset: Annotated[int, typer.Option(help="ONNX opset (17 or newer).")] = 18,
     atol: Annotated[float, typer.Option(help="Absolute tolerance of the ONNX-vs-torch check.")] = 1e-4,
     rtol: Annotated[float, typer.Option(help="Tolerance relative to each output's largest value.")] = 1e-3,
     graph: Annotated[
-        Literal["host", "step", "unrolled"],
+        opt.GraphForm,
         typer.Option(
             "--graph",
             help=(
@@ -59,7 +53,7 @@ def export(
             ),
         ),
     ] = None,
-    wait: WaitOpt = False,
+    wait: opt.Wait = False,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -93,10 +87,9 @@ def export(
             ),
         ),
     ] = False,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Export a PyTorch model to a static-shape ONNX bundle and verify it against PyTorch."""
-    configure_logging()
     from edgekit.export import ExportConfig, ExportRequest, VerifyConfig, export_model
     from edgekit.export.render import print_export
 
@@ -114,7 +107,6 @@ def export(
         overwrite=overwrite,
         cfg=ExportConfig(opset=opset, verify=VerifyConfig(atol=atol, rtol=rtol)),
     )
-    LOCK_WAIT.set(wait)
     bundle, fused = export_model(req, progress=o.info)
     o.document(bundle.to_json())
     print_export(o, bundle, fused)

@@ -6,11 +6,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    JsonOpt,
-    command,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
@@ -21,7 +18,7 @@ from edgekit.output import Output
     "  edgekit inspect bundles/masked --float-set ort   (quantize_static(..., **json.load(f)))"
 )
 def inspect(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     float_set: Annotated[
         Literal["nncf", "openvino", "ort", "ort-prepared"] | None,
         typer.Option(
@@ -32,7 +29,7 @@ def inspect(
             "nodes_to_exclude on the FP32 ONNX, ort-prepared = the same after quant_pre_process.",
         ),
     ] = None,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Show a bundle's manifest: model, IO, artifacts, verification, what quantize kept float, engines."""
     from edgekit.inspect import float_set_document, inspect_bundle, print_bundle

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    JsonOpt,
-    TargetOpt,
-    command,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.output import Output
 
 
@@ -19,7 +15,7 @@ from edgekit.output import Output
         "  edgekit lint bundles/masked --target android-arm64 --json"
     )
 )
-def lint(bundle: BundleArg, target: TargetOpt = "cpu", json_out: JsonOpt = False) -> None:
+def lint(bundle: opt.Bundle, target: opt.Target = "cpu", json_out: opt.Json = False) -> None:
     """Check that a bundle's graphs will deploy to a target (exit 4 on an error-level finding)."""
     from edgekit.lint import lint_report
     from edgekit.lint.render import print_lint

@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    parse_csv,
-    precision_option,
-    runtime_option,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -27,8 +17,7 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16\n\n"
     "  edgekit loadtest bundles/masked bundles/flow-chunk --streams 4 --deadline-ms 400 --policy fixed,adaptive\n\n"
     "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json\n\n"
-    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 "
-    "--policy fixed --steps 1 --duration-s 1"
+    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 --policy fixed --steps 1 --duration-s 1"
 )
 def loadtest(
     tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
@@ -36,7 +25,7 @@ def loadtest(
         Path,
         typer.Argument(help="Flow bundle exported with --chunk-frames (the chunk window graph).", show_default=False),
     ],
-    streams: Annotated[int, typer.Option("--streams", callback=bounded("streams"), help="Concurrent streams N.")] = 1,
+    streams: Annotated[int, opt.bounded_option("--streams", "Concurrent streams N.")] = 1,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -47,9 +36,7 @@ def loadtest(
     ] = None,
     deadline_ms: Annotated[
         float,
-        typer.Option(
-            "--deadline-ms", callback=bounded("ms"), help="Each chunk is due this long after the previous one."
-        ),
+        opt.bounded_option("--deadline-ms", "Each chunk is due this long after the previous one."),
     ] = 50.0,
     policy: Annotated[
         str, typer.Option("--policy", help="fixed | adaptive, comma-separated to compare side by side.")
@@ -57,44 +44,33 @@ def loadtest(
     solver: Annotated[
         str, typer.Option("--solver", help="The fixed policy's solver and the adaptive policy's top rung.")
     ] = "rk4",
-    steps: Annotated[int, typer.Option("--steps", callback=bounded("steps"), help="Steps of --solver.")] = 4,
+    steps: Annotated[int, opt.bounded_option("--steps", "Steps of --solver.")] = 4,
     duration_s: Annotated[
         float,
-        typer.Option(
-            "--duration-s",
-            callback=bounded("duration"),
-            help="Streams start utterances for this long; the last one finishes.",
-        ),
+        opt.bounded_option("--duration-s", "Streams start utterances for this long; the last one finishes."),
     ] = 5.0,
     arrivals: Annotated[str, typer.Option("--arrivals", help="all | staggered | poisson.")] = "all",
     runtime: Annotated[
         str,
-        runtime_option(
+        opt.runtime_option(
             "Runtime of both graphs (the token graph runs in fp32, or a float precision where the runtime has no fp32)"
         ),
     ] = "ort",
-    precision: Annotated[str, precision_option("The flow graph's precision")] = "fp32",
-    threads: Annotated[
-        int, typer.Option("--threads", callback=bounded("threads"), help="Runtime intra-op threads (0 = its default).")
-    ] = 0,
+    precision: Annotated[str, opt.precision_option("The flow graph's precision")] = "fp32",
+    threads: Annotated[int, opt.threads_option("Runtime intra-op threads (0 = its default).")] = 0,
     cond: Annotated[
         list[str] | None,
         typer.Option(
             "--cond",
-            help=(
-                "NAME=VALUE conditioning of the token stage (e.g. "
-                "class_id=3; default: the demo's held-out set); repeatable."
-            ),
+            help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.",
         ),
     ] = None,
-    seed: SeedOpt = 0,
+    seed: opt.Seed = 0,
     html_dir: Annotated[Path | None, typer.Option("--html", help="Write loadtest.html into this directory.")] = None,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time
-    to first chunk, chunk latency, jitter, quality and device use per policy."""
-    configure_logging()
+    """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
     from edgekit.bundle import Bundle
     from edgekit.errors import UsageError
     from edgekit.stream import LoadConfig
@@ -108,14 +84,8 @@ def loadtest(
         chunk = Bundle.load(flow_bundle).meta.get("chunk") or {}
         if chunk.get("frames") != chunk_frames:
             raise UsageError(
-                (
-                    f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph "
-                    f"({chunk.get('frames', 'none')} frames)"
-                ),
-                hint=(
-                    f"export one: `edgekit export flow-demo -o {flow_bundle} "
-                    f"--chunk-frames {chunk_frames} --context {chunk_frames}`"
-                ),
+                f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph ({chunk.get('frames', 'none')} frames)",
+                hint=f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context {chunk_frames}`",
             )
     cfg = LoadConfig(
         streams=streams,

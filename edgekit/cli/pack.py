@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import BundleArg, JsonOpt, command
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir, check_file
 from edgekit.output import Output
 
@@ -19,13 +20,12 @@ from edgekit.output import Output
     )
 )
 def pack(
-    bundle: BundleArg,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Tarball to write (.tar.gz).", show_default=False)],
+    bundle: opt.Bundle,
+    out: Annotated[Path, opt.out_option("Tarball to write (.tar.gz).", show_default=False)],
     target: Annotated[
-        str | None,
-        typer.Option("--target", "-t", help="Only what this target needs (default: every artifact and engine)."),
+        str | None, opt.target_option("Only what this target needs (default: every artifact and engine).")
     ] = None,
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Pack a bundle into a tarball to copy to a device (unpack there with `edgekit unpack`)."""
     from edgekit.deploy import pack_bundle
@@ -41,8 +41,8 @@ def pack(
 @command(epilog="Example:\n\n  edgekit unpack masked.tar.gz -o bundles/")
 def unpack(
     archive: Annotated[Path, typer.Argument(help="Tarball made by `edgekit pack`.", show_default=False)],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to unpack into.")] = Path("."),
-    json_out: JsonOpt = False,
+    out: Annotated[Path, opt.out_option("Folder to unpack into.")] = Path("."),
+    json_out: opt.Json = False,
 ) -> None:
     """Unpack a bundle tarball into OUT/<bundle>: checked member by member (no links, no paths
     outside), every hash verified in a staging folder, then swapped in whole."""

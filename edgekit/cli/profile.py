@@ -7,21 +7,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from edgekit.cli.app import (  # the shared options
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    parse_csv,
-    precision_option,
-    runtime_option,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command, parse_cond, parse_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -33,18 +20,16 @@ from edgekit.output import Output
     "  edgekit profile edgekit-demo/masked --runtime ort,openvino --precision fp32,int8 --compare-ar\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --frontier-steps 2,4,8,16,32 --frontier-tolerance 5%\n\n"
-    "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score "
-    "--cond speaker=0.5\n\n"
+    "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json\n\n"
-    '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 '
-    '(Family),snapdragon-x-elite" --html report/'
+    '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" --html report/'
 )
 def profile(
-    bundle: BundleArg,
-    runtime: Annotated[str, runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
+    bundle: opt.Bundle,
+    runtime: Annotated[str, opt.runtime_option("Comma-separated runtimes to compare", many=True)] = "ort",
     precision: Annotated[
         str | None,
-        precision_option(
+        opt.precision_option(
             "Comma-separated (default: fp32, plus int8 when the bundle has it); each runtime runs the ones it can",
             many=True,
         ),
@@ -55,29 +40,18 @@ def profile(
             "--steps", help="Decode steps, comma-separated for several variants (masked K, flow solver steps)."
         ),
     ] = None,
-    batch: Annotated[
-        int | None,
-        typer.Option("--batch", callback=bounded("rows"), help="Decode rows (default: the graph's batch)."),
-    ] = None,
+    batch: Annotated[int | None, opt.bounded_option("--batch", "Decode rows (default: the graph's batch).")] = None,
     iters: Annotated[
         int | None,
-        typer.Option("--iters", callback=bounded("iters"), help="Measured decodes per variant, at least (default 20)."),
+        opt.bounded_option("--iters", "Measured decodes per variant, at least (default 20)."),
     ] = None,
     min_seconds: Annotated[
         float | None,
-        typer.Option(
-            "--min-seconds",
-            callback=bounded("seconds"),
-            help="Measure each variant for at least this long (default 1 s).",
-        ),
+        opt.bounded_option("--min-seconds", "Measure each variant for at least this long (default 1 s)."),
     ] = None,
     warmup: Annotated[
         int | None,
-        typer.Option(
-            "--warmup",
-            callback=bounded("warmup"),
-            help="Warm-up decodes per variant, at least (default 3; also >= 0.2 s).",
-        ),
+        opt.bounded_option("--warmup", "Warm-up decodes per variant, at least (default 3; also >= 0.2 s)."),
     ] = None,
     power: Annotated[
         Literal["off", "auto", "nvml", "jetson", "tegrastats", "rapl", "android", "odpm", "rpi"],
@@ -87,10 +61,7 @@ def profile(
         bool,
         typer.Option(
             "--compare-ar",
-            help=(
-                "Also decode the AR baseline at the same length: speedup, "
-                "crossover length and the quality-latency frontier."
-            ),
+            help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.",
         ),
     ] = False,
     frontier_steps: Annotated[
@@ -102,20 +73,15 @@ def profile(
     ] = "1,2,4,8,16",
     frontier_n: Annotated[
         int,
-        typer.Option(
-            "--frontier-n",
-            callback=bounded("rows"),
-            help="Conditions in the frontier's evaluation set (the same for every K and for AR).",
+        opt.bounded_option(
+            "--frontier-n", "Conditions in the frontier's evaluation set (the same for every K and for AR)."
         ),
     ] = 64,
     frontier_metric: Annotated[
         str | None,
         typer.Option(
             "--frontier-metric",
-            help=(
-                "Quality metric the frontier ranks by (default: event_accuracy "
-                "for the demo models, else the --metric hook's first)."
-            ),
+            help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).",
         ),
     ] = None,
     frontier_tolerance: Annotated[
@@ -129,10 +95,7 @@ def profile(
         str | None,
         typer.Option(
             "--metric",
-            help=(
-                "Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier "
-                "of your own model. RUNS THAT CODE."
-            ),
+            help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.",
         ),
     ] = None,
     ar_bundle: Annotated[
@@ -150,31 +113,22 @@ def profile(
     ] = None,
     latency_budget_ms: Annotated[
         float | None,
-        typer.Option(
+        opt.bounded_option(
             "--latency-budget-ms",
-            callback=bounded("ms"),
-            help=(
-                "flow: profile the solver and steps that fit this many ms per "
-                "decode on this device (as `edgekit run --latency-budget-ms`)."
-            ),
+            "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).",
         ),
     ] = None,
     sweep_precision: Annotated[
         str,
         typer.Option(
             "--sweep-precision",
-            help=(
-                "Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or "
-                "fp32,int8 (a sweep and crossover each, side by side)."
-            ),
+            help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).",
         ),
     ] = "fp32",
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
-    seed: SeedOpt = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    threads: opt.Threads = 0,
+    seed: opt.Seed = 0,
     html: Annotated[
         Path | None,
         typer.Option("--html", help="Write a self-contained HTML report (and profile.json) into this directory."),
@@ -183,39 +137,27 @@ def profile(
         str | None,
         typer.Option(
             "--devices",
-            help=(
-                "With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for "
-                "their first device; one profile job each, all at once "
-                "(default: the devices of the bundle's AI Hub engines)."
-            ),
+            help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).",
         ),
     ] = None,
     require_npu: Annotated[
         bool,
         typer.Option(
             "--require-npu",
-            help=(
-                "With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
-            ),
+            help="With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning).",
         ),
     ] = False,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's "
-                "aihub/jobs.json) instead of submitting new ones."
-            ),
+            help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.",
         ),
     ] = False,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and
-    host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the
-    quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
-    configure_logging()
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
     from edgekit.probes.latency import MeasureConfig
     from edgekit.profile import ProfileConfig, profile_bundle, write_report
     from edgekit.profile.render import print_profile, profile_progress
@@ -287,8 +229,5 @@ def profile(
     if require_npu and doc.get("aihub") and not doc["aihub"]["npu_only"]:
         raise CheckFailed(
             "--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
-            hint=(
-                "quantize every op with `edgekit quantize BUNDLE --profile "
-                "qnn`; `edgekit lint BUNDLE --target TARGET` names the ops"
-            ),
+            hint="quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target TARGET` names the ops",
         )

@@ -7,23 +7,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit._lock import LOCK_WAIT
+import edgekit.cli.options as opt
 from edgekit.arithmetic import SCHEMES
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    CondOpt,
-    JsonOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    WaitOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-    profile_option,
-    runtime_option,
-)  # the shared options
+from edgekit.cli.app import command, parse_cond
 from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
@@ -31,63 +17,44 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
-    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget "
-    "lockstep_token_agreement=0.98 --json\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget lockstep_token_agreement=0.98 --json\n\n"
     "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime\n\n"
-    "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   "
-    "(Hexagon NPU: full integer, budget on the HTP backend)\n\n"
-    "  edgekit quantize bundles/mine --cond-data conditions.npz      "
-    "(real conditions: first rows calibrate, last rows held out)"
+    "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   (Hexagon NPU: full integer, budget on the HTP backend)\n\n"
+    "  edgekit quantize bundles/mine --cond-data conditions.npz      (real conditions: first rows calibrate, last rows held out)"
 )
 def quantize(
-    bundle: BundleArg,
-    profile: Annotated[str, profile_option("How the model is quantized, for which target family")] = "cpu",
+    bundle: opt.Bundle,
+    profile: Annotated[str, opt.profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[
         int,
-        typer.Option(
-            "--calib-samples",
-            callback=bounded("samples"),
-            help="Calibration sequences decoded in FP32; every network call of their loops is recorded.",
+        opt.bounded_option(
+            "--calib-samples", "Calibration sequences decoded in FP32; every network call of their loops is recorded."
         ),
     ] = 8,
     eval_samples: Annotated[
         int,
-        typer.Option(
-            "--eval-samples",
-            callback=bounded("samples"),
-            help="Held-out sequences decoded in FP32 and INT8 to check the budget.",
-        ),
+        opt.bounded_option("--eval-samples", "Held-out sequences decoded in FP32 and INT8 to check the budget."),
     ] = 16,
     exclude: Annotated[
         list[str] | None,
         typer.Option(
             "--exclude",
-            help=(
-                "Keep in float: a node name (of the FP32 graph or the prepared one), an op type "
-                "(LayerNormalization) or a torch module path (blocks.0.mlp: every layer under it); repeatable."
-            ),
+            help="Keep in float: a node name (of the FP32 graph or the prepared one), an op type (LayerNormalization) or a torch module path (blocks.0.mlp: every layer under it); repeatable.",
         ),
     ] = None,
     budget: Annotated[
         list[str] | None,
         typer.Option(
             "--budget",
-            help=(
-                "KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 "
-                "on its own step inputs; token_agreement is accepted for it), top1_agreement, "
-                "final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable."
-            ),
+            help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.",
         ),
     ] = None,
     decode: Annotated[
         list[str] | None,
         typer.Option(
             "--decode",
-            help=(
-                "KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 "
-                "calibrates the CFG rows too); repeatable."
-            ),
+            help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.",
         ),
     ] = None,
     fallback: Annotated[
@@ -98,112 +65,76 @@ def quantize(
     ] = True,
     max_fallback: Annotated[
         int | None,
-        typer.Option(
+        opt.bounded_option(
             "--max-fallback",
-            callback=bounded("fallbacks"),
-            help=(
-                "At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): "
-                "bounds the search's time on a large model; the verdict says when "
-                "the budget still fails. Default: as many as the budget needs."
-            ),
+            "At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
         ),
     ] = None,
     preprocess: Annotated[
         bool,
         typer.Option(
             "--preprocess/--no-preprocess",
-            help=(
-                "Run onnxruntime's quant_pre_process first (falls back "
-                "to none, with a warning, when it fails on the graph)."
-            ),
+            help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).",
         ),
     ] = True,
-    cond: CondOpt = None,
-    cond_data: CondDataOpt = None,
-    seed: SeedOpt = 0,
+    cond: opt.Cond = None,
+    cond_data: opt.CondData = None,
+    seed: opt.Seed = 0,
     threads: Annotated[
-        int,
-        typer.Option(
-            callback=bounded("threads"), help="ONNX Runtime threads for calibration and evaluation (0 = ORT default)."
-        ),
+        int, opt.threads_option("ONNX Runtime threads for calibration and evaluation (0 = ORT default).")
     ] = 0,
-    wait: WaitOpt = False,
+    wait: opt.Wait = False,
     runtime: Annotated[
         str | None,
-        runtime_option(
-            "Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; "
-            "default: the --target's, else ort)"
+        opt.runtime_option(
+            "Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)"
         ),
     ] = None,
     target: Annotated[
         str | None,
-        typer.Option(
-            "--target",
-            "-t",
-            help=(
-                "Quantize for this target: its quantization profile and CPU "
-                "class, and its runtime measures the budget (intel-cpu: openvino)."
-            ),
+        opt.target_option(
+            "Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino)."
         ),
     ] = None,
     isa: Annotated[
         str,
         typer.Option(
             "--isa",
-            help=(
-                "cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; "
-                f"{' | '.join(ISA_CLASSES)}); default: the --target's."
-            ),
+            help=f"cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; {' | '.join(ISA_CLASSES)}); default: the --target's.",
         ),
     ] = "host",
     scheme: Annotated[
         str,
         typer.Option(
             "--scheme",
-            help=(
-                "cpu profile: the quantization scheme (auto = the one chosen for the CPU class; "
-                f"{' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py)."
-            ),
+            help=f"cpu profile: the quantization scheme (auto = the one chosen for the CPU class; {' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py).",
         ),
     ] = "auto",
     step_buckets: Annotated[
         str | None,
         typer.Option(
             "--step-buckets",
-            help=(
-                "Activation scales per step range of the decode loop (mask share, ODE time t or AR position), "
-                "weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the "
-                "fewest that meet the budget (tried before any fallback or 16-bit promotion)."
-            ),
+            help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).",
         ),
     ] = None,
     bucket_memory: Annotated[
         float | None,
         typer.Option(
             "--bucket-memory",
-            help=(
-                "With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a "
-                "ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled "
-                "model); a count past it is not tried; default 1.2, 0 = no bound."
-            ),
+            help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried; default 1.2, 0 = no bound.",
         ),
     ] = None,
     overrides: Annotated[
         Path | None,
         typer.Option(
             "--overrides",
-            help=(
-                'JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", '
-                '"overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": '
-                "int16}]}), as `edgekit debug --fix` writes them; NAME as --exclude takes it."
-            ),
+            help='JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", "overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": int16}]}), as `edgekit debug --fix` writes them; NAME as --exclude takes it.',
         ),
     ] = None,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """INT8-quantize a bundle (QDQ), calibrated on its FP32 decode loop, within an accuracy budget."""
-    configure_logging()
     from edgekit.decode.dispatch import parse_decode_options
     from edgekit.errors import CheckFailed
     from edgekit.quantize import (
@@ -239,7 +170,6 @@ def quantize(
         cond_data=None if cond_data is None else str(cond_data),
         target=target,
     )
-    LOCK_WAIT.set(wait)
     s = quantize_bundle(bundle, cfg, progress=o.step, warn=o.warn)
     o.document(s)
     print_quantize(o, s)
@@ -254,8 +184,5 @@ def quantize(
             failed += f" (check would fail on {', '.join(gates)})"
         raise CheckFailed(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
-            hint=(
-                "relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / "
-                f"--calib-samples {2 * calib_samples}"
-            ),
+            hint=f"relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / --calib-samples {2 * calib_samples}",
         )

@@ -4,7 +4,6 @@ from the runtime and quantize-profile registries when shown."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated
 
 import typer
 from typer.core import TyperArgument, TyperOption
@@ -117,12 +116,6 @@ def _check_profile(ctx: typer.Context, param: typer.CallbackParam, value: str | 
         return value
     valid = ", ".join(repr(n) for n in _profile_names())
     raise click.exceptions.BadParameter(f"{value!r} is not one of {valid}.", ctx, param)
-
-
-RuntimeOpt = Annotated[str, runtime_option()]
-
-
-PrecisionOpt = Annotated[str, precision_option()]
 
 
 def _plain_params(params) -> None:

@@ -7,46 +7,29 @@ from typing import Annotated, Literal
 
 import typer
 
-from edgekit.cli.app import (
-    BundleArg,
-    CondDataOpt,
-    JsonOpt,
-    PrecisionOpt,
-    RuntimeOpt,
-    SeedOpt,
-    TrustCodeOpt,
-    bounded,
-    command,
-    configure_logging,
-    parse_cond,
-)  # the shared options
+import edgekit.cli.options as opt
+from edgekit.cli.app import command, parse_cond
 from edgekit.outpaths import check_file
 from edgekit.output import Output
 
 
 @command(
     epilog="Examples:\n\n  edgekit run bundles/masked --steps 8 --schedule cosine -o tokens.npz\n\n"
-    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   "
-    "(every row of tokens.npz)\n\n"
+    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   (every row of tokens.npz)\n\n"
     "  edgekit run bundles/masked --runtime torch --temperature 0 --json\n\n"
     "  edgekit run bundles/masked --runtime openvino --precision int8 -o tokens.npz\n\n"
     "  edgekit run bundles/masked --target intel-cpu --precision int8 -o tokens.npz   # the blob `edgekit build` wrote"
 )
 def run(
-    bundle: BundleArg,
+    bundle: opt.Bundle,
     out: Annotated[
         Path | None,
-        typer.Option(
-            "-o",
-            "--out",
-            help=(
-                "Write the outputs (tokens or frames, the conditions as "
-                "cond_NAME and, for flow, the starting noise x0) to this .npz."
-            ),
+        opt.out_option(
+            "Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz."
         ),
     ] = None,
-    runtime: RuntimeOpt = "ort",
-    precision: PrecisionOpt = "fp32",
+    runtime: opt.Runtime = "ort",
+    precision: opt.Precision = "fp32",
     steps: Annotated[int | None, typer.Option(help="masked: MaskGIT steps K; flow: solver steps.")] = None,
     schedule: Annotated[
         str | None, typer.Option(help="masked: cosine | linear | square | cubic | powK | log | exp.")
@@ -68,10 +51,7 @@ def run(
         int | None,
         typer.Option(
             min=0,
-            help=(
-                "masked: tokens committed in one step prefer to be more "
-                "than this many positions apart (0 = confidence only)."
-            ),
+            help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).",
         ),
     ] = None,
     length: Annotated[
@@ -81,34 +61,26 @@ def run(
         list[str] | None,
         typer.Option(
             "--cond",
-            help=(
-                "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files "
-                "give the rows to decode (in as many graph batches as they need); repeatable."
-            ),
+            help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.",
         ),
     ] = None,
-    cond_data: CondDataOpt = None,
-    seed: SeedOpt = 0,
+    cond_data: opt.CondData = None,
+    seed: opt.Seed = 0,
     batch: Annotated[
         int | None,
-        typer.Option(
-            "--batch",
-            callback=bounded("rows"),
-            help="Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph).",
+        opt.bounded_option(
+            "--batch", "Decode rows (default: the graph's batch; half of it with guidance on a doubled-batch graph)."
         ),
     ] = None,
-    threads: Annotated[
-        int, typer.Option(callback=bounded("threads"), help="Runtime threads (0 = runtime default).")
-    ] = 0,
+    threads: opt.Threads = 0,
     target: Annotated[
-        str | None,
-        typer.Option("--target", "-t", help="Run the engine built for this target (overrides --runtime)."),
+        str | None, opt.target_option("Run the engine built for this target (overrides --runtime).")
     ] = None,
     rebuild: Annotated[
         bool, typer.Option("--rebuild", help="Rebuild a stale engine for --target instead of refusing it.")
     ] = False,
     graph: Annotated[
-        Literal["host", "step", "unrolled"],
+        opt.GraphForm,
         typer.Option(
             "--graph",
             help="host: per-step network, host loop; step | unrolled: a fused graph added by `edgekit export --graph`.",
@@ -116,20 +88,15 @@ def run(
     ] = "host",
     latency_budget_ms: Annotated[
         float | None,
-        typer.Option(
+        opt.bounded_option(
             "--latency-budget-ms",
-            callback=bounded("ms"),
-            help=(
-                "flow: pick solver and steps that fit this many ms per decode on this device (quality table "
-                "measured once, stored in the bundle)."
-            ),
+            "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).",
         ),
     ] = None,
-    trust_code: TrustCodeOpt = False,
-    json_out: JsonOpt = False,
+    trust_code: opt.TrustCode = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Decode a bundle's model on a runtime and write the tokens or frames."""
-    configure_logging()
     from edgekit.evaluate import output_name
     from edgekit.run import (
         RunRequest,

@@ -7,11 +7,8 @@ from typing import Annotated
 
 import typer
 
-from edgekit.cli.app import (
-    JsonOpt,
-    command,
-    configure_logging,
-)
+import edgekit.cli.options as opt
+from edgekit.cli.app import command
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -24,10 +21,8 @@ from edgekit.output import Output
 def train_demo(
     out: Annotated[
         Path,
-        typer.Option(
-            "-o",
-            "--out",
-            help="Directory for the .safetensors files (a new one; the shipped weights need --overwrite-shipped).",
+        opt.out_option(
+            "Directory for the .safetensors files (a new one; the shipped weights need --overwrite-shipped)."
         ),
     ] = Path("edgekit-weights"),
     overwrite_shipped: Annotated[
@@ -44,11 +39,9 @@ def train_demo(
     models: Annotated[
         str, typer.Option(help="Comma-separated demo models to train.")
     ] = "masked-demo,flow-demo,ar-demo",
-    json_out: JsonOpt = False,
+    json_out: opt.Json = False,
 ) -> None:
-    """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle
-    cores, the masked model 66 of them)."""
-    configure_logging()
+    """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle cores, the masked model 66 of them)."""
     from edgekit.train import TrainDemoConfig, train_demo
     from edgekit.train.render import print_train
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES
-from edgekit.limits import check_option
+from edgekit.limits import check_options
 
 SCHEMA = "edgekit.debug/1"
 # An op whose own added noise is below this (SQNR of what it adds, dB) is where the error enters.
@@ -37,13 +37,14 @@ class DebugConfig:
     isa: str = "host"
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (
-            ("--threshold", self.threshold_db, "db"),
-            ("--rows", self.rows, "replay-rows"),
-            ("--n", self.n, "rows"),
-            ("--seed", self.seed, "seed"),
-            ("--threads", self.threads, "threads"),
-        ):
-            check_option(flag, value, bound)
+        check_options(
+            {
+                "--threshold": self.threshold_db,
+                "--rows": self.rows,
+                "--n": self.n,
+                "--seed": self.seed,
+                "--threads": self.threads,
+            }
+        )
         if self.isa != "host" and self.isa not in ISA_CLASSES:
             raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")

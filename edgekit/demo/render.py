@@ -6,6 +6,7 @@ from typing import Any
 
 from edgekit.check.render import print_demo_check
 from edgekit.output import Output
+from edgekit.profile.render import print_frontier
 
 
 def print_demo(o: Output, report: dict[str, Any]) -> None:
@@ -108,14 +109,7 @@ def print_demo(o: Output, report: dict[str, Any]) -> None:
     )
     for line in t["not_measured"] + ([t["nar_vs_ar"]] if t.get("nar_vs_ar") else []):
         o.line(line)
-    if t.get("frontier", {}).get("rows"):
-        o.table(
-            f"quality-latency frontier, ranked by {prof['frontier']['metric']} (* = Pareto-optimal)",
-            t["frontier"]["columns"],
-            t["frontier"]["rows"],
-        )
-    for line in t.get("frontier_lines", []) + t["power"]:
-        o.line(line)
+    print_frontier(o, t, prof.get("frontier"))
     o.line(f"profile report: {prof['html']} (JSON: {prof['json']})")
     npu = report["stages"].get("npu")
     if npu:

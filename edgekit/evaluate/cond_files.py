@@ -52,11 +52,20 @@ def _open_cond_file(name: str, value: str):
     return archive.open(key + ".npy")
 
 
+def _npy_header(fh) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy data ``fh`` holds, read from its header alone
+    (no data, a header of at most 10 kB)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    if version == (1, 0):
+        return fmt.read_array_header_1_0(fh, max_header_size=10_000)
+    return fmt.read_array_header_2_0(fh, max_header_size=10_000)
+
+
 def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None = None) -> np.ndarray:
     """A numeric .npy (or .npz member) of ``shape`` — with ``max_rows``, of any row count up to
     it — its header checked before any data is read: no pickles, no structured or string dtypes,
     no header claiming more than allowed (allocation bombs)."""
-    fmt = np.lib.format
 
     def bad(why: str) -> UsageError:
         return UsageError(
@@ -66,13 +75,7 @@ def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None 
 
     try:
         with _open_cond_file(name, path) as fh:
-            version = fmt.read_magic(fh)
-            header = (
-                fmt.read_array_header_1_0(fh, max_header_size=10_000)
-                if version == (1, 0)
-                else fmt.read_array_header_2_0(fh, max_header_size=10_000)
-            )
-            file_shape, _, dtype = header
+            file_shape, _, dtype = _npy_header(fh)
             if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
                 raise bad(f"dtype {dtype} is not a number type")
             rows_ok = (0 < file_shape[0] <= max_rows) if max_rows and len(file_shape) else False
@@ -96,18 +99,12 @@ def read_npy(name: str, path: str, shape: tuple[int, ...], max_rows: int | None 
 
 def cond_file_rows(raw: Mapping[str, str]) -> int | None:
     """Rows of the conditioning given as files (None when none is): ``run`` decodes them all."""
-    fmt = np.lib.format
     rows = set()
     for name, value in raw.items():
         if is_cond_file(value):
             try:
                 with _open_cond_file(name, value) as fh:
-                    version = fmt.read_magic(fh)
-                    header = (
-                        fmt.read_array_header_1_0(fh, max_header_size=10_000)
-                        if version == (1, 0)
-                        else fmt.read_array_header_2_0(fh, max_header_size=10_000)
-                    )
+                    header = _npy_header(fh)
             except UsageError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any unreadable header: one line

@@ -19,9 +19,7 @@ from edgekit.export.config import ExportConfig
 from edgekit.export.fused import baked_options, fused_bundle
 from edgekit.export.to_bundle import export_bundle
 from edgekit.models import load_spec
-from edgekit.spec import check_graph_kind
-
-GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")
+from edgekit.spec import GRAPHS, check_graph_kind
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
@@ -21,14 +21,7 @@ class Finding:
     nodes: tuple[str, ...] = ()  # offending node names (all of them; the message shows a few)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity,
-            "rule": self.rule,
-            "artifact": self.artifact,
-            "message": self.message,
-            "hint": self.hint,
-            "nodes": list(self.nodes),
-        }
+        return asdict(self) | {"nodes": list(self.nodes)}
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:

@@ -14,14 +14,15 @@ from edgekit.lint.ops import (
     DEFAULT_DOMAINS,
     ELEM_NAMES,
     RANDOM_OPS,
+    SEQUENCE_OPS,
     node_names,
     nodes_by_op,
     shown_names,
 )
 
 # The ONNX-TensorRT support matrix (onnx/onnx-tensorrt docs/operators.md, TensorRT 10.1 GA),
-# default domain. Keep in step with that file when TensorRT moves.
-TRT_UNSUPPORTED_OPS = frozenset(
+# default domain. Keep in step with that file when TensorRT moves. It supports no sequence op.
+TRT_UNSUPPORTED_OPS = SEQUENCE_OPS | frozenset(
     {
         "AffineGrid",
         "Bernoulli",
@@ -34,7 +35,6 @@ TRT_UNSUPPORTED_OPS = frozenset(
         "CenterCropPad",
         "Col2Im",
         "Compress",
-        "ConcatFromSequence",
         "ConvInteger",
         "DFT",
         "Det",
@@ -55,15 +55,7 @@ TRT_UNSUPPORTED_OPS = frozenset(
         "QLinearMatMul",
         "RegexFullMatch",
         "STFT",
-        "SequenceAt",
-        "SequenceConstruct",
-        "SequenceEmpty",
-        "SequenceErase",
-        "SequenceInsert",
-        "SequenceLength",
-        "SequenceMap",
         "SoftmaxCrossEntropyLoss",
-        "SplitToSequence",
         "StringConcat",
         "StringNormalizer",
         "StringSplit",
@@ -256,62 +248,51 @@ def trt_qdq_findings(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], nam
             wrong_type.setdefault(ELEM_NAMES.get(dtype, f"type {dtype}"), []).append(node)
         if np.any(np.asarray(consts[zp]).astype(np.float64) != 0):
             nonzero.append(node)
-    findings = []
-    for dtype, group in wrong_type.items():
+
+    def finding(severity: str, group: list[Any], says: str, why: str, hint: str) -> Finding:
         names = node_names(group)
-        findings.append(
-            Finding(
-                "error",
-                "qdq",
-                name,
-                (
-                    f"{len(group)} Q/DQ node(s) have {dtype} zero points "
-                    f"({shown_names(names)}); TensorRT quantizes to int8 only"
-                ),
-                hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (int8, symmetric)",
-                nodes=names,
-            )
+        message = f"{len(group)} {says} ({shown_names(names)}){why}"
+        return Finding(severity, "qdq", name, message, hint=hint, nodes=names)
+
+    trt_profile = "quantize with the trt profile: `edgekit quantize BUNDLE --profile trt`"
+    findings = [
+        finding(
+            "error",
+            group,
+            f"Q/DQ node(s) have {dtype} zero points",
+            "; TensorRT quantizes to int8 only",
+            f"{trt_profile} (int8, symmetric)",
         )
+        for dtype, group in wrong_type.items()
+    ]
     if nonzero:
-        names = node_names(nonzero)
         findings.append(
-            Finding(
+            finding(
                 "error",
-                "qdq",
-                name,
-                (
-                    f"{len(nonzero)} Q/DQ node(s) have non-zero zero points "
-                    f"({shown_names(names)}); TensorRT is symmetric only"
-                ),
-                hint="quantize with the trt profile: `edgekit quantize BUNDLE --profile trt` (zero points 0)",
-                nodes=names,
+                nonzero,
+                "Q/DQ node(s) have non-zero zero points",
+                "; TensorRT is symmetric only",
+                f"{trt_profile} (zero points 0)",
             )
         )
     if dynamic:
-        names = node_names(dynamic)
         findings.append(
-            Finding(
+            finding(
                 "error",
-                "qdq",
-                name,
-                f"{len(dynamic)} Q/DQ node(s) take their zero point from the graph ({shown_names(names)})",
-                hint="zero points must be initializers (0)",
-                nodes=names,
+                dynamic,
+                "Q/DQ node(s) take their zero point from the graph",
+                "",
+                "zero points must be initializers (0)",
             )
         )
     if missing:
-        names = node_names(missing)
         findings.append(
-            Finding(
+            finding(
                 "warning",
-                "qdq",
-                name,
-                (
-                    f"{len(missing)} QuantizeLinear node(s) have no zero "
-                    f"point ({shown_names(names)}): ONNX then means uint8"
-                ),
-                hint="give an explicit int8 zero point 0 (edgekit quantize --profile trt does)",
-                nodes=names,
+                missing,
+                "QuantizeLinear node(s) have no zero point",
+                ": ONNX then means uint8",
+                "give an explicit int8 zero point 0 (edgekit quantize --profile trt does)",
             )
         )
     return findings
@@ -343,10 +324,7 @@ def trt_support_findings(nodes: Sequence[Any], name: str) -> list[Finding]:
                     "unsupported-op",
                     name,
                     f"TensorRT's ONNX parser has no {op} ({len(group)} node(s): {shown_names(names)})",
-                    hint=(
-                        "export without contrib ops (edgekit export uses "
-                        "only standard ONNX ops) or add a TensorRT plugin"
-                    ),
+                    hint="export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT plugin",
                     nodes=names,
                 )
             )

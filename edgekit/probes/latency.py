@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.limits import check_option
+from edgekit.limits import check_options
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 
 # trtexec warns when the coefficient of variation passes 10 %; the same bound flags drift between
@@ -48,14 +48,15 @@ class MeasureConfig:
     max_iters: int = 10_000
 
     def __post_init__(self) -> None:
-        # limits.BOUNDS: the CLI checked them already; a config built in code is held to the same.
-        for flag, name, bound in (
-            ("--warmup", "warmup_iters", "warmup"),
-            ("--iters", "iters", "iters"),
-            ("warmup_seconds", "warmup_seconds", "seconds"),
-            ("--min-seconds", "min_seconds", "seconds"),
-        ):
-            check_option(flag, getattr(self, name), bound)
+        # limits.OPTION_BOUNDS: the CLI checked them already; a config built in code is held to the same.
+        check_options(
+            {
+                "--warmup": self.warmup_iters,
+                "--iters": self.iters,
+                "warmup_seconds": self.warmup_seconds,
+                "--min-seconds": self.min_seconds,
+            }
+        )
         if not isinstance(self.max_iters, int) or self.max_iters < 1:
             raise UsageError(f"MeasureConfig.max_iters={self.max_iters!r} must be an int >= 1")
         if self.iters > self.max_iters:

@@ -21,7 +21,7 @@ from edgekit.decode.dispatch import decode_config
 from edgekit.errors import UsageError
 from edgekit.host import HostFacts
 from edgekit.profile.config import DecodeModel, ProfileConfig, ProgressFn
-from edgekit.profile.measure import measure_decodes
+from edgekit.profile.measure import time_decodes
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.aihub import client as hub_client
 from edgekit.runtimes.aihub.jobs import Handle, JobBook
@@ -157,11 +157,8 @@ def host_loop(
     opts = dict(cfg.decode) | ({"steps": cfg.steps[0]} if cfg.steps else {})
     decode_cfg = decode_config(model.kind, model.decode_defaults, opts, seed=cfg.seed)
     label = f"host loop of a decode ({precision}, ONNX Runtime on this host)"
-    tick = (lambda done, total: progress(label, done, total)) if progress else None
     with open_runtime(bundle, "ort", HOST_PRECISION[precision], threads=cfg.threads) as rt:
-        doc = measure_decodes(
-            model, rt, cond, decode_cfg, cfg.measure, power=None, rss=None, progress=tick, keep_samples=False
-        )
+        doc = time_decodes(model, rt, cond, decode_cfg, cfg.measure, label, progress)
         bucket_calls = list(rt.calls) if isinstance(rt, BucketedRuntime) else []  # per step bucket: what the loop used
     calls = int(doc["decode"]["runtime_calls"])
     per_bucket = [calls * c / sum(bucket_calls) for c in bucket_calls] if sum(bucket_calls) else None

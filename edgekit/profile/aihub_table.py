@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from edgekit.profile.table import metric_rows
+
 Doc = Mapping[str, Any]
 Rows = tuple[list[str], list[list[Any]]]
 
@@ -40,15 +42,7 @@ _ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any]]] = [
 def aihub_table(doc: Doc) -> Rows:
     """One column per device (and precision) that AI Hub measured."""
     cols = [d for d in ((doc.get("aihub") or {}).get("devices") or []) if d.get("available")]
-    rows = []
-    for label, get in _ROWS:
-        cells = []
-        for d in cols:
-            try:
-                cells.append(get(d))
-            except (KeyError, TypeError):
-                cells.append(None)
-        rows.append([label] + cells)
+    rows = metric_rows(_ROWS, cols)
     return ["on AI Hub"] + [d["id"] for d in cols], rows if cols else []
 
 

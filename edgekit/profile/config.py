@@ -15,7 +15,7 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import BundleError, UsageError
 from edgekit.evaluate import conditions, load_condition_data, stored_rows
-from edgekit.limits import check_option
+from edgekit.limits import check_options
 from edgekit.probes.latency import MeasureConfig
 from edgekit.probes.power import CHOICES as POWER_CHOICES
 from edgekit.profile.frontier import Tolerance
@@ -132,21 +132,18 @@ class ProfileConfig:
         object.__setattr__(self, "precisions", check_precisions(tuple(self.precisions)))
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "sweep_lengths", tuple(self.sweep_lengths))
-        # limits.BOUNDS: every count checked before the first variant runs.
-        for flag, values, bound in (
-            ("--steps", self.steps, "steps"),
-            ("--sweep", self.sweep_lengths, "sweep-length"),
-            ("--frontier-steps", tuple(self.frontier_steps), "steps"),
-        ):
-            for value in values:
-                check_option(flag, value, bound)
-        for flag, value, bound in (
-            ("--batch", self.batch, "rows"),
-            ("--frontier-n", self.frontier_n, "rows"),
-            ("--seed", self.seed, "seed"),
-            ("--threads", self.threads, "threads"),
-        ):
-            check_option(flag, value, bound)
+        # limits.OPTION_BOUNDS: every count checked before the first variant runs.
+        check_options(
+            {
+                "--steps": self.steps,
+                "--sweep": self.sweep_lengths,
+                "--frontier-steps": tuple(self.frontier_steps),
+                "--batch": self.batch,
+                "--frontier-n": self.frontier_n,
+                "--seed": self.seed,
+                "--threads": self.threads,
+            }
+        )
         if self.power not in POWER_CHOICES:
             raise UsageError(f"--power {self.power!r} is unknown; valid: {', '.join(POWER_CHOICES)}")
         if self.idle_seconds < 0:

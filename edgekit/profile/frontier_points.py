@@ -15,7 +15,7 @@ from edgekit.errors import UsageError
 from edgekit.evaluate import HIGHER_IS_BETTER, load_metric_hook, pad_rows, run_metric_hook, score
 from edgekit.profile.config import DecodeModel, ProfileConfig, ProgressFn, bundle_conditions
 from edgekit.profile.frontier import AR, NAR, FrontierPoint, Tolerance, frontier
-from edgekit.profile.measure import measure_decodes
+from edgekit.profile.measure import time_decodes
 from edgekit.runtimes import open_runtime
 from edgekit.runtimes.base import Runtime
 
@@ -119,18 +119,7 @@ def measure_frontier(
                     )
                     tell(f"{label}: timing{guess}")
                     dcfg = decode_config(masked.kind, masked.decode_defaults, overrides, seed=cfg.seed)
-                    tick = (lambda d, t, label=label: progress(label, d, t)) if progress else None
-                    timed = measure_decodes(
-                        masked,
-                        rt,
-                        timing_cond,
-                        dcfg,
-                        cfg.measure,
-                        power=None,
-                        rss=None,
-                        progress=tick,
-                        keep_samples=False,
-                    )
+                    timed = time_decodes(masked, rt, timing_cond, dcfg, cfg.measure, label, progress)
                     latency = timed["latency"]["median_ms"]
                 per_step.append(latency / k)
                 tell(f"{label}: quality on {cfg.frontier_n} conditions (~{_seconds(latency * chunks / 1e3)})")

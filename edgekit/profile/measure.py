@@ -120,6 +120,23 @@ def measure_decodes(
     return doc
 
 
+def time_decodes(
+    model: DecodeModel,
+    runtime: Runtime,
+    cond: Mapping[str, np.ndarray],
+    decode_cfg: Any,
+    mcfg: MeasureConfig,
+    label: str,
+    progress: ProgressFn | None,
+) -> dict[str, Any]:
+    """``measure_decodes`` for the latency alone (no power, RSS or kept samples), its progress
+    told under ``label``: the frontier's points, the crossover sweep, AI Hub's host loop."""
+    tick = (lambda done, total: progress(label, done, total)) if progress else None
+    return measure_decodes(
+        model, runtime, cond, decode_cfg, mcfg, power=None, rss=None, progress=tick, keep_samples=False
+    )
+
+
 def _per_call_medians(decodes: Sequence[Any]) -> list[float]:
     """Median duration (ms) of the i-th Runtime.run call over decodes, for the calls every
     decode made (a decode that stops early has fewer)."""

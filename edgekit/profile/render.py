@@ -79,13 +79,20 @@ def print_profile(o: Output, doc: dict) -> None:
             o.table("decode time against length (crossover)", s["sweep"]["columns"], s["sweep"]["rows"])
     for line in s["not_measured"] + s["crossover"]:
         o.line(line)
-    if s.get("frontier", {}).get("rows"):
-        o.table(
-            f"quality-latency frontier, ranked by {doc['compare_ar']['frontier']['metric']} (* = Pareto-optimal)",
-            s["frontier"]["columns"],
-            s["frontier"]["rows"],
-        )
-    for line in s["frontier_lines"] + s["power"]:
-        o.line(line)
+    print_frontier(o, s, (doc.get("compare_ar") or {}).get("frontier"))
     for w in doc["warnings"]:
         o.warn(w)
+
+
+def print_frontier(o: Output, tables: dict, frontier: dict | None) -> None:
+    """The quality-latency frontier's table (``tables``: ``summary_rows`` of a profile document;
+    ``frontier``: its frontier section) and the lines under it, then the power lines: profile's
+    console and the demo's show them alike."""
+    if tables.get("frontier", {}).get("rows"):
+        o.table(
+            f"quality-latency frontier, ranked by {frontier['metric']} (* = Pareto-optimal)",
+            tables["frontier"]["columns"],
+            tables["frontier"]["rows"],
+        )
+    for line in tables.get("frontier_lines", []) + tables["power"]:
+        o.line(line)

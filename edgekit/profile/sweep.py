@@ -27,7 +27,7 @@ from edgekit.profile.config import (
     bundle_conditions,
     spec_conditions,
 )
-from edgekit.profile.measure import measure_decodes
+from edgekit.profile.measure import time_decodes
 from edgekit.quantize import quantize_unbudgeted
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -216,18 +216,7 @@ def length_sweep(
                     return recorder.feeds
 
                 with _open_spec(spec, runtime, cache, cfg.threads, cfg.sweep_precision, record) as rt:
-                    tick = (lambda done, total, label=label: progress(label, done, total)) if progress else None
-                    doc = measure_decodes(
-                        model,
-                        rt,
-                        spec_cond,
-                        dcfg,
-                        cfg.sweep_measure,
-                        power=None,
-                        rss=None,
-                        progress=tick,
-                        keep_samples=False,
-                    )
+                    doc = time_decodes(model, rt, spec_cond, dcfg, cfg.sweep_measure, label, progress)
                 point[f"{role}_decode_ms"] = doc["latency"]["median_ms"]
                 point[f"{role}_latency"] = doc["latency"]
             points.append(point)

@@ -6,7 +6,7 @@ Each builder returns ``(columns, rows)``; cells are numbers, strings or ``None``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Doc = Mapping[str, Any]
@@ -25,6 +25,19 @@ def _get(d: Mapping[str, Any] | None, *keys: str) -> Any:
 
 def _mb(value: Any) -> float | None:
     return None if value is None else value / MB
+
+
+def metric_rows(spec: Sequence[tuple[str, Callable[[Any], Any]]], cols: Sequence[Any]) -> list[list[Any]]:
+    """One row per ``(label, getter)`` of ``spec``: the label, then the getter's cell for each
+    column (``None`` where a column lacks what the getter reads)."""
+    return [[label, *(_cell(get, col) for col in cols)] for label, get in spec]
+
+
+def _cell(get: Callable[[Any], Any], col: Any) -> Any:
+    try:
+        return get(col)
+    except (KeyError, TypeError):
+        return None
 
 
 def _energy_cell(v: Mapping[str, Any], key: str) -> Any:
@@ -96,15 +109,7 @@ def variants_table(doc: Doc) -> Rows:
     """Metrics down, variants across (one column per measured variant, AR baseline included)."""
     cols = profiled_columns(doc)
     unit = doc.get("item_unit", "tokens")
-    rows = []
-    for label, get in _ROWS:
-        cells = []
-        for v in cols:
-            try:
-                cells.append(get(v))
-            except (KeyError, TypeError):
-                cells.append(None)
-        rows.append([label.replace("ITEMS", unit)] + cells)
+    rows = [[label.replace("ITEMS", unit), *cells] for label, *cells in metric_rows(_ROWS, cols)]
     return ["metric"] + [v["id"] for v in cols], rows
 
 

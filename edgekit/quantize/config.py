@@ -16,7 +16,7 @@ from typing import Any
 from edgekit.arithmetic import SCHEMES, scheme_for
 from edgekit.errors import UsageError
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
-from edgekit.limits import MAX_SAMPLES, check_option
+from edgekit.limits import MAX_SAMPLES, check_options
 from edgekit.quantize.buckets.ranges import parse_step_buckets
 from edgekit.quantize.overrides import check_overrides
 from edgekit.quantize.registry import ProfileSettings, QuantizeProfile, quantize_profile
@@ -187,12 +187,7 @@ class QuantizeConfig:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SAMPLES:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} {value!r} is invalid; valid: an integer in [1, {MAX_SAMPLES}]")
-        for flag, value, bound in (
-            ("--seed", self.eval_seed, "seed"),
-            ("calib_seed", self.calib_seed, "seed"),
-            ("--threads", self.threads, "threads"),
-        ):
-            check_option(flag, value, bound)
+        check_options({"--seed": self.eval_seed, "calib_seed": self.calib_seed, "--threads": self.threads})
         if not 0 < self.percentile <= 100:
             raise UsageError(f"percentile {self.percentile!r} is invalid; valid: 0 < p <= 100 (e.g. 99.999)")
         if self.max_fallback is not None and self.max_fallback < 0:

@@ -20,7 +20,7 @@ from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
 from edgekit.errors import UsageError
 from edgekit.evaluate import cond_file_rows, conditions, load_condition_data, pad_rows, score
-from edgekit.limits import MAX_ROWS, check_count, check_option
+from edgekit.limits import MAX_ROWS, check_count, check_options
 from edgekit.runtimes import open_fused, open_runtime
 
 
@@ -39,12 +39,7 @@ class RunRequest:
     graph: str = "host"  # host: per-step network + host loop; step|unrolled: a fused graph (export --graph)
 
     def __post_init__(self) -> None:
-        for flag, value, bound in (
-            ("--seed", self.seed, "seed"),
-            ("--batch", self.batch, "rows"),
-            ("--threads", self.threads, "threads"),
-        ):
-            check_option(flag, value, bound)
+        check_options({"--seed": self.seed, "--batch": self.batch, "--threads": self.threads})
 
 
 def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import FlowDecodeConfig
 from edgekit.errors import UsageError
 from edgekit.evaluate import conditions, score
-from edgekit.limits import check_option
+from edgekit.limits import check_options
 from edgekit.probes.latency import summarize
 from edgekit.probes.memory import RssTracker
 from edgekit.run import measure_flow_quality, per_nfe_latency_ms
@@ -51,16 +51,17 @@ class LoadConfig:
     cond: tuple[tuple[str, str], ...] = ()  # --cond NAME=VALUE of the token stage (default: the demo's held-out set)
 
     def __post_init__(self) -> None:
-        # limits.BOUNDS (inf and nan too: inf overflowed the schedule's arithmetic).
-        for flag, value, bound in (
-            ("--streams", self.streams, "streams"),
-            ("--deadline-ms", self.deadline_ms, "ms"),
-            ("--duration-s", self.duration_s, "duration"),
-            ("--steps", self.steps, "steps"),
-            ("--threads", self.threads, "threads"),
-            ("--seed", self.seed, "seed"),
-        ):
-            check_option(flag, value, bound)
+        # limits.OPTION_BOUNDS (inf and nan too: inf overflowed the schedule's arithmetic).
+        check_options(
+            {
+                "--streams": self.streams,
+                "--deadline-ms": self.deadline_ms,
+                "--duration-s": self.duration_s,
+                "--steps": self.steps,
+                "--threads": self.threads,
+                "--seed": self.seed,
+            }
+        )
         if self.arrivals not in ARRIVALS:
             raise UsageError(f"--arrivals {self.arrivals!r} is unknown; valid: {', '.join(ARRIVALS)}")
         bad = [p for p in self.policies if p not in POLICIES]

@@ -9,7 +9,7 @@ averaged over the intervals where both ends have it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -206,14 +206,7 @@ class EnergyPerDecode:
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "n_decodes": self.n_decodes,
-            "gross_mj": self.gross_mj,
-            "above_idle_mj": self.above_idle_mj,
-            "idle_mw": self.idle_mw,
-            "average_mw": self.average_mw,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 def energy_per_decode_mj(trace: PowerTrace, n_decodes: int, idle: PowerTrace | None = None) -> EnergyPerDecode:

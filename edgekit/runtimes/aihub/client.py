@@ -16,7 +16,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,12 +47,7 @@ class Configuration:
     problem: str | None  # why not configured (None when it is)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "configured": self.configured,
-            "source": self.source,
-            "config_file": self.config_file,
-            "problem": self.problem,
-        }
+        return asdict(self)
 
 
 def configuration(env: Mapping[str, str] | None = None) -> Configuration:
