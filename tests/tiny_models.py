@@ -172,6 +172,7 @@ def tiny_int8_bundles(tiny_bundles, tmp_path_factory) -> dict[str, Path]:
     return {"embedded": embedded, "buckets": buckets, "external": external}
 
 
+@pytest.fixture(scope="session")
 def tiny_fallback_bundle(tiny_bundles, tmp_path_factory) -> Path:
     """The tiny masked model quantized (cpu profile) with one forced budget fallback: a budget no
     INT8 model meets (agreement above 1) and ``max_fallback=1``, so the most sensitive layer goes

@@ -15,7 +15,8 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit build bundles/masked --target cpu\n\n"
     "  edgekit build bundles/masked --target android-arm64   # writes the .ort model\n\n"
     "  edgekit build bundles/masked --target jetson-orin-nano --precision int8   # on the Jetson\n\n"
-    "  edgekit build bundles/masked --target snapdragon-8-gen-3 --precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
+    "  edgekit build bundles/masked --target snapdragon-8-gen-3 "
+    "--precision int8 --runtime aihub   # compiled on Qualcomm AI Hub"
 )
 def build(
     bundle: opt.Bundle,
@@ -26,7 +27,8 @@ def build(
             "One the target runs (`edgekit targets`)",
             extra={
                 "auto": (
-                    "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its budget, its scheme is exact on "
+                    "the fastest that meets the accuracy budget on the target (INT8 only where quantize met its "
+                    "budget, its scheme is exact on "
                     "the target's CPU class and it was not slower than FP32 there), and why"
                 )
             },
@@ -45,13 +47,17 @@ def build(
         bool,
         typer.Option(
             "--resume",
-            help="AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's aihub/jobs.json) instead of submitting new ones.",
+            help=(
+                "AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's "
+                "aihub/jobs.json) instead of submitting new ones."
+            ),
         ),
     ] = False,
     wait: opt.Wait = False,
     json_out: opt.Json = False,
 ) -> None:
-    """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
+    """Build a bundle's engine for a target: optimized .onnx / .ort for ONNX Runtime, a TensorRT plan
+    on the device, a QNN context binary (locally, or on Qualcomm AI Hub with --runtime aihub)."""
     from edgekit.builder import build_bundle
     from edgekit.builder.render import print_build
 

@@ -24,7 +24,8 @@ from edgekit.output import Output
     "  edgekit check bundles/mine --metric mypkg.metrics:score --cond speaker=0.5\n\n"
     "  edgekit check bundles/masked --candidate qnn:int8 --reference ort:fp32 --target snapdragon-8-gen-3\n\n"
     "  edgekit check bundles/mine --cond-data conditions.npz       (its held-out rows, as quantize split them)\n\n"
-    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   (int8 on the device vs fp32 here)'
+    '  edgekit check bundles/masked --runtime aihub --device "Samsung Galaxy S24 (Family)"   '
+    "(int8 on the device vs fp32 here)"
 )
 def check(
     bundle: opt.Bundle,
@@ -32,7 +33,10 @@ def check(
         str,
         typer.Option(
             "--reference",
-            help="Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) or a runtime (fp32).",
+            help=(
+                "Known-good variant: runtime:precision (ort:fp32, torch:fp32, trt:fp16), a precision (on --runtime) "
+                "or a runtime (fp32)."
+            ),
         ),
     ] = "fp32",
     candidate: Annotated[
@@ -44,7 +48,10 @@ def check(
         int | None,
         opt.bounded_option(
             "--n",
-            "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` gated on, else 16.",
+            (
+                "Evaluation conditions (graph batch i decodes with seed + i); default: the rows `edgekit quantize` "
+                "gated on, else 16."
+            ),
         ),
     ] = None,
     seed: Annotated[
@@ -85,21 +92,28 @@ def check(
     target: Annotated[
         str | None,
         opt.target_option(
-            "A variant on this target's runtime loads the engine built for it (qnn:int8 + a Snapdragon target: its precompiled context)."
+            "A variant on this target's runtime loads the engine built for it "
+            "(qnn:int8 + a Snapdragon target: its precompiled context)."
         ),
     ] = None,
     device: Annotated[
         str | None,
         typer.Option(
             "--device",
-            help="With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step on the reference's recorded inputs.",
+            help=(
+                "With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for "
+                "its first device); per step on the reference's recorded inputs."
+            ),
         ),
     ] = None,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume",
-            help="With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
+            help=(
+                "With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the "
+                "bundle's aihub/jobs.json)."
+            ),
         ),
     ] = False,
     strict: Annotated[
@@ -112,7 +126,8 @@ def check(
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
-    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise; exit 4 when a metric fails."""
+    """Compare two variants of a bundle (default INT8 vs FP32) on whole decodes under identical noise;
+    exit 4 when a metric fails."""
     from edgekit.check import CheckConfig, check_bundle
     from edgekit.check.render import print_check
     from edgekit.errors import CheckFailed
@@ -152,5 +167,8 @@ def check(
         failed = ", ".join(doc["failed"])
         raise CheckFailed(
             f"check failed: {failed} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
-            hint="the table shows each value against its threshold; a deliberate change needs a new --save-baseline or --thresholds",
+            hint=(
+                "the table shows each value against its threshold; a deliberate change needs a new --save-baseline or "
+                "--thresholds"
+            ),
         )

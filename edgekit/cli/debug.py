@@ -16,8 +16,10 @@ from edgekit.output import Output
 
 @command(
     epilog="Exit codes (as check): 0 check passes (after the fix, with --fix) · 4 it fails · 1 error · 2 usage.\n\n"
-    "Examples:\n\n  edgekit debug bundles/masked                         (ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
-    "  edgekit debug bundles/masked --fix                   (try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
+    "Examples:\n\n  edgekit debug bundles/masked                         "
+    "(ort:int8 vs ort:fp32: the first step and op where the error enters)\n\n"
+    "  edgekit debug bundles/masked --fix                   "
+    "(try the smallest fix, prove it with check's gate, write it into the bundle)\n\n"
     "  edgekit debug bundles/masked --candidate openvino:int8 --html debug-report\n\n"
     "  edgekit debug bundles/masked --candidate qnn:int8 --target snapdragon-8-gen-3 --fix\n\n"
     "  edgekit debug bundles/flow --reference torch --candidate ort:int8 --json"
@@ -28,7 +30,10 @@ def debug(
         str,
         typer.Option(
             "--candidate",
-            help="Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on --runtime) or a runtime.",
+            help=(
+                "Variant under test: runtime:precision (ort:int8, openvino:int8, qnn:int8, trt:int8), a precision (on "
+                "--runtime) or a runtime."
+            ),
         ),
     ] = "int8",
     reference: Annotated[
@@ -64,7 +69,10 @@ def debug(
         bool,
         typer.Option(
             "--fix",
-            help="Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it into the bundle and re-quantize.",
+            help=(
+                "Try the smallest fix (16-bit tensor, weight-only or float op), prove it with check's gate, write it "
+                "into the bundle and re-quantize."
+            ),
         ),
     ] = False,
     html: Annotated[
@@ -81,7 +89,8 @@ def debug(
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
-    """Find the first decode step and op where a variant's error enters (teacher-forced replay, every tensor captured), say why, and with --fix prove and write the smallest fix."""
+    """Find the first decode step and op where a variant's error enters (teacher-forced replay, every
+    tensor captured), say why, and with --fix prove and write the smallest fix."""
     from edgekit.debug import DebugConfig, debug_bundle
     from edgekit.debug.html import write_heatmap
     from edgekit.debug.render import print_debug, summary_line
@@ -115,6 +124,9 @@ def debug(
     print_debug(o, doc)
     if not doc["passed"]:
         raise CheckFailed(
-            f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} on {doc['model']})",
+            (
+                f"check fails on {', '.join(doc['failed']) or 'its gate'} ({doc['candidate']} vs {doc['reference']} "
+                f"on {doc['model']})"
+            ),
             hint="see the fixes tried above" if fix else f"`edgekit debug {bundle} --fix` tries the smallest change",
         )

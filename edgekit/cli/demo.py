@@ -22,20 +22,27 @@ def demo(
         bool,
         typer.Option(
             "--full",
-            help="The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep for a measured crossover, and the NPU stage.",
+            help=(
+                "The complete sizes: the frontier at K = 1..16 on --n conditions (not K = 1..8 on 16), a length sweep "
+                "for a measured crossover, and the NPU stage."
+            ),
         ),
     ] = False,
     npu: Annotated[
         bool | None,
         typer.Option(
             "--npu/--no-npu",
-            help="NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only.",
+            help=(
+                "NPU stage: masked-demo quantized, compiled and checked for snapdragon-8-gen-3 on the emulated HTP, "
+                "minutes (needs edgekit\\[qnn]; skipped without it). Default: with --full only."
+            ),
             show_default=False,
         ),
     ] = None,
     json_out: opt.Json = False,
 ) -> None:
-    """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2 cores; --full for the complete sizes and the Snapdragon NPU stage)."""
+    """Run the whole pipeline on the built-in models and the default CPU target (a few minutes on 2
+    cores; --full for the complete sizes and the Snapdragon NPU stage)."""
     from edgekit.demo import DemoConfig, print_demo, run_demo
 
     o = Output(json_out)

@@ -17,7 +17,8 @@ from edgekit.output import Output
     epilog="Examples:\n\n  edgekit export flow-demo -o bundles/flow-chunk --chunk-frames 16 --context 16\n\n"
     "  edgekit loadtest bundles/masked bundles/flow-chunk --streams 4 --deadline-ms 400 --policy fixed,adaptive\n\n"
     "  edgekit loadtest bundles/ar bundles/flow-chunk --streams 2 --chunk-frames 16 --arrivals poisson --json\n\n"
-    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 --policy fixed --steps 1 --duration-s 1"
+    "  edgekit loadtest bundles/masked bundles/flow-chunk --runtime qnn --precision fp16 "
+    "--policy fixed --steps 1 --duration-s 1"
 )
 def loadtest(
     tokens_bundle: Annotated[Path, typer.Argument(help="Token generator bundle (masked or ar).", show_default=False)],
@@ -62,7 +63,10 @@ def loadtest(
         list[str] | None,
         typer.Option(
             "--cond",
-            help="NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); repeatable.",
+            help=(
+                "NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); "
+                "repeatable."
+            ),
         ),
     ] = None,
     seed: opt.Seed = 0,
@@ -70,7 +74,8 @@ def loadtest(
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
-    """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time to first chunk, chunk latency, jitter, quality and device use per policy."""
+    """Stream tokens into chunked flow decoding for N concurrent streams; report deadline misses, time
+    to first chunk, chunk latency, jitter, quality and device use per policy."""
     from edgekit.bundle import Bundle
     from edgekit.errors import UsageError
     from edgekit.stream import LoadConfig
@@ -84,8 +89,14 @@ def loadtest(
         chunk = Bundle.load(flow_bundle).meta.get("chunk") or {}
         if chunk.get("frames") != chunk_frames:
             raise UsageError(
-                f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph ({chunk.get('frames', 'none')} frames)",
-                hint=f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context {chunk_frames}`",
+                (
+                    f"--chunk-frames {chunk_frames} does not match {flow_bundle}'s window graph "
+                    f"({chunk.get('frames', 'none')} frames)"
+                ),
+                hint=(
+                    f"export one: `edgekit export flow-demo -o {flow_bundle} --chunk-frames {chunk_frames} --context "
+                    f"{chunk_frames}`"
+                ),
             )
     cfg = LoadConfig(
         streams=streams,

@@ -81,7 +81,10 @@ TrustCode = Annotated[
     bool,
     typer.Option(
         "--trust-code",
-        help="Run Python code the bundle's manifest names (condition sampler, model source) although you did not export the bundle here.",
+        help=(
+            "Run Python code the bundle's manifest names (condition sampler, model source) although you did not "
+            "export the bundle here."
+        ),
     ),
 ]
 Wait = Annotated[
@@ -97,6 +100,9 @@ CondData = Annotated[
     Path | None,
     typer.Option(
         "--cond-data",
-        help="Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning inputs, [N, ...] each.",
+        help=(
+            "Real conditions: an .npz (or a directory of .npz / NAME.npy) with arrays named like the conditioning "
+            "inputs, [N, ...] each."
+        ),
     ),
 ]

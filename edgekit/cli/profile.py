@@ -20,9 +20,11 @@ from edgekit.output import Output
     "  edgekit profile edgekit-demo/masked --runtime ort,openvino --precision fp32,int8 --compare-ar\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --sweep 16,32,128,256\n\n"
     "  edgekit profile edgekit-demo/masked --compare-ar --frontier-steps 2,4,8,16,32 --frontier-tolerance 5%\n\n"
-    "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score --cond speaker=0.5\n\n"
+    "  edgekit profile bundles/mine --compare-ar --ar-bundle bundles/mine-ar --metric mypkg.metrics:score "
+    "--cond speaker=0.5\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json\n\n"
-    '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 (Family),snapdragon-x-elite" --html report/'
+    '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 '
+    '(Family),snapdragon-x-elite" --html report/'
 )
 def profile(
     bundle: opt.Bundle,
@@ -61,7 +63,10 @@ def profile(
         bool,
         typer.Option(
             "--compare-ar",
-            help="Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency frontier.",
+            help=(
+                "Also decode the AR baseline at the same length: speedup, crossover length and the quality-latency "
+                "frontier."
+            ),
         ),
     ] = False,
     frontier_steps: Annotated[
@@ -81,7 +86,10 @@ def profile(
         str | None,
         typer.Option(
             "--frontier-metric",
-            help="Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric hook's first).",
+            help=(
+                "Quality metric the frontier ranks by (default: event_accuracy for the demo models, else the --metric "
+                "hook's first)."
+            ),
         ),
     ] = None,
     frontier_tolerance: Annotated[
@@ -95,7 +103,10 @@ def profile(
         str | None,
         typer.Option(
             "--metric",
-            help="Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of your own model. RUNS THAT CODE.",
+            help=(
+                "Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of "
+                "your own model. RUNS THAT CODE."
+            ),
         ),
     ] = None,
     ar_bundle: Annotated[
@@ -115,14 +126,20 @@ def profile(
         float | None,
         opt.bounded_option(
             "--latency-budget-ms",
-            "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run --latency-budget-ms`).",
+            (
+                "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run "
+                "--latency-budget-ms`)."
+            ),
         ),
     ] = None,
     sweep_precision: Annotated[
         str,
         typer.Option(
             "--sweep-precision",
-            help="Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or fp32,int8 (a sweep and crossover each, side by side).",
+            help=(
+                "Precision(s) of the architecture-only sweep models: fp32, int8 (cpu-profile QDQ, no budget) or "
+                "fp32,int8 (a sweep and crossover each, side by side)."
+            ),
         ),
     ] = "fp32",
     cond: opt.Cond = None,
@@ -137,27 +154,38 @@ def profile(
         str | None,
         typer.Option(
             "--devices",
-            help="With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile job each, all at once (default: the devices of the bundle's AI Hub engines).",
+            help=(
+                "With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their "
+                "first device; one profile job each, all at once (default: the devices of the bundle's AI Hub "
+                "engines)."
+            ),
         ),
     ] = None,
     require_npu: Annotated[
         bool,
         typer.Option(
             "--require-npu",
-            help="With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning).",
+            help=(
+                "With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
+            ),
         ),
     ] = False,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume",
-            help="With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of submitting new ones.",
+            help=(
+                "With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's "
+                "aihub/jobs.json) instead of submitting new ones."
+            ),
         ),
     ] = False,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
-    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
+    """Measure a bundle's decode on several runtimes/precisions side by side: latency, per-step and
+    host time, throughput, energy, memory; with --compare-ar, NAR vs AR speed and the
+    quality-latency frontier; with --runtime aihub, on Qualcomm AI Hub's hosted devices."""
     from edgekit.probes.latency import MeasureConfig
     from edgekit.profile import ProfileConfig, profile_bundle, write_report
     from edgekit.profile.render import print_profile, profile_progress
@@ -229,5 +257,8 @@ def profile(
     if require_npu and doc.get("aihub") and not doc["aihub"]["npu_only"]:
         raise CheckFailed(
             "--require-npu: ops ran off the NPU on AI Hub's devices (see the warnings)",
-            hint="quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target TARGET` names the ops",
+            hint=(
+                "quantize every op with `edgekit quantize BUNDLE --profile qnn`; `edgekit lint BUNDLE --target "
+                "TARGET` names the ops"
+            ),
         )

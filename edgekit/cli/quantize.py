@@ -17,10 +17,13 @@ from edgekit.output import Output
 @command(
     epilog="Examples:\n\n  edgekit quantize bundles/masked\n\n"
     "  edgekit quantize bundles/flow --profile trt --method percentile --calib-samples 16 --decode guidance=2\n\n"
-    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget lockstep_token_agreement=0.98 --json\n\n"
+    "  edgekit quantize bundles/masked --exclude head --exclude blocks.3.mlp --budget "
+    "lockstep_token_agreement=0.98 --json\n\n"
     "  edgekit quantize bundles/masked --target intel-cpu   # budget measured on OpenVINO, the target's runtime\n\n"
-    "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   (Hexagon NPU: full integer, budget on the HTP backend)\n\n"
-    "  edgekit quantize bundles/mine --cond-data conditions.npz      (real conditions: first rows calibrate, last rows held out)"
+    "  edgekit quantize bundles/masked --profile qnn --eval-samples 4   "
+    "(Hexagon NPU: full integer, budget on the HTP backend)\n\n"
+    "  edgekit quantize bundles/mine --cond-data conditions.npz      "
+    "(real conditions: first rows calibrate, last rows held out)"
 )
 def quantize(
     bundle: opt.Bundle,
@@ -40,21 +43,31 @@ def quantize(
         list[str] | None,
         typer.Option(
             "--exclude",
-            help="Keep in float: a node name (of the FP32 graph or the prepared one), an op type (LayerNormalization) or a torch module path (blocks.0.mlp: every layer under it); repeatable.",
+            help=(
+                "Keep in float: a node name (of the FP32 graph or the prepared one), an op type (LayerNormalization) "
+                "or a torch module path (blocks.0.mlp: every layer under it); repeatable."
+            ),
         ),
     ] = None,
     budget: Annotated[
         list[str] | None,
         typer.Option(
             "--budget",
-            help="KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable.",
+            help=(
+                "KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on "
+                "its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, "
+                "event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable."
+            ),
         ),
     ] = None,
     decode: Annotated[
         list[str] | None,
         typer.Option(
             "--decode",
-            help="KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 calibrates the CFG rows too); repeatable.",
+            help=(
+                "KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 "
+                "calibrates the CFG rows too); repeatable."
+            ),
         ),
     ] = None,
     fallback: Annotated[
@@ -67,14 +80,21 @@ def quantize(
         int | None,
         opt.bounded_option(
             "--max-fallback",
-            "At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): bounds the search's time on a large model; the verdict says when the budget still fails. Default: as many as the budget needs.",
+            (
+                "At most this many nodes moved back to float (each costs one candidate's held-out INT8 decodes): "
+                "bounds the search's time on a large model; the verdict says when the budget still fails. Default: as "
+                "many as the budget needs."
+            ),
         ),
     ] = None,
     preprocess: Annotated[
         bool,
         typer.Option(
             "--preprocess/--no-preprocess",
-            help="Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the graph).",
+            help=(
+                "Run onnxruntime's quant_pre_process first (falls back to none, with a warning, when it fails on the "
+                "graph)."
+            ),
         ),
     ] = True,
     cond: opt.Cond = None,
@@ -87,48 +107,68 @@ def quantize(
     runtime: Annotated[
         str | None,
         opt.runtime_option(
-            "Runtime the INT8 model is decoded on for the budget, one that measures it (ort, openvino; default: the --target's, else ort)"
+            "Runtime the INT8 model is decoded on for the budget, one that measures it "
+            "(ort, openvino; default: the --target's, else ort)"
         ),
     ] = None,
     target: Annotated[
         str | None,
         opt.target_option(
-            "Quantize for this target: its quantization profile and CPU class, and its runtime measures the budget (intel-cpu: openvino)."
+            "Quantize for this target: its quantization profile and CPU class, and its runtime measures the "
+            "budget (intel-cpu: openvino)."
         ),
     ] = None,
     isa: Annotated[
         str,
         typer.Option(
             "--isa",
-            help=f"cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; {' | '.join(ISA_CLASSES)}); default: the --target's.",
+            help=(
+                "cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; "
+                f"{' | '.join(ISA_CLASSES)}); default: the --target's."
+            ),
         ),
     ] = "host",
     scheme: Annotated[
         str,
         typer.Option(
             "--scheme",
-            help=f"cpu profile: the quantization scheme (auto = the one chosen for the CPU class; {' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py).",
+            help=(
+                "cpu profile: the quantization scheme (auto = the one chosen for the CPU class; "
+                f"{' | '.join(SCHEMES)}; see benchmarks/isa_schemes.py)."
+            ),
         ),
     ] = "auto",
     step_buckets: Annotated[
         str | None,
         typer.Option(
             "--step-buckets",
-            help="Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet the budget (tried before any fallback or 16-bit promotion).",
+            help=(
+                "Activation scales per step range of the decode loop (mask share, ODE time t or AR position), weights "
+                "shared: N ranges (1-8) with boundaries from the measured range drift, or auto = the fewest that meet "
+                "the budget (tried before any fallback or 16-bit promotion)."
+            ),
         ),
     ] = None,
     bucket_memory: Annotated[
         float | None,
         typer.Option(
             "--bucket-memory",
-            help="With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled model); a count past it is not tried; default 1.2, 0 = no bound.",
+            help=(
+                "With --step-buckets auto: the most resident memory a bucket count may add over one scale, as a "
+                "ratio, measured on the budget runtime (each bucket is one more ORT session or OpenVINO compiled "
+                "model); a count past it is not tried; default 1.2, 0 = no bound."
+            ),
         ),
     ] = None,
     overrides: Annotated[
         Path | None,
         typer.Option(
             "--overrides",
-            help='JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", "overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": int16}]}), as `edgekit debug --fix` writes them; NAME as --exclude takes it.',
+            help=(
+                'JSON file of per-layer decisions to honour ({"schema": "edgekit.quantize-overrides/1", '
+                '"overrides": [{"node": NAME, "action": float | weight-only} | {"tensor": NAME, "action": '
+                "int16}]}), as `edgekit debug --fix` writes them; NAME as --exclude takes it."
+            ),
         ),
     ] = None,
     trust_code: opt.TrustCode = False,
@@ -184,5 +224,8 @@ def quantize(
             failed += f" (check would fail on {', '.join(gates)})"
         raise CheckFailed(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
-            hint=f"relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / --calib-samples {2 * calib_samples}",
+            hint=(
+                "relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / "
+                f"--calib-samples {2 * calib_samples}"
+            ),
         )

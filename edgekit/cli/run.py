@@ -15,7 +15,8 @@ from edgekit.output import Output
 
 @command(
     epilog="Examples:\n\n  edgekit run bundles/masked --steps 8 --schedule cosine -o tokens.npz\n\n"
-    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   (every row of tokens.npz)\n\n"
+    "  edgekit run bundles/flow --solver rk4 --steps 2 --cond tokens=tokens.npz -o frames.npz   "
+    "(every row of tokens.npz)\n\n"
     "  edgekit run bundles/masked --runtime torch --temperature 0 --json\n\n"
     "  edgekit run bundles/masked --runtime openvino --precision int8 -o tokens.npz\n\n"
     "  edgekit run bundles/masked --target intel-cpu --precision int8 -o tokens.npz   # the blob `edgekit build` wrote"
@@ -25,7 +26,8 @@ def run(
     out: Annotated[
         Path | None,
         opt.out_option(
-            "Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting noise x0) to this .npz."
+            "Write the outputs (tokens or frames, the conditions as cond_NAME and, for flow, the starting "
+            "noise x0) to this .npz."
         ),
     ] = None,
     runtime: opt.Runtime = "ort",
@@ -51,7 +53,10 @@ def run(
         int | None,
         typer.Option(
             min=0,
-            help="masked: tokens committed in one step prefer to be more than this many positions apart (0 = confidence only).",
+            help=(
+                "masked: tokens committed in one step prefer to be more than this many positions apart (0 = "
+                "confidence only)."
+            ),
         ),
     ] = None,
     length: Annotated[
@@ -61,7 +66,10 @@ def run(
         list[str] | None,
         typer.Option(
             "--cond",
-            help="NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give the rows to decode (in as many graph batches as they need); repeatable.",
+            help=(
+                "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files "
+                "give the rows to decode (in as many graph batches as they need); repeatable."
+            ),
         ),
     ] = None,
     cond_data: opt.CondData = None,
@@ -90,7 +98,10 @@ def run(
         float | None,
         opt.bounded_option(
             "--latency-budget-ms",
-            "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured once, stored in the bundle).",
+            (
+                "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured "
+                "once, stored in the bundle)."
+            ),
         ),
     ] = None,
     trust_code: opt.TrustCode = False,

@@ -41,7 +41,8 @@ def train_demo(
     ] = "masked-demo,flow-demo,ar-demo",
     json_out: opt.Json = False,
 ) -> None:
-    """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle cores, the masked model 66 of them)."""
+    """Retrain the built-in demo models on the synthetic corpus (all three: about 73 minutes on 2 idle
+    cores, the masked model 66 of them)."""
     from edgekit.train import TrainDemoConfig, train_demo
     from edgekit.train.render import print_train
 

@@ -324,7 +324,10 @@ def trt_support_findings(nodes: Sequence[Any], name: str) -> list[Finding]:
                     "unsupported-op",
                     name,
                     f"TensorRT's ONNX parser has no {op} ({len(group)} node(s): {shown_names(names)})",
-                    hint="export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT plugin",
+                    hint=(
+                        "export without contrib ops (edgekit export uses only standard ONNX ops) or add a TensorRT "
+                        "plugin"
+                    ),
                     nodes=names,
                 )
             )
