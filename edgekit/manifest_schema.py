@@ -45,7 +45,7 @@ from edgekit.manifest_types import (
     check_json_values,
     found,
 )
-from edgekit.spec import GRAPHS, GROUND_TRUTH_TASKS, KINDS, tensor_specs_from_json
+from edgekit.spec import GRAPHS, GROUND_TRUTH_TASKS, KIND_META, KINDS, tensor_specs_from_json
 from edgekit.vocabulary import SPEED_VERDICTS
 
 META = Table(
@@ -374,6 +374,14 @@ def validate_manifest(manifest: Any, path: Path) -> None:
                 f"manifest {path} field io.{role}: expected tensor specs, found one that does not parse ({exc})",
                 hint=hint,
             ) from None
+    # What the decode loop and the metrics read of the kind's metadata (``spec.KIND_META``):
+    # a manifest without it is refused here, not as a KeyError deep inside a stage.
+    missing = [k for k in KIND_META.get(model["kind"], ()) if k != "conditioning" and k not in model["meta"]]
+    if missing:
+        raise BundleError(
+            f"manifest {path} field model.meta: a {model['kind']} model's metadata lacks {', '.join(missing)}",
+            hint=hint,
+        )
     inputs = manifest["io"]["inputs"]
     for name in model["meta"].get("conditioning") or {}:
         if name not in inputs:

@@ -229,6 +229,21 @@ def test_conditioning_must_name_a_graph_input(base, tmp_path):
         Bundle.load(work)
 
 
+@pytest.mark.parametrize("meta", [{}, {"vocab_size": 16, "mask_id": 16}])
+def test_metadata_the_kind_needs_is_checked_at_load(base, tmp_path, meta):
+    """The decode loop and the metrics read the kind's metadata (spec.KIND_META): a manifest
+    without it is one line at load, never a KeyError inside `check` (found by the mutation sweep)."""
+    root, doc = base
+    work = shutil.copytree(root, tmp_path / "b")
+    (work / MANIFEST).write_text(json.dumps(_mutated(doc, ("model", "meta"), meta)))
+    lacks = "vocab_size, mask_id, seq_len" if not meta else "seq_len"
+    with pytest.raises(BundleError, match=f"field model.meta: a masked model's metadata lacks {lacks} \\("):
+        Bundle.load(work)
+    r = runner.invoke(app, ["check", str(work)])
+    assert isinstance(r.exception, SystemExit) and r.exit_code == 1, repr(r.exception)
+    assert "field model.meta: a masked model's metadata lacks" in r.stderr
+
+
 def test_fields_from_a_newer_edgekit_are_ignored(base, tmp_path):
     root, doc = base
     work = shutil.copytree(root, tmp_path / "b")
