@@ -38,8 +38,13 @@ def build_openvino(
             hint=f"build it on the device: `edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}`, "
             f"or run `edgekit build BUNDLE --target {target.name}` there",
         )
+    # A step-bucketed model ships the blob for every bucket: routes chosen per bucket graph could
+    # mix a blob (tied to this CPU) with IRs (not) in one engine.
+    bucketed = bundle is not None and precision == "int8" and bundle.step_buckets("int8") is not None
     route, record = (
-        select_route(model_path, bundle, options, precision, workdir / "routes") if bundle is not None else (None, None)
+        select_route(model_path, bundle, options, precision, workdir / "routes")
+        if bundle is not None and not bucketed
+        else (None, None)
     )
     if route is None or route.name == DEFAULT_ROUTE:
         files = {"model": workdir / f"{precision}.blob"}

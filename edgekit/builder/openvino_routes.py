@@ -52,7 +52,7 @@ ROUTE_MARGIN = 0.03
 # A route may add noise at most this far below the noise the source carries against FP32.
 ROUTE_NOISE_DB = 10.0
 # ... or match the source to this SNR: a relative RMS error of 0.1 %, float rounding (the IRs of
-# the QDQ demo models matched their ONNX to 58-75 dB; f16-stored FP32 weights FP32 to 67-73 dB).
+# the QDQ demo models matched their ONNX to 58-75 dB; FP32 with f16-stored weights matched FP32 to 67-73 dB).
 FLOAT_MATCH_DB = 60.0
 # SNRs are finite in the manifest (an exact match is ~300 dB, not inf).
 _SNR_FLOOR = 1e-30

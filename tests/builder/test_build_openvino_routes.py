@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from edgekit.builder import build_bundle, engine_problems, select_engine
 from edgekit.bundle import Bundle
 from edgekit.cli import app
+from edgekit.targets import load_target
 
 pytest.importorskip("openvino")
 from edgekit.builder import openvino_routes  # noqa: E402
@@ -97,10 +98,14 @@ def test_a_route_that_loses_accuracy_is_not_shipped_however_fast(tiny_bundle, ov
     assert "weights" not in entry
 
 
-def test_an_fp32_build_times_all_three_routes(tiny_bundle, ov_route_times):
+def test_an_fp32_build_times_all_three_routes_and_says_so(tiny_bundle, ov_route_times):
     ov_route_times({"onnx": 1.0, "ir": 1.0, "ir-fp16": 1.0})
     bundle = tiny_bundle()
-    route = build_bundle(bundle.root, "intel-cpu", "fp32", host=HOST)["engine"]["route"]
+    r = runner.invoke(app, ["build", str(bundle.root), "--target", "intel-cpu", "--precision", "fp32"])
+    assert r.exit_code == 0, r.output
+    assert "route: onnx: onnx was the fastest (1.000 ms per forward)" in r.stdout
+    assert "  ir-fp16: 1.000 ms per forward" in r.stdout and "(kept)" in r.stdout
+    route = Bundle.load(bundle.root).engines["intel-cpu/fp32"].as_recorded["route"]
     assert route["shipped"] == "onnx" and set(route["routes"]) == {"onnx", "ir", "ir-fp16"}
     assert all("median_ms" in r for r in route["routes"].values())  # the f16-stored weights differ: timed too
     assert route["required_snr_vs_source_db"] == openvino_routes.FLOAT_MATCH_DB  # FP32 is its own reference
@@ -130,9 +135,20 @@ def test_an_ir_engine_is_tied_to_openvino_releases_and_its_files_not_to_the_cpu(
     )
 
 
+def test_a_step_bucketed_int8_model_ships_the_blob_for_every_bucket(tiny_bundle, ov_route_times, monkeypatch, tmp_path):
+    from edgekit.builder import openvino as ov_builder
+
+    ov_route_times({"onnx": 2.0, "ir": 1.0})
+    bundle = _int8_bundle(tiny_bundle)
+    monkeypatch.setattr(type(bundle), "step_buckets", lambda self, artifact="int8": object())
+    files, facts = ov_builder.build_openvino(
+        bundle.path_of("int8"), load_target("intel-cpu"), "int8", HOST, tmp_path, bundle
+    )
+    assert files["model"].suffix == ".blob" and facts["format"] == "blob" and facts["route"] is None
+
+
 def test_pack_carries_the_ir_and_its_weights_and_the_unpacked_engine_runs(tiny_bundle, ov_route_times, tmp_path):
     from edgekit.deploy.pack import bundle_contents, pack_bundle, unpack_bundle
-    from edgekit.targets import load_target
 
     ov_route_times({"onnx": 2.0, "ir": 1.0})
     bundle = _int8_bundle(tiny_bundle)
