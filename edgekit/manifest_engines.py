@@ -31,7 +31,7 @@ class EngineFile:
 
 
 # Files an engine entry names beside its model, by role.
-ENGINE_SIDE_FILES = ("metadata", "required_operators", "external_data")
+ENGINE_SIDE_FILES = ("metadata", "required_operators", "external_data", "weights")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class EngineRecord:
     source: str  # the artifact it was built from
     source_onnx_sha256: str | None
     runtime_version: str | None
+    format: str | None  # the file's form: onnx, ort, plan, blob, ir (OpenVINO's .xml + .bin), ...
     device: str | None  # ORT: the CPU an optimized graph is tied to
     device_name: str | None  # OpenVINO: the device's full name
     cpu_isa: tuple[str, ...] | None  # OpenVINO CPU: the instruction sets of the CPU that compiled it
@@ -83,6 +84,7 @@ class EngineRecord:
             source=str(doc.get("source", "fp32")),
             source_onnx_sha256=_text(doc.get("source_onnx_sha256")),
             runtime_version=_text(doc.get("runtime_version")),
+            format=_text(doc.get("format")),
             device=_text(doc.get("device")),
             device_name=_text(doc.get("device_name")),
             cpu_isa=_texts(cpu_isa),

@@ -240,7 +240,12 @@ MANIFEST_SCHEMA = Table(
                         "metadata": FILE,
                         "required_operators": FILE,
                         "external_data": SIDE_FILE,
+                        "weights": SIDE_FILE,  # OpenVINO IR: the .bin beside the .xml
                         "config": Nullable(Table({"device": Nullable(Str()), "compiled": Nullable(OBJECT)})),
+                        # OpenVINO: the routes build measured and the one it shipped (builder/openvino_routes.py).
+                        "route": Nullable(
+                            Table({"shipped": Str(), "format": Str(), "why": Str(), "routes": MapOf(OBJECT)})
+                        ),
                         "qnn": Nullable(
                             Table(
                                 {

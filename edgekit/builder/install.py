@@ -13,10 +13,13 @@ from edgekit.errors import BundleError
 from edgekit.runtimes.engines import ENGINES_DIR
 from edgekit.targets import Target
 
-_SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config"}
+# The .bin of an OpenVINO IR takes its .xml's name (what ``read_model`` looks for beside it).
+_SUFFIXES = {"metadata": ".plan.json", "required_operators": ".required_operators.config", "weights": ".bin"}
 # Files the engine's model names from inside (ONNX external data, a QNN context binary): installed
 # under that very name, recorded with their size like an artifact's side files.
 _NAMED_BY_MODEL = ("external_data",)
+# Side files that hold weights: recorded with their size, like an artifact's side files.
+_WEIGHTS = ("external_data", "weights")
 
 
 def check_engine_folder(bundle: Bundle, target: Target) -> Path:
@@ -57,7 +60,7 @@ def install(bundle: Bundle, target: Target, precision: str, files: Mapping[str, 
         dest = folder / (path.name if role in _NAMED_BY_MODEL else f"{stem}{_SUFFIXES[role]}")
         os.replace(path, dest)
         entry[role] = {"path": rel(dest), "sha256": sha256_file(dest)} | (
-            {"bytes": dest.stat().st_size} if role in _NAMED_BY_MODEL else {}
+            {"bytes": dest.stat().st_size} if role in _WEIGHTS else {}
         )
     os.replace(model, final)
     return entry

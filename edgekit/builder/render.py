@@ -45,7 +45,20 @@ def print_build(o: Output, doc: dict[str, Any]) -> None:
         )
     for note in e.get("notes") or []:
         o.line(f"note: {note}")
+    if e.get("route"):  # OpenVINO: the routes measured and the one shipped
+        r = e["route"]
+        o.line(f"route: {r['shipped']}: {r['why']}")
+        for name, row in r["routes"].items():
+            if "median_ms" in row:
+                state = "kept" if row["kept"] else "over budget"
+                o.line(
+                    f"  {name}: {row['median_ms']:.3f} ms per forward, {row['snr_vs_fp32_db']:.1f} dB vs FP32 ({state})"
+                )
+            else:
+                o.line(f"  {name}: {row.get('note') or row.get('unavailable')}")
     o.line(f"engine: {Path(doc['bundle']) / e['path']}")
+    if e.get("weights"):
+        o.line(f"weights: {Path(doc['bundle']) / e['weights']['path']}")
     if e.get("required_operators"):
         o.line(
             "required operators (for a minimal onnxruntime build): "

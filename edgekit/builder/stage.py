@@ -110,7 +110,7 @@ BUILDERS: dict[str, RuntimeBuilder | NoBuilder] = {
     ),
     "openvino": RuntimeBuilder(
         _requires("openvino"),
-        lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir),
+        lambda j: build_openvino(j.model_path, j.target, j.precision, j.host, j.workdir, j.bundle),
         on_device=True,
     ),
     "qnn": RuntimeBuilder(
@@ -280,7 +280,7 @@ def _build_one(
 ) -> tuple[dict[str, Any], dict[str, Any], Any, list[Finding]]:
     """(installed entry, build facts, fixed shapes, lint findings) of one artifact's engine."""
     model_path, source_sha256, fixed, findings = _prepared(bundle, name, target, builder, workdir)
-    files, facts = builder.build(BuildJob(model_path, source_sha256, target, precision, host, workdir))
+    files, facts = builder.build(BuildJob(model_path, source_sha256, target, precision, host, workdir, bundle))
     return install(bundle, target, precision, files), facts, fixed, findings
 
 

@@ -95,8 +95,11 @@ def can_ping_pong(runtime: Runtime) -> bool:
 
 
 def model_files_of(path: str | Path) -> tuple[Path, ...]:
-    """An ONNX file and every file it reads beside itself (external weights, a QNN context binary)."""
+    """A model file and every file it reads beside itself: an ONNX's external weights or QNN
+    context binary, an OpenVINO IR's .bin (same name as its .xml); a blob or plan alone."""
     path = Path(path)
+    if path.suffix == ".xml" and path.with_suffix(".bin").is_file():
+        return (path, path.with_suffix(".bin"))
     if path.suffix != ".onnx" or not path.is_file():
         return (path,)
     return (

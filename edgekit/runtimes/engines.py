@@ -82,18 +82,21 @@ def engine_problems(
         problems.append(f"engine file {entry.path} is missing")
     elif sha256_file(path) != entry.sha256:
         problems.append(f"engine file {entry.path} changed since it was built (sha256 mismatch)")
-    side = entry.side_files.get(
-        "external_data"
-    )  # the file the engine's model reads beside itself (weights, a QNN context binary)
-    if side is not None:
-        spath = bundle.root / side.path
+    # The files the engine's model reads beside itself: ONNX external weights, a QNN context
+    # binary, an OpenVINO IR's .bin.
+    for role in ("external_data", "weights"):
+        weights = entry.side_files.get(role)
+        if weights is None:
+            continue
+        spath = bundle.root / weights.path
         if (
             root not in spath.resolve().parents
             or not spath.is_file()
-            or (side.bytes is not None and spath.stat().st_size != side.bytes)
-            or sha256_file(spath) != side.sha256
+            or (weights.bytes is not None and spath.stat().st_size != weights.bytes)
+            or sha256_file(spath) != weights.sha256
         ):
-            problems.append(f"engine weights file {side.path} is missing or changed since it was built")
+            problems.append(f"engine weights file {weights.path} is missing or changed since it was built")
+    side = entry.side_files.get("external_data")
     if path.suffix == ".onnx" and path.is_file():
         unrecorded = external_data_locations(path) - ({Path(side.path).name} if side is not None else set())
         if unrecorded:
@@ -139,7 +142,7 @@ class EngineChoice:
     target: Target
     runtime: str  # ort | trt | openvino | qnn
     precision: str
-    path: Path  # .onnx / .ort / .plan / .blob to load
+    path: Path  # .onnx / .ort / .plan / .blob / .xml to load
     source: Path  # the bundle ONNX it comes from (TensorRT checks and rebuilds need it)
     built: bool  # False: the bundle's own ONNX (no `edgekit build` output for this target)
     key: str

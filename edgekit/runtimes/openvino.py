@@ -163,7 +163,7 @@ class OpenVinoRuntime(BaseRuntime):
         self.model_path = Path(model_path)
         self.options = options
         _check_file(self.model_path)
-        self.model_files = model_files_of(self.model_path) if self.model_path.suffix == ".onnx" else (self.model_path,)
+        self.model_files = model_files_of(self.model_path)
         core = ov.Core()
         device = options.device
         if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:
@@ -353,10 +353,13 @@ def _compile(ov: Any, core: Any, path: Path, device: str, config: Mapping[str, A
 
 
 def _first_reason(exc: BaseException) -> str:
-    """The informative line of an OpenVINO exception (they start with 'Exception from src/...')."""
+    """The informative line of an OpenVINO exception (they start with 'Exception from src/...'),
+    with the line it introduces and a frontend summary's items ("-- No conversion rule ... Op")."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith("Exception from") and not line.startswith("Check '")]
-    return (useful or lines or [type(exc).__name__])[0][:300]
+    useful = useful or lines or [type(exc).__name__]
+    head = useful[:2] if useful[0].endswith(":") else useful[:1]
+    return " ".join(head + [line for line in useful if line.startswith("-- ")][:2])[:300]
 
 
 def _port_name(port: Any, graph_names: set[str]) -> str:

@@ -39,15 +39,17 @@ def device_name(device: str = "CPU") -> str:
     return str(ov.Core().get_property(device, "FULL_DEVICE_NAME"))
 
 
-def build_blob(model_path: str | Path, out_path: str | Path, options: OvOptions) -> dict[str, Any]:
-    """Compile ``model_path`` for ``options.device`` and write OpenVINO's exported blob to
-    ``out_path``; the facts the blob is tied to (OpenVINO version, device and its name, the
-    effective settings with the plugin's RUNTIME_REQUIREMENTS, e.g. ``ov=2026.4.1;isa=...``).
+def build_blob(model_path: str | Path, out_path: str | Path | None, options: OvOptions) -> dict[str, Any]:
+    """Compile ``model_path`` (ONNX or IR) for ``options.device`` and write OpenVINO's exported
+    blob to ``out_path`` (None: write nothing, an IR engine is compiled where it runs); the facts
+    the compiled model is tied to (OpenVINO version, device and its name, the effective settings
+    with the plugin's RUNTIME_REQUIREMENTS, e.g. ``ov=2026.4.1;isa=...``).
 
     Raises TargetUnavailable when the device is not on this host: a blob is compiled *for* the
     device, so it is built where the device is."""
     with OpenVinoRuntime(model_path, options) as rt:
-        rt.export_blob(out_path)
+        if out_path is not None:
+            rt.export_blob(out_path)
         settings = dict(rt.settings)
         device = rt.device
     return {
@@ -131,6 +133,28 @@ def blob_problems(entry: EngineRecord, cpu_isa: list[str] | tuple[str, ...] | No
     return problems
 
 
+def ir_problems(entry: EngineRecord) -> list[str]:
+    """Every reason the IR of a bundle's engine ``entry`` cannot be compiled here (empty: it can):
+    an OpenVINO release older than the one that wrote it (an IR reads into its own release and
+    later ones), the device missing. No CPU check: the plugin compiles it for the CPU it runs on."""
+    problems = []
+    built, here = str(entry.runtime_version), openvino_version()
+    if _release(here) < _release(built):
+        problems.append(
+            f"OpenVINO version: the IR was written by {built}, this host has the older {here} "
+            "(an IR reads into its own release and later ones)"
+        )
+    device = str(entry.config.get("device") or "CPU")
+    if device.split(".")[0] not in {d.split(".")[0] for d in available_devices()}:
+        problems.append(f"device: built for {device} ({entry.device_name}), which this host does not have")
+    return problems
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``2026.4.1`` -> (2026, 4, 1); a part that is no number counts as 0."""
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("-")[0].split("."))
+
+
 # ---- the registry entry -----------------------------------------------------------------------
 # fp32 and bf16/fp16: the fp32 ONNX at that inference precision (where the device computes it);
 # int8: the QDQ ONNX, its float parts in f32.
@@ -154,7 +178,7 @@ def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, lis
 def _engine_problems(path: Path, entry: EngineRecord, host: Any, target: Any, facts: Any) -> list[str]:
     if not OPENVINO.requires.available():
         return [f"openvino is not installed ({OPENVINO.requires.install})"]
-    return blob_problems(entry, host.isa)
+    return ir_problems(entry) if entry.format == "ir" else blob_problems(entry, host.isa)
 
 
 def _open_engine(choice: Any, threads: int) -> OpenVinoRuntime:
@@ -182,4 +206,13 @@ OPENVINO = register_backend(
     )
 )
 
-__all__ = ["ConversionError", "OPENVINO", "blob_problems", "build_blob", "convertible_ops", "device_name", "op_support"]
+__all__ = [
+    "ConversionError",
+    "OPENVINO",
+    "blob_problems",
+    "build_blob",
+    "convertible_ops",
+    "device_name",
+    "ir_problems",
+    "op_support",
+]

@@ -52,3 +52,19 @@ def tiny_bundle(tmp_path) -> Callable[..., Bundle]:
 @pytest.fixture
 def fake_trt(monkeypatch) -> FakeTrt:
     return FakeTrt(monkeypatch)
+
+
+@pytest.fixture
+def ov_route_times(monkeypatch) -> Callable[[dict[str, float]], None]:
+    """``ov_route_times({"onnx": 2.0, "ir": 1.0})``: an OpenVINO build's route timing answers
+    these ms per forward (5 samples each; a route not named takes 10 ms) instead of timing the
+    routes, so which route ships follows from the stand-in times and the budget, never a clock."""
+    from edgekit.builder import openvino_routes
+
+    def use(times: dict[str, float]) -> None:
+        def stand_in(runtimes, feeds, **kwargs):
+            return {name: [float(times.get(name, 10.0))] * 5 for name in runtimes}
+
+        monkeypatch.setattr(openvino_routes, "measure_routes", stand_in)
+
+    return use

@@ -29,7 +29,8 @@ def _ort(path):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"tokens": TOKENS})[0]
 
 
-def test_intel_cpu_build_writes_a_blob_keyed_to_version_device_and_isa(tiny_bundle):
+def test_intel_cpu_build_writes_a_blob_keyed_to_version_device_and_isa(tiny_bundle, ov_route_times):
+    ov_route_times({"onnx": 1.0, "ir": 1.0, "ir-fp16": 1.0})  # a tie: the blob stays
     bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(128, np.uint8)), profile="cpu")
     doc = build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)
     entry = doc["engine"]
@@ -57,7 +58,8 @@ def test_intel_cpu_build_writes_a_blob_keyed_to_version_device_and_isa(tiny_bund
     np.testing.assert_allclose(out, _ort(bundle.path_of("int8")), atol=0.05, rtol=0)  # int8 kernels, same QDQ
 
 
-def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle):
+def test_another_cpu_isa_or_openvino_release_makes_the_blob_stale(tiny_bundle, ov_route_times):
+    ov_route_times({"onnx": 1.0})  # the IRs take 10 ms: the blob ships
     bundle = tiny_bundle()
     build_bundle(bundle.root, "intel-cpu", "fp32", host=HOST)
     other = dataclasses.replace(HOST, isa=("avx2",))
