@@ -12,7 +12,13 @@ OUT = {"logits": TensorSpec((1, 4, 4), "float32")}
 
 
 def make_bundle(root, payload=b"graph-bytes"):
-    b = Bundle.new(root, model={"name": "m", "kind": "masked", "meta": {}}, inputs=IO, outputs=OUT, decode_defaults={})
+    b = Bundle.new(
+        root,
+        model={"name": "m", "kind": "masked", "meta": {"vocab_size": 4, "mask_id": 4, "seq_len": 4}},
+        inputs=IO,
+        outputs=OUT,
+        decode_defaults={},
+    )
     staged = b.staging_path("fp32.onnx")
     staged.write_bytes(payload)
     b.add_artifact("fp32", staged, made_by="test", config={"opset": 18}, suffix=".onnx")

@@ -27,7 +27,7 @@ def test_lint_clean_demo_exits_0(demo_bundles):
 def test_lint_bad_bundle_exits_4_with_a_table(bad_graph, tmp_path):
     bundle = Bundle.new(
         tmp_path / "bad",
-        model={"name": "bad", "kind": "masked", "meta": {}},
+        model={"name": "bad", "kind": "masked", "meta": {"vocab_size": 4, "mask_id": 4, "seq_len": 4}},
         inputs={"x": TensorSpec((2, 16), "float32"), "k": TensorSpec((1,), "int64")},
         outputs={"values": TensorSpec((2, 4), "float32")},
         decode_defaults={},

@@ -5,6 +5,7 @@ engine, run it and compare with ONNX Runtime. TensorRT is only ever imported ins
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from dataclasses import replace
@@ -345,8 +346,14 @@ def test_fp32_builds_turn_tf32_off_and_fp16_builds_set_fp16(monkeypatch, tmp_pat
     assert ("set_flag", "FP16") in fake.calls and ("clear_flag", "TF32") not in fake.calls
 
 
+# The builder's warnings are asserted on: its logger's own level, not the root's (another test in
+# the same worker may leave the root logger at ERROR: a library quieting ORT, a timed-out thread).
+BUILDER_LOG = "edgekit.runtimes.trt.builder"
+
+
 @pytest.mark.parametrize("version, applied", [("8.5.2.2", False), ("8.6.2.3", True), ("10.3.0", True)])
 def test_builder_optimization_level_is_guarded(monkeypatch, tmp_path, matmul_add_onnx, caplog, version, applied):
+    caplog.set_level(logging.WARNING, logger=BUILDER_LOG)  # whatever level an earlier test left the root at
     install(monkeypatch, version)
     build_engine(matmul_add_onnx, tmp_path / "m.plan", TrtBuildConfig(builder_optimization_level=5))
     warned = any("has no builder_optimization_level" in r.message for r in caplog.records)
@@ -356,6 +363,7 @@ def test_builder_optimization_level_is_guarded(monkeypatch, tmp_path, matmul_add
 
 
 def test_timing_cache_is_written_reused_and_a_foreign_one_replaced(monkeypatch, tmp_path, matmul_add_onnx, caplog):
+    caplog.set_level(logging.WARNING, logger=BUILDER_LOG)  # whatever level an earlier test left the root at
     fake = install(monkeypatch, "10.3.0")
     cache = tmp_path / "timing.cache"
     cfg = TrtBuildConfig(timing_cache=str(cache))
@@ -384,6 +392,7 @@ def test_a_foreign_timing_cache_does_not_leak_into_a_later_error(monkeypatch, tm
 
 
 def test_a_build_without_any_timing_cache_still_builds(monkeypatch, tmp_path, matmul_add_onnx, caplog):
+    caplog.set_level(logging.WARNING, logger=BUILDER_LOG)  # whatever level an earlier test left the root at
     fake = install(monkeypatch, "10.3.0")
     monkeypatch.setattr(
         type(fake.mod.Builder(None).create_builder_config()), "create_timing_cache", lambda self, data: None
