@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError
@@ -70,6 +71,10 @@ MAX_ROUNDS = 15
 # then sleep (measured on the masked demo, OpenVINO 2026.4), so 10 ms keeps one route's spinning
 # threads off the next route's cores.
 OV_SPIN_GAP_S = 0.01
+# Comparing routes holds every route compiled at once (2-3 copies of the weights) and writes two
+# IRs beside the source: above this, build ships the blob (what it did before routes existed) and
+# the record says why (a 600 M-parameter model would need ~7 GB more to compare them).
+ROUTES_MAX_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,19 @@ def select_route(
     """(the route to ship, the engine entry's ``route`` record) for ``model_path`` (the build's
     source, shapes fixed) compiled with ``options``: written, judged and timed as the module says.
     Where the decode that records the feeds cannot run here, the default route is shipped and the
-    record says why nothing was compared."""
+    record says why nothing was compared; so it is above ``ROUTES_MAX_BYTES`` of weights."""
+    size = model_bytes(model_path)
+    if size > ROUTES_MAX_BYTES:
+        why = (
+            f"routes not compared: {model_path.name} weighs {size / 2**30:.2f} GiB, over "
+            f"{ROUTES_MAX_BYTES / 2**30:g} GiB (comparing holds every route compiled at once)"
+        )
+        return RouteFiles(DEFAULT_ROUTE, model_path), {
+            "shipped": DEFAULT_ROUTE,
+            "format": "blob",
+            "why": why,
+            "routes": {},
+        }
     routes, unavailable = write_routes(model_path, workdir)
     timed = {name: r for name, r in routes.items() if r.same_as is None}
     opened: dict[str, OpenVinoRuntime] = {}

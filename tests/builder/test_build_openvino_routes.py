@@ -163,3 +163,16 @@ def test_pack_carries_the_ir_and_its_weights_and_the_unpacked_engine_runs(tiny_b
     _, got = _logits(choice)
     _, want = _logits(select_engine(bundle.root, "intel-cpu", "int8", host=HOST))
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_model_over_the_routes_size_limit_ships_the_blob_without_comparing(tiny_bundle, monkeypatch):
+    """Comparing holds every route compiled at once: over ROUTES_MAX_BYTES (a real-size model),
+    build ships the blob, writes no IR and says why in the record."""
+    monkeypatch.setattr(openvino_routes, "ROUTES_MAX_BYTES", 0)
+    monkeypatch.setattr(openvino_routes, "write_routes", lambda *a: pytest.fail("routes written over the limit"))
+    bundle = _int8_bundle(tiny_bundle)
+    entry = build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)["engine"]
+    assert entry["format"] == "blob" and entry["path"].endswith(".blob") and "weights" not in entry
+    route = entry["route"]
+    assert route["shipped"] == "onnx" and route["routes"] == {}
+    assert route["why"].startswith("routes not compared: ") and "over 0 GiB" in route["why"]
