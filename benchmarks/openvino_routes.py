@@ -26,34 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from shipped_engine import ensure_bundle  # benchmarks/ is the script's folder: its first sys.path entry
 
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts
 
 GOAL = 2.2
-
-
-def ensure_bundle(path: Path, model: str) -> Path:
-    """``path`` when it holds a bundle with an int8 model; else export ``model`` there at batch 8
-    and quantize it (cpu profile)."""
-    from edgekit.export import ExportConfig, export_bundle
-    from edgekit.models import load_spec
-    from edgekit.quantize import QuantizeConfig, quantize_bundle
-
-    if not (path / "edgekit.json").is_file():
-        print(f"exporting {model} to {path} (batch 8)", file=sys.stderr)
-        export_bundle(load_spec(model, batch=8), path, ExportConfig(), source=model)
-    if not Bundle.load(path).has("int8"):
-        print(f"quantizing {path} (cpu profile)", file=sys.stderr)
-        quantize_bundle(path, QuantizeConfig())
-    return path
 
 
 def measure_demo(root: Path, work: Path, threads: int, rounds: int, forwards: int) -> dict[str, Any]:

@@ -56,18 +56,10 @@ print(json.dumps({"call_s": t1 - t0, "process_s": time.perf_counter() - t_start,
 
 
 def cpu_facts() -> dict[str, object]:
-    from edgekit.host import HostFacts
+    from edgekit.host import HostFacts, cpu_identity
 
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    facts = HostFacts.detect()
-    return {"cpu": model, "isa_class": facts.isa_class, "cores": os.cpu_count()}
+    cpu = cpu_identity()
+    return {"cpu": cpu["model"], "isa_class": HostFacts.detect().isa_class, "cores": cpu["cores"]}
 
 
 def versions() -> dict[str, str | None]:
