@@ -25,32 +25,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks._host import CORE, machine, versions  # noqa: E402
+
 GOAL_S = 180.0  # issue #31: `edgekit demo` within 3 min wall on an idle 2-core host
-
-
-def versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out = {}
-    for name in ("edgekit", "onnxruntime", "onnxruntime-qnn", "openvino", "torch", "numpy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def machine() -> dict[str, object]:
-    from edgekit.host import HostFacts, cpu_identity
-
-    facts, cpu = HostFacts.detect(), cpu_identity()
-    return {
-        "cpu": cpu["model"],
-        "cores": cpu["cores"],
-        "arch": facts.arch,
-        "isa_class": facts.isa_class,
-        "isa": list(facts.isa),
-    }
 
 
 def measure(extra: list[str]) -> dict[str, object]:
@@ -84,7 +63,7 @@ def measure(extra: list[str]) -> dict[str, object]:
         "machine": machine(),
         "load_avg_before": [round(x, 2) for x in before],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
-        "versions": versions(),
+        "versions": versions((*CORE, "onnxruntime-qnn")),
     }
 
 

@@ -36,6 +36,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks._host import machine, versions  # noqa: E402
+
 GOAL_RATIO = 3.0  # issue #44.6: edgekit's quantize <= 3x NNCF's time
 
 NNCF_SCRIPT = r"""
@@ -53,25 +57,6 @@ t1 = time.perf_counter()
 onnx.save(q, sys.argv[3])
 print(json.dumps({"call_s": t1 - t0, "process_s": time.perf_counter() - t_start, "nncf": nncf.__version__}))
 """
-
-
-def cpu_facts() -> dict[str, object]:
-    from edgekit.host import HostFacts, cpu_identity
-
-    cpu = cpu_identity()
-    return {"cpu": cpu["model"], "isa_class": HostFacts.detect().isa_class, "cores": cpu["cores"]}
-
-
-def versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for name in ("edgekit", "onnxruntime", "onnx", "openvino", "numpy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def edgekit_cli() -> list[str]:
@@ -167,7 +152,7 @@ def main() -> None:
         "schema": "edgekit.bench.quantize-vs-nncf/1",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python", "benchmarks/quantize_vs_nncf.py", *sys.argv[1:]]),
-        "machine": cpu_facts(),
+        "machine": machine(),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
         "versions": versions(),

@@ -37,37 +37,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks._host import CORE, machine, versions  # noqa: E402
 from benchmarks.zoo import ZOO, ZooModel  # noqa: E402
 
 STAGES = ("export", "run", "quantize", "check", "build", "run-engine", "profile")
-
-
-def machine() -> dict[str, Any]:
-    from edgekit.host import HostFacts, cpu_identity
-
-    facts, cpu = HostFacts.detect(), cpu_identity()
-    with open("/proc/meminfo") as f:
-        total_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-    return {
-        "cpu": cpu["model"],
-        "cores": cpu["cores"],
-        "arch": facts.arch,
-        "isa_class": facts.isa_class,
-        "isa": list(facts.isa),
-        "memory_gib": round(total_kb / 2**20, 1),
-    }
-
-
-def versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for name in ("edgekit", "onnxruntime", "openvino", "onnx", "torch", "numpy", "diffusers", "matcha-tts", "f5-tts"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def tree(path: Path) -> dict[str, tuple[int, int]]:
@@ -188,8 +161,8 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
         "kind": model.kind,
         "batch": model.batch,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
+        "machine": machine(memory=True),
+        "versions": versions((*CORE, "diffusers", "matcha-tts", "f5-tts")),
         "stages": {},
     }
     decode_s = None
