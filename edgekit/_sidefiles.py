@@ -121,10 +121,13 @@ def _is_file_name(value: str) -> bool:
     return value.isprintable() and "\ufffd" not in value and not value.startswith("/")
 
 
-def place_side_files(model_path: Path, folder: Path) -> None:
+def place_side_files(model_path: Path, folder: Path, link: bool = True) -> None:
     """Make the files ``model_path`` reads beside itself readable from ``folder`` too (a copy of
     its graph written there names them): hard links, a copy only across file systems (a 2 GB
-    weights file is not copied to be read once)."""
+    weights file is not copied to be read once). ``link=False``: always a copy, for a graph that
+    onnx itself will read with its weights while the copy lives (onnx refuses external data in a
+    file with more than one link, and the link would make the bundle's own file unreadable to it
+    too: ``side_files_beside``)."""
     import shutil
 
     for name in external_data_locations(model_path):
@@ -132,6 +135,8 @@ def place_side_files(model_path: Path, folder: Path) -> None:
         if dest.exists() or not src.is_file():
             continue
         try:
+            if not link:
+                raise OSError("a copy was asked for")
             os.link(src, dest)
         except OSError:
             shutil.copyfile(src, dest)

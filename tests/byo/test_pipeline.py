@@ -110,6 +110,30 @@ def test_preprocess_failure_falls_back_with_one_warning(byo_bundles, tmp_path):
     assert json.loads(r.stdout)["preprocess"] == {"applied": False, "skipped_because": "--no-preprocess"}
 
 
+def test_preprocess_failure_with_weights_in_a_side_file(tmp_path, monkeypatch):
+    """quant_pre_process fails (ReduceL2) on a model whose weights live in a side file (64 MiB to
+    2 GiB at size: F5-TTS's DiT): the plain copy of the graph must read the weights from a file
+    onnx accepts. A hard link to the bundle's side file was refused by onnx ("multiple hard
+    links, ... hardlink attack") and quantize ended in a traceback."""
+    from tests.byo.conftest import MODELS
+
+    monkeypatch.setenv("EDGEKIT_EXTERNAL_DATA_MB", "0")
+    bundle = tmp_path / "grn"
+    r = invoke("export", f"{MODELS}:grn_masked", "-o", bundle, "--batch", "2")
+    assert r.exit_code == 0, r.output
+    side = next(bundle.glob("fp32-*.onnx.data"))
+    r = invoke("quantize", bundle, *FAST, "--json")
+    assert r.exit_code in (0, 4), r.output
+    assert "Traceback" not in r.output and "hardlink" not in r.output
+    import json
+
+    doc = json.loads(r.stdout)
+    assert doc["preprocess"]["applied"] is False and "quant_pre_process failed" in doc["preprocess"]["skipped_because"]
+    assert side.stat().st_nlink == 1  # nothing left linked to the bundle's weights
+    r = invoke("check", bundle, "--json")
+    assert r.exit_code in (0, 4) and "Traceback" not in r.output, r.output
+
+
 def test_condition_sampler_hook_feeds_quantize_and_check(byo_bundles, tmp_path):
     """masked_flow's factory names a numpy sampler (prefix frame masks): without --cond-data,
     quantize calibrates and judges on its rows and check decodes the same."""

@@ -79,8 +79,8 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:
         pass
-    if big:
-        place_side_files(fp32_path, out_path.parent)
+    if big:  # a copy: quantize_static and the post-passes load it with onnx, which refuses a linked file
+        place_side_files(fp32_path, out_path.parent, link=False)
     save_onnx(model, out_path, external=False if big else None)
     return out_path, skipped
 
