@@ -65,5 +65,13 @@ ZOO: dict[str, ZooModel] = {
             "edgekit's causal transformer at GPT-2-medium width and depth (dim 1024, depth 24), 256 tokens",
             ("--cond", "class_id=3"),
         ),
+        ZooModel(
+            "ar-gpt-medium-1024",
+            f"{HERE / 'ar_large.py'}:make_model_1024",
+            "ar",
+            1,
+            "the same causal transformer with a 1024-token KV cache (1024 calls a decode)",
+            ("--cond", "class_id=3"),
+        ),
     )
 }

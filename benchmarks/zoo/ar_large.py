@@ -8,10 +8,13 @@ aMUSEd-256 token grid decoded one token at a time.
 The loop form of ``edgekit.spec.AR_CACHE_IO`` (what the demo AR exports): token, pos,
 k_cache/v_cache float32[24, B, 16, 256, 64], attn_mask, class_id -> logits, k_new, v_new.
 Seeded GPT-2 initialisation. ``max_len`` is a factory argument: ``make_model(max_len=1024)``
-is the long-sequence case quantize's recording must hold in memory.
+is the long-sequence case quantize's recording must hold in memory
+(``make_model_1024``, the zoo's ``ar-gpt-medium-1024``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from edgekit import ModelSpec
 from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
@@ -41,3 +44,10 @@ def make_model(batch: int = 1, seed: int = 0, max_len: int = 256) -> ModelSpec:
         },
         decode_defaults={"temperature": 1.0, "top_k": 0},
     )
+
+
+def make_model_1024(batch: int = 1, seed: int = 0) -> ModelSpec:
+    """The same network with a 1024-token static KV cache (float32[24, B, 16, 1024, 64] each):
+    a decode is 1024 calls that each read 200 MB of cache, what quantize's recording must bound."""
+    spec = make_model(batch, seed, max_len=1024)
+    return dataclasses.replace(spec, name="ar-gpt-medium-1024")
