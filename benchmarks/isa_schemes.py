@@ -105,7 +105,7 @@ def _plain(prepared: Path, out: Path, feeds: list[dict[str, np.ndarray]], dynami
 def measure_model(kind: str, tmp: Path, rounds: int, ov: bool) -> dict[str, Any]:
     bundle = _export(kind, tmp / kind)
     fp32 = bundle.path_of("fp32")
-    prepared, _ = prepare_model(fp32, tmp / f"{kind}-prepared.onnx")
+    prepared, _, _ = prepare_model(fp32, tmp / f"{kind}-prepared.onnx")
     plan = analyse_graph(prepared, "t" if kind == "flow" else None, module_labels(fp32))
     with OrtRuntime(fp32) as rt:
         calib = record_trajectories(bundle, rt, 8, 1000)

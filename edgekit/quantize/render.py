@@ -99,11 +99,18 @@ def _summary_pairs(s: dict) -> dict[str, str]:
         ),
         "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
         "conditions": (s.get("conditions") or {}).get("source", "—"),
-        "pre-processing": "quant_pre_process"
-        if (s.get("preprocess") or {}).get("applied", True)
-        else f"skipped: {s['preprocess']['skipped_because']}",
+        "pre-processing": _preprocessing(s.get("preprocess") or {}),
         "budget": "met" if s["passed"] else "NOT met",
     }
+
+
+def _preprocessing(doc: dict) -> str:
+    """How the graph was prepared for the quantizer, and what failed on the way."""
+    why = doc.get("skipped_because")
+    if not doc.get("applied", True):
+        return f"skipped: {why}"
+    how = {"ort-optimization": "ORT's graph optimization"}.get(doc.get("how", ""), "quant_pre_process")
+    return f"{how} ({why})" if why else how
 
 
 def _print_buckets(o: Output, b: dict | None, where: str) -> None:

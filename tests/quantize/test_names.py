@@ -42,7 +42,7 @@ def prepared(tiny_bundles, tmp_path_factory) -> tuple[Path, Path]:
     from edgekit.quantize.cpu.ptq import prepare_model
 
     fp32 = Bundle.load(tiny_bundles["masked"]).path_of("fp32")
-    out, skipped = prepare_model(fp32, tmp_path_factory.mktemp("prepared") / "prepared.onnx")
+    out, skipped, _ = prepare_model(fp32, tmp_path_factory.mktemp("prepared") / "prepared.onnx")
     assert skipped is None
     return fp32, out
 

@@ -30,7 +30,6 @@ from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.cpu.optimize import over_protobuf_limit
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model, quantize_model
 from edgekit.quantize.cpu.search import (
     BudgetOutcome,
@@ -78,19 +77,22 @@ class FallbackProfile:
 
     def prepare(self) -> None:
         run = self.run
-        prepared, skipped = prepare_model(run.fp32_path, run.tmp / "prepared.onnx", run.cfg.preprocess)
+        prepared, skipped, how = prepare_model(run.fp32_path, run.tmp / "prepared.onnx", run.cfg.preprocess)
         if skipped is None:  # over 2 GiB the same optimization runs from files (cpu/optimize.py)
             run.say(
                 "prepared the graph with "
                 + (
                     "ORT's graph optimization from files (over 2 GiB)"
-                    if over_protobuf_limit(run.fp32_path)
+                    if how == "ort-optimization"
                     else "quant_pre_process"
                 )
             )
-        elif run.cfg.preprocess:  # the one warning line: what was skipped and why
+        elif how == "ort-optimization":  # the one warning line: what failed, and what ran instead
+            run.warn(f"{skipped}: prepared the graph with ORT's graph optimization alone (no symbolic shapes)")
+        elif run.cfg.preprocess:
             run.warn(f"{skipped}: quantizing without pre-processing (MatMul+Add stay unfused; INT8 may run slower)")
-        run.prepared, run.preprocess = prepared, {"applied": skipped is None, "skipped_because": skipped}
+        run.prepared = prepared
+        run.preprocess = {"applied": how != "none", "skipped_because": skipped, "how": how}
         time_input = KIND_IO["flow"][0][1] if run.kind == "flow" else None
         run.plan = analyse_graph(prepared, time_input, lineage=Lineage.read(run.fp32_path, prepared))
         self.selected, self.floated = select_nodes(run.plan, run.cfg)

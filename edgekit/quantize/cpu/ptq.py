@@ -31,15 +31,16 @@ from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
-def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None]:
+def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None, str]:
     """``quant_pre_process`` (symbolic shape inference + ORT basic optimization, which turns
     MatMul+Add into Gemm: ORT CPU fuses only DQ->Gemm into QGemm) into ``out_path``; or a plain
     copy with ONNX shape inference when ``preprocess`` is False.
 
-    Returns (path, why it was skipped or None). Any failure of ``quant_pre_process`` (ORT's
-    symbolic shape inference stops on ops it does not know, e.g. ReduceL2 in a
-    GlobalResponseNorm) falls back to quantizing the graph without it: slower INT8 kernels where
-    MatMul+Add stays unfused, never a crash."""
+    Returns (path, what failed or was skipped, or None; how it was prepared: "quant_pre_process",
+    "ort-optimization" or "none"). When ``quant_pre_process`` fails (ORT's symbolic shape
+    inference stops on ops it does not know, e.g. ReduceL2 in a GlobalResponseNorm), ORT's graph
+    optimization runs alone (``optimize_from_files``); only if that fails too is the graph
+    quantized unoptimized: slower INT8 kernels where MatMul+Add stays unfused, never a crash."""
     onnx = require("onnx")
     skipped = "--no-preprocess" if not preprocess else None
     big = needs_side_file(fp32_path)
@@ -47,7 +48,7 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
         # quant_pre_process holds two copies of the model in memory (7.2 GB peak at 2.25 GiB) and
         # its symbolic shape inference cannot run over 2 GiB: the same optimization from files.
         try:
-            return optimize_from_files(fp32_path, out_path), None
+            return optimize_from_files(fp32_path, out_path), None, "ort-optimization"
         except Exception as exc:  # ORT refuses the graph: the plain copy below, said as for the small path
             first = (str(exc).strip().splitlines() or [""])[0][:160]
             skipped = f"ORT's graph optimization failed ({type(exc).__name__}{': ' + first if first else ''})"
@@ -66,10 +67,21 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
         try:
             with quiet_ort_logging():
                 quant_pre_process(str(fp32_path), str(out_path), **where)
-            return out_path, None
+            return out_path, None, "quant_pre_process"
         except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
             first = (str(exc).strip().splitlines() or [""])[0][:160]
             skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
+            out_path.unlink(missing_ok=True)
+            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
+        # What fails is nearly always its symbolic shape inference (ReduceL2, F5-TTS's DiT: a
+        # TypeError); the optimization it exists for still runs without it. Unoptimized, ORT fuses
+        # MatMul+Add into Gemm at load *behind* the weights' DequantizeLinear, which then runs on
+        # every call: F5-TTS's DiT in INT8 ran 2.2x slower than FP32 (DQ 43 % of kernel time).
+        try:
+            return optimize_from_files(fp32_path, out_path), skipped, "ort-optimization"
+        except Exception as exc:  # ORT refuses the graph too: the plain copy below
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            skipped += f"; ORT's graph optimization failed too ({type(exc).__name__}{': ' + first if first else ''})"
             out_path.unlink(missing_ok=True)
             out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
     # The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
@@ -82,7 +94,7 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     if big:  # a copy: quantize_static and the post-passes load it with onnx, which refuses a linked file
         place_side_files(fp32_path, out_path.parent, link=False)
     save_onnx(model, out_path, external=False if big else None)
-    return out_path, skipped
+    return out_path, skipped, "none"
 
 
 # ---- quantization ------------------------------------------------------------------------------
@@ -357,7 +369,7 @@ def quantize_unbudgeted(
 
     cfg = cfg or QuantizeConfig()
     with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
-        prepared, _ = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
+        prepared, _, _ = prepare_model(Path(fp32_path), Path(tmp) / "prepared.onnx", cfg.preprocess)
         plan = analyse_graph(prepared, None, lineage=Lineage.read(Path(fp32_path), prepared))
         nodes, floated = select_nodes(plan, cfg)
         weight_only = weight_only_by_rule(floated, cfg)
