@@ -198,3 +198,20 @@ def test_an_empty_calibration_set_is_one_clear_error(tiny_model, method):
 
     with pytest.raises(EdgekitError, match="calibration set is empty"):
         calibrator.collect_ranges(tiny_model, TrajectoryReader([]), method, WEIGHTED_OPS)
+
+
+def test_each_tap_runs_right_after_the_node_that_makes_its_tensor(tiny_model):
+    """Taps at the end of the graph keep every tapped tensor of a call alive until the call ends;
+    placed after their producer (and run in graph order: ``tapped_session``) each is freed early."""
+    graph = calibrator.graph_without_weights(tiny_model)
+    tensors = calibrator.calibrated_tensors(graph, (*WEIGHTED_OPS, "LayerNormalization"))
+    calibrator.add_min_max_taps(graph, tensors)
+    nodes = list(graph.graph.node)
+    made_at = {o: i for i, n in enumerate(nodes) for o in n.output if not n.name.startswith("edgekit_range")}
+    for i, node in enumerate(nodes):
+        if node.name.startswith("edgekit_range"):
+            tensor = node.input[0]
+            between = nodes[made_at[tensor] + 1 : i] if tensor in made_at else nodes[:i]
+            assert all(n.name.startswith("edgekit_range") for n in between), (tensor, [n.name for n in between])
+    assert sum(n.name.startswith("edgekit_range") for n in nodes) == 2 * len(tensors)
+    onnx.checker.check_model(graph)  # still topologically sorted
