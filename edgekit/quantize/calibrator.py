@@ -33,6 +33,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import side_files_beside
 from edgekit.errors import EdgekitError
+from edgekit.quantize.memory import give_back_freed
 from edgekit.quantize.quiet import quiet_ort_logging
 
 # onnx.TensorProto element types ORT's calibrators observe: FLOAT and FLOAT16.
@@ -133,6 +134,7 @@ def tapped_session(model_path: Path, graph: Any, threads: int = 0, optimize: boo
     options.enable_mem_pattern = False
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    give_back_freed()  # its weights are mapped from their file: not on top of what a last step freed
     with tempfile.TemporaryDirectory(prefix="edgekit-taps-", dir=model_path.parent) as tmp:
         path = Path(tmp) / "tapped.onnx"
         with side_files_beside(model_path, Path(tmp)), quiet_ort_logging():
