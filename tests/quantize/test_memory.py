@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 
 from edgekit.quantize import memory
@@ -13,12 +14,36 @@ from edgekit.quantize.render import _summary_pairs
 onnx = pytest.importorskip("onnx")
 
 
-def test_activation_bytes_of_the_matmul_tensors_from_the_inferred_shapes(tiny_model):
-    # MatMul inputs and outputs of the tiny graph: h q k kT a a2 y0m [2,4,16] and s p [2,4,4] floats;
-    # the weights (Wq Wk Wo) are not activations.
-    assert memory.activation_bytes(tiny_model, ("MatMul",)) == 7 * 2 * 4 * 16 * 4 + 2 * 2 * 4 * 4 * 4
-    every = memory.activation_bytes(tiny_model)
-    assert every > memory.activation_bytes(tiny_model, ("MatMul",))  # LayerNorm, Softmax, x, y, ... too
+def test_activation_bytes_is_the_most_held_at_once_in_graph_order(tmp_path):
+    """x -> Relu -> a -> Relu -> b; y0 = b + x; y = y0 * w (4 floats each): a is freed after the
+    second Relu and b after the Add, x (an input) and y (the output) are held for the whole call,
+    so at most three tensors (48 bytes) are held at once, never all five; the weight w is no
+    activation."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    f4 = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("x", "y")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("Relu", ["a"], ["b"]),
+            helper.make_node("Add", ["b", "x"], ["y0"]),
+            helper.make_node("Mul", ["y0", "w"], ["y"]),
+        ],
+        "chain",
+        [f4[0]],
+        [f4[1]],
+        [numpy_helper.from_array(np.ones(4, np.float32), "w")],
+    )
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    # x a b (48) -> x b y0 (48) -> x y0 y (48): three at a time, 16 bytes each.
+    assert memory.activation_bytes(path) == 48
+
+
+def test_activation_bytes_of_the_tiny_graph_is_less_than_all_its_tensors(tiny_model):
+    every = onnx.shape_inference.infer_shapes(onnx.load(str(tiny_model))).graph.value_info
+    total = sum(4 * int(np.prod([d.dim_value for d in v.type.tensor_type.shape.dim])) for v in every)
+    assert 0 < memory.activation_bytes(tiny_model) < total
 
 
 def test_memory_record_sets_the_peak_against_the_weights_and_the_goal():
