@@ -30,11 +30,13 @@ ENV_SKIP = "EDGEKIT_NO_PREFLIGHT"
 
 # Peak resident memory per FP32 weight byte, measured on a 2.25 GiB masked transformer
 # (benchmarks/real_size.py, docs/large-models.md) and rounded up: export holds the torch module,
-# the exporter's copy and the ONNX serialization (5.4 GB peak: 2.4x); quantize holds the FP32
-# session, the calibrator's augmented session and one candidate's (7-8 GB peak: 3.5x). The fixed
-# part covers the interpreter, torch and onnxruntime themselves.
+# the exporter's copy and the ONNX serialization (5.4 GB peak: 2.4x); quantize holds one FP32
+# session at a time, beside the quantizer's proto or an INT8 candidate (benchmarks/
+# quantize_memory.py: 1.6x with minmax, 2.2x with percentile, whose calibration holds one call's
+# calibrated tensors; 3.1-3.4x before quantize/calibrator.py). The fixed part covers the
+# interpreter, torch and onnxruntime themselves.
 EXPORT_MEMORY = 2.5
-QUANTIZE_MEMORY = 3.5
+QUANTIZE_MEMORY = 2.5
 BASE_MEMORY = 512 * 1024**2
 # Disk per FP32 weight byte: quantize's scratch folder holds the prepared float copy, the
 # calibrator's augmented copy and the candidates (about 0.3x each); the bundle gains the int8

@@ -9,7 +9,6 @@ read exactly those (``TrajectoryReader``).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import side_files_beside
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
+from edgekit.quantize.calibrator import add_min_max_taps, tapped_session
 from edgekit.runtimes.base import Runtime, validate_feeds
 from edgekit.runtimes.recording import RecordedCall, RecordingRuntime
 from edgekit.spec import TensorSpec
@@ -223,38 +222,22 @@ def range_drift(
     ``tensors`` and group the ranges by call index within the decode. ``labels``: tensor ->
     readable name for the tables."""
     onnx = require("onnx")
-    ort = require("onnxruntime")
-    helper = onnx.helper
     model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights stay in their side file
-    taps = []
-    for i, name in enumerate(tensors):
-        lo, hi = f"edgekit_drift_min_{i}", f"edgekit_drift_max_{i}"
-        model.graph.node.append(helper.make_node("ReduceMin", [name], [lo], keepdims=0, name=lo))
-        model.graph.node.append(helper.make_node("ReduceMax", [name], [hi], keepdims=0, name=hi))
-        model.graph.output.append(helper.make_tensor_value_info(lo, onnx.TensorProto.FLOAT, []))
-        model.graph.output.append(helper.make_tensor_value_info(hi, onnx.TensorProto.FLOAT, []))
-        taps += [lo, hi]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    # Written beside the model: a graph whose weights are in a side file reads them from there.
-    with tempfile.TemporaryDirectory(prefix="edgekit-drift-", dir=model_path.parent) as tmp:
-        path = Path(tmp) / "drift.onnx"
-        with side_files_beside(model_path, Path(tmp)):
-            onnx.save(model, str(path))
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    taps = add_min_max_taps(model, tensors, prefix="edgekit_drift")
     row = {
         c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))
     }  # a thinned recording keeps every n-th call
     steps = len(row)
     amax = np.zeros((steps, len(tensors)))
     pos_sum, pos_n = np.zeros(steps), np.zeros(steps)
-    for feed, call in zip(traj.feeds, traj.calls):
-        values = session.run(taps, feed) if taps else []  # no INT8 node left: ORT reads [] as "all outputs"
-        lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
-        r = row[call.call]
-        amax[r] = np.maximum(amax[r], np.maximum(np.abs(lo), np.abs(hi)))
-        pos_sum[r] += call.position
-        pos_n[r] += 1
+    with tapped_session(model_path, model, threads) as session:
+        for feed, call in zip(traj.feeds, traj.calls):
+            values = session.run(taps, feed) if taps else []  # no INT8 node left: ORT reads [] as "all outputs"
+            lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
+            r = row[call.call]
+            amax[r] = np.maximum(amax[r], np.maximum(np.abs(lo), np.abs(hi)))
+            pos_sum[r] += call.position
+            pos_n[r] += 1
     positions = tuple(float(p) for p in pos_sum / np.maximum(pos_n, 1))
     names = tuple((labels or {}).get(t, t) for t in tensors)
     return RangeDrift(tuple(tensors), positions, amax, names)

@@ -101,7 +101,19 @@ def _summary_pairs(s: dict) -> dict[str, str]:
         "conditions": (s.get("conditions") or {}).get("source", "—"),
         "pre-processing": _preprocessing(s.get("preprocess") or {}),
         "budget": "met" if s["passed"] else "NOT met",
-    }
+    } | ({"peak memory": _memory(s["memory"])} if s.get("memory") else {})
+
+
+def _memory(m: dict) -> str:
+    """The process's peak against the FP32 weights and the goal (``quantize/memory.py``)."""
+    shown = f"{m['peak_rss_bytes'] / 2**30:.2f} GiB"
+    if not m.get("fp32_weight_bytes"):
+        return shown
+    goal = "within" if m["within_goal"] else "over"
+    return (
+        f"{shown}, {m['ratio']:.2f}x the {m['fp32_weight_bytes'] / 2**30:.2f} GiB of FP32 weights "
+        f"({goal} the goal of {m['goal_weight_factor']}x + one call's activations: {m['goal_bytes'] / 2**30:.2f} GiB)"
+    )
 
 
 def _preprocessing(doc: dict) -> str:

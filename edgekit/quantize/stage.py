@@ -33,6 +33,7 @@ from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
+from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
@@ -74,19 +75,26 @@ def quantize_bundle(
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
     preflight("quantize", quantize_needs(bundle), warn or say)
+    peak_before = peak_rss_bytes()
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         run = QuantizeRun(bundle, cfg, tmp, budget, say, warn or say, calib_rows, eval_rows, cond_doc)
         profile = cfg.entry.hooks(run)
         profile.check()
+        # Release points: each step's sessions are closed before the next opens its own, and what
+        # they freed is handed back (memory.give_back_freed), so no step's peak sits on the last's.
         with run.timed("prepare_s"):
             profile.prepare()
+        give_back_freed()
         with fp32_answers(run) as run.fp32_rt:
-            record_fp32(run)
+            record_fp32(run)  # the FP32 session is released at its end
+            give_back_freed()
             with run.timed("calibrate_s"):
                 profile.calibrate()
+            give_back_freed()
             with run.timed("quantize_and_budget_s"):
                 result = profile.search()
             run.fp32_rt.release()
+            give_back_freed()
             # What keeping the answers saved: FP32 calls answered from the reference decode, and the
             # candidates' calls asked twice (the budget's decode and check's gate) run once.
             result.extras["answers"] = {
@@ -97,6 +105,7 @@ def quantize_bundle(
                 "candidate_calls_answered": run.calls_answered,
             }
         result.extras["speed"] = decode_speed(run, profile, result)
+        give_back_freed()
         if not result.int8_nodes:
             run.warn(
                 f"no layer of {bundle.name} stayed INT8 within the "
@@ -107,6 +116,7 @@ def quantize_bundle(
             )
         doc = summary(run, result)
         doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
+        doc["memory"] = memory_record(peak_before, model_bytes(run.fp32_path), activation_bytes(run.fp32_path))
         record_result(
             bundle,
             result.model,

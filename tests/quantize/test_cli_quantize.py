@@ -28,6 +28,11 @@ def test_quantize_json_is_one_document(masked):
     assert doc["schema"] == "edgekit.quantize/1" and doc["passed"] is True
     assert doc["calibration"]["samples"] == 2 and doc["budget"]["limits"]["lockstep_token_agreement"] == 0.0
     assert doc["artifact"]["int8"].startswith("int8-")
+    # The process's peak memory against the FP32 weights (quantize/memory.py), in the one document.
+    mem = doc["memory"]
+    assert mem["peak_rss_bytes"] > 0 and mem["fp32_weight_bytes"] > 0 and mem["activation_bytes"] > 0
+    assert mem["ratio"] == pytest.approx(mem["peak_rss_bytes"] / mem["fp32_weight_bytes"])
+    assert isinstance(mem["within_goal"], bool)
 
 
 def test_quantize_prints_a_readable_summary(masked):
@@ -44,6 +49,7 @@ def test_quantize_prints_a_readable_summary(masked):
         "ground truth, FP32 vs INT8",
         "range drift",
         "mask share",
+        "peak memory",
         "wrote",
     ):
         assert needle in out, needle

@@ -21,6 +21,7 @@ from edgekit._sidefiles import place_side_files
 from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
+from edgekit.quantize.calibrator import collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
@@ -98,81 +99,24 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
 
 
 # ---- quantization ------------------------------------------------------------------------------
-# Histogram sizes for method=entropy. quantize_static cannot pass them, and ORT's defaults (128
-# bins for 128 quantized bins) leave the KL search nothing to clip: entropy == minmax. TensorRT
-# searches 2048 bins, but ORT's KL search is pure Python: calibrating the masked demo took 9 s
-# with 512 bins, 21 s with 1024 (about 60 s extrapolated for 2048), so 512.
-ENTROPY_BINS = {"num_bins": 512, "num_quantized_bins": 128}
-
-
 def supports_calibration_cache() -> bool:
     quant = require("onnxruntime.quantization")
     return "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters
 
 
 def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> bool:
-    """Run ORT's calibrator for ``cfg.method`` over every recorded feed once and save the ranges
-    of all tensors of ``cfg.op_types`` nodes to ``cache`` (ORT's own cache format), which every
-    ``quantize_model`` call of the run then reads instead of calibrating again. False (nothing
-    written) on an onnxruntime without ``quantize_static(calibration_cache_path=...)``."""
+    """The ranges ORT's calibrator for ``cfg.method`` computes over every recorded feed of all
+    tensors of ``cfg.op_types`` nodes, saved to ``cache`` (ORT's own cache format), which every
+    ``quantize_model`` call of the run then reads instead of calibrating again. Gathered call by
+    call over one session that reads the weights from ``prepared``'s own file (``quantize/calibrator.py``): ORT's
+    calibrator would hold a Python copy of the weights beside its session's (7.0 GB peak at 2.25
+    GiB of weights), and the histogram methods every call's tensors. False (nothing written) on an
+    onnxruntime without ``quantize_static(calibration_cache_path=...)``."""
     if not supports_calibration_cache():
         return False
-    calib = require("onnxruntime.quantization.calibrate")
-    options: dict[str, Any] = {}
-    if cfg.method == "entropy":
-        options |= ENTROPY_BINS
-    if cfg.method == "percentile":
-        options["percentile"] = cfg.percentile
-    reader.rewind()
-    with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp, quiet_ort_logging():
-        calibrator = calib.create_calibrator(
-            Path(prepared),
-            list(cfg.op_types),
-            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-            calibrate_method=getattr(calib.CalibrationMethod, METHODS[cfg.method]),
-            use_external_data_format=needs_side_file(prepared),
-            extra_options=options,
-        )
-        # MinMax keeps two numbers per tensor and call; the histogram methods keep every call's
-        # tensors until collect_data returns, so they collect in chunks that fit in memory (each
-        # chunk's histograms merged into the running ones: the statistics grow, the memory does not).
-        n = len(reader)
-        step = (
-            n
-            if cfg.method == "minmax"
-            else max(1, CALIB_CHUNK_BYTES // max(activation_bytes(prepared, cfg.op_types), 1))
-        )
-        for start in range(0, n, step):
-            reader.set_range(start, start + step)
-            calibrator.collect_data(reader)
-        reader.set_range(0, n)
-        calib.save_tensors_data(calibrator.compute_data(), cache)
+    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads)
+    write_calibration_cache(found, cache)
     return True
-
-
-# What one chunk of the histogram calibrators' collection may hold: every float tensor of the
-# calibrated ops, per call (a 600 M-parameter transformer: ~0.3 GB a call; the demos: < 1 MB).
-CALIB_CHUNK_BYTES = 1 << 30
-
-
-def activation_bytes(prepared: Path, op_types: Sequence[str]) -> int:
-    """Bytes of the float tensors ORT's calibrator reads per call: the inputs and outputs of the
-    ``op_types`` nodes, from the graph's inferred shapes (weights excluded)."""
-    onnx = require("onnx")
-    model = onnx.shape_inference.infer_shapes(onnx.load(str(prepared), load_external_data=False))
-    inits = {i.name for i in model.graph.initializer}
-    shapes = {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
-    wanted = {
-        t for n in model.graph.node if n.op_type in op_types for t in [*n.input, *n.output] if t and t not in inits
-    }
-    total = 0
-    for name in wanted:
-        t = shapes.get(name)
-        if t is None or t.elem_type != onnx.TensorProto.FLOAT:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
-        total += 4 * int(np.prod(dims, dtype=np.int64))
-    return total
 
 
 def quantize_model(
