@@ -76,7 +76,7 @@ def demo_calls(quant_bundles, tmp_path_factory) -> dict[str, tuple[Path, list]]:
     out = {}
     for kind, path in quant_bundles.items():
         bundle = Bundle.load(path)
-        prepared, _ = prepare_model(bundle.path_of("fp32"), tmp_path_factory.mktemp(kind) / "prepared.onnx")
+        prepared, _, _ = prepare_model(bundle.path_of("fp32"), tmp_path_factory.mktemp(kind) / "prepared.onnx")
         with OrtRuntime(bundle.path_of("fp32")) as rt:
             traj = record_trajectories(bundle, rt, bundle.batch, seed=3)
         out[kind] = (prepared, traj.feeds[:: max(1, len(traj.feeds) // 6)])
