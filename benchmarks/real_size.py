@@ -103,7 +103,15 @@ def stage_args(stage: str, model: ZooModel, bundle: Path, opts: argparse.Namespa
     if stage == "check":
         return ["check", str(bundle), *shlex.split(opts.check_args)]
     if stage == "build":
-        return ["build", str(bundle), "--target", opts.target, "--precision", "int8"]
+        return [
+            "build",
+            str(bundle),
+            "--target",
+            opts.target,
+            "--precision",
+            "int8",
+            "--rebuild",
+        ]  # a rerun's quantize made a new int8
     if stage == "run-engine":
         return [
             "run",
