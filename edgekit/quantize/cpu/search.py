@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import remove_model
 from edgekit.quantize.budget import check, worst_margin
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.runtimes.onnx_file import needs_side_file
@@ -197,11 +197,8 @@ def isolated_output_sqnr(
         path = build([node])
         try:
             return float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(path)))
-        finally:  # each is nearly the whole float model again (2.25 GiB at 600 M parameters): one at a time on disk
-            for side in external_data_locations(path):
-                if side.startswith(path.name):  # its own (int8-N.onnx.data), never the prepared model's
-                    (path.parent / side).unlink(missing_ok=True)
-            path.unlink(missing_ok=True)
+        finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
+            remove_model(path)
 
     reference = outputs(float_model)
     return {n: alone(n) for n in nodes}
