@@ -105,53 +105,12 @@ def derive_candidate(
     p = onnx.load(str(prepared), load_external_data=False).graph  # graph only: weights stay in their files
     model = onnx.load(str(base), load_external_data=False)
     g = model.graph
-    p_nodes = {n.name: n for n in p.node}
-    p_inits = {i.name: i for i in p.initializer}
-    p_producer = {o: n for n in p.node for o in n.output}
-    producer = {o: n for n in g.node for o in n.output}
+    p_nodes, p_inits = {n.name: n for n in p.node}, {i.name: i for i in p.initializer}
     inits = {i.name: i for i in g.initializer}
-    act_dq: dict[str, str] = {}  # activation -> the output of the DQ of its Q/DQ pair
-    for n in g.node:
-        q = producer.get(n.input[0]) if n.op_type == _DQ and n.name not in p_nodes else None
-        if q is not None and q.op_type == _Q:
-            act_dq[q.input[0]] = n.output[0]
-
-    drop: set[str] = set()  # Q/DQ nodes that go whatever reads them (a bias DQ's output has the float bias's name)
-    floats: list[str] = []  # initializers of the prepared graph the candidate reads again
-    kept_weights: list[tuple[Any, Any, str]] = []  # (node, its weight DQ, weight name): weight-only fallbacks
-    for node in g.node:
-        original = p_nodes.get(node.name)
-        if original is None or node.name in int8:  # ORT's own nodes; INT8 nodes as the base has them
-            continue
-        for slot, name in enumerate(original.input):
-            if not name:
-                continue
-            if name in p_inits:
-                if node.name not in selected:  # never INT8: float, or weight-only by rule, as in the base
-                    continue
-                dq = producer.get(node.input[slot])
-                dq = dq if dq is not None and dq.op_type == _DQ else None
-                if slot == 1 and node.name in weight_only and p_inits[name].data_type == FLOAT:
-                    if dq is None:
-                        return False
-                    kept_weights.append((node, dq, name))
-                    continue
-                if dq is not None:
-                    drop.add(dq.name)
-                node.input[slot] = name
-                floats.append(name)
-            else:
-                # Float consumers read the float tensor, except an output the profile quantizes on
-                # purpose of a node still INT8 (ptq._float_inputs_for_float_nodes).
-                origin = p_producer.get(name)
-                keep = (
-                    name in act_dq
-                    and origin is not None
-                    and origin.name in int8
-                    and origin.op_type in quantized_outputs
-                )
-                node.input[slot] = act_dq[name] if keep else name
-
+    edits = _rewire(p, g, int8, selected, weight_only, quantized_outputs)
+    if edits is None:
+        return False
+    drop, floats, kept_weights = edits
     for node, dq, name in kept_weights:
         if not _is_weight_only_form(onnx, node, dq, p_inits[name], inits, prepared.parent):
             return False
@@ -169,6 +128,61 @@ def derive_candidate(
         out.unlink(missing_ok=True)
         return False
     return True
+
+
+def _rewire(
+    p: Any, g: Any, int8: set[str], selected: set[str], weight_only: set[str], quantized_outputs: Sequence[str]
+) -> tuple[set[str], list[str], list[tuple[Any, Any, str]]] | None:
+    """Point the inputs of every node of the base graph ``g`` outside ``int8`` where
+    ``quantize_model(int8)`` points them (``p``: the prepared graph). Returns (Q/DQ nodes that go
+    whatever reads them: a bias DQ's output has the float bias's name; initializers of ``p`` the
+    candidate reads again; (node, its weight DQ, weight name) of the weight-only fallbacks), or None
+    where a weight-only fallback has no INT8 weight to keep."""
+    p_nodes = {n.name: n for n in p.node}
+    p_inits = {i.name: i for i in p.initializer}
+    p_producer = {o: n for n in p.node for o in n.output}
+    producer = {o: n for n in g.node for o in n.output}
+    act_dq: dict[str, str] = {}  # activation -> the output of the DQ of its Q/DQ pair
+    for n in g.node:
+        q = producer.get(n.input[0]) if n.op_type == _DQ and n.name not in p_nodes else None
+        if q is not None and q.op_type == _Q:
+            act_dq[q.input[0]] = n.output[0]
+    drop: set[str] = set()
+    floats: list[str] = []
+    kept_weights: list[tuple[Any, Any, str]] = []
+    for node in g.node:
+        original = p_nodes.get(node.name)
+        if original is None or node.name in int8:  # ORT's own nodes; INT8 nodes as the base has them
+            continue
+        for slot, name in enumerate(original.input):
+            if not name:
+                continue
+            if name in p_inits:
+                if node.name not in selected:  # never INT8: float, or weight-only by rule, as in the base
+                    continue
+                dq = producer.get(node.input[slot])
+                dq = dq if dq is not None and dq.op_type == _DQ else None
+                if slot == 1 and node.name in weight_only and p_inits[name].data_type == FLOAT:
+                    if dq is None:
+                        return None
+                    kept_weights.append((node, dq, name))
+                    continue
+                if dq is not None:
+                    drop.add(dq.name)
+                node.input[slot] = name
+                floats.append(name)
+            else:
+                # Float consumers read the float tensor, except an output the profile quantizes on
+                # purpose of a node still INT8 (ptq._float_inputs_for_float_nodes).
+                origin = p_producer.get(name)
+                keep = (
+                    name in act_dq
+                    and origin is not None
+                    and origin.name in int8
+                    and origin.op_type in quantized_outputs
+                )
+                node.input[slot] = act_dq[name] if keep else name
+    return drop, floats, kept_weights
 
 
 def _drop_unread_qdq(g: Any, drop: set[str], originals: set[str]) -> list[Any]:

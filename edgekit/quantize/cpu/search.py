@@ -204,11 +204,12 @@ def isolated_output_sqnr(
     return {n: alone(n) for n in nodes}
 
 
-# The one-layer-at-a-time measurement is one quantize_static and one session per node: seconds on
-# the demos (every node measured: at most 33 weighted nodes), minutes per node on a 2.25 GiB model
-# of ~200. Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds)
-# screens them and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the
-# FP32 weights pass LARGE_BYTES.
+# The one-layer-at-a-time measurement is one candidate (derived from the all-INT8 graph:
+# cpu/derive.py) and one session per node: ~60 ms a node on the demos (every node measured: at most
+# 33 weighted nodes), a session that loads the whole model per node on a 2.25 GiB model of ~200.
+# Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds) screens them
+# and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the FP32 weights
+# pass LARGE_BYTES.
 SCREEN_NODES = 40
 SCREEN_LARGE = 8
 LARGE_BYTES = 256 * 1024**2
