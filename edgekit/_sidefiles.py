@@ -96,6 +96,16 @@ def external_data_locations(path: Path) -> set[str]:
     return out
 
 
+def remove_model(path: Path) -> None:
+    """Delete the ONNX model at ``path`` and the side file that is its own (``<name>.data``, the
+    name ``save_onnx`` and ORT's quantizer give it), never a file it reads that another model
+    wrote: a derived quantize candidate reads the all-INT8 graph's and the prepared model's."""
+    path = Path(path)
+    if path.is_file() and path.name + ".data" in external_data_locations(path):
+        (path.parent / (path.name + ".data")).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+
+
 def _string_values(data: Any, key: bytes) -> set[str]:
     """The length-delimited values that follow ``key`` (a field tag) in ``data``, up to _MAX_NAME bytes."""
     out: set[str] = set()

@@ -17,7 +17,7 @@ from edgekit.bundle import Bundle, bucket_binding
 from edgekit.output import jsonable
 from edgekit.quantize.buckets.shared import share_weights
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.runtimes.onnx_file import finalize_side_file, load_onnx, needs_side_file, save_onnx
+from edgekit.runtimes.onnx_file import finalize_side_file, load_onnx, needs_side_file, save_with_one_side_file
 
 
 def record_result(
@@ -112,12 +112,15 @@ def int8_files(bundle: Bundle) -> dict[str, list[dict[str, Any]]]:
 
 def stage_model(model: Path, staged: Path) -> list[Path]:
     """``model`` written at ``staged`` as the bundle stores it: one file, or (weights over the
-    threshold, or already in a side file) the graph and one weights file beside it under its
-    content-addressed name, which is returned for ``add_artifact``."""
+    threshold, or already in side files) the graph and one weights file of its own beside it
+    under its content-addressed name, which is returned for ``add_artifact``. A derived candidate
+    reads two side files (the all-INT8 graph's, the prepared model's): their tensors are copied
+    into the one, a tensor at a time (``save_with_one_side_file``)."""
     if not needs_side_file(model):
         shutil.copyfile(model, staged)
         return []
-    save_onnx(load_onnx(model, "the int8 model", external_data=True), staged, external=True)
+    load_onnx(model, "the int8 model")  # a corrupt graph is one line
+    save_with_one_side_file(model, staged)
     return finalize_side_file(staged)
 
 

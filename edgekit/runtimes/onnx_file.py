@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit._sidefiles import PROTOBUF_LIMIT, external_data_locations, model_bytes, wants_external_data
+from edgekit._sidefiles import (
+    INLINE_TENSOR_BYTES,
+    PROTOBUF_LIMIT,
+    external_data_locations,
+    model_bytes,
+    wants_external_data,
+)
 from edgekit.bundle import sha256_file
 from edgekit.errors import BundleError
 
@@ -104,3 +110,73 @@ def finalize_side_file(path: Path) -> list[Path]:
                 entry.value = final.name
     onnx.save_model(model, str(path))
     return [final]
+
+
+# Bytes copied at a time when weights move from one side file to another.
+COPY_CHUNK = 16 << 20
+
+
+def save_with_one_side_file(src: Path, dest: Path) -> Path:
+    """Write the ONNX model at ``src`` at ``dest`` with its weights in one side file beside it
+    (``<dest name>.data``), however many files ``src`` reads them from (a derived quantize
+    candidate: the all-INT8 graph's and the prepared model's): the graph is read alone and each
+    tensor's bytes are copied from its file, so memory holds the graph and one chunk, never the
+    weights. Tensors ``src`` holds inline move out too from ``INLINE_TENSOR_BYTES`` up, as
+    ``save_onnx`` would write them."""
+    onnx = require("onnx")
+    src, dest = Path(src), Path(dest)
+    model = onnx.load(str(src), load_external_data=False)
+    data = dest.with_name(dest.name + ".data")
+    data.unlink(missing_ok=True)
+    with open(data, "wb") as sink:
+        for tensor in _tensors(model.graph):
+            offset = sink.tell()
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                where = {e.key: e.value for e in tensor.external_data}
+                length = where.get("length")
+                _copy_bytes(src.parent / where["location"], int(where.get("offset") or 0), length, sink)
+            elif tensor.HasField("raw_data") and len(tensor.raw_data) >= INLINE_TENSOR_BYTES:
+                sink.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            else:
+                continue
+            # onnx's set_external_data wants the bytes in memory (raw_data): the entries written here
+            del tensor.external_data[:]
+            for key, value in (("location", data.name), ("offset", offset), ("length", sink.tell() - offset)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+    onnx.save_model(model, str(dest))
+    return dest
+
+
+def _tensors(graph: Any) -> list[Any]:
+    """Every tensor of ``graph`` that can hold weights: initializers and node attributes (a
+    Constant's value), subgraphs included."""
+    out = list(graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                out.append(attr.t)
+            out.extend(attr.tensors)
+            if attr.HasField("g"):
+                out.extend(_tensors(attr.g))
+            for sub in attr.graphs:
+                out.extend(_tensors(sub))
+    return out
+
+
+def _copy_bytes(path: Path, offset: int, length: str | None, sink: Any) -> None:
+    """Copy ``length`` bytes of ``path`` from ``offset`` (None: to its end) to ``sink``, a chunk at a time."""
+    left = None if length is None else int(length)
+    with open(path, "rb") as source:
+        source.seek(offset)
+        while left is None or left > 0:
+            chunk = source.read(COPY_CHUNK if left is None else min(COPY_CHUNK, left))
+            if not chunk:
+                if left:
+                    raise BundleError(f"{path.name} ends {left} bytes before a tensor it should hold")
+                return
+            sink.write(chunk)
+            if left is not None:
+                left -= len(chunk)

@@ -36,13 +36,17 @@ def test_int8_of_a_model_in_a_side_file_equals_the_embedded_twins(external_bundl
     embedded = shutil.copytree(external_bundles["embedded"], tmp_path / "embedded")
     a, b = _quantize(external, True, *args), _quantize(embedded, False, *args)
     assert a["measured"] == b["measured"] and a["fallback"] == b["fallback"]
+    # The search's candidates were derived from the all-INT8 graph (cpu/derive.py), reading its
+    # side file and the prepared model's: one quantize_static per scale set (a step bucket each).
+    assert a["candidates"]["derived"] > 0 and a["candidates"]["not_derived_because"] is None, a["candidates"]
+    assert a["candidates"] == b["candidates"]
 
     bundle = Bundle.load(external)  # every hash verified, side files included
     names = [n for n in bundle.artifact_names if n == "int8" or n.startswith("int8-bucket-")]
     for name in names:
         art = bundle.manifest["artifacts"][name]
         sides = art.get("side_files") or []
-        assert sides, (name, art)  # the INT8 weights are in a listed, hashed side file
+        assert len(sides) == 1, (name, art)  # the INT8 weights are in one listed, hashed side file
         for side in sides:
             assert (external / side["path"]).stat().st_size == side["bytes"]
     assert not [p.name for p in external.iterdir() if p.name.startswith(".") and "staging" in p.name]

@@ -30,7 +30,8 @@ from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.cpu.ptq import calibrate, prepare_model, quantize_model
+from edgekit.quantize.cpu.candidates import CandidateWriter
+from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import (
     BudgetOutcome,
     fallback_until_within_budget,
@@ -96,6 +97,9 @@ class FallbackProfile:
         time_input = KIND_IO["flow"][0][1] if run.kind == "flow" else None
         run.plan = analyse_graph(prepared, time_input, lineage=Lineage.read(run.fp32_path, prepared))
         self.selected, self.floated = select_nodes(run.plan, run.cfg)
+        self.writer = CandidateWriter(
+            prepared, run.cfg, run.plan, self.selected, lambda prefix: run.tmp / f"{prefix}-{next(self.builds)}.onnx"
+        )
         if not self.selected:
             raise EdgekitError(
                 (
@@ -132,11 +136,9 @@ class FallbackProfile:
         tag = "" if current is None else "-".join(f"{b:.6g}" for b in current.boundaries)
 
         def one(bucket: int, reader: Any) -> Path:
-            out = run.tmp / f"int8-{next(self.builds)}.onnx"
             # Each bucket's ranges are computed once (ORT saves them where the cache is missing).
             cache = self.cache if current is None else run.tmp / f"calibration-{abs(hash(tag))}-{bucket}.json"
-            quantize_model(run.prepared, out, reader, nodes, run.cfg, run.plan, calibration_cache=cache, weight_only=wo)
-            return out
+            return self.writer.write(nodes, wo, reader, cache, scales=(tag, bucket))
 
         return self.buckets.graphs(one)
 
@@ -323,6 +325,7 @@ class FallbackProfile:
             }
             extras["fallback_form"] = form or {"chosen": "none", "why": "no budget fallback"}
         extras["step_buckets"] = self.buckets.to_json(model)
+        extras["candidates"] = self.writer.to_json()
         return SearchResult(
             model=model,
             passed=outcome.passed,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import remove_model
 from edgekit.quantize.budget import check, worst_margin
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.runtimes.onnx_file import needs_side_file
@@ -197,21 +197,19 @@ def isolated_output_sqnr(
         path = build([node])
         try:
             return float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(path)))
-        finally:  # each is nearly the whole float model again (2.25 GiB at 600 M parameters): one at a time on disk
-            for side in external_data_locations(path):
-                if side.startswith(path.name):  # its own (int8-N.onnx.data), never the prepared model's
-                    (path.parent / side).unlink(missing_ok=True)
-            path.unlink(missing_ok=True)
+        finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
+            remove_model(path)
 
     reference = outputs(float_model)
     return {n: alone(n) for n in nodes}
 
 
-# The one-layer-at-a-time measurement is one quantize_static and one session per node: seconds on
-# the demos (every node measured: at most 33 weighted nodes), minutes per node on a 2.25 GiB model
-# of ~200. Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds)
-# screens them and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the
-# FP32 weights pass LARGE_BYTES.
+# The one-layer-at-a-time measurement is one candidate (derived from the all-INT8 graph:
+# cpu/derive.py) and one session per node: ~60 ms a node on the demos (every node measured: at most
+# 33 weighted nodes), a session that loads the whole model per node on a 2.25 GiB model of ~200.
+# Over SCREEN_NODES nodes, the single qdq_loss_debug pass (the noise each node adds) screens them
+# and only the noisiest are measured alone: SCREEN_NODES, or SCREEN_LARGE once the FP32 weights
+# pass LARGE_BYTES.
 SCREEN_NODES = 40
 SCREEN_LARGE = 8
 LARGE_BYTES = 256 * 1024**2
