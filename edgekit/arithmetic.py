@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import UsageError
+from edgekit.errors import one_of
 from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.manifest_sections import QuantizationSummary
 from edgekit.targets import QUANTIZATION_PROFILES
@@ -154,11 +154,7 @@ UNKNOWN = IsaArithmetic("unknown", True, "u8s8-pair", "unknown CPU: the scheme t
 def arithmetic_for(isa: str) -> IsaArithmetic:
     if isa == "unknown":
         return UNKNOWN
-    if isa not in ISA:
-        raise UsageError(
-            f"ISA class {isa!r} is unknown; valid: {', '.join(ISA)}",
-            hint='set isa = "host" or one of those in the target file',
-        )
+    one_of("ISA class", isa, ISA, hint='set isa = "host" or one of those in the target file')
     return ISA[isa]
 
 

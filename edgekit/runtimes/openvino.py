@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of, unknown
 from edgekit.runtimes._specs import specs_from_entries
 from edgekit.runtimes.base import BaseRuntime, model_files_of
 from edgekit.runtimes.onnx_file import load_onnx
@@ -70,16 +70,9 @@ class OvOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or self.device.split(".")[0] not in DEVICES:
-            raise UsageError(f"openvino device {self.device!r} is unknown; valid: {', '.join(DEVICES)} (or e.g. GPU.1)")
-        if self.performance_hint not in PERFORMANCE_HINTS:
-            raise UsageError(
-                f"openvino performance_hint {self.performance_hint!r} is unknown; valid: {', '.join(PERFORMANCE_HINTS)}"
-            )
-        if self.inference_precision not in INFERENCE_PRECISIONS:
-            raise UsageError(
-                f"openvino inference_precision {self.inference_precision!r} is unknown; "
-                f"valid: {', '.join(INFERENCE_PRECISIONS)}"
-            )
+            raise unknown("openvino device", self.device, DEVICES, also=" (or e.g. GPU.1)")
+        one_of("openvino performance_hint", self.performance_hint, PERFORMANCE_HINTS)
+        one_of("openvino inference_precision", self.inference_precision, INFERENCE_PRECISIONS)
         for name in ("threads", "streams"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
