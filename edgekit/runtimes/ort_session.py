@@ -130,14 +130,6 @@ def make_session_options(ort: Any, options: OrtOptions) -> Any:
     return session_options
 
 
-def check_model_file(path: Path) -> None:
-    """A model file that exists and is not empty, else one line saying which (before ORT reads it)."""
-    if not path.is_file():
-        raise EdgekitError(f"ort: model file {path} does not exist", hint="check the path, or run edgekit export")
-    if path.stat().st_size == 0:
-        raise EdgekitError(f"ort: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
-
-
 def fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple[bytes | None, dict[str, int]]:
     """(the serialized graph with edgekit's contrib fusions, {fusion: count}); (None, {}) when the
     fusions are off, a provider lacks the contrib ops, nothing matched, or the file does not parse
