@@ -24,7 +24,7 @@ weights can sum to in them (``lint`` checks a target's class with it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +62,7 @@ class Scheme:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "activation_type": self.activation_type,
-            "weight_type": self.weight_type,
-            "reduce_range": self.reduce_range,
-            "weight_bound": self.weight_bound,
-            "description": self.description,
-        }
+        return asdict(self)
 
 
 SCHEMES: dict[str, Scheme] = {
