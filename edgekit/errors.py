@@ -8,7 +8,7 @@ that is none of the valid ones is said in one wording everywhere (``unknown``, `
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -83,16 +83,9 @@ def unknown(
     return error(f"{what} {value!r} is unknown; valid: {', '.join(map(str, valid))}{also}", hint=hint)
 
 
-def one_of(
-    what: str,
-    value: T,
-    valid: Collection[object],
-    *,
-    also: str = "",
-    hint: str | None = None,
-    error: type[EdgekitError] = UsageError,
-) -> T:
-    """``value``, when it is one of ``valid``; else raises ``unknown``'s error."""
+def one_of(what: str, value: T, valid: Collection[object], **unknown_kw: Any) -> T:
+    """``value``, when it is one of ``valid``; else raises ``unknown``'s error (``also``, ``hint``,
+    ``error`` as it takes them)."""
     if value not in valid:
-        raise unknown(what, value, valid, also=also, hint=hint, error=error)
+        raise unknown(what, value, valid, **unknown_kw)
     return value
