@@ -79,13 +79,7 @@ def check(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")
     ] = None,
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.",
-        ),
-    ] = None,
+    metric: Annotated[str | None, opt.metric_option()] = None,
     cond: opt.Cond = None,
     cond_data: opt.CondData = None,
     threads: opt.Threads = 0,

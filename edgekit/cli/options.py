@@ -18,6 +18,7 @@ import typer
 from edgekit.cli._params import click
 from edgekit.cli.registry_options import precision_option, profile_option, runtime_option
 from edgekit.errors import UsageError
+from edgekit.host import ISA_CLASSES
 from edgekit.limits import OPTION_BOUNDS, check_option
 
 __all__ = ["precision_option", "profile_option", "runtime_option"]  # re-exported: the commands take them from here
@@ -58,6 +59,20 @@ def target_option(help: str = "Target name (see `edgekit targets`) or a path to 
 def out_option(help: str, **kwargs: Any) -> Any:
     """``-o`` / ``--out``: what the command writes (``show_default`` and the like in ``kwargs``)."""
     return typer.Option("-o", "--out", help=help, **kwargs)
+
+
+def isa_option(what: str, then: str = "") -> Any:
+    """``--isa``: a CPU class whose int8 arithmetic counts, or host; the classes listed here."""
+    return typer.Option("--isa", help=f"{what} (host = this machine; {' | '.join(ISA_CLASSES)}){then}.")
+
+
+def metric_option(purpose: str = "") -> Any:
+    """``--metric``: the user's quality hook, its contract, and that it runs their code."""
+    return typer.Option(
+        "--metric",
+        help=f"Quality metric module:function(output, cond) -> {{name: float}}, higher = better{purpose}. "
+        "RUNS THAT CODE.",
+    )
 
 
 # The forms a bundle's network comes in (``spec.GRAPHS``), the choices of export's and run's --graph.

@@ -99,16 +99,7 @@ def profile(
             help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.",
         ),
     ] = "10%",
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help=(
-                "Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of "
-                "your own model. RUNS THAT CODE."
-            ),
-        ),
-    ] = None,
+    metric: Annotated[str | None, opt.metric_option(", for the frontier of your own model")] = None,
     ar_bundle: Annotated[
         Path | None,
         typer.Option(

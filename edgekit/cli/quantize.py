@@ -10,7 +10,6 @@ import typer
 import edgekit.cli.options as opt
 from edgekit.arithmetic import SCHEMES
 from edgekit.cli.app import command, parse_cond
-from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
 
@@ -120,12 +119,8 @@ def quantize(
     ] = None,
     isa: Annotated[
         str,
-        typer.Option(
-            "--isa",
-            help=(
-                "cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; "
-                f"{' | '.join(ISA_CLASSES)}); default: the --target's."
-            ),
+        opt.isa_option(
+            "cpu profile: the CPU class whose int8 arithmetic the model is for", "; default: the --target's"
         ),
     ] = "host",
     scheme: Annotated[
