@@ -92,22 +92,17 @@ def check(
     ] = None,
     device: Annotated[
         str | None,
-        typer.Option(
+        opt.aihub_option(
             "--device",
-            help=(
-                "With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for "
-                "its first device); per step on the reference's recorded inputs."
-            ),
+            "the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step "
+            "on the reference's recorded inputs.",
         ),
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option(
+        opt.aihub_option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the "
-                "bundle's aihub/jobs.json)."
-            ),
+            "collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
         ),
     ] = False,
     strict: Annotated[

@@ -66,6 +66,11 @@ def isa_option(what: str, then: str = "") -> Any:
     return typer.Option("--isa", help=f"{what} (host = this machine; {' | '.join(ISA_CLASSES)}){then}.")
 
 
+def aihub_option(flag: str, help: str) -> Any:
+    """An option only ``--runtime aihub`` reads (``--device``, ``--resume``, …): its help says so first."""
+    return typer.Option(flag, help=f"With --runtime aihub: {help}")
+
+
 def metric_option(purpose: str = "") -> Any:
     """``--metric``: the user's quality hook, its contract, and that it runs their code."""
     return typer.Option(

@@ -143,32 +143,24 @@ def profile(
     ] = None,
     devices: Annotated[
         str | None,
-        typer.Option(
+        opt.aihub_option(
             "--devices",
-            help=(
-                "With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their "
-                "first device; one profile job each, all at once (default: the devices of the bundle's AI Hub "
-                "engines)."
-            ),
+            "comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile "
+            "job each, all at once (default: the devices of the bundle's AI Hub engines).",
         ),
     ] = None,
     require_npu: Annotated[
         bool,
-        typer.Option(
-            "--require-npu",
-            help=(
-                "With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
-            ),
+        opt.aihub_option(
+            "--require-npu", "exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
         ),
     ] = False,
     resume: Annotated[
         bool,
-        typer.Option(
+        opt.aihub_option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's "
-                "aihub/jobs.json) instead of submitting new ones."
-            ),
+            "collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of "
+            "submitting new ones.",
         ),
     ] = False,
     trust_code: opt.TrustCode = False,
