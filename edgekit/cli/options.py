@@ -44,6 +44,15 @@ def bounded_option(flag: str, help: str) -> Any:
     return typer.Option(flag, callback=bounded, help=help)
 
 
+def latency_budget_option(does: str, note: str) -> Any:
+    """``--latency-budget-ms`` (flow): the solver and steps that fit a time per decode, and what
+    the command ``does`` with them."""
+    return bounded_option(
+        "--latency-budget-ms",
+        f"flow: {does} solver and steps that fit this many ms per decode on this device ({note}).",
+    )
+
+
 def seed_option(help: str = "Seed of all decode noise (same seed, same output on every runtime).") -> Any:
     return bounded_option("--seed", help)
 

@@ -114,14 +114,7 @@ def profile(
         ),
     ] = None,
     latency_budget_ms: Annotated[
-        float | None,
-        opt.bounded_option(
-            "--latency-budget-ms",
-            (
-                "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run "
-                "--latency-budget-ms`)."
-            ),
-        ),
+        float | None, opt.latency_budget_option("profile the", "as `edgekit run --latency-budget-ms`")
     ] = None,
     sweep_precision: Annotated[
         str,

@@ -95,14 +95,7 @@ def run(
         ),
     ] = "host",
     latency_budget_ms: Annotated[
-        float | None,
-        opt.bounded_option(
-            "--latency-budget-ms",
-            (
-                "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured "
-                "once, stored in the bundle)."
-            ),
-        ),
+        float | None, opt.latency_budget_option("pick", "quality table measured once, stored in the bundle")
     ] = None,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
