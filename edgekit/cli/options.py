@@ -70,6 +70,12 @@ def out_option(help: str, **kwargs: Any) -> Any:
     return typer.Option("-o", "--out", help=help, **kwargs)
 
 
+def repeatable_option(flag: str, help: str) -> Any:
+    """An option given once per value (a ``list[str]``): its help ends by saying so, since the
+    usage line shows one value (``_params``)."""
+    return typer.Option(flag, help=f"{help}; repeatable.")
+
+
 def isa_option(what: str, then: str = "") -> Any:
     """``--isa``: a CPU class whose int8 arithmetic counts, or host; the classes listed here."""
     return typer.Option("--isa", help=f"{what} (host = this machine; {' | '.join(ISA_CLASSES)}){then}.")
@@ -122,9 +128,7 @@ Wait = Annotated[
         "--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1)."
     ),
 ]
-Cond = Annotated[
-    list[str] | None, typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")
-]
+Cond = Annotated[list[str] | None, repeatable_option("--cond", "NAME=VALUE (a number) or NAME=FILE.npy for every row")]
 CondData = Annotated[
     Path | None,
     typer.Option(

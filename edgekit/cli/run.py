@@ -64,12 +64,10 @@ def run(
     ] = None,
     cond: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--cond",
-            help=(
-                "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files "
-                "give the rows to decode (in as many graph batches as they need); repeatable."
-            ),
+            "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give "
+            "the rows to decode (in as many graph batches as they need)",
         ),
     ] = None,
     cond_data: opt.CondData = None,
