@@ -76,6 +76,11 @@ def repeatable_option(flag: str, help: str) -> Any:
     return typer.Option(flag, help=f"{help}; repeatable.")
 
 
+def skippable_option(flag: str, help: str) -> Any:
+    """A comma-separated list that 'none' turns off (parsed with ``app.parse_skippable_csv``)."""
+    return typer.Option(flag, help=f"{help}; 'none' to skip.")
+
+
 def isa_option(what: str, then: str = "") -> Any:
     """``--isa``: a CPU class whose int8 arithmetic counts, or host; the classes listed here."""
     return typer.Option("--isa", help=f"{what} (host = this machine; {' | '.join(ISA_CLASSES)}){then}.")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 import edgekit.cli.options as opt
-from edgekit.cli.app import command, parse_cond, parse_csv
+from edgekit.cli.app import command, parse_cond, parse_csv, parse_skippable_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -71,9 +71,8 @@ def profile(
     ] = False,
     frontier_steps: Annotated[
         str,
-        typer.Option(
-            "--frontier-steps",
-            help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.",
+        opt.skippable_option(
+            "--frontier-steps", "With --compare-ar: masked step counts K of the quality-latency frontier"
         ),
     ] = "1,2,4,8,16",
     frontier_n: Annotated[
@@ -109,9 +108,7 @@ def profile(
     ] = None,
     sweep: Annotated[
         str | None,
-        typer.Option(
-            "--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip."
-        ),
+        opt.skippable_option("--sweep", "Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch)"),
     ] = None,
     latency_budget_ms: Annotated[
         float | None, opt.latency_budget_option("profile the", "as `edgekit run --latency-budget-ms`")
@@ -179,9 +176,7 @@ def profile(
     raw_cond = parse_cond(cond)
     extra: dict[str, Any] = {"sweep_precision": sweep_precision}
     if sweep is not None:
-        extra["sweep_lengths"] = (
-            () if sweep.strip().lower() in ("none", "off", "") else parse_csv("--sweep", sweep, int)
-        )
+        extra["sweep_lengths"] = parse_skippable_csv("--sweep", sweep, int)
     plan = None
     if latency_budget_ms is not None:
         if steps is not None:
@@ -206,9 +201,7 @@ def profile(
         frontier_metric=frontier_metric,
         frontier_tolerance=frontier_tolerance,
         metric_hook=metric,
-        frontier_steps=()
-        if frontier_steps.strip().lower() in ("none", "off", "")
-        else parse_csv("--frontier-steps", frontier_steps, int),
+        frontier_steps=parse_skippable_csv("--frontier-steps", frontier_steps, int),
         devices=parse_csv("--devices", devices),
         require_npu=require_npu,
         resume=resume,
