@@ -24,14 +24,14 @@ weights can sum to in them (``lint`` checks a target's class with it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import UsageError
+from edgekit.errors import one_of
 from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.manifest_sections import QuantizationSummary
 from edgekit.targets import QUANTIZATION_PROFILES
@@ -62,14 +62,7 @@ class Scheme:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "activation_type": self.activation_type,
-            "weight_type": self.weight_type,
-            "reduce_range": self.reduce_range,
-            "weight_bound": self.weight_bound,
-            "description": self.description,
-        }
+        return asdict(self)
 
 
 SCHEMES: dict[str, Scheme] = {
@@ -154,11 +147,7 @@ UNKNOWN = IsaArithmetic("unknown", True, "u8s8-pair", "unknown CPU: the scheme t
 def arithmetic_for(isa: str) -> IsaArithmetic:
     if isa == "unknown":
         return UNKNOWN
-    if isa not in ISA:
-        raise UsageError(
-            f"ISA class {isa!r} is unknown; valid: {', '.join(ISA)}",
-            hint='set isa = "host" or one of those in the target file',
-        )
+    one_of("ISA class", isa, ISA, hint='set isa = "host" or one of those in the target file')
     return ISA[isa]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, UsageError, one_of
 
 Kind = Literal["masked", "flow", "ar"]
 KINDS: tuple[str, ...] = ("masked", "flow", "ar")
@@ -85,8 +85,7 @@ class ModelSpec:
     condition_sampler: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise EdgekitError(f"model kind {self.kind!r} is unknown; valid: {', '.join(KINDS)}")
+        one_of("model kind", self.kind, KINDS, error=EdgekitError)
         missing = [k for k in KIND_META[self.kind] if k not in self.meta]
         if missing:
             raise EdgekitError(

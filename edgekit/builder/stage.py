@@ -359,8 +359,8 @@ def _source_artifact(bundle: Bundle, target: Target, precision: str) -> str:
 
 def select_engine(
     bundle: str | Path | Bundle,
-    target: str | Path | Target = "cpu",
-    precision: str = "fp32",
+    target: str | Path | Target,
+    precision: str,
     rebuild: bool = False,
     *,
     host: HostFacts | None = None,

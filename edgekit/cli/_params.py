@@ -68,3 +68,9 @@ def parse_csv(option: str, value: str | None, cast=str) -> tuple:
         return tuple(cast(v) for v in items)
     except ValueError:
         raise UsageError(f"{option} {value!r} is not a comma-separated list of {cast.__name__}s") from None
+
+
+def parse_skippable_csv(option: str, value: str, cast=str) -> tuple:
+    """``parse_csv``, where 'none' or 'off' (or nothing) is no items: an option whose help says
+    "'none' to skip" (``options.skippable_option``)."""
+    return () if value.strip().lower() in ("none", "off", "") else parse_csv(option, value, cast)

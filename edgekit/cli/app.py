@@ -18,7 +18,11 @@ from typer.core import TyperCommand, TyperGroup
 from edgekit._lock import LOCK_WAIT
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import COMMITTED
-from edgekit.cli._params import click, parse_csv  # noqa: F401 (parse_csv: the commands import it from here)
+from edgekit.cli._params import (  # noqa: F401 (parse_csv, parse_skippable_csv: the commands import them from here)
+    click,
+    parse_csv,
+    parse_skippable_csv,
+)
 from edgekit.cli.interrupts import Terminated, _interrupted, _watch_sigint
 from edgekit.cli.registry_options import _PlainParams
 from edgekit.errors import EXIT_USAGE, EdgekitError

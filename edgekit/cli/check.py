@@ -79,13 +79,7 @@ def check(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML for CI: one test case per metric.")
     ] = None,
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help="Quality metric module:function(output, cond) -> {name: float}, higher = better. RUNS THAT CODE.",
-        ),
-    ] = None,
+    metric: Annotated[str | None, opt.metric_option()] = None,
     cond: opt.Cond = None,
     cond_data: opt.CondData = None,
     threads: opt.Threads = 0,
@@ -98,22 +92,17 @@ def check(
     ] = None,
     device: Annotated[
         str | None,
-        typer.Option(
+        opt.aihub_option(
             "--device",
-            help=(
-                "With --runtime aihub: the AI Hub device the candidate runs on (a name, or a Snapdragon target for "
-                "its first device); per step on the reference's recorded inputs."
-            ),
+            "the AI Hub device the candidate runs on (a name, or a Snapdragon target for its first device); per step "
+            "on the reference's recorded inputs.",
         ),
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option(
+        opt.aihub_option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the inference jobs an earlier, interrupted check submitted (the "
-                "bundle's aihub/jobs.json)."
-            ),
+            "collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
         ),
     ] = False,
     strict: Annotated[

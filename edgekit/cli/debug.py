@@ -9,7 +9,6 @@ import typer
 
 import edgekit.cli.options as opt
 from edgekit.cli.app import command
-from edgekit.host import ISA_CLASSES
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
 
@@ -78,13 +77,7 @@ def debug(
     html: Annotated[
         Path | None, typer.Option("--html", help="Write a heatmap (steps × layers, SQNR) to this folder.")
     ] = None,
-    isa: Annotated[
-        str,
-        typer.Option(
-            "--isa",
-            help=f"CPU class whose int8 accumulation is modelled (host = this machine; {' | '.join(ISA_CLASSES)}).",
-        ),
-    ] = "host",
+    isa: Annotated[str, opt.isa_option("CPU class whose int8 accumulation is modelled")] = "host",
     threads: opt.Threads = 0,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,

@@ -45,12 +45,9 @@ def export(
     ] = "host",
     decode_opt: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--decode",
-            help=(
-                "KEY=VALUE decode option to bake into a --graph step|unrolled "
-                "graph (default: the model's decode defaults); repeatable."
-            ),
+            "KEY=VALUE decode option to bake into a --graph step|unrolled graph (default: the model's decode defaults)",
         ),
     ] = None,
     wait: opt.Wait = False,

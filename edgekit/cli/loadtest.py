@@ -61,12 +61,8 @@ def loadtest(
     threads: Annotated[int, opt.threads_option("Runtime intra-op threads (0 = its default).")] = 0,
     cond: Annotated[
         list[str] | None,
-        typer.Option(
-            "--cond",
-            help=(
-                "NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set); "
-                "repeatable."
-            ),
+        opt.repeatable_option(
+            "--cond", "NAME=VALUE conditioning of the token stage (e.g. class_id=3; default: the demo's held-out set)"
         ),
     ] = None,
     seed: opt.Seed = 0,

@@ -18,6 +18,7 @@ import typer
 from edgekit.cli._params import click
 from edgekit.cli.registry_options import precision_option, profile_option, runtime_option
 from edgekit.errors import UsageError
+from edgekit.host import ISA_CLASSES
 from edgekit.limits import OPTION_BOUNDS, check_option
 
 __all__ = ["precision_option", "profile_option", "runtime_option"]  # re-exported: the commands take them from here
@@ -43,6 +44,15 @@ def bounded_option(flag: str, help: str) -> Any:
     return typer.Option(flag, callback=bounded, help=help)
 
 
+def latency_budget_option(does: str, note: str) -> Any:
+    """``--latency-budget-ms`` (flow): the solver and steps that fit a time per decode, and what
+    the command ``does`` with them."""
+    return bounded_option(
+        "--latency-budget-ms",
+        f"flow: {does} solver and steps that fit this many ms per decode on this device ({note}).",
+    )
+
+
 def seed_option(help: str = "Seed of all decode noise (same seed, same output on every runtime).") -> Any:
     return bounded_option("--seed", help)
 
@@ -58,6 +68,36 @@ def target_option(help: str = "Target name (see `edgekit targets`) or a path to 
 def out_option(help: str, **kwargs: Any) -> Any:
     """``-o`` / ``--out``: what the command writes (``show_default`` and the like in ``kwargs``)."""
     return typer.Option("-o", "--out", help=help, **kwargs)
+
+
+def repeatable_option(flag: str, help: str) -> Any:
+    """An option given once per value (a ``list[str]``): its help ends by saying so, since the
+    usage line shows one value (``_params``)."""
+    return typer.Option(flag, help=f"{help}; repeatable.")
+
+
+def skippable_option(flag: str, help: str) -> Any:
+    """A comma-separated list that 'none' turns off (parsed with ``app.parse_skippable_csv``)."""
+    return typer.Option(flag, help=f"{help}; 'none' to skip.")
+
+
+def isa_option(what: str, then: str = "") -> Any:
+    """``--isa``: a CPU class whose int8 arithmetic counts, or host; the classes listed here."""
+    return typer.Option("--isa", help=f"{what} (host = this machine; {' | '.join(ISA_CLASSES)}){then}.")
+
+
+def aihub_option(flag: str, help: str) -> Any:
+    """An option only ``--runtime aihub`` reads (``--device``, ``--resume``, …): its help says so first."""
+    return typer.Option(flag, help=f"With --runtime aihub: {help}")
+
+
+def metric_option(purpose: str = "") -> Any:
+    """``--metric``: the user's quality hook, its contract, and that it runs their code."""
+    return typer.Option(
+        "--metric",
+        help=f"Quality metric module:function(output, cond) -> {{name: float}}, higher = better{purpose}. "
+        "RUNS THAT CODE.",
+    )
 
 
 # The forms a bundle's network comes in (``spec.GRAPHS``), the choices of export's and run's --graph.
@@ -93,9 +133,7 @@ Wait = Annotated[
         "--wait", help="When another edgekit stage is writing the bundle, wait for it instead of failing (exit 1)."
     ),
 ]
-Cond = Annotated[
-    list[str] | None, typer.Option("--cond", help="NAME=VALUE (a number) or NAME=FILE.npy for every row; repeatable.")
-]
+Cond = Annotated[list[str] | None, repeatable_option("--cond", "NAME=VALUE (a number) or NAME=FILE.npy for every row")]
 CondData = Annotated[
     Path | None,
     typer.Option(

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 import edgekit.cli.options as opt
-from edgekit.cli.app import command, parse_cond, parse_csv
+from edgekit.cli.app import command, parse_cond, parse_csv, parse_skippable_csv
 from edgekit.errors import CheckFailed, UsageError
 from edgekit.outpaths import check_dir
 from edgekit.output import Output
@@ -71,9 +71,8 @@ def profile(
     ] = False,
     frontier_steps: Annotated[
         str,
-        typer.Option(
-            "--frontier-steps",
-            help="With --compare-ar: masked step counts K of the quality-latency frontier; 'none' to skip.",
+        opt.skippable_option(
+            "--frontier-steps", "With --compare-ar: masked step counts K of the quality-latency frontier"
         ),
     ] = "1,2,4,8,16",
     frontier_n: Annotated[
@@ -99,16 +98,7 @@ def profile(
             help="A K reaches AR's quality within this: 10% (of AR's value) or an absolute amount like 0.02.",
         ),
     ] = "10%",
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help=(
-                "Quality metric module:function(output, cond) -> {name: float}, higher = better, for the frontier of "
-                "your own model. RUNS THAT CODE."
-            ),
-        ),
-    ] = None,
+    metric: Annotated[str | None, opt.metric_option(", for the frontier of your own model")] = None,
     ar_bundle: Annotated[
         Path | None,
         typer.Option(
@@ -118,19 +108,10 @@ def profile(
     ] = None,
     sweep: Annotated[
         str | None,
-        typer.Option(
-            "--sweep", help="Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch); 'none' to skip."
-        ),
+        opt.skippable_option("--sweep", "Extra lengths for the crossover sweep, e.g. 16,32,128 (needs torch)"),
     ] = None,
     latency_budget_ms: Annotated[
-        float | None,
-        opt.bounded_option(
-            "--latency-budget-ms",
-            (
-                "flow: profile the solver and steps that fit this many ms per decode on this device (as `edgekit run "
-                "--latency-budget-ms`)."
-            ),
-        ),
+        float | None, opt.latency_budget_option("profile the", "as `edgekit run --latency-budget-ms`")
     ] = None,
     sweep_precision: Annotated[
         str,
@@ -152,32 +133,24 @@ def profile(
     ] = None,
     devices: Annotated[
         str | None,
-        typer.Option(
+        opt.aihub_option(
             "--devices",
-            help=(
-                "With --runtime aihub: comma-separated AI Hub device names, or Snapdragon targets standing for their "
-                "first device; one profile job each, all at once (default: the devices of the bundle's AI Hub "
-                "engines)."
-            ),
+            "comma-separated AI Hub device names, or Snapdragon targets standing for their first device; one profile "
+            "job each, all at once (default: the devices of the bundle's AI Hub engines).",
         ),
     ] = None,
     require_npu: Annotated[
         bool,
-        typer.Option(
-            "--require-npu",
-            help=(
-                "With --runtime aihub: exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
-            ),
+        opt.aihub_option(
+            "--require-npu", "exit 4 when any op ran off the NPU (a CPU/GPU fallback is otherwise a warning)."
         ),
     ] = False,
     resume: Annotated[
         bool,
-        typer.Option(
+        opt.aihub_option(
             "--resume",
-            help=(
-                "With --runtime aihub: collect the jobs an earlier, interrupted profile submitted (the bundle's "
-                "aihub/jobs.json) instead of submitting new ones."
-            ),
+            "collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of "
+            "submitting new ones.",
         ),
     ] = False,
     trust_code: opt.TrustCode = False,
@@ -203,9 +176,7 @@ def profile(
     raw_cond = parse_cond(cond)
     extra: dict[str, Any] = {"sweep_precision": sweep_precision}
     if sweep is not None:
-        extra["sweep_lengths"] = (
-            () if sweep.strip().lower() in ("none", "off", "") else parse_csv("--sweep", sweep, int)
-        )
+        extra["sweep_lengths"] = parse_skippable_csv("--sweep", sweep, int)
     plan = None
     if latency_budget_ms is not None:
         if steps is not None:
@@ -230,9 +201,7 @@ def profile(
         frontier_metric=frontier_metric,
         frontier_tolerance=frontier_tolerance,
         metric_hook=metric,
-        frontier_steps=()
-        if frontier_steps.strip().lower() in ("none", "off", "")
-        else parse_csv("--frontier-steps", frontier_steps, int),
+        frontier_steps=parse_skippable_csv("--frontier-steps", frontier_steps, int),
         devices=parse_csv("--devices", devices),
         require_npu=require_npu,
         resume=resume,

@@ -10,7 +10,6 @@ import typer
 import edgekit.cli.options as opt
 from edgekit.arithmetic import SCHEMES
 from edgekit.cli.app import command, parse_cond
-from edgekit.host import ISA_CLASSES
 from edgekit.output import Output
 
 
@@ -41,33 +40,27 @@ def quantize(
     ] = 16,
     exclude: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--exclude",
-            help=(
-                "Keep in float: a node name (of the FP32 graph or the prepared one), an op type (LayerNormalization) "
-                "or a torch module path (blocks.0.mlp: every layer under it); repeatable."
-            ),
+            "Keep in float: a node name (of the FP32 graph or the prepared one), an op type (LayerNormalization) or a "
+            "torch module path (blocks.0.mlp: every layer under it)",
         ),
     ] = None,
     budget: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--budget",
-            help=(
-                "KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on "
-                "its own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, "
-                "event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow); repeatable."
-            ),
+            "KEY=VALUE overriding the model kind's default: lockstep_token_agreement (decisions made like FP32 on its "
+            "own step inputs; token_agreement is accepted for it), top1_agreement, final_token_agreement, "
+            "event_accuracy_drop (masked/ar), snr_db, gt_snr_drop_db (flow)",
         ),
     ] = None,
     decode: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--decode",
-            help=(
-                "KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 "
-                "calibrates the CFG rows too); repeatable."
-            ),
+            "KEY=VALUE decode option for calibration and evaluation, as `edgekit run` takes them (guidance=2 "
+            "calibrates the CFG rows too)",
         ),
     ] = None,
     fallback: Annotated[
@@ -120,12 +113,8 @@ def quantize(
     ] = None,
     isa: Annotated[
         str,
-        typer.Option(
-            "--isa",
-            help=(
-                "cpu profile: the CPU class whose int8 arithmetic the model is for (host = this machine; "
-                f"{' | '.join(ISA_CLASSES)}); default: the --target's."
-            ),
+        opt.isa_option(
+            "cpu profile: the CPU class whose int8 arithmetic the model is for", "; default: the --target's"
         ),
     ] = "host",
     scheme: Annotated[

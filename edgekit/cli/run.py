@@ -64,12 +64,10 @@ def run(
     ] = None,
     cond: Annotated[
         list[str] | None,
-        typer.Option(
+        opt.repeatable_option(
             "--cond",
-            help=(
-                "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files "
-                "give the rows to decode (in as many graph batches as they need); repeatable."
-            ),
+            "NAME=VALUE (a number), NAME=FILE.npy, NAME=FILE.npz (its array NAME) or NAME=FILE.npz:KEY; files give "
+            "the rows to decode (in as many graph batches as they need)",
         ),
     ] = None,
     cond_data: opt.CondData = None,
@@ -95,14 +93,7 @@ def run(
         ),
     ] = "host",
     latency_budget_ms: Annotated[
-        float | None,
-        opt.bounded_option(
-            "--latency-budget-ms",
-            (
-                "flow: pick solver and steps that fit this many ms per decode on this device (quality table measured "
-                "once, stored in the bundle)."
-            ),
-        ),
+        float | None, opt.latency_budget_option("pick", "quality table measured once, stored in the bundle")
     ] = None,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.errors import one_of
 from edgekit.host import ISA_CLASSES
 from edgekit.limits import check_options
 
@@ -46,5 +46,4 @@ class DebugConfig:
                 "--threads": self.threads,
             }
         )
-        if self.isa != "host" and self.isa not in ISA_CLASSES:
-            raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
+        one_of("--isa", self.isa, ("host", *ISA_CLASSES))

@@ -5,8 +5,8 @@ settings as ``check``'s gate: batch i with seed + i) and keeps every network cal
 (``runtimes.recording.RecordingRuntime``) with the decode step it belongs to. ``replay`` runs
 both tapped variants on exactly those feeds and sums, per step and per captured tensor, the
 squared error of the candidate against the reference and the reference's power.
-``free_running`` decodes the candidate on its own from the same noise: how far its trajectory
-drifts, step by step (whether an error compounds).
+``drift`` compares the candidate's own decode from the same noise (``record`` on it) with the
+reference's: how far its trajectory drifts, step by step (whether an error compounds).
 """
 
 from __future__ import annotations
@@ -60,30 +60,18 @@ def record(
     steps_of: list[int] = []
     outputs, steps = [], 1
     for i in range(-(-n // batch)):
+        part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
+        cond = conditions(bundle, {}, batch, seed + i, rows=part, draw=True)
+        cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options, seed=seed + i)
         rec.begin_decode()
         before = len(rec.feeds)
-        done = _decode(bundle, rec, batch, seed + i, decode_options, rows, i)
+        done = decode(bundle.kind, rec, bundle.meta, cond, cfg)
         calls = len(rec.feeds) - before
         per_step = max(1, calls // max(1, done.steps))
         steps = max(steps, done.steps)
         steps_of += [min(c // per_step, done.steps - 1) for c in range(calls)]
         outputs.append(np.array(done.output, copy=True))
     return Trajectory(rec.feeds, steps_of, steps, -(-n // batch), outputs)
-
-
-def _decode(
-    bundle: Bundle,
-    runtime: Any,
-    batch: int,
-    seed: int,
-    options: Mapping[str, Any],
-    rows: Mapping[str, np.ndarray] | None,
-    i: int,
-):
-    part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
-    cond = conditions(bundle, {}, batch, seed, rows=part, draw=True)
-    cfg = decode_config(bundle.kind, bundle.decode_defaults, options, seed=seed)
-    return decode(bundle.kind, runtime, bundle.meta, cond, cfg)
 
 
 @dataclass
@@ -130,26 +118,17 @@ def replay(
     return Replay([tensors[j] for j in keep], noise[:, keep], signal[:, keep], changed)
 
 
-def free_running(
-    bundle: Bundle,
-    traj: Trajectory,
-    runtime: Runtime,
-    n: int,
-    seed: int,
-    decode_options: Mapping[str, Any],
-    rows: Mapping[str, np.ndarray] | None,
-) -> list[float]:
-    """How far the candidate's own decode (same noise) is from the reference's, per step: the
-    share of state tokens that differ (masked, ar) or the relative RMS of the state (flow), at the
-    first call of each step, then the final output."""
-    cand = record(bundle, runtime, n, seed, decode_options, rows)
-    state = KIND_IO[bundle.kind][0][0]
+def drift(kind: str, traj: Trajectory, cand: Trajectory) -> list[float]:
+    """How far the candidate's own decode ``cand`` (same rows, seeds and settings) is from the
+    reference's ``traj``, per step: the share of state tokens that differ (masked, ar) or the
+    relative RMS of the state (flow), at the first call of each step, then the final output."""
+    state = KIND_IO[kind][0][0]
     out = []
     for step in range(min(traj.steps, cand.steps)):
         a = [traj.feeds[i][state] for i in traj.firsts(step)]
         b = [cand.feeds[i][state] for i in cand.firsts(step)]
-        out.append(_difference(bundle.kind, a, b))
-    out.append(_difference(bundle.kind, traj.outputs, cand.outputs))
+        out.append(_difference(kind, a, b))
+    out.append(_difference(kind, traj.outputs, cand.outputs))
     return out
 
 

@@ -41,7 +41,7 @@ from edgekit.debug.fix import (
     step_bucket,
 )
 from edgekit.debug.local import LocalJudge
-from edgekit.debug.replay import Replay, Trajectory, free_running, record, replay
+from edgekit.debug.replay import Replay, Trajectory, drift, record, replay
 from edgekit.debug.taps import artifact_at, debug_hooks, open_tapped, open_variant
 from edgekit.debug.topology import (
     Entry,
@@ -87,6 +87,15 @@ class Measured:
     entry: Entry | None  # where the error enters (``topology.locate``)
 
 
+@dataclass
+class Explained:
+    """Why the error enters at ``Measured.entry``: what in the op's quantization adds the noise
+    (``attribute``) and whether it compounds over the steps (``compounding``); None without an entry."""
+
+    attribution: dict[str, Any] | None = None
+    compounding: dict[str, Any] | None = None
+
+
 def resolve(bundle: Bundle, cfg: DebugConfig) -> Settings:
     ref = parse_variant(cfg.reference, cfg.runtime, "--reference")
     cand = parse_variant(cfg.candidate, cfg.runtime, "--candidate")
@@ -129,7 +138,7 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
         gate = gate_runtimes(bundle, ref_rt, cand_rt, s.n, s.seed, s.decode, s.rows)
         say(f"record {s.ref}'s decode of {s.replay_rows} row(s), and {s.cand}'s own")
         traj = record(bundle, ref_rt, s.replay_rows, s.seed, s.decode, s.rows)
-        divergence = free_running(bundle, traj, cand_rt, s.replay_rows, s.seed, s.decode, s.rows)
+        divergence = drift(bundle.kind, traj, record(bundle, cand_rt, s.replay_rows, s.seed, s.decode, s.rows))
         say(f"replay {len(traj.feeds)} network calls teacher-forced, every tensor captured")
         ref_t = open_tapped(bundle, s.ref.runtime, s.ref.precision, topo, tmp, cfg.threads, cfg.target)
         try:
@@ -159,12 +168,11 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
     return Measured(gate, traj, divergence, rep, capture, devices, warnings, entry)
 
 
-def explain(
-    bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, entry: Entry | None, tmp: Path
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(attribution, compounding) of the entry."""
+def explain(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, tmp: Path) -> Explained:
+    """Why the error enters at ``m.entry``."""
+    entry = m.entry
     if entry is None:
-        return None, None
+        return Explained()
     per_step = m.replay.sqnr()
     crossing = [
         i
@@ -173,30 +181,22 @@ def explain(
     ]
     comp = compounding(entry.step, crossing, m.divergence, [step.get(entry.tensor, float("nan")) for step in per_step])
     if s.cand.precision != "int8":
-        return {
-            "cause": "precision",
-            "why": f"{s.cand} computes in {s.cand.precision}: no integer quantization to take apart",
-        }, comp
+        reason = f"{s.cand} computes in {s.cand.precision}: no integer quantization to take apart"
+        return Explained({"cause": "precision", "why": reason}, comp)
     isa = HostFacts.detect().isa_class if cfg.isa == "host" else cfg.isa
     feeds = [m.traj.feeds[i] for i in m.traj.calls_of(entry.step)[:MAX_ATTRIBUTION_CALLS]]
     graph = artifact_at(bundle, s.cand.runtime, s.cand.precision, feeds[0])  # a step bucket's own graph
-    doc = attribute(bundle.path_of(graph), bundle.path_of("fp32"), entry, feeds, s.cand.runtime, isa, tmp)
-    return doc, comp
+    return Explained(
+        attribute(bundle.path_of(graph), bundle.path_of("fp32"), entry, feeds, s.cand.runtime, isa, tmp), comp
+    )
 
 
 def run_fix(
-    bundle: Bundle,
-    s: Settings,
-    cfg: DebugConfig,
-    entry: Entry | None,
-    attribution: dict[str, Any] | None,
-    comp: dict[str, Any] | None,
-    gate: dict[str, Any],
-    tmp: Path,
-    say: Say,
+    bundle: Bundle, s: Settings, cfg: DebugConfig, m: Measured, why: Explained, tmp: Path, say: Say
 ) -> dict[str, Any]:
     """--fix: try the fixes, write the winner (``fix`` module)."""
-    if gate["passed"]:
+    entry, attribution = m.entry, why.attribution or {}
+    if m.gate["passed"]:
         return {"tried": [], "unavailable": [], "winner": None, "why": "check already passes: nothing to fix"}
     if entry is None:
         return {
@@ -212,7 +212,7 @@ def run_fix(
     bucket = step_bucket(base)
     unavailable = [bucket] if isinstance(bucket, dict) else []
     tries = ordered(
-        candidates(profile, entry, attribution or {}, source), bucket, bool((comp or {}).get("step_dependent"))
+        candidates(profile, entry, attribution, source), bucket, bool((why.compounding or {}).get("step_dependent"))
     )
     winner, trials = search(bundle, tries, base, lambda p: gate_on(p, s, cfg, tmp), tmp, say)
     doc: dict[str, Any] = {"tried": trials, "unavailable": unavailable, "winner": None}
@@ -226,7 +226,7 @@ def run_fix(
         "node": entry.shown.name,
         "module": entry.shown.label,
         "added_sqnr_db": entry.own_db,
-        "cause": (attribution or {}).get("cause"),
+        "cause": attribution.get("cause"),
     }
     committed = commit(bundle.root, winner, base, provenance, lambda p: gate_on(p, s, cfg, tmp), say)
     doc["winner"] = {
@@ -251,10 +251,9 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     topo = read_topology(fp32, module_labels(fp32))
     with owned_tempdir("edgekit-debug-") as tmp:
         m = measure(bundle, s, cfg, topo, tmp, say)
-        entry = m.entry
-        attribution, comp = explain(bundle, s, cfg, topo, m, entry, tmp)
-        fixed = run_fix(bundle, s, cfg, entry, attribution, comp, m.gate, tmp, say) if cfg.fix else None
-    doc = document(bundle, s, cfg, topo, m, entry, attribution, comp, fixed)
+        why = explain(bundle, s, cfg, topo, m, tmp)
+        fixed = run_fix(bundle, s, cfg, m, why, tmp, say) if cfg.fix else None
+    doc = document(bundle, s, cfg, topo, m, why, fixed)
     doc["wall_s"] = time.perf_counter() - start
     return doc
 
@@ -265,9 +264,7 @@ def document(
     cfg: DebugConfig,
     topo: Topology,
     m: Measured,
-    entry: Entry | None,
-    attribution: dict[str, Any] | None,
-    comp: dict[str, Any] | None,
+    why: Explained,
     fixed: dict[str, Any] | None,
 ) -> dict[str, Any]:
     per_step = m.replay.sqnr()
@@ -302,9 +299,9 @@ def document(
             "per_step": [[step[t] for t in m.replay.tensors] for step in per_step],
         },
         "layers": {"labels": labels, "per_step": grid.T.tolist()},
-        "entry": entry.to_json(m.traj.steps) if entry else None,
-        "attribution": attribution,
-        "compounding": comp,
+        "entry": m.entry.to_json(m.traj.steps) if m.entry else None,
+        "attribution": why.attribution,
+        "compounding": why.compounding,
         "gate": m.gate,
         "fix": fixed,
         "passed": bool(final["passed"]),

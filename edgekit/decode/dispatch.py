@@ -13,7 +13,7 @@ import numpy as np
 from edgekit.decode.ar import ARDecodeConfig, decode_ar
 from edgekit.decode.flow import FlowDecodeConfig, decode_flow
 from edgekit.decode.masked import MAX_SPACING, MaskedDecodeConfig, decode_masked
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, unknown
 from edgekit.runtimes.base import Runtime
 
 CONFIGS: dict[str, type] = {"masked": MaskedDecodeConfig, "flow": FlowDecodeConfig, "ar": ARDecodeConfig}
@@ -163,4 +163,4 @@ def decode(kind: str, runtime: Runtime, meta: Mapping[str, Any], cond: Mapping[s
     if kind == "ar":
         ar = decode_ar(runtime, meta, cond, config)
         return Decoded(ar.tokens, ar.nfe, ar.runtime_calls, ar.tokens.shape[1])
-    raise UsageError(f"model kind {kind!r} is unknown; valid: {', '.join(CONFIGS)}")
+    raise unknown("model kind", kind, CONFIGS)

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit.decode._guidance import GuidedNetwork, require_meta
 from edgekit.decode.schedules import TIME_GRIDS, time_grid
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, UsageError, one_of
 from edgekit.runtimes.base import Runtime
 
 SOLVERS: tuple[str, ...] = ("euler", "midpoint", "heun", "rk4")
@@ -36,10 +36,8 @@ class FlowDecodeConfig:
     seed: int = 0  # the one Generator x0 comes from, so runtimes see identical noise
 
     def __post_init__(self) -> None:
-        if self.solver not in SOLVERS:
-            raise UsageError(f"solver {self.solver!r} is unknown; valid: {', '.join(SOLVERS)}")
-        if self.grid not in TIME_GRIDS:
-            raise UsageError(f"time grid {self.grid!r} is unknown; valid: {', '.join(TIME_GRIDS)}")
+        one_of("solver", self.solver, SOLVERS)
+        one_of("time grid", self.grid, TIME_GRIDS)
         time_grid(self.grid, self.steps, self.sway)  # raises on steps < 1 or a non-monotone sway
         if self.temperature < 0:
             raise UsageError(f"temperature={self.temperature!r} is invalid; valid: >= 0")
@@ -80,8 +78,7 @@ def integrate(
     ``velocity`` may return a buffer it reuses: each slope is used before the next call or copied.
     ``callback(step, t, x)`` runs after each step; returning False stops there.
     """
-    if solver not in SOLVERS:
-        raise UsageError(f"solver {solver!r} is unknown; valid: {', '.join(SOLVERS)}")
+    one_of("solver", solver, SOLVERS)
     x = np.array(x0)
     nfe = 0
     for i, (t, t_next) in enumerate(zip(times[:-1], times[1:])):

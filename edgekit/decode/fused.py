@@ -70,7 +70,7 @@ def decode_flow_fused(
     runtime: Runtime,
     entry: Mapping[str, Any],
     cond: Mapping[str, np.ndarray] | None,
-    cfg: FlowDecodeConfig = FlowDecodeConfig(),
+    cfg: FlowDecodeConfig,  # no default: the settings must be the ones the graph baked in (check_baked)
     *,
     x0: np.ndarray | None = None,
 ) -> FlowResult:
@@ -111,7 +111,7 @@ def decode_masked_fused(
     runtime: Runtime,
     entry: Mapping[str, Any],
     cond: Mapping[str, np.ndarray] | None,
-    cfg: MaskedDecodeConfig = MaskedDecodeConfig(),
+    cfg: MaskedDecodeConfig,  # no default, as decode_flow_fused's
 ) -> np.ndarray:
     """int64 [B, L] tokens from a fused masked graph, every row starting all-masked.
 

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, one_of, unknown
 
 # Names accepted by ``mask_ratio``; "pow<K>" (e.g. "pow3", "pow1.5") is accepted as well.
 MASK_SCHEDULES: tuple[str, ...] = ("cosine", "linear", "uniform", "square", "cubic", "log", "exp")
@@ -35,9 +35,7 @@ def _power(schedule: str) -> float | None:
 def check_mask_schedule(schedule: str) -> None:
     """Raise one line naming ``schedule`` and the valid names when it is unknown."""
     if schedule not in MASK_SCHEDULES and _power(schedule) is None:
-        raise UsageError(
-            f"mask schedule {schedule!r} is unknown; valid: {', '.join(MASK_SCHEDULES)}, pow<K> (e.g. pow3)"
-        )
+        raise unknown("mask schedule", schedule, MASK_SCHEDULES, also=", pow<K> (e.g. pow3)")
 
 
 def mask_ratio(schedule: str, r: np.ndarray | np.floating | float, total_unknown: np.ndarray | int) -> np.ndarray:
@@ -89,8 +87,7 @@ def time_grid(grid: str, steps: int, sway: float = -1.0) -> np.ndarray:
     "uniform": u = linspace(0, 1, steps + 1); "cosine": 1 − cos(π/2·u) (CosyVoice);
     "sway": u + s·(cos(π/2·u) − 1 + u) with s = ``sway`` (F5-TTS; s < 0 spends steps early).
     """
-    if grid not in TIME_GRIDS:
-        raise UsageError(f"time grid {grid!r} is unknown; valid: {', '.join(TIME_GRIDS)}")
+    one_of("time grid", grid, TIME_GRIDS)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise UsageError(f"steps={steps!r} is invalid; valid: an integer >= 1")
     u = np.linspace(0.0, 1.0, steps + 1)

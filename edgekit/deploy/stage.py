@@ -32,7 +32,7 @@ from edgekit.deploy.ssh import (
     run_command,
     ssh_failure,
 )
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of
 from edgekit.targets import Target, load_target
 
 DEPLOY_SCHEMA = "edgekit.deploy/1"
@@ -124,10 +124,8 @@ def deploy(
     return the document. Returns the ``edgekit deploy --json`` document (``edgekit.deploy/1``)
     with the device's document under ``report`` and its exit code (0, or 4 when a check failed).
     """
-    if command not in COMMANDS:
-        raise UsageError(f"--command {command!r} is unknown; valid: {', '.join(COMMANDS)}")
-    if transfer not in TRANSFERS:
-        raise UsageError(f"transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
+    one_of("--command", command, COMMANDS)
+    one_of("transfer", transfer, TRANSFERS)
     # Every value that reaches the device, checked before anything runs here or there.
     check_host(host)
     device_value("--remote-dir", remote_dir, "path")

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from edgekit.doctor.checkup import Checkup
 from edgekit.doctor.reports import NOT_REPORTED, PROVIDER_INSTALL, RUNTIME_REPORTS, dist_version, runtime_report
 from edgekit.doctor.tensorrt import trt_limits
 from edgekit.errors import EdgekitError
@@ -114,36 +115,26 @@ def target_report(
 ) -> dict[str, Any]:
     """One target: ``runtimes`` (what each needs, has, lacks), ``device``, ``power``,
     ``missing`` (each with its install line or why), ``runs_with`` and ``ready``."""
-    missing: list[dict[str, Any]] = []
-    runtimes = [runtime_report(name, target, host, env, missing) for name in target.runtimes]
+    c = Checkup(target, host, env)
+    runtimes = [runtime_report(name, c) for name in target.runtimes]
     device = _device_report(target, host, env)
     if not device["matches"]:
-        missing.append(
-            {
-                "what": f"the {target.name} device",
-                "why": "; ".join(device["reasons"]),
-                "install": f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}",
-            }
+        c.lacks(
+            f"the {target.name} device",
+            "; ".join(device["reasons"]),
+            f"deploy to it: edgekit deploy BUNDLE --host USER@DEVICE --target {target.name}",
         )
     power = _power_report(target.power_probe, power_cache if power_cache is not None else {})
     if not power["available"]:
-        missing.append(
-            {
-                "what": f"power probe {target.power_probe}",
-                "why": power["reason"],
-                "install": POWER_INSTALL.get(target.power_probe),
-            }
-        )
+        c.lacks(f"power probe {target.power_probe}", power["reason"], POWER_INSTALL.get(target.power_probe))
     extras = {}
     if target.nvpmodel:
         extras["nvpmodel"] = env.get("nvpmodel")
         if not env.get("nvpmodel"):
-            missing.append(
-                {
-                    "what": "nvpmodel (Jetson power modes)",
-                    "why": "not on PATH",
-                    "install": "comes with JetPack's L4T tools (sudo apt install nvidia-l4t-tools)",
-                }
+            c.lacks(
+                "nvpmodel (Jetson power modes)",
+                "not on PATH",
+                "comes with JetPack's L4T tools (sudo apt install nvidia-l4t-tools)",
             )
     runs_with = next((r["runtime"] for r in runtimes if r["available"]), None)
     return {
@@ -154,7 +145,7 @@ def target_report(
         "device": device,
         "power": power,
         **extras,
-        "missing": missing,
+        "missing": c.missing,
         "ready": runs_with is not None and device["matches"],
     }
 

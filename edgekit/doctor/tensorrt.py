@@ -7,7 +7,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from edgekit.host import HostFacts
+from edgekit.doctor.checkup import Checkup
 from edgekit.runtimes.engines import device_problems
 from edgekit.runtimes.registry import backend
 from edgekit.targets import Target, list_targets
@@ -31,45 +31,35 @@ CUDA_PYTHON_FOR_CUDA: dict[str, str] = {
 TRT_MIN = (8, 5)
 
 
-def trt_report(
-    name: str, target: Target, host: HostFacts, env: dict[str, Any], missing: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """TensorRT for ``target``: its version, the GPU, why it cannot serve the target (``problems``)
-    and what this version cannot do (``limits``); appends what is missing to ``missing``."""
+def trt_report(name: str, c: Checkup) -> dict[str, Any]:
+    """TensorRT for ``c.target``: its version, the GPU, why it cannot serve the target (``problems``)
+    and what this version cannot do (``limits``); adds what is missing to ``c.missing``."""
     reasons: list[str] = []
-    version = env.get("tensorrt")
+    version = c.env.get("tensorrt")
     if version is None:
         reasons.append("tensorrt is not installed")
-        missing.append(
-            {
-                "what": "TensorRT",
-                "why": "the tensorrt Python package is not importable",
-                "install": trt_install(target),
-            }
-        )
-    elif env.get("tensorrt_error"):
-        reasons.append(env["tensorrt_error"])
-        cuda_line = CUDA_PYTHON_FOR_CUDA.get(target.trt.cuda) if target.trt.jetson else None
-        missing.append(
-            {
-                "what": "a working TensorRT + CUDA",
-                "why": env["tensorrt_error"],
-                "install": f"check the driver with nvidia-smi; {cuda_line or TRT_INSTALL + ' brings cuda-python'}",
-            }
+        c.lacks("TensorRT", "the tensorrt Python package is not importable", trt_install(c.target))
+    elif c.env.get("tensorrt_error"):
+        reasons.append(c.env["tensorrt_error"])
+        cuda_line = CUDA_PYTHON_FOR_CUDA.get(c.target.trt.cuda) if c.target.trt.jetson else None
+        c.lacks(
+            "a working TensorRT + CUDA",
+            c.env["tensorrt_error"],
+            f"check the driver with nvidia-smi; {cuda_line or TRT_INSTALL + ' brings cuda-python'}",
         )
     limits: list[str] = []
     if version is not None:
-        reasons += trt_version_problems(target, str(version), missing)
-        limits = trt_limits(str(version), target)
-    gpu = env.get("gpu")
-    wanted = target.trt.compute_capability
+        reasons += trt_version_problems(c, str(version))
+        limits = trt_limits(str(version), c.target)
+    gpu = c.env.get("gpu")
+    wanted = c.target.trt.compute_capability
     if gpu and wanted and gpu["compute_capability"] not in wanted:
         reasons.append(
             f"GPU {gpu['name']} has compute capability {gpu['compute_capability']}, target needs {' or '.join(wanted)}"
         )
     return {
         "runtime": "trt",
-        "available": not reasons and not device_problems(target, host),
+        "available": not reasons and not device_problems(c.target, c.host),
         "version": version,
         "gpu": gpu,
         "problems": reasons,
@@ -91,18 +81,14 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
-def trt_version_problems(target: Target, version: str, missing: list[dict[str, Any]]) -> list[str]:
-    """Why this TensorRT cannot serve ``target`` (too old for edgekit, or another JetPack's)."""
+def trt_version_problems(c: Checkup, version: str) -> list[str]:
+    """Why this TensorRT cannot serve ``c.target`` (too old for edgekit, or another JetPack's); adds
+    what is missing to ``c.missing``."""
+    target = c.target
     have = version_tuple(version)
     if have < TRT_MIN:
         why = f"TensorRT {version} lacks the name-based IO API (execute_async_v3) edgekit runs engines with"
-        missing.append(
-            {
-                "what": "TensorRT >= 8.5",
-                "why": why,
-                "install": "upgrade to JetPack 5.1 or newer" if target.trt.jetson else TRT_INSTALL,
-            }
-        )
+        c.lacks("TensorRT >= 8.5", why, "upgrade to JetPack 5.1 or newer" if target.trt.jetson else TRT_INSTALL)
         return [why]
     wanted = target.trt.tensorrt
     if wanted and have[:2] != version_tuple(wanted)[:2]:
@@ -115,12 +101,10 @@ def trt_version_problems(target: Target, version: str, missing: list[dict[str, A
             and t.trt.compute_capability == target.trt.compute_capability
             and version_tuple(t.trt.tensorrt or "0")[:2] == have[:2]
         ]
-        missing.append(
-            {
-                "what": f"TensorRT {wanted}",
-                "why": why,
-                "install": f"use --target {' or '.join(others)}" if others else f"install JetPack {target.trt.jetpack}",
-            }
+        c.lacks(
+            f"TensorRT {wanted}",
+            why,
+            f"use --target {' or '.join(others)}" if others else f"install JetPack {target.trt.jetpack}",
         )
         return [why]
     return []

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import UsageError
+from edgekit.errors import unknown
 from edgekit.evaluate.scores import HIGHER_IS_BETTER, MetricHook, load_metric_hook, power_ratio_db, run_metric_hook  # noqa: F401 (lives in scores: profile scores with it too)
 from edgekit.runtimes.base import RuntimeProxy
 from edgekit.spec import KIND_IO
@@ -306,7 +306,7 @@ def accumulator_for(kind: str, meta: Mapping[str, Any]):
         return FlowAccumulator(meta)
     if kind == "ar":
         return ARAccumulator(meta)
-    raise UsageError(f"model kind {kind!r} is unknown; valid: masked, flow, ar")
+    raise unknown("model kind", kind, ("masked", "flow", "ar"))
 
 
 # ---- quality against the ground truth (or a user metric) ---------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 from edgekit.bundle import MANIFEST, Bundle
 from edgekit.decode.dispatch import parse_decode_options
-from edgekit.errors import BundleError, UsageError
+from edgekit.errors import BundleError, UsageError, one_of
 from edgekit.export.chunk import window_spec
 from edgekit.export.config import ExportConfig
 from edgekit.export.fused import baked_options, fused_bundle
@@ -43,8 +43,7 @@ def export_model(
     say = progress or (lambda message: None)
     if not req.overwrite:
         refuse_replacing(Path(req.out))
-    if req.graph not in GRAPHS:
-        raise UsageError(f"--graph {req.graph!r} is unknown; valid: {', '.join(GRAPHS)}")
+    one_of("--graph", req.graph, GRAPHS)
     spec = load_spec(req.model, req.batch)
     if req.chunk_frames is not None:
         if req.graph != "host":

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgekit.bundle import Bundle
-from edgekit.errors import BundleError, UsageError
+from edgekit.errors import BundleError, UsageError, one_of
 from edgekit.inspect.openvino_names import openvino_names
 from edgekit.runtimes.onnx_file import load_onnx
 
@@ -31,8 +31,7 @@ FORMATS: tuple[str, ...] = ("nncf", "openvino", "ort", "ort-prepared")
 
 def float_set(bundle: Bundle, fmt: str) -> tuple[dict[str, Any], list[str]]:
     """(the ``fmt`` document, warnings: layers no FP32 node could be named for)."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--float-set {fmt!r} is unknown; valid: {', '.join(FORMATS)}")
+    one_of("--float-set", fmt, FORMATS)
     q = bundle.quantization
     if q is None:
         raise UsageError(

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.bundle import Bundle
-from edgekit.errors import BundleError, UsageError
+from edgekit.errors import BundleError, UsageError, one_of
 from edgekit.evaluate import conditions, load_condition_data, stored_rows
 from edgekit.limits import check_options
 from edgekit.probes.latency import MeasureConfig
@@ -144,14 +144,12 @@ class ProfileConfig:
                 "--threads": self.threads,
             }
         )
-        if self.power not in POWER_CHOICES:
-            raise UsageError(f"--power {self.power!r} is unknown; valid: {', '.join(POWER_CHOICES)}")
+        one_of("--power", self.power, POWER_CHOICES)
         if self.idle_seconds < 0:
             raise UsageError(f"idle_seconds={self.idle_seconds} is invalid; valid: >= 0")
         swept = tuple(p.strip() for p in str(self.sweep_precision).split(","))
         for p in swept:
-            if p not in ("fp32", "int8"):
-                raise UsageError(f"--sweep-precision {p!r} is unknown; valid: fp32, int8 (or both: fp32,int8)")
+            one_of("--sweep-precision", p, ("fp32", "int8"), also=" (or both: fp32,int8)")
         object.__setattr__(self, "sweep_precision", ",".join(dict.fromkeys(swept)))
         object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
         Tolerance.parse(self.frontier_tolerance)

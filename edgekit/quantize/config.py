@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from edgekit.arithmetic import SCHEMES, scheme_for
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, one_of
 from edgekit.host import ISA_CLASSES, HostFacts, module_available
 from edgekit.limits import MAX_SAMPLES, check_options
 from edgekit.quantize.buckets.ranges import parse_step_buckets
@@ -165,8 +165,7 @@ class QuantizeConfig:
             self, "overrides", tuple(MappingProxyType(dict(o)) for o in check_overrides(self.overrides, "overrides"))
         )
         quantize_profile(self.profile)  # an unknown name is the one error listing the valid ones
-        if self.isa != "host" and self.isa not in ISA_CLASSES:
-            raise UsageError(f"--isa {self.isa!r} is unknown; valid: host, {', '.join(ISA_CLASSES)}")
+        one_of("--isa", self.isa, ("host", *ISA_CLASSES))
         object.__setattr__(self, "step_buckets", parse_step_buckets(self.step_buckets))
         memory = self.bucket_memory
         if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not (memory == 0 or 1 <= memory <= 100):
@@ -174,14 +173,12 @@ class QuantizeConfig:
                 f"--bucket-memory {memory!r} is not a ratio of one scale's "
                 "memory; give one in [1, 100] (e.g. 1.2), or 0 for no bound"
             )
-        if self.scheme != "auto" and self.scheme not in SCHEMES:
-            raise UsageError(f"--scheme {self.scheme!r} is unknown; valid: auto, {', '.join(SCHEMES)}")
+        one_of("--scheme", self.scheme, ("auto", *SCHEMES))
         if self.runtime != "auto" and self.runtime not in BUDGET_RUNTIMES:
             raise UsageError(
                 f"--runtime {self.runtime!r} cannot measure the budget; valid: {', '.join(BUDGET_RUNTIMES)}"
             )
-        if self.method not in METHODS:
-            raise UsageError(f"--method {self.method!r} is unknown; valid: {', '.join(METHODS)}")
+        one_of("--method", self.method, METHODS)
         for name in ("calib_samples", "eval_samples", "sensitivity_feeds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SAMPLES:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import UsageError
+from edgekit.errors import one_of
 from edgekit.quantize.hooks import ProfileHooks
 
 
@@ -118,8 +118,7 @@ def register_profile(profile: QuantizeProfile, *, replace: bool = False) -> Quan
 
 def quantize_profile(name: str, flag: str = "--profile") -> QuantizeProfile:
     """The entry of profile ``name``; an unknown name is the one error listing the valid ones."""
-    if name not in _PROFILES:
-        raise UsageError(f"{flag} {name!r} is unknown; valid: {', '.join(_PROFILES)}")
+    one_of(flag, name, _PROFILES)
     return _PROFILES[name]
 
 

@@ -18,7 +18,7 @@ from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import initial_noise
 from edgekit.decode.fused import decode_fused
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, unknown
 from edgekit.evaluate import cond_file_rows, conditions, load_condition_data, pad_rows, score
 from edgekit.limits import MAX_ROWS, check_count, check_options
 from edgekit.runtimes import open_fused, open_runtime
@@ -75,7 +75,7 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         rt, entry = open_fused(bundle, req.graph, threads=req.threads, runtime=req.runtime, precision=req.precision)
         run = lambda c, cfg: decode_fused(bundle.kind, rt, entry, c, cfg)  # noqa: E731
     else:
-        raise UsageError(f"--graph {req.graph!r} is unknown; valid: host, step, unrolled")
+        raise unknown("--graph", req.graph, ("host", "step", "unrolled"))
     calls = -(-rows // batch)
     parts, outputs = [], []
     with rt:

@@ -108,6 +108,15 @@ def model_files_of(path: str | Path) -> tuple[Path, ...]:
     )
 
 
+def check_model_file(path: Path, runtime: str) -> None:
+    """A model file that exists and is not empty, else one line saying which (before ``runtime``
+    reads it)."""
+    if not path.is_file():
+        raise EdgekitError(f"{runtime}: model file {path} does not exist", hint="check the path, or run edgekit export")
+    if path.stat().st_size == 0:
+        raise EdgekitError(f"{runtime}: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
+
+
 def describe(specs: Mapping[str, TensorSpec]) -> str:
     return ", ".join(f"{n}: {s.dtype}{list(s.shape)}" for n, s in specs.items())
 

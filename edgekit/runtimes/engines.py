@@ -192,8 +192,8 @@ class EngineChoice:
 
 def find_engine(
     bundle: str | Path | Bundle,
-    target: str | Path | Target = "cpu",
-    precision: str = "fp32",
+    target: str | Path | Target,
+    precision: str,
     *,
     host: HostFacts | None = None,
 ) -> EngineChoice:

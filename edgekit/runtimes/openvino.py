@@ -27,17 +27,16 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of, unknown
 from edgekit.runtimes._specs import specs_from_entries
-from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.base import BaseRuntime, check_model_file, model_files_of
 from edgekit.runtimes.onnx_file import load_onnx
+from edgekit.targets.schema import OPENVINO_DEVICES, OPENVINO_HINTS, OPENVINO_PRECISIONS, OpenVinoSettings
 
-DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
-# OpenVINO's own spellings (ov::hint::PerformanceMode).
-PERFORMANCE_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
-# ov::hint::inference_precision; "default" leaves the device's choice (bf16 on CPUs that have it,
-# f16 on GPU/NPU) and reports what it was.
-INFERENCE_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16", "default")
+# The values a setting may take are the target files' (``targets.schema``), one definition.
+DEVICES = OPENVINO_DEVICES
+PERFORMANCE_HINTS = OPENVINO_HINTS
+INFERENCE_PRECISIONS = OPENVINO_PRECISIONS
 # The device capability (OPTIMIZATION_CAPABILITIES) each inference precision needs.
 _PRECISION_CAPABILITY = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}
 # Files OpenVINO reads as a model; anything else is imported as a compiled blob (export_model).
@@ -48,17 +47,12 @@ INSTALL_HINT = "pip install 'edgekit[openvino]'"
 
 
 @dataclass(frozen=True)
-class OvOptions:
-    # OpenVINO device name: CPU, GPU (Intel Arc / iGPU), NPU (Core Ultra), or e.g. "GPU.1".
-    device: str = "CPU"
-    # INFERENCE_NUM_THREADS; 0 = the plugin's choice (one per physical core for LATENCY).
-    threads: int = 0
-    # NUM_STREAMS (parallel inference streams); 0 = what the performance hint picks (1 for LATENCY).
-    streams: int = 0
-    # LATENCY: one request at a time as fast as possible (a decode loop); THROUGHPUT: many at once.
-    performance_hint: str = "LATENCY"
-    # f32 keeps "fp32" honest on CPUs whose plugin default is bf16; bf16 where the CPU has it.
-    inference_precision: str = "f32"
+class OvOptions(OpenVinoSettings):
+    """A target's ``[openvino]`` settings (``targets.OpenVinoSettings``: device, here also e.g.
+    "GPU.1", threads, streams, performance hint, inference precision) plus what one runtime adds.
+    ``inference_precision`` is the one the model is compiled with (``inference_precision_for``):
+    f32 keeps "fp32" honest on CPUs whose plugin default is bf16."""
+
     # OpenVINO's model cache (CACHE_DIR): a compiled model is written there on first load and
     # imported at the next. None = no cache. (`edgekit build` writes an explicit blob instead.)
     cache_dir: str | None = None
@@ -70,16 +64,9 @@ class OvOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or self.device.split(".")[0] not in DEVICES:
-            raise UsageError(f"openvino device {self.device!r} is unknown; valid: {', '.join(DEVICES)} (or e.g. GPU.1)")
-        if self.performance_hint not in PERFORMANCE_HINTS:
-            raise UsageError(
-                f"openvino performance_hint {self.performance_hint!r} is unknown; valid: {', '.join(PERFORMANCE_HINTS)}"
-            )
-        if self.inference_precision not in INFERENCE_PRECISIONS:
-            raise UsageError(
-                f"openvino inference_precision {self.inference_precision!r} is unknown; "
-                f"valid: {', '.join(INFERENCE_PRECISIONS)}"
-            )
+            raise unknown("openvino device", self.device, DEVICES, also=" (or e.g. GPU.1)")
+        one_of("openvino performance_hint", self.performance_hint, PERFORMANCE_HINTS)
+        one_of("openvino inference_precision", self.inference_precision, INFERENCE_PRECISIONS)
         for name in ("threads", "streams"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -162,7 +149,7 @@ class OpenVinoRuntime(BaseRuntime):
         ov = require("openvino")
         self.model_path = Path(model_path)
         self.options = options
-        _check_file(self.model_path)
+        check_model_file(self.model_path, "openvino")
         self.model_files = model_files_of(self.model_path)
         core = ov.Core()
         device = options.device
@@ -292,13 +279,6 @@ def _plain(value: Any) -> Any:
     if "." in text and text.split(".")[0][:1].isupper():
         return text.split(".", 1)[1]
     return text
-
-
-def _check_file(path: Path) -> None:
-    if not path.is_file():
-        raise EdgekitError(f"openvino: model file {path} does not exist", hint="check the path, or run edgekit export")
-    if path.stat().st_size == 0:
-        raise EdgekitError(f"openvino: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
 
 
 def _device_hint(device: str) -> str:

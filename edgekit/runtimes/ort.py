@@ -25,14 +25,13 @@ from edgekit._deps import require
 from edgekit.errors import TargetUnavailable, UsageError
 from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
-from edgekit.runtimes.base import BaseRuntime, model_files_of
+from edgekit.runtimes.base import BaseRuntime, check_model_file, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort_fusions import engine_session_options, graph_changes
 from edgekit.runtimes.ort_session import (
     GRAPH_OPTIMIZATION_LEVELS,
     OrtOptions,
-    check_model_file,
     create_session,
     fused_model,
     make_session_options,
@@ -58,7 +57,7 @@ class OrtRuntime(BaseRuntime):
         ort = require("onnxruntime")
         self.model_path = Path(model_path)
         self.options = options
-        check_model_file(self.model_path)
+        check_model_file(self.model_path, "ort")
         self.model_files = model_files_of(self.model_path)
 
         providers, provider_options = self._available_providers(ort, options)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of
 from edgekit.limits import MAX_THREADS
 from edgekit.runtimes.ort_fusions import apply_contrib_fusions, graph_changes
 
@@ -95,11 +95,7 @@ class OrtOptions:
                     f"provider_options has {len(self.provider_options)} entries for "
                     f"{len(self.providers)} providers {list(self.providers)}; give one mapping per provider"
                 )
-        if self.graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
-            raise UsageError(
-                f"graph_optimization {self.graph_optimization!r} is unknown; "
-                f"valid: {', '.join(GRAPH_OPTIMIZATION_LEVELS)}"
-            )
+        one_of("graph_optimization", self.graph_optimization, GRAPH_OPTIMIZATION_LEVELS)
         for field_name in ("intra_op_threads", "inter_op_threads"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_THREADS:
@@ -132,14 +128,6 @@ def make_session_options(ort: Any, options: OrtOptions) -> Any:
         Path(options.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
         session_options.optimized_model_filepath = str(options.optimized_model_path)
     return session_options
-
-
-def check_model_file(path: Path) -> None:
-    """A model file that exists and is not empty, else one line saying which (before ORT reads it)."""
-    if not path.is_file():
-        raise EdgekitError(f"ort: model file {path} does not exist", hint="check the path, or run edgekit export")
-    if path.stat().st_size == 0:
-        raise EdgekitError(f"ort: model file {path} is empty (0 bytes)", hint="re-export it (edgekit export)")
 
 
 def fused_model(path: Path, providers: list[str], options: OrtOptions) -> tuple[bytes | None, dict[str, int]]:

@@ -25,11 +25,10 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.manifest_sections import EngineRecord
 from edgekit.runtimes._specs import ort_session_specs
-from edgekit.runtimes.base import BaseRuntime, Runtime, model_files_of
+from edgekit.runtimes.base import BaseRuntime, Runtime, check_model_file, model_files_of
 from edgekit.runtimes.bucketed import open_artifact
 from edgekit.runtimes.engines import cross_arch_notes
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-from edgekit.runtimes.ort_session import check_model_file
 from edgekit.runtimes.qnn_nodes import float_nodes, refused_nodes
 from edgekit.runtimes.qnn_session import (
     DEFAULT_HTP_ARCH,
@@ -86,7 +85,7 @@ class QnnRuntime(OrtRuntime):
         self.options = OrtOptions(io_binding=options.io_binding)
         self.model_path = Path(model_path)
         self.qnn_options = options
-        check_model_file(self.model_path)
+        check_model_file(self.model_path, "ort")  # onnxruntime-qnn's session: ORT reads it
         self.model_files = model_files_of(self.model_path)
         ort = require("onnxruntime")
         self.session, self.session_seconds, self.native_log = create_session(

@@ -21,7 +21,7 @@ from typing import Any
 
 from edgekit._deps import require
 from edgekit.bundle import sha256_file
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of
 from edgekit.runtimes.qnn_nodes import float_nodes, refused_nodes
 from edgekit.targets import QNN_PERFORMANCE_MODES as PERFORMANCE_MODES
 
@@ -50,10 +50,7 @@ class QnnOptions:
     io_binding: bool = True
 
     def __post_init__(self) -> None:
-        if self.performance_mode not in PERFORMANCE_MODES:
-            raise UsageError(
-                f"htp_performance_mode {self.performance_mode!r} is unknown; valid: {', '.join(PERFORMANCE_MODES)}"
-            )
+        one_of("htp_performance_mode", self.performance_mode, PERFORMANCE_MODES)
         for key in ("htp_arch", "soc_model", "vtcm_mb"):
             value = getattr(self, key)
             if not isinstance(value, int) or value < 0:

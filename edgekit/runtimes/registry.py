@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, unknown
 from edgekit.host import module_available
 from edgekit.vocabulary import PRECISION_NOTES, PRECISIONS
 
@@ -185,7 +185,7 @@ def backend(name: str, flag: str = "--runtime") -> Backend:
     """The entry of runtime ``name``; an unknown name is the one error listing the valid ones."""
     found = _BACKENDS.get(name)
     if found is None:
-        raise UsageError(f"{flag} {name!r} is unknown; valid: {', '.join(_BACKENDS)}")
+        raise unknown(flag, name, _BACKENDS)
     return found
 
 
@@ -206,7 +206,7 @@ def check_precisions(
     valid = (*PRECISIONS, *also)
     bad = [v for v in values if v not in valid]
     if bad:
-        raise UsageError(f"{flag} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+        raise unknown(flag, bad[0], valid)
     return tuple(values)
 
 

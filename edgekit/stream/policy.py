@@ -24,7 +24,7 @@ from typing import Any
 
 from edgekit.decode.dispatch import MAX_STEPS
 from edgekit.decode.flow import NFE_PER_STEP, SOLVERS
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, one_of
 
 POLICIES = ("fixed", "adaptive")
 
@@ -42,8 +42,7 @@ class Rung:
 
 
 def rung(solver: str, steps: int, snr_db: float | None = None) -> Rung:
-    if solver not in SOLVERS:
-        raise UsageError(f"--solver {solver!r} is unknown; valid: {', '.join(SOLVERS)}")
+    one_of("--solver", solver, SOLVERS)
     if not 1 <= steps <= MAX_STEPS:  # the decode's own bound, checked before a stream starts
         raise UsageError(f"--steps {steps} is invalid; valid: an integer in [1, {MAX_STEPS}]")
     return Rung(solver, steps, steps * NFE_PER_STEP[solver], snr_db)

@@ -20,7 +20,7 @@ from edgekit.bundle import Bundle
 from edgekit.decode.chunked import ChunkSpec
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.decode.flow import FlowDecodeConfig
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, one_of
 from edgekit.evaluate import conditions, score
 from edgekit.limits import check_options
 from edgekit.probes.latency import summarize
@@ -62,8 +62,7 @@ class LoadConfig:
                 "--seed": self.seed,
             }
         )
-        if self.arrivals not in ARRIVALS:
-            raise UsageError(f"--arrivals {self.arrivals!r} is unknown; valid: {', '.join(ARRIVALS)}")
+        one_of("--arrivals", self.arrivals, ARRIVALS)
         bad = [p for p in self.policies if p not in POLICIES]
         if bad or not self.policies:
             raise UsageError(

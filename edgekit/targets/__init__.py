@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, unknown
 from edgekit.targets.aihub import AihubSettings
 from edgekit.targets.parse import parse_target
 from edgekit.targets.qnn import QNN_PERFORMANCE_MODES, QnnSettings
@@ -62,10 +62,7 @@ def load_target(name_or_path: str | Path | Target = DEFAULT_TARGET) -> Target:
             )
         # A regular file of bounded size: a FIFO or /dev/zero named as a target is one line.
         return parse_target(read_user_text(path, "target file"), str(path), default_name=path.stem)
-    raise UsageError(
-        f"target {text!r} is unknown; valid: {', '.join(names)} or a path to a .toml file",
-        hint="list them with `edgekit targets`",
-    )
+    raise unknown("target", text, names, also=" or a path to a .toml file", hint="list them with `edgekit targets`")
 
 
 # Jetson L4T release -> JetPack, and what each JetPack ships (NVIDIA's JetPack archive and release

@@ -21,7 +21,9 @@ ARCHES: tuple[str, ...] = ("host", "x86_64", "aarch64")
 ORT_FORMATS: tuple[str, ...] = ("onnx", "ort")
 ORT_OPTIMIZATION_STYLES: tuple[str, ...] = ("runtime", "fixed")
 SUPPORTED_OPS_SOURCES: tuple[str, ...] = ("ort", "tensorrt", "nnapi", "coreml", "openvino", "qnn")
-# OpenVINO settings by edgekit name (same spellings as edgekit.runtimes.openvino.OvOptions).
+# OpenVINO's settings, as a target names them and the runtime (edgekit.runtimes.openvino) takes
+# them: devices, its own spellings of ov::hint::PerformanceMode, and ov::hint::inference_precision
+# ("default" leaves the device's choice, bf16 on CPUs that have it, f16 on GPU/NPU, and reports it).
 OPENVINO_DEVICES: tuple[str, ...] = ("CPU", "GPU", "NPU")
 OPENVINO_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 OPENVINO_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16", "default")
@@ -82,11 +84,14 @@ class TrtSettings:
 
 @dataclass(frozen=True)
 class OpenVinoSettings:
+    """What OpenVINO compiles a model with; ``runtimes.openvino.OvOptions`` derives from it."""
+
     # OpenVINO device: CPU (Core/Xeon/Atom), GPU (Arc, integrated), NPU (Core Ultra).
     device: str = "CPU"
-    # INFERENCE_NUM_THREADS; 0 = the plugin's choice (`--threads N` overrides it).
+    # INFERENCE_NUM_THREADS; 0 = the plugin's choice (one per physical core for LATENCY; `--threads N`
+    # overrides a target's).
     threads: int = 0
-    # NUM_STREAMS; 0 = what the performance hint picks (1 for LATENCY).
+    # NUM_STREAMS (parallel inference streams); 0 = what the performance hint picks (1 for LATENCY).
     streams: int = 0
     # LATENCY for decode loops (one request at a time); THROUGHPUT for many concurrent ones.
     performance_hint: str = "LATENCY"

@@ -230,7 +230,7 @@ class QnnProfile:
                 ranking = {(b, t): v for b, part in enumerate(parts) for t, v in part.snr_db().items()}
                 order = list(self.bucket_order(parts, ties))
             model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
-        return self.result(model, promoted, ranking, passed, metrics, rows)
+        return search_result(self, model, promoted, ranking, passed, metrics, rows)
 
     def bucket_order(self, parts: Sequence[Sensitivity], ties: Mapping[str, frozenset[str]]) -> list[tuple[int, str]]:
         """The promotion order over (step bucket, tensor) (``sensitivity.bucket_promotion_order``):
@@ -327,15 +327,3 @@ class QnnProfile:
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
         return disagreeing(self, forced, candidates)
-
-    def result(
-        self,
-        model: Path,
-        promoted: list[Promotion],
-        ranking: Mapping[Promotion, float],
-        passed: bool,
-        metrics: dict[str, Any],
-        rows: list[dict[str, Any]],
-    ) -> SearchResult:
-        """``qnn.summary.search_result``: the chosen model, its checks and the ``qnn`` summary."""
-        return search_result(self, model, promoted, ranking, passed, metrics, rows)

@@ -16,11 +16,11 @@ from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.manifest_sections import EngineRecord
+from edgekit.runtimes.qnn import QNN  # imports onnxruntime-qnn only when a function runs
 from edgekit.runtimes.registry import (
     Backend,
     EngineHooks,
     Requirement,
-    backend,
     register_backend,
 )
 
@@ -39,13 +39,6 @@ def _not_in_process(*_: Any) -> Any:
         "(one job per decode step would take minutes each)",
         hint=COMMANDS,
     )
-
-
-def _check_artifact(bundle: Any, precision: str) -> None:
-    """AI Hub compiles for the same Hexagon NPU as ``qnn``: the same models, the same checks."""
-    check = backend("qnn").check_artifact
-    if check is not None:
-        check(bundle, precision)
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:
@@ -77,13 +70,14 @@ AIHUB = register_backend(
         name="aihub",
         title="Qualcomm AI Hub",
         help="Qualcomm AI Hub's hosted Snapdragon devices: compile, profile and check jobs through the qai-hub client",
-        precisions=("int8", "fp16"),
-        artifacts={"int8": "int8", "fp16": "fp32"},
-        check_artifact=_check_artifact,
+        # AI Hub compiles for the same Hexagon NPU as ``qnn``: its precisions, models and checks.
+        precisions=QNN.precisions,
+        artifacts=QNN.artifacts,
+        check_artifact=QNN.check_artifact,
         open=_not_in_process,
-        lacks="the Hexagon NPU computes in integers or float16",
+        lacks=QNN.lacks,
         requires=Requirement("qai_hub", INSTALL, extra="aihub"),
-        quantize_profile="qnn",
+        quantize_profile=QNN.quantize_profile,
         hosted=True,
         engine=EngineHooks(check_host=_check_host, problems=_engine_problems, open=_not_in_process, runs_unbuilt=False),
     )

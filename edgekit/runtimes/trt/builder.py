@@ -13,7 +13,7 @@ from typing import Any
 import edgekit.runtimes.trt.memory as memory
 import edgekit.runtimes.trt.metadata as metadata
 from edgekit._deps import require
-from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
+from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of
 from edgekit.runtimes._specs import onnx_graph_specs
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.trt.metadata import (
@@ -48,8 +48,7 @@ class TrtBuildConfig:
     builder_optimization_level: int | None = None
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise UsageError(f"precision {self.precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+        one_of("precision", self.precision, PRECISIONS)
         if not isinstance(self.workspace_mib, int) or self.workspace_mib <= 0:
             raise UsageError(f"workspace_mib must be a positive int, got {self.workspace_mib!r}")
         level = self.builder_optimization_level

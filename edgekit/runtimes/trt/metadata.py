@@ -14,7 +14,7 @@ from typing import Any
 import edgekit.runtimes.trt.memory as memory
 from edgekit._deps import require
 from edgekit.bundle import sha256_file  # noqa: F401 (the one implementation; re-exported for the engine sidecars)
-from edgekit.errors import BundleError
+from edgekit.errors import BundleError, one_of
 from edgekit.host import L4T_RELEASE_PATH, read_l4t
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
@@ -64,8 +64,7 @@ class EngineMetadata:
         missing = [f for f in required if f not in doc]
         if missing:
             raise BundleError(f"engine metadata lacks {missing}", hint=REBUILD_HINT)
-        if doc["precision"] not in PRECISIONS:
-            raise BundleError(f"engine precision {doc['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
+        one_of("engine precision", doc["precision"], PRECISIONS, error=BundleError)
         values: dict[str, Any] = {f: doc.get(f) for f in cls.__dataclass_fields__}
         values["notes"] = tuple(doc.get("notes") or ())
         return cls(**values)
