@@ -62,9 +62,9 @@ optimization_style = "fixed"
 """
 
 
-def ensure_bundle(path: Path, model: str) -> Path:
+def ensure_bundle(path: Path, model: str, target: str | None = None) -> Path:
     """``path`` when it holds a bundle with an int8 model; else export ``model`` there at batch 8
-    and quantize it (cpu profile)."""
+    and quantize it (cpu profile; ``target``: `quantize --target`, e.g. intel-cpu)."""
     from edgekit.export import ExportConfig, export_bundle
     from edgekit.models import load_spec
     from edgekit.quantize import QuantizeConfig, quantize_bundle
@@ -73,8 +73,8 @@ def ensure_bundle(path: Path, model: str) -> Path:
         print(f"exporting {model} to {path} (batch 8)", file=sys.stderr)
         export_bundle(load_spec(model, batch=8), path, ExportConfig(), source=model)
     if not Bundle.load(path).has("int8"):
-        print(f"quantizing {path} (cpu profile)", file=sys.stderr)
-        quantize_bundle(path, QuantizeConfig())
+        print(f"quantizing {path} (cpu profile{f', --target {target}' if target else ''})", file=sys.stderr)
+        quantize_bundle(path, QuantizeConfig(target=target))
     return path
 
 

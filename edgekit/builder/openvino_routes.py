@@ -8,7 +8,11 @@ Three routes from the same source ONNX (the bundle's QDQ INT8 model, or its FP32
   release and later ones, compiled where it runs);
 - ``ir-fp16``: the same with its float weights stored in f16 (``compress_to_fp16``; OpenVINO
   ignores that for a quantized model, so for INT8 it is byte for byte ``ir`` and is not timed
-  twice: ``same_as``).
+  twice: ``same_as``);
+- ``ir-hoisted``: the IR of the source with each activation's Q/DQ moved ahead of the Reshape
+  between it and the op that computes the activation (``builder.openvino_qdq``: the same values
+  bit for bit, a graph OpenVINO fuses further); ``same_as`` ``ir`` where there is nothing to move
+  (an FP32 model, a QDQ model without those Reshapes).
 
 Each route is compiled with the target's settings and fed the same recorded feeds (one decode of
 one graph batch through the ``onnx`` route; ``route_feeds``). It is judged per forward against the
@@ -33,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit._sidefiles import model_bytes
+from edgekit._sidefiles import model_bytes, side_files_beside
+from edgekit.builder.openvino_qdq import write_hoisted
 from edgekit.bundle import Bundle, sha256_file
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError
@@ -46,7 +51,9 @@ from edgekit.runtimes.recording import RecordingRuntime
 
 # The route `build` shipped before routes were compared, and keeps on a tie.
 DEFAULT_ROUTE = "onnx"
-ROUTES: tuple[str, ...] = (DEFAULT_ROUTE, *IR_ROUTES)
+# The IR of the source with its activation Q/DQ moved next to their producers (builder.openvino_qdq).
+HOISTED_ROUTE = "ir-hoisted"
+ROUTES: tuple[str, ...] = (DEFAULT_ROUTE, *IR_ROUTES, HOISTED_ROUTE)
 # Another route replaces the default only this much faster (the IR and the blob compile to the
 # same kernels on the demo models: their medians differed by noise, 0.3-2.3 % in the builds here).
 ROUTE_MARGIN = 0.03
@@ -108,7 +115,38 @@ def write_routes(model_path: Path, workdir: Path) -> tuple[dict[str, RouteFiles]
         note = f"the same files as {same}: OpenVINO ignores compress_to_fp16 for a quantized model" if same else None
         routes[name] = RouteFiles(name, xml, {"model": xml, "weights": weights}, same_as=same, note=note)
         digests.setdefault(digest, name)
+    hoisted = _write_hoisted(model_path, workdir / HOISTED_ROUTE, routes.get("ir"))
+    if isinstance(hoisted, str):
+        unavailable[HOISTED_ROUTE] = hoisted
+    else:
+        routes[HOISTED_ROUTE] = hoisted
     return routes, unavailable
+
+
+def _write_hoisted(model_path: Path, folder: Path, ir: RouteFiles | None) -> RouteFiles | str:
+    """The ``ir-hoisted`` route of ``model_path`` (``same_as`` ``ir`` where nothing moves), or
+    why it could not be written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rewritten = folder / "model.onnx"
+    try:
+        moved = write_hoisted(model_path, rewritten)
+    except EdgekitError as exc:
+        return str(exc)
+    if not moved:
+        if ir is None:
+            return "no activation Q/DQ behind a Reshape to move, and the ir route could not be written"
+        return RouteFiles(
+            HOISTED_ROUTE, ir.model, ir.files, same_as="ir", note="no activation Q/DQ behind a Reshape to move"
+        )
+    try:
+        with side_files_beside(model_path, folder):  # the rewritten graph reads the source's side file
+            xml, weights = save_ir(rewritten, folder / "model.xml", False)
+    except EdgekitError as exc:
+        return str(exc)
+    finally:
+        rewritten.unlink(missing_ok=True)
+    note = f"{len(moved)} activation Q/DQ pair{'s' if len(moved) > 1 else ''} moved ahead of a Reshape"
+    return RouteFiles(HOISTED_ROUTE, xml, {"model": xml, "weights": weights}, note=note)
 
 
 def route_feeds(bundle: Bundle, runtime: Runtime, seed: int = 0) -> tuple[list[dict[str, np.ndarray]], str]:
@@ -291,6 +329,7 @@ def select_route(
                 "samples": int(ms.size),
                 **accuracy[name],
                 "exec": exec_precisions(rt.compiled),
+                **({"note": routes[name].note} if routes[name].note else {}),
             }
     finally:
         for rt in opened.values():
@@ -315,6 +354,7 @@ def select_route(
 
 __all__ = [
     "DEFAULT_ROUTE",
+    "HOISTED_ROUTE",
     "ROUTES",
     "RouteFiles",
     "choose_route",

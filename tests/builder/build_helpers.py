@@ -29,10 +29,12 @@ ORIN_TRT_JP60 = trt_backend.HostMetadata("8.6.2.3", "Orin", "8.7", "36.3.0")
 
 
 def tiny_model(
-    batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = None, scale: float = 1.0
+    batch_dim: int | str = 2, qdq_zero_point: np.ndarray | None = None, scale: float = 1.0, reshape: bool = False
 ) -> onnx.ModelProto:
     """tokens int64[B,8] -> Gather(emb[16,4]) * scale -> MatMul(W[4,16]) -> logits float[B,8,16];
-    with ``qdq_zero_point`` the MatMul input goes through a QuantizeLinear/DequantizeLinear pair."""
+    with ``qdq_zero_point`` the MatMul input goes through a QuantizeLinear/DequantizeLinear pair;
+    with ``reshape`` (batch 2) the MatMul is 2-D between two Reshapes, the pair after the first (as
+    onnxruntime's QDQ pre-processing writes a MatMul)."""
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "emb"),
@@ -44,17 +46,30 @@ def tiny_model(
         helper.make_node("Mul", ["h0", "scale"], ["h"], name="scale"),
     ]
     head_in = "h"
+    if reshape:
+        inits += [
+            numpy_helper.from_array(np.array([2 * 8, 4], np.int64), "shape2"),
+            numpy_helper.from_array(np.array([2, 8, 16], np.int64), "shape3"),
+        ]
+        nodes.append(helper.make_node("Reshape", ["h", "shape2"], ["h2"], name="flatten"))
+        head_in = "h2"
     if qdq_zero_point is not None:
         inits += [
             numpy_helper.from_array(np.array(0.05, np.float32), "s"),
             numpy_helper.from_array(qdq_zero_point, "zp"),
         ]
         nodes += [
-            helper.make_node("QuantizeLinear", ["h", "s", "zp"], ["hq"], name="q"),
+            helper.make_node("QuantizeLinear", [head_in, "s", "zp"], ["hq"], name="q"),
             helper.make_node("DequantizeLinear", ["hq", "s", "zp"], ["hdq"], name="dq"),
         ]
         head_in = "hdq"
-    nodes.append(helper.make_node("MatMul", [head_in, "w"], ["logits"], name="head"))
+    if reshape:
+        nodes += [
+            helper.make_node("MatMul", [head_in, "w"], ["logits2"], name="head"),
+            helper.make_node("Reshape", ["logits2", "shape3"], ["logits"], name="unflatten"),
+        ]
+    else:
+        nodes.append(helper.make_node("MatMul", [head_in, "w"], ["logits"], name="head"))
     graph = helper.make_graph(
         nodes,
         "tiny",

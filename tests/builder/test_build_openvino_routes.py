@@ -98,7 +98,7 @@ def test_a_route_that_loses_accuracy_is_not_shipped_however_fast(tiny_bundle, ov
     assert "weights" not in entry
 
 
-def test_an_fp32_build_times_all_three_routes_and_says_so(tiny_bundle, ov_route_times):
+def test_an_fp32_build_times_every_route_with_files_of_its_own_and_says_so(tiny_bundle, ov_route_times):
     ov_route_times({"onnx": 1.0, "ir": 1.0, "ir-fp16": 1.0})
     bundle = tiny_bundle()
     r = runner.invoke(app, ["build", str(bundle.root), "--target", "intel-cpu", "--precision", "fp32"])
@@ -106,7 +106,10 @@ def test_an_fp32_build_times_all_three_routes_and_says_so(tiny_bundle, ov_route_
     assert "route: onnx: onnx was the fastest (1.000 ms per forward)" in r.stdout
     assert "  ir-fp16: 1.000 ms per forward" in r.stdout and "(kept)" in r.stdout
     route = Bundle.load(bundle.root).engines["intel-cpu/fp32"].as_recorded["route"]
-    assert route["shipped"] == "onnx" and set(route["routes"]) == {"onnx", "ir", "ir-fp16"}
+    assert route["shipped"] == "onnx" and set(route["routes"]) == {"onnx", "ir", "ir-fp16", "ir-hoisted"}
+    hoisted = route["routes"].pop("ir-hoisted")  # no Q/DQ in FP32: nothing to move, the ir route's files
+    assert hoisted == {"same_as": "ir", "note": "no activation Q/DQ behind a Reshape to move"}
+    assert "  ir-hoisted: no activation Q/DQ behind a Reshape to move" in r.stdout
     assert all("median_ms" in r for r in route["routes"].values())  # the f16-stored weights differ: timed too
     assert route["required_snr_vs_source_db"] == openvino_routes.FLOAT_MATCH_DB  # FP32 is its own reference
     assert route["routes"]["ir"]["kept"] and route["routes"]["ir"]["snr_vs_source_db"] > 100  # float rounding at most
@@ -176,3 +179,34 @@ def test_a_model_over_the_routes_size_limit_ships_the_blob_without_comparing(tin
     route = entry["route"]
     assert route["shipped"] == "onnx" and route["routes"] == {}
     assert route["why"].startswith("routes not compared: ") and "over 0 GiB" in route["why"]
+
+
+def test_the_hoisted_ir_ships_when_fastest_and_a_plain_openvino_session_computes_what_run_target_does(
+    tiny_bundle, ov_route_times
+):
+    """The int8 model's activation Q/DQ behind a Reshape (as quantize's pre-processing writes a
+    MatMul): ir-hoisted is the IR of the graph with the pair moved ahead of it; shipped, an app's
+    plain read_model + compile_model on its files computes what `run --target` computes."""
+    import openvino as ov
+
+    ov_route_times({"onnx": 2.0, "ir": 2.0, "ir-hoisted": 1.0})
+    bundle = tiny_bundle(int8=tiny_model(qdq_zero_point=np.array(128, np.uint8), reshape=True), profile="cpu")
+    entry = build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)["engine"]
+    route = entry["route"]
+    assert route["shipped"] == "ir-hoisted" and entry["format"] == "ir" and entry["path"].endswith(".xml")
+    hoisted = route["routes"]["ir-hoisted"]
+    assert hoisted["note"] == "1 activation Q/DQ pair moved ahead of a Reshape"
+    assert hoisted["kept"] and hoisted["snr_vs_source_db"] >= openvino_routes.FLOAT_MATCH_DB  # the same values
+
+    choice = select_engine(bundle.root, "intel-cpu", "int8", host=HOST)
+    rt, ours = _logits(choice)
+    compiled = ov.Core().compile_model(
+        str(bundle.root / entry["path"]), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+    )
+    plain = compiled({"tokens": TOKENS})[0]
+    np.testing.assert_allclose(plain, ours, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(ours, _ort(bundle.path_of("int8")), atol=0.05, rtol=0)  # the source QDQ model
+    r = runner.invoke(
+        app, ["run", str(bundle.root), "--target", "intel-cpu", "--precision", "int8", "--steps", "2", "--json"]
+    )
+    assert r.exit_code == 0, r.output

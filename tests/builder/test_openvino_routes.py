@@ -103,8 +103,25 @@ def test_a_route_openvino_cannot_write_is_recorded_unavailable(tmp_path):
     bad = tmp_path / "bad.onnx"
     onnx.save(model, str(bad))
     routes, unavailable = write_routes(bad, tmp_path / "w")
-    assert list(routes) == ["onnx"] and set(unavailable) == {"ir", "ir-fp16"}
+    assert list(routes) == ["onnx"] and set(unavailable) == {"ir", "ir-fp16", "ir-hoisted"}
     assert "cannot write bad.onnx as IR" in unavailable["ir"] and "com.example.NoSuchOp" in unavailable["ir"]
+    assert unavailable["ir-hoisted"].startswith("no activation Q/DQ behind a Reshape to move, and the ir route")
+
+
+def test_the_hoisted_route_is_the_ir_of_the_rewritten_graph_and_ir_itself_where_nothing_moves(tmp_path):
+    qdq = tmp_path / "int8.onnx"
+    onnx.save(tiny_model(qdq_zero_point=np.array(128, np.uint8), reshape=True), str(qdq))
+    routes, unavailable = write_routes(qdq, tmp_path / "int8")
+    hoisted, ir = routes["ir-hoisted"], routes["ir"]
+    assert not unavailable and hoisted.same_as is None and hoisted.note.startswith("1 activation Q/DQ pair moved")
+    assert hoisted.files["model"].is_file() and hoisted.files["model"] != ir.files["model"]
+    assert hoisted.files["weights"] == hoisted.files["model"].with_suffix(".bin") and hoisted.files["weights"].is_file()
+    assert not (tmp_path / "int8" / "ir-hoisted" / "model.onnx").exists()  # the rewritten ONNX is scratch
+
+    plain = tmp_path / "plain.onnx"  # the pair right before the MatMul already: nothing to move
+    onnx.save(tiny_model(qdq_zero_point=np.array(128, np.uint8)), str(plain))
+    routes, _ = write_routes(plain, tmp_path / "plain")
+    assert routes["ir-hoisted"].same_as == "ir" and routes["ir-hoisted"].files == routes["ir"].files
 
 
 class _Counting:

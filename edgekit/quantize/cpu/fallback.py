@@ -47,7 +47,6 @@ from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.spec import KIND_IO
 
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
@@ -246,8 +245,10 @@ class FallbackProfile:
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
-        opts = OrtOptions(intra_op_threads=run.cfg.threads, spin_between_runs=False)  # TIMED_SPIN (stage.py)
-        with OrtRuntime(model, opts) as fp, OrtRuntime(wo_model, opts) as wo:
+        # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
+        # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
+        # No spin between runs: TIMED_SPIN (stage.py).
+        with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(wo_model, spin=False) as wo:
             decision = decide(
                 {"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)},
                 FORM_ROUNDS,
@@ -255,16 +256,16 @@ class FallbackProfile:
                 warmup=2,
                 probe=HostProbe(),
             )
-        return self._form(decision, wo_model, outcome)
+        return self._form(decision, wo_model, outcome, run.cfg.runtime)
 
-    def _form(self, decision: Decision, wo_model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
-        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward)."""
+    def _form(self, decision: Decision, wo_model: Path, outcome: BudgetOutcome, runtime: str = "ort") -> dict[str, Any]:
+        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on ``runtime``)."""
         run = self.run
         med = {name: t.median_ms for name, t in decision.timings.items()}
         doc: dict[str, Any] = {
             "chosen": "float",
             "forward_ms": med,
-            "measured_on": "ort (this host)",
+            "measured_on": f"{runtime} (this host)",
             "verdict": decision.verdict,
             "timing": decision.to_json(),
         }

@@ -94,3 +94,38 @@ def test_the_fallback_form_is_weight_only_only_where_surely_faster(loads, wo_ms,
     assert len(warnings) == (1 if warned else 0)
     if warned:
         assert "within noise after 3 rounds" in warnings[0] and "kept FP32 fallbacks" in warnings[0]
+
+
+@pytest.mark.parametrize("runtime", ["ort", "openvino"])
+def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runtime):
+    """OpenVINO runs weight-only layers as int8 kernels (activations quantized on the fly) and ORT
+    as f32 GEMMs that dequantize their weight: which form is faster is the budget runtime's answer."""
+    opened = []
+
+    class Stand:
+        def __init__(self, model):
+            self.model = model
+
+        def run(self, feed):
+            return {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    profile = FallbackProfile.__new__(FallbackProfile)
+    profile.run = SimpleNamespace(
+        cfg=SimpleNamespace(runtime=runtime, threads=1),
+        traj=SimpleNamespace(feeds=[{"x": 0}]),
+        warn=lambda line: None,
+        judge=lambda metrics: (True, ["ok"]),
+    )
+    profile.build = lambda nodes, weight_only_fallback=None: "wo.onnx"
+    profile.measure = lambda model: {}
+    profile.budget_runtime = lambda model, spin=True, bucket=False: opened.append((model, spin, bucket)) or Stand(model)
+    outcome = SimpleNamespace(quantized=["n1"], metrics=None, checks=None)
+    form = profile.choose_fallback_form("fp.onnx", outcome)
+    assert opened == [("fp.onnx", False, False), ("wo.onnx", False, False)]  # side by side: no spin after a run
+    assert form["measured_on"] == f"{runtime} (this host)" and form["chosen"] in ("float", "weight-only")
