@@ -300,7 +300,7 @@ def test_derived_candidates_of_the_demo_graphs_are_the_quantizers(demo_bundles, 
         traj = record_trajectories(bundle, rt, 2, 1000)
     rows = traj.feeds[:: max(1, len(traj.feeds) // 6)]
     cfg = QuantizeConfig(profile=profile)
-    prepared, _ = ptq.prepare_model(Path(bundle.path_of("fp32")), tmp_path / "prepared.onnx")
+    prepared, _, _ = ptq.prepare_model(Path(bundle.path_of("fp32")), tmp_path / "prepared.onnx")
     plan = analyse_graph(prepared)
     selected, floated = select.select_nodes(plan, cfg)
     rule_wo = select.weight_only_by_rule(floated, cfg)
