@@ -57,3 +57,31 @@ def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, t
     assert plan["fp32_decode_s"] > 0 and s["fp32_decodes"] == pytest.approx(
         s["timing_s"]["total_s"] / plan["fp32_decode_s"], rel=0.01
     )
+
+
+def test_the_plan_prices_a_decode_without_the_session_load(tiny_bundles, tmp_path, monkeypatch):
+    """Opening the FP32 session (seconds for a 2 GiB model) happens before the clock starts: a
+    plan priced from load + decode overstated every step by the load (aMUSEd-256: 35 s "per
+    decode" against 18 s) and understated ``fp32_decodes``."""
+    import types
+
+    from edgekit.quantize import stage
+
+    clock = FakeClock()
+    real = stage.OrtRuntime
+
+    def ticking() -> float:  # every reading moves the clock a little: decodes take time
+        clock.now += 0.001
+        return clock.now
+
+    def slow_open(*args, **kwargs):
+        clock.now += 1000.0  # the load, in stand-in seconds
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "time", types.SimpleNamespace(perf_counter=ticking))
+    monkeypatch.setattr(stage, "OrtRuntime", slow_open)
+    s = quantize_bundle(
+        shutil.copytree(tiny_bundles["masked"], tmp_path / "masked"),
+        QuantizeConfig(calib_samples=4, eval_samples=4, fallback=False),
+    )
+    assert 0 < s["plan"]["fp32_decode_s"] < 1000.0, s["plan"]
