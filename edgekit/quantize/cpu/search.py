@@ -24,8 +24,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import remove_model
 from edgekit.quantize.budget import check, worst_margin
-from edgekit.quantize.quiet import quiet_ort_logging
-from edgekit.runtimes.onnx_file import needs_side_file
+from edgekit.quantize.calibrator import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
 
 
 # ---- sensitivity -------------------------------------------------------------------------------
@@ -46,53 +45,48 @@ def node_sensitivity(
     reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
     added: the noise this node adds, output minus input noise power, in dB.
 
-    Memory is one feed's activations, not all of them: each feed's tensors are compared and
+    Memory is one session and one feed's tensors, never the model twice: each graph is read
+    without its weights (its session reads them from the model's own side file), the tensors are
+    fetched as graph outputs (never a dequantized weight: the whole model again per feed), and the
+    float graph runs over every feed first, its tensors spilled to a scratch folder beside
+    ``qdq_model``, before the QDQ graph's session opens. Each feed's tensors are compared and
     dropped (signal and noise power summed over the feeds: qdq_loss_debug's SQNR over the
-    concatenated feeds), and the QDQ graph does not output its dequantized weights (the whole
-    model again per feed: 2.4 GB a feed on a 600 M-parameter model)."""
-    onnx = require("onnx")
-    ort = require("onnxruntime")
+    concatenated feeds). ORT's own ``modify_model_output_intermediate_tensors`` loads the model
+    with its weights and saves a copy, and both sessions were open at once: 8.2 GB, 3.5x the
+    weights, on the 2.25 GiB aMUSEd-256 (docs/large-models.md)."""
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
-
     op_types = sorted({n.op_type for n in nodes.values()})
-    graph = {n.name: n for n in onnx.load(str(float_model), load_external_data=False).graph.node}
+    f_graph = graph_without_weights(float_model)
+    graph = {n.name: n for n in f_graph.graph.node}
     wanted = {(x, False) for info in nodes.values() for x in info.activations}
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
+    f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
+    q_graph = graph_without_weights(qdq_model)
+    q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
     cross_sums: dict[tuple[str, bool], list[float]] = {}
     own_sums: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="edgekit-sens-") as tmp, quiet_ort_logging():
-        aug_f, aug_q = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-        dbg.modify_model_output_intermediate_tensors(
-            str(float_model),
-            str(aug_f),
-            op_types_for_saving=op_types,
-            save_as_external_data=needs_side_file(float_model),
-        )
-        dbg.modify_model_output_intermediate_tensors(
-            str(qdq_model),
-            str(aug_q),
-            op_types_for_saving=[*op_types, "QuantizeLinear", "DequantizeLinear"],
-            save_as_external_data=needs_side_file(qdq_model),
-        )
-        _drop_saved_weights(aug_q)
-        opts = ort.SessionOptions()
-        f_session = ort.InferenceSession(str(aug_f), opts, providers=["CPUExecutionProvider"])
-        q_session = ort.InferenceSession(str(aug_q), opts, providers=["CPUExecutionProvider"])
-        for feed in feeds:
-            float_acts, qdq_acts = _saved(f_session, feed), _saved(q_session, feed)
-            matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
-            for name, post in wanted:
-                ref = float_acts.get(name)
-                cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
-                if ref is not None and cand is not None:
-                    _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
-            for x in own_names & matched.keys():
-                pair = matched[x]
-                if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
-                    _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
-            del float_acts, qdq_acts, matched
-        del f_session, q_session
+    with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
+        spill = Path(tmp)
+        with tapped_session(float_model, f_graph) as f_session:
+            for i, feed in enumerate(feeds):
+                _spill(spill / str(i), f_fetch, _run(f_session, f_fetch, feed))
+        del f_graph
+        with tapped_session(qdq_model, q_graph) as q_session:
+            for i, feed in enumerate(feeds):
+                float_acts = _unspill(spill / str(i), f_fetch)
+                qdq_acts = _run(q_session, q_fetch, feed)
+                matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
+                for name, post in wanted:
+                    ref = float_acts.get(name)
+                    cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                    if ref is not None and cand is not None:
+                        _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
+                for x in own_names & matched.keys():
+                    pair = matched[x]
+                    if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
+                        _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
+                del float_acts, qdq_acts, matched
     return _node_sqnrs(nodes, graph, cross_sums, own_sums)
 
 
@@ -127,16 +121,41 @@ def _node_sqnrs(
     return out
 
 
-# qdq_loss_debug names each saved tensor <name>_ReshapedSavedOutput (a flattening Reshape).
-_SAVED = "_ReshapedSavedOutput"
+def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None) -> list[str]:
+    """Make ``tensors`` of ``graph`` (a weightless ``ModelProto``) graph outputs and return the names
+    to fetch: not a DequantizeLinear of an initializer (a dequantized weight: constant, as large as
+    the model, no node's activation), and only ``keep`` where given."""
+    g = graph.graph
+    inits = {i.name for i in g.initializer}
+    weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
+    chosen = [t for t in tensors if t not in weights and (keep is None or t in keep)]
+    return add_tensor_outputs(graph, chosen)
 
 
-def _saved(session: Any, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One feed's saved tensors of an augmented session, by their graph names (flattened)."""
-    names = [o.name for o in session.get_outputs() if o.name.endswith(_SAVED)]
+def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One feed's ``fetch`` tensors (a graph input among them: read from the feed)."""
     inputs = {i.name for i in session.get_inputs()}
-    values = session.run(names, {k: v for k, v in feed.items() if k in inputs})
-    return {n[: -len(_SAVED)]: v for n, v in zip(names, values)}
+    outputs = {o.name for o in session.get_outputs()}
+    names = [n for n in fetch if n in outputs]
+    values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs})))
+    return {n: values[n] if n in values else np.asarray(feed[n]) for n in fetch if n in values or n in feed}
+
+
+def _spill(folder: Path, fetch: Sequence[str], acts: Mapping[str, np.ndarray]) -> None:
+    """One feed's tensors to ``folder`` (``fetch``'s order names the files: tensor names may hold '/')."""
+    folder.mkdir()
+    for i, name in enumerate(fetch):
+        if name in acts:
+            np.save(folder / f"{i}.npy", acts[name])
+
+
+def _unspill(folder: Path, fetch: Sequence[str]) -> dict[str, np.ndarray]:
+    """``_spill``'s tensors, memory-mapped: read as they are compared."""
+    return {
+        name: np.load(folder / f"{i}.npy", mmap_mode="r")
+        for i, name in enumerate(fetch)
+        if (folder / f"{i}.npy").is_file()
+    }
 
 
 def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:
@@ -152,27 +171,6 @@ def _db(sums: list[float]) -> float:
     summed powers."""
     eps = float(np.finfo(float).eps)
     return 20.0 * math.log10(max(math.sqrt(sums[0]), eps) / max(math.sqrt(sums[1]), eps))
-
-
-def _drop_saved_weights(path: Path) -> None:
-    """Remove from the augmented QDQ graph at ``path`` the saved outputs of DequantizeLinear nodes
-    that read an initializer (the dequantized weights: constant, as large as the model, and no
-    activation of any node). The graph is rewritten in place; its weights stay where they are."""
-    onnx = require("onnx")
-    model = onnx.load(str(path), load_external_data=False)
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
-    drop = {w + _SAVED for w in weights}
-    if not drop:
-        return
-    kept_nodes = [n for n in g.node if not (n.op_type == "Reshape" and n.output and n.output[0] in drop)]
-    kept_outputs = [o for o in g.output if o.name not in drop]
-    del g.node[:]
-    g.node.extend(kept_nodes)
-    del g.output[:]
-    g.output.extend(kept_outputs)
-    onnx.save(model, str(path))
 
 
 def isolated_output_sqnr(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -148,21 +150,34 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
     ptq.quantize_model(
         model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json"
     )
-    saved_outputs: list[list[str]] = []
-    real_saved = search._saved
-    monkeypatch.setattr(
-        search, "_saved", lambda s, f: saved_outputs.append([o.name for o in s.get_outputs()]) or real_saved(s, f)
-    )
+    fetched: list[list[str]] = []
+    real_run = search._run
+    monkeypatch.setattr(search, "_run", lambda s, names, f: fetched.append(list(names)) or real_run(s, names, f))
+    open_sessions, most = [0], [0]
+    real_tapped = search.tapped_session
+
+    @contextlib.contextmanager
+    def counted(*args, **kwargs):
+        with real_tapped(*args, **kwargs) as session:
+            open_sessions[0] += 1
+            most[0] = max(most[0], open_sessions[0])
+            try:
+                yield session
+            finally:
+                open_sessions[0] -= 1
+
+    monkeypatch.setattr(search, "tapped_session", counted)
     nodes = {k: plan.by_name()[k] for k in chosen}
     scores = search.node_sensitivity(model, qdq, calib[:4], nodes)
-    assert len(saved_outputs) == 8  # two sessions, one run each per feed
+    assert len(fetched) == 8  # two sessions, one run each per feed
+    assert most[0] == 1  # the float session is gone before the QDQ one opens: never the model twice
     import onnx
 
     inits = {i.name for i in onnx.load(str(qdq)).graph.initializer}
     weights = {
         n.output[0] for n in onnx.load(str(qdq)).graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
     }
-    assert weights and not any(name[: -len("_ReshapedSavedOutput")] in weights for name in saved_outputs[1])
+    assert weights and not weights & set(fetched[-1])  # no dequantized weight is fetched
     # ORT's own path, every feed collected at once
     aug_f, aug_q = tmp_path / "f.onnx", tmp_path / "q.onnx"
     dbg.modify_model_output_intermediate_tensors(
