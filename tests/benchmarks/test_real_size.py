@@ -73,3 +73,21 @@ def test_table_orders_extra_stages_after_the_pipeline(tmp_path):
     path.write_text(json.dumps(report) + "\n")
     stages = [line.split("|")[3].strip() for line in real_size.table(path).splitlines()[2:]]
     assert stages == ["`export`", "`profile`", "`lint-jetson`", "`unpack`"]
+
+
+def test_the_cost_unit_is_a_warm_fp32_decode():
+    """profile's ORT FP32 median first, then quantize's speed timing, then run's cold decode."""
+    run = {"document": {"wall_ms": 36000.0, "decode_calls": 1}}
+    quantize = {"document": {"speed": {"measured": True, "fp32_ms_per_decode": 15100.0}}}
+    profile = {
+        "document": {
+            "variants": [
+                {"id": "ort int8", "latency": {"median_ms": 6000.0}},
+                {"id": "ort fp32", "latency": {"median_ms": 14900.0}},
+            ]
+        }
+    }
+    assert real_size.warm_fp32_decode_s({"run": run, "quantize": quantize, "profile": profile})[0] == 14.9
+    assert real_size.warm_fp32_decode_s({"run": run, "quantize": quantize})[0] == 15.1
+    seconds, source = real_size.warm_fp32_decode_s({"run": run})
+    assert seconds == 36.0 and "cold" in source
