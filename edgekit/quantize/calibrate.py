@@ -9,7 +9,7 @@ read exactly those (``TrajectoryReader``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
-from edgekit.quantize.calibrator import add_min_max_taps, tapped_session
+from edgekit.quantize.calibrator import CallRanges, add_min_max_taps, tapped_session
 from edgekit.runtimes.base import Runtime, validate_feeds
 from edgekit.runtimes.recording import RecordedCall, RecordingRuntime
 from edgekit.spec import TensorSpec
@@ -217,27 +217,41 @@ def range_drift(
     traj: Trajectories,
     threads: int = 0,
     labels: Mapping[str, str] | None = None,
+    recorded: CallRanges | None = None,
 ) -> RangeDrift:
-    """Run ``model_path`` (float) on every recorded feed with ReduceMin/ReduceMax taps on
-    ``tensors`` and group the ranges by call index within the decode. ``labels``: tensor ->
-    readable name for the tables."""
-    onnx = require("onnx")
-    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights stay in their side file
-    taps = add_min_max_taps(model, tensors, prefix="edgekit_drift")
+    """Each of ``tensors``' largest magnitude per call index within the decode, over every recorded
+    feed: from ``recorded`` (the calibrator kept each call's, in the same feeds' order) where it
+    has them all, else by running ``model_path`` (float) on every feed with ReduceMin/ReduceMax
+    taps. ``labels``: tensor -> readable name for the tables."""
     row = {
         c: i for i, c in enumerate(sorted({c.call for c in traj.calls}))
     }  # a thinned recording keeps every n-th call
     steps = len(row)
     amax = np.zeros((steps, len(tensors)))
     pos_sum, pos_n = np.zeros(steps), np.zeros(steps)
-    with tapped_session(model_path, model, threads) as session:
-        for feed, call in zip(traj.feeds, traj.calls):
-            values = session.run(taps, feed) if taps else []  # no INT8 node left: ORT reads [] as "all outputs"
-            lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
-            r = row[call.call]
-            amax[r] = np.maximum(amax[r], np.maximum(np.abs(lo), np.abs(hi)))
-            pos_sum[r] += call.position
-            pos_n[r] += 1
+    for call_amax, call in zip(_per_call_amax(model_path, tensors, traj, threads, recorded), traj.calls):
+        r = row[call.call]
+        amax[r] = np.maximum(amax[r], call_amax)
+        pos_sum[r] += call.position
+        pos_n[r] += 1
     positions = tuple(float(p) for p in pos_sum / np.maximum(pos_n, 1))
     names = tuple((labels or {}).get(t, t) for t in tensors)
     return RangeDrift(tuple(tensors), positions, amax, names)
+
+
+def _per_call_amax(
+    model_path: Path, tensors: Sequence[str], traj: Trajectories, threads: int, recorded: CallRanges | None
+) -> Iterator[np.ndarray]:
+    """Each recorded feed's max |x| of ``tensors`` ([len(tensors)] float64), in ``traj``'s order."""
+    kept = recorded.amax(tensors) if recorded is not None else None
+    if kept is not None and len(kept) == len(traj.feeds):
+        yield from kept
+        return
+    onnx = require("onnx")
+    model = onnx.load(str(model_path), load_external_data=False)  # the graph; weights stay in their side file
+    taps = add_min_max_taps(model, tensors, prefix="edgekit_drift")
+    with tapped_session(model_path, model, threads) as session:
+        for feed in traj.feeds:
+            values = session.run(taps, feed) if taps else []  # no INT8 node left: ORT reads [] as "all outputs"
+            lo, hi = np.array(values[0::2], dtype=np.float64), np.array(values[1::2], dtype=np.float64)
+            yield np.maximum(np.abs(lo), np.abs(hi))

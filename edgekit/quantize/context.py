@@ -49,6 +49,7 @@ class QuantizeRun:
     traj: Trajectories | None = None  # every network call of the FP32 calibration decodes
     reference: EvalRun | None = None  # FP32 decodes of the held-out set
     reader: Any = None  # rewindable calibration reader over ``traj``
+    call_ranges: Any = None  # calibrator.CallRanges: each recorded call's max |x| per calibrated tensor
     fp32_rt: MemoRuntime | None = None  # FP32, answering the held-out questions it was asked before
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
     schedule: Plan | None = None  # the decodes this run makes (plan.Plan), and one FP32 decode's seconds

@@ -47,6 +47,39 @@ def test_range_drift_groups_ranges_by_loop_call(tiny_model):
     assert drift.most_drifting(1)[0]["tensor"] == "x"
 
 
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
+def test_range_drift_reuses_the_calibrators_per_call_ranges(tiny_model, method, monkeypatch):
+    """The calibrator keeps each call's max |x| (``CallRanges``): the drift is the same as running
+    the model over every feed again, and no session opens for it."""
+    pytest.importorskip("onnxruntime")
+    from edgekit.quantize import calibrate as calibrate_module
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.calibrator import CallRanges, collect_ranges
+
+    feeds = tiny_feeds(6)
+    for i, f in enumerate(feeds):
+        f["x"] *= 1 + (i % 3)
+    calls = [RecordedCall(decode=i // 3, call=i % 3, position=float(i % 3)) for i in range(6)]
+    traj = Trajectories(feeds, calls, decodes=2, samples=4, seed=0)
+    kept = CallRanges()
+    collect_ranges(tiny_model, calibration_reader(feeds), method, ["MatMul", "LayerNormalization"], calls=kept)
+    assert len(kept.rows) == 6 and {"x", "h"} <= set(kept.index)
+    ran = range_drift(tiny_model, ["x", "h"], traj)
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("range_drift ran the model although the calibrator kept every call's ranges")
+
+    monkeypatch.setattr(calibrate_module, "tapped_session", no_session)
+    reused = range_drift(tiny_model, ["x", "h"], traj, recorded=kept)
+    np.testing.assert_allclose(reused.amax, ran.amax, rtol=1e-5)
+    assert reused.positions == ran.positions
+    # a tensor the calibrator did not see, or another recording: the model runs (here: refused)
+    with pytest.raises(AssertionError, match="ran the model"):
+        range_drift(tiny_model, ["x", "not-calibrated"], traj, recorded=kept)
+    with pytest.raises(AssertionError, match="ran the model"):
+        range_drift(tiny_model, ["x"], Trajectories(feeds[:3], calls[:3], 1, 2, 0), recorded=kept)
+
+
 def test_record_trajectories_on_the_masked_demo(quant_bundles):
     from edgekit.bundle import Bundle
     from edgekit.quantize.calibrate import record_trajectories

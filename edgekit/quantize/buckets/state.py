@@ -49,7 +49,9 @@ class BucketState:
         if self.requested in (None, 1) or self.drift is not None:
             return
         with self.run.timed("range_drift_s"):
-            self.drift = range_drift(self.run.prepared, list(tensors), self.run.traj, self.run.cfg.threads)
+            self.drift = range_drift(
+                self.run.prepared, list(tensors), self.run.traj, self.run.cfg.threads, recorded=self.run.call_ranges
+            )
 
     def counts(self) -> tuple[int, ...]:
         """The bucket counts the search tries: the one asked for, or ``auto``'s, cheapest first."""

@@ -29,6 +29,7 @@ from edgekit.probes.speed import FASTER, Decision, HostProbe, decide
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
+from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
@@ -112,7 +113,8 @@ class FallbackProfile:
         run = self.run
         run.say(f"calibrate ({run.cfg.method}) on {len(run.traj.feeds)} recorded network calls")
         self.cache = run.tmp / "calibration.json"
-        calibrate(run.prepared, run.reader, run.cfg, self.cache)
+        run.call_ranges = CallRanges()
+        calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges)
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
@@ -310,7 +312,7 @@ class FallbackProfile:
         readers = {a: f"{by_name[n].label} input" for n in reversed(int8) for a in by_name[n].activations}
         tensors = sorted(readers)
         with run.timed("range_drift_s"):
-            drift = range_drift(run.prepared, tensors, run.traj, cfg.threads, labels=readers)
+            drift = range_drift(run.prepared, tensors, run.traj, cfg.threads, labels=readers, recorded=run.call_ranges)
         rows = self._float_rows(outcome, weight_only)
         total_mm, total_w = run.plan.matmul_flops(), run.plan.matmul_flops(ops=("MatMul", "Gemm", "Conv"))
         extras: dict[str, Any] = {}

@@ -21,7 +21,7 @@ from edgekit._sidefiles import place_side_files
 from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
-from edgekit.quantize.calibrator import collect_ranges, write_calibration_cache
+from edgekit.quantize.calibrator import CallRanges, collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
@@ -104,17 +104,18 @@ def supports_calibration_cache() -> bool:
     return "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters
 
 
-def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path) -> bool:
+def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path, calls: CallRanges | None = None) -> bool:
     """The ranges ORT's calibrator for ``cfg.method`` computes over every recorded feed of all
     tensors of ``cfg.op_types`` nodes, saved to ``cache`` (ORT's own cache format), which every
     ``quantize_model`` call of the run then reads instead of calibrating again. Gathered call by
     call over one session that reads the weights from ``prepared``'s own file (``quantize/calibrator.py``): ORT's
     calibrator would hold a Python copy of the weights beside its session's (7.0 GB peak at 2.25
     GiB of weights), and the histogram methods every call's tensors. False (nothing written) on an
-    onnxruntime without ``quantize_static(calibration_cache_path=...)``."""
+    onnxruntime without ``quantize_static(calibration_cache_path=...)``. ``calls``: each call's
+    max |x| of every calibrated tensor kept too, for ``range_drift``."""
     if not supports_calibration_cache():
         return False
-    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads)
+    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads, calls)
     write_calibration_cache(found, cache)
     return True
 
