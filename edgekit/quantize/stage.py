@@ -252,6 +252,7 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
             SPEED_ROUNDS,
             pair=lambda timings: ("int8", "fp32"),
             probe=HostProbe(cpu_class=host.isa_class),
+            early=True,  # whole decodes: a clear difference after 3 rounds needs no more
         )
     doc, warning = speed_record(decision, cfg.runtime, host, batch, len(result.fallback))
     if warning:

@@ -10,8 +10,10 @@ import pytest
 
 from edgekit.probes.speed import (
     EXTRA_ROUNDS,
+    MIN_SAMPLES,
     Decision,
     Timing,
+    clear,
     compare,
     decide,
     relative_spread,
@@ -34,6 +36,27 @@ def test_a_quiet_host_and_a_clear_difference_decide_in_one_round():
     t = d.timings["int8"]
     assert (t.n, t.median_ms, t.cores, t.cpu_class, t.load_before, t.load_after) == (5, 70.0, 2, "avx2", 0.3, 0.3)
     assert t.own_cores == pytest.approx(1.0)  # the stand-in process used one core while the clock moved
+
+
+def test_early_stops_a_clear_difference_after_three_rounds_and_not_a_close_one():
+    """``early``: whole decodes are costly, so a round stops after MIN_SAMPLES when the difference
+    is CLEAR_MARGIN times the spread; a close one is timed to the end of its rounds."""
+    host = StandInHost(loads=(0.3,))
+    fns = {"fp32": host.call("fp32", [100, 102, 98]), "int8": host.call("int8", [40, 41, 39])}
+    d = decide(fns, rounds=5, pair=lambda t: ("int8", "fp32"), probe=host.probe, early=True)
+    assert (d.verdict, d.rounds) == ("faster", 1) and d.timings["int8"].n == MIN_SAMPLES
+    assert host.calls == {"fp32": 1 + MIN_SAMPLES, "int8": 1 + MIN_SAMPLES}
+    assert clear(d)
+
+    host = StandInHost(loads=(0.3,))
+    fns = {"fp32": host.call("fp32", [100]), "int8": host.call("int8", [92, 90, 99, 94, 97, 92])}  # 1st: warm-up
+    d = decide(fns, rounds=5, pair=lambda t: ("int8", "fp32"), probe=host.probe, early=True)
+    assert d.timings["int8"].n == 5 and host.calls == {"fp32": 6, "int8": 6}  # not clear at 3: all five
+    assert not clear(d)
+    # without early, a clear difference is timed to the end too
+    host = StandInHost(loads=(0.3,))
+    fns = {"fp32": host.call("fp32", [100, 102, 98]), "int8": host.call("int8", [40, 41, 39])}
+    assert decide(fns, rounds=5, pair=lambda t: ("int8", "fp32"), probe=host.probe).timings["int8"].n == 5
 
 
 def test_a_busy_host_is_measured_again_then_said_and_left_to_the_caller():

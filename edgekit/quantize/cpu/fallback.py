@@ -257,6 +257,7 @@ class FallbackProfile:
                 pair=lambda timings: ("weight-only", "float"),
                 warmup=2,
                 probe=HostProbe(),
+                early=True,
             )
         return self._form(decision, wo_model, outcome, run.cfg.runtime)
 
