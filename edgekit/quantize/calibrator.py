@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +146,16 @@ def tapped_session(model_path: Path, graph: Any, threads: int = 0, optimize: boo
         del session
 
 
-def each_call(reader: Any) -> Iterator[dict[str, np.ndarray]]:
-    """Every feed of a rewindable calibration reader (``calibrate.TrajectoryReader``), once."""
+def each_call(reader: Any, each: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Every feed of a rewindable calibration reader (``calibrate.TrajectoryReader``), once;
+    ``each(i)`` after the i-th (from 1: a progress line, ``plan.Eta``)."""
     reader.rewind()
+    done = 0
     while (feed := reader.get_next()) is not None:
         yield feed
+        done += 1
+        if each is not None:
+            each(done)
 
 
 class RunningMinMax:
@@ -202,7 +207,12 @@ def _amax(lo: Any, hi: Any) -> float:
 
 
 def collect_min_max(
-    model_path: Path, reader: Any, op_types: Sequence[str], threads: int = 0, calls: CallRanges | None = None
+    model_path: Path,
+    reader: Any,
+    op_types: Sequence[str],
+    threads: int = 0,
+    calls: CallRanges | None = None,
+    each: Callable[[int], None] | None = None,
 ) -> RunningMinMax:
     """Each calibrated tensor's min and max over every call of ``reader``, in one session whose
     graph reduces them (one number each per call); ``calls``: each call's max |x| kept too."""
@@ -213,7 +223,7 @@ def collect_min_max(
     if calls is not None:
         calls.start(tensors)
     with tapped_session(model_path, graph, threads, optimize=False) as session:
-        for feed in each_call(reader):
+        for feed in each_call(reader, each):
             values = session.run(taps, feed) if taps else []
             for i, name in enumerate(tensors):
                 kept.add(name, values[2 * i], values[2 * i + 1])
@@ -252,6 +262,7 @@ def collect_histograms(
     collector: Any,
     threads: int = 0,
     calls: CallRanges | None = None,
+    each: Callable[[int], None] | None = None,
 ) -> dict[str, tuple[Any, ...]]:
     """Fill ``collector.histogram_dict`` with the histogram ORT's ``collector.collect`` makes of
     every call at once, in two passes over ``reader`` holding one call's tensors at a time: the
@@ -263,9 +274,12 @@ def collect_histograms(
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     with tapped_session(model_path, graph, threads, optimize=False) as session:
+        passes = [0]  # two passes over the calls: progress counts both
 
         def each_feed() -> Iterator[dict[str, np.ndarray]]:
-            for feed in each_call(reader):
+            offset = passes[0] * len(reader) if hasattr(reader, "__len__") else 0
+            passes[0] += 1
+            for feed in each_call(reader, None if each is None else lambda i: each(offset + i)):
                 values = dict(zip(fetch, session.run(fetch, feed) if fetch else []))
                 yield {name: values[name] if name in values else feed[name] for name in tensors}
 
@@ -335,20 +349,21 @@ def collect_ranges(
     percentile: float = 99.999,
     threads: int = 0,
     calls: CallRanges | None = None,
+    each: Callable[[int], None] | None = None,
 ) -> Any:
     """The ``TensorsData`` ORT's calibrator for ``method`` (minmax | entropy | percentile) computes
     from every call of ``reader`` on ``model_path``, gathered call by call (module docstring);
     ``calls``: each call's max |x| of every tensor kept too (``CallRanges``)."""
     calib = require("onnxruntime.quantization.calibrate")
     if method == "minmax":
-        kept = collect_min_max(Path(model_path), reader, op_types, threads, calls)
+        kept = collect_min_max(Path(model_path), reader, op_types, threads, calls, each)
         if not kept.calls:
             raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
         # ORT's calibrator keeps each as a [1] array (ReduceMin with keepdims, reshaped to [-1]).
         data = {n: (np.asarray(kept.lo[n]).reshape(1), np.asarray(kept.hi[n]).reshape(1)) for n in kept.lo}
         return calib.TensorsData(calib.CalibrationMethod.MinMax, data)
     collector = histogram_collector(method, percentile)
-    collect_histograms(Path(model_path), reader, op_types, collector, threads, calls)
+    collect_histograms(Path(model_path), reader, op_types, collector, threads, calls, each)
     with quiet_ort_logging():  # its threshold search prints progress
         thresholds = collector.compute_collection_result()
     which = calib.CalibrationMethod.Entropy if method == "entropy" else calib.CalibrationMethod.Percentile

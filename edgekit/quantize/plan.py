@@ -11,7 +11,7 @@ it ends. The summary keeps the plan beside what the run really cost, in FP32 dec
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +95,20 @@ class Plan:
         if decode_s:
             doc["estimate_s"] = self.estimate(decode_s)
         return doc
+
+
+def counting(fns: Mapping[str, Callable[[], object]], each: Callable[[int], None]) -> dict[str, Callable[[], object]]:
+    """``fns`` that call ``each(n)`` after the n-th call of any of them: progress through a timing
+    (``probes.speed.decide``) without the timing knowing."""
+    done = [0]
+
+    def wrap(fn: Callable[[], object]) -> Callable[[], object]:
+        def call() -> object:
+            out = fn()
+            done[0] += 1
+            each(done[0])
+            return out
+
+        return call
+
+    return {name: wrap(fn) for name, fn in fns.items()}

@@ -34,7 +34,7 @@ from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
-from edgekit.quantize.plan import Eta, Plan
+from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
 from edgekit.resources import (
@@ -247,8 +247,9 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
         def decode(rt: Any) -> Callable[[], Any]:
             return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
 
+        eta = Eta("time INT8 against FP32: decode", 2 * (1 + SPEED_ROUNDS), run.say)  # a warm-up each, then rounds
         decision = decide(
-            {"fp32": decode(fp32_rt), "int8": decode(int8_rt)},
+            counting({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, eta),
             SPEED_ROUNDS,
             pair=lambda timings: ("int8", "fp32"),
             probe=HostProbe(cpu_class=host.isa_class),

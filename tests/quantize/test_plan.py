@@ -87,3 +87,26 @@ def test_the_plan_prices_a_decode_without_the_session_load(tiny_bundles, tmp_pat
         QuantizeConfig(calib_samples=4, eval_samples=4, fallback=False),
     )
     assert 0 < s["plan"]["fp32_decode_s"] < 1000.0, s["plan"]
+
+
+def test_every_long_step_says_how_far_it_is(tiny_bundles, tmp_path, monkeypatch):
+    """Calibration, the sensitivity passes, the fallback-form and INT8-vs-FP32 timings each say
+    "done/total, about T left" (at most every 10 s; here every unit: the interval set to 0)."""
+    import time
+
+    from edgekit.quantize import plan
+
+    monkeypatch.setattr(plan.Eta.__init__, "__defaults__", (time.perf_counter, 0.0))
+    said: list[str] = []
+    quantize_bundle(
+        shutil.copytree(tiny_bundles["masked"], tmp_path / "masked"),
+        QuantizeConfig(calib_samples=4, eval_samples=4, budget={"lockstep_token_agreement": 1.01}, max_fallback=1),
+        progress=said.append,
+    )
+    for step in (
+        "calibrate (minmax): recorded call 1/",
+        "noise each node adds: graph run 1/",
+        "output SQNR with one node INT8: node 1/",
+        "time INT8 against FP32: decode 1/",
+    ):
+        assert any(line.startswith(step) and "about" in line for line in said), (step, said)

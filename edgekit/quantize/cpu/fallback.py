@@ -46,6 +46,7 @@ from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage
+from edgekit.quantize.plan import Eta, counting
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO
@@ -114,7 +115,9 @@ class FallbackProfile:
         run.say(f"calibrate ({run.cfg.method}) on {len(run.traj.feeds)} recorded network calls")
         self.cache = run.tmp / "calibration.json"
         run.call_ranges = CallRanges()
-        calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges)
+        passes = 1 if run.cfg.method == "minmax" else 2  # histograms: the range first, then the counts
+        eta = Eta(f"calibrate ({run.cfg.method}): recorded call", passes * len(run.traj.feeds), run.say)
+        calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges, each=eta)
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 
@@ -169,14 +172,27 @@ class FallbackProfile:
         )  # rank on one scale: a heuristic, cheaper N times over
         try:
             single = self.build(nodes) if current is not None else model
-            scores = node_sensitivity(run.prepared, single, chosen, {n: by_name[n] for n in nodes})
+            scores = node_sensitivity(
+                run.prepared,
+                single,
+                chosen,
+                {n: by_name[n] for n in nodes},
+                each=Eta("noise each node adds: graph run", 2 * len(chosen), run.say),
+            )
             suspects = screen(scores, nodes, model_bytes(run.fp32_path))
             if len(suspects) < len(nodes):
                 run.say(
                     f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
                     "are measured one at a time"
                 )
-            alone = isolated_output_sqnr(run.prepared, self.build, suspects, chosen, KIND_IO[run.kind][1][0])
+            alone = isolated_output_sqnr(
+                run.prepared,
+                self.build,
+                suspects,
+                chosen,
+                KIND_IO[run.kind][1][0],
+                each=Eta("output SQNR with one node INT8: node", len(suspects), run.say),
+            )
         finally:
             self.buckets.current = current
         return {n: scores.get(n, {}) | ({"isolated_output_sqnr_db": alone[n]} if n in alone else {}) for n in nodes}
@@ -251,8 +267,9 @@ class FallbackProfile:
         # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
         # No spin between runs: TIMED_SPIN (stage.py).
         with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(wo_model, spin=False) as wo:
+            eta = Eta("fallback form, weight-only against float: forward", 2 * (2 + FORM_ROUNDS), run.say)
             decision = decide(
-                {"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)},
+                counting({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, eta),
                 FORM_ROUNDS,
                 pair=lambda timings: ("weight-only", "float"),
                 warmup=2,

@@ -10,7 +10,7 @@ import inspect
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,14 @@ def supports_calibration_cache() -> bool:
     return "calibration_cache_path" in inspect.signature(quant.quantize_static).parameters
 
 
-def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path, calls: CallRanges | None = None) -> bool:
+def calibrate(
+    prepared: Path,
+    reader: Any,
+    cfg: QuantizeConfig,
+    cache: Path,
+    calls: CallRanges | None = None,
+    each: Callable[[int], None] | None = None,
+) -> bool:
     """The ranges ORT's calibrator for ``cfg.method`` computes over every recorded feed of all
     tensors of ``cfg.op_types`` nodes, saved to ``cache`` (ORT's own cache format), which every
     ``quantize_model`` call of the run then reads instead of calibrating again. Gathered call by
@@ -112,10 +119,11 @@ def calibrate(prepared: Path, reader: Any, cfg: QuantizeConfig, cache: Path, cal
     calibrator would hold a Python copy of the weights beside its session's (7.0 GB peak at 2.25
     GiB of weights), and the histogram methods every call's tensors. False (nothing written) on an
     onnxruntime without ``quantize_static(calibration_cache_path=...)``. ``calls``: each call's
-    max |x| of every calibrated tensor kept too, for ``range_drift``."""
+    max |x| of every calibrated tensor kept too, for ``range_drift``; ``each(i)``: after the i-th call
+    (two passes over the calls for entropy and percentile)."""
     if not supports_calibration_cache():
         return False
-    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads, calls)
+    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads, calls, each)
     write_calibration_cache(found, cache)
     return True
 

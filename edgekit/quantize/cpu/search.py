@@ -37,13 +37,15 @@ def node_sensitivity(
     qdq_model: Path,
     feeds: Sequence[Mapping[str, np.ndarray]],
     nodes: Mapping[str, Any],
+    each: Callable[[int], None] | None = None,
 ) -> dict[str, dict[str, float]]:
     """{node name: {"input_sqnr_db", "output_sqnr_db", "added_sqnr_db", "tensor_sqnr_db"}} for the
     INT8 nodes ``nodes`` (name -> graph.NodeInfo) via onnxruntime's ``qdq_loss_debug``.
 
     input/output: SQNR of the QDQ graph's tensor against the float graph's (the error that has
     reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
-    added: the noise this node adds, output minus input noise power, in dB.
+    added: the noise this node adds, output minus input noise power, in dB. ``each(i)``: after the
+    i-th graph run (each feed on each graph: 2 x len(feeds)).
 
     Memory is one session and one feed's tensors, never the model twice: each graph is read
     without its weights (its session reads them from the model's own side file), the tensors are
@@ -71,6 +73,8 @@ def node_sensitivity(
         with tapped_session(float_model, f_graph) as f_session:
             for i, feed in enumerate(feeds):
                 _spill(spill / str(i), f_fetch, _run(f_session, f_fetch, feed))
+                if each is not None:
+                    each(i + 1)
         del f_graph
         with tapped_session(qdq_model, q_graph) as q_session:
             for i, feed in enumerate(feeds):
@@ -87,6 +91,8 @@ def node_sensitivity(
                     if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
                         _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
                 del float_acts, qdq_acts, matched
+                if each is not None:
+                    each(len(feeds) + i + 1)
     return _node_sqnrs(nodes, graph, cross_sums, own_sums)
 
 
@@ -179,6 +185,7 @@ def isolated_output_sqnr(
     nodes: Sequence[str],
     feeds: Sequence[Mapping[str, np.ndarray]],
     output: str,
+    each: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """{node: SQNR (dB) of the network output ``output`` when only that node is INT8} over
     ``feeds``: one layer at a time, so the score includes how the node's error propagates to
@@ -199,7 +206,12 @@ def isolated_output_sqnr(
             remove_model(path)
 
     reference = outputs(float_model)
-    return {n: alone(n) for n in nodes}
+    out: dict[str, float] = {}
+    for i, node in enumerate(nodes, 1):
+        out[node] = alone(node)
+        if each is not None:
+            each(i)
+    return out
 
 
 # The one-layer-at-a-time measurement is one candidate (derived from the all-INT8 graph:

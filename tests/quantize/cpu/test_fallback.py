@@ -120,6 +120,7 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
         cfg=SimpleNamespace(runtime=runtime, threads=1),
         traj=SimpleNamespace(feeds=[{"x": 0}]),
         warn=lambda line: None,
+        say=lambda line: None,
         judge=lambda metrics: (True, ["ok"]),
     )
     profile.build = lambda nodes, weight_only_fallback=None: "wo.onnx"
