@@ -243,12 +243,18 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
 def table(path: Path = HERE / "real_size_runs.jsonl") -> str:
     """The recorded runs as the markdown table the large-models page shows: per model and stage,
     exit code, wall time, peak RSS, bytes written and FP32-decode equivalents (the newest run of
-    each model and stage wins), with the machine and date of each row."""
+    each model and stage wins), with the machine and date of each row. The decodes are counted in
+    the run's own warm FP32 decode (``warm_fp32_decode_s``); ``*``: a run that timed only a cold
+    one."""
     rows: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         report = json.loads(line)
+        unit, source = warm_fp32_decode_s(report["stages"])
+        if unit is None or "cold" in source:  # a run without profile or quantize: its recorded unit
+            unit, source = report.get("fp32_decode_s"), report.get("fp32_decode_unit") or "cold"
         for stage, row in report["stages"].items():
-            rows[(report["model"], stage)] = (report, row)
+            decodes = round(row["wall_s"] / unit, 1) if unit else None
+            rows[(report["model"], stage)] = (report, row | {"fp32_decodes": decodes, "cold": "cold" in source})
     out = [
         "| model | FP32 | stage | exit | wall | peak RSS | written | FP32 decodes | machine, date |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -256,7 +262,7 @@ def table(path: Path = HERE / "real_size_runs.jsonl") -> str:
     order = {s: i for i, s in enumerate((*STAGES, *EXTRA_STAGES))}
     for (name, stage), (report, row) in sorted(rows.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
         m = report["machine"]
-        decodes = "" if row.get("fp32_decodes") is None else f"{row['fp32_decodes']:g}"
+        decodes = "" if row.get("fp32_decodes") is None else f"{row['fp32_decodes']:g}" + ("*" if row["cold"] else "")
         out.append(
             f"| {name} | {report.get('fp32_bytes', 0) / 2**30:.2f} GiB "
             f"| `{stage}` | {row['exit_code']} | {row['wall_s']:.0f} s "
