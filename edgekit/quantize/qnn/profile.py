@@ -26,7 +26,8 @@ The search is ``qnn.search``, what it hands back and the summary's ``qnn`` secti
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from edgekit.quantize.qnn.graph import (
 )
 from edgekit.quantize.qnn.search import (
     Promotion,
+    SearchBounds,
     disagreeing,
     promote,
     tensors_in,
@@ -58,6 +60,8 @@ from edgekit.quantize.qnn.sensitivity import (
     Sensitivity,
     bucket_promotion_order,
     output_sensitivity_per_graph,
+    predicted_count,
+    predicted_gains_db,
     promotion_order,
     step_weights,
 )
@@ -103,6 +107,9 @@ class QnnProfile:
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
+        self.bounds = SearchBounds()  # what the promotion search may spend (qnn.search)
+        self.clock: Callable[[], float] = time.perf_counter
+        self.simulated: dict[Path, tuple[bool, dict[str, Any], list[dict[str, Any]]]] = {}  # by candidate
 
     def check(self) -> None:
         if any(o.get("node") for o in self.run.cfg.overrides):
@@ -184,6 +191,8 @@ class QnnProfile:
         means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
         velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
         run = self.run
+        if backend != "htp" and model in self.simulated:  # the bucket choice decoded the forced set already
+            return self.simulated[model]
         if backend == "htp":
             run.say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
         with self.open_candidate(model) if backend == "htp" else self.open_simulation(model) as rt:
@@ -197,6 +206,8 @@ class QnnProfile:
                 "passed": passed,
             }
         )
+        if backend != "htp":
+            self.simulated[model] = (passed, metrics, rows)
         return passed, metrics, rows
 
     def search(self) -> SearchResult:
@@ -216,24 +227,47 @@ class QnnProfile:
             lambda m: self.measure(m, self.forced, backend="cpu")[1],
             note="ort-cpu (search only)",
         )
-        model = self.build(self.forced)
-        passed, metrics, rows = self.measure(model, self.forced)
-        promoted: list[Promotion] = list(self.forced)
+        # The simulation judges the forced set first (the bucket choice decoded it already): the
+        # HTP backend decodes only the count the search settles on (``qnn.search.promote``).
+        start = self.measure(self.build(self.forced), self.forced, backend="cpu")
         ranking: dict[Promotion, float] = {}
-        if not passed and run.cfg.fallback:
+        order: list[Promotion] = []
+        guess = None
+        if not start[0] and run.cfg.fallback:
             parts = self.rank(eight_bit)
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
             if len(parts) == 1:
                 ranking = dict(parts[0].snr_db())
-                order: list[Promotion] = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+                order = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+                noise, weight = [parts[0].noise], [1.0]
             else:
                 ranking = {(b, t): v for b, part in enumerate(parts) for t, v in part.snr_db().items()}
-                order = list(self.bucket_order(parts, ties))
-            model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
+                noise, weight, share = self.bucket_noise(parts)
+                order = list(bucket_promotion_order(noise, weight, share, ties, self.tensors, self.forced))
+            guess = self.first_guess(predicted_gains_db(noise, weight, ties, order, self.forced), start[1])
+        model, promoted, passed, metrics, rows = self.promote(order, start[:2], guess)
         return search_result(self, model, promoted, ranking, passed, metrics, rows)
 
-    def bucket_order(self, parts: Sequence[Sensitivity], ties: Mapping[str, frozenset[str]]) -> list[tuple[int, str]]:
-        """The promotion order over (step bucket, tensor) (``sensitivity.bucket_promotion_order``):
+    def first_guess(self, gains: Sequence[float], start: Mapping[str, Any]) -> int | None:
+        """The count the search tries first: where the ranking's predicted gain (dB off the outputs'
+        noise, ``sensitivity.predicted_gains_db``) lifts the simulation's ``snr_db`` of the forced
+        set to the budget's; None (galloping from 1) where the budget has no ``snr_db`` (masked,
+        ar) or the simulation did not measure it. A flow decode's output error is the sum of its
+        steps' velocity errors times their step sizes (``step_weights``), so it moves in dB as the
+        weighted noise does."""
+        limit = self.run.budget.get("snr_db")
+        measured = start.get("snr_db")
+        if limit is None or measured is None or not np.isfinite(measured):
+            return None
+        count = predicted_count(gains, float(limit) - float(measured))
+        self.run.say(
+            f"the ranking predicts the budget's snr_db ({limit:g} dB, {measured:.1f} now) from {count} promotion(s): "
+            "the search starts there"
+        )
+        return count
+
+    def bucket_noise(self, parts: Sequence[Sensitivity]) -> tuple[list[dict[str, float]], list[float], list[float]]:
+        """(noise, weight, share) per step bucket for ``sensitivity.bucket_promotion_order``:
         each bucket's noise per ranked call, weighted by its calls' weight in the decode's result
         (``step_weights``: a flow step's size squared) and costed by its share of the calls.
 
@@ -250,9 +284,7 @@ class QnnProfile:
         share = [c / max(len(calls), 1) for c in count]
         weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]
         noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
-        return bucket_promotion_order(
-            noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced
-        )
+        return noise, [w * c for w, c in zip(weight, count)], share
 
     def _by_rule(self) -> dict[str, str]:
         """{tensor at 16 bit by rule: why}: a flow model's time angle
@@ -318,11 +350,10 @@ class QnnProfile:
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
 
-    def promote(
-        self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]
-    ):
-        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget."""
-        return promote(self, order, model, passed, metrics, rows)
+    def promote(self, order: Sequence[Promotion], start: tuple[bool, dict[str, Any]], guess: int | None = None):
+        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget, within
+        ``self.bounds`` on ``self.clock``."""
+        return promote(self, order, start, guess, self.bounds, self.clock)
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""

@@ -5,8 +5,9 @@ whose ``build``, ``measure``, ``open_candidate``, ``open_simulation`` and ``disa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,34 +40,72 @@ def promotion_label(p: Promotion) -> str:
     return p if isinstance(p, str) else f"{p[1]} (bucket {p[0]})"
 
 
+@dataclass(frozen=True)
+class SearchBounds:
+    """What the promotion search may spend before it stops searching: candidates decoded on the
+    CPU simulation, held-out decodes on the HTP backend (the last one's verdict is final), and
+    seconds of wall time from the search's start. Past a bound the search says so in one line and
+    goes on with the smallest count that held on the simulation (else the largest it decoded),
+    which the HTP backend then decides. Measured on the flow demo (2 cores, AMD EPYC): a
+    simulated candidate costs ~8 s (8 bucket graphs built, 16 decodes), a held-out decode on the
+    HTP backend's x86 emulation 2-5 minutes: the bounds keep the run within 10 minutes there."""
+
+    simulated: int = 24
+    htp: int = 2
+    seconds: float = 360.0
+
+
+class _Spent(Exception):
+    """A bound of ``SearchBounds`` was reached (the message says which)."""
+
+
 def promote(
     profile: Any,
     order: Sequence[Promotion],
-    model: Path,
-    passed: bool,
-    metrics: dict[str, Any],
-    rows: list[dict[str, Any]],
+    start: tuple[bool, dict[str, Any]],
+    guess: int | None = None,
+    bounds: SearchBounds = SearchBounds(),
+    clock: Callable[[], float] = time.perf_counter,
 ):
-    """Promote the first tensors of ``order`` until the budget holds: the smallest count found
-    by doubling groups (1, 2, 4, ...) and then bisecting between the last failing and the first
-    passing group (doubling alone promoted 32 where 17 might do). Emulating 16-bit tensors
-    costs the HTP backend up to 10x per forward, so that search runs on the CPU EP's QDQ
-    simulation. Before the HTP backend decodes a candidate, one recorded call per step bucket checks that
-    it computes what the simulation does (``disagreeing``); a tensor whose promotion it does
-    not is left at 8 bit and the count searched again. The HTP backend then decides. Where it
-    fails a count the simulation passed, its shortfall on each budget key (``htp_offset``)
-    tightens the simulation's budget and the count is searched again from there; a quarter more
-    where the shortfall is on a key the simulation does not measure."""
+    """Promote the first tensors of ``order`` until the budget holds; returns (model, promoted,
+    passed, metrics, rows) of the HTP backend's verdict. The count is searched on the CPU EP's
+    QDQ simulation (emulating 16-bit tensors costs the HTP backend up to 10x per forward, and
+    its forward is ~50x the simulation's): galloping up from ``guess`` (the count the ranking
+    predicts, ``sensitivity.predicted_count``; 1 without one) or, where the guess holds already,
+    down from it, then bisecting between the last failing and the first holding count (doubling
+    alone promoted 32 where 17 might do). ``start``: the simulation's (passed, metrics) of no
+    promotion (``profile.forced`` only).
+
+    Before the HTP backend decodes a candidate, one recorded call per step bucket checks that it
+    computes what the simulation does (``disagreeing``); a tensor whose promotion it does not is
+    left at 8 bit and the count searched again. The HTP backend then decides. Where it fails a
+    count the simulation passed, its shortfall on each budget key (``htp_offset``) tightens the
+    simulation's budget and the count is searched again from there; a quarter more where the
+    shortfall is on a key the simulation does not measure. ``bounds`` (``SearchBounds``, read on
+    ``clock``) stop the search with one line."""
     run = profile.run
     forced = list(profile.forced)
     order = [t for t in order if t not in forced]
     offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
-    simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {}  # by prefix
+    simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {(0, ()): start}
+    began = clock()
+    spent = {"simulated": 0, "htp": 0}
+
+    def bound_reached() -> str | None:
+        if spent["simulated"] >= bounds.simulated:
+            return f"{spent['simulated']} simulated candidates"
+        if clock() - began >= bounds.seconds:
+            return f"{clock() - began:.0f} s (bound {bounds.seconds:.0f} s)"
+        return None
 
     def simulation(k: int) -> tuple[bool, dict[str, Any]]:
         """(budget met, metrics) of the first ``k`` of ``order`` on the CPU simulation, each prefix decoded once."""
         key = (k, tuple(order[:k]))  # a refusal changes the prefix behind a count
         if key not in simulated:
+            why = bound_reached()
+            if why is not None:
+                raise _Spent(why)
+            spent["simulated"] += 1
             simulated[key] = profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[:2]
         return simulated[key]
 
@@ -75,43 +114,74 @@ def promote(
         return passed and check(metrics, tightened(run.budget, offset))[0]
 
     def search(failing: int, k: int, limit: int) -> tuple[int, int]:
-        """(the last failing, the smallest holding) count in (failing, limit] on the simulation,
-        galloping from the first guess ``k`` (steps double from ``failing``), then bisecting."""
+        """(the last failing, the smallest holding) count in (failing, limit] on the simulation:
+        from the first guess ``k``, galloping up (steps double from ``failing``) while it fails,
+        or down (steps double from 1/16 of the way) while it holds, then bisecting."""
         base, k = failing, min(max(k, failing + 1), limit)
-        while k < limit and not holds_on_cpu(k):
-            failing, k = k, min(base + 2 * (k - base), limit)
+        if holds_on_cpu(k):
+            step = max(1, (k - failing) // 16)
+            while k - step > failing:
+                if not holds_on_cpu(k - step):
+                    failing = k - step
+                    break
+                k, step = k - step, 2 * step
+        else:
+            while k < limit and not holds_on_cpu(k):
+                failing, k = k, min(base + 2 * (k - base), limit)
         if k - failing > 1 and (k < limit or holds_on_cpu(k)):
             while k - failing > 1:  # more promotions never hurt: bisect (failing, k]
                 mid = (failing + k) // 2
                 failing, k = (failing, mid) if holds_on_cpu(mid) else (mid, k)
         return failing, k
 
+    def searched(failing: int, k: int, limit: int) -> tuple[int, int]:
+        """``search``, or where a bound stops it, the smallest count that held so far (else the
+        largest decoded), said in one line."""
+        try:
+            return search(failing, k, limit)
+        except _Spent as spent_on:
+            held = [c for (c, prefix), _ in simulated.items() if prefix == tuple(order[:c]) and holds_on_cpu(c)]
+            tried = [c for (c, prefix) in simulated if prefix == tuple(order[:c])]
+            k = min(held) if held else min(max(tried + [k]), limit)
+            run.say(
+                f"search bound reached ({spent_on}): the HTP backend decides {len(forced) + k} tensor(s) at 16 bit, "
+                f"the smallest count that held on the simulation{'' if held else ' (none held: the largest decoded)'}"
+            )
+            return k - 1, k
+
     limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
-    failing, k = 0, 1  # 0 promoted failed already (the caller measured it)
-    while True:
-        failing, k = search(failing, k, limit)  # after a refused tensor: the count that held, checked again
-        bad = profile.disagreeing(forced, order[:k])
-        if bad is None:
-            break
-        order = refuse(profile, bad, order)
-        limit = min(limit, len(order))
+    k = 0 if start[0] or not order else searched(0, guess or 1, limit)[1]
+    model, passed, metrics, rows = None, False, dict(start[1]), []
     promoted: list[Promotion] = forced
-    while not passed and len(promoted) - len(forced) < limit:
-        if len(promoted) > len(forced):  # the next count may bring a tensor the HTP computes unlike QDQ
+    while True:
+        if k > 0:  # a count may bring a tensor the HTP backend computes unlike QDQ
             bad = profile.disagreeing(forced, order[:k])
             if bad is not None:
                 order = refuse(profile, bad, order)
                 limit = min(limit, len(order))
                 k = min(k, limit)
+                if (k, tuple(order[:k])) not in simulated or not holds_on_cpu(k):
+                    k = searched(k - 1, k, limit)[1]  # the count that held, checked again
                 continue
         promoted = forced + order[:k]
         run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
         model = profile.build(promoted)
         passed, metrics, rows = profile.measure(model, promoted)
+        spent["htp"] += 1
         if passed or k >= limit:  # the HTP backend's verdict on the last count is final
             break
-        if htp_offset(offset, run.budget, simulation(k)[1], metrics):
-            _, k = search(k, k + max(1, k // 32), limit)  # the count that holds the tightened budget
+        if spent["htp"] >= bounds.htp or clock() - began >= bounds.seconds:
+            run.say(
+                f"search bound reached ({spent['htp']} HTP decodes, {clock() - began:.0f} s): "
+                f"{len(promoted)} tensor(s) at 16 bit miss the budget on the HTP backend"
+            )
+            break
+        try:
+            learned = htp_offset(offset, run.budget, simulation(k)[1], metrics)
+        except _Spent:  # no simulation left to set the HTP's figures against
+            learned = False
+        if learned:
+            k = searched(k, k + max(1, k // 32), limit)[1]  # the count that holds the tightened budget
         else:  # short on a key the simulation does not measure
             k = min(k + max(1, k // 4), limit)
     return model, promoted, passed, metrics, rows

@@ -270,3 +270,44 @@ def step_weights(kind: str, positions: Sequence[float]) -> list[float]:
     grid = sorted(set(pos)) + [1.0]
     step = {t: max(grid[i + 1] - t, 0.0) for i, t in enumerate(grid[:-1])}
     return [step[p] ** 2 for p in pos]
+
+
+def predicted_gains_db(
+    noise: Sequence[Mapping[str, float]],
+    weight: Sequence[float],
+    ties: Mapping[str, frozenset[str]],
+    order: Sequence[str | tuple[int, str]],
+    start: Iterable[str] = (),
+) -> list[float]:
+    """[how many dB the first k promotions of ``order`` take off the outputs' predicted noise,
+    for k = 0 .. len(order)], if the tensors' errors add in power: ``noise[b]`` each tensor's
+    output noise alone at 8 bit in step bucket b (one bucket: one graph), ``weight[b]`` what an
+    output error there weighs in the decode's result (``bucket_promotion_order``'s weight); a
+    promotion is a tensor (in every bucket) or (bucket, tensor); ``start`` is at 16 bit already.
+    The search's first guess (``predicted_count``)."""
+    n = len(noise)
+    wide: list[set[str]] = [set() for _ in range(n)]
+    for b in range(n):
+        for t in start:
+            wide[b] |= ties.get(t, frozenset({t}))
+    left = [weight[b] * sum(v for t, v in noise[b].items() if t not in wide[b]) for b in range(n)]
+    total0 = sum(left)
+    gains = [0.0]
+    for p in order:
+        buckets, t = (range(n), p) if isinstance(p, str) else ([p[0]], p[1])
+        for b in buckets:
+            new = ties.get(t, frozenset({t})) - wide[b]
+            left[b] -= weight[b] * sum(noise[b].get(x, 0.0) for x in new)
+            wide[b] |= new
+        rest = max(sum(left), 0.0)
+        gains.append(float("inf") if rest <= total0 * 1e-12 else 10.0 * np.log10(total0 / rest) if total0 > 0 else 0.0)
+    return gains
+
+
+def predicted_count(gains: Sequence[float], needed_db: float) -> int:
+    """The smallest count whose predicted gain (``predicted_gains_db``) reaches ``needed_db``
+    (at least 1); the whole order where none does."""
+    for k, gain in enumerate(gains):
+        if k and gain >= needed_db:
+            return k
+    return max(len(gains) - 1, 1)
