@@ -26,6 +26,7 @@ The search is ``qnn.search``, what it hands back and the summary's ``qnn`` secti
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._sidefiles import model_bytes
 from edgekit.errors import EdgekitError
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.context import QuantizeRun
@@ -63,6 +65,7 @@ from edgekit.quantize.qnn.sensitivity import (
     predicted_count,
     predicted_gains_db,
     promotion_order,
+    ranking_workers,
     step_weights,
 )
 from edgekit.quantize.qnn.summary import search_result
@@ -347,8 +350,11 @@ class QnnProfile:
         total = sum(self.ranked_calls)
         ranked = len(self.tensors) + len(self.weights)
         run.say(f"rank {ranked} tensors by their effect on the outputs ({total} recorded calls)")
+        workers, threads = ranking_workers(model_bytes(run.prepared), run.cfg.threads, os.cpu_count())
         with run.timed("rank_s"):
-            return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
+            return output_sensitivity_per_graph(
+                run.prepared, groups, [*self.tensors, *self.weights], threads, workers=workers
+            )
 
     def promote(self, order: Sequence[Promotion], start: tuple[bool, dict[str, Any]], guess: int | None = None):
         """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget, within

@@ -28,6 +28,7 @@ from edgekit.quantize.qnn.sensitivity import (  # noqa: E402
     predicted_count,
     predicted_gains_db,
     promotion_order,
+    ranking_workers,
     step_weights,
 )
 
@@ -142,6 +143,25 @@ def test_promotion_ties_are_what_the_qnn_quantizer_writes(graphs):
         )
         wide = {t for t, bits in activation_bits(q, acts).items() if bits == 16}
         assert wide == set(ties[candidate]) & set(acts), (candidate, wide, ties[candidate])
+
+
+def test_sessions_sharing_the_candidates_rank_as_one_session_does(graphs):
+    acts = activation_tensors(graphs["q8"])
+    feeds = [(graphs["q8"], _feeds(3, seed=2))]
+    one = output_sensitivity_per_graph(graphs["fp32"], feeds, [*acts, "W"], threads=1)[0]
+    three = output_sensitivity_per_graph(graphs["fp32"], feeds, [*acts, "W"], threads=1, workers=3)[0]
+    assert set(three.noise) == set(one.noise) == {*acts, "W"}  # every candidate, once
+    assert three.signal == pytest.approx(one.signal, rel=1e-12)
+    for t, n in one.noise.items():
+        assert three.noise[t] == pytest.approx(n, rel=1e-9, abs=1e-30), t
+
+
+def test_a_small_model_is_ranked_by_one_single_threaded_session_per_core():
+    assert ranking_workers(6 << 20, threads=0, cores=2) == (2, 1)
+    assert ranking_workers(6 << 20, threads=0, cores=16) == (4, 1)
+    assert ranking_workers(6 << 20, threads=3, cores=16) == (1, 3)  # the user's thread count stands
+    assert ranking_workers(1 << 30, threads=0, cores=16) == (1, 0)  # a large model: one copy of its weights
+    assert ranking_workers(6 << 20, threads=0, cores=1) == (1, 0) and ranking_workers(6 << 20, 0, None) == (1, 0)
 
 
 def test_the_order_removes_the_most_noise_per_activation_put_at_16_bit():
