@@ -182,4 +182,18 @@ def test_the_time_bound_is_read_on_the_clock_and_no_count_that_held_sends_the_la
 def test_the_htp_decodes_are_bounded_and_the_last_verdict_stands():
     promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, bounds=SearchBounds(htp=2))
     assert not passed and measured["htp"] == [17, 21] and len(promoted) == 21
-    assert any("2 HTP decodes" in m and "miss the budget" in m for m in measured["said"])
+    assert any("2 HTP decode(s)" in m and "miss the budget" in m for m in measured["said"])
+
+
+def test_no_htp_decode_starts_that_would_end_past_the_time_bound():
+    # 120 s of search so far, then an HTP decode of 200 s: another would end at 520 s, past 400.
+    promoted, passed, measured = _search(
+        cpu_needs=17, htp_needs=30, bounds=SearchBounds(seconds=400.0), seconds_per={"cpu": 12.0, "htp": 200.0}
+    )
+    assert measured["htp"] == [17] and not passed
+    assert any("1 HTP decode(s)" in m and "200 s each" in m for m in measured["said"])
+    # With room for it, the second decode runs.
+    _, passed, measured = _search(
+        cpu_needs=17, htp_needs=21, bounds=SearchBounds(seconds=600.0), seconds_per={"cpu": 12.0, "htp": 200.0}
+    )
+    assert measured["htp"] == [17, 21] and passed
