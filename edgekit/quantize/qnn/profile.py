@@ -55,6 +55,7 @@ from edgekit.quantize.qnn.search import (
     Promotion,
     SearchBounds,
     disagreeing,
+    needed_gain_db,
     promote,
     tensors_in,
 )
@@ -261,18 +262,17 @@ class QnnProfile:
 
     def first_guess(self, gains: Sequence[float], start: Mapping[str, Any]) -> int | None:
         """The count the search tries first: where the ranking's predicted gain (dB off the outputs'
-        noise, ``sensitivity.predicted_gains_db``) lifts the simulation's ``snr_db`` of the forced
-        set to the budget's; None (galloping from 1) where the budget has no ``snr_db`` (masked,
-        ar) or the simulation did not measure it. A flow decode's output error is the sum of its
-        steps' velocity errors times their step sizes (``step_weights``), so it moves in dB as the
-        weighted noise does."""
-        limit = self.run.budget.get("snr_db")
-        measured = start.get("snr_db")
-        if limit is None or measured is None or not np.isfinite(measured):
+        noise, ``sensitivity.predicted_gains_db``) covers what the simulation's metrics of the
+        forced set still need (``qnn.search.needed_gain_db``: flow's ``snr_db`` and ground-truth
+        drop); None (galloping from 1) for token kinds. A flow decode's output error is the sum
+        of its steps' velocity errors times their step sizes (``step_weights``), so it moves in
+        dB as the weighted noise does."""
+        needed = needed_gain_db(start, self.run.budget)
+        if needed is None:
             return None
-        count = predicted_count(gains, float(limit) - float(measured))
+        count = predicted_count(gains, needed)
         self.run.say(
-            f"the ranking predicts the budget's snr_db ({limit:g} dB, {measured:.1f} now) from {count} promotion(s): "
+            f"the ranking predicts the budget from {count} promotion(s) ({needed:.1f} dB to gain): "
             "the search starts there"
         )
         return count

@@ -5,6 +5,7 @@ whose ``build``, ``measure``, ``open_candidate``, ``open_simulation`` and ``disa
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -188,6 +189,28 @@ def promote(
         else:  # short on a key the simulation does not measure
             k = min(k + max(1, k // 4), limit)
     return model, promoted, passed, metrics, rows
+
+
+def needed_gain_db(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> float | None:
+    """How many dB the INT8 model's error against FP32 must fall for ``metrics`` (the simulation's,
+    of a candidate) to meet ``budget``'s flow keys, if that error adds in power to the rest:
+    ``snr_db`` by its shortfall; ``gt_snr_drop_db`` (the ground-truth SNR lost) from the drop D
+    now to the limit d, 10 log10((10^(D/10) - 1) / (10^(d/10) - 1)): the drop is FP32's own error
+    against the ground truth plus INT8's against FP32. None where no such key was measured (token
+    kinds, a model without ground truth). The search's first guess (``sensitivity.predicted_count``)."""
+    needs = []
+    if "snr_db" in budget and isinstance(metrics.get("snr_db"), (int, float)) and math.isfinite(metrics["snr_db"]):
+        needs.append(float(budget["snr_db"]) - float(metrics["snr_db"]))
+    drop = metrics.get("gt_snr_drop_db")
+    if "gt_snr_drop_db" in budget and isinstance(drop, (int, float)) and math.isfinite(drop):
+        limit = float(budget["gt_snr_drop_db"])
+        if drop <= limit:
+            needs.append(0.0)
+        elif limit <= 0:
+            needs.append(math.inf)
+        else:
+            needs.append(10 * math.log10((10 ** (drop / 10) - 1) / (10 ** (limit / 10) - 1)))
+    return max(needs) if needs else None
 
 
 def _better(key: str) -> int:

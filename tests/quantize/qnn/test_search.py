@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from edgekit.quantize.qnn.profile import QnnProfile
-from edgekit.quantize.qnn.search import SearchBounds
+from edgekit.quantize.qnn.search import SearchBounds, needed_gain_db
 
 MANY_HTP = SearchBounds(htp=20)  # the quarter steps, past the default's two HTP decodes
 
@@ -197,3 +198,16 @@ def test_no_htp_decode_starts_that_would_end_past_the_time_bound():
         cpu_needs=17, htp_needs=21, bounds=SearchBounds(seconds=600.0), seconds_per={"cpu": 12.0, "htp": 200.0}
     )
     assert measured["htp"] == [17, 21] and passed
+
+
+def test_the_gain_the_budget_needs_is_read_off_the_simulations_metrics():
+    budget = {"snr_db": 30.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0}
+    assert needed_gain_db({"snr_db": 24.0}, budget) == pytest.approx(6.0)
+    # A 3 dB drop is FP32's ground-truth error plus INT8's of equal power (10^0.3 - 1 = 1): for a
+    # 1 dB drop INT8's must fall to 10^0.1 - 1 = 0.259 of that, 5.87 dB.
+    assert needed_gain_db({"snr_db": 35.0, "gt_snr_drop_db": 10 * np.log10(2.0)}, budget) == pytest.approx(
+        5.87, abs=0.01
+    )
+    assert needed_gain_db({"snr_db": 35.0, "gt_snr_drop_db": 0.5}, budget) == 0.0  # met: the larger of -5 and 0
+    assert needed_gain_db({"lockstep_token_agreement": 0.9}, {"lockstep_token_agreement": 0.99}) is None
+    assert needed_gain_db({"snr_db": float("nan")}, budget) is None
