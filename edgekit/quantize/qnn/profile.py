@@ -11,13 +11,18 @@ the 8<->16-bit converts): ranked once by how much each one alone at 8 bit moves 
 outputs (``sensitivity.output_sensitivity`` on recorded decode feeds, per step bucket), ordered
 by that noise per activation the promotion puts at 16 bit, ties included
 (``qnn.graph.promotion_ties``), then promoted in the smallest count of that order that holds the
-budget (doubling groups, then a bisection, on the CPU EP's simulation), **confirmed on the HTP
-backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
-the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
+budget, searched on the CPU EP's QDQ simulation from the count the ranking predicts, within
+``qnn.search.SearchBounds``, and **decided on the HTP backend** (``runtimes.qnn``; x86 emulation
+here, ~50x the simulation per forward, so it decodes only the count the search settles on, on
+two sessions at once): the simulation is not the NPU's arithmetic everywhere (masked demo,
+8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend), so each candidate is checked on one
+recorded call per step bucket first, and the graph avoids what the HTP computes unlike QDQ
+(``qnn.graph.with_tanh_outputs``).
 
     prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
-    all-8-bit model -> rank by output sensitivity -> promote until the budget holds (each candidate
-    decoded on the HTP backend) -> promotions and 8-bit share in the summary
+    all-8-bit model -> forced set judged on the simulation -> rank by output sensitivity ->
+    the count searched on the simulation -> decided on the HTP backend -> promotions and 8-bit
+    share in the summary
 
 ``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
 cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).

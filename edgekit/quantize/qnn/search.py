@@ -151,6 +151,12 @@ def promote(
             return k - 1, k
 
     limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
+    if order and not start[0]:
+        run.say(
+            f"promotion search over {limit} candidate(s): the count on the CPU simulation (at most "
+            f"{bounds.simulated} decoded), decided on the HTP backend (at most {bounds.htp} held-out decodes), "
+            f"within {bounds.seconds / 60:.0f} min"
+        )
     k = 0 if start[0] or not order else searched(0, guess or 1, limit)[1]
     model, passed, metrics, rows = None, False, dict(start[1]), []
     promoted: list[Promotion] = forced
