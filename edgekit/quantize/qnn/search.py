@@ -69,13 +69,18 @@ def promote(
     clock: Callable[[], float] = time.perf_counter,
 ):
     """Promote the first tensors of ``order`` until the budget holds; returns (model, promoted,
-    passed, metrics, rows) of the HTP backend's verdict. The count is searched on the CPU EP's
-    QDQ simulation (emulating 16-bit tensors costs the HTP backend up to 10x per forward, and
-    its forward is ~50x the simulation's): galloping up from ``guess`` (the count the ranking
-    predicts, ``sensitivity.predicted_count``; 1 without one) or, where the guess holds already,
-    down from it, then bisecting between the last failing and the first holding count (doubling
-    alone promoted 32 where 17 might do). ``start``: the simulation's (passed, metrics) of no
-    promotion (``profile.forced`` only).
+    passed, metrics, rows) of the HTP backend's verdict (``PromotionSearch``). ``start``: the
+    simulation's (passed, metrics) of no promotion (``profile.forced`` only); ``guess``: the count
+    the ranking predicts (``sensitivity.predicted_count``; None: 1)."""
+    return PromotionSearch(profile, order, start, bounds, clock).decide(guess)
+
+
+class PromotionSearch:
+    """The smallest prefix of the promotion order that holds the budget. The count is searched
+    on the CPU EP's QDQ simulation (emulating 16-bit tensors costs the HTP backend up to 10x per
+    forward, and its forward is ~50x the simulation's): galloping up from the first guess or,
+    where the guess holds already, down from it, then bisecting between the last failing and the
+    first holding count (doubling alone promoted 32 where 17 might do).
 
     Before the HTP backend decodes a candidate, one recorded call per step bucket checks that it
     computes what the simulation does (``disagreeing``); a tensor whose promotion it does not is
@@ -84,117 +89,150 @@ def promote(
     simulation's budget and the count is searched again from there; a quarter more where the
     shortfall is on a key the simulation does not measure. ``bounds`` (``SearchBounds``, read on
     ``clock``) stop the search with one line."""
-    run = profile.run
-    forced = list(profile.forced)
-    order = [t for t in order if t not in forced]
-    offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
-    simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {(0, ()): start}
-    began = clock()
-    spent = {"simulated": 0, "htp": 0}
 
-    def bound_reached() -> str | None:
-        if spent["simulated"] >= bounds.simulated:
-            return f"{spent['simulated']} simulated candidates"
-        if clock() - began >= bounds.seconds:
-            return f"{clock() - began:.0f} s (bound {bounds.seconds:.0f} s)"
+    def __init__(
+        self,
+        profile: Any,
+        order: Sequence[Promotion],
+        start: tuple[bool, dict[str, Any]],
+        bounds: SearchBounds,
+        clock: Callable[[], float],
+    ):
+        self.profile, self.run, self.bounds, self.clock = profile, profile.run, bounds, clock
+        self.forced: list[Promotion] = list(profile.forced)
+        self.order: list[Promotion] = [t for t in order if t not in self.forced]
+        self.start = start
+        self.offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
+        # (count, the prefix behind it) -> the simulation's (passed, metrics): each prefix decoded once
+        self.simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {(0, ()): start}
+        self.began = clock()
+        self.spent = {"simulated": 0, "htp": 0}
+        cap = self.run.cfg.max_fallback
+        self.limit = len(self.order) if cap is None else min(cap, len(self.order))
+
+    # ---- the simulation --------------------------------------------------------------------------
+    def bound_reached(self) -> str | None:
+        if self.spent["simulated"] >= self.bounds.simulated:
+            return f"{self.spent['simulated']} simulated candidates"
+        if self.clock() - self.began >= self.bounds.seconds:
+            return f"{self.clock() - self.began:.0f} s (bound {self.bounds.seconds:.0f} s)"
         return None
 
-    def simulation(k: int) -> tuple[bool, dict[str, Any]]:
-        """(budget met, metrics) of the first ``k`` of ``order`` on the CPU simulation, each prefix decoded once."""
-        key = (k, tuple(order[:k]))  # a refusal changes the prefix behind a count
-        if key not in simulated:
-            why = bound_reached()
+    def simulation(self, k: int) -> tuple[bool, dict[str, Any]]:
+        """(budget met, metrics) of the first ``k`` of the order on the CPU simulation."""
+        key = (k, tuple(self.order[:k]))  # a refusal changes the prefix behind a count
+        if key not in self.simulated:
+            why = self.bound_reached()
             if why is not None:
                 raise _Spent(why)
-            spent["simulated"] += 1
-            simulated[key] = profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[:2]
-        return simulated[key]
+            self.spent["simulated"] += 1
+            promoted = self.forced + self.order[:k]
+            self.simulated[key] = self.profile.measure(self.profile.build(promoted), promoted, backend="cpu")[:2]
+        return self.simulated[key]
 
-    def holds_on_cpu(k: int) -> bool:
-        passed, metrics = simulation(k)
-        return passed and check(metrics, tightened(run.budget, offset))[0]
+    def holds_on_cpu(self, k: int) -> bool:
+        passed, metrics = self.simulation(k)
+        return passed and check(metrics, tightened(self.run.budget, self.offset))[0]
 
-    def search(failing: int, k: int, limit: int) -> tuple[int, int]:
+    def search(self, failing: int, k: int) -> tuple[int, int]:
         """(the last failing, the smallest holding) count in (failing, limit] on the simulation:
         from the first guess ``k``, galloping up (steps double from ``failing``) while it fails,
         or down (steps double from 1/16 of the way) while it holds, then bisecting."""
+        holds, limit = self.holds_on_cpu, self.limit
         base, k = failing, min(max(k, failing + 1), limit)
-        if holds_on_cpu(k):
+        if holds(k):
             step = max(1, (k - failing) // 16)
             while k - step > failing:
-                if not holds_on_cpu(k - step):
+                if not holds(k - step):
                     failing = k - step
                     break
                 k, step = k - step, 2 * step
         else:
-            while k < limit and not holds_on_cpu(k):
+            while k < limit and not holds(k):
                 failing, k = k, min(base + 2 * (k - base), limit)
-        if k - failing > 1 and (k < limit or holds_on_cpu(k)):
+        if k - failing > 1 and (k < limit or holds(k)):
             while k - failing > 1:  # more promotions never hurt: bisect (failing, k]
                 mid = (failing + k) // 2
-                failing, k = (failing, mid) if holds_on_cpu(mid) else (mid, k)
+                failing, k = (failing, mid) if holds(mid) else (mid, k)
         return failing, k
 
-    def searched(failing: int, k: int, limit: int) -> tuple[int, int]:
-        """``search``, or where a bound stops it, the smallest count that held so far (else the
-        largest decoded), said in one line."""
+    def searched(self, failing: int, k: int) -> int:
+        """The count ``search`` finds or, where a bound stops it, the smallest count that held so
+        far (else the largest decoded), said in one line."""
         try:
-            return search(failing, k, limit)
+            return self.search(failing, k)[1]
         except _Spent as spent_on:
-            held = [c for (c, prefix), _ in simulated.items() if prefix == tuple(order[:c]) and holds_on_cpu(c)]
-            tried = [c for (c, prefix) in simulated if prefix == tuple(order[:c])]
-            k = min(held) if held else min(max(tried + [k]), limit)
-            run.say(
-                f"search bound reached ({spent_on}): the HTP backend decides {len(forced) + k} tensor(s) at 16 bit, "
-                f"the smallest count that held on the simulation{'' if held else ' (none held: the largest decoded)'}"
+            mine = [c for (c, prefix) in self.simulated if prefix == tuple(self.order[:c])]
+            held = [c for c in mine if self.holds_on_cpu(c)]
+            k = min(held) if held else min(max(mine + [k]), self.limit)
+            which = "the smallest count that held on the simulation" if held else "none held: the largest decoded"
+            self.run.say(
+                f"search bound reached ({spent_on}): the HTP backend decides {len(self.forced) + k} tensor(s) at "
+                f"16 bit, {which}"
             )
-            return k - 1, k
+            return k
 
-    limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
-    if order and not start[0]:
-        run.say(
-            f"promotion search over {limit} candidate(s): the count on the CPU simulation (at most "
-            f"{bounds.simulated} decoded), decided on the HTP backend (at most {bounds.htp} held-out decodes), "
-            f"within {bounds.seconds / 60:.0f} min"
-        )
-    k = 0 if start[0] or not order else searched(0, guess or 1, limit)[1]
-    model, passed, metrics, rows = None, False, dict(start[1]), []
-    promoted: list[Promotion] = forced
-    while True:
-        if k > 0:  # a count may bring a tensor the HTP backend computes unlike QDQ
-            bad = profile.disagreeing(forced, order[:k])
-            if bad is not None:
-                order = refuse(profile, bad, order)
-                limit = min(limit, len(order))
-                k = min(k, limit)
-                if (k, tuple(order[:k])) not in simulated or not holds_on_cpu(k):
-                    k = searched(k - 1, k, limit)[1]  # the count that held, checked again
-                continue
-        promoted = forced + order[:k]
-        run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
-        model = profile.build(promoted)
-        decoding = clock()
-        passed, metrics, rows = profile.measure(model, promoted)
-        spent["htp"] += 1
-        if passed or k >= limit:  # the HTP backend's verdict on the last count is final
-            break
-        # Another HTP decode costs about what this one did: none that would end past the bound.
-        if spent["htp"] >= bounds.htp or 2 * clock() - decoding - began > bounds.seconds:
+    # ---- the HTP backend -------------------------------------------------------------------------
+    def decide(self, guess: int | None):
+        """(model, promoted, passed, metrics, rows): the search from ``guess``, decided on the HTP backend."""
+        run, order = self.run, self.order
+        if order and not self.start[0]:
             run.say(
-                f"search bound reached ({spent['htp']} HTP decode(s), {clock() - began:.0f} s of "
-                f"{bounds.seconds:.0f}, {clock() - decoding:.0f} s each): {len(promoted)} tensor(s) at 16 bit "
-                "miss the budget on the HTP backend"
+                f"promotion search over {self.limit} candidate(s): the count on the CPU simulation (at most "
+                f"{self.bounds.simulated} decoded), decided on the HTP backend (at most {self.bounds.htp} held-out "
+                f"decodes), within {self.bounds.seconds / 60:.0f} min"
             )
-            break
+        k = 0 if self.start[0] or not order else self.searched(0, guess or 1)
+        while True:
+            if k > 0 and self.refused_one(k):  # a count may bring a tensor the HTP backend computes unlike QDQ
+                k = min(k, self.limit)
+                if (k, tuple(self.order[:k])) not in self.simulated or not self.holds_on_cpu(k):
+                    k = self.searched(k - 1, k)  # the count that held, checked again
+                continue
+            promoted = self.forced + self.order[:k]
+            run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
+            model = self.profile.build(promoted)
+            decoding = self.clock()
+            passed, metrics, rows = self.profile.measure(model, promoted)
+            self.spent["htp"] += 1
+            if passed or k >= self.limit or self.out_of_time(decoding, len(promoted)):
+                return model, promoted, passed, metrics, rows  # the HTP backend's verdict on the last count
+            k = self.next_count(k, metrics)
+
+    def refused_one(self, k: int) -> bool:
+        """Whether the HTP backend computes a tensor of the first ``k`` unlike its simulation
+        (``disagreeing``); that tensor is then left out of the order."""
+        bad = self.profile.disagreeing(self.forced, self.order[:k])
+        if bad is None:
+            return False
+        self.order = refuse(self.profile, bad, self.order)
+        self.limit = min(self.limit, len(self.order))
+        return True
+
+    def out_of_time(self, decoding: float, promoted: int) -> bool:
+        """No HTP decode past ``bounds.htp``, nor one that would end past ``bounds.seconds`` (it
+        costs about what the last one did); said in one line."""
+        now = self.clock()
+        if self.spent["htp"] < self.bounds.htp and 2 * now - decoding - self.began <= self.bounds.seconds:
+            return False
+        self.run.say(
+            f"search bound reached ({self.spent['htp']} HTP decode(s), {now - self.began:.0f} s of "
+            f"{self.bounds.seconds:.0f}, {now - decoding:.0f} s each): {promoted} tensor(s) at 16 bit "
+            "miss the budget on the HTP backend"
+        )
+        return True
+
+    def next_count(self, k: int, metrics: Mapping[str, Any]) -> int:
+        """After the HTP backend failed count ``k``: its shortfall against the simulation tightens
+        the simulation's budget and the count is searched again, or a quarter more where the
+        shortfall is on a key the simulation does not measure."""
         try:
-            learned = htp_offset(offset, run.budget, simulation(k)[1], metrics)
+            learned = htp_offset(self.offset, self.run.budget, self.simulation(k)[1], metrics)
         except _Spent:  # no simulation left to set the HTP's figures against
             learned = False
         if learned:
-            k = searched(k, k + max(1, k // 32), limit)[1]  # the count that holds the tightened budget
-        else:  # short on a key the simulation does not measure
-            k = min(k + max(1, k // 4), limit)
-    return model, promoted, passed, metrics, rows
+            return self.searched(k, k + max(1, k // 32))  # the count that holds the tightened budget
+        return min(k + max(1, k // 4), self.limit)
 
 
 def needed_gain_db(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> float | None:
