@@ -245,12 +245,19 @@ class QnnProfile:
             note="ort-cpu (search only)",
         )
         # The simulation judges the forced set first (the bucket choice decoded it already): the
-        # HTP backend decodes only the count the search settles on (``qnn.search.promote``).
+        # HTP backend decodes only the count the search settles on (``qnn.search.promote``), or
+        # the forced set where the simulation passed it (it does not measure check's margin).
         start = self.measure(self.build(self.forced), self.forced, backend="cpu")
+        decided = None
+        if start[0] or not run.cfg.fallback:
+            model = self.build(self.forced)
+            decided = self.measure(model, self.forced)
+            if decided[0] or not run.cfg.fallback:
+                return search_result(self, model, list(self.forced), {}, *decided)
         ranking: dict[Promotion, float] = {}
         order: list[Promotion] = []
         guess = None
-        if not start[0] and run.cfg.fallback:
+        if run.cfg.fallback:
             parts = self.rank(eight_bit)
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
             if len(parts) == 1:
@@ -262,7 +269,7 @@ class QnnProfile:
                 noise, weight, share = self.bucket_noise(parts)
                 order = list(bucket_promotion_order(noise, weight, share, ties, self.tensors, self.forced))
             guess = self.first_guess(predicted_gains_db(noise, weight, ties, order, self.forced), start[1])
-        model, promoted, passed, metrics, rows = self.promote(order, start[:2], guess)
+        model, promoted, passed, metrics, rows = self.promote(order, start[:2], guess, decided)
         return search_result(self, model, promoted, ranking, passed, metrics, rows)
 
     def first_guess(self, gains: Sequence[float], start: Mapping[str, Any]) -> int | None:
@@ -369,10 +376,16 @@ class QnnProfile:
                 run.prepared, groups, [*self.tensors, *self.weights], threads, workers=workers
             )
 
-    def promote(self, order: Sequence[Promotion], start: tuple[bool, dict[str, Any]], guess: int | None = None):
+    def promote(
+        self,
+        order: Sequence[Promotion],
+        start: tuple[bool, dict[str, Any]],
+        guess: int | None = None,
+        decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None,
+    ):
         """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget, within
         ``self.bounds`` on ``self.clock``."""
-        return promote(self, order, start, guess, self.bounds, self.clock)
+        return promote(self, order, start, guess, self.bounds, self.clock, decided)
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""

@@ -53,7 +53,7 @@ class SearchBounds:
     search found its count in 10 simulated candidates (110 s), and the whole run took 8.0 min."""
 
     simulated: int = 24
-    htp: int = 2
+    htp: int = 6
     seconds: float = 360.0
 
 
@@ -68,12 +68,14 @@ def promote(
     guess: int | None = None,
     bounds: SearchBounds = SearchBounds(),
     clock: Callable[[], float] = time.perf_counter,
+    decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None,
 ):
     """Promote the first tensors of ``order`` until the budget holds; returns (model, promoted,
     passed, metrics, rows) of the HTP backend's verdict (``PromotionSearch``). ``start``: the
     simulation's (passed, metrics) of no promotion (``profile.forced`` only); ``guess``: the count
-    the ranking predicts (``sensitivity.predicted_count``; None: 1)."""
-    return PromotionSearch(profile, order, start, bounds, clock).decide(guess)
+    the ranking predicts (``sensitivity.predicted_count``; None: 1); ``decided``: the HTP
+    backend's (failing) verdict on no promotion, where the simulation passed it."""
+    return PromotionSearch(profile, order, start, bounds, clock).decide(guess, decided)
 
 
 class PromotionSearch:
@@ -174,16 +176,21 @@ class PromotionSearch:
             return k
 
     # ---- the HTP backend -------------------------------------------------------------------------
-    def decide(self, guess: int | None):
-        """(model, promoted, passed, metrics, rows): the search from ``guess``, decided on the HTP backend."""
+    def decide(self, guess: int | None, decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None):
+        """(model, promoted, passed, metrics, rows): the search from ``guess``, decided on the HTP
+        backend; ``decided``: its failing verdict on no promotion (the search goes on from there)."""
         run, order = self.run, self.order
-        if order and not self.start[0]:
+        if order and (not self.start[0] or decided is not None):
             run.say(
                 f"promotion search over {self.limit} candidate(s): the count on the CPU simulation (at most "
                 f"{self.bounds.simulated} decoded), decided on the HTP backend (at most {self.bounds.htp} held-out "
                 f"decodes), within {self.bounds.seconds / 60:.0f} min"
             )
-        k = 0 if self.start[0] or not order else self.searched(0, guess or 1)
+        if decided is not None:
+            self.spent["htp"] += 1
+            k = self.next_count(0, decided[1])
+        else:
+            k = 0 if self.start[0] or not order else self.searched(0, guess or 1)
         while True:
             if k > 0 and self.refused_one(k):  # a count may bring a tensor the HTP backend computes unlike QDQ
                 k = min(k, self.limit)

@@ -29,6 +29,7 @@ def _search(
     bounds: SearchBounds = SearchBounds(),
     seconds_per: dict[str, float] | None = None,
     start_passes: bool = False,
+    decided=None,
 ):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
@@ -70,7 +71,7 @@ def _search(
         return len(promoted) >= (cpu_needs if backend == "cpu" else htp_needs), {}, []
 
     profile.measure = measure
-    model, promoted, passed, _, _ = profile.promote(profile.tensors, (start_passes, {}), guess)  # t0 first
+    model, promoted, passed, _, _ = profile.promote(profile.tensors, (start_passes, {}), guess, decided)  # t0 first
     measured["checked"], measured["warned"], measured["refused"] = checked, warned, profile.refused
     measured["said"] = said
     return promoted, passed, measured
@@ -160,6 +161,18 @@ def test_a_forced_set_the_simulation_passes_goes_to_the_htp_with_no_search():
     promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, start_passes=True)
     assert passed and promoted == [] and measured["cpu"] == [] and measured["htp"] == [0]
     assert measured["checked"] == []  # nothing promoted: nothing for the HTP to disagree on
+
+
+def test_a_forced_set_the_htp_fails_where_the_simulation_passed_is_searched_on_from_there():
+    # The HTP backend failed no promotion on a key the simulation does not measure (check's margin):
+    # a quarter more from there, each count decided on the HTP backend, the first decode counted.
+    promoted, passed, measured = _search(
+        cpu_needs=0, htp_needs=3, start_passes=True, decided=(False, {}, []), bounds=SearchBounds(htp=3)
+    )
+    assert not passed and measured["htp"] == [1, 2]  # three HTP decodes with the forced set's
+    assert measured["cpu"] == [1]  # each failing count's simulation, set against the HTP's figures
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=3, start_passes=True, decided=(False, {}, []))
+    assert passed and measured["htp"] == [1, 2, 3] and len(promoted) == 3
 
 
 def test_the_simulated_candidate_bound_stops_the_search_with_one_line_and_the_htp_decides():
