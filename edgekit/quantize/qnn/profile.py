@@ -47,6 +47,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
+from edgekit.quantize.plan import Eta
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
     activation_tensors,
@@ -373,7 +374,12 @@ class QnnProfile:
         workers, threads = ranking_workers(model_bytes(run.prepared), run.cfg.threads, os.cpu_count())
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(
-                run.prepared, groups, [*self.tensors, *self.weights], threads, workers=workers
+                run.prepared,
+                groups,
+                [*self.tensors, *self.weights],
+                threads,
+                workers=workers,
+                each_feed=Eta("rank: recorded call", total, run.say),
             )
 
     def promote(

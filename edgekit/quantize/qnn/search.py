@@ -131,6 +131,16 @@ class PromotionSearch:
             self.spent["simulated"] += 1
             promoted = self.forced + self.order[:k]
             self.simulated[key] = self.profile.measure(self.profile.build(promoted), promoted, backend="cpu")[:2]
+            shown = ", ".join(
+                f"{name} {value:.3g}"
+                for name, value in self.simulated[key][1].items()
+                if name in self.run.budget and isinstance(value, (int, float))
+            )
+            self.run.say(
+                f"simulated {len(promoted)} tensor(s) at 16 bit: {'holds' if self.holds_on_cpu(k) else 'fails'}"
+                f"{' (' + shown + ')' if shown else ''}; candidate {self.spent['simulated']} of at most "
+                f"{self.bounds.simulated}, {self.clock() - self.began:.0f} s"
+            )
         return self.simulated[key]
 
     def holds_on_cpu(self, k: int) -> bool:

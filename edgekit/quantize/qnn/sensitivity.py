@@ -21,7 +21,7 @@ noise they remove per activation they put at 16 bit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,12 +149,15 @@ def output_sensitivity_per_graph(
     candidates: Sequence[str],
     threads: int = 1,
     workers: int = 1,
+    each_feed: Callable[[int], None] | None = None,
 ) -> list[Sensitivity]:
     """``output_sensitivity`` for each pair of ``graphs`` on its own (one per step bucket; a
     pair without feeds gives an empty one). ``workers``: sessions that share the candidates,
-    each in its own thread with ``threads`` intra-op threads (``ranking_workers``)."""
+    each in its own thread with ``threads`` intra-op threads (``ranking_workers``).
+    ``each_feed(n)``: after each feed, n of them done in all (progress)."""
     ort = require("onnxruntime")
     parts: list[Sensitivity] = []
+    done = 0
     for qdq_model, feeds in graphs:
         noise: dict[str, float] = {}
         signal = 0.0
@@ -181,6 +184,9 @@ def output_sensitivity_per_graph(
                 for part in pool.map(_gated_noise, sessions, shares, [base] * lanes, [ref] * lanes):
                     for t, n in part.items():
                         noise[t] = noise.get(t, 0.0) + n
+                done += 1
+                if each_feed is not None:
+                    each_feed(done)
         parts.append(Sensitivity(noise=noise, signal=signal))
     return parts
 

@@ -82,6 +82,8 @@ def test_the_smallest_passing_count_is_bisected_on_the_cpu_and_confirmed_on_the_
     assert passed and promoted == [f"t{i}" for i in range(17)]  # first of the order first
     assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
     assert measured["htp"] == [17]
+    progress = [m for m in measured["said"] if m.startswith("simulated ")]  # one line per simulated candidate
+    assert len(progress) == 10 and "17 tensor(s) at 16 bit: holds" in progress[-1] and "candidate 10 of" in progress[-1]
 
 
 def test_the_htp_adds_a_quarter_more_where_it_is_stricter_than_the_simulation():

@@ -149,7 +149,12 @@ def test_sessions_sharing_the_candidates_rank_as_one_session_does(graphs):
     acts = activation_tensors(graphs["q8"])
     feeds = [(graphs["q8"], _feeds(3, seed=2))]
     one = output_sensitivity_per_graph(graphs["fp32"], feeds, [*acts, "W"], threads=1)[0]
-    three = output_sensitivity_per_graph(graphs["fp32"], feeds, [*acts, "W"], threads=1, workers=3)[0]
+    done: list[int] = []
+    three = output_sensitivity_per_graph(
+        graphs["fp32"], feeds, [*acts, "W"], threads=1, workers=3, each_feed=done.append
+    )
+    assert done == [1, 2, 3]  # progress after each recorded call
+    three = three[0]
     assert set(three.noise) == set(one.noise) == {*acts, "W"}  # every candidate, once
     assert three.signal == pytest.approx(one.signal, rel=1e-12)
     for t, n in one.noise.items():
