@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,41 +88,67 @@ class QuantizeRun:
         finally:
             self.clock[key] = self.clock.get(key, 0.0) + time.perf_counter() - t0
 
-    def measure(self, runtime: Runtime, gate: bool = True) -> dict[str, Any]:
+    def measure(self, runtime: Runtime, gate: bool = True, lane: Runtime | None = None) -> dict[str, Any]:
         """The budget metrics (and, with ``gate``, ``check``'s default gate on the same rows, seed
-        and decode settings: budget met means check passes) of ``runtime`` against FP32."""
+        and decode settings: budget met means check passes) of ``runtime`` against FP32.
+        ``lane``: a second open copy of the candidate (closed here): the gate's decodes run on it
+        in a second thread while the budget's run on ``runtime``, sharing their answers (for a
+        runtime that computes on one thread, the HTP backend's x86 emulation)."""
         cfg = self.cfg
         # The budget and the gate ask the candidate the same questions twice (its own decode; its
         # answers on FP32's trajectory): each is run once (runtimes.memo).
         self.candidates += 1
-        candidate = MemoRuntime(runtime, folder=self.tmp / f"candidate-{self.candidates}-answers", name=runtime.name)
+        folder = self.tmp / f"candidate-{self.candidates}-answers"
+        candidate = MemoRuntime(runtime, folder=folder, name=runtime.name)
+        second = candidate.lane(lane) if lane is not None and gate else None
         try:
             eta = (
-                Eta(f"candidate {self.candidates}: INT8 decode", self.schedule.per_candidate, self.say)
+                # With a lane, the budget's decodes are the ones counted: the gate's run beside them.
+                Eta(
+                    f"candidate {self.candidates}: INT8 decode",
+                    self.schedule.per_candidate // (2 if second is not None else 1),
+                    self.say,
+                )
                 if self.schedule
                 else None
             )
-            run = decode_eval_set(
-                self.bundle,
-                candidate,
-                self.n_eval,
-                cfg.eval_seed,
-                cfg.decode,
-                reference=self.fp32_rt,
-                rows=self.eval_rows,
-                each_batch=eta,
-            )
-            metrics = compare(self.kind, self.reference, run)
-            if gate:
-                metrics |= gate_metrics(
-                    gate_runtimes(
-                        self.bundle, self.fp32_rt, candidate, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows
-                    )
+
+            def budget() -> EvalRun:
+                return decode_eval_set(
+                    self.bundle,
+                    candidate,
+                    self.n_eval,
+                    cfg.eval_seed,
+                    cfg.decode,
+                    reference=self.fp32_rt,
+                    rows=self.eval_rows,
+                    each_batch=eta,
                 )
+
+            def judged_by_check(rt: Any) -> dict[str, Any]:
+                return gate_metrics(
+                    gate_runtimes(self.bundle, self.fp32_rt, rt, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows)
+                )
+
+            if second is None:
+                metrics = compare(self.kind, self.reference, budget())
+                if gate:
+                    metrics |= judged_by_check(candidate)
+            else:
+                # The gate leads with its teacher-forced calls (FP32's trajectory), which the budget's
+                # decode never asks: by the time it decodes on its own, the budget has answered most of it.
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    ahead = pool.submit(budget)
+                    checked = judged_by_check(second)
+                    metrics = compare(self.kind, self.reference, ahead.result()) | checked
         finally:
-            shutil.rmtree(self.tmp / f"candidate-{self.candidates}-answers", ignore_errors=True)
-        self.calls_run += candidate.misses
-        self.calls_answered += candidate.hits
+            if lane is not None:
+                (second or lane).close()
+            shutil.rmtree(folder, ignore_errors=True)
+        for memo in (candidate, second):
+            if memo is not None:
+                self.calls_run += memo.misses
+                self.calls_answered += memo.hits
         return metrics
 
     def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:

@@ -12,11 +12,17 @@ Answers are keyed by a digest of every feed (name, dtype, shape and bytes), so a
 in another order, or one never asked before, is still answered right: a miss runs the network.
 The network itself may be opened only on the first miss (``opener``) and closed again
 (``release``), so a model over 2 GB need not stay in memory while nothing misses.
+
+A memo may be asked from several threads, and ``lane(other)`` gives a second memo over another
+open copy of the network that shares these answers: two decodes of one candidate run at once,
+each on its own session (quantize's qnn profile: the HTP backend's x86 emulation runs one thread
+per session), and a question one lane answered is a hit for the other.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,16 @@ def feed_digest(feeds: Mapping[str, np.ndarray]) -> str:
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
         h.update(arr.data.cast("B"))
     return h.hexdigest()
+
+
+class _Answers:
+    """What a memo (and its lanes) kept: in memory, then as files; one lock around both."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ram: dict[str, dict[str, np.ndarray]] = {}
+        self.ram_used = 0
+        self.files: dict[str, Path] = {}
 
 
 class MemoRuntime:
@@ -83,12 +99,18 @@ class MemoRuntime:
         self.name = name or f"memo({inner.name if inner is not None else 'lazy'})"
         self.folder = folder
         self.ram_bytes = ram_bytes
-        self._ram: dict[str, dict[str, np.ndarray]] = {}
-        self._ram_used = 0
-        self._files: dict[str, Path] = {}
+        self._answers = _Answers()
+        self._network = threading.Lock()  # one call at a time on this memo's network (IO bindings are not shared)
         self.hits = 0
         self.misses = 0
         self.settings: Mapping[str, Any] = {}
+
+    def lane(self, other: Runtime) -> MemoRuntime:
+        """A memo over ``other`` (another open copy of this network, which the lane closes) that
+        shares this one's answers: threads asking the two at once run on their own sessions."""
+        twin = MemoRuntime(other, inputs=self.inputs, outputs=self.outputs, folder=self.folder, name=self.name)
+        twin.ram_bytes, twin._answers = self.ram_bytes, self._answers
+        return twin
 
     # ---- what the runtime underneath says ------------------------------------------------------
     @property
@@ -110,17 +132,19 @@ class MemoRuntime:
     # ---- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         key = feed_digest(feeds)
-        kept = self._ram.get(key)
+        answers = self._answers
+        with answers.lock:
+            kept, path = answers.ram.get(key), answers.files.get(key)
+            if kept is not None or path is not None:
+                self.hits += 1
         if kept is not None:
-            self.hits += 1
             return {k: v.copy() for k, v in kept.items()}
-        path = self._files.get(key)
         if path is not None:
-            self.hits += 1
             with np.load(path) as f:
                 return {k: f[k] for k in self.outputs}
-        self.misses += 1
-        out = {k: np.array(v, copy=True) for k, v in self.runtime().run(feeds).items()}
+        with self._network:
+            self.misses += 1
+            out = {k: np.array(v, copy=True) for k, v in self.runtime().run(feeds).items()}
         self._keep(key, out)
         return {k: v.copy() for k, v in out.items()}
 
@@ -134,16 +158,22 @@ class MemoRuntime:
 
     def _keep(self, key: str, out: dict[str, np.ndarray]) -> None:
         size = sum(v.nbytes for v in out.values())
-        if self._ram_used + size <= self.ram_bytes:
-            self._ram[key] = out
-            self._ram_used += size
-        elif self.folder is not None:
+        answers = self._answers
+        with answers.lock:
+            if key in answers.ram or key in answers.files:  # the other lane asked it meanwhile
+                return
+            if answers.ram_used + size <= self.ram_bytes:
+                answers.ram[key] = out
+                answers.ram_used += size
+                return
+        if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"{key}.npz"
             # numpy's stub types **kwds against savez's own allow_pickle: bool keyword; the keys
             # here are the graph's output names.
             np.savez(path, **out)  # type: ignore[arg-type]
-            self._files[key] = path
+            with answers.lock:
+                answers.files[key] = path
 
     def release(self) -> None:
         """Close the network (the answers stay); a later miss opens it again through the opener."""

@@ -107,3 +107,37 @@ def test_the_digest_tells_dtype_shape_and_name_apart():
     }
     assert len(digests) == 5
     assert feed_digest({"x": a, "y": a + 1}) == feed_digest({"y": a + 1, "x": a.copy()})
+
+
+def test_a_lane_shares_the_answers_and_runs_its_misses_on_its_own_network(matmul_add_onnx, matmul_add_reference):
+    import threading
+
+    first, second = Counting(OrtRuntime(matmul_add_onnx)), Counting(OrtRuntime(matmul_add_onnx))
+    memo = MemoRuntime(first)
+    lane = memo.lane(second)
+    assert lane.inputs == memo.inputs and lane.outputs == memo.outputs
+    answered = {i: memo.run(feeds(i)) for i in range(3)}
+    again = lane.run(feeds(1))  # the first memo's answer: the lane's network does not run
+    assert second.runs == 0 and lane.hits == 1
+    np.testing.assert_array_equal(again["y"], answered[1]["y"])
+    lane.run(feeds(7))
+    assert second.runs == 1 and memo.run(feeds(7)) is not None and first.runs == 3  # the lane's answer is kept
+    # Asked from two threads at once: every answer right, each miss on the asking lane's network.
+    ran: list[int] = []
+    before = (memo.misses + lane.misses, memo.hits + lane.hits)
+
+    def ask(m, items):
+        for i in items:
+            ran.append(i)
+            np.testing.assert_allclose(m.run(feeds(i))["y"], matmul_add_reference(feeds(i)["x"])["y"], rtol=1e-6)
+
+    threads = [threading.Thread(target=ask, args=(m, range(10, 40))) for m in (memo, lane)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    misses = memo.misses + lane.misses - before[0]
+    assert len(ran) == 60 and 30 <= misses <= 60 and misses + memo.hits + lane.hits - before[1] == 60
+    assert first.runs + second.runs == memo.misses + lane.misses
+    lane.close()
+    assert second.closed and not first.closed

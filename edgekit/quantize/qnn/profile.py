@@ -11,13 +11,18 @@ the 8<->16-bit converts): ranked once by how much each one alone at 8 bit moves 
 outputs (``sensitivity.output_sensitivity`` on recorded decode feeds, per step bucket), ordered
 by that noise per activation the promotion puts at 16 bit, ties included
 (``qnn.graph.promotion_ties``), then promoted in the smallest count of that order that holds the
-budget (doubling groups, then a bisection, on the CPU EP's simulation), **confirmed on the HTP
-backend** (``runtimes.qnn``; x86 emulation here): the CPU EP's simulation of a QDQ graph is not
-the NPU's arithmetic (masked demo, 8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend).
+budget, searched on the CPU EP's QDQ simulation from the count the ranking predicts, within
+``qnn.search.SearchBounds``, and **decided on the HTP backend** (``runtimes.qnn``; x86 emulation
+here, ~50x the simulation per forward, so it decodes only the count the search settles on, on
+two sessions at once): the simulation is not the NPU's arithmetic everywhere (masked demo,
+8-bit: top-1 0.908 on CPU vs 0.875 on the HTP backend), so each candidate is checked on one
+recorded call per step bucket first, and the graph avoids what the HTP computes unlike QDQ
+(``qnn.graph.with_tanh_outputs``).
 
     prepare (qnn_preprocess_model) -> [the shared pipeline: FP32 trajectories and held-out set] ->
-    all-8-bit model -> rank by output sensitivity -> promote until the budget holds (each candidate
-    decoded on the HTP backend) -> promotions and 8-bit share in the summary
+    all-8-bit model -> forced set judged on the simulation -> rank by output sensitivity ->
+    the count searched on the simulation -> decided on the HTP backend -> promotions and 8-bit
+    share in the summary
 
 ``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
 cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).
@@ -26,12 +31,15 @@ The search is ``qnn.search``, what it hands back and the summary's ``qnn`` secti
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgekit._sidefiles import model_bytes
 from edgekit.errors import EdgekitError
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.context import QuantizeRun
@@ -39,6 +47,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
+from edgekit.quantize.plan import Eta
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
     activation_tensors,
@@ -50,7 +59,9 @@ from edgekit.quantize.qnn.graph import (
 )
 from edgekit.quantize.qnn.search import (
     Promotion,
+    SearchBounds,
     disagreeing,
+    needed_gain_db,
     promote,
     tensors_in,
 )
@@ -58,7 +69,10 @@ from edgekit.quantize.qnn.sensitivity import (
     Sensitivity,
     bucket_promotion_order,
     output_sensitivity_per_graph,
+    predicted_count,
+    predicted_gains_db,
     promotion_order,
+    ranking_workers,
     step_weights,
 )
 from edgekit.quantize.qnn.summary import search_result
@@ -67,6 +81,7 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 from edgekit.runtimes.qnn import (
     QnnOptions,
     QnnRuntime,
+    emulated,
     qnn_options_for,
 )
 from edgekit.spec import KIND_IO
@@ -103,6 +118,9 @@ class QnnProfile:
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
+        self.bounds = SearchBounds()  # what the promotion search may spend (qnn.search)
+        self.clock: Callable[[], float] = time.perf_counter
+        self.simulated: dict[Path, tuple[bool, dict[str, Any], list[dict[str, Any]]]] = {}  # by candidate
 
     def check(self) -> None:
         if any(o.get("node") for o in self.run.cfg.overrides):
@@ -184,10 +202,13 @@ class QnnProfile:
         means `check --candidate qnn:int8` passes: a flow model met snr_db at 33 dB while check's
         velocity SNR was 23 dB); or on the CPU EP's QDQ simulation, which only narrows the search."""
         run = self.run
+        if backend != "htp" and model in self.simulated:  # the bucket choice decoded the forced set already
+            return self.simulated[model]
         if backend == "htp":
             run.say(f"decode the held-out set on the HTP backend ({len(promoted)} tensor(s) at 16 bit)")
         with self.open_candidate(model) if backend == "htp" else self.open_simulation(model) as rt:
-            metrics = run.measure(rt, gate=backend == "htp")
+            lane = self.open_candidate(model) if backend == "htp" and self.htp_lanes() > 1 else None
+            metrics = run.measure(rt, gate=backend == "htp", lane=lane)
         passed, rows = run.judge(metrics)
         run.history.append(
             {
@@ -197,7 +218,15 @@ class QnnProfile:
                 "passed": passed,
             }
         )
+        if backend != "htp":
+            self.simulated[model] = (passed, metrics, rows)
         return passed, metrics, rows
+
+    def htp_lanes(self) -> int:
+        """Sessions that decode one candidate on the HTP backend at once: 2 where the backend is
+        x86 emulation (one thread per session; the flow demo's held-out decodes are ~50x the CPU
+        simulation's) on a host of 2 cores or more, else 1 (a device has one NPU)."""
+        return 2 if emulated() and (os.cpu_count() or 1) >= 2 else 1
 
     def search(self) -> SearchResult:
         run = self.run
@@ -216,24 +245,53 @@ class QnnProfile:
             lambda m: self.measure(m, self.forced, backend="cpu")[1],
             note="ort-cpu (search only)",
         )
-        model = self.build(self.forced)
-        passed, metrics, rows = self.measure(model, self.forced)
-        promoted: list[Promotion] = list(self.forced)
+        # The simulation judges the forced set first (the bucket choice decoded it already): the
+        # HTP backend decodes only the count the search settles on (``qnn.search.promote``), or
+        # the forced set where the simulation passed it (it does not measure check's margin).
+        start = self.measure(self.build(self.forced), self.forced, backend="cpu")
+        decided = None
+        if start[0] or not run.cfg.fallback:
+            model = self.build(self.forced)
+            decided = self.measure(model, self.forced)
+            if decided[0] or not run.cfg.fallback:
+                return search_result(self, model, list(self.forced), {}, *decided)
         ranking: dict[Promotion, float] = {}
-        if not passed and run.cfg.fallback:
+        order: list[Promotion] = []
+        guess = None
+        if run.cfg.fallback:
             parts = self.rank(eight_bit)
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
             if len(parts) == 1:
                 ranking = dict(parts[0].snr_db())
-                order: list[Promotion] = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+                order = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
+                noise, weight = [parts[0].noise], [1.0]
             else:
                 ranking = {(b, t): v for b, part in enumerate(parts) for t, v in part.snr_db().items()}
-                order = list(self.bucket_order(parts, ties))
-            model, promoted, passed, metrics, rows = self.promote(order, model, passed, metrics, rows)
+                noise, weight, share = self.bucket_noise(parts)
+                order = list(bucket_promotion_order(noise, weight, share, ties, self.tensors, self.forced))
+            guess = self.first_guess(predicted_gains_db(noise, weight, ties, order, self.forced), start[1])
+        model, promoted, passed, metrics, rows = self.promote(order, start[:2], guess, decided)
         return search_result(self, model, promoted, ranking, passed, metrics, rows)
 
-    def bucket_order(self, parts: Sequence[Sensitivity], ties: Mapping[str, frozenset[str]]) -> list[tuple[int, str]]:
-        """The promotion order over (step bucket, tensor) (``sensitivity.bucket_promotion_order``):
+    def first_guess(self, gains: Sequence[float], start: Mapping[str, Any]) -> int | None:
+        """The count the search tries first: where the ranking's predicted gain (dB off the outputs'
+        noise, ``sensitivity.predicted_gains_db``) covers what the simulation's metrics of the
+        forced set still need (``qnn.search.needed_gain_db``: flow's ``snr_db`` and ground-truth
+        drop); None (galloping from 1) for token kinds. A flow decode's output error is the sum
+        of its steps' velocity errors times their step sizes (``step_weights``), so it moves in
+        dB as the weighted noise does."""
+        needed = needed_gain_db(start, self.run.budget)
+        if needed is None:
+            return None
+        count = predicted_count(gains, needed)
+        self.run.say(
+            f"the ranking predicts the budget from {count} promotion(s) ({needed:.1f} dB to gain): "
+            "the search starts there"
+        )
+        return count
+
+    def bucket_noise(self, parts: Sequence[Sensitivity]) -> tuple[list[dict[str, float]], list[float], list[float]]:
+        """(noise, weight, share) per step bucket for ``sensitivity.bucket_promotion_order``:
         each bucket's noise per ranked call, weighted by its calls' weight in the decode's result
         (``step_weights``: a flow step's size squared) and costed by its share of the calls.
 
@@ -250,9 +308,7 @@ class QnnProfile:
         share = [c / max(len(calls), 1) for c in count]
         weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]
         noise = [{t: v / max(self.ranked_calls[b], 1) for t, v in part.noise.items()} for b, part in enumerate(parts)]
-        return bucket_promotion_order(
-            noise, [w * c for w, c in zip(weight, count)], share, ties, self.tensors, self.forced
-        )
+        return noise, [w * c for w, c in zip(weight, count)], share
 
     def _by_rule(self) -> dict[str, str]:
         """{tensor at 16 bit by rule: why}: a flow model's time angle
@@ -315,14 +371,27 @@ class QnnProfile:
         total = sum(self.ranked_calls)
         ranked = len(self.tensors) + len(self.weights)
         run.say(f"rank {ranked} tensors by their effect on the outputs ({total} recorded calls)")
+        workers, threads = ranking_workers(model_bytes(run.prepared), run.cfg.threads, os.cpu_count())
         with run.timed("rank_s"):
-            return output_sensitivity_per_graph(run.prepared, groups, [*self.tensors, *self.weights], run.cfg.threads)
+            return output_sensitivity_per_graph(
+                run.prepared,
+                groups,
+                [*self.tensors, *self.weights],
+                threads,
+                workers=workers,
+                each_feed=Eta("rank: recorded call", total, run.say),
+            )
 
     def promote(
-        self, order: Sequence[Promotion], model: Path, passed: bool, metrics: dict[str, Any], rows: list[dict[str, Any]]
+        self,
+        order: Sequence[Promotion],
+        start: tuple[bool, dict[str, Any]],
+        guess: int | None = None,
+        decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None,
     ):
-        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget."""
-        return promote(self, order, model, passed, metrics, rows)
+        """``qnn.search.promote``: the smallest prefix of ``order`` that holds the budget, within
+        ``self.bounds`` on ``self.clock``."""
+        return promote(self, order, start, guess, self.bounds, self.clock, decided)
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
         """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""

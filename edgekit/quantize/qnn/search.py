@@ -5,8 +5,10 @@ whose ``build``, ``measure``, ``open_candidate``, ``open_simulation`` and ``disa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,82 +41,238 @@ def promotion_label(p: Promotion) -> str:
     return p if isinstance(p, str) else f"{p[1]} (bucket {p[0]})"
 
 
+@dataclass(frozen=True)
+class SearchBounds:
+    """What the promotion search may spend before it stops searching: candidates decoded on the
+    CPU simulation, held-out decodes on the HTP backend (the last one's verdict is final), and
+    seconds of wall time from the search's start. Past a bound the search says so in one line and
+    goes on with the smallest count that held on the simulation (else the largest it decoded),
+    which the HTP backend then decides. Measured on the flow demo (16 held-out rows, 2-core AMD
+    EPYC): a simulated candidate costs ~11 s (8 bucket graphs built, 16 decodes), the held-out
+    decode on the HTP backend's x86 emulation 5.0 min with 401 promotions (two sessions); the
+    search found its count in 10 simulated candidates (110 s), and the whole run took 8.0 min."""
+
+    simulated: int = 24
+    htp: int = 6
+    seconds: float = 360.0
+
+
+class _Spent(Exception):
+    """A bound of ``SearchBounds`` was reached (the message says which)."""
+
+
 def promote(
     profile: Any,
     order: Sequence[Promotion],
-    model: Path,
-    passed: bool,
-    metrics: dict[str, Any],
-    rows: list[dict[str, Any]],
+    start: tuple[bool, dict[str, Any]],
+    guess: int | None = None,
+    bounds: SearchBounds = SearchBounds(),
+    clock: Callable[[], float] = time.perf_counter,
+    decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None,
 ):
-    """Promote the first tensors of ``order`` until the budget holds: the smallest count found
-    by doubling groups (1, 2, 4, ...) and then bisecting between the last failing and the first
-    passing group (doubling alone promoted 32 where 17 might do). Emulating 16-bit tensors
-    costs the HTP backend up to 10x per forward, so that search runs on the CPU EP's QDQ
-    simulation. Before the HTP backend decodes a candidate, one recorded call per step bucket checks that
-    it computes what the simulation does (``disagreeing``); a tensor whose promotion it does
-    not is left at 8 bit and the count searched again. The HTP backend then decides. Where it
-    fails a count the simulation passed, its shortfall on each budget key (``htp_offset``)
-    tightens the simulation's budget and the count is searched again from there; a quarter more
-    where the shortfall is on a key the simulation does not measure."""
-    run = profile.run
-    forced = list(profile.forced)
-    order = [t for t in order if t not in forced]
-    offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
-    simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {}  # by prefix
+    """Promote the first tensors of ``order`` until the budget holds; returns (model, promoted,
+    passed, metrics, rows) of the HTP backend's verdict (``PromotionSearch``). ``start``: the
+    simulation's (passed, metrics) of no promotion (``profile.forced`` only); ``guess``: the count
+    the ranking predicts (``sensitivity.predicted_count``; None: 1); ``decided``: the HTP
+    backend's (failing) verdict on no promotion, where the simulation passed it."""
+    return PromotionSearch(profile, order, start, bounds, clock).decide(guess, decided)
 
-    def simulation(k: int) -> tuple[bool, dict[str, Any]]:
-        """(budget met, metrics) of the first ``k`` of ``order`` on the CPU simulation, each prefix decoded once."""
-        key = (k, tuple(order[:k]))  # a refusal changes the prefix behind a count
-        if key not in simulated:
-            simulated[key] = profile.measure(profile.build(forced + order[:k]), forced + order[:k], backend="cpu")[:2]
-        return simulated[key]
 
-    def holds_on_cpu(k: int) -> bool:
-        passed, metrics = simulation(k)
-        return passed and check(metrics, tightened(run.budget, offset))[0]
+class PromotionSearch:
+    """The smallest prefix of the promotion order that holds the budget. The count is searched
+    on the CPU EP's QDQ simulation (emulating 16-bit tensors costs the HTP backend up to 10x per
+    forward, and its forward is ~50x the simulation's): galloping up from the first guess or,
+    where the guess holds already, down from it, then bisecting between the last failing and the
+    first holding count (doubling alone promoted 32 where 17 might do).
 
-    def search(failing: int, k: int, limit: int) -> tuple[int, int]:
-        """(the last failing, the smallest holding) count in (failing, limit] on the simulation,
-        galloping from the first guess ``k`` (steps double from ``failing``), then bisecting."""
+    Before the HTP backend decodes a candidate, one recorded call per step bucket checks that it
+    computes what the simulation does (``disagreeing``); a tensor whose promotion it does not is
+    left at 8 bit and the count searched again. The HTP backend then decides. Where it fails a
+    count the simulation passed, its shortfall on each budget key (``htp_offset``) tightens the
+    simulation's budget and the count is searched again from there; a quarter more where the
+    shortfall is on a key the simulation does not measure. ``bounds`` (``SearchBounds``, read on
+    ``clock``) stop the search with one line."""
+
+    def __init__(
+        self,
+        profile: Any,
+        order: Sequence[Promotion],
+        start: tuple[bool, dict[str, Any]],
+        bounds: SearchBounds,
+        clock: Callable[[], float],
+    ):
+        self.profile, self.run, self.bounds, self.clock = profile, profile.run, bounds, clock
+        self.forced: list[Promotion] = list(profile.forced)
+        self.order: list[Promotion] = [t for t in order if t not in self.forced]
+        self.start = start
+        self.offset: dict[str, float] = {}  # per budget key: how far the HTP backend fell short of the simulation
+        # (count, the prefix behind it) -> the simulation's (passed, metrics): each prefix decoded once
+        self.simulated: dict[tuple[int, tuple[Promotion, ...]], tuple[bool, dict[str, Any]]] = {(0, ()): start}
+        self.began = clock()
+        self.spent = {"simulated": 0, "htp": 0}
+        cap = self.run.cfg.max_fallback
+        self.limit = len(self.order) if cap is None else min(cap, len(self.order))
+
+    # ---- the simulation --------------------------------------------------------------------------
+    def bound_reached(self) -> str | None:
+        if self.spent["simulated"] >= self.bounds.simulated:
+            return f"{self.spent['simulated']} simulated candidates"
+        if self.clock() - self.began >= self.bounds.seconds:
+            return f"{self.clock() - self.began:.0f} s (bound {self.bounds.seconds:.0f} s)"
+        return None
+
+    def simulation(self, k: int) -> tuple[bool, dict[str, Any]]:
+        """(budget met, metrics) of the first ``k`` of the order on the CPU simulation."""
+        key = (k, tuple(self.order[:k]))  # a refusal changes the prefix behind a count
+        if key not in self.simulated:
+            why = self.bound_reached()
+            if why is not None:
+                raise _Spent(why)
+            self.spent["simulated"] += 1
+            promoted = self.forced + self.order[:k]
+            self.simulated[key] = self.profile.measure(self.profile.build(promoted), promoted, backend="cpu")[:2]
+            shown = ", ".join(
+                f"{name} {value:.3g}"
+                for name, value in self.simulated[key][1].items()
+                if name in self.run.budget and isinstance(value, (int, float))
+            )
+            self.run.say(
+                f"simulated {len(promoted)} tensor(s) at 16 bit: {'holds' if self.holds_on_cpu(k) else 'fails'}"
+                f"{' (' + shown + ')' if shown else ''}; candidate {self.spent['simulated']} of at most "
+                f"{self.bounds.simulated}, {self.clock() - self.began:.0f} s"
+            )
+        return self.simulated[key]
+
+    def holds_on_cpu(self, k: int) -> bool:
+        passed, metrics = self.simulation(k)
+        return passed and check(metrics, tightened(self.run.budget, self.offset))[0]
+
+    def search(self, failing: int, k: int) -> tuple[int, int]:
+        """(the last failing, the smallest holding) count in (failing, limit] on the simulation:
+        from the first guess ``k``, galloping up (steps double from ``failing``) while it fails,
+        or down (steps double from 1/16 of the way) while it holds, then bisecting."""
+        holds, limit = self.holds_on_cpu, self.limit
         base, k = failing, min(max(k, failing + 1), limit)
-        while k < limit and not holds_on_cpu(k):
-            failing, k = k, min(base + 2 * (k - base), limit)
-        if k - failing > 1 and (k < limit or holds_on_cpu(k)):
+        if holds(k):
+            step = max(1, (k - failing) // 16)
+            while k - step > failing:
+                if not holds(k - step):
+                    failing = k - step
+                    break
+                k, step = k - step, 2 * step
+        else:
+            while k < limit and not holds(k):
+                failing, k = k, min(base + 2 * (k - base), limit)
+        if k - failing > 1 and (k < limit or holds(k)):
             while k - failing > 1:  # more promotions never hurt: bisect (failing, k]
                 mid = (failing + k) // 2
-                failing, k = (failing, mid) if holds_on_cpu(mid) else (mid, k)
+                failing, k = (failing, mid) if holds(mid) else (mid, k)
         return failing, k
 
-    limit = len(order) if run.cfg.max_fallback is None else min(run.cfg.max_fallback, len(order))
-    failing, k = 0, 1  # 0 promoted failed already (the caller measured it)
-    while True:
-        failing, k = search(failing, k, limit)  # after a refused tensor: the count that held, checked again
-        bad = profile.disagreeing(forced, order[:k])
-        if bad is None:
-            break
-        order = refuse(profile, bad, order)
-        limit = min(limit, len(order))
-    promoted: list[Promotion] = forced
-    while not passed and len(promoted) - len(forced) < limit:
-        if len(promoted) > len(forced):  # the next count may bring a tensor the HTP computes unlike QDQ
-            bad = profile.disagreeing(forced, order[:k])
-            if bad is not None:
-                order = refuse(profile, bad, order)
-                limit = min(limit, len(order))
-                k = min(k, limit)
+    def searched(self, failing: int, k: int) -> int:
+        """The count ``search`` finds or, where a bound stops it, the smallest count that held so
+        far (else the largest decoded), said in one line."""
+        try:
+            return self.search(failing, k)[1]
+        except _Spent as spent_on:
+            mine = [c for (c, prefix) in self.simulated if prefix == tuple(self.order[:c])]
+            held = [c for c in mine if self.holds_on_cpu(c)]
+            k = min(held) if held else min(max(mine + [k]), self.limit)
+            which = "the smallest count that held on the simulation" if held else "none held: the largest decoded"
+            self.run.say(
+                f"search bound reached ({spent_on}): the HTP backend decides {len(self.forced) + k} tensor(s) at "
+                f"16 bit, {which}"
+            )
+            return k
+
+    # ---- the HTP backend -------------------------------------------------------------------------
+    def decide(self, guess: int | None, decided: tuple[bool, dict[str, Any], list[dict[str, Any]]] | None = None):
+        """(model, promoted, passed, metrics, rows): the search from ``guess``, decided on the HTP
+        backend; ``decided``: its failing verdict on no promotion (the search goes on from there)."""
+        run, order = self.run, self.order
+        if order and (not self.start[0] or decided is not None):
+            run.say(
+                f"promotion search over {self.limit} candidate(s): the count on the CPU simulation (at most "
+                f"{self.bounds.simulated} decoded), decided on the HTP backend (at most {self.bounds.htp} held-out "
+                f"decodes), within {self.bounds.seconds / 60:.0f} min"
+            )
+        if decided is not None:
+            self.spent["htp"] += 1
+            k = self.next_count(0, decided[1])
+        else:
+            k = 0 if self.start[0] or not order else self.searched(0, guess or 1)
+        while True:
+            if k > 0 and self.refused_one(k):  # a count may bring a tensor the HTP backend computes unlike QDQ
+                k = min(k, self.limit)
+                if (k, tuple(self.order[:k])) not in self.simulated or not self.holds_on_cpu(k):
+                    k = self.searched(k - 1, k)  # the count that held, checked again
                 continue
-        promoted = forced + order[:k]
-        run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
-        model = profile.build(promoted)
-        passed, metrics, rows = profile.measure(model, promoted)
-        if passed or k >= limit:  # the HTP backend's verdict on the last count is final
-            break
-        if htp_offset(offset, run.budget, simulation(k)[1], metrics):
-            _, k = search(k, k + max(1, k // 32), limit)  # the count that holds the tightened budget
-        else:  # short on a key the simulation does not measure
-            k = min(k + max(1, k // 4), limit)
-    return model, promoted, passed, metrics, rows
+            promoted = self.forced + self.order[:k]
+            run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
+            model = self.profile.build(promoted)
+            decoding = self.clock()
+            passed, metrics, rows = self.profile.measure(model, promoted)
+            self.spent["htp"] += 1
+            if passed or k >= self.limit or self.out_of_time(decoding, len(promoted)):
+                return model, promoted, passed, metrics, rows  # the HTP backend's verdict on the last count
+            k = self.next_count(k, metrics)
+
+    def refused_one(self, k: int) -> bool:
+        """Whether the HTP backend computes a tensor of the first ``k`` unlike its simulation
+        (``disagreeing``); that tensor is then left out of the order."""
+        bad = self.profile.disagreeing(self.forced, self.order[:k])
+        if bad is None:
+            return False
+        self.order = refuse(self.profile, bad, self.order)
+        self.limit = min(self.limit, len(self.order))
+        return True
+
+    def out_of_time(self, decoding: float, promoted: int) -> bool:
+        """No HTP decode past ``bounds.htp``, nor one that would end past ``bounds.seconds`` (it
+        costs about what the last one did); said in one line."""
+        now = self.clock()
+        if self.spent["htp"] < self.bounds.htp and 2 * now - decoding - self.began <= self.bounds.seconds:
+            return False
+        self.run.say(
+            f"search bound reached ({self.spent['htp']} HTP decode(s), {now - self.began:.0f} s of "
+            f"{self.bounds.seconds:.0f}, {now - decoding:.0f} s each): {promoted} tensor(s) at 16 bit "
+            "miss the budget on the HTP backend"
+        )
+        return True
+
+    def next_count(self, k: int, metrics: Mapping[str, Any]) -> int:
+        """After the HTP backend failed count ``k``: its shortfall against the simulation tightens
+        the simulation's budget and the count is searched again, or a quarter more where the
+        shortfall is on a key the simulation does not measure."""
+        try:
+            learned = htp_offset(self.offset, self.run.budget, self.simulation(k)[1], metrics)
+        except _Spent:  # no simulation left to set the HTP's figures against
+            learned = False
+        if learned:
+            return self.searched(k, k + max(1, k // 32))  # the count that holds the tightened budget
+        return min(k + max(1, k // 4), self.limit)
+
+
+def needed_gain_db(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> float | None:
+    """How many dB the INT8 model's error against FP32 must fall for ``metrics`` (the simulation's,
+    of a candidate) to meet ``budget``'s flow keys, if that error adds in power to the rest:
+    ``snr_db`` by its shortfall; ``gt_snr_drop_db`` (the ground-truth SNR lost) from the drop D
+    now to the limit d, 10 log10((10^(D/10) - 1) / (10^(d/10) - 1)): the drop is FP32's own error
+    against the ground truth plus INT8's against FP32. None where no such key was measured (token
+    kinds, a model without ground truth). The search's first guess (``sensitivity.predicted_count``)."""
+    needs = []
+    if "snr_db" in budget and isinstance(metrics.get("snr_db"), (int, float)) and math.isfinite(metrics["snr_db"]):
+        needs.append(float(budget["snr_db"]) - float(metrics["snr_db"]))
+    drop = metrics.get("gt_snr_drop_db")
+    if "gt_snr_drop_db" in budget and isinstance(drop, (int, float)) and math.isfinite(drop):
+        limit = float(budget["gt_snr_drop_db"])
+        if drop <= limit:
+            needs.append(0.0)
+        elif limit <= 0:
+            needs.append(math.inf)
+        else:
+            needs.append(10 * math.log10((10 ** (drop / 10) - 1) / (10 ** (limit / 10) - 1)))
+    return max(needs) if needs else None
 
 
 def _better(key: str) -> int:

@@ -21,7 +21,8 @@ noise they remove per activation they put at 16 bit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,11 +148,16 @@ def output_sensitivity_per_graph(
     graphs: Sequence[tuple[Path, Sequence[Mapping[str, np.ndarray]]]],
     candidates: Sequence[str],
     threads: int = 1,
+    workers: int = 1,
+    each_feed: Callable[[int], None] | None = None,
 ) -> list[Sensitivity]:
     """``output_sensitivity`` for each pair of ``graphs`` on its own (one per step bucket; a
-    pair without feeds gives an empty one)."""
+    pair without feeds gives an empty one). ``workers``: sessions that share the candidates,
+    each in its own thread with ``threads`` intra-op threads (``ranking_workers``).
+    ``each_feed(n)``: after each feed, n of them done in all (progress)."""
     ort = require("onnxruntime")
     parts: list[Sensitivity] = []
+    done = 0
     for qdq_model, feeds in graphs:
         noise: dict[str, float] = {}
         signal = 0.0
@@ -165,21 +171,52 @@ def output_sensitivity_per_graph(
         options.log_severity_level = 3
         # From a file beside the QDQ graph: protobuf cannot serialize a model over 2 GiB in memory.
         gated = save_onnx(model, qdq_model.with_name(f"{qdq_model.stem}-gated.onnx"))
-        session = ort.InferenceSession(str(gated), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in session.get_inputs()}
+        lanes = max(1, min(workers, len(gates)))
+        sessions = [ort.InferenceSession(str(gated), options, providers=["CPUExecutionProvider"]) for _ in range(lanes)]
+        names = {i.name for i in sessions[0].get_inputs()}
         off = {g: np.zeros(1, np.float32) for g in gates.values()}
-        on = np.ones(1, np.float32)
-        for feed in feeds:
-            base = {k: v for k, v in feed.items() if k in names} | off
-            ref = [np.asarray(y, np.float64) for y in session.run(None, base)]
-            signal += sum(float(np.sum(y**2)) for y in ref)
-            for t, gate in gates.items():
-                ys = session.run(None, base | {gate: on})
-                noise[t] = noise.get(t, 0.0) + sum(
-                    float(np.sum((np.asarray(y, np.float64) - r) ** 2)) for y, r in zip(ys, ref)
-                )
+        shares = [list(gates.items())[w::lanes] for w in range(lanes)]
+        with ThreadPoolExecutor(max_workers=lanes) as pool:  # onnxruntime runs without the GIL
+            for feed in feeds:
+                base = {k: v for k, v in feed.items() if k in names} | off
+                ref = [np.asarray(y, np.float64) for y in sessions[0].run(None, base)]
+                signal += sum(float(np.sum(y**2)) for y in ref)
+                for part in pool.map(_gated_noise, sessions, shares, [base] * lanes, [ref] * lanes):
+                    for t, n in part.items():
+                        noise[t] = noise.get(t, 0.0) + n
+                done += 1
+                if each_feed is not None:
+                    each_feed(done)
         parts.append(Sensitivity(noise=noise, signal=signal))
     return parts
+
+
+def _gated_noise(
+    session: Any, gates: Sequence[tuple[str, str]], base: Mapping[str, np.ndarray], ref: Sequence[np.ndarray]
+) -> dict[str, float]:
+    """{candidate: the outputs' squared error against ``ref`` with its gate alone on}."""
+    on = np.ones(1, np.float32)
+    out = {}
+    for t, gate in gates:
+        ys = session.run(None, dict(base) | {gate: on})
+        out[t] = sum(float(np.sum((np.asarray(y, np.float64) - r) ** 2)) for y, r in zip(ys, ref))
+    return out
+
+
+# A model up to this size is ranked by one single-threaded session per core, each on its share of
+# the candidates: a small graph's forward is too short for intra-op threads to pay (flow demo, 2
+# cores: 10 ms per gated forward on one thread, 23 ms on two), and a session per core costs one more
+# copy of weights this small. A larger model keeps one session with the run's threads.
+RANK_WORKERS_MAX_BYTES = 256 << 20
+
+
+def ranking_workers(model_bytes: int, threads: int, cores: int | None) -> tuple[int, int]:
+    """(sessions, intra-op threads each) for ``output_sensitivity_per_graph``: one single-threaded
+    session per core (at most 4) for a model up to ``RANK_WORKERS_MAX_BYTES`` when ``threads`` is 0
+    (ORT's default); else one session with ``threads``."""
+    if threads != 0 or model_bytes > RANK_WORKERS_MAX_BYTES or not cores or cores < 2:
+        return 1, threads
+    return min(cores, 4), 1
 
 
 def promotion_order(
@@ -270,3 +307,44 @@ def step_weights(kind: str, positions: Sequence[float]) -> list[float]:
     grid = sorted(set(pos)) + [1.0]
     step = {t: max(grid[i + 1] - t, 0.0) for i, t in enumerate(grid[:-1])}
     return [step[p] ** 2 for p in pos]
+
+
+def predicted_gains_db(
+    noise: Sequence[Mapping[str, float]],
+    weight: Sequence[float],
+    ties: Mapping[str, frozenset[str]],
+    order: Sequence[str | tuple[int, str]],
+    start: Iterable[str] = (),
+) -> list[float]:
+    """[how many dB the first k promotions of ``order`` take off the outputs' predicted noise,
+    for k = 0 .. len(order)], if the tensors' errors add in power: ``noise[b]`` each tensor's
+    output noise alone at 8 bit in step bucket b (one bucket: one graph), ``weight[b]`` what an
+    output error there weighs in the decode's result (``bucket_promotion_order``'s weight); a
+    promotion is a tensor (in every bucket) or (bucket, tensor); ``start`` is at 16 bit already.
+    The search's first guess (``predicted_count``)."""
+    n = len(noise)
+    wide: list[set[str]] = [set() for _ in range(n)]
+    for b in range(n):
+        for t in start:
+            wide[b] |= ties.get(t, frozenset({t}))
+    left = [weight[b] * sum(v for t, v in noise[b].items() if t not in wide[b]) for b in range(n)]
+    total0 = sum(left)
+    gains = [0.0]
+    for p in order:
+        buckets, t = (range(n), p) if isinstance(p, str) else ([p[0]], p[1])
+        for b in buckets:
+            new = ties.get(t, frozenset({t})) - wide[b]
+            left[b] -= weight[b] * sum(noise[b].get(x, 0.0) for x in new)
+            wide[b] |= new
+        rest = max(sum(left), 0.0)
+        gains.append(float("inf") if rest <= total0 * 1e-12 else 10.0 * np.log10(total0 / rest) if total0 > 0 else 0.0)
+    return gains
+
+
+def predicted_count(gains: Sequence[float], needed_db: float) -> int:
+    """The smallest count whose predicted gain (``predicted_gains_db``) reaches ``needed_db``
+    (at least 1); the whole order where none does."""
+    for k, gain in enumerate(gains):
+        if k and gain >= needed_db:
+            return k
+    return max(len(gains) - 1, 1)

@@ -9,22 +9,40 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from edgekit.quantize.qnn.profile import QnnProfile
+from edgekit.quantize.qnn.search import SearchBounds, needed_gain_db
+
+MANY_HTP = SearchBounds(htp=20)  # the quarter steps, past the default's two HTP decodes
 
 
 def _search(
-    cpu_needs: int, htp_needs: int, n: int = 100, max_fallback: int | None = None, disagree: tuple = (), drop=None
+    cpu_needs: int,
+    htp_needs: int,
+    n: int = 100,
+    max_fallback: int | None = None,
+    disagree: tuple = (),
+    drop=None,
+    guess: int | None = None,
+    bounds: SearchBounds = SearchBounds(),
+    seconds_per: dict[str, float] | None = None,
+    start_passes: bool = False,
+    decided=None,
 ):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
-    HTP's check margin, which the simulation does not measure)."""
+    HTP's check margin, which the simulation does not measure). ``seconds_per``: what each
+    backend's candidate costs on the stand-in clock (none: the clock stands still)."""
     profile = QnnProfile.__new__(QnnProfile)  # promote() reads these and calls build/measure
+    now = [0.0]
+    profile.bounds, profile.clock = bounds, lambda: now[0]
+    said: list[str] = []
     warned: list[str] = []
     profile.run = SimpleNamespace(
         cfg=SimpleNamespace(max_fallback=max_fallback),
-        say=lambda msg: None,
+        say=said.append,
         warn=warned.append,
         budget={"gt_snr_drop_db": 1.0},
     )
@@ -46,14 +64,16 @@ def _search(
     def measure(model, promoted, backend="htp"):
         measured[backend].append(len(promoted))
         measured["order"].append(backend)
+        now[0] += (seconds_per or {}).get(backend, 0.0)
         if drop is not None:
             value = drop(backend, len(promoted))
             return value <= 1.0, {"gt_snr_drop_db": value}, []
         return len(promoted) >= (cpu_needs if backend == "cpu" else htp_needs), {}, []
 
     profile.measure = measure
-    model, promoted, passed, _, _ = profile.promote(profile.tensors, (), False, {}, [])  # t0 first
+    model, promoted, passed, _, _ = profile.promote(profile.tensors, (start_passes, {}), guess, decided)  # t0 first
     measured["checked"], measured["warned"], measured["refused"] = checked, warned, profile.refused
+    measured["said"] = said
     return promoted, passed, measured
 
 
@@ -62,10 +82,12 @@ def test_the_smallest_passing_count_is_bisected_on_the_cpu_and_confirmed_on_the_
     assert passed and promoted == [f"t{i}" for i in range(17)]  # first of the order first
     assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
     assert measured["htp"] == [17]
+    progress = [m for m in measured["said"] if m.startswith("simulated ")]  # one line per simulated candidate
+    assert len(progress) == 10 and "17 tensor(s) at 16 bit: holds" in progress[-1] and "candidate 10 of" in progress[-1]
 
 
 def test_the_htp_adds_a_quarter_more_where_it_is_stricter_than_the_simulation():
-    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30)
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, bounds=MANY_HTP)
     assert passed and len(promoted) == 32 and measured["htp"] == [17, 21, 26, 32]
 
 
@@ -90,7 +112,7 @@ def test_a_budget_no_count_meets_promotes_everything_it_may_and_says_it_failed()
 
 def test_the_quarter_more_the_htp_asks_for_is_checked_against_the_simulation_too():
     # t20 lies past the count the CPU search found: only the HTP's quarter steps reach it.
-    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, disagree=("t20",))
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, disagree=("t20",), bounds=MANY_HTP)
     assert passed and "t20" not in promoted and len(promoted) == 32
     assert measured["refused"] == [{"tensor": "t20", "htp_below_simulation_db": 6.0}]
     assert measured["checked"][0] == 17 and 21 in measured["checked"]  # the first quarter step was checked
@@ -120,6 +142,87 @@ def test_a_shortfall_the_simulation_cannot_close_sends_the_whole_order_to_the_ht
 def test_the_htps_verdict_on_the_whole_order_is_the_last_word():
     # The HTP fails on a key the simulation does not measure: quarter steps reach the limit (30),
     # which the simulation never decoded; nothing is left to search, so it does not decode it now.
-    promoted, passed, measured = _search(cpu_needs=3, htp_needs=1000, n=30)
+    promoted, passed, measured = _search(cpu_needs=3, htp_needs=1000, n=30, bounds=MANY_HTP)
     assert not passed and len(promoted) == 30 and measured["htp"][-3:] == [22, 27, 30]
     assert measured["order"][-1] == "htp" and 30 not in measured["cpu"]
+
+
+def test_a_guess_that_holds_is_walked_down_and_bisected_without_decoding_from_one():
+    # The ranking predicts 20; 17 is the smallest that holds: down 20 -> 19 -> 17 -> 13 (fails), bisect (13, 17].
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, guess=20)
+    assert passed and len(promoted) == 17
+    assert measured["cpu"] == [20, 19, 17, 13, 15, 16] and measured["htp"] == [17]
+
+
+def test_a_guess_that_fails_gallops_up_from_itself():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, guess=10)
+    assert passed and len(promoted) == 17 and measured["cpu"] == [10, 20, 15, 17, 16] and measured["htp"] == [17]
+
+
+def test_a_forced_set_the_simulation_passes_goes_to_the_htp_with_no_search():
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=0, start_passes=True)
+    assert passed and promoted == [] and measured["cpu"] == [] and measured["htp"] == [0]
+    assert measured["checked"] == []  # nothing promoted: nothing for the HTP to disagree on
+
+
+def test_a_forced_set_the_htp_fails_where_the_simulation_passed_is_searched_on_from_there():
+    # The HTP backend failed no promotion on a key the simulation does not measure (check's margin):
+    # a quarter more from there, each count decided on the HTP backend, the first decode counted.
+    promoted, passed, measured = _search(
+        cpu_needs=0, htp_needs=3, start_passes=True, decided=(False, {}, []), bounds=SearchBounds(htp=3)
+    )
+    assert not passed and measured["htp"] == [1, 2]  # three HTP decodes with the forced set's
+    assert measured["cpu"] == [1]  # each failing count's simulation, set against the HTP's figures
+    promoted, passed, measured = _search(cpu_needs=0, htp_needs=3, start_passes=True, decided=(False, {}, []))
+    assert passed and measured["htp"] == [1, 2, 3] and len(promoted) == 3
+
+
+def test_the_simulated_candidate_bound_stops_the_search_with_one_line_and_the_htp_decides():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, bounds=SearchBounds(simulated=7))
+    # 1, 2, 4, 8, 16, 32 fail or hold, 24 holds: the bound stops the bisection at 7 decodes
+    assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24] and measured["htp"] == [24] and passed
+    assert len(promoted) == 24
+    (line,) = [m for m in measured["said"] if "search bound" in m]
+    assert "7 simulated candidates" in line and "24 tensor(s)" in line
+
+
+def test_the_time_bound_is_read_on_the_clock_and_no_count_that_held_sends_the_largest_decoded():
+    promoted, passed, measured = _search(
+        cpu_needs=50, htp_needs=50, bounds=SearchBounds(seconds=35.0), seconds_per={"cpu": 10.0, "htp": 200.0}
+    )
+    assert measured["cpu"] == [1, 2, 4, 8] and measured["htp"] == [8] and not passed
+    assert any("none held" in m for m in measured["said"])
+    assert sum("search bound" in m for m in measured["said"]) == 2  # the search's, then the HTP's verdict
+
+
+def test_the_htp_decodes_are_bounded_and_the_last_verdict_stands():
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, bounds=SearchBounds(htp=2))
+    assert not passed and measured["htp"] == [17, 21] and len(promoted) == 21
+    assert any("2 HTP decode(s)" in m and "miss the budget" in m for m in measured["said"])
+
+
+def test_no_htp_decode_starts_that_would_end_past_the_time_bound():
+    # 120 s of search so far, then an HTP decode of 200 s: another would end at 520 s, past 400.
+    promoted, passed, measured = _search(
+        cpu_needs=17, htp_needs=30, bounds=SearchBounds(seconds=400.0), seconds_per={"cpu": 12.0, "htp": 200.0}
+    )
+    assert measured["htp"] == [17] and not passed
+    assert any("1 HTP decode(s)" in m and "200 s each" in m for m in measured["said"])
+    # With room for it, the second decode runs.
+    _, passed, measured = _search(
+        cpu_needs=17, htp_needs=21, bounds=SearchBounds(seconds=600.0), seconds_per={"cpu": 12.0, "htp": 200.0}
+    )
+    assert measured["htp"] == [17, 21] and passed
+
+
+def test_the_gain_the_budget_needs_is_read_off_the_simulations_metrics():
+    budget = {"snr_db": 30.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0}
+    assert needed_gain_db({"snr_db": 24.0}, budget) == pytest.approx(6.0)
+    # A 3 dB drop is FP32's ground-truth error plus INT8's of equal power (10^0.3 - 1 = 1): for a
+    # 1 dB drop INT8's must fall to 10^0.1 - 1 = 0.259 of that, 5.87 dB.
+    assert needed_gain_db({"snr_db": 35.0, "gt_snr_drop_db": 10 * np.log10(2.0)}, budget) == pytest.approx(
+        5.87, abs=0.01
+    )
+    assert needed_gain_db({"snr_db": 35.0, "gt_snr_drop_db": 0.5}, budget) == 0.0  # met: the larger of -5 and 0
+    assert needed_gain_db({"lockstep_token_agreement": 0.9}, {"lockstep_token_agreement": 0.99}) is None
+    assert needed_gain_db({"snr_db": float("nan")}, budget) is None

@@ -25,7 +25,10 @@ from edgekit.quantize.qnn.sensitivity import (  # noqa: E402
     gated_graph,
     output_sensitivity,
     output_sensitivity_per_graph,
+    predicted_count,
+    predicted_gains_db,
     promotion_order,
+    ranking_workers,
     step_weights,
 )
 
@@ -142,6 +145,30 @@ def test_promotion_ties_are_what_the_qnn_quantizer_writes(graphs):
         assert wide == set(ties[candidate]) & set(acts), (candidate, wide, ties[candidate])
 
 
+def test_sessions_sharing_the_candidates_rank_as_one_session_does(graphs):
+    acts = activation_tensors(graphs["q8"])
+    feeds = [(graphs["q8"], _feeds(3, seed=2))]
+    one = output_sensitivity_per_graph(graphs["fp32"], feeds, [*acts, "W"], threads=1)[0]
+    done: list[int] = []
+    three = output_sensitivity_per_graph(
+        graphs["fp32"], feeds, [*acts, "W"], threads=1, workers=3, each_feed=done.append
+    )
+    assert done == [1, 2, 3]  # progress after each recorded call
+    three = three[0]
+    assert set(three.noise) == set(one.noise) == {*acts, "W"}  # every candidate, once
+    assert three.signal == pytest.approx(one.signal, rel=1e-12)
+    for t, n in one.noise.items():
+        assert three.noise[t] == pytest.approx(n, rel=1e-9, abs=1e-30), t
+
+
+def test_a_small_model_is_ranked_by_one_single_threaded_session_per_core():
+    assert ranking_workers(6 << 20, threads=0, cores=2) == (2, 1)
+    assert ranking_workers(6 << 20, threads=0, cores=16) == (4, 1)
+    assert ranking_workers(6 << 20, threads=3, cores=16) == (1, 3)  # the user's thread count stands
+    assert ranking_workers(1 << 30, threads=0, cores=16) == (1, 0)  # a large model: one copy of its weights
+    assert ranking_workers(6 << 20, threads=0, cores=1) == (1, 0) and ranking_workers(6 << 20, 0, None) == (1, 0)
+
+
 def test_the_order_removes_the_most_noise_per_activation_put_at_16_bit():
     acts = ["a", "b", "c", "d", "e"]
     ties = {
@@ -180,3 +207,23 @@ def test_a_flow_steps_weight_is_its_step_size_squared():
     t = [0.0, 0.25, 0.25, 0.75]  # a decode's calls (two at one t: a repeated recording)
     assert step_weights("flow", t) == pytest.approx([0.0625, 0.25, 0.25, 0.0625])
     assert step_weights("masked", t) == [1.0] * 4 and step_weights("ar", [3.0]) == [1.0]
+
+
+def test_the_predicted_gain_is_the_noise_the_promotions_take_off_in_db():
+    ties = {"a": frozenset({"a"}), "b": frozenset({"b", "c"}), "c": frozenset({"c"}), "d": frozenset({"d"})}
+    noise = {"a": 9.0, "b": 0.6, "c": 0.3, "d": 0.1}
+    gains = predicted_gains_db([noise], [1.0], ties, ["a", "b", "c", "d"])
+    # 10 in all; a leaves 1 (10 dB), b takes c along and leaves 0.1 (20 dB), c adds nothing, d leaves none.
+    assert gains[:4] == pytest.approx([0.0, 10.0, 20.0, 20.0]) and gains[4] == float("inf")
+    assert predicted_count(gains, 15.0) == 2 and predicted_count(gains, 0.0) == 1
+    assert predicted_count(gains[:3], 30.0) == 2  # none reaches it: the whole order
+    # What is at 16 bit already (the rule's set) is not counted as noise to take off.
+    assert predicted_gains_db([noise], [1.0], ties, ["b"], start=["a"]) == pytest.approx([0.0, 10.0])
+
+
+def test_by_step_bucket_the_predicted_gain_weighs_each_buckets_noise():
+    ties = {"a": frozenset({"a"})}
+    # Bucket 1 weighs 3x: 1 + 3 * 3 = 10 in all; (1, a) leaves 1: 10 dB; a in every bucket: none left.
+    gains = predicted_gains_db([{"a": 1.0}, {"a": 3.0}], [1.0, 3.0], ties, [(1, "a"), (0, "a")])
+    assert gains[:2] == pytest.approx([0.0, 10.0]) and gains[2] == float("inf")
+    assert predicted_gains_db([{"a": 1.0}, {"a": 3.0}], [1.0, 3.0], ties, ["a"])[1] == float("inf")
