@@ -25,6 +25,7 @@ from edgekit.quantize.calibrator import collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.quiet import quiet_ort_logging
@@ -160,25 +161,37 @@ def quantize_model(
     kwargs: dict[str, Any] = {}
     if calibration_cache is not None and supports_calibration_cache():
         kwargs["calibration_cache_path"] = str(calibration_cache)
+    common: dict[str, Any] = dict(
+        op_types_to_quantize=op_types,
+        per_channel=s.per_channel,
+        reduce_range=s.reduce_range,
+        activation_type=getattr(quant.QuantType, s.activation_type),
+        weight_type=getattr(quant.QuantType, s.weight_type),
+        calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
+        extra_options=extra,
+    )
     reader.rewind()
     try:
         with quiet_ort_logging():
-            quant.quantize_static(
-                str(prepared),
-                str(out),
-                reader,
-                quant_format=quant.QuantFormat.QDQ,
-                op_types_to_quantize=op_types,
-                per_channel=s.per_channel,
-                reduce_range=s.reduce_range,
-                activation_type=getattr(quant.QuantType, s.activation_type),
-                weight_type=getattr(quant.QuantType, s.weight_type),
-                nodes_to_quantize=list(nodes),
-                calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
-                extra_options=extra,
-                use_external_data_format=needs_side_file(prepared),
-                **kwargs,
+            # Weights in a side file and ranges cached: the same quantizer, the FP32 weights read
+            # one at a time instead of the whole model loaded beside its INT8 copy (cpu/streamed.py).
+            streamed = (
+                calibration_cache is not None
+                and "calibration_cache_path" in kwargs
+                and can_stream(prepared, out, calibration_cache)
+                and quantize_streamed(prepared, out, calibration_cache, nodes=list(nodes), **common)
             )
+            if not streamed:
+                quant.quantize_static(
+                    str(prepared),
+                    str(out),
+                    reader,
+                    quant_format=quant.QuantFormat.QDQ,
+                    nodes_to_quantize=list(nodes),
+                    use_external_data_format=needs_side_file(prepared),
+                    **common,
+                    **kwargs,
+                )
     except (ValueError, RuntimeError) as exc:
         raise EdgekitError(
             (
