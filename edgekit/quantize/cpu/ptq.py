@@ -130,7 +130,8 @@ def quantize_model(
     calibration_cache: Path | None = None,
     weight_only: Sequence[str] = (),
 ) -> None:
-    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; the nodes of
+    """ORT's ``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out`` (with the
+    weights in a side file: its quantizer streamed, ``_run_quantizer``); the nodes of
     ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute). Which
     float nodes may be weight-only (profile, rule vs budget vs --exclude) the caller decides.
 
@@ -158,9 +159,6 @@ def quantize_model(
         extra["CalibPercentile"] = cfg.percentile
     if s.weight_bound == "pair":
         extra["TensorQuantOverrides"] = pair_bound_overrides(prepared, nodes)
-    kwargs: dict[str, Any] = {}
-    if calibration_cache is not None and supports_calibration_cache():
-        kwargs["calibration_cache_path"] = str(calibration_cache)
     common: dict[str, Any] = dict(
         op_types_to_quantize=op_types,
         per_channel=s.per_channel,
@@ -173,25 +171,7 @@ def quantize_model(
     reader.rewind()
     try:
         with quiet_ort_logging():
-            # Weights in a side file and ranges cached: the same quantizer, the FP32 weights read
-            # one at a time instead of the whole model loaded beside its INT8 copy (cpu/streamed.py).
-            streamed = (
-                calibration_cache is not None
-                and "calibration_cache_path" in kwargs
-                and can_stream(prepared, out, calibration_cache)
-                and quantize_streamed(prepared, out, calibration_cache, nodes=list(nodes), **common)
-            )
-            if not streamed:
-                quant.quantize_static(
-                    str(prepared),
-                    str(out),
-                    reader,
-                    quant_format=quant.QuantFormat.QDQ,
-                    nodes_to_quantize=list(nodes),
-                    use_external_data_format=needs_side_file(prepared),
-                    **common,
-                    **kwargs,
-                )
+            _run_quantizer(prepared, out, reader, nodes, calibration_cache, common)
     except (ValueError, RuntimeError) as exc:
         raise EdgekitError(
             (
@@ -202,6 +182,29 @@ def quantize_model(
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
     _weight_only(out, float_weighted)
+
+
+def _run_quantizer(
+    prepared: Path, out: Path, reader: Any, nodes: Sequence[str], cache: Path | None, common: dict[str, Any]
+) -> None:
+    """ORT's QDQ quantizer of ``nodes`` (``common``: ``quantize_static``'s other arguments). With
+    the weights in a side file and the ranges cached, the FP32 weights are read one at a time
+    instead of the whole model loaded beside its INT8 copy (``cpu/streamed.py``: the same graph)."""
+    quant = require("onnxruntime.quantization")
+    cache = cache if cache is not None and supports_calibration_cache() else None  # ORT < 1.32: none
+    if cache is not None and can_stream(prepared, out, cache):
+        if quantize_streamed(prepared, out, cache, nodes=nodes, **common):
+            return
+    quant.quantize_static(
+        str(prepared),
+        str(out),
+        reader,
+        quant_format=quant.QuantFormat.QDQ,
+        nodes_to_quantize=list(nodes),
+        use_external_data_format=needs_side_file(prepared),
+        **common,
+        **({"calibration_cache_path": str(cache)} if cache is not None else {}),
+    )
 
 
 def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
