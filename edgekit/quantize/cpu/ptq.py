@@ -23,7 +23,7 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.calibrator import collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
-from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
+from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit, symbolic_shapes
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
@@ -43,51 +43,54 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     inference stops on ops it does not know, e.g. ReduceL2 in a GlobalResponseNorm), ORT's graph
     optimization runs alone (``optimize_from_files``); only if that fails too is the graph
     quantized unoptimized: slower INT8 kernels where MatMul+Add stays unfused, never a crash."""
-    onnx = require("onnx")
-    skipped = "--no-preprocess" if not preprocess else None
     big = needs_side_file(fp32_path)
-    if preprocess and over_protobuf_limit(fp32_path):
+    if not preprocess:
+        return _plain_copy(fp32_path, out_path, big), "--no-preprocess", "none"
+    if over_protobuf_limit(fp32_path):
         # quant_pre_process holds two copies of the model in memory (7.2 GB peak at 2.25 GiB) and
         # its symbolic shape inference cannot run over 2 GiB: the same optimization from files.
         try:
             return optimize_from_files(fp32_path, out_path), None, "ort-optimization"
-        except Exception as exc:  # ORT refuses the graph: the plain copy below, said as for the small path
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped = f"ORT's graph optimization failed ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-    elif preprocess:
-        quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
-        # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
-        where = (
-            dict(
-                save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data"
-            )
-            if big
-            else {}
-        )
-        try:
-            with quiet_ort_logging():
-                quant_pre_process(str(fp32_path), str(out_path), **where)
-            return out_path, None, "quant_pre_process"
-        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-        # What fails is nearly always its symbolic shape inference (ReduceL2, F5-TTS's DiT: a
-        # TypeError); the optimization it exists for still runs without it. Unoptimized, ORT fuses
-        # MatMul+Add into Gemm at load *behind* the weights' DequantizeLinear, which then runs on
-        # every call: F5-TTS's DiT in INT8 ran 2.2x slower than FP32 (DQ 43 % of kernel time).
-        try:
-            return optimize_from_files(fp32_path, out_path), skipped, "ort-optimization"
-        except Exception as exc:  # ORT refuses the graph too: the plain copy below
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped += f"; ORT's graph optimization failed too ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-    # The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
-    # written beside the fp32 weights it keeps reading where they are in a side file.
+        except Exception as exc:  # ORT refuses the graph: the plain copy, said as for the small path
+            _remove_model(out_path)
+            return _plain_copy(fp32_path, out_path, big), f"ORT's graph optimization failed ({_why(exc)})", "none"
+    try:
+        _pre_process(fp32_path, out_path, big)
+        return out_path, None, "quant_pre_process"
+    except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+        skipped = f"quant_pre_process failed ({_why(exc)})"
+        _remove_model(out_path)
+    # What fails is nearly always its symbolic shape inference (ReduceL2, F5-TTS's DiT: a
+    # TypeError); the optimization it exists for still runs without it. Unoptimized, ORT fuses
+    # MatMul+Add into Gemm at load *behind* the weights' DequantizeLinear, which then runs on
+    # every call: F5-TTS's DiT in INT8 ran 2.2x slower than FP32 (DQ 43 % of kernel time).
+    try:
+        return optimize_from_files(fp32_path, out_path), skipped, "ort-optimization"
+    except Exception as exc:  # ORT refuses the graph too: the plain copy
+        _remove_model(out_path)
+        skipped += f"; ORT's graph optimization failed too ({_why(exc)})"
+        return _plain_copy(fp32_path, out_path, big), skipped, "none"
+
+
+def _pre_process(fp32_path: Path, out_path: Path, big: bool) -> None:
+    """``quant_pre_process`` of ``fp32_path`` into ``out_path``; of a model with its weights in a
+    side file, its steps from files: it loads the whole model, and its symbolic shape inference
+    copies it twice (F5-TTS's DiT, 1.27 GiB of weights: 4.1 GB, 3.2x, for a step that then
+    failed), where the inference needs the graph alone and ORT's optimization reads the weights
+    from their file (``optimize.symbolic_shapes``): the same prepared graph
+    (``tests/quantize/cpu/test_optimize.py``)."""
+    if big:
+        optimize_from_files(fp32_path, out_path, graph=symbolic_shapes(fp32_path))
+        return
+    quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
+    with quiet_ort_logging():
+        quant_pre_process(str(fp32_path), str(out_path))
+
+
+def _plain_copy(fp32_path: Path, out_path: Path, big: bool) -> Path:
+    """The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
+    written beside a copy of the fp32 weights where they are in a side file."""
+    onnx = require("onnx")
     model = onnx.load(str(fp32_path), load_external_data=not big)
     try:
         model = onnx.shape_inference.infer_shapes(model)
@@ -96,7 +99,18 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     if big:  # a copy: quantize_static and the post-passes load it with onnx, which refuses a linked file
         place_side_files(fp32_path, out_path.parent, link=False)
     save_onnx(model, out_path, external=False if big else None)
-    return out_path, skipped, "none"
+    return out_path
+
+
+def _remove_model(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".data").unlink(missing_ok=True)
+
+
+def _why(exc: BaseException) -> str:
+    """``Type: first line`` of ``exc``, at most 160 characters of it."""
+    first = (str(exc).strip().splitlines() or [""])[0][:160]
+    return f"{type(exc).__name__}{': ' + first if first else ''}"
 
 
 # ---- quantization ------------------------------------------------------------------------------

@@ -26,14 +26,12 @@ folder) ``quantize_static`` runs as before. ``onnxruntime`` and ``onnx`` are imp
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit._sidefiles import external_data_locations
+from edgekit._sidefiles import external_data_locations, tensors_read_from
 
 
 def can_stream(prepared: Path, out: Path, cache: Path | None) -> bool:
@@ -96,7 +94,7 @@ def quantize_streamed(
             f"not {calibrate_method}: delete it or pass the matching method"
         )
     checks.check_static_quant_arguments(quant.QuantFormat.QDQ, activation_type, weight_type)
-    with _working_directory(prepared.parent):
+    with tensors_read_from(prepared.parent):
         quantizer = qdq.QDQQuantizer(
             model,
             per_channel,
@@ -112,20 +110,6 @@ def quantize_streamed(
         quantizer.quantize_model()
         quantizer.model.save_model_to_file(str(out), True)
     return True
-
-
-@contextlib.contextmanager
-def _working_directory(folder: Path) -> Iterator[None]:
-    """The process's working directory at ``folder`` for the block: onnx resolves an external
-    tensor's file against it when ORT's quantizer reads the tensor (``to_array(tensor)`` gives no
-    folder, and onnx refuses absolute or ``..`` locations). Process-wide: nothing else that
-    quantize runs meanwhile reads a relative path (every path here is absolute)."""
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 __all__ = ["can_stream", "quantize_streamed"]

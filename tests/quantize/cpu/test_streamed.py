@@ -139,3 +139,44 @@ def test_streaming_applies_only_to_a_side_file_a_cache_and_one_folder(tmp_path, 
     assert not streamed.can_stream(prepared, tmp_path / "int8.onnx", cache)  # its float weights name the side file
     inline = shutil.copy(tiny_model, tmp_path / "run" / "inline.onnx")
     assert not streamed.can_stream(Path(inline), prepared.with_name("int8.onnx"), cache)
+
+
+def _int8_of(fp32: Path, run: Path, old: bool, monkeypatch) -> Path:
+    """The tiny graph prepared and quantized (cpu profile, its selection) in folder ``run``: as
+    before (``quant_pre_process``, ``quantize_static``) or now (both from files); recorded."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    run.mkdir()
+    prepared = run / "prepared.onnx"
+    if old:
+        quant_pre_process(
+            str(fp32),
+            str(prepared),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            external_data_location="prepared.onnx.data",
+        )
+    else:
+        assert ptq.prepare_model(fp32, prepared)[1:] == (None, "quant_pre_process")
+    cfg = QuantizeConfig()
+    plan = qgraph.analyse_graph(prepared, time_input="t")
+    reader = calibration_reader(tiny_feeds(6))
+    assert ptq.calibrate(prepared, reader, cfg, run / "calibration.json")
+    with monkeypatch.context() as m:
+        if old:
+            m.setattr(ptq, "can_stream", lambda *a: False)
+        ptq.quantize_model(
+            prepared, run / "int8.onnx", reader, select.select_nodes(plan, cfg)[0], cfg, plan, run / "calibration.json"
+        )
+    (run / "recorded").mkdir()
+    return save_with_one_side_file(run / "int8.onnx", run / "recorded" / "int8.onnx")
+
+
+def test_the_int8_graph_of_a_side_file_model_is_the_one_quantize_wrote_before(tmp_path, monkeypatch):
+    """End to end, the tiny graph forced to external data: prepared and quantized from files
+    (now) against quant_pre_process and quantize_static on the whole model (before)."""
+    fp32 = _prepared_with_side_file(tmp_path / "fp32")
+    before = _int8_of(fp32, tmp_path / "before", True, monkeypatch)
+    now = _int8_of(fp32, tmp_path / "now", False, monkeypatch)
+    assert now.read_bytes() == before.read_bytes()
+    assert Path(f"{now}.data").read_bytes() == Path(f"{before}.data").read_bytes()
