@@ -72,9 +72,10 @@ def optimize_from_files(fp32_path: Path, out_path: Path, graph: Any = None) -> P
     if not any(p.key == PRE_PROCESS_KEY for p in model.metadata_props):
         entry = model.metadata_props.add()
         entry.key, entry.value = PRE_PROCESS_KEY, PRE_PROCESS_VALUE
-    for tensor in model.graph.initializer:
-        # ORT writes an empty doc_string into each external tensor; onnx (quant_pre_process) none,
-        # and the INT8 graph keeps the tensors the quantizer leaves float as it finds them.
+    for tensor in model.graph.initializer if graph is not None else ():
+        # ORT writes an empty doc_string into each external tensor, quant_pre_process (onnx) none;
+        # the INT8 graph keeps the tensors the quantizer leaves float as it finds them, so this
+        # graph is written as quant_pre_process writes it (and the optimization alone as before).
         if tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.doc_string:
             tensor.ClearField("doc_string")
     onnx.save_model(model, str(out_path))

@@ -69,6 +69,12 @@ def test_prepare_model_takes_the_file_path_over_the_limit_and_quant_pre_process_
     (tmp_path / "c").mkdir()
     _, skipped, how = ptq.prepare_model(fp32, tmp_path / "c" / "prepared.onnx")
     assert skipped == "quant_pre_process failed (TypeError: no len())" and how == "ort-optimization"
+    # ... written as before this path existed (F5-TTS's DiT: the INT8 graph's bytes unchanged).
+    from edgekit.quantize.cpu.optimize import optimize_from_files
+
+    (tmp_path / "e").mkdir()
+    optimize_from_files(fp32, tmp_path / "e" / "prepared.onnx")
+    assert (tmp_path / "c" / "prepared.onnx").read_bytes() == (tmp_path / "e" / "prepared.onnx").read_bytes()
     # Weights inside the .onnx: quant_pre_process itself.
     (tmp_path / "d").mkdir()
     inline = build_tiny_model(tmp_path / "d" / "fp32.onnx", seed=3)
