@@ -35,7 +35,7 @@ def symbolic_shapes(fp32_path: Path) -> Any:
     """``quant_pre_process``'s symbolic shape inference (its defaults) of the graph of
     ``fp32_path`` read without its weights: the ``ModelProto`` with the shapes it found, its
     initializers still naming the side files. quant_pre_process runs it on the whole model and
-    copies it twice: F5-TTS's DiT (1.27 GiB of weights) peaked at 4.1 GB, 3.2x, in a step that then
+    copies it twice: F5-TTS's DiT (1.27 GiB of weights) peaked at 4.13 GiB, 3.2x, in a step that then
     failed. Raises what the inference raises (ReduceL2, the DiT: it stops on ops it does not know)."""
     onnx = require("onnx")
     ssi = require("onnxruntime.tools.symbolic_shape_infer")

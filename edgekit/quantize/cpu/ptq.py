@@ -75,7 +75,7 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
 def _pre_process(fp32_path: Path, out_path: Path, big: bool) -> None:
     """``quant_pre_process`` of ``fp32_path`` into ``out_path``; of a model with its weights in a
     side file, its steps from files: it loads the whole model, and its symbolic shape inference
-    copies it twice (F5-TTS's DiT, 1.27 GiB of weights: 4.1 GB, 3.2x, for a step that then
+    copies it twice (F5-TTS's DiT, 1.27 GiB of weights: 4.13 GiB, 3.2x, for a step that then
     failed), where the inference needs the graph alone and ORT's optimization reads the weights
     from their file (``optimize.symbolic_shapes``): the same prepared graph
     (``tests/quantize/cpu/test_optimize.py``)."""

@@ -4,8 +4,8 @@ INT8 weights as they are made, never the FP32 weights.
 
 Why: ``quantize_static`` first loads the whole model, weights included, into a ``ModelProto``
 (``load_model_with_shape_infer``) and keeps it while it builds the INT8 copy beside it. On F5-TTS's
-DiT (1.27 GiB of FP32 weights) that step held the process at 3.2x the weights, over quantize's
-2.5x goal (``docs/large-models.md``, "Where quantize's memory goes").
+DiT (1.27 GiB of FP32 weights) that step held 1.95 GiB, 1.53x the weights; read this way, 0.71
+GiB (``docs/large-models.md``, "Where quantize's memory goes").
 
 What runs is ``quantize_static``'s own tail for a QDQ model whose ranges are in a calibration
 cache (the only case quantize has once ``ptq.calibrate`` has written one): the graph with its
