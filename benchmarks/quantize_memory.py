@@ -6,7 +6,7 @@ resident memory sampled every 50 ms by a thread and each sample tagged by the ph
 
 The phases are the pipeline's own steps, found by wrapping the functions that run them (nothing
 in edgekit is changed): prepare, FP32 calibration decodes (recording), FP32 held-out decodes,
-calibrate (ORT's calibrator, or edgekit's), each candidate's build (``quantize_static``), its
+calibrate (ORT's calibrator, or edgekit's), each candidate's build (ORT's quantizer, or derived), its
 held-out INT8 decodes, the sensitivity ranking, the range drift, the speed timing, and recording
 the artifact. For each: the peak RSS, the RSS when it began and ended, and its seconds. The
 goal it is measured against: peak <= 2.5x the FP32 weight bytes + one decode's activations.
@@ -109,7 +109,7 @@ def instrument(sampler: PhaseSampler) -> None:
     import onnxruntime.quantization.calibrate as ort_calib
 
     from edgekit.quantize import calibrator, stage
-    from edgekit.quantize.cpu import fallback
+    from edgekit.quantize.cpu import candidates, fallback
 
     builds = iter(range(10**6))
     wrap(fallback.FallbackProfile, "prepare", sampler, "prepare")
@@ -127,7 +127,9 @@ def instrument(sampler: PhaseSampler) -> None:
     wrap(ort_calib, "create_calibrator", sampler, "calibrate: ORT create_calibrator (proto + augmented session)")
     wrap(calibrator, "collect_min_max", sampler, "calibrate: tapped session, ranges call by call")
     wrap(calibrator, "collect_histograms", sampler, "calibrate: tapped session, histograms call by call")
-    wrap(fallback, "quantize_model", sampler, lambda *a, **k: f"build {next(builds)} (quantize_static)")
+    # Candidates: ORT's quantizer once per scale set, every other one derived by graph edits.
+    wrap(candidates, "quantize_model", sampler, lambda *a, **k: f"build {next(builds)} (ORT's quantizer)")
+    wrap(candidates, "derive_candidate", sampler, "derived candidates (graph edits)")
     wrap(fallback.FallbackProfile, "measure", sampler, "candidate held-out INT8 decodes")
     wrap(fallback.FallbackProfile, "sensitivity", sampler, "sensitivity ranking")
     wrap(fallback, "range_drift", sampler, "range drift (summary)")

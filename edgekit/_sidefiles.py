@@ -169,6 +169,21 @@ def side_files_beside(model_path: Path, folder: Path) -> Iterator[None]:
             path.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def tensors_read_from(folder: Path) -> Iterator[None]:
+    """The process's working directory at ``folder`` for the block, so that onnx finds the side
+    file of a tensor read without a folder (``numpy_helper.to_array(tensor)``: relative to the
+    working directory; onnx refuses absolute and ``..`` locations). For graphs read without their
+    weights and handed to code that reads a weight when it needs it (ORT's quantizer, its symbolic
+    shape inference). Process-wide: callers pass absolute paths to whatever runs in the block."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def check_side_files_listed(path: Path, name: str, doc: Mapping[str, Any]) -> None:
     """Refuse artifact ``name`` (its manifest entry ``doc``, file ``path``) when it is an ONNX file
     that reads weights from a file its entry does not list (a bundle from an older edgekit):

@@ -11,7 +11,8 @@ selected one, a weight-only weight ORT scaled otherwise), ``quantize_model`` wri
 
 Measured on the demos (2 cores, ORT 1.32): ``quantize_model`` took 0.05-0.4 s a candidate, a
 derived one 5-35 ms; on a 600 M-parameter model a ``quantize_static`` build took ~54 s and held
-the float model and its INT8 copy in memory."""
+the float model and its INT8 copy in memory (with the weights in a side file it now holds the INT8
+weights only: ``cpu/streamed.py``)."""
 
 from __future__ import annotations
 

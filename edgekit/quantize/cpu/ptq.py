@@ -23,8 +23,9 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.calibrator import CallRanges, collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
-from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit
+from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit, symbolic_shapes
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.quiet import quiet_ort_logging
@@ -42,51 +43,54 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     inference stops on ops it does not know, e.g. ReduceL2 in a GlobalResponseNorm), ORT's graph
     optimization runs alone (``optimize_from_files``); only if that fails too is the graph
     quantized unoptimized: slower INT8 kernels where MatMul+Add stays unfused, never a crash."""
-    onnx = require("onnx")
-    skipped = "--no-preprocess" if not preprocess else None
     big = needs_side_file(fp32_path)
-    if preprocess and over_protobuf_limit(fp32_path):
+    if not preprocess:
+        return _plain_copy(fp32_path, out_path, big), "--no-preprocess", "none"
+    if over_protobuf_limit(fp32_path):
         # quant_pre_process holds two copies of the model in memory (7.2 GB peak at 2.25 GiB) and
         # its symbolic shape inference cannot run over 2 GiB: the same optimization from files.
         try:
             return optimize_from_files(fp32_path, out_path), None, "ort-optimization"
-        except Exception as exc:  # ORT refuses the graph: the plain copy below, said as for the small path
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped = f"ORT's graph optimization failed ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-    elif preprocess:
-        quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
-        # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
-        where = (
-            dict(
-                save_as_external_data=True, all_tensors_to_one_file=True, external_data_location=out_path.name + ".data"
-            )
-            if big
-            else {}
-        )
-        try:
-            with quiet_ort_logging():
-                quant_pre_process(str(fp32_path), str(out_path), **where)
-            return out_path, None, "quant_pre_process"
-        except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped = skipped or f"quant_pre_process failed ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-        # What fails is nearly always its symbolic shape inference (ReduceL2, F5-TTS's DiT: a
-        # TypeError); the optimization it exists for still runs without it. Unoptimized, ORT fuses
-        # MatMul+Add into Gemm at load *behind* the weights' DequantizeLinear, which then runs on
-        # every call: F5-TTS's DiT in INT8 ran 2.2x slower than FP32 (DQ 43 % of kernel time).
-        try:
-            return optimize_from_files(fp32_path, out_path), skipped, "ort-optimization"
-        except Exception as exc:  # ORT refuses the graph too: the plain copy below
-            first = (str(exc).strip().splitlines() or [""])[0][:160]
-            skipped += f"; ORT's graph optimization failed too ({type(exc).__name__}{': ' + first if first else ''})"
-            out_path.unlink(missing_ok=True)
-            out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
-    # The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
-    # written beside the fp32 weights it keeps reading where they are in a side file.
+        except Exception as exc:  # ORT refuses the graph: the plain copy, said as for the small path
+            _remove_model(out_path)
+            return _plain_copy(fp32_path, out_path, big), f"ORT's graph optimization failed ({_why(exc)})", "none"
+    try:
+        _pre_process(fp32_path, out_path, big)
+        return out_path, None, "quant_pre_process"
+    except Exception as exc:  # ORT's shape inference raises anything from assertions to KeyError
+        skipped = f"quant_pre_process failed ({_why(exc)})"
+        _remove_model(out_path)
+    # What fails is nearly always its symbolic shape inference (ReduceL2, F5-TTS's DiT: a
+    # TypeError); the optimization it exists for still runs without it. Unoptimized, ORT fuses
+    # MatMul+Add into Gemm at load *behind* the weights' DequantizeLinear, which then runs on
+    # every call: F5-TTS's DiT in INT8 ran 2.2x slower than FP32 (DQ 43 % of kernel time).
+    try:
+        return optimize_from_files(fp32_path, out_path), skipped, "ort-optimization"
+    except Exception as exc:  # ORT refuses the graph too: the plain copy
+        _remove_model(out_path)
+        skipped += f"; ORT's graph optimization failed too ({_why(exc)})"
+        return _plain_copy(fp32_path, out_path, big), skipped, "none"
+
+
+def _pre_process(fp32_path: Path, out_path: Path, big: bool) -> None:
+    """``quant_pre_process`` of ``fp32_path`` into ``out_path``; of a model with its weights in a
+    side file, its steps from files: it loads the whole model, and its symbolic shape inference
+    copies it twice (F5-TTS's DiT, 1.27 GiB of weights: 4.13 GiB, 3.2x, for a step that then
+    failed), where the inference needs the graph alone and ORT's optimization reads the weights
+    from their file (``optimize.symbolic_shapes``): the same prepared graph
+    (``tests/quantize/cpu/test_optimize.py``)."""
+    if big:
+        optimize_from_files(fp32_path, out_path, graph=symbolic_shapes(fp32_path))
+        return
+    quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
+    with quiet_ort_logging():
+        quant_pre_process(str(fp32_path), str(out_path))
+
+
+def _plain_copy(fp32_path: Path, out_path: Path, big: bool) -> Path:
+    """The graph alone, shapes inferred (a help to the quantizer; ORT infers the rest itself),
+    written beside a copy of the fp32 weights where they are in a side file."""
+    onnx = require("onnx")
     model = onnx.load(str(fp32_path), load_external_data=not big)
     try:
         model = onnx.shape_inference.infer_shapes(model)
@@ -95,7 +99,18 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
     if big:  # a copy: quantize_static and the post-passes load it with onnx, which refuses a linked file
         place_side_files(fp32_path, out_path.parent, link=False)
     save_onnx(model, out_path, external=False if big else None)
-    return out_path, skipped, "none"
+    return out_path
+
+
+def _remove_model(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".data").unlink(missing_ok=True)
+
+
+def _why(exc: BaseException) -> str:
+    """``Type: first line`` of ``exc``, at most 160 characters of it."""
+    first = (str(exc).strip().splitlines() or [""])[0][:160]
+    return f"{type(exc).__name__}{': ' + first if first else ''}"
 
 
 # ---- quantization ------------------------------------------------------------------------------
@@ -138,7 +153,8 @@ def quantize_model(
     calibration_cache: Path | None = None,
     weight_only: Sequence[str] = (),
 ) -> None:
-    """``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out``; the nodes of
+    """ORT's ``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out`` (with the
+    weights in a side file: its quantizer streamed, ``_run_quantizer``); the nodes of
     ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute). Which
     float nodes may be weight-only (profile, rule vs budget vs --exclude) the caller decides.
 
@@ -166,28 +182,19 @@ def quantize_model(
         extra["CalibPercentile"] = cfg.percentile
     if s.weight_bound == "pair":
         extra["TensorQuantOverrides"] = pair_bound_overrides(prepared, nodes)
-    kwargs: dict[str, Any] = {}
-    if calibration_cache is not None and supports_calibration_cache():
-        kwargs["calibration_cache_path"] = str(calibration_cache)
+    common: dict[str, Any] = dict(
+        op_types_to_quantize=op_types,
+        per_channel=s.per_channel,
+        reduce_range=s.reduce_range,
+        activation_type=getattr(quant.QuantType, s.activation_type),
+        weight_type=getattr(quant.QuantType, s.weight_type),
+        calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
+        extra_options=extra,
+    )
     reader.rewind()
     try:
         with quiet_ort_logging():
-            quant.quantize_static(
-                str(prepared),
-                str(out),
-                reader,
-                quant_format=quant.QuantFormat.QDQ,
-                op_types_to_quantize=op_types,
-                per_channel=s.per_channel,
-                reduce_range=s.reduce_range,
-                activation_type=getattr(quant.QuantType, s.activation_type),
-                weight_type=getattr(quant.QuantType, s.weight_type),
-                nodes_to_quantize=list(nodes),
-                calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
-                extra_options=extra,
-                use_external_data_format=needs_side_file(prepared),
-                **kwargs,
-            )
+            _run_quantizer(prepared, out, reader, nodes, calibration_cache, common)
     except (ValueError, RuntimeError) as exc:
         raise EdgekitError(
             (
@@ -198,6 +205,29 @@ def quantize_model(
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
     _weight_only(out, float_weighted)
+
+
+def _run_quantizer(
+    prepared: Path, out: Path, reader: Any, nodes: Sequence[str], cache: Path | None, common: dict[str, Any]
+) -> None:
+    """ORT's QDQ quantizer of ``nodes`` (``common``: ``quantize_static``'s other arguments). With
+    the weights in a side file and the ranges cached, the FP32 weights are read one at a time
+    instead of the whole model loaded beside its INT8 copy (``cpu/streamed.py``: the same graph)."""
+    quant = require("onnxruntime.quantization")
+    cache = cache if cache is not None and supports_calibration_cache() else None  # ORT < 1.32: none
+    if cache is not None and can_stream(prepared, out, cache):
+        if quantize_streamed(prepared, out, cache, nodes=nodes, **common):
+            return
+    quant.quantize_static(
+        str(prepared),
+        str(out),
+        reader,
+        quant_format=quant.QuantFormat.QDQ,
+        nodes_to_quantize=list(nodes),
+        use_external_data_format=needs_side_file(prepared),
+        **common,
+        **({"calibration_cache_path": str(cache)} if cache is not None else {}),
+    )
 
 
 def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

@@ -59,10 +59,56 @@ def test_prepare_model_takes_the_file_path_over_the_limit_and_quant_pre_process_
     prepared, skipped, how = ptq.prepare_model(fp32, tmp_path / "prepared.onnx")
     assert skipped is None and how == "ort-optimization" and called == [] and prepared == tmp_path / "prepared.onnx"
     monkeypatch.setattr(ptq, "over_protobuf_limit", lambda path: False)
+    # Under the limit, weights in a side file: quant_pre_process's steps from files, never the
+    # whole model in Python (quant_pre_process itself is not called).
     (tmp_path / "b").mkdir()
     _, skipped, how = ptq.prepare_model(fp32, tmp_path / "b" / "prepared.onnx")
+    assert called == [] and skipped is None and how == "quant_pre_process"
+    # Its symbolic shape inference fails (ReduceL2, F5-TTS's DiT): ORT's optimization alone.
+    monkeypatch.setattr(ptq, "symbolic_shapes", lambda path: (_ for _ in ()).throw(TypeError("no len()")))
+    (tmp_path / "c").mkdir()
+    _, skipped, how = ptq.prepare_model(fp32, tmp_path / "c" / "prepared.onnx")
+    assert skipped == "quant_pre_process failed (TypeError: no len())" and how == "ort-optimization"
+    # ... written as before this path existed (F5-TTS's DiT: the INT8 graph's bytes unchanged).
+    from edgekit.quantize.cpu.optimize import optimize_from_files
+
+    (tmp_path / "e").mkdir()
+    optimize_from_files(fp32, tmp_path / "e" / "prepared.onnx")
+    assert (tmp_path / "c" / "prepared.onnx").read_bytes() == (tmp_path / "e" / "prepared.onnx").read_bytes()
+    # Weights inside the .onnx: quant_pre_process itself.
+    (tmp_path / "d").mkdir()
+    inline = build_tiny_model(tmp_path / "d" / "fp32.onnx", seed=3)
+    _, skipped, how = ptq.prepare_model(inline, tmp_path / "d" / "prepared.onnx")
     assert called == ["quant_pre_process"] and skipped.startswith("quant_pre_process failed")
-    assert how == "ort-optimization"  # what quant_pre_process is for still ran, from files
+
+
+def test_quant_pre_process_from_files_writes_what_quant_pre_process_writes(tmp_path):
+    """The symbolic shape inference on the graph alone and ORT's optimization from it, the weights
+    read from their file: the graph, its shapes and every weight are quant_pre_process's."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from edgekit.quantize.cpu import ptq
+
+    fp32 = _external(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    quant_pre_process(
+        str(fp32),
+        str(tmp_path / "a" / "prepared.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        external_data_location="prepared.onnx.data",
+    )
+    path, skipped, how = ptq.prepare_model(fp32, tmp_path / "b" / "prepared.onnx")
+    assert (skipped, how) == (None, "quant_pre_process")
+    theirs, ours = onnx.load(str(tmp_path / "a" / "prepared.onnx")), onnx.load(str(path))
+    assert any(t.external_data for t in onnx.load(str(path), load_external_data=False).graph.initializer)
+    assert ours.graph.node == theirs.graph.node and ours.graph.value_info == theirs.graph.value_info
+    assert ours.graph.input == theirs.graph.input and ours.graph.output == theirs.graph.output
+    assert ours.metadata_props == theirs.metadata_props and ours.opset_import == theirs.opset_import
+    assert [t.name for t in ours.graph.initializer] == [t.name for t in theirs.graph.initializer]
+    for a, b in zip(ours.graph.initializer, theirs.graph.initializer):
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
 
 
 def test_over_protobuf_limit_counts_the_side_files(tmp_path, monkeypatch):

@@ -1,0 +1,115 @@
+"""ORT's QDQ quantizer over a model whose weights stay in their side file: each FP32 weight is read
+from the file when the quantizer reads it and dropped after, so memory holds the graph and the
+INT8 weights as they are made, never the FP32 weights.
+
+Why: ``quantize_static`` first loads the whole model, weights included, into a ``ModelProto``
+(``load_model_with_shape_infer``) and keeps it while it builds the INT8 copy beside it. On F5-TTS's
+DiT (1.27 GiB of FP32 weights) that step held 1.95 GiB, 1.53x the weights; read this way, 0.71
+GiB (``docs/large-models.md``, "Where quantize's memory goes").
+
+What runs is ``quantize_static``'s own tail for a QDQ model whose ranges are in a calibration
+cache (the only case quantize has once ``ptq.calibrate`` has written one): the graph with its
+shapes inferred, ``update_opset_version``, ``QDQQuantizer(...).quantize_model()`` and
+``save_model_to_file``. Only the load differs: the graph is read without its weights, whose
+initializers keep naming their side file. ORT's quantizer reads a weight through
+``onnx.numpy_helper.to_array``, which reads an external tensor relative to the working directory
+and, in the onnx this was measured with (1.23), without keeping it in the tensor (an onnx that
+keeps it writes the same graph with the old peak). So the quantizer runs with the working
+directory at the model's folder.
+
+The graph written is the one ``quantize_static`` writes, tensor for tensor
+(``tests/quantize/cpu/test_streamed.py``); the FP32 initializers it leaves float (norms, the
+float nodes' weights) keep naming the prepared model's side file beside it, as a derived candidate
+does (``cpu/derive.py``), and are copied into the bundle's one side file when it is recorded.
+Where this path does not apply (no side file, no cache, an opset ORT would convert, another
+folder) ``quantize_static`` runs as before. ``onnxruntime`` and ``onnx`` are imported lazily."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edgekit._deps import require
+from edgekit._sidefiles import external_data_locations, tensors_read_from
+
+
+def can_stream(prepared: Path, out: Path, cache: Path | None) -> bool:
+    """Whether ``quantize_streamed`` applies: ``prepared`` reads its weights from a side file, the
+    ranges are in an existing ``cache``, and ``out`` is written beside ``prepared`` (the float
+    weights it keeps name the prepared model's side file by a path relative to the graph)."""
+    return (
+        cache is not None
+        and Path(cache).is_file()
+        and Path(out).resolve().parent == Path(prepared).resolve().parent
+        and bool(external_data_locations(Path(prepared)))
+    )
+
+
+def quantize_streamed(
+    prepared: Path,
+    out: Path,
+    cache: Path,
+    *,
+    nodes: Sequence[str],
+    op_types_to_quantize: Sequence[str],
+    per_channel: bool,
+    reduce_range: bool,
+    activation_type: Any,
+    weight_type: Any,
+    calibrate_method: Any,
+    extra_options: dict[str, Any],
+) -> bool:
+    """Write at ``out`` (with ``<out>.onnx.data`` beside it) what ``quantize_static(prepared, out,
+    calibration_cache_path=cache, quant_format=QDQ, use_external_data_format=True, ...)`` writes,
+    with the FP32 weights read one at a time from ``prepared``'s side file (the arguments are
+    ``quantize_static``'s, as ``ptq.quantize_model`` passes them). False, nothing written, where
+    ORT would first convert the model to another opset (that copy holds the weights anyway: the
+    caller runs ``quantize_static``)."""
+    onnx = require("onnx")
+    quant = require("onnxruntime.quantization")
+    utils = require("onnxruntime.quantization.quant_utils")
+    calibrate = require("onnxruntime.quantization.calibrate")
+    qdq = require("onnxruntime.quantization.qdq_quantizer")
+    checks = require("onnxruntime.quantization.quantize")
+
+    prepared, out = Path(prepared).resolve(), Path(out).resolve()
+    # load_model_with_shape_infer, less the weights: shapes inferred file to file (the graph
+    # alone passes through onnx), the initializers left naming the side file.
+    inferred = prepared.with_name(prepared.stem + "-inferred.onnx")
+    try:
+        onnx.shape_inference.infer_shapes_path(str(prepared), str(inferred))
+        model = onnx.load(str(inferred), load_external_data=False)
+    finally:
+        inferred.unlink(missing_ok=True)
+    utils.add_infer_metadata(model)
+    overrides = extra_options.get("TensorQuantOverrides")
+    kept = utils.update_opset_version(model, weight_type, activation_type, tensor_quant_overrides=overrides)
+    if kept is not model:
+        return False
+    ranges = calibrate.load_tensors_data(Path(cache))
+    if ranges.calibration_method != calibrate_method:
+        raise ValueError(
+            f"calibration cache {Path(cache).name} holds {ranges.calibration_method} ranges, "
+            f"not {calibrate_method}: delete it or pass the matching method"
+        )
+    checks.check_static_quant_arguments(quant.QuantFormat.QDQ, activation_type, weight_type)
+    with tensors_read_from(prepared.parent):
+        quantizer = qdq.QDQQuantizer(
+            model,
+            per_channel,
+            reduce_range,
+            weight_type,
+            activation_type,
+            ranges,
+            list(nodes),
+            [],
+            list(op_types_to_quantize),
+            extra_options,
+        )
+        quantizer.quantize_model()
+        quantizer.model.save_model_to_file(str(out), True)
+    return True
+
+
+__all__ = ["can_stream", "quantize_streamed"]
