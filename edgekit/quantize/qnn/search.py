@@ -48,9 +48,9 @@ class SearchBounds:
     seconds of wall time from the search's start. Past a bound the search says so in one line and
     goes on with the smallest count that held on the simulation (else the largest it decoded),
     which the HTP backend then decides. Measured on the flow demo (16 held-out rows, 2-core AMD
-    EPYC): a simulated candidate costs ~11 s (8 bucket graphs built, 16 decodes), the held-out
-    decode on the HTP backend's x86 emulation 5.0 min with 401 promotions (two sessions); the
-    search found its count in 10 simulated candidates (110 s), and the whole run took 8.0 min."""
+    EPYC): a simulated candidate costs ~9 s (8 bucket graphs built, 16 decodes), the held-out
+    decode on the HTP backend's x86 emulation 4-5 min with 401 promotions (two sessions); the
+    search found its count in 10 simulated candidates (90 s), and the whole run took 6.9 min."""
 
     simulated: int = 24
     htp: int = 6

@@ -316,5 +316,10 @@ def test_two_htp_sessions_decode_one_candidate_at_once_with_the_numbers_one_give
         seen[lanes] = (s["measured"], len(set(threads)), s["answers"])
     assert seen[2][0] == seen[1][0]  # the same verdict, figure for figure
     assert seen[1][1] == 1 and seen[2][1] == 2  # the second session ran in its own thread
-    # Every question the budget and the gate ask still runs once (give or take the race on one both ask first).
-    assert abs(seen[2][2]["candidate_calls_run"] - seen[1][2]["candidate_calls_run"]) <= 4
+    # The lanes share their answers: the gate's own decodes are the budget's (a question both
+    # reach at once runs twice). Without sharing, every one of the gate's own decodes would run again.
+    assert (
+        seen[1][2]["candidate_calls_run"]
+        <= seen[2][2]["candidate_calls_run"]
+        <= 1.1 * seen[1][2]["candidate_calls_run"]
+    )
