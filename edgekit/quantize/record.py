@@ -84,19 +84,7 @@ def record_result(
         summary["int8_files"] = int8_files(bundle)
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
-        # What the run cost in FP32 decodes of this model (one graph batch): comparable across
-        # machines. The unit is a warm decode, the speed timing's FP32 median where it ran: the
-        # plan's first decode also pays the session's first-run allocations (aMUSEd-256: 35 s
-        # cold, 15 s warm), which would flatter the count more than twofold.
-        speed = summary.get("speed") or {}
-        warm_ms = speed.get("fp32_ms_per_decode") if speed.get("measured") else None
-        first_s = (summary.get("plan") or {}).get("fp32_decode_s")
-        decode_s = warm_ms / 1000.0 if warm_ms else first_s
-        summary["fp32_decodes"] = round(clock["total_s"] / decode_s, 1) if decode_s else None
-        summary["fp32_decode_unit"] = {
-            "seconds": decode_s,
-            "from": "speed timing (warm median)" if warm_ms else "the first FP32 decode (cold)",
-        }
+        summary |= fp32_decodes(summary, clock["total_s"])
         bundle.record("quantization", jsonable(summary))
         bundle.save()
     finally:
@@ -203,3 +191,21 @@ def calibration_table(bundle: Bundle, cache: Path, tensors: list[str], tmp: Path
     staged = bundle.staging_path("int8-calibration.cache")
     shutil.copyfile(out_dir / "calibration.cache", staged)
     return staged
+
+
+def fp32_decodes(summary: Mapping[str, Any], total_s: float) -> dict[str, Any]:
+    """What the run cost in FP32 decodes of this model (one graph batch): comparable across
+    machines. The unit is a warm decode, the speed timing's FP32 median where it ran: the plan's
+    first decode also pays the session's first-run allocations (aMUSEd-256: 35 s cold, 15 s warm),
+    which would flatter the count more than twofold."""
+    speed = summary.get("speed") or {}
+    warm_ms = speed.get("fp32_ms_per_decode") if speed.get("measured") else None
+    first_s = (summary.get("plan") or {}).get("fp32_decode_s")
+    decode_s = warm_ms / 1000.0 if warm_ms else first_s
+    return {
+        "fp32_decodes": round(total_s / decode_s, 1) if decode_s else None,
+        "fp32_decode_unit": {
+            "seconds": decode_s,
+            "from": "speed timing (warm median)" if warm_ms else "the first FP32 decode (cold)",
+        },
+    }
