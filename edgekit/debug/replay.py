@@ -92,10 +92,17 @@ class Replay:
 
 
 def replay(
-    traj: Trajectory, ref: Tapped, cand: Tapped, plain_cand: Runtime, say: Callable[[str], None] = lambda m: None
+    traj: Trajectory,
+    ref: Tapped,
+    cand: Tapped,
+    plain_first: Mapping[str, np.ndarray],
+    say: Callable[[str], None] = lambda m: None,
 ) -> Replay:
-    """Both tapped variants on every recorded feed; the candidate's graph outputs on the first
-    feed are compared with the untapped candidate's (a tap must not change what it observes)."""
+    """Both tapped variants on every recorded feed, streamed: each call's captures are reduced to
+    their per-tensor sums and dropped before the next call runs (at size one call's capture is
+    gigabytes; memory does not grow with the calls). ``plain_first``: the untapped candidate's
+    graph outputs on the first feed, compared with the tapped one's (a tap must not change what it
+    observes)."""
     tensors = [t for t in ref.names if t in cand.names]
     noise = np.zeros((traj.steps, len(tensors)))
     signal = np.zeros((traj.steps, len(tensors)))
@@ -105,8 +112,10 @@ def replay(
             say(f"replay call {i + 1}/{len(traj.feeds)} on both variants")
         r, c = ref.runtime.run(feeds), cand.runtime.run(feeds)
         if i == 0:
-            plain = plain_cand.run(feeds)
-            changed = max(float(np.max(np.abs(np.asarray(c[k], np.float64) - plain[k]), initial=0.0)) for k in plain)
+            changed = max(
+                (float(np.max(np.abs(np.asarray(c[k], np.float64) - v), initial=0.0)) for k, v in plain_first.items()),
+                default=0.0,
+            )
         for j, t in enumerate(tensors):
             x = np.asarray(r[ref.names[t]], np.float64)
             y = np.asarray(c[cand.names[t]], np.float64)
@@ -114,6 +123,7 @@ def replay(
                 continue
             noise[step, j] += float(np.sum((y.reshape(x.shape) - x) ** 2))
             signal[step, j] += float(np.sum(x**2))
+        del r, c
     keep = [j for j in range(len(tensors)) if signal[:, j].any() or noise[:, j].any()]
     return Replay([tensors[j] for j in keep], noise[:, keep], signal[:, keep], changed)
 

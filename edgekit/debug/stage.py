@@ -50,6 +50,7 @@ from edgekit.debug.topology import (
     locate,
     own_db,
     read_topology,
+    suspects,
 )
 from edgekit.errors import UsageError
 from edgekit.evaluate import gate_runtimes
@@ -129,7 +130,10 @@ def gate_on(path: Path, s: Settings, cfg: DebugConfig, tmp: Path) -> dict[str, A
 
 
 def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: Path, say: Say) -> Measured:
-    """The gate, the reference trajectory, the candidate's own decode and the teacher-forced replay."""
+    """The gate, the reference trajectory, the candidate's own decode and the teacher-forced replay.
+
+    One session per variant at a time: the plain ones (gate, decodes) are closed before the tapped
+    ones open (at size each fp32 session holds the model's weights)."""
     with (
         open_variant(bundle, s.ref.runtime, s.ref.precision, tmp, cfg.threads, cfg.target) as ref_rt,
         open_variant(bundle, s.cand.runtime, s.cand.precision, tmp, cfg.threads, cfg.target) as cand_rt,
@@ -139,27 +143,39 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
         say(f"record {s.ref}'s decode of {s.replay_rows} row(s), and {s.cand}'s own")
         traj = record(bundle, ref_rt, s.replay_rows, s.seed, s.decode, s.rows)
         divergence = drift(bundle.kind, traj, record(bundle, cand_rt, s.replay_rows, s.seed, s.decode, s.rows))
-        say(f"replay {len(traj.feeds)} network calls teacher-forced, every tensor captured")
-        ref_t = open_tapped(bundle, s.ref.runtime, s.ref.precision, topo, tmp, cfg.threads, cfg.target)
-        try:
-            cand_t = open_tapped(bundle, s.cand.runtime, s.cand.precision, topo, tmp, cfg.threads, cfg.target)
-            try:
-                rep = replay(traj, ref_t, cand_t, cand_rt, say)
-                say("find the first step and op where the added noise crosses the threshold")
-                judge = LocalJudge(bundle.path_of("fp32"), topo, traj, ref_t, cand_t, tmp, cfg.threads)
-                entry = locate(topo, rep.sqnr(), cfg.threshold_db, judge.own_db)
-            finally:
-                cand_t.close()
-        finally:
-            ref_t.close()
-        capture = {
-            "reference": ref_t.method,
-            "candidate": cand_t.method,
-            "tensors": len(rep.tensors),
-            "outputs_changed_by_taps": rep.outputs_changed_by_taps,
-        }
+        # what the tapped candidate's outputs are compared with (a tap must not change them)
+        plain_first = {k: np.array(v, np.float64) for k, v in cand_rt.run(traj.feeds[0]).items()}
         devices = {"reference": ref_rt.device, "candidate": cand_rt.device}
         warnings = [*ref_rt.warnings, *cand_rt.warnings]
+    say(f"replay {len(traj.feeds)} network calls teacher-forced, every tensor captured")
+    ref_t = open_tapped(bundle, s.ref.runtime, s.ref.precision, topo, tmp, cfg.threads, cfg.target)
+    try:
+        cand_t = open_tapped(bundle, s.cand.runtime, s.cand.precision, topo, tmp, cfg.threads, cfg.target)
+        try:
+            rep = replay(traj, ref_t, cand_t, plain_first, say)
+            say("find the first step and op where the added noise crosses the threshold")
+            per_step = rep.sqnr()
+            judge = LocalJudge(
+                bundle.path_of("fp32"),
+                topo,
+                traj,
+                ref_t,
+                cand_t,
+                tmp,
+                cfg.threads,
+                plan=lambda step: suspects(topo, per_step[step], cfg.threshold_db),
+            )
+            entry = locate(topo, per_step, cfg.threshold_db, judge.own_db)
+        finally:
+            cand_t.close()
+    finally:
+        ref_t.close()
+    capture = {
+        "reference": ref_t.method,
+        "candidate": cand_t.method,
+        "tensors": len(rep.tensors),
+        "outputs_changed_by_taps": rep.outputs_changed_by_taps,
+    }
     if rep.outputs_changed_by_taps > 1e-4:
         warnings.append(
             f"capturing tensors changed {s.cand}'s outputs (max |Δ| {rep.outputs_changed_by_taps:.3g}): the per-tensor "

@@ -147,10 +147,12 @@ def tapped_copy(model: Any, dst: Path, tensors: list[str]) -> Path:
     return dst
 
 
-def _open_file(entry: Backend, path: Path, precision: str, threads: int, target: str | None, tmp: Path) -> Runtime:
+def _open_file(
+    entry: Backend, path: Path, precision: str, threads: int, target: str | None, tmp: Path, io_binding: bool = True
+) -> Runtime:
     if entry.open_file is None:  # the callers ask first; registration checks it of a debug entry without open_hooked
         raise ValueError(f"backend {entry.name!r} opens no ONNX file")
-    return entry.open_file(path, FileOptions(precision, threads, target=target, scratch=tmp))
+    return entry.open_file(path, FileOptions(precision, threads, target=target, scratch=tmp, io_binding=io_binding))
 
 
 def open_variant(
@@ -197,7 +199,9 @@ def open_tapped(
         names = names or capture_names(topo, model)  # the buckets' graphs differ only in their scales
         path = tapped_copy(model, tmp / f"tapped-{runtime}-{art}.onnx", list(names.values()))
         with side_files_beside(bundle.path_of(art), tmp):
-            graphs.append(_open_file(entry, path, precision, threads, target, tmp))
+            # Fresh arrays per run: two bound output sets of every tensor would be 4x a call's
+            # capture across the two variants; a run's arrays go when the caller drops them.
+            graphs.append(_open_file(entry, path, precision, threads, target, tmp, io_binding=False))
     rt = BucketedRuntime(graphs, buckets[1], bundle.kind, bundle.meta) if buckets else graphs[0]
     method = hooks.capture + (f" (each of the {len(graphs)} step buckets' graphs)" if buckets else "")
     return Tapped(rt, {k: v for k, v in names.items() if v in rt.outputs}, method)

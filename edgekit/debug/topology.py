@@ -146,6 +146,24 @@ class Entry:
         }
 
 
+def suspect(row: Mapping[str, float], threshold_db: float) -> bool:
+    """Whether an op's ``own_db`` row is close enough to the threshold for ``locate`` to measure
+    its own noise directly (``local``)."""
+    return row["out_db"] < threshold_db + SUSPECT_MARGIN_DB
+
+
+def suspects(topo: Topology, measured: Mapping[str, float], threshold_db: float) -> list[tuple[Op, str]]:
+    """(op, its captured output) of every op ``locate`` asks ``local`` about at a step with
+    ``measured`` SQNRs, graph order."""
+    by_name = topo.by_name()
+    out = []
+    for name, row in own_db(topo, measured).items():
+        if suspect(row, threshold_db):
+            op = by_name[name]
+            out.append((op, next(o for o in op.outputs if o in measured)))
+    return out
+
+
 def region(topo: Topology, op: Op, captured: set[str]) -> tuple[Op, ...]:
     """``op`` and the ops upstream of it whose outputs were not captured, in graph order."""
     producer = topo.producer()
@@ -177,7 +195,7 @@ def locate(
         for name, row in own_db(topo, measured).items():  # graph order
             op = by_name[name]
             tensor = next(o for o in op.outputs if o in measured)
-            if local is not None and row["out_db"] < threshold_db + SUSPECT_MARGIN_DB:
+            if local is not None and suspect(row, threshold_db):
                 got = local(step, op, tensor)
                 row = row if got is None else {**row, "own_db": got}
             entry = Entry(

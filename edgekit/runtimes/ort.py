@@ -181,7 +181,12 @@ class OrtRuntime(BaseRuntime):
 
 # ---- the registry entry -----------------------------------------------------------------------
 def _open_file(path: Path, o: FileOptions) -> OrtRuntime:
-    return OrtRuntime(path, taking_turns(OrtOptions(intra_op_threads=o.threads, spin_between_runs=o.spin), o.shared))
+    return OrtRuntime(
+        path,
+        taking_turns(
+            OrtOptions(intra_op_threads=o.threads, spin_between_runs=o.spin, io_binding=o.io_binding), o.shared
+        ),
+    )
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:

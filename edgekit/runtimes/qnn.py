@@ -18,6 +18,7 @@ context binary are ``runtimes/qnn_session.py``; this module is the runtime and i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def _open_file(path: Path, o: FileOptions) -> QnnRuntime:
     options = (
         qnn_options_for(load_target(o.target), o.precision) if o.target else QnnOptions(fp16=o.precision == "fp16")
     )
-    return QnnRuntime(path, options, threads=o.threads)
+    return QnnRuntime(path, replace(options, io_binding=o.io_binding), threads=o.threads)
 
 
 def _check_host(target: Any, host: Any, precision: str) -> tuple[str | None, list[str]]:

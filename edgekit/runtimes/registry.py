@@ -71,6 +71,11 @@ class FileOptions:
     spin: bool = True  # ORT: threads spin between runs (False where other work runs in between)
     target: str | None = None  # a target name or TOML whose options the file compiles with (QNN: HTP arch, SoC)
     scratch: Path | None = None  # a folder for what opening builds (TensorRT: the engine); None = the file's
+    # ORT/QNN: outputs written into two preallocated output sets (decode loops allocate nothing).
+    # False: fresh arrays per run; debug's tapped copies, whose outputs are every tensor of the
+    # graph (4.5 GiB of float tensors a call at aMUSEd-256, by their inferred shapes), would
+    # otherwise hold two such sets per session.
+    io_binding: bool = True
 
 
 @dataclass(frozen=True)

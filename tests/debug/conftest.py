@@ -52,6 +52,14 @@ def outlier(exported, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def outlier_doc(outlier) -> dict:
+    """debug's document of the outlier bundle (the default config)."""
+    from edgekit.debug import DebugConfig, debug_bundle
+
+    return debug_bundle(outlier, DebugConfig())
+
+
+@pytest.fixture(scope="session")
 def planted(exported, tmp_path_factory) -> tuple[Path, int]:
     """(bundle, 0-based step at which ctx's input first exceeds its planted range)."""
     from edgekit.quantize import QuantizeConfig, quantize_bundle

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from edgekit.bundle import Bundle
 from edgekit.debug import DebugConfig, debug_bundle
 from edgekit.debug.config import DEFAULT_THRESHOLD_DB
@@ -16,11 +14,6 @@ from edgekit.evaluate import gate_runtimes
 from edgekit.quantize import QuantizeConfig, quantize_bundle
 from edgekit.runtimes import open_runtime
 from tests.debug.conftest import QUANTIZE, copy_bundle
-
-
-@pytest.fixture(scope="session")
-def outlier_doc(outlier) -> dict:
-    return debug_bundle(outlier, DebugConfig())
 
 
 def test_a_planted_range_fault_is_found_at_its_layer_and_step(planted, tmp_path):
