@@ -223,3 +223,46 @@ def test_excluded_node_stays_fully_float(tiny_model, tmp_path):
     out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=chosen, weight_only=chosen)
     model = onnx.load(str(out))
     assert "q_proj" not in structure.weight_only_nodes(model) and "Wq" in {i.name for i in model.graph.initializer}
+
+
+def test_prepare_model_skips_the_torch_import_of_ort_tools_and_writes_what_quant_pre_process_writes(
+    tiny_model, tmp_path
+):
+    """onnxruntime.tools' __init__ imports torch where installed (1.3 s of a demo quantize):
+    prepare_model registers the package without it; the prepared graph is quant_pre_process's."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")  # without torch there is no import to skip
+    script = (
+        "import sys; from pathlib import Path; from edgekit.quantize.cpu.ptq import prepare_model; "
+        f"out, skipped, how = prepare_model(Path({str(tiny_model)!r}), Path({str(tmp_path / 'ours.onnx')!r})); "
+        "assert skipped is None and how == 'quant_pre_process', (skipped, how); "
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=Path.cwd())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(tiny_model), str(tmp_path / "theirs.onnx"))
+    ours, theirs = onnx.load(str(tmp_path / "ours.onnx")), onnx.load(str(tmp_path / "theirs.onnx"))
+    assert ours.graph.SerializeToString() == theirs.graph.SerializeToString()
+
+
+def test_ort_tools_without_torch_still_serves_infer_input_info(monkeypatch):
+    """The package registered without its __init__ answers the one name that __init__ defined."""
+    import sys
+
+    pytest.importorskip("torch")
+    monkeypatch.delitem(sys.modules, "onnxruntime.tools", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # as in a fresh process (torch itself stays loaded)
+    if hasattr(ort, "tools"):
+        monkeypatch.setattr(ort, "tools", ort.tools)  # restored after the test, as sys.modules is
+    ptq.ort_tools_without_torch()
+    tools = sys.modules["onnxruntime.tools"]
+    assert "infer_input_info" not in vars(tools)  # not run at import ...
+    assert callable(tools.infer_input_info)  # ... served on first use
+    with pytest.raises(AttributeError):
+        tools.no_such_name  # noqa: B018
