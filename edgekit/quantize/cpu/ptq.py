@@ -6,10 +6,8 @@ quantizes comes from ``cpu.select.select_nodes``, and fallback layers become wei
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import shutil
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,31 +32,6 @@ from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
-def ort_tools_without_torch() -> None:
-    """Register the package ``onnxruntime.tools`` without running its ``__init__``, which imports
-    torch wherever it is installed (for ``infer_input_info``, a torch-export helper quantize never
-    calls; still served on first use through the module's ``__getattr__``). ``quant_pre_process``
-    imports its symbolic shape inference from that package: with torch installed (edgekit[export])
-    the import cost 1.3 s of a 10 s quantize of the flow demo (2 cores, torch 2.13). A no-op once
-    the package or torch is imported."""
-    if "onnxruntime.tools" in sys.modules or "torch" in sys.modules:
-        return
-    ort = require("onnxruntime")
-    spec = importlib.util.find_spec("onnxruntime.tools")
-    if spec is None or spec.submodule_search_locations is None:
-        return
-    tools = importlib.util.module_from_spec(spec)
-
-    def lazy(name: str) -> Any:
-        if name == "infer_input_info":
-            return importlib.import_module("onnxruntime.tools.pytorch_export_helpers").infer_input_info
-        raise AttributeError(f"module 'onnxruntime.tools' has no attribute {name!r}")
-
-    tools.__getattr__ = lazy  # type: ignore[method-assign]
-    sys.modules["onnxruntime.tools"] = tools
-    ort.tools = tools
-
-
 def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None, str]:
     """``quant_pre_process`` (symbolic shape inference + ORT basic optimization, which turns
     MatMul+Add into Gemm: ORT CPU fuses only DQ->Gemm into QGemm) into ``out_path``; or a plain
@@ -83,7 +56,6 @@ def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> t
             out_path.unlink(missing_ok=True)
             out_path.with_name(out_path.name + ".data").unlink(missing_ok=True)
     elif preprocess:
-        ort_tools_without_torch()
         quant_pre_process = require("onnxruntime.quantization.shape_inference").quant_pre_process
         # Weights over the threshold stay in a side file (protobuf cannot hold 2 GiB inline).
         where = (
