@@ -274,12 +274,15 @@ def collect_histograms(
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     with tapped_session(model_path, graph, threads, optimize=False) as session:
-        passes = [0]  # two passes over the calls: progress counts both
+        done = [0]  # calls run over both passes: progress counts them all
+
+        def tick(_: int) -> None:
+            done[0] += 1
+            if each is not None:
+                each(done[0])
 
         def each_feed() -> Iterator[dict[str, np.ndarray]]:
-            offset = passes[0] * len(reader) if hasattr(reader, "__len__") else 0
-            passes[0] += 1
-            for feed in each_call(reader, None if each is None else lambda i: each(offset + i)):
+            for feed in each_call(reader, tick):
                 values = dict(zip(fetch, session.run(fetch, feed) if fetch else []))
                 yield {name: values[name] if name in values else feed[name] for name in tensors}
 
@@ -288,11 +291,13 @@ def collect_histograms(
         for call in each_feed():
             amax = []
             for name, arr in call.items():
+                lo = hi = 0.0
                 if arr.size:
-                    signed.add(name, np.nanmin(arr), np.nanmax(arr))
+                    lo, hi = np.nanmin(arr), np.nanmax(arr)
+                    signed.add(name, lo, hi)
                     if absolute:
                         magnitude.add(name, *_abs_range(arr))
-                amax.append(float(np.nanmax(np.abs(arr))) if arr.size else 0.0)
+                amax.append(_amax(lo, hi))
             if calls is not None:
                 calls.add(amax)
         hists: dict[str, np.ndarray] = {}
