@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import remove_model
+from edgekit._sidefiles import model_bytes, remove_model
 from edgekit.quantize.budget import check, worst_margin
 from edgekit.quantize.calibrator import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
 
@@ -32,12 +32,25 @@ def _power(db: float) -> float:
     return 10.0 ** (-db / 10.0)
 
 
+# One graph run's fetched tensors are alive together (ORT returns them at once): on a 2.25 GiB
+# transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ graph) beside a session, and the
+# quantize's peak (2.62x the weights, docs/large-models.md). Each run fetches at most this share of
+# the FP32 weight bytes (never under FETCH_FLOOR: a small model's feed stays one run per graph), at
+# the cost of one more forward per group.
+FETCH_SHARE = 0.2
+FETCH_FLOOR = 256 << 20
+# The names ORT's QDQ quantizer and qdq_loss_debug give an activation's copies around its Q/DQ
+# (``create_activation_matching``): they are grouped with the activation they copy.
+_QDQ_SUFFIXES = ("_DequantizeLinear_Output_1", "_DequantizeLinear_Output", "_QuantizeLinear_Input")
+
+
 def node_sensitivity(
     float_model: Path,
     qdq_model: Path,
     feeds: Sequence[Mapping[str, np.ndarray]],
     nodes: Mapping[str, Any],
     each: Callable[[int], None] | None = None,
+    fetch_bytes: int | None = None,
 ) -> dict[str, dict[str, float]]:
     """{node name: {"input_sqnr_db", "output_sqnr_db", "added_sqnr_db", "tensor_sqnr_db"}} for the
     INT8 nodes ``nodes`` (name -> graph.NodeInfo) via onnxruntime's ``qdq_loss_debug``.
@@ -45,18 +58,22 @@ def node_sensitivity(
     input/output: SQNR of the QDQ graph's tensor against the float graph's (the error that has
     reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
     added: the noise this node adds, output minus input noise power, in dB. ``each(i)``: after the
-    i-th graph run (each feed on each graph: 2 x len(feeds)).
+    i-th pass of a graph over one feed (each feed on each graph: 2 x len(feeds)).
 
-    Memory is one session and one feed's tensors, never the model twice: each graph is read
-    without its weights (its session reads them from the model's own side file), the tensors are
-    fetched as graph outputs (never a dequantized weight: the whole model again per feed), and the
-    float graph runs over every feed first, its tensors spilled to a scratch folder beside
-    ``qdq_model``, before the QDQ graph's session opens. Each feed's tensors are compared and
-    dropped (signal and noise power summed over the feeds: qdq_loss_debug's SQNR over the
-    concatenated feeds). ORT's own ``modify_model_output_intermediate_tensors`` loads the model
-    with its weights and saves a copy, and both sessions were open at once: 8.2 GB, 3.5x the
-    weights, on the 2.25 GiB aMUSEd-256 (docs/large-models.md)."""
+    Memory is one session and a bounded share of one feed's tensors, never the model twice: each
+    graph is read without its weights (its session reads them from the model's own side file), the
+    tensors are fetched as graph outputs (never a dequantized weight: the whole model again per
+    feed) in groups of at most ``fetch_bytes`` (from the graph's static shapes; default
+    FETCH_SHARE of the FP32 weights, at least FETCH_FLOOR), one graph run per group, and the float
+    graph runs over every feed first, its tensors spilled to a scratch folder beside ``qdq_model``,
+    before the QDQ graph's session opens; they are read back one at a time, as compared. Each
+    feed's tensors are compared and dropped (signal and noise power summed over the feeds:
+    qdq_loss_debug's SQNR over the concatenated feeds). ORT's own
+    ``modify_model_output_intermediate_tensors`` loads the model with its weights and saves a copy,
+    and both sessions were open at once: 8.2 GB, 3.5x the weights, on the 2.25 GiB aMUSEd-256
+    (docs/large-models.md)."""
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
+    cap = fetch_bytes if fetch_bytes is not None else max(FETCH_FLOOR, int(FETCH_SHARE * model_bytes(float_model)))
     op_types = sorted({n.op_type for n in nodes.values()})
     f_graph = graph_without_weights(float_model)
     graph = {n.name: n for n in f_graph.graph.node}
@@ -64,33 +81,42 @@ def node_sensitivity(
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
     f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
+    f_groups = _groups(f_fetch, _tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
     q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
+    q_groups = _groups(q_fetch, _tensor_bytes(q_graph), cap, key=_activation_of)
+    spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
     own_sums: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
         spill = Path(tmp)
         with tapped_session(float_model, f_graph) as f_session:
             for i, feed in enumerate(feeds):
-                _spill(spill / str(i), f_fetch, _run(f_session, f_fetch, feed))
+                (spill / str(i)).mkdir()
+                for group in f_groups:
+                    _spill(spill / str(i), spilled, _run(f_session, group, feed))
                 if each is not None:
                     each(i + 1)
         del f_graph
         with tapped_session(qdq_model, q_graph) as q_session:
             for i, feed in enumerate(feeds):
-                float_acts = _unspill(spill / str(i), f_fetch)
-                qdq_acts = _run(q_session, q_fetch, feed)
-                matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
-                for name, post in wanted:
-                    ref = float_acts.get(name)
-                    cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
-                    if ref is not None and cand is not None:
-                        _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
-                for x in own_names & matched.keys():
-                    pair = matched[x]
-                    if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
-                        _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
-                del float_acts, qdq_acts, matched
+                for group in q_groups:
+                    qdq_acts = _run(q_session, group, feed)
+                    matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
+                    bases = {_activation_of(t) for t in group}
+                    for name, post in wanted:
+                        if name not in bases:
+                            continue
+                        cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                        ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
+                        if ref is not None and cand is not None:
+                            _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
+                        del ref  # a mapped tensor stays resident until unmapped
+                    for x in own_names & matched.keys():
+                        pair = matched[x]
+                        if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
+                            _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
+                    del qdq_acts, matched
                 if each is not None:
                     each(len(feeds) + i + 1)
     return _node_sqnrs(nodes, graph, cross_sums, own_sums)
@@ -143,25 +169,64 @@ def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> 
     inputs = {i.name for i in session.get_inputs()}
     outputs = {o.name for o in session.get_outputs()}
     names = [n for n in fetch if n in outputs]
-    values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs})))
+    # No names would make ORT return every output: a group of graph inputs runs nothing.
+    values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs}))) if names else {}
     return {n: values[n] if n in values else np.asarray(feed[n]) for n in fetch if n in values or n in feed}
 
 
-def _spill(folder: Path, fetch: Sequence[str], acts: Mapping[str, np.ndarray]) -> None:
-    """One feed's tensors to ``folder`` (``fetch``'s order names the files: tensor names may hold '/')."""
-    folder.mkdir()
-    for i, name in enumerate(fetch):
-        if name in acts:
-            np.save(folder / f"{i}.npy", acts[name])
+def _spill(folder: Path, index: Mapping[str, int], acts: Mapping[str, np.ndarray]) -> None:
+    """One feed's tensors to ``folder``, each as ``index[name]``.npy (tensor names may hold '/')."""
+    for name, value in acts.items():
+        np.save(folder / f"{index[name]}.npy", value)
 
 
-def _unspill(folder: Path, fetch: Sequence[str]) -> dict[str, np.ndarray]:
-    """``_spill``'s tensors, memory-mapped: read as they are compared."""
-    return {
-        name: np.load(folder / f"{i}.npy", mmap_mode="r")
-        for i, name in enumerate(fetch)
-        if (folder / f"{i}.npy").is_file()
-    }
+def _unspill(folder: Path, index: Mapping[str, int], name: str) -> np.ndarray | None:
+    """``_spill``'s tensor ``name``, memory-mapped (None where the feed did not have it)."""
+    path = folder / f"{index[name]}.npy" if name in index else None
+    return np.load(path, mmap_mode="r") if path is not None and path.is_file() else None
+
+
+def _activation_of(tensor: str) -> str:
+    """The activation a QDQ graph's tensor copies (itself where it is one)."""
+    for suffix in _QDQ_SUFFIXES:
+        if tensor.endswith(suffix):
+            return tensor[: -len(suffix)]
+    return tensor
+
+
+def _tensor_bytes(graph: Any) -> dict[str, int]:
+    """Bytes of each tensor of ``graph`` (a shape-inferred ``ModelProto``) whose shape is static."""
+    onnx = require("onnx")
+    out: dict[str, int] = {}
+    g = graph.graph
+    for v in [*g.input, *g.value_info, *g.output]:
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+        if t.elem_type and all(d >= 0 for d in dims):
+            out[v.name] = math.prod(dims) * onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+    return out
+
+
+def _groups(
+    fetch: Sequence[str], sizes: Mapping[str, int], cap: int, key: Callable[[str], str] = lambda t: t
+) -> list[list[str]]:
+    """``fetch`` split, in order, into runs of at most ``cap`` bytes; tensors with one ``key`` (an
+    activation and its copies around its Q/DQ: compared together) stay in one group. A tensor of
+    unknown shape counts as the largest known (static export: there should be none)."""
+    unknown = max(sizes.values(), default=0)
+    by_key: dict[str, list[str]] = {}
+    for t in fetch:
+        by_key.setdefault(key(t), []).append(t)
+    groups: list[list[str]] = []
+    held = 0
+    for members in by_key.values():
+        size = sum(sizes.get(t, unknown) for t in members)
+        if not groups or (held + size > cap and groups[-1]):
+            groups.append([])
+            held = 0
+        groups[-1].extend(members)
+        held += size
+    return groups or [[]]
 
 
 def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:

@@ -200,3 +200,57 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
             )
         )
         assert scores[name]["output_sqnr_db"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_node_sensitivity_fetches_in_groups_under_the_cap_with_the_same_scores(tmp_path, monkeypatch):
+    """A run's fetched tensors are alive together: with a cap, each graph run fetches at most that
+    many bytes (an activation and its Q/DQ copies in one run), more runs answer, and the scores do
+    not change."""
+    pytest.importorskip("onnxruntime")
+    from edgekit.quantize import graph as qgraph
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.calibrator import graph_without_weights
+    from edgekit.quantize.cpu import ptq, search
+    from edgekit.quantize.cpu.select import select_nodes
+
+    model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
+    cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
+    plan = qgraph.analyse_graph(model, time_input="t")
+    chosen, _ = select_nodes(plan, cfg)
+    calib = tiny_feeds(4, seed=1)
+    qdq = tmp_path / "int8.onnx"
+    ptq.quantize_model(
+        model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json"
+    )
+    nodes = {k: plan.by_name()[k] for k in chosen}
+    whole = search.node_sensitivity(model, qdq, calib[:2], nodes)
+    sizes = search._tensor_bytes(graph_without_weights(model)) | search._tensor_bytes(graph_without_weights(qdq))
+    cap = 3 * max(sizes.values())
+    fetched: list[list[str]] = []
+    real_run = search._run
+    monkeypatch.setattr(search, "_run", lambda s, names, f: fetched.append(list(names)) or real_run(s, names, f))
+    grouped = search.node_sensitivity(model, qdq, calib[:2], nodes, fetch_bytes=cap)
+    assert len(fetched) > 4  # more than one run per graph and feed
+    for names in fetched:
+        assert sum(sizes[n] for n in names) <= cap, names
+    q_runs = [names for names in fetched if any(n.endswith("_DequantizeLinear_Output") for n in names)]
+    assert len(q_runs) > 2  # the QDQ graph's runs split too
+    inputs = {v.name for v in graph_without_weights(qdq).graph.input}  # read from the feed, never fetched
+    for names in q_runs:  # an activation and its DQ copy are fetched in one run
+        copies = [n for n in names if n.endswith("_DequantizeLinear_Output")]
+        assert all(search._activation_of(n) in {*names, *inputs} for n in copies), names
+    assert grouped.keys() == whole.keys()
+    for name, score in whole.items():
+        for k, v in score.items():
+            assert grouped[name][k] == pytest.approx(v, abs=1e-6), (name, k)
+
+
+def test_groups_keep_order_and_the_cap_and_a_key_together():
+    from edgekit.quantize.cpu.search import _activation_of, _groups
+
+    sizes = {"a": 4, "a_DequantizeLinear_Output": 4, "b": 4, "c": 10, "d": 1}
+    fetch = ["a", "a_DequantizeLinear_Output", "b", "c", "d"]
+    assert _groups(fetch, sizes, 8, key=_activation_of) == [["a", "a_DequantizeLinear_Output"], ["b"], ["c"], ["d"]]
+    assert _groups(fetch, sizes, 100, key=_activation_of) == [fetch]
+    assert _groups(["x", "y"], {"y": 5}, 5) == [["x"], ["y"]]  # unknown shape: the largest known
+    assert _groups([], sizes, 8) == [[]]
