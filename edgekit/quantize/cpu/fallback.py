@@ -33,15 +33,9 @@ from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
-from edgekit.quantize.cpu.search import (
-    BudgetOutcome,
-    fallback_until_within_budget,
-    isolated_output_sqnr,
-    node_sensitivity,
-    rank_by_sensitivity,
-    screen,
-)
+from edgekit.quantize.cpu.search import BudgetOutcome, fallback_until_within_budget, rank_by_sensitivity, screen
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.sensitivity import isolated_output_sqnr, node_sensitivity
 from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult

@@ -1,0 +1,273 @@
+"""How much each INT8 node costs the network, for the budget search (``search.py``) to rank.
+
+On a few recorded feeds spread over the loop: ``node_sensitivity`` compares the float and the QDQ
+graph tensor by tensor as onnxruntime's ``qdq_loss_debug`` does (per-tensor SQNR, and the noise
+each node *adds*: output noise power minus the noise already in its inputs), in bounded memory;
+``isolated_output_sqnr`` measures, one layer at a time, the network output's SQNR when only that
+node is INT8.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit._deps import require
+from edgekit._sidefiles import model_bytes, remove_model
+from edgekit.quantize.calibrator import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
+
+
+def _power(db: float) -> float:
+    return 10.0 ** (-db / 10.0)
+
+
+# One graph run's fetched tensors are alive together (ORT returns them at once): on a 2.25 GiB
+# transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ graph) beside a session, and the
+# quantize's peak (2.62x the weights, docs/large-models.md). Each run fetches at most this share of
+# the FP32 weight bytes (never under FETCH_FLOOR: a small model's feed stays one run per graph), at
+# the cost of one more forward per group.
+FETCH_SHARE = 0.2
+FETCH_FLOOR = 256 << 20
+# The names ORT's QDQ quantizer and qdq_loss_debug give an activation's copies around its Q/DQ
+# (``create_activation_matching``): they are grouped with the activation they copy.
+_QDQ_SUFFIXES = ("_DequantizeLinear_Output_1", "_DequantizeLinear_Output", "_QuantizeLinear_Input")
+
+
+def node_sensitivity(
+    float_model: Path,
+    qdq_model: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    nodes: Mapping[str, Any],
+    each: Callable[[int], None] | None = None,
+    fetch_bytes: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """{node name: {"input_sqnr_db", "output_sqnr_db", "added_sqnr_db", "tensor_sqnr_db"}} for the
+    INT8 nodes ``nodes`` (name -> graph.NodeInfo) via onnxruntime's ``qdq_loss_debug``.
+
+    input/output: SQNR of the QDQ graph's tensor against the float graph's (the error that has
+    reached it); tensor: the SQNR of the activation's own Q/DQ (qdq_loss_debug's ``qdq_err``);
+    added: the noise this node adds, output minus input noise power, in dB. ``each(i)``: after the
+    i-th pass of a graph over one feed (each feed on each graph: 2 x len(feeds)).
+
+    Memory is one session and a bounded share of one feed's tensors, never the model twice: each
+    graph is read without its weights (its session reads them from the model's own side file), the
+    tensors are fetched as graph outputs (never a dequantized weight: the whole model again per
+    feed) in groups of at most ``fetch_bytes`` (from the graph's static shapes; default
+    FETCH_SHARE of the FP32 weights, at least FETCH_FLOOR), one graph run per group, and the float
+    graph runs over every feed first, its tensors spilled to a scratch folder beside ``qdq_model``,
+    before the QDQ graph's session opens; they are read back one at a time, as compared. Each
+    feed's tensors are compared and dropped (signal and noise power summed over the feeds:
+    qdq_loss_debug's SQNR over the concatenated feeds). ORT's own
+    ``modify_model_output_intermediate_tensors`` loads the model with its weights and saves a copy,
+    and both sessions were open at once: 8.2 GB, 3.5x the weights, on the 2.25 GiB aMUSEd-256
+    (docs/large-models.md)."""
+    dbg = require("onnxruntime.quantization.qdq_loss_debug")
+    cap = fetch_bytes if fetch_bytes is not None else max(FETCH_FLOOR, int(FETCH_SHARE * model_bytes(float_model)))
+    op_types = sorted({n.op_type for n in nodes.values()})
+    f_graph = graph_without_weights(float_model)
+    graph = {n.name: n for n in f_graph.graph.node}
+    wanted = {(x, False) for info in nodes.values() for x in info.activations}
+    wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
+    own_names = {x for info in nodes.values() for x in info.activations}
+    f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
+    f_groups = _groups(f_fetch, _tensor_bytes(f_graph), cap)
+    q_graph = graph_without_weights(qdq_model)
+    q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
+    q_groups = _groups(q_fetch, _tensor_bytes(q_graph), cap, key=_activation_of)
+    spilled = {name: i for i, name in enumerate(f_fetch)}
+    cross_sums: dict[tuple[str, bool], list[float]] = {}
+    own_sums: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
+        spill = Path(tmp)
+        with tapped_session(float_model, f_graph) as f_session:
+            for i, feed in enumerate(feeds):
+                (spill / str(i)).mkdir()
+                for group in f_groups:
+                    _spill(spill / str(i), spilled, _run(f_session, group, feed))
+                if each is not None:
+                    each(i + 1)
+        del f_graph
+        with tapped_session(qdq_model, q_graph) as q_session:
+            for i, feed in enumerate(feeds):
+                for group in q_groups:
+                    qdq_acts = _run(q_session, group, feed)
+                    matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
+                    bases = {_activation_of(t) for t in group}
+                    for name, post in wanted:
+                        if name not in bases:
+                            continue
+                        cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                        ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
+                        if ref is not None and cand is not None:
+                            _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
+                        del ref  # a mapped tensor stays resident until unmapped
+                    for x in own_names & matched.keys():
+                        pair = matched[x]
+                        if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
+                            _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
+                    del qdq_acts, matched
+                if each is not None:
+                    each(len(feeds) + i + 1)
+    return _node_sqnrs(nodes, graph, cross_sums, own_sums)
+
+
+def _node_sqnrs(
+    nodes: Mapping[str, Any],
+    graph: Mapping[str, Any],
+    cross_sums: Mapping[tuple[str, bool], list[float]],
+    own_sums: Mapping[str, list[float]],
+) -> dict[str, dict[str, float]]:
+    """Each node's SQNRs from the power sums over the feeds (``node_sensitivity``): ``cross_sums``
+    by (tensor, after its Q/DQ) for the QDQ graph against the float one, ``own_sums`` by
+    activation for its own Q/DQ."""
+    out: dict[str, dict[str, float]] = {}
+    for name, info in nodes.items():
+        node = graph.get(name)
+        if node is None:
+            continue
+        ins = [_db(cross_sums[(x, False)]) for x in info.activations if (x, False) in cross_sums]
+        outs = [_db(cross_sums[(y, True)]) for y in node.output if (y, True) in cross_sums]
+        if not outs:
+            continue
+        in_db = min(ins) if ins else math.inf
+        out_db = min(outs)
+        added = max(_power(out_db) - (_power(in_db) if math.isfinite(in_db) else 0.0), 1e-15)
+        own = [_db(own_sums[x]) for x in info.activations if x in own_sums]
+        out[name] = {
+            "input_sqnr_db": in_db,
+            "output_sqnr_db": out_db,
+            "added_sqnr_db": -10.0 * math.log10(added),
+            "tensor_sqnr_db": min(own) if own else math.inf,
+        }
+    return out
+
+
+def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None) -> list[str]:
+    """Make ``tensors`` of ``graph`` (a weightless ``ModelProto``) graph outputs and return the names
+    to fetch: not a DequantizeLinear of an initializer (a dequantized weight: constant, as large as
+    the model, no node's activation), and only ``keep`` where given."""
+    g = graph.graph
+    inits = {i.name for i in g.initializer}
+    weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
+    chosen = [t for t in tensors if t not in weights and (keep is None or t in keep)]
+    return add_tensor_outputs(graph, chosen)
+
+
+def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One feed's ``fetch`` tensors (a graph input among them: read from the feed)."""
+    inputs = {i.name for i in session.get_inputs()}
+    outputs = {o.name for o in session.get_outputs()}
+    names = [n for n in fetch if n in outputs]
+    # No names would make ORT return every output: a group of graph inputs runs nothing.
+    values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs}))) if names else {}
+    return {n: values[n] if n in values else np.asarray(feed[n]) for n in fetch if n in values or n in feed}
+
+
+def _spill(folder: Path, index: Mapping[str, int], acts: Mapping[str, np.ndarray]) -> None:
+    """One feed's tensors to ``folder``, each as ``index[name]``.npy (tensor names may hold '/')."""
+    for name, value in acts.items():
+        np.save(folder / f"{index[name]}.npy", value)
+
+
+def _unspill(folder: Path, index: Mapping[str, int], name: str) -> np.ndarray | None:
+    """``_spill``'s tensor ``name``, memory-mapped (None where the feed did not have it)."""
+    path = folder / f"{index[name]}.npy" if name in index else None
+    return np.load(path, mmap_mode="r") if path is not None and path.is_file() else None
+
+
+def _activation_of(tensor: str) -> str:
+    """The activation a QDQ graph's tensor copies (itself where it is one)."""
+    for suffix in _QDQ_SUFFIXES:
+        if tensor.endswith(suffix):
+            return tensor[: -len(suffix)]
+    return tensor
+
+
+def _tensor_bytes(graph: Any) -> dict[str, int]:
+    """Bytes of each tensor of ``graph`` (a shape-inferred ``ModelProto``) whose shape is static."""
+    onnx = require("onnx")
+    out: dict[str, int] = {}
+    g = graph.graph
+    for v in [*g.input, *g.value_info, *g.output]:
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+        if t.elem_type and all(d >= 0 for d in dims):
+            out[v.name] = math.prod(dims) * onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+    return out
+
+
+def _groups(
+    fetch: Sequence[str], sizes: Mapping[str, int], cap: int, key: Callable[[str], str] = lambda t: t
+) -> list[list[str]]:
+    """``fetch`` split, in order, into runs of at most ``cap`` bytes; tensors with one ``key`` (an
+    activation and its copies around its Q/DQ: compared together) stay in one group. A tensor of
+    unknown shape counts as the largest known (static export: there should be none)."""
+    unknown = max(sizes.values(), default=0)
+    by_key: dict[str, list[str]] = {}
+    for t in fetch:
+        by_key.setdefault(key(t), []).append(t)
+    groups: list[list[str]] = []
+    held = 0
+    for members in by_key.values():
+        size = sum(sizes.get(t, unknown) for t in members)
+        if not groups or (held + size > cap and groups[-1]):
+            groups.append([])
+            held = 0
+        groups[-1].extend(members)
+        held += size
+    return groups or [[]]
+
+
+def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:
+    """Signal and noise power of one feed's tensor, added to ``sums``."""
+    ref64 = np.asarray(ref, np.float64).ravel()
+    sums[0] += float(np.dot(ref64, ref64))
+    diff = ref64 - np.asarray(cand, np.float64).ravel()
+    sums[1] += float(np.dot(diff, diff))
+
+
+def _db(sums: list[float]) -> float:
+    """qdq_loss_debug's SQNR (20 log10 of the norms' ratio, each floored at float eps) from the
+    summed powers."""
+    eps = float(np.finfo(float).eps)
+    return 20.0 * math.log10(max(math.sqrt(sums[0]), eps) / max(math.sqrt(sums[1]), eps))
+
+
+def isolated_output_sqnr(
+    float_model: Path,
+    build: Callable[[list[str]], Path],
+    nodes: Sequence[str],
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    output: str,
+    each: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """{node: SQNR (dB) of the network output ``output`` when only that node is INT8} over
+    ``feeds``: one layer at a time, so the score includes how the node's error propagates to
+    the output (the first layer reading a flow's ODE state adds modest local noise that every
+    later layer carries). ``build([node])`` writes the one-node QDQ model (cached calibration)."""
+    ort = require("onnxruntime")
+    dbg = require("onnxruntime.quantization.qdq_loss_debug")
+
+    def outputs(path: Path) -> list[np.ndarray]:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return [session.run([output], dict(f))[0] for f in feeds]
+
+    def alone(node: str) -> float:
+        path = build([node])
+        try:
+            return float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(path)))
+        finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
+            remove_model(path)
+
+    reference = outputs(float_model)
+    out: dict[str, float] = {}
+    for i, node in enumerate(nodes, 1):
+        out[node] = alone(node)
+        if each is not None:
+            each(i)
+    return out
