@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
+from edgekit._sidefiles import external_data_locations
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
@@ -109,9 +110,14 @@ def _open_spec(
         if not int8.is_file():
             with OrtRuntime(path, OrtOptions(intra_op_threads=threads)) as fp32:
                 feeds = calibrate(fp32)
-            staged = int8.with_name(f".staging-{int8.name}")
-            quantize_unbudgeted(path, staged, feeds)
-            staged.replace(int8)
+            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache))  # the graph and its weights file, if any
+            try:
+                quantize_unbudgeted(path, staging / int8.name, feeds)
+                for side in external_data_locations(staging / int8.name):  # <name>.data: the graph names it
+                    (staging / side).replace(cache / side)
+                (staging / int8.name).replace(int8)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         path = int8
     return entry.open_file(path, FileOptions(precision, threads))
 

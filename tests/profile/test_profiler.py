@@ -332,6 +332,24 @@ def test_int8_sweep_calibrates_on_evenly_spaced_calls(tiny, kit, tmp_path, monke
     assert ar_rec.every == 3 and [c.call for c in ar_rec.calls] == [0, 3, 6]  # 8 AR steps, every 3rd
 
 
+def test_int8_sweep_of_a_side_file_model_keeps_each_weights_file_beside_its_graph(tiny, kit, tmp_path, monkeypatch):
+    """Over 2 GB every graph keeps its weights in a side file (forced here): the cached INT8 graph
+    must find its own beside it once the sweep's scratch folder is gone, and leave no scratch."""
+    pytest.importorskip("torch")
+    from edgekit._sidefiles import external_data_locations
+
+    monkeypatch.setenv("EDGEKIT_EXTERNAL_DATA_MB", "0")
+    masked, ar = Bundle.load(tiny["masked"]), Bundle.load(tiny["ar"])
+    cfg = ProfileConfig(sweep_measure=kit.FAST, sweep_precision="int8", sweep_cache=tmp_path / "cache")
+    assert length_sweep(masked, ar, "ort", 2, kit.B, [8], cfg)["available"] is True
+    int8 = sorted((tmp_path / "cache").glob("*-int8.onnx"))
+    assert len(int8) == 2
+    for path in int8:
+        sides = external_data_locations(path)
+        assert sides and all((path.parent / name).is_file() for name in sides), (path.name, sides)
+    assert not [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".staging-")]
+
+
 def test_crossover_estimates_are_finite_or_none(profile_doc):
     cross = profile_doc["compare_ar"]["crossover"]
     for key in ("seed_formula", "k_steps_estimate"):

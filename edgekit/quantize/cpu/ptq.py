@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import place_side_files
+from edgekit._sidefiles import external_data_locations, place_side_files
 from edgekit.arithmetic import k_axis, pair_range
 from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
@@ -29,7 +29,7 @@ from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.quiet import quiet_ort_logging
-from edgekit.runtimes.onnx_file import needs_side_file, save_onnx
+from edgekit.runtimes.onnx_file import needs_side_file, save_onnx, save_with_one_side_file
 
 
 # ---- preparation and analysis ------------------------------------------------------------------
@@ -348,7 +348,8 @@ def quantize_unbudgeted(
     """INT8 QDQ of every node ``cfg`` selects (default: the ``cpu`` profile's), no accuracy budget
     and no fallback, calibrated on ``feeds`` (recorded decode calls). For *timing* graphs no
     budget can be checked for: the profiler's architecture-only (random-weight) models at other
-    sequence lengths, whose INT8 kernels cost what the trained model's would."""
+    sequence lengths, whose INT8 kernels cost what the trained model's would. A model with its
+    weights in a side file is written with one of its own beside ``out_path`` (``<name>.data``)."""
 
     cfg = cfg or QuantizeConfig()
     with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as tmp:
@@ -358,5 +359,10 @@ def quantize_unbudgeted(
         weight_only = weight_only_by_rule(floated, cfg)
         staged = Path(tmp) / "int8.onnx"
         quantize_model(prepared, staged, calibration_reader(feeds), nodes, cfg, plan, weight_only=weight_only)
-        shutil.move(str(staged), str(out_path))
+        if external_data_locations(staged):
+            # Its weights live in side files in this folder (and maybe the prepared model's), gone
+            # with it: the model at ``out_path`` gets one of its own, ``<name>.data``.
+            save_with_one_side_file(staged, Path(out_path))
+        else:
+            shutil.move(str(staged), str(out_path))
     return Path(out_path)

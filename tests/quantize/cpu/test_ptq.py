@@ -223,3 +223,40 @@ def test_excluded_node_stays_fully_float(tiny_model, tmp_path):
     out, _ = _quantize(tiny_model, tmp_path, "cpu", nodes=chosen, weight_only=chosen)
     model = onnx.load(str(out))
     assert "q_proj" not in structure.weight_only_nodes(model) and "Wq" in {i.name for i in model.graph.initializer}
+
+
+def test_quantize_unbudgeted_of_a_side_file_model_keeps_its_weights_beside_the_output(tmp_path, monkeypatch):
+    """The profiler's sweep quantizes its architecture-only models with ``quantize_unbudgeted``;
+    one over 2 GB writes its INT8 weights to a side file in a scratch folder: the model at
+    ``out_path`` must get them beside it, not read a file deleted with that folder."""
+    from edgekit._sidefiles import external_data_locations
+    from edgekit.runtimes.onnx_file import save_onnx
+
+    helper = onnx.helper
+    rng = np.random.default_rng(0)
+    w1, w2 = (onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), n) for n in ("w1", "w2"))
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+            helper.make_node("MatMul", ["h", "w2"], ["y"], name="fc2"),
+        ],
+        "two",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 64])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(4)]
+    onnx.save(model, str(tmp_path / "inline.onnx"))
+    expected = ptq.quantize_unbudgeted(tmp_path / "inline.onnx", tmp_path / "int8-inline.onnx", feeds)
+    monkeypatch.setenv("EDGEKIT_EXTERNAL_DATA_MB", "0")
+    (tmp_path / "side").mkdir()
+    fp32 = save_onnx(model, tmp_path / "side" / "fp32.onnx", external=True)
+    assert external_data_locations(fp32)
+    (tmp_path / "out").mkdir()
+    out = ptq.quantize_unbudgeted(fp32, tmp_path / "out" / "int8.onnx", feeds)
+    assert external_data_locations(out) == {"int8.onnx.data"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["int8.onnx", "int8.onnx.data"]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    want = ort.InferenceSession(str(expected), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    np.testing.assert_array_equal(got, want)
