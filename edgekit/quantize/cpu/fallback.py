@@ -7,11 +7,14 @@ read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
     quantize -> decode the held-out set -> budget? else rank by sensitivity and fall back ->
     (cpu_arithmetic) the fallback form that is fastest on this host -> structure, range drift
 
-A fallback leaves INT8 for plain FP32 on the cpu profile: a weight-only layer (INT8 weight + DQ,
-float compute) dequantizes its weight at every call and was slower than FP32 on the CPUs measured
-(``choose_fallback_form`` times both on this host and keeps weight-only only where it is faster
-and still within the budget). The trt profile keeps weight-only fallbacks: TensorRT folds the DQ
-into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
+A fallback leaves INT8 for plain FP32 on the cpu profile unless the weight-only form (INT8 weight
++ DQ, float compute; ~1/4 of the fallback's FP32 weight bytes) is as fast on this host and still
+within the budget: ``choose_fallback_form`` times both forms side by side. Weight-only surely
+slower (it dequantizes its weight at every call; so on ORT on the CPUs measured first): FP32.
+Surely faster by more than FORM_MARGIN, or as fast (within noise, or faster by less than the
+margin): the smaller weight-only form, where the budget measured on it still holds. The trt
+profile keeps weight-only fallbacks: TensorRT folds the DQ into the layer at build time, and the
+INT8 file stays at ~0.3x the FP32 one.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
-from edgekit.probes.speed import FASTER, Decision, HostProbe, decide
+from edgekit.probes.speed import FASTER, SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
@@ -49,6 +52,7 @@ from edgekit.quantize.names import Lineage
 from edgekit.quantize.plan import Eta, counting
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.onnx_file import load_onnx, weight_bytes
 from edgekit.spec import KIND_IO
 
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
@@ -57,8 +61,9 @@ MAX_FULL_FLOAT = 3
 # Interleaved rounds when timing the two fallback forms (one forward each): enough for a stable
 # median on a loaded 2-core machine at the demo's sizes (a few ms per forward).
 FORM_ROUNDS = 15
-# Weight-only must beat FP32 fallbacks by more than this share to be kept: below it the medians
-# differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms), and FP32 is the more accurate.
+# Weight-only faster than FP32 fallbacks by more than this share is a speed win; below it the
+# medians differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms) and the forms tie, so
+# the smaller one (weight-only) is kept where the budget holds with it.
 FORM_MARGIN = 0.03
 
 
@@ -256,10 +261,11 @@ class FallbackProfile:
         return self.result(model, outcome, form)
 
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
-        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only; keep
-        weight-only (smaller file) only where it is surely faster (``probes.speed.decide``: timed
-        again while the timings cannot tell), by more than FORM_MARGIN, and still within the
-        budget. Within noise after re-measuring: FP32 fallbacks, the safe form, and one warning."""
+        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only
+        (``probes.speed.decide``: timed again while the timings cannot tell). Weight-only surely
+        slower: FP32 fallbacks, not measured further. Otherwise (surely faster, or as fast: within
+        noise, or faster by less than FORM_MARGIN) weight-only, the smaller form, where its
+        held-out decode still meets the budget; FP32 fallbacks where it does not."""
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
@@ -276,10 +282,22 @@ class FallbackProfile:
                 probe=HostProbe(),
                 early=True,
             )
-        return self._form(decision, wo_model, outcome, run.cfg.runtime)
+        # The first graph of each (step buckets share one weights file when recorded). Counted from
+        # the graphs' initializers: a candidate names the side files of the graphs it was derived
+        # from, whole (``cpu/derive.py``), and the recorded file copies only what it reads.
+        sizes = {"float": weight_bytes(load_onnx(model)), "weight-only": weight_bytes(load_onnx(wo_model))}
+        return self._form(decision, wo_model, outcome, run.cfg.runtime, sizes)
 
-    def _form(self, decision: Decision, wo_model: Path, outcome: BudgetOutcome, runtime: str = "ort") -> dict[str, Any]:
-        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on ``runtime``)."""
+    def _form(
+        self,
+        decision: Decision,
+        wo_model: Path,
+        outcome: BudgetOutcome,
+        runtime: str = "ort",
+        sizes: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on
+        ``runtime``); ``sizes``: each form's weight bytes (initializers), recorded as ``weight_bytes``."""
         run = self.run
         med = {name: t.median_ms for name, t in decision.timings.items()}
         doc: dict[str, Any] = {
@@ -289,29 +307,52 @@ class FallbackProfile:
             "verdict": decision.verdict,
             "timing": decision.to_json(),
         }
-        if not decision.sure:
-            doc["why"] = f"weight-only against FP32 fallbacks within noise ({decision.why()}): FP32, the safe form"
-            shown = "not measured against" if decision.speedup is None else f"{decision.speedup:.2f}x"
-            run.warn(
-                f"fallback form: weight-only ran {shown} FP32 fallbacks per forward, within noise "
-                f"after {decision.rounds} rounds ({decision.why()}); kept FP32 fallbacks"
+        if sizes is not None:
+            doc["weight_bytes"] = dict(sizes)
+        if decision.verdict == SLOWER:
+            doc["why"] = (
+                f"FP32 fallbacks ran faster here (weight-only {decision.ratio:.2f}x their time per forward: "
+                "a weight-only layer dequantizes its weight at every call)"
             )
-        elif decision.verdict == FASTER and (decision.ratio or 1.0) < 1 - FORM_MARGIN:
+            return doc
+        faster = decision.verdict == FASTER and (decision.ratio or 1.0) < 1 - FORM_MARGIN
+        # As fast: the timing cannot tell them apart, or weight-only wins by less than the margin.
+        # Then the smaller form is worth having (file and session memory), where the budget holds.
+        as_fast = (
+            f"as fast within noise ({decision.why()})"
+            if not decision.sure
+            else f"as fast within {FORM_MARGIN:.0%} (weight-only {decision.ratio:.2f}x FP32's time per forward)"
+        )
+        saved = None if sizes is None else (sizes["float"] - sizes["weight-only"]) / (1 << 20)
+        smaller = "smaller" if saved is None else f"{saved:.1f} MiB smaller"
+        if not faster and saved is not None and saved <= 0:  # nothing to gain: the more accurate form
+            doc["why"] = f"{as_fast}, and weight-only is no smaller: FP32, the more accurate form"
+            kept = "kept FP32 fallbacks (weight-only is no smaller)"
+        else:
             metrics = self.measure(wo_model)
             passed, checks = run.judge(metrics)
             if passed:
                 doc |= {
                     "chosen": "weight-only",
                     "model": wo_model,
-                    "why": "weight-only fallbacks ran faster here and kept the budget",
+                    "why": "weight-only fallbacks ran faster here and kept the budget"
+                    if faster
+                    else f"{as_fast} and {smaller}; kept the budget",
                 }
                 outcome.metrics, outcome.checks = metrics, checks
-                return doc
-            doc["why"] = "weight-only fallbacks ran faster here but missed the budget"
-        else:
-            doc["why"] = (
-                f"FP32 fallbacks ran as fast or faster here (weight-only was not {FORM_MARGIN:.0%} faster: "
-                "a weight-only layer dequantizes its weight at every call)"
+                kept = f"kept weight-only fallbacks ({smaller}, budget met)"
+            else:
+                doc["why"] = (
+                    "weight-only fallbacks ran faster here but missed the budget"
+                    if faster
+                    else f"{as_fast}, but weight-only missed the budget: FP32, the more accurate form"
+                )
+                kept = "kept FP32 fallbacks (weight-only missed the budget)"
+        if not decision.sure:  # the timing could not tell: said once, with what decided instead
+            shown = "not measured against" if decision.speedup is None else f"{decision.speedup:.2f}x"
+            run.warn(
+                f"fallback form: weight-only ran {shown} FP32 fallbacks per forward, within noise "
+                f"after {decision.rounds} rounds ({decision.why()}); {kept}"
             )
         return doc
 
