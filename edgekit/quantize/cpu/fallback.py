@@ -5,16 +5,12 @@ read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
 
     prepare (quant_pre_process) -> analyse + select nodes -> calibrate once (cached ranges) ->
     quantize -> decode the held-out set -> budget? else rank by sensitivity and fall back ->
-    (cpu_arithmetic) the fallback form that is fastest on this host -> structure, range drift
+    (cpu_arithmetic) the fallback form (cpu/form.py) -> structure, range drift
 
-A fallback leaves INT8 for plain FP32 on the cpu profile unless the weight-only form (INT8 weight
-+ DQ, float compute; ~1/4 of the fallback's FP32 weight bytes) is as fast on this host and still
-within the budget: ``choose_fallback_form`` times both forms side by side. Weight-only surely
-slower (it dequantizes its weight at every call; so on ORT on the CPUs measured first): FP32.
-Surely faster by more than FORM_MARGIN, or as fast (within noise, or faster by less than the
-margin): the smaller weight-only form, where the budget measured on it still holds. The trt
-profile keeps weight-only fallbacks: TensorRT folds the DQ into the layer at build time, and the
-INT8 file stays at ~0.3x the FP32 one.
+A fallback leaves INT8 for plain FP32 on the cpu profile, then takes the form ``cpu/form.py``
+chooses on this host: weight-only (INT8 weight + DQ, float compute: the smaller) unless it is
+surely slower than FP32 or misses the budget. The trt profile keeps weight-only fallbacks:
+TensorRT folds the DQ into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
 """
 
 from __future__ import annotations
@@ -28,13 +24,13 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
-from edgekit.probes.speed import FASTER, SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
+from edgekit.quantize.cpu.form import form_record, form_sizes, time_forms
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import (
     BudgetOutcome,
@@ -49,22 +45,14 @@ from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage
-from edgekit.quantize.plan import Eta, counting
+from edgekit.quantize.plan import Eta
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
-from edgekit.runtimes.onnx_file import load_onnx, weight_bytes
 from edgekit.spec import KIND_IO
 
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
 # sensitivity ranking included: ~1 min on the flow demo).
 MAX_FULL_FLOAT = 3
-# Interleaved rounds when timing the two fallback forms (one forward each): enough for a stable
-# median on a loaded 2-core machine at the demo's sizes (a few ms per forward).
-FORM_ROUNDS = 15
-# Weight-only faster than FP32 fallbacks by more than this share is a speed win; below it the
-# medians differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms) and the forms tie, so
-# the smaller one (weight-only) is kept where the budget holds with it.
-FORM_MARGIN = 0.03
 
 
 class FallbackProfile:
@@ -261,11 +249,9 @@ class FallbackProfile:
         return self.result(model, outcome, form)
 
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
-        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only
-        (``probes.speed.decide``: timed again while the timings cannot tell). Weight-only surely
-        slower: FP32 fallbacks, not measured further. Otherwise (surely faster, or as fast: within
-        noise, or faster by less than FORM_MARGIN) weight-only, the smaller form, where its
-        held-out decode still meets the budget; FP32 fallbacks where it does not."""
+        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only, and
+        return the ``fallback_form`` record of ``cpu.form.form_record``: weight-only (its model
+        under ``model``) unless it is surely slower or misses the budget."""
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
@@ -273,88 +259,8 @@ class FallbackProfile:
         # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
         # No spin between runs: TIMED_SPIN (stage.py).
         with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(wo_model, spin=False) as wo:
-            eta = Eta("fallback form, weight-only against float: forward", 2 * (2 + FORM_ROUNDS), run.say)
-            decision = decide(
-                counting({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, eta),
-                FORM_ROUNDS,
-                pair=lambda timings: ("weight-only", "float"),
-                warmup=2,
-                probe=HostProbe(),
-                early=True,
-            )
-        # The first graph of each (step buckets share one weights file when recorded). Counted from
-        # the graphs' initializers: a candidate names the side files of the graphs it was derived
-        # from, whole (``cpu/derive.py``), and the recorded file copies only what it reads.
-        sizes = {"float": weight_bytes(load_onnx(model)), "weight-only": weight_bytes(load_onnx(wo_model))}
-        return self._form(decision, wo_model, outcome, run.cfg.runtime, sizes)
-
-    def _form(
-        self,
-        decision: Decision,
-        wo_model: Path,
-        outcome: BudgetOutcome,
-        runtime: str = "ort",
-        sizes: dict[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on
-        ``runtime``); ``sizes``: each form's weight bytes (initializers), recorded as ``weight_bytes``."""
-        run = self.run
-        med = {name: t.median_ms for name, t in decision.timings.items()}
-        doc: dict[str, Any] = {
-            "chosen": "float",
-            "forward_ms": med,
-            "measured_on": f"{runtime} (this host)",
-            "verdict": decision.verdict,
-            "timing": decision.to_json(),
-        }
-        if sizes is not None:
-            doc["weight_bytes"] = dict(sizes)
-        if decision.verdict == SLOWER:
-            doc["why"] = (
-                f"FP32 fallbacks ran faster here (weight-only {decision.ratio:.2f}x their time per forward: "
-                "a weight-only layer dequantizes its weight at every call)"
-            )
-            return doc
-        faster = decision.verdict == FASTER and (decision.ratio or 1.0) < 1 - FORM_MARGIN
-        # As fast: the timing cannot tell them apart, or weight-only wins by less than the margin.
-        # Then the smaller form is worth having (file and session memory), where the budget holds.
-        as_fast = (
-            f"as fast within noise ({decision.why()})"
-            if not decision.sure
-            else f"as fast within {FORM_MARGIN:.0%} (weight-only {decision.ratio:.2f}x FP32's time per forward)"
-        )
-        saved = None if sizes is None else (sizes["float"] - sizes["weight-only"]) / (1 << 20)
-        smaller = "smaller" if saved is None else f"{saved:.1f} MiB smaller"
-        if not faster and saved is not None and saved <= 0:  # nothing to gain: the more accurate form
-            doc["why"] = f"{as_fast}, and weight-only is no smaller: FP32, the more accurate form"
-            kept = "kept FP32 fallbacks (weight-only is no smaller)"
-        else:
-            metrics = self.measure(wo_model)
-            passed, checks = run.judge(metrics)
-            if passed:
-                doc |= {
-                    "chosen": "weight-only",
-                    "model": wo_model,
-                    "why": "weight-only fallbacks ran faster here and kept the budget"
-                    if faster
-                    else f"{as_fast} and {smaller}; kept the budget",
-                }
-                outcome.metrics, outcome.checks = metrics, checks
-                kept = f"kept weight-only fallbacks ({smaller}, budget met)"
-            else:
-                doc["why"] = (
-                    "weight-only fallbacks ran faster here but missed the budget"
-                    if faster
-                    else f"{as_fast}, but weight-only missed the budget: FP32, the more accurate form"
-                )
-                kept = "kept FP32 fallbacks (weight-only missed the budget)"
-        if not decision.sure:  # the timing could not tell: said once, with what decided instead
-            shown = "not measured against" if decision.speedup is None else f"{decision.speedup:.2f}x"
-            run.warn(
-                f"fallback form: weight-only ran {shown} FP32 fallbacks per forward, within noise "
-                f"after {decision.rounds} rounds ({decision.why()}); {kept}"
-            )
-        return doc
+            decision = time_forms(fp, wo, feed, run.say)
+        return form_record(decision, wo_model, outcome, run, self.measure, run.cfg.runtime, form_sizes(model, wo_model))
 
     # ---- what it made --------------------------------------------------------------------------
     def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:
