@@ -10,8 +10,9 @@ fastest engine, each ratio) goes through here:
 
 A ``Timing`` keeps the samples, their median and spread, the load average before and after, this
 process's own CPU use while measuring, the cores and the CPU class; a ``Decision`` keeps both
-Timings. The caller keeps its safe choice (FP32, the fallback form that computes in float, the
-engine the bundle recorded) when the verdict is "within noise", and says so in one warning.
+Timings. The caller keeps its safe choice (FP32, the engine the bundle recorded) when the verdict
+is "within noise", and says so in one warning; the quantize fallback form decides such a tie on
+size and the budget instead (``quantize/cpu/form.py``).
 
 Every reading of the host is injectable (``HostProbe``): tests pass a stand-in clock and load,
 so no test asserts a time and no verdict depends on the machine running it.

@@ -40,9 +40,10 @@ CPU = register_profile(
             quantized_outputs=("Conv",),
             skip_gemv=False,
             weight_only_float=True,
-            # Budget fallbacks are plain FP32 here: a weight-only layer dequantizes its weight at every
-            # call, which measured slower than FP32 on the CPUs tried (cpu.fallback.choose_fallback_form
-            # times both forms on the host and keeps weight-only only where it is faster).
+            # Budget fallbacks are built plain FP32 here: a weight-only layer dequantizes its weight at
+            # every call, which measured slower than FP32 on the CPUs tried. cpu.fallback.choose_fallback_form
+            # then times both forms on the host and keeps weight-only (the smaller) unless it is surely
+            # slower or misses the budget.
             weight_only_fallback=False,
         ),
         hooks=FallbackProfile,

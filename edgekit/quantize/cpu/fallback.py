@@ -5,13 +5,12 @@ read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
 
     prepare (quant_pre_process) -> analyse + select nodes -> calibrate once (cached ranges) ->
     quantize -> decode the held-out set -> budget? else rank by sensitivity and fall back ->
-    (cpu_arithmetic) the fallback form that is fastest on this host -> structure, range drift
+    (cpu_arithmetic) the fallback form (cpu/form.py) -> structure, range drift
 
-A fallback leaves INT8 for plain FP32 on the cpu profile: a weight-only layer (INT8 weight + DQ,
-float compute) dequantizes its weight at every call and was slower than FP32 on the CPUs measured
-(``choose_fallback_form`` times both on this host and keeps weight-only only where it is faster
-and still within the budget). The trt profile keeps weight-only fallbacks: TensorRT folds the DQ
-into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
+A fallback leaves INT8 for plain FP32 on the cpu profile, then takes the form ``cpu/form.py``
+chooses on this host: weight-only (INT8 weight + DQ, float compute: the smaller) unless it is
+surely slower than FP32 or misses the budget. The trt profile keeps weight-only fallbacks:
+TensorRT folds the DQ into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
-from edgekit.probes.speed import FASTER, Decision, HostProbe, decide
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
+from edgekit.quantize.cpu.form import form_record, form_sizes, time_forms
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import BudgetOutcome, fallback_until_within_budget, rank_by_sensitivity, screen
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
@@ -40,7 +39,7 @@ from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage
-from edgekit.quantize.plan import Eta, counting
+from edgekit.quantize.plan import Eta
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO
@@ -48,12 +47,6 @@ from edgekit.spec import KIND_IO
 # At most this many weight-only fallbacks escalate to fully float (each re-runs the fallback loop,
 # sensitivity ranking included: ~1 min on the flow demo).
 MAX_FULL_FLOAT = 3
-# Interleaved rounds when timing the two fallback forms (one forward each): enough for a stable
-# median on a loaded 2-core machine at the demo's sizes (a few ms per forward).
-FORM_ROUNDS = 15
-# Weight-only must beat FP32 fallbacks by more than this share to be kept: below it the medians
-# differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms), and FP32 is the more accurate.
-FORM_MARGIN = 0.03
 
 
 class FallbackProfile:
@@ -250,10 +243,9 @@ class FallbackProfile:
         return self.result(model, outcome, form)
 
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
-        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only; keep
-        weight-only (smaller file) only where it is surely faster (``probes.speed.decide``: timed
-        again while the timings cannot tell), by more than FORM_MARGIN, and still within the
-        budget. Within noise after re-measuring: FP32 fallbacks, the safe form, and one warning."""
+        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only, and
+        return the ``fallback_form`` record of ``cpu.form.form_record``: weight-only (its model
+        under ``model``) unless it is surely slower or misses the budget."""
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
@@ -261,53 +253,8 @@ class FallbackProfile:
         # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
         # No spin between runs: TIMED_SPIN (stage.py).
         with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(wo_model, spin=False) as wo:
-            eta = Eta("fallback form, weight-only against float: forward", 2 * (2 + FORM_ROUNDS), run.say)
-            decision = decide(
-                counting({"float": lambda: fp.run(feed), "weight-only": lambda: wo.run(feed)}, eta),
-                FORM_ROUNDS,
-                pair=lambda timings: ("weight-only", "float"),
-                warmup=2,
-                probe=HostProbe(),
-                early=True,
-            )
-        return self._form(decision, wo_model, outcome, run.cfg.runtime)
-
-    def _form(self, decision: Decision, wo_model: Path, outcome: BudgetOutcome, runtime: str = "ort") -> dict[str, Any]:
-        """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on ``runtime``)."""
-        run = self.run
-        med = {name: t.median_ms for name, t in decision.timings.items()}
-        doc: dict[str, Any] = {
-            "chosen": "float",
-            "forward_ms": med,
-            "measured_on": f"{runtime} (this host)",
-            "verdict": decision.verdict,
-            "timing": decision.to_json(),
-        }
-        if not decision.sure:
-            doc["why"] = f"weight-only against FP32 fallbacks within noise ({decision.why()}): FP32, the safe form"
-            shown = "not measured against" if decision.speedup is None else f"{decision.speedup:.2f}x"
-            run.warn(
-                f"fallback form: weight-only ran {shown} FP32 fallbacks per forward, within noise "
-                f"after {decision.rounds} rounds ({decision.why()}); kept FP32 fallbacks"
-            )
-        elif decision.verdict == FASTER and (decision.ratio or 1.0) < 1 - FORM_MARGIN:
-            metrics = self.measure(wo_model)
-            passed, checks = run.judge(metrics)
-            if passed:
-                doc |= {
-                    "chosen": "weight-only",
-                    "model": wo_model,
-                    "why": "weight-only fallbacks ran faster here and kept the budget",
-                }
-                outcome.metrics, outcome.checks = metrics, checks
-                return doc
-            doc["why"] = "weight-only fallbacks ran faster here but missed the budget"
-        else:
-            doc["why"] = (
-                f"FP32 fallbacks ran as fast or faster here (weight-only was not {FORM_MARGIN:.0%} faster: "
-                "a weight-only layer dequantizes its weight at every call)"
-            )
-        return doc
+            decision = time_forms(fp, wo, feed, run.say)
+        return form_record(decision, wo_model, outcome, run, self.measure, run.cfg.runtime, form_sizes(model, wo_model))
 
     # ---- what it made --------------------------------------------------------------------------
     def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:

@@ -1,5 +1,6 @@
 """How the cpu/trt profile opens its INT8 candidates on ORT: as deployed for the budget, and
-spinning inside runs only where sessions are timed side by side (TIMED_SPIN, quantize/stage.py)."""
+spinning inside runs only where sessions are timed side by side (TIMED_SPIN, quantize/stage.py),
+and the fallback form's two models timed there and weighed."""
 
 from __future__ import annotations
 
@@ -67,37 +68,35 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     assert candidates[-1] == {"spin": False, "bucket": False}  # its INT8 side, opened last
 
 
-@pytest.mark.parametrize(
-    "loads,wo_ms,chosen,warned",
-    [
-        ((0.3,), [80], "weight-only", False),  # surely faster, by more than FORM_MARGIN: measured, kept
-        ((0.3,), [99], "float", False),  # surely faster, by less than FORM_MARGIN: not worth the noise
-        ((3.1,), [80], "float", True),  # a busy host, timed again: FP32 fallbacks, the safe form, said once
-        ((0.3,), [90, 110, 95, 105, 100], "float", True),  # the spread is wider than the difference
-    ],
-)
-def test_the_fallback_form_is_weight_only_only_where_surely_faster(loads, wo_ms, chosen, warned):
-    from edgekit.probes.speed import decide
-    from tests.fakes.host import StandInHost
+def _one_matmul(path, weight_only: bool):
+    """x float[1, 64] -> MatMul(W[64, 64]) -> y: W in FP32, or INT8 per-channel behind a DequantizeLinear."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
-    host = StandInHost(loads=loads)
-    fns = {"float": host.call("float", [100]), "weight-only": host.call("weight-only", wo_ms)}
-    decision = decide(fns, 5, pair=lambda t: ("weight-only", "float"), warmup=0, probe=host.probe)
-    warnings, judged = [], []
-    profile = FallbackProfile.__new__(FallbackProfile)
-    profile.run = SimpleNamespace(warn=warnings.append, judge=lambda metrics: (True, ["ok"]))
-    profile.measure = lambda model: judged.append(model) or {"snr_db": 40.0}
-    outcome = SimpleNamespace(metrics=None, checks=None)
-    form = profile._form(decision, "wo.onnx", outcome)
-    assert form["chosen"] == chosen and form["verdict"] == decision.verdict and form["timing"]["timings"]
-    assert judged == (["wo.onnx"] if chosen == "weight-only" else [])  # the budget is asked only of a win
-    assert len(warnings) == (1 if warned else 0)
-    if warned:
-        assert "within noise after 3 rounds" in warnings[0] and "kept FP32 fallbacks" in warnings[0]
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    if weight_only:
+        scale = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+        inits = [
+            numpy_helper.from_array(np.round(w / scale).astype(np.int8), "w_q"),
+            numpy_helper.from_array(scale, "w_scale"),
+        ]
+        nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w"], axis=1)]
+    else:
+        inits, nodes = [numpy_helper.from_array(w, "w")], []
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+        "one_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
 
 
 @pytest.mark.parametrize("runtime", ["ort", "openvino"])
-def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runtime):
+def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runtime, tmp_path):
     """OpenVINO runs weight-only layers as int8 kernels (activations quantized on the fly) and ORT
     as f32 GEMMs that dequantize their weight: which form is faster is the budget runtime's answer."""
     opened = []
@@ -123,10 +122,13 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
         say=lambda line: None,
         judge=lambda metrics: (True, ["ok"]),
     )
-    profile.build = lambda nodes, weight_only_fallback=None: "wo.onnx"
+    fp, wo = _one_matmul(tmp_path / "fp.onnx", weight_only=False), _one_matmul(tmp_path / "wo.onnx", weight_only=True)
+    profile.build = lambda nodes, weight_only_fallback=None: wo
     profile.measure = lambda model: {}
     profile.budget_runtime = lambda model, spin=True, bucket=False: opened.append((model, spin, bucket)) or Stand(model)
     outcome = SimpleNamespace(quantized=["n1"], metrics=None, checks=None)
-    form = profile.choose_fallback_form("fp.onnx", outcome)
-    assert opened == [("fp.onnx", False, False), ("wo.onnx", False, False)]  # side by side: no spin after a run
+    form = profile.choose_fallback_form(fp, outcome)
+    assert opened == [(fp, False, False), (wo, False, False)]  # side by side: no spin after a run
     assert form["measured_on"] == f"{runtime} (this host)" and form["chosen"] in ("float", "weight-only")
+    # each form's weights, counted from its graph: [64, 64] f32, against [64, 64] int8 + 64 f32 scales
+    assert form["weight_bytes"] == {"float": 64 * 64 * 4, "weight-only": 64 * 64 + 64 * 4}
