@@ -223,3 +223,44 @@ def test_a_built_engines_recorded_options_open_it_as_recorded_with_nothing_chang
         ops[name] = [n.op_type for n in onnx.load(str(saved)).graph.node]
     assert ops["recorded"] == ["Add", "LayerNormalization"]
     assert ops["without"] == ["SkipLayerNormalization"]  # ORT's own fusion ran: the entry is what kept it off
+
+
+def _stacked_cache_model(tmp_path):
+    """An AR step's cache read layer by layer: cache float32[3, 2, 4] -> y_i = cache[i] + x, the
+    three Gathers ORT's GatherSliceToSplitFusion turns into one Split of every layer at once."""
+    nodes, outputs, inits = [], [], []
+    for i in range(3):
+        inits.append(numpy_helper.from_array(np.array(i, np.int64), f"i{i}"))
+        nodes.append(helper.make_node("Gather", ["cache", f"i{i}"], [f"layer{i}"], axis=0))
+        nodes.append(helper.make_node("Add", [f"layer{i}", "x"], [f"y{i}"]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [2, 4]))
+    inputs = [
+        helper.make_tensor_value_info("cache", TensorProto.FLOAT, [3, 2, 4]),
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+    ]
+    return save_model(tmp_path / "cache.onnx", nodes, inputs, outputs, inits)
+
+
+def test_a_cpu_session_reads_a_stacked_cache_layer_by_layer_not_split_at_once(tmp_path):
+    """Each layer's slice made where it is read (a Gather each), not one Split that holds every
+    layer's slice from the start of the forward (+96 MB a decode at GPT-2-medium size)."""
+    path = _stacked_cache_model(tmp_path)
+    ort = pytest.importorskip("onnxruntime")
+    assert "GatherSliceToSplitFusion" in CPU_DISABLED_OPTIMIZERS
+
+    def ops(saved):
+        return [n.op_type for n in onnx.load(str(saved)).graph.node]
+
+    # ORT on its own fuses the three Gathers (else this test would check nothing).
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    assert ops(tmp_path / "ort.onnx").count("Split") == 1
+    feeds = {"cache": np.arange(24, dtype=np.float32).reshape(3, 2, 4), "x": np.ones((2, 4), np.float32)}
+    opts = OrtOptions(intra_op_threads=1, optimized_model_path=str(tmp_path / "edgekit.onnx"))
+    with OrtRuntime(path, opts) as rt:
+        out = rt.run(feeds)
+    assert "Split" not in ops(tmp_path / "edgekit.onnx")
+    assert ops(tmp_path / "edgekit.onnx").count("Gather") == 3
+    for i in range(3):
+        np.testing.assert_array_equal(out[f"y{i}"], feeds["cache"][i] + 1)
