@@ -23,7 +23,7 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.calibrator import CallRanges, collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
-from edgekit.quantize.cpu.optimize import optimize_from_files, over_protobuf_limit, symbolic_shapes
+from edgekit.quantize.cpu.optimize import name_every_node, optimize_from_files, over_protobuf_limit, symbolic_shapes
 from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
 from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
@@ -34,6 +34,14 @@ from edgekit.runtimes.onnx_file import needs_side_file, save_onnx, save_with_one
 
 # ---- preparation and analysis ------------------------------------------------------------------
 def prepare_model(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None, str]:
+    """``_prepare``, then every node of the prepared graph named once (``name_every_node``: onnx
+    leaves the nodes of an inlined function unnamed, and candidates are derived by node name)."""
+    prepared, skipped, how = _prepare(fp32_path, out_path, preprocess)
+    name_every_node(prepared)
+    return prepared, skipped, how
+
+
+def _prepare(fp32_path: Path, out_path: Path, preprocess: bool = True) -> tuple[Path, str | None, str]:
     """``quant_pre_process`` (symbolic shape inference + ORT basic optimization, which turns
     MatMul+Add into Gemm: ORT CPU fuses only DQ->Gemm into QGemm) into ``out_path``; or a plain
     copy with ONNX shape inference when ``preprocess`` is False.

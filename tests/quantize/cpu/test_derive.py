@@ -323,3 +323,31 @@ def test_derived_candidates_of_the_demo_graphs_are_the_quantizers(demo_bundles, 
         assert canonical(ours) == canonical(ref), i
         for a, b in zip(outputs(ours, rows[:2]), outputs(ref, rows[:2])):
             assert all(np.array_equal(x, y) for x, y in zip(a, b)), i
+
+
+def test_a_graph_with_unnamed_nodes_is_named_when_prepared_and_derives(tmp_path):
+    """onnx inlines a function's nodes unnamed (F5-TTS's Mish: 6 nodes named ""): every fallback
+    candidate then ran ORT's quantizer (17 s each at size). Prepared, every node has a name of its
+    own, the names it had are kept, and candidates derive."""
+    import onnx
+
+    model = build_graph()
+    for node in model.graph.node:
+        if node.op_type in ("Relu", "Sigmoid"):
+            node.name = ""
+    fp32 = save_onnx(model, tmp_path / "fp32.onnx")
+    as_named, _, _ = ptq.prepare_model(save_onnx(build_graph(), tmp_path / "named.onnx"), tmp_path / "p0.onnx")
+    kept = {n.name for n in onnx.load(str(as_named)).graph.node if n.op_type not in ("Relu", "Sigmoid")}
+    prepared, _, _ = ptq.prepare_model(fp32, tmp_path / "prepared.onnx")
+    names = [n.name for n in onnx.load(str(prepared)).graph.node]
+    assert "" not in names and len(names) == len(set(names)), names
+    assert kept <= set(names)  # the names the graph had stay
+    cfg = QuantizeConfig()
+    plan = analyse_graph(prepared)
+    selected, floated = select.select_nodes(plan, cfg)
+    assert len(selected) == 5
+    base = tmp_path / "all-int8.onnx"
+    ptq.quantize_model(
+        prepared, base, calibration_reader(feeds()), selected, cfg, plan, calibration_cache=tmp_path / "cache.json"
+    )
+    assert derive.derivation_blocker(prepared, base, selected, cfg.settings.quantized_outputs) is None

@@ -154,3 +154,24 @@ def test_a_failed_quant_pre_process_still_optimizes_so_int8_kernels_take_every_w
     monkeypatch.setattr(ptq, "optimize_from_files", refuse)  # the graph as it was before this fix
     ptq.quantize_unbudgeted(fp32, tmp_path / "int8-plain.onnx", tiny_feeds(4))
     assert weight_dqs_left_by_ort(tmp_path / "int8-plain.onnx", tmp_path / "opt-plain.onnx") > 0
+
+
+def test_name_every_node_names_the_unnamed_and_the_repeats_and_keeps_the_rest(tmp_path):
+    import onnx
+
+    from edgekit.quantize.cpu.optimize import name_every_node
+
+    helper = onnx.helper
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name=""),
+        helper.make_node("Relu", ["a"], ["b"], name="r"),
+        helper.make_node("Relu", ["b"], ["c"], name="r"),
+        helper.make_node("Relu", ["c"], ["y"], name="Relu_a"),  # the name the first would get
+    ]
+    info = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", info[:1], info[1:])), str(path))
+    assert name_every_node(path) == 2
+    assert [n.name for n in onnx.load(str(path)).graph.node] == ["Relu_a_1", "r", "r_1", "Relu_a"]
+    before = path.read_bytes()
+    assert name_every_node(path) == 0 and path.read_bytes() == before  # nothing to name: not rewritten
