@@ -36,6 +36,23 @@ def test_help_shows_what_to_type_not_python_types(command):
     assert "Example" in r.stdout  # every command shows an example
 
 
+def test_every_resume_option_says_the_same_thing_in_the_same_words():
+    """--resume had drifted into three wordings ("AI Hub: collect the jobs ...", "With --runtime
+    aihub: collect the inference jobs ..." with no "instead")."""
+    root = __import__("typer").main.get_command(app)
+    helps = {
+        name: p.help for name, cmd in root.commands.items() for p in cmd.params if "--resume" in getattr(p, "opts", ())
+    }
+    assert {"build", "check", "profile"} <= helps.keys()
+    pattern = re.compile(
+        r"With --runtime aihub: collect the [a-z ]+ an earlier, interrupted (\w+) submitted "
+        r"\(the bundle's aihub/jobs\.json\) instead of submitting new ones\."
+    )
+    for name, text in helps.items():
+        m = pattern.fullmatch(text or "")
+        assert m and m.group(1) == name, (name, text)
+
+
 def test_help_text_keeps_extras_in_brackets():
     """Rich read `edgekit[qnn]` as a markup tag and printed "needs edgekit" (issue #31): every help
     text escapes a lowercase [tag], and the rendered help shows the extra."""

@@ -45,13 +45,7 @@ def build(
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option(
-            "--resume",
-            help=(
-                "AI Hub: collect the jobs an earlier, interrupted build submitted (they are in the bundle's "
-                "aihub/jobs.json) instead of submitting new ones."
-            ),
-        ),
+        opt.resume_option("build", "compile and link jobs"),
     ] = False,
     wait: opt.Wait = False,
     json_out: opt.Json = False,

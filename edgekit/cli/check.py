@@ -100,10 +100,7 @@ def check(
     ] = None,
     resume: Annotated[
         bool,
-        opt.aihub_option(
-            "--resume",
-            "collect the inference jobs an earlier, interrupted check submitted (the bundle's aihub/jobs.json).",
-        ),
+        opt.resume_option("check", "inference jobs"),
     ] = False,
     strict: Annotated[
         bool,

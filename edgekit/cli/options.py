@@ -91,6 +91,15 @@ def aihub_option(flag: str, help: str) -> Any:
     return typer.Option(flag, help=f"With --runtime aihub: {help}")
 
 
+def resume_option(command: str, jobs: str = "jobs") -> Any:
+    """``--resume`` of a command that submits AI Hub jobs: one wording in every command."""
+    return aihub_option(
+        "--resume",
+        f"collect the {jobs} an earlier, interrupted {command} submitted (the bundle's aihub/jobs.json) "
+        "instead of submitting new ones.",
+    )
+
+
 def metric_option(purpose: str = "") -> Any:
     """``--metric``: the user's quality hook, its contract, and that it runs their code."""
     return typer.Option(

@@ -147,11 +147,7 @@ def profile(
     ] = False,
     resume: Annotated[
         bool,
-        opt.aihub_option(
-            "--resume",
-            "collect the jobs an earlier, interrupted profile submitted (the bundle's aihub/jobs.json) instead of "
-            "submitting new ones.",
-        ),
+        opt.resume_option("profile", "profile jobs"),
     ] = False,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,

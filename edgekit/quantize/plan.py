@@ -63,6 +63,10 @@ class Plan:
     # decodes timing INT8 against FP32 at the end (0: not timed, an emulated device); one round: a
     # timing within noise is measured again, up to probes.speed.EXTRA_ROUNDS more rounds
     speed: int
+    # Why the candidates' INT8 decodes cannot be priced from an FP32 one (they run on an emulated
+    # device: the qnn profile's HTP backend in x86 emulation takes minutes per held-out decode
+    # where the FP32 one takes seconds); None: priced as FP32 decodes.
+    emulated: str | None = None
 
     def estimate(self, decode_s: float) -> dict[str, float]:
         """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an
@@ -76,6 +80,13 @@ class Plan:
 
     def describe(self, decode_s: float) -> str:
         e = self.estimate(decode_s)
+        if self.emulated:
+            return (
+                f"plan: {self.calibration} calibration + {self.heldout} held-out FP32 decodes ({decode_s:.1f} s each), "
+                f"about {clock_text(e['fp32_decodes_s'] + e['calibrate_s'])} with calibration; then "
+                f"{self.per_candidate} INT8 decodes per candidate on an emulated device, not priced from "
+                f"FP32 ({self.emulated}): each says how far it is"
+            )
         first = e["fp32_decodes_s"] + e["calibrate_s"] + e["per_candidate_s"]
         return (
             f"plan: {self.calibration} calibration + {self.heldout} held-out FP32 decodes ({decode_s:.1f} s each), "
@@ -94,6 +105,8 @@ class Plan:
         }
         if decode_s:
             doc["estimate_s"] = self.estimate(decode_s)
+        if self.emulated:
+            doc["int8_decodes_emulated"] = self.emulated
         return doc
 
 

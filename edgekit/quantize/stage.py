@@ -178,6 +178,7 @@ def record_fp32(run: QuantizeRun) -> None:
         heldout=-(-run.n_eval // batch),
         per_candidate=2 * -(-run.n_eval // batch),
         speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1),
+        emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

@@ -41,6 +41,19 @@ def test_the_plan_counts_the_decodes_and_prices_them_from_one():
     assert clock_text(3725) == "1:02:05"
 
 
+def test_an_emulated_device_s_int8_decodes_are_not_priced_as_fp32_ones():
+    """qnn: a held-out decode on the HTP emulator takes minutes where the FP32 one takes seconds;
+    the plan said "about 0:20 more for each fallback"."""
+    why = "the HTP backend is emulated on this CPU"
+    plan = Plan(calibration=4, heldout=8, per_candidate=16, speed=0, emulated=why)
+    text = plan.describe(2.0)
+    assert "4 calibration + 8 held-out FP32 decodes (2.0 s each)" in text and clock_text(32.0) in text
+    assert "16 INT8 decodes per candidate on an emulated device" in text and why in text
+    assert "until the first candidate" not in text and "for each fallback" not in text
+    assert plan.to_json(2.0)["int8_decodes_emulated"] == why
+    assert "int8_decodes_emulated" not in Plan(4, 8, 16, 12).to_json(2.0)
+
+
 @pytest.mark.parametrize("kind", ["masked", "flow"])
 def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, tiny_bundles, tmp_path):
     said = []

@@ -56,6 +56,7 @@ def test_every_op_is_quantized_and_the_budget_was_measured_on_the_htp(tiny_qnn_b
             assert activation_bits(bundle.path_of("int8"), ["logits"]) == {"logits": 16}
             assert q["qnn"]["activations_16bit"] == 1 and 0.9 < q["qnn"]["share_8bit"] < 1
         assert q["qnn"]["htp_arch"] and q["qnn"]["qnn_sdk"]
+        assert "emulated" in q["plan"]["int8_decodes_emulated"]  # the HTP decodes are not priced as FP32 ones
 
 
 def test_the_qnn_profile_has_its_own_token_floor_and_keeps_the_rest():
