@@ -313,13 +313,13 @@ def collect_histograms(
     if tensors and not hists:
         raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
     for name in tensors:
-        lo, hi = signed.lo.get(name), signed.hi.get(name)
-        if lo is None:  # ORT's value for a tensor with no elements
-            lo = hi = np.array(0, dtype=dtypes[name])
+        low, high = signed.lo.get(name), signed.hi.get(name)  # numpy values (the loop above's lo, hi are floats)
+        if low is None:  # ORT's value for a tensor with no elements
+            low = high = np.array(0, dtype=dtypes[name])
         if absolute:
-            collector.histogram_dict[name] = (hists[name], edges[name].astype(lo.dtype), lo, hi)
+            collector.histogram_dict[name] = (hists[name], edges[name].astype(low.dtype), low, high)
         else:
-            collector.histogram_dict[name] = (hists[name], edges[name], lo, hi, bounds[name][1])
+            collector.histogram_dict[name] = (hists[name], edges[name], low, high, bounds[name][1])
     return collector.histogram_dict
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.memo import MemoRuntime
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,20 +45,66 @@ class QuantizeRun:
     start: float = field(default_factory=time.perf_counter)
     warnings: list[str] = field(default_factory=list)
     clock: dict[str, float] = field(default_factory=dict)
-    prepared: Path | None = None  # the graph the profile quantizes (pre-processed fp32)
     preprocess: dict[str, Any] = field(default_factory=dict)
-    plan: GraphPlan | None = None
-    traj: Trajectories | None = None  # every network call of the FP32 calibration decodes
-    reference: EvalRun | None = None  # FP32 decodes of the held-out set
     reader: Any = None  # rewindable calibration reader over ``traj``
     call_ranges: Any = None  # calibrator.CallRanges: each recorded call's max |x| per calibrated tensor
-    fp32_rt: MemoRuntime | None = None  # FP32, answering the held-out questions it was asked before
+    # Set by one step and read by the later ones (the properties below, each naming its step).
+    _prepared: Path | None = field(default=None, init=False)
+    _plan: GraphPlan | None = field(default=None, init=False)
+    _traj: Trajectories | None = field(default=None, init=False)
+    _reference: EvalRun | None = field(default=None, init=False)
+    _fp32_rt: MemoRuntime | None = field(default=None, init=False)
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
     schedule: Plan | None = None  # the decodes this run makes (plan.Plan), and one FP32 decode's seconds
     decode_s: float | None = None
     candidates: int = 0  # INT8 candidates measured
     calls_run: int = 0  # their network calls run, and answered again from what was kept
     calls_answered: int = 0
+
+    @property
+    def prepared(self) -> Path:
+        """The graph the profile quantizes (pre-processed fp32)."""
+        return _set_by(self._prepared, "prepared", "the profile's prepare step")
+
+    @prepared.setter
+    def prepared(self, value: Path) -> None:
+        self._prepared = value
+
+    @property
+    def plan(self) -> GraphPlan:
+        """What ``graph.analyse_graph`` read of ``prepared``: its nodes, labels and FLOPs."""
+        return _set_by(self._plan, "plan", "the profile's prepare step")
+
+    @plan.setter
+    def plan(self, value: GraphPlan) -> None:
+        self._plan = value
+
+    @property
+    def traj(self) -> Trajectories:
+        """Every network call of the FP32 calibration decodes."""
+        return _set_by(self._traj, "traj", "the FP32 decodes (stage.record_fp32)")
+
+    @traj.setter
+    def traj(self, value: Trajectories) -> None:
+        self._traj = value
+
+    @property
+    def reference(self) -> EvalRun:
+        """FP32 decodes of the held-out set."""
+        return _set_by(self._reference, "reference", "the FP32 decodes (stage.record_fp32)")
+
+    @reference.setter
+    def reference(self, value: EvalRun) -> None:
+        self._reference = value
+
+    @property
+    def fp32_rt(self) -> MemoRuntime:
+        """FP32, answering the held-out questions it was asked before."""
+        return _set_by(self._fp32_rt, "fp32_rt", "the FP32 answers (stage.fp32_answers)")
+
+    @fp32_rt.setter
+    def fp32_rt(self, value: MemoRuntime) -> None:
+        self._fp32_rt = value
 
     @property
     def kind(self) -> str:
@@ -153,3 +200,12 @@ class QuantizeRun:
 
     def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:
         return check(metrics, self.budget)
+
+
+def _set_by(value: T | None, name: str, step: str) -> T:
+    """``value`` of a ``QuantizeRun`` field that ``step`` sets (stage.py runs the steps in order).
+    None is a step that read it too early: a bug in that order, said as one (not an
+    AttributeError on None a few lines on)."""
+    if value is None:
+        raise RuntimeError(f"QuantizeRun.{name} was read before {step} set it")
+    return value

@@ -46,7 +46,9 @@ def record_result(
         if eval_rows is not None:
             staged_cond = bundle.staging_path("conditions.npz")
             with open(staged_cond, "wb") as f:
-                np.savez(f, **eval_rows)
+                # numpy's stub types **kwds against savez's own allow_pickle: bool keyword; the keys
+                # here are the condition inputs' names.
+                np.savez(f, **eval_rows)  # type: ignore[arg-type]
             bundle.add_artifact(
                 "conditions",
                 staged_cond,

@@ -173,7 +173,7 @@ def record_fp32(run: QuantizeRun) -> None:
     first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest."""
     cfg = run.cfg
     batch = run.bundle.batch
-    run.schedule = Plan(
+    run.schedule = schedule = Plan(
         calibration=-(-run.n_calib // batch),
         heldout=-(-run.n_eval // batch),
         per_candidate=2 * -(-run.n_eval // batch),
@@ -185,12 +185,12 @@ def record_fp32(run: QuantizeRun) -> None:
     # model's weights (15 s of aMUSEd-256's first 35 s) is paid once, not once per decode.
     fp32 = run.fp32_rt.runtime()
     start = time.perf_counter()
-    calib = Eta("FP32 calibration decode", run.schedule.calibration, run.say)
+    calib = Eta("FP32 calibration decode", schedule.calibration, run.say)
 
     def each(i: int) -> None:
         if i == 1 and run.decode_s is None:  # the first decode is done: now the plan has a clock
             run.decode_s = time.perf_counter() - start
-            run.say(run.schedule.describe(run.decode_s))
+            run.say(schedule.describe(run.decode_s))
         calib(i)
 
     with run.timed("fp32_decode_s"):
@@ -205,7 +205,7 @@ def record_fp32(run: QuantizeRun) -> None:
         )
         if run.decode_s is None:  # one decode only
             run.decode_s = time.perf_counter() - start
-            run.say(run.schedule.describe(run.decode_s))
+            run.say(schedule.describe(run.decode_s))
         run.reference = decode_eval_set(
             run.bundle,
             run.fp32_rt,
@@ -213,7 +213,7 @@ def record_fp32(run: QuantizeRun) -> None:
             cfg.eval_seed,
             cfg.decode,
             rows=run.eval_rows,
-            each_batch=Eta("held-out FP32 decode", run.schedule.heldout, run.say),
+            each_batch=Eta("held-out FP32 decode", schedule.heldout, run.say),
         )
     run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)

@@ -51,7 +51,10 @@ def added_rss(
         raise ValueError(f"{len(graphs)} graphs for {len(feeds)} feeds")
     with tempfile.TemporaryDirectory(prefix="edgekit-rss-") as tmp:
         npz = Path(tmp) / "feeds.npz"
-        np.savez(npz, **{f"{i}/{name}": np.asarray(value) for i, f in enumerate(feeds) for name, value in f.items()})
+        arrays = {f"{i}/{name}": np.asarray(value) for i, f in enumerate(feeds) for name, value in f.items()}
+        # numpy's stub types **kwds against savez's own allow_pickle: bool keyword; the keys here
+        # are "call/input" names.
+        np.savez(npz, **arrays)  # type: ignore[arg-type]
         spec = {"runtime": runtime, "graphs": [str(g) for g in graphs], "feeds": str(npz), "threads": threads}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         done = subprocess.run(

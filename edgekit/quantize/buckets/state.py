@@ -109,7 +109,7 @@ class BucketState:
             if n == 1:
                 self.single = model
             row: dict[str, Any] = {"n": n, "boundaries": list(buckets.boundaries) if buckets else []}
-            if n > 1 and bound:
+            if n > 1 and bound and memory:  # bound is 0 without memory: this narrows its type
                 ratio = self.memory_ratio(model, memory)
                 row["memory_ratio"] = ratio
                 if ratio is None:
@@ -165,10 +165,16 @@ class BucketState:
         mine = added_rss(runtime, stored, [self.run.traj.feeds[i] for i in firsts], self.run.cfg.threads)
         return None if mine is None else mine / self.single_rss
 
+    def in_use(self) -> StepBuckets:
+        """``current``, read by a step that runs only with step buckets (``use(n)``, n > 1, set them)."""
+        if self.current is None:
+            raise RuntimeError("no step buckets in use: BucketState.use(n) with n > 1 must run first")
+        return self.current
+
     def readers(self) -> list[Any]:
         """One rewindable calibration reader per bucket of ``current`` (its calls' feeds)."""
         traj = self.run.traj
-        parts = split_feeds(traj.feeds, [c.position for c in traj.calls], self.current)
+        parts = split_feeds(traj.feeds, [c.position for c in traj.calls], self.in_use())
         return [calibration_reader(p or traj.feeds, self.run.bundle.inputs) for p in parts]
 
     def graphs(self, build_one: Callable[[int, Any], Path]) -> Path:
@@ -189,7 +195,7 @@ class BucketState:
         paths = self.paths(model)
         if len(paths) == 1:
             return open_one(model)
-        buckets = self.for_model(model)
+        buckets = self.made_with[model]  # several graphs: ``graphs`` built them with these buckets
         return BucketedRuntime([open_one(p) for p in paths], buckets.boundaries, self.run.kind, self.run.bundle.meta)
 
     def calls_by_bucket(self, buckets: StepBuckets) -> list[list[int]]:

@@ -257,12 +257,13 @@ class QnnProfile:
                 return search_result(self, model, list(self.forced), {}, *decided)
         ranking: dict[Promotion, float] = {}
         order: list[Promotion] = []
+        noise: Sequence[Mapping[str, float]]
         guess = None
         if run.cfg.fallback:
             parts = self.rank(eight_bit)
             ties = promotion_ties(run.prepared, self.tensors, self.facts)
             if len(parts) == 1:
-                ranking = dict(parts[0].snr_db())
+                ranking = {t: db for t, db in parts[0].snr_db().items()}  # dict() would make it dict[str, float]
                 order = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
                 noise, weight = [parts[0].noise], [1.0]
             else:
@@ -303,7 +304,7 @@ class QnnProfile:
         run = self.run
         calls = run.traj.calls
         weights = step_weights(run.kind, [c.position for c in calls])
-        by_bucket = self.buckets.calls_by_bucket(self.buckets.current)
+        by_bucket = self.buckets.calls_by_bucket(self.buckets.in_use())
         count = [len(mine) for mine in by_bucket]
         share = [c / max(len(calls), 1) for c in count]
         weight = [float(np.mean([weights[i] for i in mine])) if mine else 0.0 for mine in by_bucket]

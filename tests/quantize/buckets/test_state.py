@@ -135,3 +135,11 @@ def test_only_the_cpu_profile_bounds_auto_by_the_budget_runtimes_memory(profile,
     with pytest.raises(Chosen):
         fallback.search()
     assert seen == {"memory": weighed}
+
+
+def test_in_use_names_the_step_that_sets_the_buckets():
+    state, _ = _choose(AUTO_COUNTS, {1: 20.0, 2: 35.0})
+    assert state.in_use() is state.current is not None  # 2 buckets met the budget
+    state.use(1)  # one scale: no buckets
+    with pytest.raises(RuntimeError, match=r"use\(n\) with n > 1 must run first"):
+        state.in_use()
