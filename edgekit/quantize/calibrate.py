@@ -22,7 +22,7 @@ from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
 from edgekit.quantize.calibrator import CallRanges, add_min_max_taps, tapped_session
 from edgekit.runtimes.base import Runtime, validate_feeds
-from edgekit.runtimes.recording import RecordedCall, RecordingRuntime
+from edgekit.runtimes.recording import RecordedCall, RecordingRuntime, SpilledFeeds
 from edgekit.spec import TensorSpec
 
 # The calibration recording's bound: quantize kept every call of its decodes, and an AR model's
@@ -39,7 +39,8 @@ class TrajectoryReader:
     """
 
     def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]):
-        self.feeds = list(feeds)
+        # A spilled recording stays on disk, each call read as it is asked for.
+        self.feeds = feeds if isinstance(feeds, SpilledFeeds) else list(feeds)
         self._start, self._end = 0, len(self.feeds)
         self._next = 0
 
@@ -91,7 +92,7 @@ def calibration_reader(
 class Trajectories:
     """Every feed of ``decodes`` FP32 decodes, with where in the loop each came from."""
 
-    feeds: list[dict[str, np.ndarray]]
+    feeds: Sequence[dict[str, np.ndarray]]  # a list, or ``SpilledFeeds`` read back call by call
     calls: list[RecordedCall]
     decodes: int
     samples: int
@@ -127,15 +128,17 @@ def record_trajectories(
     rows: Mapping[str, np.ndarray] | None = None,
     max_bytes: int | None = RECORD_MAX_BYTES,
     each_batch: Callable[[int], None] | None = None,
+    spill: Path | None = None,
 ) -> Trajectories:
     """Decode ``samples`` sequences (ceil(samples / graph batch) decodes, seeds ``seed``, ``seed+1``,
     ...) with ``runtime`` (FP32) and record every network call: every MaskGIT step, every ODE
     evaluation (CFG rows included), every AR step. ``rows``: the conditions [samples, ...] (real
     data); None = the bundle's seeded rule (demo held-out set, or draws in the declared ranges).
     ``max_bytes``: the recording's bound (``RecordingRuntime``); past it, every n-th call is kept.
-    ``each_batch(i)``: before decode i, as ``evaluate`` calls it."""
+    ``each_batch(i)``: before decode i, as ``evaluate`` calls it. ``spill``: a folder where the
+    recorded feeds wait on disk (``runtimes.recording.SpilledFeeds``), not in memory."""
 
-    recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta, max_bytes=max_bytes)
+    recorder = RecordingRuntime(runtime, bundle.kind, bundle.meta, max_bytes=max_bytes, spill=spill)
     decodes = -(-samples // bundle.batch)
 
     def begin(i: int) -> None:

@@ -202,6 +202,7 @@ def record_fp32(run: QuantizeRun) -> None:
             cfg.decode,
             rows=run.calib_rows,
             each_batch=each,
+            spill=run.tmp / "recorded-calls",  # the calls wait on disk: an AR step's hold its KV cache
         )
         if run.decode_s is None:  # one decode only
             run.decode_s = time.perf_counter() - start

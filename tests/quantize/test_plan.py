@@ -123,3 +123,25 @@ def test_every_long_step_says_how_far_it_is(tiny_bundles, tmp_path, monkeypatch)
         "time INT8 against FP32: decode 1/",
     ):
         assert any(line.startswith(step) and "about" in line for line in said), (step, said)
+
+
+def test_quantize_keeps_its_recorded_calls_on_disk_and_reads_them_back(tiny_bundles, tmp_path, monkeypatch):
+    """The calibration recording (an AR model's calls hold the KV cache: 1.5 GiB at 256 tokens,
+    held in memory to the end of the run) waits on disk in the run's scratch folder."""
+    import edgekit.quantize.stage as stage
+    from edgekit.runtimes.recording import SpilledFeeds
+
+    made = []
+    real = stage.record_trajectories
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(stage, "record_trajectories", spy)
+    s = quantize_bundle(
+        shutil.copytree(tiny_bundles["flow"], tmp_path / "flow"), QuantizeConfig(calib_samples=4, eval_samples=4)
+    )
+    (traj,) = made
+    assert isinstance(traj.feeds, SpilledFeeds) and len(traj.feeds) == s["calibration"]["feeds"] > 0
+    assert not traj.feeds.folder.exists()  # gone with the run's scratch folder

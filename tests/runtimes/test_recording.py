@@ -174,3 +174,43 @@ def test_ar_every_position_recorded():
     rec, result = _decode("ar", TinyAR(2), AR_META, {"class_id": np.array([0, 1])}, temperature=0.0)
     assert [c.position for c in rec.calls] == [0, 1, 2, 3, 4, 5]
     assert rec.feeds[0]["k_cache"].sum() == 0 and rec.feeds[3]["k_cache"].sum() > 0  # copies per step
+
+
+def test_a_spilled_recording_reads_back_what_an_in_memory_one_holds_and_holds_no_call(tmp_path):
+    """``spill``: the kept feeds wait on disk (quantize's recording of an AR model, 1.5 GiB of KV
+    caches at 256 tokens, sat in memory to the end of the run). The same calls come back, thinned
+    alike past the byte bound, the dropped calls' files go, and nothing of a call stays in memory."""
+    from edgekit.runtimes.recording import SpilledFeeds, pick
+
+    def record(**kwargs):
+        rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, **kwargs)
+        for seed in (3, 4):
+            rec.begin_decode()
+            cfg = decode_config("masked", {}, {"steps": 10}, seed=seed)
+            decode("masked", rec, MASKED_META, {"class_id": np.array([0, 1])}, cfg)
+        return rec
+
+    per_call = sum(a.nbytes for a in record().feeds[0].values())
+    plain = record(max_bytes=4 * per_call)
+    spilled = record(max_bytes=4 * per_call, spill=tmp_path / "calls")
+    assert isinstance(spilled.feeds, SpilledFeeds)
+    assert spilled.calls == plain.calls and spilled.every == plain.every == 8
+    assert len(spilled.feeds) == len(plain.feeds) == 4
+    for mine, theirs in zip(spilled.feeds, plain.feeds):
+        assert mine.keys() == theirs.keys()
+        assert all(np.array_equal(mine[k], theirs[k]) and mine[k].dtype == theirs[k].dtype for k in mine)
+    assert len(list((tmp_path / "calls").iterdir())) == 4  # the thinned calls' files are gone
+    assert not any(isinstance(v, np.ndarray) for v in vars(spilled.feeds).values())
+    assert [f["tokens"].tolist() for f in spilled.feeds[1:3]] == [f["tokens"].tolist() for f in plain.feeds[1:3]]
+    view = pick(spilled.feeds, [3, 0])
+    assert isinstance(view, SpilledFeeds) and np.array_equal(view[0]["tokens"], plain.feeds[3]["tokens"])
+    assert pick(plain.feeds, [3, 0])[1] is plain.feeds[0]
+
+
+def test_spilled_feeds_take_any_input_name(tmp_path):
+    from edgekit.runtimes.recording import SpilledFeeds
+
+    feeds = SpilledFeeds(tmp_path)
+    feeds.append({"file": np.arange(3), "a/b:0": np.ones((2, 2), np.float16)})  # np.savez's own argument, a path
+    (back,) = list(feeds)
+    assert list(back) == ["file", "a/b:0"] and back["a/b:0"].dtype == np.float16

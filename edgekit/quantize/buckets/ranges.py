@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import UsageError
+from edgekit.runtimes.recording import pick
 from edgekit.spec import STEP_AXIS
 
 MAX_BUCKETS = 8
@@ -115,9 +116,10 @@ def choose_buckets(kind: str, positions: Sequence[float], amax: np.ndarray, n: i
     return StepBuckets(STEP_AXIS[kind], tuple(sorted(edges)))
 
 
-def split_feeds(feeds: Sequence[Any], positions: Sequence[float], buckets: StepBuckets) -> list[list[Any]]:
-    """The recorded feeds of each bucket (every bucket gets at least one call's feeds)."""
-    out: list[list[Any]] = [[] for _ in range(buckets.n)]
-    for feed, p in zip(feeds, positions):
-        out[buckets.index(p)].append(feed)
-    return out
+def split_feeds(feeds: Sequence[Any], positions: Sequence[float], buckets: StepBuckets) -> list[Sequence[Any]]:
+    """The recorded feeds of each bucket, in order (a spilled recording's stay on disk:
+    ``runtimes.recording.pick``)."""
+    out: list[list[int]] = [[] for _ in range(buckets.n)]
+    for i, p in enumerate(positions[: len(feeds)]):
+        out[buckets.index(p)].append(i)
+    return [pick(feeds, mine) for mine in out]
