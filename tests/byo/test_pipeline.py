@@ -109,7 +109,15 @@ def test_preprocess_failure_falls_back_with_one_warning(byo_bundles, tmp_path):
     doc = json.loads(r.stdout)
     assert doc["preprocess"]["applied"] is True and doc["preprocess"]["how"] == "ort-optimization"
     assert "quant_pre_process failed" in doc["preprocess"]["skipped_because"]
-    assert _weight_dqs_left_by_ort(bundle, tmp_path / "opt.onnx") == 0
+    # A weight-only fallback dequantizes its weight on every call by design (the form quantize
+    # keeps where its timing ties with FP32 fallbacks and the budget holds): no INT8 layer's may be.
+    import onnx
+
+    from edgekit.bundle import Bundle
+    from edgekit.quantize.cpu.structure import weight_only_nodes
+
+    weight_only = weight_only_nodes(onnx.load(str(Bundle.load(bundle).path_of("int8"))))
+    assert _weight_dqs_left_by_ort(bundle, tmp_path / "opt.onnx") <= len(weight_only), weight_only
     r = invoke("quantize", bundle, *FAST, "--no-preprocess", "--json")
     assert r.exit_code == 0, r.output
     assert "quant_pre_process" not in r.stderr
