@@ -56,6 +56,25 @@ def peak_rss_bytes() -> int:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
+def tensor_bytes(model: Any, unknown_dim: int | None = None) -> dict[str, int]:
+    """Bytes of each typed tensor of ``model`` (a shape-inferred ``ModelProto``: its inputs,
+    value_info and outputs) from its shape; a dimension without a value counts as ``unknown_dim``,
+    and with None the tensor is left out."""
+    onnx = require("onnx")
+    out: dict[str, int] = {}
+    g = model.graph
+    for v in [*g.value_info, *g.input, *g.output]:
+        t = v.type.tensor_type
+        if not (v.type.HasField("tensor_type") and t.elem_type):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else unknown_dim for d in t.shape.dim]
+        known = [d for d in dims if d is not None]
+        if len(known) == len(dims):
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).itemsize
+            out[v.name] = itemsize * int(np.prod(known, dtype=np.int64))
+    return out
+
+
 def activation_bytes(model_path: Path) -> int:
     """The most bytes of tensors one call of ``model_path`` holds at once: its nodes run in the
     graph's order, each output alive from the node that makes it to its last reader, the graph's
@@ -64,16 +83,10 @@ def activation_bytes(model_path: Path) -> int:
     buffers up, kernels take scratch): the 2.25 GiB masked transformer's call is 17 MB here, and
     its session grew by 0.12 GB over its first call."""
     onnx = require("onnx")
-    to_np = onnx.helper.tensor_dtype_to_np_dtype
     model = onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))
     g = model.graph
     inits = {i.name for i in g.initializer}
-    size: dict[str, int] = {}
-    for v in [*g.value_info, *g.input, *g.output]:
-        t = v.type.tensor_type
-        if v.type.HasField("tensor_type") and t.elem_type and v.name not in inits:
-            dims = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
-            size[v.name] = np.dtype(to_np(t.elem_type)).itemsize * int(np.prod(dims, dtype=np.int64))
+    size = {name: n for name, n in tensor_bytes(model, unknown_dim=1).items() if name not in inits}
     last = {name: i for i, node in enumerate(g.node) for name in node.input}
     kept = {v.name for v in [*g.input, *g.output]}
     live = {v.name for v in g.input if v.name not in inits}
@@ -108,4 +121,11 @@ def memory_record(peak_before: int, weights: int, activations: int | None) -> di
     }
 
 
-__all__ = ["GOAL_WEIGHT_FACTOR", "activation_bytes", "give_back_freed", "memory_record", "peak_rss_bytes"]
+__all__ = [
+    "GOAL_WEIGHT_FACTOR",
+    "activation_bytes",
+    "give_back_freed",
+    "memory_record",
+    "peak_rss_bytes",
+    "tensor_bytes",
+]

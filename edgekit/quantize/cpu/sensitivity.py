@@ -20,6 +20,7 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import model_bytes, remove_model
 from edgekit.quantize.calibrator import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
+from edgekit.quantize.memory import tensor_bytes
 
 
 def _power(db: float) -> float:
@@ -75,10 +76,10 @@ def node_sensitivity(
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
     f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
-    f_groups = _groups(f_fetch, _tensor_bytes(f_graph), cap)
+    f_groups = _groups(f_fetch, tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
     q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
-    q_groups = _groups(q_fetch, _tensor_bytes(q_graph), cap, key=_activation_of)
+    q_groups = _groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
     spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
     own_sums: dict[str, list[float]] = {}
@@ -186,19 +187,6 @@ def _activation_of(tensor: str) -> str:
         if tensor.endswith(suffix):
             return tensor[: -len(suffix)]
     return tensor
-
-
-def _tensor_bytes(graph: Any) -> dict[str, int]:
-    """Bytes of each tensor of ``graph`` (a shape-inferred ``ModelProto``) whose shape is static."""
-    onnx = require("onnx")
-    out: dict[str, int] = {}
-    g = graph.graph
-    for v in [*g.input, *g.value_info, *g.output]:
-        t = v.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-        if t.elem_type and all(d >= 0 for d in dims):
-            out[v.name] = math.prod(dims) * onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
-    return out
 
 
 def _groups(
