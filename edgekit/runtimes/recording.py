@@ -123,7 +123,10 @@ class RecordingRuntime(RuntimeProxy):
         if self._decode < 0:
             self.begin_decode()
         if self._call % self.every == 0:
-            kept = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
+            if isinstance(self.feeds, SpilledFeeds):  # written out now: the loop's buffers can be read as they are
+                kept = dict(feeds)
+            else:
+                kept = {name: np.array(arr, copy=True) for name, arr in feeds.items()}
             self.feeds.append(kept)
             self.calls.append(RecordedCall(self._decode, self._call, step_position(self.kind, kept, self.meta)))
             self._sizes.append(sum(a.nbytes for a in kept.values()))
