@@ -12,25 +12,35 @@ from tests.quantize.conftest import build_tiny_model, tiny_feeds
 NAIVE_OPS = ("MatMul", "Gemm", "Conv", "LayerNormalization", "Softmax", "Sin", "Cos")
 
 
-def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
-    """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
-    runs saves activations only (no dequantized weight: the whole model again per feed)."""
-    pytest.importorskip("onnxruntime")
-    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+def _naive_qdq(tmp_path, n_feeds: int):
+    """The tiny flow block with everything INT8 (attention core, LayerNorm, Softmax, the time
+    sinusoid), calibrated on ``n_feeds`` feeds: (float model, QDQ model, plan, INT8 nodes, feeds)."""
     from edgekit.quantize import graph as qgraph
     from edgekit.quantize.calibrate import calibration_reader
-    from edgekit.quantize.cpu import ptq, sensitivity
+    from edgekit.quantize.cpu import ptq
     from edgekit.quantize.cpu.select import select_nodes
 
     model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
     cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
     plan = qgraph.analyse_graph(model, time_input="t")
     chosen, _ = select_nodes(plan, cfg)
-    calib = tiny_feeds(8, seed=1)
+    calib = tiny_feeds(n_feeds, seed=1)
     qdq = tmp_path / "int8.onnx"
     ptq.quantize_model(
         model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json"
     )
+    return model, qdq, plan, chosen, calib
+
+
+def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
+    """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
+    runs saves activations only (no dequantized weight: the whole model again per feed)."""
+    pytest.importorskip("onnxruntime")
+    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import sensitivity
+
+    model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 8)
     fetched: list[list[str]] = []
     real_run = sensitivity._run
     monkeypatch.setattr(sensitivity, "_run", lambda s, names, f: fetched.append(list(names)) or real_run(s, names, f))
@@ -88,26 +98,14 @@ def test_node_sensitivity_fetches_in_groups_under_the_cap_with_the_same_scores(t
     many bytes (an activation and its Q/DQ copies in one run), more runs answer, and the scores do
     not change."""
     pytest.importorskip("onnxruntime")
-    from edgekit.quantize import graph as qgraph
-    from edgekit.quantize.calibrate import calibration_reader
     from edgekit.quantize.calibrator import graph_without_weights
-    from edgekit.quantize.cpu import ptq, sensitivity
-    from edgekit.quantize.cpu.select import select_nodes
+    from edgekit.quantize.cpu import sensitivity
+    from edgekit.quantize.memory import tensor_bytes
 
-    model = build_tiny_model(tmp_path / "tiny.onnx", seed=3)
-    cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
-    plan = qgraph.analyse_graph(model, time_input="t")
-    chosen, _ = select_nodes(plan, cfg)
-    calib = tiny_feeds(4, seed=1)
-    qdq = tmp_path / "int8.onnx"
-    ptq.quantize_model(
-        model, qdq, calibration_reader(calib), chosen, cfg, plan, calibration_cache=tmp_path / "cache.json"
-    )
+    model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 4)
     nodes = {k: plan.by_name()[k] for k in chosen}
     whole = sensitivity.node_sensitivity(model, qdq, calib[:2], nodes)
-    sizes = sensitivity._tensor_bytes(graph_without_weights(model)) | sensitivity._tensor_bytes(
-        graph_without_weights(qdq)
-    )
+    sizes = tensor_bytes(graph_without_weights(model)) | tensor_bytes(graph_without_weights(qdq))
     cap = 3 * max(sizes.values())
     fetched: list[list[str]] = []
     real_run = sensitivity._run
