@@ -88,3 +88,13 @@ def test_export_too_big_for_the_disk_stops_before_the_bundle_exists(tmp_path, mo
     assert r.exit_code == 3, r.output
     assert "export needs about" in r.stderr and "of free disk" in r.stderr and "for the FP32 graph" in r.stderr
     assert not out.exists()
+
+
+def test_quantize_too_big_for_the_scratch_disk_names_the_recording(masked, monkeypatch):
+    before = json.loads((masked / "edgekit.json").read_text())
+    monkeypatch.setattr("edgekit.resources.free_disk", lambda folder: 1024)
+    r = runner.invoke(app, ["quantize", str(masked), "--calib-samples", "2", "--eval-samples", "2"])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("error:") == 1 and "of free disk" in r.stderr
+    assert "of recorded calls and kept answers" in " ".join(r.stderr.split()), r.stderr
+    assert json.loads((masked / "edgekit.json").read_text()) == before and not list(masked.glob("int8*"))

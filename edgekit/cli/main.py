@@ -40,3 +40,9 @@ def _quiet_shutdown() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread
         pass
+    # CPython (3.11, 3.12) marks a KeyboardInterrupt that ends a string ``exec`` (dataclasses and
+    # namedtuple build their methods that way, lazily, so a Ctrl-C during an export can land in
+    # one) as unhandled even when the command caught it; under ``python -m edgekit`` the
+    # interpreter then ends the process with -SIGINT instead of the exit code chosen here. A
+    # string exec resets that mark.
+    exec("pass", {})

@@ -37,6 +37,7 @@ from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_re
 from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
+from edgekit.quantize.scratch import kept_calls_bytes
 from edgekit.resources import (
     BASE_MEMORY,
     QUANTIZE_BUNDLE_DISK,
@@ -74,7 +75,7 @@ def quantize_bundle(
     decode_config(bundle.kind, bundle.decode_defaults, cfg.decode)  # bad options fail here
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
-    preflight("quantize", quantize_needs(bundle), warn or say)
+    preflight("quantize", quantize_needs(bundle, cfg), warn or say)
     peak_before = peak_rss_bytes()
     with owned_tempdir("edgekit-quantize-") as tmp:  # a killed run's dir is swept by the next
         run = QuantizeRun(bundle, cfg, tmp, budget, say, warn or say, calib_rows, eval_rows, cond_doc)
@@ -134,18 +135,35 @@ def quantize_bundle(
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
-def quantize_needs(bundle: Bundle) -> list[Need]:
+def quantize_needs(bundle: Bundle, cfg: QuantizeConfig | None = None) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
-    real size, ``resources.py``): memory, the scratch copies in TMPDIR, the int8 graph(s)."""
+    real size, ``resources.py``): memory, the scratch copies in TMPDIR (with ``cfg``, the
+    recorded calls and kept answers too: ``scratch.kept_calls_bytes``), the int8 graph(s)."""
     fp32 = Path(bundle.path_of("fp32"))
     weights = model_bytes(fp32)
+    scratch = int(QUANTIZE_SCRATCH_DISK * weights)
+    what = "the scratch copies"
+    if cfg is not None:
+        kept = kept_calls_bytes(
+            bundle.kind,
+            bundle.inputs,
+            bundle.outputs,
+            bundle.batch,
+            bundle.meta,
+            bundle.decode_defaults,
+            cfg.decode,
+            cfg.calib_samples,
+            cfg.eval_samples,
+        )
+        scratch += kept
+        what += f" and {gib(kept)} of recorded calls and kept answers"
     return [
         Need(
             "memory",
             int(QUANTIZE_MEMORY * weights) + BASE_MEMORY,
             f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights",
         ),
-        Need("disk", int(QUANTIZE_SCRATCH_DISK * weights), "the scratch copies", Path(tempfile.gettempdir())),
+        Need("disk", scratch, what, Path(tempfile.gettempdir())),
         Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
     ]
 

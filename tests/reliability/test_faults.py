@@ -183,3 +183,33 @@ def test_interrupted_build_leaves_a_loadable_bundle_and_no_litter(tiny_masked, d
     assert r.exit_code == 0, r.output
     assert not list(tiny_masked.glob(f"{STAGING_PREFIX}*"))
     assert (tiny_masked / MANIFEST).is_file()
+
+
+def test_ctrl_c_inside_a_string_exec_still_exits_with_the_chosen_code_under_python_m(tmp_path):
+    """A KeyboardInterrupt that ends a string ``exec`` (as dataclasses' generated methods do) and
+    is caught must not turn ``python -m``'s exit into -SIGINT (CPython's "unhandled" flag): the
+    shutdown every command ends with clears it."""
+    pkg = tmp_path / "interrupted_cli"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import sys\n"
+        "from edgekit.cli.main import _quiet_shutdown\n"
+        "try:\n"
+        "    exec('raise KeyboardInterrupt', {})\n"
+        "except KeyboardInterrupt:\n"
+        "    pass\n"
+        "if sys.argv[1:] == ['shutdown']:\n"
+        "    _quiet_shutdown()\n"
+        "sys.exit(130)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def exit_code(*args: str) -> int:
+        run = [sys.executable, "-m", "interrupted_cli", *args]
+        return subprocess.run(run, cwd=ROOT, env=env, capture_output=True, timeout=120).returncode
+
+    # Without the shutdown, CPython 3.11/3.12 end this process with -SIGINT (a later version that
+    # does not is fine too); with it, the code the command chose.
+    assert exit_code() in (-signal.SIGINT, 130)
+    assert exit_code("shutdown") == 130
