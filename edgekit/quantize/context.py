@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -29,6 +29,33 @@ from edgekit.runtimes.memo import MemoRuntime
 
 Say = Callable[[str], None]
 T = TypeVar("T")
+
+
+class SetBy(Generic[T]):
+    """A ``QuantizeRun`` value that one step sets and later steps read (stage.py runs the steps in
+    order). Read before it is set, it names the step that sets it: a bug in that order, said as
+    one (not an AttributeError on None a few lines on)."""
+
+    def __init__(self, step: str, doc: str) -> None:
+        self.step, self.__doc__ = step, doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> SetBy[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> SetBy[T] | T:
+        if obj is None:
+            return self
+        value = obj.__dict__.get(self.name)
+        if value is None:
+            raise RuntimeError(f"QuantizeRun.{self.name} was read before {self.step} set it")
+        return value
+
+    def __set__(self, obj: object, value: T) -> None:
+        obj.__dict__[self.name] = value
 
 
 @dataclass
@@ -48,63 +75,18 @@ class QuantizeRun:
     preprocess: dict[str, Any] = field(default_factory=dict)
     reader: Any = None  # rewindable calibration reader over ``traj``
     call_ranges: Any = None  # calibrator.CallRanges: each recorded call's max |x| per calibrated tensor
-    # Set by one step and read by the later ones (the properties below, each naming its step).
-    _prepared: Path | None = field(default=None, init=False)
-    _plan: GraphPlan | None = field(default=None, init=False)
-    _traj: Trajectories | None = field(default=None, init=False)
-    _reference: EvalRun | None = field(default=None, init=False)
-    _fp32_rt: MemoRuntime | None = field(default=None, init=False)
+    # Set by one step and read by the later ones (not dataclass fields: no annotation).
+    prepared = SetBy[Path]("the profile's prepare step", "the graph the profile quantizes (pre-processed fp32)")
+    plan = SetBy[GraphPlan]("the profile's prepare step", "what graph.analyse_graph read of prepared")
+    traj = SetBy[Trajectories]("the FP32 decodes (stage.record_fp32)", "every call of the calibration decodes")
+    reference = SetBy[EvalRun]("the FP32 decodes (stage.record_fp32)", "FP32 decodes of the held-out set")
+    fp32_rt = SetBy[MemoRuntime]("the FP32 answers (stage.fp32_answers)", "FP32, answering what it was asked before")
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
     schedule: Plan | None = None  # the decodes this run makes (plan.Plan), and one FP32 decode's seconds
     decode_s: float | None = None
     candidates: int = 0  # INT8 candidates measured
     calls_run: int = 0  # their network calls run, and answered again from what was kept
     calls_answered: int = 0
-
-    @property
-    def prepared(self) -> Path:
-        """The graph the profile quantizes (pre-processed fp32)."""
-        return _set_by(self._prepared, "prepared", "the profile's prepare step")
-
-    @prepared.setter
-    def prepared(self, value: Path) -> None:
-        self._prepared = value
-
-    @property
-    def plan(self) -> GraphPlan:
-        """What ``graph.analyse_graph`` read of ``prepared``: its nodes, labels and FLOPs."""
-        return _set_by(self._plan, "plan", "the profile's prepare step")
-
-    @plan.setter
-    def plan(self, value: GraphPlan) -> None:
-        self._plan = value
-
-    @property
-    def traj(self) -> Trajectories:
-        """Every network call of the FP32 calibration decodes."""
-        return _set_by(self._traj, "traj", "the FP32 decodes (stage.record_fp32)")
-
-    @traj.setter
-    def traj(self, value: Trajectories) -> None:
-        self._traj = value
-
-    @property
-    def reference(self) -> EvalRun:
-        """FP32 decodes of the held-out set."""
-        return _set_by(self._reference, "reference", "the FP32 decodes (stage.record_fp32)")
-
-    @reference.setter
-    def reference(self, value: EvalRun) -> None:
-        self._reference = value
-
-    @property
-    def fp32_rt(self) -> MemoRuntime:
-        """FP32, answering the held-out questions it was asked before."""
-        return _set_by(self._fp32_rt, "fp32_rt", "the FP32 answers (stage.fp32_answers)")
-
-    @fp32_rt.setter
-    def fp32_rt(self, value: MemoRuntime) -> None:
-        self._fp32_rt = value
 
     @property
     def kind(self) -> str:
@@ -200,12 +182,3 @@ class QuantizeRun:
 
     def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:
         return check(metrics, self.budget)
-
-
-def _set_by(value: T | None, name: str, step: str) -> T:
-    """``value`` of a ``QuantizeRun`` field that ``step`` sets (stage.py runs the steps in order).
-    None is a step that read it too early: a bug in that order, said as one (not an
-    AttributeError on None a few lines on)."""
-    if value is None:
-        raise RuntimeError(f"QuantizeRun.{name} was read before {step} set it")
-    return value

@@ -32,11 +32,14 @@ class SpilledFeeds(Sequence[dict[str, np.ndarray]]):
     quantize's recording, capped at 2 GiB, sat in memory beside the FP32 session and, to the end
     of the run, beside both speed-timed sessions (3.1x the weights, docs/large-models.md)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, files: Sequence[tuple[Path, tuple[str, ...]]] = ()):
+        """``files``: (path, input names) of calls already in ``folder`` (a ``subset``'s view)."""
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self._files: list[tuple[Path, tuple[str, ...]]] = []
-        self._made = 0
+        self._files: list[tuple[Path, tuple[str, ...]]] = list(files)
+        # The next call's file name: past every one in the folder, so an append never overwrites
+        # a call that this recording, or the one a view was taken from, still reads.
+        self._made = 1 + max((int(p.stem) for p in folder.glob("*.npz") if p.stem.isdigit()), default=-1)
 
     def append(self, feed: Mapping[str, np.ndarray]) -> None:
         path = self.folder / f"{self._made}.npz"
@@ -54,9 +57,7 @@ class SpilledFeeds(Sequence[dict[str, np.ndarray]]):
 
     def subset(self, indices: Sequence[int]) -> SpilledFeeds:
         """The calls at ``indices``, read from the same files (a view: the recording owns them)."""
-        view = SpilledFeeds.__new__(SpilledFeeds)
-        view.folder, view._files, view._made = self.folder, [self._files[i] for i in indices], self._made
-        return view
+        return SpilledFeeds(self.folder, [self._files[i] for i in indices])
 
     def __len__(self) -> int:
         return len(self._files)

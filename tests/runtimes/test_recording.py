@@ -214,3 +214,15 @@ def test_spilled_feeds_take_any_input_name(tmp_path):
     feeds.append({"file": np.arange(3), "a/b:0": np.ones((2, 2), np.float16)})  # np.savez's own argument, a path
     (back,) = list(feeds)
     assert list(back) == ["file", "a/b:0"] and back["a/b:0"].dtype == np.float16
+
+
+def test_a_subset_reads_the_same_files_and_never_overwrites_one(tmp_path):
+    from edgekit.runtimes.recording import SpilledFeeds
+
+    feeds = SpilledFeeds(tmp_path / "calls")
+    for i in range(4):
+        feeds.append({"x": np.full((2,), i, np.float32)})
+    view = feeds.subset([3, 1])
+    assert [int(f["x"][0]) for f in view] == [3, 1]
+    view.append({"x": np.full((2,), 9, np.float32)})  # a new file, not one of the recording's
+    assert [int(f["x"][0]) for f in feeds] == [0, 1, 2, 3] and int(view[2]["x"][0]) == 9
