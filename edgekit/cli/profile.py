@@ -24,7 +24,8 @@ from edgekit.output import Output
     "--cond speaker=0.5\n\n"
     "  edgekit profile bundles/flow --steps 2,4,8 --iters 50 --min-seconds 5 --power rapl --json\n\n"
     '  edgekit profile bundles/masked --runtime aihub --devices "Samsung Galaxy S24 '
-    '(Family),snapdragon-x-elite" --html report/'
+    '(Family),snapdragon-x-elite" --html report/\n\n'
+    "  edgekit profile bundles/masked --target intel-cpu   # the engines `edgekit build --target intel-cpu` wrote"
 )
 def profile(
     bundle: opt.Bundle,
@@ -149,6 +150,15 @@ def profile(
         bool,
         opt.resume_option("profile", "profile jobs"),
     ] = False,
+    target: Annotated[
+        str | None,
+        opt.target_option(
+            "Profile the engines built for this target, as `edgekit run --target` loads them (overrides --runtime)."
+        ),
+    ] = None,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Rebuild a missing or stale engine for --target instead of refusing it.")
+    ] = False,
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
@@ -201,6 +211,8 @@ def profile(
         devices=parse_csv("--devices", devices),
         require_npu=require_npu,
         resume=resume,
+        target=target,
+        rebuild=rebuild,
         **extra,
     )
     if html is not None:

@@ -121,6 +121,10 @@ class ProfileConfig:
     require_npu: bool = False
     # --runtime aihub: collect an earlier run's jobs (the bundle's aihub/jobs.json) instead of submitting.
     resume: bool = False
+    # --target: each precision's engine built for this target (what `edgekit run --target` loads)
+    # instead of --runtime's; ``rebuild``: build a missing or stale one instead of refusing.
+    target: str | None = None
+    rebuild: bool = False
 
     @property
     def sweep_precisions(self) -> tuple[str, ...]:
@@ -154,6 +158,11 @@ class ProfileConfig:
         object.__setattr__(self, "frontier_steps", tuple(self.frontier_steps))
         Tolerance.parse(self.frontier_tolerance)
         object.__setattr__(self, "devices", tuple(self.devices))
+        if self.target is not None and self.compare_ar:
+            raise UsageError(
+                "--compare-ar decodes the AR baseline on --runtime, not on a target's engines; "
+                "drop --target (or --compare-ar)"
+            )
         hosted = [r for r in self.runtimes if backend(r).hosted]
         if (self.devices or self.require_npu) and not hosted:
             clouds = [n for n in names() if backend(n).hosted]
@@ -161,6 +170,10 @@ class ProfileConfig:
                 f"{'--devices' if self.devices else '--require-npu'} is "
                 f"for AI Hub's devices; add --runtime {' or '.join(clouds)}"
             )
+        if self.target is not None and hosted:
+            raise UsageError(f"--runtime {hosted[0]} profiles hosted devices, not a target's engines; drop --target")
+        if self.target is None and self.rebuild:
+            raise UsageError("--rebuild rebuilds a target's engine; add --target NAME (or drop --rebuild)")
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -176,9 +189,13 @@ class Variant:
     runtime: str
     precision: str
     steps: int | None  # None = the bundle's default
+    # --target: the engine the target loads (runtimes.engines.EngineChoice); None: --runtime's way.
+    engine: Any = field(default=None, compare=False)
 
     def label(self, show_steps: bool) -> str:
         text = f"{self.runtime} {self.precision}"
+        if self.engine is not None:
+            text += f" ({self.engine.target.name})"
         return f"{text} K={self.steps}" if show_steps and self.steps is not None else text
 
 

@@ -179,7 +179,13 @@ def profile_variant(
     before = system_state()
     rss = RssTracker()
     rss.start()
-    with open_runtime(bundle, variant.runtime, variant.precision, threads=cfg.threads) as rt:
+    engine = variant.engine  # --target: the file the target loads
+    opened = (
+        engine.open(threads=cfg.threads)
+        if engine is not None
+        else open_runtime(bundle, variant.runtime, variant.precision, threads=cfg.threads)
+    )
+    with opened as rt:
         rss.mark("loaded")
         tick = (lambda done, total: progress(label, done, total)) if progress else None
         doc = measure_decodes(
@@ -197,6 +203,8 @@ def profile_variant(
         "available": True,
         "runtime": variant.runtime,
         "precision": variant.precision,
+        "target": None if engine is None else engine.target.name,
+        "engine": None if engine is None else {"path": str(engine.path), "built": engine.built},
         "steps": doc["decode"]["steps"],
         "decode_config": {k: v for k, v in dataclasses.asdict(decode_cfg).items()},
         **doc,

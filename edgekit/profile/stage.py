@@ -32,6 +32,7 @@ from edgekit.profile.config import (
 from edgekit.profile.frontier_points import check_frontier_metric
 from edgekit.profile.measure import open_power, power_doc, profile_variant
 from edgekit.profile.ratios import variant_ratios
+from edgekit.profile.targets import target_variants
 from edgekit.runtimes.registry import backend
 
 
@@ -49,11 +50,13 @@ def profile_bundle(
     mine = (
         tuple(p for p in cfg.precisions if any(p in backend(r).precisions for r in local)) or cfg.precisions
     )  # fp16 may be aihub's only
-    variants_plan = (
-        plan_variants(bundle, dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False))
-        if local
-        else []
-    )
+    if cfg.target is not None:  # the target's engines, instead of --runtime's
+        variants_plan = target_variants(bundle, cfg)
+    elif local:
+        plan = dataclasses.replace(cfg, runtimes=local, precisions=mine, devices=(), require_npu=False)
+        variants_plan = plan_variants(bundle, plan)
+    else:
+        variants_plan = []
     if cfg.compare_ar:
         resolve_ar_bundle(bundle, cfg)  # fail before measuring anything
         if cfg.frontier_steps:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgekit._sidefiles import model_bytes
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import SearchResult
 
@@ -18,6 +19,7 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
     """The ``edgekit.quantize/1`` document of a finished search (sizes and timing added at record)."""
     cfg, bundle = run.cfg, run.bundle
     by_name = run.plan.by_name()
+    fp32_bytes, int8_bytes = model_bytes(run.fp32_path), model_bytes(r.model)
 
     def named(row: dict[str, Any]) -> dict[str, Any]:
         """``row`` with the names other tools know its node by: the FP32 graph's node(s) it came
@@ -76,11 +78,8 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         "sensitivity": r.sensitivity,
         "int8_flop_share": r.int8_flop_share,
         "structure": r.structure,
-        "sizes": {
-            "fp32_bytes": run.fp32_path.stat().st_size,
-            "int8_bytes": r.model.stat().st_size,
-            "ratio": r.model.stat().st_size / run.fp32_path.stat().st_size,
-        },
+        # Each model with its side files: a model over 2 GB keeps its weights beside the graph.
+        "sizes": {"fp32_bytes": fp32_bytes, "int8_bytes": int8_bytes, "ratio": int8_bytes / fp32_bytes},
         "conditions": run.cond_doc,
         "preprocess": run.preprocess,
         "warnings": run.warnings,

@@ -40,6 +40,9 @@ def test_int8_of_a_model_in_a_side_file_equals_the_embedded_twins(external_bundl
     # side file and the prepared model's: one quantize_static per scale set (a step bucket each).
     assert a["candidates"]["derived"] > 0 and a["candidates"]["not_derived_because"] is None, a["candidates"]
     assert a["candidates"] == b["candidates"]
+    # Sizes count the side files: the graph alone would be a small share of the twin's bytes.
+    for key in ("fp32_bytes", "int8_bytes"):
+        assert abs(a["sizes"][key] - b["sizes"][key]) <= 0.05 * b["sizes"][key], (a["sizes"], b["sizes"])
 
     bundle = Bundle.load(external)  # every hash verified, side files included
     names = [n for n in bundle.artifact_names if n == "int8" or n.startswith("int8-bucket-")]
