@@ -84,6 +84,12 @@ def record_result(
         else:
             bundle.remove_artifact("int8-calibration")
         summary["int8_files"] = int8_files(bundle)
+        # The file a user ships: the int8 graph and its side files as recorded (a scratch model's
+        # side file may also hold tensors only the search read).
+        shipped = sum(f["bytes"] for f in summary["int8_files"].get("int8", []))
+        if shipped:
+            sizes = summary["sizes"]
+            summary["sizes"] = sizes | {"int8_bytes": shipped, "ratio": shipped / sizes["fp32_bytes"]}
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
         summary |= fp32_decodes(summary, clock["total_s"])

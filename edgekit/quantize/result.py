@@ -19,6 +19,8 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
     """The ``edgekit.quantize/1`` document of a finished search (sizes and timing added at record)."""
     cfg, bundle = run.cfg, run.bundle
     by_name = run.plan.by_name()
+    # Each model with its side files (a model over 2 GB keeps its weights beside the graph); the
+    # int8 figure is the scratch model's until record_result counts the files it wrote.
     fp32_bytes, int8_bytes = model_bytes(run.fp32_path), model_bytes(r.model)
 
     def named(row: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +80,6 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         "sensitivity": r.sensitivity,
         "int8_flop_share": r.int8_flop_share,
         "structure": r.structure,
-        # Each model with its side files: a model over 2 GB keeps its weights beside the graph.
         "sizes": {"fp32_bytes": fp32_bytes, "int8_bytes": int8_bytes, "ratio": int8_bytes / fp32_bytes},
         "conditions": run.cond_doc,
         "preprocess": run.preprocess,
