@@ -20,6 +20,10 @@ for FP32 the same as ``ir``). Every route is compiled with the intel-cpu target'
 ``measure_routes`` times them round-robin, ``--forwards`` forwards back to back per call,
 ``--rounds`` calls each.
 
+``--masked-int8 FILE`` (repeatable): another INT8 model of the masked bundle's graph (another
+quantize's, e.g. with other fallbacks or ``QuantizeConfig(attention_scores="int8")``), timed and
+judged in the same group as ``int8 file <name>``: A/B figures from one interleaved run.
+
 ``--nncf-python``: NNCF's post-training quantization (``nncf.quantize`` on ``ov.convert_model`` of
 the bundle's FP32 ONNX, default preset, in that interpreter: NNCF pins its own dependencies) on the
 feeds edgekit calibrates on (``benchmarks/quantize_vs_nncf.py``'s), timed as ``nncf ir`` in the
@@ -44,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +97,23 @@ def quantization_of(bundle: Bundle) -> dict[str, Any]:
         "target": config.get("target"),
         "budget_runtime": config.get("runtime"),
         "fallbacks": [f.get("label") or f.get("node") for f in q.get("fallback") or []],
+        "attention_scores": config.get("attention_scores", "float"),
         "fallback_form": form.get("chosen"),
         "fallback_form_measured_on": form.get("measured_on"),
     }
 
 
 def measure_demo(
-    root: Path, work: Path, threads: int, rounds: int, forwards: int, nncf_python: str | None = None
+    root: Path,
+    work: Path,
+    threads: int,
+    rounds: int,
+    forwards: int,
+    nncf_python: str | None = None,
+    also: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    """Every route of both precisions (and NNCF's IR) opened at once, judged on one decode's feeds,
-    timed interleaved."""
+    """Every route of both precisions (NNCF's IR, and the INT8 files ``also``: the ONNX route) opened
+    at once, judged on one decode's feeds, timed interleaved."""
     from edgekit.builder.openvino_routes import measure_routes, route_accuracy, route_feeds, write_routes
     from edgekit.runtimes.openvino import OpenVinoRuntime, options_for
     from edgekit.runtimes.openvino_ir import exec_precisions
@@ -120,6 +132,8 @@ def measure_demo(
                     notes[f"{precision} {name}"] = route.note or f"same as {route.same_as}"
                     continue
                 opened[f"{precision} {name}"] = OpenVinoRuntime(route.model, options_for(settings, precision, threads))
+        for path in also:
+            opened[f"int8 file {path.stem}"] = OpenVinoRuntime(path, options_for(settings, "int8", threads))
         nncf_version = None
         if nncf_python:
             xml, nncf_version = nncf_ir(bundle, nncf_python, work)
@@ -195,6 +209,14 @@ def main() -> None:
         default=os.environ.get("EDGEKIT_NNCF_PYTHON"),
         help="an interpreter with nncf (and this venv's openvino): NNCF's IR timed beside the routes",
     )
+    ap.add_argument(
+        "--masked-int8",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another INT8 ONNX of the masked bundle's graph, timed beside its routes (repeatable)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--record", action="store_true", help="append the results to benchmarks/openvino_routes_runs.jsonl")
     args = ap.parse_args()
@@ -218,7 +240,8 @@ def main() -> None:
         for name, path in bundles.items():
             work = Path(tmp) / name
             work.mkdir(parents=True)
-            results[name] = measure_demo(path, work, args.threads, args.rounds, args.forwards, args.nncf_python)
+            also = args.masked_int8 if name == "masked" else []
+            results[name] = measure_demo(path, work, args.threads, args.rounds, args.forwards, args.nncf_python, also)
     doc = {
         "schema": "edgekit.bench.openvino-routes/1",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -250,15 +273,16 @@ def main() -> None:
             f"\n{name} demo (batch {res['batch']}; accuracy on {res['feeds']}): ms per forward, median [p25-p75]\n"
             f"  int8: quantize --target {q['target']} (budget on {q['budget_runtime']}), fallbacks "
             f"{', '.join(q['fallbacks']) or 'none'} in form {q['fallback_form']} "
-            f"(timed on {q['fallback_form_measured_on']})" + (f"; NNCF {res['nncf']}" if res["nncf"] else "")
+            f"(timed on {q['fallback_form_measured_on']}), attention scores {q['attention_scores']}"
+            + (f"; NNCF {res['nncf']}" if res["nncf"] else "")
         )
         for key, row in res["stats"].items():
             print(
-                f"  {key:16s} {row['median_ms']:7.3f} [{row['p25_ms']:7.3f}-{row['p75_ms']:7.3f}]  "
+                f"  {key:28s} {row['median_ms']:7.3f} [{row['p25_ms']:7.3f}-{row['p75_ms']:7.3f}]  "
                 f"SNR vs FP32 {row['snr_vs_fp32_db']:6.1f} dB  {_kernels(row['exec'])}"
             )
         for key, note in res["notes"].items():
-            print(f"  {key:16s} {note}")
+            print(f"  {key:28s} {note}")
         ratios = ", ".join(
             f"{k} {v:.2f}x" + (f" (< {GOAL})" if name == "masked" and v < GOAL else "")
             for k, v in res["int8_over_fp32_onnx"].items()

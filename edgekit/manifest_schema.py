@@ -88,6 +88,7 @@ QUANTIZE_CONFIG = Table(
         "budget": MapOf(Number()),
         "op_types": ListOf(Str()),
         "float_attention_core": Bool(),
+        "attention_scores": Str(),
         "float_time_embedding": Bool(),
         "decode": DECODE,
         "fallback": Bool(),

@@ -2,7 +2,8 @@
 (``analyse_graph``; which of them the cpu and trt profiles quantize: ``cpu/select.py``).
 
 Roles: ``weighted`` (MatMul/Gemm/Conv with a constant weight), ``attention-core`` (a MatMul
-whose both inputs are activations: QK^T and AV), ``time-embedding`` (flow: the nodes computed
+whose both inputs are activations: QK^T and AV; ``NodeInfo.attention_scores`` tells QK^T, whose
+output reaches a Softmax), ``time-embedding`` (flow: the nodes computed
 from ``t`` alone up to the embedding the blocks share: sinusoid + time MLP), ``other``."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from edgekit.quantize.names import Lineage
 from edgekit.runtimes.onnx_file import load_onnx
 
 FLOAT = 1  # onnx.TensorProto.FLOAT
+# What may stand between QKᵀ and its Softmax: the 1/sqrt(d) scale, a mask, a reshape.
+SCORE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Add", "Sub", "Where", "Reshape", "Cast"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class NodeInfo:
     activations: tuple[str, ...]  # float inputs that are not constants
     origin: tuple[str, ...] = ()  # the FP32 graph's nodes it came from (``names.Lineage``)
     module: str | None = None  # the torch module it came from, where the export says
+    # An attention-core MatMul whose output reaches a Softmax through SCORE_OPS only (QKᵀ, not AV).
+    attention_scores: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -83,6 +88,10 @@ def analyse_graph(
         if node.op_type == "Constant" or (node.input and all(i in constant or i == "" for i in node.input)):
             constant.update(node.output)
     time_nodes = _time_embedding_nodes(graph, time_input, constant) if time_input else set()
+    consumers: dict[str, list[Any]] = defaultdict(list)
+    for node in graph.node:
+        for i in node.input:
+            consumers[i].append(node)
 
     nodes = []
     for node in graph.node:
@@ -99,8 +108,22 @@ def analyse_graph(
         else:
             origin, module = (), labels.get(node.name) or labels.get(node.name.split("/")[0])
         label = module or node.name
-        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module))
+        scores = role == "attention-core" and _reaches_softmax(node.output[0], consumers)
+        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module, scores))
     return GraphPlan(tuple(nodes))
+
+
+def _reaches_softmax(tensor: str, consumers: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether every path from ``tensor`` runs through ``SCORE_OPS`` into a Softmax (QKᵀ's scores)."""
+    readers = consumers.get(tensor, ())
+    if not readers:
+        return False
+    for node in readers:
+        if node.op_type == "Softmax":
+            continue
+        if node.op_type not in SCORE_OPS or not _reaches_softmax(node.output[0], consumers):
+            return False
+    return True
 
 
 def _value_shapes(onnx: Any, model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:

@@ -188,8 +188,10 @@ def quantize_model(
     }
     if cfg.method == "percentile":
         extra["CalibPercentile"] = cfg.percentile
-    if s.weight_bound == "pair":
-        extra["TensorQuantOverrides"] = pair_bound_overrides(prepared, nodes)
+    overrides = pair_bound_overrides(prepared, nodes) if s.weight_bound == "pair" else {}
+    overrides |= attention_score_overrides(plan, nodes, cfg)
+    if overrides:
+        extra["TensorQuantOverrides"] = overrides
     common: dict[str, Any] = dict(
         op_types_to_quantize=op_types,
         per_channel=s.per_channel,
@@ -261,6 +263,21 @@ def pair_bound_overrides(prepared: Path, nodes: Sequence[str]) -> dict[str, list
         r = np.where(r > 0, r, 1.0)  # an all-zero channel: any scale (ORT would pick 1 too)
         out[node.input[1]] = [{"axis": axis, "rmin": float(-v), "rmax": float(v)} for v in r]
     return out
+
+
+def attention_score_overrides(
+    plan: GraphPlan, nodes: Sequence[str], cfg: QuantizeConfig
+) -> dict[str, list[dict[str, Any]]]:
+    """ORT ``TensorQuantOverrides`` that quantize Q and K of each INT8 QKᵀ in ``nodes`` (selected
+    by ``cfg.attention_scores``, the rest of the core float) as symmetric int8: OpenVINO's CPU
+    plugin then runs QKᵀ, the softmax and AV as one int8 attention kernel. With the profile's
+    asymmetric u8 the zero point's Subtract stays a separate f32 snippet and the attention f32."""
+    if not (cfg.float_attention_core and cfg.attention_scores == "int8"):
+        return {}  # float, or every core MatMul quantized as ORT does (float_attention_core=False)
+    quant = require("onnxruntime.quantization")
+    by_name = plan.by_name()
+    scores = [by_name[n] for n in nodes if by_name[n].attention_scores]
+    return {x: [{"quant_type": quant.QuantType.QInt8, "symmetric": True}] for n in scores for x in n.activations}
 
 
 def _weight_only(path: Path, names: Sequence[str]) -> None:

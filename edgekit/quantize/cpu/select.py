@@ -1,7 +1,7 @@
 """Which nodes the cpu and trt profiles quantize (``select_nodes``): the config's op types, less
-``--exclude``, node overrides and what the profile keeps float by rule (the attention core, the
-flow time embedding, GEMV-shaped layers on TensorRT); and which float nodes still store INT8
-weights (``weight_only_by_rule``)."""
+``--exclude``, node overrides and what the profile keeps float by rule (the attention core, but
+QKᵀ with ``QuantizeConfig.attention_scores`` "int8", the flow time embedding, GEMV-shaped
+layers on TensorRT); and which float nodes still store INT8 weights (``weight_only_by_rule``)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,10 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
         if node.name in floated:
             continue
         if node.role == "attention-core" and cfg.float_attention_core:
-            floated[node.name] = "attention core (QKᵀ/AV: both inputs are activations)"
+            if node.attention_scores and cfg.attention_scores == "int8":
+                chosen.append(node.name)  # symmetric int8 Q and K (ptq.quantize_model): OpenVINO's int8 attention
+            else:
+                floated[node.name] = "attention core (QKᵀ/AV: both inputs are activations)"
         elif node.role == "time-embedding" and cfg.float_time_embedding:
             floated[node.name] = "flow time embedding (sinusoid of 1000·t and the time MLP)"
         elif settings.skip_gemv and node.op_type in ("MatMul", "Gemm") and node.rows == 1:

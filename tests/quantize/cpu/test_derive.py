@@ -351,3 +351,35 @@ def test_a_graph_with_unnamed_nodes_is_named_when_prepared_and_derives(tmp_path)
         prepared, base, calibration_reader(feeds()), selected, cfg, plan, calibration_cache=tmp_path / "cache.json"
     )
     assert derive.derivation_blocker(prepared, base, selected, cfg.settings.quantized_outputs) is None
+
+
+def test_a_float_attention_scores_candidate_is_the_quantizers(tiny_model, tmp_path):
+    """OpenVINO's int8 QKᵀ (symmetric int8 Q/DQ on both activations, ``ptq.attention_score_overrides``)
+    is a budget fallback like any node: the candidate that floats it, derived from the all-INT8
+    graph, is the graph the quantizer writes without it (its Q/DQ gone, the float tensors read)."""
+    from tests.quantize.conftest import tiny_feeds
+
+    cfg = QuantizeConfig(attention_scores="int8")
+    prepared = Path(tmp_path / "tiny.onnx")
+    prepared.write_bytes(Path(tiny_model).read_bytes())
+    plan = analyse_graph(prepared, time_input="t")
+    selected, floated = select.select_nodes(plan, cfg)
+    assert "qk" in selected
+    rule_wo = select.weight_only_by_rule(floated, cfg)
+    rows = tiny_feeds(6)
+    cache = tmp_path / "calibration.json"
+    ptq.calibrate(prepared, calibration_reader(rows), cfg, cache)
+
+    def quantize(nodes, out):
+        ptq.quantize_model(prepared, out, calibration_reader(rows), nodes, cfg, plan, cache, weight_only=rule_wo)
+        return out
+
+    base = quantize(selected, tmp_path / "all-int8.onnx")
+    assert derive.derivation_blocker(prepared, base, selected, cfg.settings.quantized_outputs) is None
+    for drop in (["qk"], ["qk", "q_proj"], ["k_proj"]):
+        nodes = [n for n in selected if n not in drop]
+        ref = quantize(nodes, tmp_path / f"ref-{'-'.join(drop)}.onnx")
+        ours = tmp_path / f"derived-{'-'.join(drop)}.onnx"
+        assert derive.derive_candidate(prepared, base, ours, nodes, selected, rule_wo, cfg.settings.quantized_outputs)
+        assert canonical(ours) == canonical(ref), drop
+    assert not {"q", "kT"} & {q["input"] for q in qdq_structure(tmp_path / "derived-qk.onnx")["qdq"]}

@@ -260,3 +260,79 @@ def test_quantize_unbudgeted_of_a_side_file_model_keeps_its_weights_beside_the_o
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
     want = ort.InferenceSession(str(expected), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_qk_is_the_attention_scores_and_int8_scores_select_it_alone(tiny_model):
+    plan = qgraph.analyse_graph(tiny_model, time_input="t")
+    assert [n.name for n in plan.nodes if n.attention_scores] == ["qk"]  # av reads the Softmax: not scores
+    chosen, floated = select.select_nodes(plan, QuantizeConfig(attention_scores="int8"))
+    assert "qk" in chosen and floated["av"].startswith("attention core")
+    for cfg in (QuantizeConfig(), QuantizeConfig(runtime="openvino")):  # opt-in, on every runtime
+        chosen, floated = select.select_nodes(plan, cfg)
+        assert "qk" not in chosen and floated["qk"].startswith("attention core"), cfg
+    with pytest.raises(UsageError, match="attention_scores"):
+        QuantizeConfig(attention_scores="int4")
+
+
+def test_int8_attention_scores_are_symmetric_int8_q_and_k_and_nothing_else_changes(tiny_model, tmp_path):
+    """OpenVINO's form: Q/DQ with int8 zero point 0 on both inputs of QKᵀ, the other activations
+    as the cpu profile quantizes them (u8), AV's inputs float; ORT runs it close to float. The
+    default (float scores) writes the graph it always wrote."""
+    plan = qgraph.analyse_graph(tiny_model, time_input="t")
+    feeds = tiny_feeds(6)
+    paths = {}
+    for scores in ("float", "int8"):
+        cfg = QuantizeConfig(attention_scores=scores)
+        paths[scores] = tmp_path / f"{scores}.onnx"
+        ptq.quantize_model(
+            tiny_model, paths[scores], calibration_reader(feeds), select.select_nodes(plan, cfg)[0], cfg, plan
+        )
+    acts = {
+        r: {q["input"]: q for q in structure.qdq_structure(p)["qdq"] if q["op"] == "QuantizeLinear"}
+        for r, p in paths.items()
+    }
+    assert sorted(acts["float"]) == ["a2", "e", "h"]
+    assert sorted(acts["int8"]) == ["a2", "e", "h", "kT", "q"]
+    for name in ("q", "kT"):
+        q = acts["int8"][name]
+        assert q["zero_point_dtype"] == "int8" and q["zero_point_max_abs"] == 0, q
+    for name in ("a2", "e", "h"):
+        assert acts["int8"][name]["zero_point_dtype"] == "uint8" == acts["float"][name]["zero_point_dtype"]
+    av = next(n for n in onnx.load(str(paths["int8"])).graph.node if n.name == "av")
+    assert list(av.input) == ["p", "h"]
+    ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(str(paths["int8"]), providers=["CPUExecutionProvider"])
+    feed = tiny_feeds(1, seed=7)[0]
+    a, b = ref.run(None, feed)[0], q.run(None, feed)[0]
+    snr = 10 * np.log10(np.sum(a**2) / np.sum((a - b) ** 2))
+    assert 25 < snr < 80, snr
+
+
+def _attention_kernel_precision(path: Path) -> str:
+    """The runtime precision of the exec-graph node OpenVINO's CPU plugin runs the softmax in."""
+    ov = pytest.importorskip("openvino")
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "softmax" in str(info["originalLayersNames"].astype(str)).split(","):
+            return str(info["runtimePrecision"].astype(str))
+    raise AssertionError("no exec node holds the softmax")
+
+
+def test_openvino_runs_the_int8_attention_scores_as_an_int8_kernel(tiny_model, tmp_path):
+    """The point of the form: the attention (QKᵀ, softmax, AV) compiles to an i8 kernel; with the
+    profile's u8 (zero point) Q/DQ on the same tensors it stays f32 (a separate Subtract)."""
+    plan = qgraph.analyse_graph(tiny_model, time_input="t")
+    feeds = tiny_feeds(6)
+    cfg = QuantizeConfig(attention_scores="int8")
+    nodes = select.select_nodes(plan, cfg)[0]
+    int8 = tmp_path / "int8-scores.onnx"
+    ptq.quantize_model(tiny_model, int8, calibration_reader(feeds), nodes, cfg, plan)
+    assert _attention_kernel_precision(int8) == "i8"
+    u8 = tmp_path / "u8-scores.onnx"  # the same nodes with ORT's own (u8) Q/DQ on Q and K
+    ptq.quantize_model(tiny_model, u8, calibration_reader(feeds), nodes, QuantizeConfig(attention_scores="float"), plan)
+    assert "kT" in {q["input"] for q in structure.qdq_structure(u8)["qdq"]}
+    assert _attention_kernel_precision(u8) == "f32"
+    float_core = tmp_path / "float-core.onnx"
+    ptq.quantize_model(tiny_model, float_core, calibration_reader(feeds), [n for n in nodes if n != "qk"], cfg, plan)
+    assert _attention_kernel_precision(float_core) == "f32"
