@@ -160,6 +160,16 @@ def quantize(
             ),
         ),
     ] = None,
+    attention_scores: Annotated[
+        Literal["float", "int8"],
+        typer.Option(
+            "--attention-scores",
+            help=(
+                "cpu and trt profiles: the attention's QKᵀ in float (default) or in INT8 with symmetric int8 Q and K, "
+                "the form OpenVINO's CPU plugin runs as an int8 attention kernel (the budget may still keep it float)."
+            ),
+        ),
+    ] = "float",
     trust_code: opt.TrustCode = False,
     json_out: opt.Json = False,
 ) -> None:
@@ -185,6 +195,7 @@ def quantize(
         isa=isa,
         scheme=scheme,
         method=method,
+        attention_scores=attention_scores,
         calib_samples=calib_samples,
         eval_samples=eval_samples,
         eval_seed=seed,

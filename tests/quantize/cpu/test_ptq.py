@@ -336,3 +336,22 @@ def test_openvino_runs_the_int8_attention_scores_as_an_int8_kernel(tiny_model, t
     float_core = tmp_path / "float-core.onnx"
     ptq.quantize_model(tiny_model, float_core, calibration_reader(feeds), [n for n in nodes if n != "qk"], cfg, plan)
     assert _attention_kernel_precision(float_core) == "f32"
+
+
+def test_attention_scores_option_reaches_the_config(monkeypatch, tmp_path):
+    """`quantize --attention-scores int8` is the config's field (and a bad value is one line)."""
+    from typer.testing import CliRunner
+
+    from edgekit.cli import app
+
+    seen = {}
+
+    def fake(path, cfg=None, progress=None, warn=None):
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr("edgekit.quantize.quantize_bundle", fake)
+    r = CliRunner().invoke(app, ["quantize", str(tmp_path), "--attention-scores", "int8"])
+    assert seen["cfg"].attention_scores == "int8", r.output
+    bad = CliRunner().invoke(app, ["quantize", str(tmp_path), "--attention-scores", "int4"])
+    assert bad.exit_code == 2 and "--attention-scores" in bad.stderr and "Traceback" not in bad.output
