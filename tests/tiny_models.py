@@ -63,13 +63,14 @@ def tiny_masked_spec(batch: int = 2):
     )
 
 
-def tiny_ar_spec(batch: int = 1, cache: str = "graph"):
+def tiny_ar_spec(batch: int = 1, cache: str = "graph", depth: int = 1):
     """The AR baseline of tiny_masked_spec: same vocabulary, classes and length (12 tokens), in
-    either cache form (``edgekit.spec.AR_CACHE_IO``: "graph" writes the cache, "loop" is the NPU form)."""
+    any cache form (``edgekit.spec.AR_CACHE_IO``: "graph" writes the cache; "loop" and "layers"
+    are the NPU forms, "layers" with each layer's cache its own input)."""
     from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
     from edgekit.spec import ModelSpec
 
-    cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
+    cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=depth, heads=2, mlp_ratio=2)
     inputs, outputs = ar_io(cfg, batch, cache)
     meta = {
         "vocab_size": cfg.vocab_size,
