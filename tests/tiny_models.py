@@ -111,8 +111,8 @@ def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
-    """{kind: bundle dir} of the tiny models at batch 1 (AR in its loop cache form, the one the
-    HTP compiles; the HTP backend's emulation costs
+    """{kind: bundle dir} of the tiny models at batch 1 (AR in its stacked "loop" cache form, as
+    bundles exported before the "layers" form; the HTP backend's emulation costs
     ~10x a CPU forward), their int8 model from ``quantize --profile qnn`` (budget measured on
     the HTP backend). Tests that write into a bundle copy it first."""
     pytest.importorskip("torch")
