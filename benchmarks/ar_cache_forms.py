@@ -11,7 +11,8 @@ edgekit's fusions and disabled optimizers, IO binding, ORT's profiler on), ``--r
 after 3 warm-up forwards; the two bundles take turns ``--rounds`` times (A B, B A, ...) and each
 figure is the median over its rounds. Both decodes use seed 0: the same tokens when the two
 bundles hold the same weights, so the forwards see the same positions. Run it alone (under the
-CPU lock); the CPU model and flags go into the JSON.
+CPU lock); the CPU model and flags go into the JSON. Recorded runs: ``ar_cache_forms_runs.jsonl``
+(one document a line, with its command and date); docs/large-models.md reads them.
 """
 
 from __future__ import annotations
