@@ -90,21 +90,6 @@ def test_each_form_is_recognised_by_its_io(forms):
     assert kind_io("ar", forms["loop"][1].inputs, forms["loop"][1].outputs)[0][-1] == "attn_mask"
 
 
-def test_the_cache_feeds_are_views_of_the_loops_arrays(forms):
-    """The loop feeds each layer's slice of its one stacked array, without a copy (contiguous, so
-    ORT binds it as it is); the stacked forms get the arrays themselves."""
-    _, rt = forms["layers"]
-    k = np.zeros((2, 2, 2, 12, 8), np.float32)
-    v = np.ones_like(k)
-    feeds = ar_cache_feeds(rt.inputs, k, v)
-    assert list(feeds) == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
-    for name, arr in feeds.items():
-        assert np.shares_memory(arr, k if name[0] == "k" else v) and arr.flags.c_contiguous
-    assert feeds["v_cache_1"].base is v and np.all(feeds["v_cache_1"] == 1)
-    stacked = ar_cache_feeds(forms["loop"][1].inputs, k, v)
-    assert stacked["k_cache"] is k and stacked["v_cache"] is v
-
-
 @pytest.mark.parametrize(("form", "drop"), [("loop", "attn_mask"), ("layers", "attn_mask"), ("layers", "v_cache_1")])
 def test_a_spec_without_one_of_its_forms_inputs_is_refused(form, drop):
     spec = tiny_ar_spec(batch=1, cache=form, depth=2)
