@@ -1,9 +1,11 @@
 """Every AR cache form goes through quantize and check (``edgekit.spec.AR_CACHE_IO``): the
 "layers" form edgekit exports, and the stacked "loop" and "graph" forms of bundles exported before
 it: calibrated on their recorded decodes, INT8 GEMMs written, the INT8 model decoded and checked
-against FP32."""
+against FP32 (the cpu profile; the trt profile's QDQ rules on the "layers" form too)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -20,8 +22,8 @@ from edgekit.spec import ar_cache_form  # noqa: E402
 from tests.tiny_models import tiny_ar_spec  # noqa: E402
 
 
-@pytest.mark.parametrize("form", ["layers", "loop", "graph"])
-def test_an_ar_bundle_of_each_cache_form_quantizes_decodes_and_checks(form, tmp_path):
+@pytest.mark.parametrize(("form", "profile"), [("layers", "cpu"), ("layers", "trt"), ("loop", "cpu"), ("graph", "cpu")])
+def test_an_ar_bundle_of_each_cache_form_quantizes_decodes_and_checks(form, profile, tmp_path):
     import torch
 
     from edgekit.export.to_bundle import export_bundle
@@ -30,7 +32,8 @@ def test_an_ar_bundle_of_each_cache_form_quantizes_decodes_and_checks(form, tmp_
         torch.manual_seed(0)
         spec = tiny_ar_spec(batch=2, cache=form, depth=2)
     root = export_bundle(spec, tmp_path / form, source="tiny-ar").root
-    s = quantize_bundle(root, QuantizeConfig(calib_samples=2, eval_samples=2, fallback=False, isa="avx2"))
+    cfg = QuantizeConfig(profile=profile, calib_samples=2, eval_samples=2, fallback=False)
+    s = quantize_bundle(root, cfg if profile == "trt" else dataclasses.replace(cfg, isa="avx2"))
     bundle = Bundle.load(root)
     assert ar_cache_form(bundle.inputs, bundle.outputs) == form and bundle.has("int8")
     assert len([r for r in s["selection"]["int8"] if r["op"] == "Gemm"]) >= 8  # both layers' GEMMs
