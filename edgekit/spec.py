@@ -229,7 +229,7 @@ def ar_cache_feeds(inputs: Mapping[str, Any] | Any, k_cache: np.ndarray, v_cache
     """The cache feeds of an AR graph with ``inputs`` from the loop's stacked caches ``k_cache`` /
     ``v_cache`` [n_layer, B, H, Lmax, hd]: the arrays themselves, or in the "layers" form each
     layer's slice ``k_cache[i]`` (a view, contiguous: nothing is copied)."""
-    if "k_cache_0" not in inputs:
+    if ar_cache_form(inputs, ()) != "layers":
         return {"k_cache": k_cache, "v_cache": v_cache}
     feeds = {}
     for layer in range(len(k_cache)):
