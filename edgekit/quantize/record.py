@@ -84,12 +84,7 @@ def record_result(
         else:
             bundle.remove_artifact("int8-calibration")
         summary["int8_files"] = int8_files(bundle)
-        # The file a user ships: the int8 graph and its side files as recorded (a scratch model's
-        # side file may also hold tensors only the search read).
-        shipped = sum(f["bytes"] for f in summary["int8_files"].get("int8", []))
-        if shipped:
-            sizes = summary["sizes"]
-            summary["sizes"] = sizes | {"int8_bytes": shipped, "ratio": shipped / sizes["fp32_bytes"]}
+        summary["sizes"] = shipped_sizes(summary["sizes"], summary["int8_files"])
         clock["total_s"] = time.perf_counter() - start
         summary["timing_s"] = clock
         summary |= fp32_decodes(summary, clock["total_s"])
@@ -101,6 +96,13 @@ def record_result(
             staged_cond.unlink(missing_ok=True)
         if staged_table is not None:
             staged_table.unlink(missing_ok=True)
+
+
+def shipped_sizes(sizes: dict[str, Any], files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``sizes`` with the int8 figure of the file a user ships: the recorded int8 graph and its
+    side files (a scratch model's side file may also hold tensors only the search read)."""
+    shipped = sum(f["bytes"] for f in files.get("int8", []))
+    return sizes | {"int8_bytes": shipped, "ratio": shipped / sizes["fp32_bytes"]} if shipped else sizes
 
 
 def int8_files(bundle: Bundle) -> dict[str, list[dict[str, Any]]]:
