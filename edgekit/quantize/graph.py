@@ -37,6 +37,9 @@ class NodeInfo:
     activations: tuple[str, ...]  # float inputs that are not constants
     origin: tuple[str, ...] = ()  # the FP32 graph's nodes it came from (``names.Lineage``)
     module: str | None = None  # the torch module it came from, where the export says
+    # An embedding lookup (Gather on axis 0 of a float initializer of rank >= 2 that only such
+    # Gathers read): the table's shape ([rows, ...]); () for every other node.
+    table: tuple[int, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -83,6 +86,7 @@ def analyse_graph(
         if node.op_type == "Constant" or (node.input and all(i in constant or i == "" for i in node.input)):
             constant.update(node.output)
     time_nodes = _time_embedding_nodes(graph, time_input, constant) if time_input else set()
+    tables = _embedding_tables(graph)
 
     nodes = []
     for node in graph.node:
@@ -99,8 +103,33 @@ def analyse_graph(
         else:
             origin, module = (), labels.get(node.name) or labels.get(node.name.split("/")[0])
         label = module or node.name
-        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module))
+        table = shapes.get(node.input[0], ()) if node.name in tables else ()
+        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module, table))
     return GraphPlan(tuple(nodes))
+
+
+def _embedding_tables(graph: Any) -> set[str]:
+    """Names of the Gather nodes that look up rows of a constant table: axis 0 of a float
+    initializer of rank >= 2 whose every reader is such a Gather (a table a MatMul also reads, as
+    tied input/output embeddings are, is a weight of that MatMul)."""
+    inits = {i.name: i for i in graph.initializer}
+    readers: dict[str, list[Any]] = defaultdict(list)
+    for node in graph.node:
+        for i in node.input:
+            readers[i].append(node)
+    out: set[str] = set()
+    for name, init in inits.items():
+        if init.data_type != FLOAT or len(init.dims) < 2 or not readers[name]:
+            continue
+        if all(is_row_gather(n, name) for n in readers[name]):
+            out.update(n.name for n in readers[name])
+    return out
+
+
+def is_row_gather(node: Any, table: str) -> bool:
+    """Whether ``node`` is a Gather of rows (axis 0) of ``table``, read as its data and only so."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    return node.op_type == "Gather" and node.input[0] == table and table not in node.input[1:] and axis == 0
 
 
 def _value_shapes(onnx: Any, model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
