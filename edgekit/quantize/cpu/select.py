@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from edgekit.errors import UsageError
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.quantize.cpu.tables import MIN_TABLE_BYTES
+from edgekit.quantize.cpu import tables as table_rules
 from edgekit.quantize.graph import GraphPlan
 
 
@@ -131,8 +131,10 @@ def select_tables(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict
         size = 4 * math.prod(n.table)
         if n.name in floated:
             kept[n.name] = floated[n.name]
-        elif size < MIN_TABLE_BYTES:
-            kept[n.name] = f"{size} B table, under {MIN_TABLE_BYTES} B: int8 saves little for 3 more kernels a call"
+        elif size < table_rules.MIN_TABLE_BYTES:
+            kept[n.name] = (
+                f"{size} B table, under {table_rules.MIN_TABLE_BYTES} B: int8 saves little for 3 more kernels a call"
+            )
         else:
             chosen.append(n.name)
     return chosen, kept

@@ -175,7 +175,7 @@ def test_quantize_writes_and_budgets_int8_tables_and_exclude_keeps_one_float(tin
     from edgekit.quantize import quantize_bundle
     from edgekit.quantize.cpu import fallback
 
-    monkeypatch.setattr(select, "MIN_TABLE_BYTES", 512)
+    monkeypatch.setattr(tables, "MIN_TABLE_BYTES", 512)
     decoded: list[set[str]] = []
     real = fallback.FallbackProfile.budget_runtime
 
@@ -199,6 +199,18 @@ def test_quantize_writes_and_budgets_int8_tables_and_exclude_keeps_one_float(tin
     assert token["int8_bytes"] < token["fp32_bytes"] / 3
     w = s["weights"]
     assert 0 < w["int8_share"] < 1 and w["values"]["int8"] >= token["shape"][0] * token["shape"][1]
+    # inspect's record and debug read the model as written: the token lookup's output carries the
+    # int8 rows' rounding (finite SQNR, far above the MatMuls'), the float class lookup none.
+    from edgekit.debug import DebugConfig, debug_bundle
+    from edgekit.int8_match import int8_match
+
+    bundle = Bundle.load(root)
+    assert int8_match(bundle).status == "matches" and bundle.quantization.int8_tables == (token["label"],)
+    fp32 = onnx.load(str(bundle.path_of("fp32")))
+    out = {n.name: n.output[0] for n in fp32.graph.node}
+    doc = debug_bundle(root, DebugConfig())
+    first = dict(zip(doc["sqnr"]["tensors"], doc["sqnr"]["per_step"][0]))
+    assert 40 < first[out[token["node"]]] < 80 and first[out[g["float"][0]["node"]]] == float("inf")
     # The same run with the table excluded by its torch module path: float, and said so.
     excluded = Path(shutil.copytree(tiny_bundles["masked"], tmp_path / "excluded"))
     s2 = quantize_bundle(excluded, dataclasses.replace(cfg, exclude=(token["label"],)))
