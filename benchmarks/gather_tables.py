@@ -4,11 +4,18 @@ each a one-lookup model, on ONNX Runtime's CPU EP (edgekit's session options) an
 plugin, timed interleaved, with the rows' SNR, the bytes and OpenVINO's exec graph of the int8 form:
 
     python benchmarks/gather_tables.py [--threads 2] [--rounds 7] [--calls 200]
+    python benchmarks/gather_tables.py --demos edgekit-demo   # what the tables cost in accuracy
 
 Shapes: the demo token table (65 x 128, [8, 64] tokens: the masked demo at batch 8) and
 aMUSEd-256's (8256 x 768, [2, 256] tokens: one CFG pair of 16 x 16 latents), random values (the
 time does not depend on them). ``MIN_TABLE_BYTES``'s "three more kernels per call" is this
 script's difference. Run it alone on the machine: every figure is that machine's, at that load.
+
+``--demos DIR``: the demo bundles' int8 models (``edgekit demo -o DIR``) judged by `check`'s default
+gate (``evaluate.gate_runtimes``: the held-out rows, seed and decode settings quantize judged) as
+quantize wrote them and with their tables of ``MIN_TABLE_BYTES`` and over stored int8 (every step
+bucket's graph), side by side against the same FP32 answers: the margin and the gated metrics
+before and after, and the files' bytes. The table's effect alone: nothing else in the model moves.
 """
 
 from __future__ import annotations
@@ -63,6 +70,56 @@ def time_interleaved(runs: dict[str, object], feed: dict, rounds: int, calls: in
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def demos(root: Path) -> None:
+    """Print each demo's check gate with the bundle's int8 model and with its tables int8."""
+    from edgekit._sidefiles import place_side_files
+    from edgekit.bundle import Bundle
+    from edgekit.evaluate import gate_runtimes
+    from edgekit.evaluate.data import stored_rows
+    from edgekit.quantize.cpu.tables import MIN_TABLE_BYTES, store_tables_int8
+    from edgekit.quantize.graph import analyse_graph
+    from edgekit.runtimes import open_runtime
+    from edgekit.runtimes.bucketed import BucketedRuntime
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    shown = ("token_agreement", "top1_agreement", "logits_kl", "snr_db", "velocity_snr_db")
+    for kind in [k for k in ("masked", "flow", "ar") if (root / k).is_dir()]:
+        bundle = Bundle.load(root / kind)
+        q = bundle.quantization
+        assert q is not None, f"{bundle.root} has no int8 model: run `edgekit demo -o {root}`"
+        ev = q.budget_eval
+        buckets = bundle.step_buckets()
+        graphs = [bundle.path_of(a) for a in (buckets.graphs if buckets else ["int8"])]
+        with tempfile.TemporaryDirectory(prefix="gather-tables-") as tmp:
+            after, converted = [], set()
+            for g in graphs:
+                place_side_files(g, Path(tmp), link=False)
+                copy = Path(tmp) / g.name
+                copy.write_bytes(g.read_bytes())
+                plan = analyse_graph(copy)
+                tables = [n.name for n in plan.nodes if n.table and 4 * int(np.prod(n.table)) >= MIN_TABLE_BYTES]
+                converted |= {n.label for n in plan.nodes if n.name in store_tables_int8(copy, tables)}
+                after.append(copy)
+            opts = OrtOptions(intra_op_threads=2)
+            ref = OrtRuntime(bundle.path_of("fp32"), opts)
+            opened = [OrtRuntime(p, opts) for p in after]
+            cand = BucketedRuntime(opened, buckets.boundaries, bundle.kind, bundle.meta) if buckets else opened[0]
+            rows = stored_rows(bundle)
+            n = ev.samples or 16
+            gates = {}
+            for label, rt in (("as quantized", open_runtime(bundle, "ort", "int8", threads=2)), ("tables int8", cand)):
+                gates[label] = gate_runtimes(bundle, ref, rt, n, ev.seed or 0, ev.decode or {}, rows)
+                rt.close()
+            ref.close()
+            # One-file graphs only: a bucketed model's shared weights file still holds the dead FP32 table.
+            sizes = f"{graphs[0].stat().st_size} -> {after[0].stat().st_size} bytes" if not buckets else "n/a (buckets)"
+        print(f"{kind}: tables int8: {sorted(converted)}; {n} held-out rows, seed {ev.seed}")
+        for label, gate in gates.items():
+            metrics = ", ".join(f"{k} {v:.4g}" for k, v in gate["metrics"].items() if k in shown)
+            print(f"  {label:>12}: margin {gate['margin']:+.4f} passed {gate['passed']}; {metrics}")
+        print(f"  int8 file: {sizes}")
+
+
 def main() -> None:
     from edgekit.quantize.cpu.tables import store_tables_int8
     from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions
@@ -73,8 +130,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--demos", type=Path, help="the folder `edgekit demo -o` wrote: the tables' accuracy effect")
     args = ap.parse_args()
     print(f"host: {machine()} load {os.getloadavg()[0]:.2f}; {versions()}")
+    if args.demos is not None:
+        demos(args.demos)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for label, ((rows, dim), idx) in SHAPES.items():
             fp32 = lookup_model(Path(tmp) / f"{rows}-fp32.onnx", rows, dim, idx)
