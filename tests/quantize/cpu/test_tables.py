@@ -218,3 +218,36 @@ def test_quantize_writes_and_budgets_int8_tables_and_exclude_keeps_one_float(tin
     reasons = {row["node"]: row["reason"] for row in s2["gather_tables"]["float"]}
     assert reasons[token["node"]] == f"excluded by --exclude {token['label']}"
     assert s2["weights"]["values"]["int8"] < w["values"]["int8"]
+
+
+def test_quantize_with_weights_in_a_side_file_stores_the_int8_table_there(tiny_bundles, tmp_path, monkeypatch):
+    """As a model over 2 GB goes (EDGEKIT_EXTERNAL_DATA_MB=0): the streamed quantizer's candidates
+    name side files; the int8 table goes to the candidate's own, and the bundle's one side file
+    holds the int8 table and no FP32 copy of it."""
+    torch = pytest.importorskip("torch")
+    from edgekit.bundle import Bundle
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.quantize import quantize_bundle
+    from tests.tiny_models import tiny_masked_spec
+
+    monkeypatch.setattr(tables, "MIN_TABLE_BYTES", 512)
+    monkeypatch.setenv("EDGEKIT_EXTERNAL_DATA_MB", "0")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        spec = tiny_masked_spec()
+    root = export_bundle(spec, tmp_path / "external", source=spec.name).root
+    loose = {"check_margin": -100.0, "lockstep_token_agreement": 0.0, "event_accuracy_drop": 1.0}
+    s = quantize_bundle(root, QuantizeConfig(calib_samples=2, eval_samples=2, isa="avx2", fallback=False, budget=loose))
+    token = s["gather_tables"]["int8"][0]
+    bundle = Bundle.load(root)  # every side file listed and hashed
+    model = onnx.load(str(bundle.path_of("int8")))  # with its weights, from beside it
+    by_name = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    q = by_name[next(n.input[0] for n in model.graph.node if n.name == token["node"])]
+    assert q.dtype == np.int8 and list(q.shape) == token["shape"]
+    # The FP32 table's bytes are in no file of the int8 artifact (ORT's quantizer had written them
+    # to the candidate's side file: the bundle stores only what the graph reads).
+    fp32 = onnx.load(str(bundle.path_of("fp32")))
+    table = next(i for i in fp32.graph.initializer if list(i.dims) == token["shape"])
+    raw = onnx.numpy_helper.to_array(table).tobytes()
+    files = [root / f["path"] for f in s["int8_files"]["int8"]]
+    assert all(raw not in f.read_bytes() for f in files)
