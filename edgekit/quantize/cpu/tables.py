@@ -68,7 +68,7 @@ def store_tables_int8(path: Path, gathers: Collection[str]) -> list[str]:
     for node in g.node:
         for i in node.input:
             readers[i].append(node)
-    outputs = {o.name for o in g.output}
+    outputs = {o.name for o in g.output} | _read_in_subgraphs(g)  # neither is a reader we can rewire
     todo = sorted(
         {
             n.input[0]
@@ -114,6 +114,16 @@ def store_tables_int8(path: Path, gathers: Collection[str]) -> list[str]:
         sink.close()
     onnx.save_model(model, str(path))
     return converted
+
+
+def _read_in_subgraphs(graph: Any) -> set[str]:
+    """Every name a node inside an If/Loop/Scan body of ``graph`` reads (at any depth)."""
+    out: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g, *attr.graphs] if attr.HasField("g") else list(attr.graphs):
+                out |= {i for n in sub.node for i in n.input} | _read_in_subgraphs(sub)
+    return out
 
 
 class _SideFile:
