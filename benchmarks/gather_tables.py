@@ -98,7 +98,8 @@ def demos(root: Path) -> None:
                 copy.write_bytes(g.read_bytes())
                 plan = analyse_graph(copy)
                 tables = [n.name for n in plan.nodes if n.table and 4 * int(np.prod(n.table)) >= MIN_TABLE_BYTES]
-                converted |= {n.label for n in plan.nodes if n.name in store_tables_int8(copy, tables)}
+                done = set(store_tables_int8(copy, tables))
+                converted |= {n.label for n in plan.nodes if n.name in done}
                 after.append(copy)
             opts = OrtOptions(intra_op_threads=2)
             ref = OrtRuntime(bundle.path_of("fp32"), opts)

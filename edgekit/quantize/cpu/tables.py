@@ -31,11 +31,13 @@ from edgekit._sidefiles import INLINE_TENSOR_BYTES, external_data_locations
 from edgekit.quantize.graph import FLOAT, GraphPlan, is_row_gather
 
 # A table under this many FP32 bytes stays float. What int8 saves grows with the table (3 of every 4
-# bytes, less 4 bytes of scale per row); what it costs does not: three more kernels per call
-# (Gather of the scales, Cast, Mul: ~7 us per forward of the masked demo's [2, 64] tokens on ORT, 2
-# threads, measured in benchmarks/gather_tables.py) and a rounding step. From 16 KiB (4,096 values:
-# 32 rows of 128) it saves at least 12 KiB; a class-label table of a few rows (the demos' 9 x 128,
-# 4.6 KB) would save 3 KB for the same per-call price and stays float.
+# bytes, less 4 bytes of scale per row); what it costs hardly does: three more kernels per call
+# (Gather of the scales, Cast, Mul) and a rounding step. Measured (benchmarks/gather_tables.py, AMD
+# EPYC avx512-vnni, 2 threads, alone under the lock): the demo token table (65 x 128, [8, 64] ids)
+# +25 us per call on ORT (11.6 -> 37.0), +3 us on OpenVINO; aMUSEd-256's (8256 x 768, [2, 256] ids)
+# +154 us on ORT, -94 us on OpenVINO (its Gather reads a quarter of the bytes). From 16 KiB (4,096
+# values: 32 rows of 128) a table saves at least 12 KiB; a class-label table of a few rows (the
+# demos' 9 x 128, 4.6 KB) would save 3 KB for the same per-call price and stays float.
 MIN_TABLE_BYTES = 16 * 1024
 _INT8 = 3  # onnx.TensorProto.INT8
 
