@@ -70,7 +70,9 @@ def store_tables_int8(path: Path, gathers: Collection[str]) -> list[str]:
     for node in g.node:
         for i in node.input:
             readers[i].append(node)
-    outputs = {o.name for o in g.output} | _read_in_subgraphs(g)  # neither is a reader we can rewire
+    # A table that is a graph output, a graph input's default (IR < 4) or read in an If/Loop body
+    # has a reader this step cannot rewire: it stays float.
+    fixed = {v.name for v in (*g.output, *g.input)} | _read_in_subgraphs(g)
     todo = sorted(
         {
             n.input[0]
@@ -81,7 +83,7 @@ def store_tables_int8(path: Path, gathers: Collection[str]) -> list[str]:
     todo = [
         t
         for t in todo
-        if t not in outputs and all(r.name in wanted and is_row_gather(r, t) for r in readers[t]) and inits[t].dims
+        if t not in fixed and all(r.name in wanted and is_row_gather(r, t) for r in readers[t]) and inits[t].dims
     ]
     if not todo:
         return []
