@@ -263,6 +263,10 @@ class QuantizationSummary:
     # {artifact ("int8", "int8-bucket-1"): its files as quantize wrote them, the graph first, then
     # its side files}: what ``int8_match`` compares the bundle's int8 model with. None: an older edgekit.
     int8_files: dict[str, tuple[EngineFile, ...]] | None = None
+    # The 8-bit share of the int8 model's weight values (``weights.int8_share``; None: not recorded).
+    int8_weight_share: float | None = None
+    # The torch modules (else Gather nodes) whose embedding table is stored int8 (``gather_tables``).
+    int8_tables: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> QuantizationSummary:
@@ -300,6 +304,12 @@ class QuantizationSummary:
             step_buckets=BucketGraphs.from_json(doc.get("step_buckets")),
             as_recorded=copy.deepcopy(dict(doc)),
             int8_files=_int8_files(doc.get("int8_files")),
+            int8_weight_share=_number(_dict(doc.get("weights")).get("int8_share")),
+            int8_tables=tuple(
+                str(t.get("label") or t.get("node"))
+                for t in _list(_dict(doc.get("gather_tables")).get("int8"))
+                if isinstance(t, dict)
+            ),
         )
 
 

@@ -40,6 +40,9 @@ def print_bundle(o: Output, b: Bundle, doc: dict[str, Any]) -> None:
         [(a.name, a.path, a.bytes / 1e6, a.sha256[:12], a.made_by) for a in arts],
     )
     q = b.quantization
+    if q is not None and q.int8_weight_share is not None:
+        tables = f"; embedding tables int8: {', '.join(q.int8_tables)}" if q.int8_tables else ""
+        o.line(f"int8 model: {q.int8_weight_share:.1%} of weight values stored 8-bit{tables}")
     if q is not None and q.float_nodes:
         o.table(
             "kept float by quantize (torch module, FP32 graph node; `--float-set nncf|openvino|ort` names them for "

@@ -42,6 +42,9 @@ class NodeInfo:
     module: str | None = None  # the torch module it came from, where the export says
     # An attention-core MatMul whose output reaches a Softmax through SCORE_OPS only (QKᵀ, not AV).
     attention_scores: bool = False
+    # An embedding lookup (Gather on axis 0 of a float initializer of rank >= 2 that only such
+    # Gathers read): the table's shape ([rows, ...]); () for every other node.
+    table: tuple[int, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -92,6 +95,7 @@ def analyse_graph(
     for node in graph.node:
         for i in node.input:
             consumers[i].append(node)
+    tables = _embedding_tables(graph)
 
     nodes = []
     for node in graph.node:
@@ -109,7 +113,8 @@ def analyse_graph(
             origin, module = (), labels.get(node.name) or labels.get(node.name.split("/")[0])
         label = module or node.name
         scores = role == "attention-core" and _reaches_softmax(node.output[0], consumers)
-        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module, scores))
+        table = shapes.get(node.input[0], ()) if node.name in tables else ()
+        nodes.append(NodeInfo(node.name, node.op_type, label, role, flops, rows, acts, origin, module, scores, table))
     return GraphPlan(tuple(nodes))
 
 
@@ -124,6 +129,30 @@ def _reaches_softmax(tensor: str, consumers: Mapping[str, Sequence[Any]]) -> boo
         if node.op_type not in SCORE_OPS or not _reaches_softmax(node.output[0], consumers):
             return False
     return True
+
+
+def _embedding_tables(graph: Any) -> set[str]:
+    """Names of the Gather nodes that look up rows of a constant table: axis 0 of a float
+    initializer of rank >= 2 whose every reader is such a Gather (a table a MatMul also reads, as
+    tied input/output embeddings are, is a weight of that MatMul)."""
+    inits = {i.name: i for i in graph.initializer}
+    readers: dict[str, list[Any]] = defaultdict(list)
+    for node in graph.node:
+        for i in node.input:
+            readers[i].append(node)
+    out: set[str] = set()
+    for name, init in inits.items():
+        if init.data_type != FLOAT or len(init.dims) < 2 or not readers[name]:
+            continue
+        if all(is_row_gather(n, name) for n in readers[name]):
+            out.update(n.name for n in readers[name])
+    return out
+
+
+def is_row_gather(node: Any, table: str) -> bool:
+    """Whether ``node`` is a Gather of rows (axis 0) of ``table``, read as its data and only so."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    return node.op_type == "Gather" and node.input[0] == table and table not in node.input[1:] and axis == 0
 
 
 def _value_shapes(onnx: Any, model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:

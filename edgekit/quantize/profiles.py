@@ -45,6 +45,9 @@ CPU = register_profile(
             # then times both forms on the host and keeps weight-only (the smaller) unless it is surely
             # slower or misses the budget.
             weight_only_fallback=False,
+            # ORT's CPU EP and OpenVINO run Gather on an int8 table, Cast and Mul as plain kernels on
+            # the gathered rows; TensorRT and QNN (their own profiles) are not given this form.
+            int8_gather_tables=True,
         ),
         hooks=FallbackProfile,
         cpu_arithmetic=True,

@@ -45,6 +45,10 @@ class ProfileSettings:
     # the error the budget catches is activation quantization; with FP32 fallback weights the
     # final demo INT8 files were 0.34x (masked) and 0.39x (flow) of FP32, over the 0.3x target.
     weight_only_fallback: bool
+    # Embedding tables (a Gather's constant table: ``graph.NodeInfo.table``) stored int8 with one
+    # scale per row, only the gathered rows dequantized (``cpu/tables.py``): a table is a quarter of
+    # its FP32 size and no kernel reads it whole. Tables under ``tables.MIN_TABLE_BYTES`` stay float.
+    int8_gather_tables: bool = False
     # "full": |q| <= 127 | "pair": no two weights the int8 kernel sums in int16 exceed 128 together
     # (arithmetic.py: exact on x86 without VNNI, where full-range u8s8 saturates).
     weight_bound: str = "full"

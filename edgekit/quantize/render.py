@@ -98,10 +98,25 @@ def _summary_pairs(s: dict) -> dict[str, str]:
             f"{sizes['int8_bytes'] / 1e6:.2f} MB int8 ({sizes['ratio']:.2f}x)"
         ),
         "kept float by op type": ", ".join(f"{k} x{v}" for k, v in sel["float_by_op_type"].items()) or "—",
+        **_storage(s),
         "conditions": (s.get("conditions") or {}).get("source", "—"),
         "pre-processing": _preprocessing(s.get("preprocess") or {}),
         "budget": "met" if s["passed"] else "NOT met",
     } | ({"peak memory": _memory(s["memory"])} if s.get("memory") else {})
+
+
+def _storage(s: dict) -> dict[str, str]:
+    """The written model's 8-bit share of weight values, and its embedding tables (int8 or float, why)."""
+    out = {}
+    w = s.get("weights") or {}
+    if w.get("int8_share") is not None:
+        out["weights stored 8-bit"] = f"{pct(w['int8_share'])} of values ({w['bytes']['int8'] / 1e6:.2f} MB)"
+    tables = s.get("gather_tables") or {}
+    if tables.get("int8") or tables.get("float"):
+        shown = [f"{t['label']} {'x'.join(map(str, t['shape']))} int8" for t in tables["int8"]]
+        shown += [f"{t['label']} float ({t['reason']})" for t in tables["float"]]
+        out["embedding tables"] = "; ".join(shown)
+    return out
 
 
 def _memory(m: dict) -> str:

@@ -4,8 +4,11 @@ profile, with the profile's own extras (``qnn``, ``arithmetic``, ``fallback_form
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
+from edgekit._deps import require
 from edgekit._sidefiles import model_bytes
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import SearchResult
@@ -80,12 +83,38 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         "sensitivity": r.sensitivity,
         "int8_flop_share": r.int8_flop_share,
         "structure": r.structure,
+        "weights": weight_storage(r.model),
         "sizes": {"fp32_bytes": fp32_bytes, "int8_bytes": int8_bytes, "ratio": int8_bytes / fp32_bytes},
         "conditions": run.cond_doc,
         "preprocess": run.preprocess,
         "warnings": run.warnings,
     }
     return out | r.extras
+
+
+# onnx.TensorProto data types -> what a weight stored so is: 8-bit (int8/uint8), float
+# (float/float16/bfloat16) or other (int32 biases, int4, ...). int64 initializers are shapes and
+# indices, no weights.
+_STORAGE = {3: "int8", 2: "int8", 1: "float", 10: "float", 16: "float", 11: "float", 7: None, 8: None}
+
+
+def weight_storage(path: Path) -> dict[str, Any]:
+    """How the written model stores its weights (initializers, read from its graph alone): values
+    and bytes that are 8-bit, float and other, and ``int8_share``, the 8-bit share of the values
+    (quantized weights and int8 embedding tables; float: what computes or is stored in float)."""
+    onnx = require("onnx")
+    model = onnx.load(str(path), load_external_data=False)
+    values = {"int8": 0, "float": 0, "other": 0}
+    size = {"int8": 0, "float": 0, "other": 0}
+    for init in model.graph.initializer:
+        kind = _STORAGE.get(init.data_type, "other")
+        if kind is None:
+            continue
+        n = math.prod(init.dims)
+        values[kind] += n
+        size[kind] += n * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    total = sum(values.values())
+    return {"values": values, "bytes": size, "int8_share": values["int8"] / total if total else None}
 
 
 def notable_float_ops(run: QuantizeRun) -> dict[str, int]:

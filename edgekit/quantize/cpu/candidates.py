@@ -45,9 +45,11 @@ class CandidateWriter:
         plan: GraphPlan,
         selected: Sequence[str],
         name: Callable[[str], Path],
+        tables: Sequence[str] = (),
     ):
         self.prepared, self.cfg, self.plan = prepared, cfg, plan
         self.selected = list(selected)
+        self.tables = list(tables)  # Gathers whose table every candidate stores int8 (select.select_tables)
         self.name = name  # a fresh path in the run's scratch folder for a prefix ("int8" -> int8-7.onnx)
         self.bases: dict[Any, AllInt8] = {}
         self.derived = 0
@@ -94,7 +96,15 @@ class CandidateWriter:
 
     def _quantize(self, nodes: Sequence[str], weight_only: Sequence[str], reader: Any, cache: Path | None, out: Path):
         quantize_model(
-            self.prepared, out, reader, nodes, self.cfg, self.plan, calibration_cache=cache, weight_only=weight_only
+            self.prepared,
+            out,
+            reader,
+            nodes,
+            self.cfg,
+            self.plan,
+            calibration_cache=cache,
+            weight_only=weight_only,
+            tables=self.tables,
         )
         self.quantized += 1
 

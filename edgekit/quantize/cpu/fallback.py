@@ -33,9 +33,10 @@ from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.form import form_record, form_sizes, time_forms
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import BudgetOutcome, fallback_until_within_budget, rank_by_sensitivity, screen
-from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.select import select_nodes, select_tables, weight_only_by_rule
 from edgekit.quantize.cpu.sensitivity import isolated_output_sqnr, node_sensitivity
 from edgekit.quantize.cpu.structure import qdq_structure
+from edgekit.quantize.cpu.tables import tables_record
 from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import SearchResult
 from edgekit.quantize.names import Lineage
@@ -56,6 +57,8 @@ class FallbackProfile:
         self.run = run
         self.selected: list[str] = []
         self.floated: dict[str, str] = {}
+        self.tables: list[str] = []
+        self.float_tables: dict[str, str] = {}
         self.cache: Path | None = None
         self.builds = iter(range(10**6))
         self.full_float: list[str] = []  # fallbacks whose weight-only form was not enough
@@ -85,8 +88,15 @@ class FallbackProfile:
         time_input = KIND_IO["flow"][0][1] if run.kind == "flow" else None
         run.plan = analyse_graph(prepared, time_input, lineage=Lineage.read(run.fp32_path, prepared))
         self.selected, self.floated = select_nodes(run.plan, run.cfg)
+        # Embedding tables int8 in every candidate, so the budget judges the model as written.
+        self.tables, self.float_tables = select_tables(run.plan, run.cfg)
         self.writer = CandidateWriter(
-            prepared, run.cfg, run.plan, self.selected, lambda prefix: run.tmp / f"{prefix}-{next(self.builds)}.onnx"
+            prepared,
+            run.cfg,
+            run.plan,
+            self.selected,
+            lambda prefix: run.tmp / f"{prefix}-{next(self.builds)}.onnx",
+            tables=self.tables,
         )
         if not self.selected:
             raise EdgekitError(
@@ -286,6 +296,7 @@ class FallbackProfile:
                 "saturates_on": [c for c in ISA_CLASSES if scheme.saturates_on(c)],
             }
             extras["fallback_form"] = form or {"chosen": "none", "why": "no budget fallback"}
+        extras["gather_tables"] = tables_record(run.plan, self.float_tables, model)
         extras["step_buckets"] = self.buckets.to_json(model)
         extras["candidates"] = self.writer.to_json()
         return SearchResult(

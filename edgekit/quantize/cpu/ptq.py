@@ -24,8 +24,9 @@ from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.calibrator import CallRanges, collect_ranges, write_calibration_cache
 from edgekit.quantize.config import METHODS, QuantizeConfig
 from edgekit.quantize.cpu.optimize import name_every_node, optimize_from_files, over_protobuf_limit, symbolic_shapes
-from edgekit.quantize.cpu.select import select_nodes, weight_only_by_rule
+from edgekit.quantize.cpu.select import select_nodes, select_tables, weight_only_by_rule
 from edgekit.quantize.cpu.streamed import can_stream, quantize_streamed
+from edgekit.quantize.cpu.tables import store_tables_int8
 from edgekit.quantize.graph import FLOAT, GraphPlan, analyse_graph
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.quiet import quiet_ort_logging
@@ -160,11 +161,14 @@ def quantize_model(
     plan: GraphPlan,
     calibration_cache: Path | None = None,
     weight_only: Sequence[str] = (),
+    tables: Sequence[str] = (),
 ) -> None:
     """ORT's ``quantize_static`` (QDQ) of exactly ``nodes`` of ``prepared`` into ``out`` (with the
     weights in a side file: its quantizer streamed, ``_run_quantizer``); the nodes of
-    ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute). Which
-    float nodes may be weight-only (profile, rule vs budget vs --exclude) the caller decides.
+    ``weight_only`` not in ``nodes`` get INT8 weights (float activations, float compute); the
+    Gathers of ``tables`` read their embedding table in int8 (``cpu/tables.py``). Which float
+    nodes may be weight-only (profile, rule vs budget vs --exclude) and which tables are int8
+    (``select.select_tables``) the caller decides.
 
     reader: a rewindable CalibrationDataReader (``TrajectoryReader``). calibration_cache: ranges
     from ``calibrate`` (or, when absent, where ORT saves the ones it computes), so fallback
@@ -175,6 +179,7 @@ def quantize_model(
     if not nodes:
         shutil.copyfile(prepared, out)
         _weight_only(out, float_weighted)
+        store_tables_int8(out, tables)
         return
     quant = require("onnxruntime.quantization")
     by_name = plan.by_name()
@@ -215,6 +220,7 @@ def quantize_model(
         ) from None
     _float_inputs_for_float_nodes(out, set(nodes), s.quantized_outputs)
     _weight_only(out, float_weighted)
+    store_tables_int8(out, tables)
 
 
 def _run_quantizer(
@@ -382,8 +388,10 @@ def quantize_unbudgeted(
         plan = analyse_graph(prepared, None, lineage=Lineage.read(Path(fp32_path), prepared))
         nodes, floated = select_nodes(plan, cfg)
         weight_only = weight_only_by_rule(floated, cfg)
+        tables, _ = select_tables(plan, cfg)
         staged = Path(tmp) / "int8.onnx"
-        quantize_model(prepared, staged, calibration_reader(feeds), nodes, cfg, plan, weight_only=weight_only)
+        reader = calibration_reader(feeds)
+        quantize_model(prepared, staged, reader, nodes, cfg, plan, weight_only=weight_only, tables=tables)
         if external_data_locations(staged):
             # Its weights live in side files in this folder (and maybe the prepared model's), gone
             # with it: the model at ``out_path`` gets one of its own, ``<name>.data``.

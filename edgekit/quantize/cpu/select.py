@@ -1,15 +1,18 @@
 """Which nodes the cpu and trt profiles quantize (``select_nodes``): the config's op types, less
 ``--exclude``, node overrides and what the profile keeps float by rule (the attention core, but
 QKᵀ with ``QuantizeConfig.attention_scores`` "int8", the flow time embedding, GEMV-shaped
-layers on TensorRT); and which float nodes still store INT8 weights (``weight_only_by_rule``)."""
+layers on TensorRT); which float nodes still store INT8 weights (``weight_only_by_rule``); and
+which embedding tables are stored int8 (``select_tables``)."""
 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 
 from edgekit.errors import UsageError
 from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.cpu import tables as table_rules
 from edgekit.quantize.graph import GraphPlan
 
 
@@ -108,3 +111,34 @@ def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list
         return cfg.settings.weight_only_float and not why.startswith("excluded")
 
     return [n for n, why in floated.items() if weight_only(why)]
+
+
+def select_tables(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
+    """(Gathers whose embedding table is stored int8, {table Gather kept float: why}): every
+    ``NodeInfo.table`` where the profile stores int8 tables, less ``--exclude`` and float overrides
+    (matched as ``select_nodes`` matches them: node name, op type, module path) and tables under
+    ``tables.MIN_TABLE_BYTES``. Call after ``select_nodes``, which refuses a name matching nothing."""
+    tables = [n for n in plan.nodes if n.table]
+    if not cfg.settings.int8_gather_tables:
+        return [], {n.name: f"the {cfg.profile} profile keeps embedding tables float" for n in tables}
+    floated: dict[str, str] = {}
+    for pattern in cfg.exclude:
+        for name in match_exclude(plan, pattern):
+            floated.setdefault(name, f"excluded by --exclude {pattern}")
+    for o in cfg.overrides:
+        if o.get("node") and o.get("action") == "float":
+            why = "override float" + (f" ({o['reason']})" if o.get("reason") else "")
+            for name in match_exclude(plan, o["node"]):
+                floated.setdefault(name, why)
+    chosen, kept = [], {}
+    for n in tables:
+        size = 4 * math.prod(n.table)
+        if n.name in floated:
+            kept[n.name] = floated[n.name]
+        elif size < table_rules.MIN_TABLE_BYTES:
+            kept[n.name] = (
+                f"{size} B table, under {table_rules.MIN_TABLE_BYTES} B: int8 saves little for 3 more kernels a call"
+            )
+        else:
+            chosen.append(n.name)
+    return chosen, kept
