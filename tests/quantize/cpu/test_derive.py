@@ -354,7 +354,7 @@ def test_a_graph_with_unnamed_nodes_is_named_when_prepared_and_derives(tmp_path)
 
 
 def test_a_float_attention_scores_candidate_is_the_quantizers(tiny_model, tmp_path):
-    """OpenVINO's int8 QKᵀ (symmetric int8 Q/DQ on both activations, ``ptq.attention_score_overrides``)
+    """OpenVINO's int8 QKᵀ (symmetric int8 Q/DQ on both activations, ``tensor_overrides.attention_score_overrides``)
     is a budget fallback like any node: the candidate that floats it, derived from the all-INT8
     graph, is the graph the quantizer writes without it (its Q/DQ gone, the float tensors read)."""
     from tests.quantize.conftest import tiny_feeds
