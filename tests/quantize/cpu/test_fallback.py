@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from edgekit.quantize.cpu.fallback import FallbackProfile
+from edgekit.quantize.cpu.search import BudgetOutcome
 
 pytest.importorskip("onnxruntime")
 
@@ -116,7 +117,7 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
 
     profile = FallbackProfile.__new__(FallbackProfile)
     profile.run = SimpleNamespace(
-        cfg=SimpleNamespace(runtime=runtime, threads=1),
+        cfg=SimpleNamespace(runtime=runtime, threads=1, max_fallback=None),
         traj=SimpleNamespace(feeds=[{"x": 0}]),
         warn=lambda line: None,
         say=lambda line: None,
@@ -126,9 +127,63 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
     profile.build = lambda nodes, weight_only_fallback=None: wo
     profile.measure = lambda model: {}
     profile.budget_runtime = lambda model, spin=True, bucket=False: opened.append((model, spin, bucket)) or Stand(model)
-    outcome = SimpleNamespace(quantized=["n1"], metrics=None, checks=None)
+    outcome = BudgetOutcome(True, {}, [], ["n1"], fallback=[{"node": "n0"}])
     form = profile.choose_fallback_form(fp, outcome)
     assert opened == [(fp, False, False), (wo, False, False)]  # side by side: no spin after a run
     assert form["measured_on"] == f"{runtime} (this host)" and form["chosen"] in ("float", "weight-only")
     # each form's weights, counted from its graph: [64, 64] f32, against [64, 64] int8 + 64 f32 scales
     assert form["weight_bytes"] == {"float": 64 * 64 * 4, "weight-only": 64 * 64 + 64 * 4}
+
+
+@pytest.mark.parametrize(("max_fallback", "chosen", "extra"), [(None, "weight-only", ["n2"]), (1, "float", [])])
+def test_the_fallback_form_adds_the_search_s_next_ranked_layer_weight_only(
+    tmp_path, monkeypatch, max_fallback, chosen, extra
+):
+    """Weight-only misses the budget with the search's set; with its next ranked layer it holds
+    (stand-in budget and timing: a tie, and smaller): the form keeps it, unless --max-fallback is
+    already spent by the search."""
+    from edgekit.quantize.cpu import fallback
+    from tests.quantize.cpu.test_form import _decision
+
+    built = {}
+
+    def build(nodes, weight_only_fallback=None):
+        assert weight_only_fallback is True  # every candidate of the form is weight-only
+        path = tmp_path / f"wo-{len(built)}.onnx"
+        built[path] = list(nodes)
+        return _one_matmul(path, weight_only=True)
+
+    said = []
+    profile = FallbackProfile.__new__(FallbackProfile)
+    profile.run = SimpleNamespace(
+        cfg=SimpleNamespace(runtime="openvino", threads=1, max_fallback=max_fallback),
+        traj=SimpleNamespace(feeds=[{"x": 0}]),
+        plan=SimpleNamespace(nodes=[SimpleNamespace(name=n, label=f"L-{n}") for n in ("n0", "n1", "n2", "n3")]),
+        warn=lambda line: None,
+        say=said.append,
+        judge=lambda metrics: (metrics["holds"], []),
+    )
+    profile.build = build
+    profile.measure = lambda model: {"holds": "n2" not in built[model]}
+    timed = []
+
+    class Stand:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    profile.budget_runtime = lambda model, spin=True, bucket=False: Stand()
+    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: timed.append(1) or _decision((0.3,), [99]))
+    fp = _one_matmul(tmp_path / "fp.onnx", weight_only=False)
+    outcome = BudgetOutcome(True, {}, [], ["n1", "n2", "n3"], fallback=[{"node": "n0"}], next_up=["n2", "n3"])
+    form = profile.choose_fallback_form(fp, outcome)
+    assert form["chosen"] == chosen and [f["node"] for f in outcome.fallback] == ["n0", *extra]
+    assert outcome.quantized == [n for n in ["n1", "n2", "n3"] if n not in extra]
+    if extra:
+        assert list(built.values()) == [["n1", "n2", "n3"], ["n1", "n3"]] and len(timed) == 2
+        assert form["model"] == list(built)[1] and form["wider"]["tried"][0]["labels"] == ["L-n2"]
+        assert any("trying weight-only with 1 more: L-n2" in line for line in said)
+    else:
+        assert len(built) == 1 and "wider" not in form and "missed the budget" in form["why"]
