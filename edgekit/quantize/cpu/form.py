@@ -171,12 +171,13 @@ def form_record(
 ) -> dict[str, Any]:
     """The ``fallback_form`` record of ``decision`` (weight-only against float per forward, on
     ``runtime``): chosen, forward_ms, measured_on, verdict, timing, weight_bytes (``sizes``, where
-    given), why; and ``model`` (= ``wo_model``) where weight-only is chosen, its held-out metrics
-    then in ``outcome``. ``measure``: the held-out decode of a candidate (``run.judge`` reads it);
-    ``run.warn``: the one warning where a timing could not tell. ``wider``: where weight-only was
-    chosen on speed or size but missed the budget, weight-only with more layers (``widen``): its
-    record under ``wider``; where it kept one, that model, and ``outcome`` gets its extra
-    fallbacks (``outcome.ranking``'s scores), INT8 nodes and metrics."""
+    given), why, budget and checks (weight-only's verdict, where it was measured); and ``model``
+    (= ``wo_model``) where weight-only is chosen, its held-out metrics then in ``outcome``.
+    ``measure``: the held-out decode of a candidate (``run.judge`` reads it); ``run.warn``: the one
+    warning where a timing could not tell. ``wider``: where weight-only was chosen on speed or size
+    but missed the budget, weight-only with more layers (``widen``): its record under ``wider``;
+    where it kept one, that model, and ``outcome`` gets its extra fallbacks (``outcome.ranking``'s
+    scores), INT8 nodes and metrics."""
     med = {name: t.median_ms for name, t in decision.timings.items()}
     doc: dict[str, Any] = {
         "chosen": "float",
@@ -206,7 +207,7 @@ def form_record(
     else:
         metrics = measure(wo_model)
         passed, checks = run.judge(metrics)
-        doc["budget"] = "met" if passed else "missed"
+        doc |= {"budget": "met" if passed else "missed", "checks": checks}
         if passed:
             doc |= {
                 "chosen": "weight-only",

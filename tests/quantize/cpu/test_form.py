@@ -178,6 +178,7 @@ def test_weight_only_that_holds_the_budget_with_s_tries_no_more():
 def test_weight_only_with_the_next_ranked_layer_that_holds_the_budget_and_ties_is_kept():
     form, outcome, measured, said, warnings, timed = _widened(holds={frozenset({"c"})})
     assert measured == ["wo+", "wo+c"] and timed == ["wo+c"]  # only the set that held it is timed
+    assert form["checks"][0]["value"] == 12.0  # weight-only with S: the budget's numbers it missed by
     assert form["chosen"] == "weight-only" and form["model"] == "wo+c" and form["budget"] == "missed"
     wider = form["wider"]
     assert [(t["extra"], t["budget"]) for t in wider["tried"]] == [(["c"], "met")]
