@@ -76,7 +76,7 @@ def kernel_times(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, f
     return median(per_run_op), median(per_run_node), len(spans)
 
 
-def _profile(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) -> dict[str, Any]:
+def profile_forward(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) -> dict[str, Any]:
     """The model as ``edgekit run --runtime ort`` opens it (edgekit's contrib fusions, its disabled
     optimizers, IO binding), with ORT's profiler on: kernel ms per op type and per node, per
     forward, and the wall ms of a forward (what ``run`` costs beyond its kernels: ORT's executor,
@@ -132,7 +132,7 @@ def main() -> None:
         "calls": len(feeds),
     }
     for precision in ("fp32", "int8"):
-        doc[precision] = _profile(bundle.path_of(precision), feeds, args.runs, args.threads)
+        doc[precision] = profile_forward(bundle.path_of(precision), feeds, args.runs, args.threads)
     doc["int8_speedup_kernel_time"] = doc["fp32"]["kernel_ms_per_forward"] / doc["int8"]["kernel_ms_per_forward"]
     doc["int8_speedup_wall"] = doc["fp32"]["wall_ms_per_forward"] / doc["int8"]["wall_ms_per_forward"]
     doc["side_by_side"] = side_by_side(doc["fp32"], doc["int8"])

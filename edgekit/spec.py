@@ -92,7 +92,7 @@ class ModelSpec:
                 f"model {self.name!r} of kind {self.kind!r} lacks metadata {missing}",
                 hint=f"a {self.kind} ModelSpec.meta needs: {', '.join(KIND_META[self.kind])}",
             )
-        need_in, need_out = kind_io(self.kind, self.outputs)
+        need_in, need_out = kind_io(self.kind, self.inputs, self.outputs)
         for role, need, have in (("input", need_in, self.inputs), ("output", need_out, self.outputs)):
             absent = [n for n in need if n not in have]
             if absent:
@@ -176,7 +176,8 @@ KIND_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ar": (("token", "pos", "k_cache", "v_cache"), ("logits", "k_cache_out", "v_cache_out")),
 }
 
-# The AR step comes in two cache forms; the decode loop tells them apart by the outputs.
+# The AR step comes in three cache forms; the decode loop tells them apart by the graph's IO
+# (``ar_cache_form``).
 # "graph": the graph writes slot ``pos`` and returns both whole caches (KIND_IO["ar"]).
 # "loop" (the NPU form, as Qualcomm's and ORT GenAI's KV-cache graphs): the graph takes a keep
 # mask ``attn_mask`` float32[1, Lmax] (1 on the filled slots 0..pos-1, 0 on the rest) and returns
@@ -185,23 +186,69 @@ KIND_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # in-graph mask from ``pos``, no one-hot blend over the whole cache), each step writes back Lmax
 # times less, and its 8-bit QDQ is closer to FP32 on the HTP (demo AR, 8-bit activations:
 # lockstep token agreement 0.95 vs 0.66 for the graph form, whose -1e4 additive mask sets the
-# range of the attention scores).
+# range of the attention scores). Its caches are one stacked input each, ``k_cache``/``v_cache``
+# [n_layer, B, H, Lmax, hd]: the graph reads ``k_cache[layer]`` (a Gather, a copy in ORT) and
+# concatenates it with the token's key (a second copy), ~100 MB a forward at GPT-2-medium size.
+# "layers" (what edgekit exports; the loop form without those copies): the same mask and outputs,
+# but each layer's cache is its own input, ``k_cache_0, v_cache_0, k_cache_1, ...`` [B, H, Lmax,
+# hd] between ``pos`` and ``attn_mask`` (``ar_layer_cache_names``), and the graph attends over the
+# cache and the token's own key without joining them, so it reads every cache input in place
+# (a MatMul, fused by ORT with the transpose). The loop keeps its one stacked array and feeds
+# each layer's slice as a view (contiguous: ORT binds it without a copy), ``ar_cache_feeds``.
 AR_CACHE_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "graph": KIND_IO["ar"],
     "loop": (("token", "pos", "k_cache", "v_cache", "attn_mask"), ("logits", "k_new", "v_new")),
+    # + ar_layer_cache_names(n_layer) after "pos": kind_io inserts them
+    "layers": (("token", "pos", "attn_mask"), ("logits", "k_new", "v_new")),
 }
+AR_CACHE_FORMS: tuple[str, ...] = tuple(AR_CACHE_IO)
 
 
-def ar_cache_form(outputs: Mapping[str, Any] | Any) -> str:
-    """ "loop" when an AR graph's outputs include ``k_new`` (the loop owns the cache), else "graph"."""
+def ar_layer_cache_names(n_layer: int) -> tuple[str, ...]:
+    """The "layers" form's cache inputs, layer by layer: k_cache_0, v_cache_0, k_cache_1, ..."""
+    return tuple(f"{kv}_cache_{i}" for i in range(n_layer) for kv in ("k", "v"))
+
+
+def ar_cache_layers(inputs: Mapping[str, Any] | Any) -> int:
+    """How many layers a "layers" form graph's inputs hold (k_cache_0, k_cache_1, ... in a row)."""
+    n = 0
+    while f"k_cache_{n}" in inputs:
+        n += 1
+    return n
+
+
+def ar_cache_form(inputs: Mapping[str, Any] | Any, outputs: Mapping[str, Any] | Any) -> str:
+    """An AR graph's cache form from its IO names: "layers" when its inputs include ``k_cache_0``,
+    "loop" when its outputs include ``k_new`` (the loop owns the cache), else "graph"."""
+    if "k_cache_0" in inputs:
+        return "layers"
     return "loop" if "k_new" in outputs else "graph"
 
 
-def kind_io(kind: str, outputs: Mapping[str, Any] | Any = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(state inputs, state outputs) of a ``kind`` graph; for ar, of its cache form (by ``outputs``)."""
-    if kind == "ar":
-        return AR_CACHE_IO[ar_cache_form(outputs)]
-    return KIND_IO[kind]
+def ar_cache_feeds(inputs: Mapping[str, Any] | Any, k_cache: np.ndarray, v_cache: np.ndarray) -> dict[str, np.ndarray]:
+    """The cache feeds of an AR graph with ``inputs`` from the loop's stacked caches ``k_cache`` /
+    ``v_cache`` [n_layer, B, H, Lmax, hd]: the arrays themselves, or in the "layers" form each
+    layer's slice ``k_cache[i]`` (a view, contiguous: nothing is copied)."""
+    if ar_cache_form(inputs, ()) != "layers":
+        return {"k_cache": k_cache, "v_cache": v_cache}
+    feeds = {}
+    for layer in range(len(k_cache)):
+        feeds[f"k_cache_{layer}"] = k_cache[layer]
+        feeds[f"v_cache_{layer}"] = v_cache[layer]
+    return feeds
+
+
+def kind_io(
+    kind: str, inputs: Mapping[str, Any] | Any = (), outputs: Mapping[str, Any] | Any = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(state inputs, state outputs) of a ``kind`` graph; for ar, of its cache form (by its IO)."""
+    if kind != "ar":
+        return KIND_IO[kind]
+    form = ar_cache_form(inputs, outputs)
+    state_in, state_out = AR_CACHE_IO[form]
+    if form == "layers":
+        state_in = (*state_in[:2], *ar_layer_cache_names(ar_cache_layers(inputs)), *state_in[2:])
+    return state_in, state_out
 
 
 # Where in the decode loop one network call sits, read from its feeds alone (so a runtime can

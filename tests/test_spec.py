@@ -1,6 +1,7 @@
 """ModelSpec's conditioning forms (issue #31): the README's short forms (a number, a nested list,
 "same", None) and the wrapped ``{"uncond": X}`` become the one form every reader takes; a wrong
-one is refused when the factory returns it, naming the valid forms."""
+one is refused when the factory returns it, naming the valid forms. The AR step's cache forms,
+told apart by their IO names, and the loop's cache feeds for each."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit.errors import EdgekitError
-from edgekit.spec import ModelSpec, TensorSpec, normalize_uncond
+from edgekit.spec import ModelSpec, TensorSpec, ar_cache_feeds, ar_cache_form, kind_io, normalize_uncond
 
 ROW = TensorSpec((2, 3), "float32")
 
@@ -128,3 +129,35 @@ def test_export_accepts_the_readme_forms_and_guidance_runs(tmp_path, monkeypatch
         and "meta['conditioning']['class_id'] is 'null'; valid: a number" in json.loads(r.stdout)["error"]
     )
     assert not (tmp_path / "c" / "edgekit.json").exists()
+
+
+LAYERS_IO = (
+    ["token", "pos", "k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1", "attn_mask", "class_id"],
+    ["logits", "k_new", "v_new"],
+)
+
+
+def test_the_ar_cache_forms_are_told_apart_by_their_io_names():
+    assert ar_cache_form(*LAYERS_IO) == "layers"
+    assert ar_cache_form(["token", "pos", "k_cache", "v_cache", "attn_mask"], ["logits", "k_new", "v_new"]) == "loop"
+    assert ar_cache_form(["token", "pos", "k_cache", "v_cache"], ["logits", "k_cache_out", "v_cache_out"]) == "graph"
+    state_in, state_out = kind_io("ar", *LAYERS_IO)
+    assert state_in == ("token", "pos", "k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1", "attn_mask")
+    assert state_out == ("logits", "k_new", "v_new")
+    assert kind_io("masked", ["tokens"], ["logits"]) == (("tokens",), ("logits",))
+
+
+def test_the_layers_forms_cache_feeds_are_views_of_the_loops_arrays():
+    """The loop feeds each layer's slice of its one stacked array, without a copy (contiguous, so
+    ORT and OpenVINO bind it as it is); the stacked forms get the arrays themselves."""
+    k = np.arange(2 * 3 * 2 * 5 * 4, dtype=np.float32).reshape(2, 3, 2, 5, 4)  # [n_layer, B, H, Lmax, hd]
+    v = -k
+    feeds = ar_cache_feeds(LAYERS_IO[0], k, v)
+    assert list(feeds) == ["k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1"]
+    for name, arr in feeds.items():
+        layer, stacked = int(name[-1]), k if name[0] == "k" else v
+        assert np.shares_memory(arr, stacked) and arr.flags.c_contiguous and np.array_equal(arr, stacked[layer])
+    k[1, :, :, 3] = 7.0  # the loop writes a slot: the next call's view shows it
+    assert np.all(feeds["k_cache_1"][:, :, 3] == 7.0)
+    stacked_feeds = ar_cache_feeds(["token", "k_cache", "v_cache"], k, v)
+    assert stacked_feeds["k_cache"] is k and stacked_feeds["v_cache"] is v

@@ -63,13 +63,14 @@ def tiny_masked_spec(batch: int = 2):
     )
 
 
-def tiny_ar_spec(batch: int = 1, cache: str = "graph"):
+def tiny_ar_spec(batch: int = 1, cache: str = "graph", depth: int = 1):
     """The AR baseline of tiny_masked_spec: same vocabulary, classes and length (12 tokens), in
-    either cache form (``edgekit.spec.AR_CACHE_IO``: "graph" writes the cache, "loop" is the NPU form)."""
+    any cache form (``edgekit.spec.AR_CACHE_IO``: "graph" writes the cache; "loop" and "layers"
+    are the NPU forms, "layers" with each layer's cache its own input)."""
     from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
     from edgekit.spec import ModelSpec
 
-    cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
+    cfg = ARConfig(vocab_size=16, max_len=12, num_classes=3, dim=16, depth=depth, heads=2, mlp_ratio=2)
     inputs, outputs = ar_io(cfg, batch, cache)
     meta = {
         "vocab_size": cfg.vocab_size,
@@ -110,8 +111,8 @@ def tiny_bundles(tiny_specs, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def tiny_qnn_bundles(tmp_path_factory) -> dict[str, Path]:
-    """{kind: bundle dir} of the tiny models at batch 1 (AR in its loop cache form, the one the
-    HTP compiles; the HTP backend's emulation costs
+    """{kind: bundle dir} of the tiny models at batch 1 (AR in its stacked "loop" cache form, as
+    bundles exported before the "layers" form; the HTP backend's emulation costs
     ~10x a CPU forward), their int8 model from ``quantize --profile qnn`` (budget measured on
     the HTP backend). Tests that write into a bundle copy it first."""
     pytest.importorskip("torch")

@@ -64,7 +64,7 @@ class GuidedNetwork:
         self.batch_axes = dict(batch_axes or {})
         self.nfe = 0
         self.runtime_calls = 0
-        state_in, state_out = kind_io(kind, runtime.outputs)
+        state_in, state_out = kind_io(kind, runtime.inputs, runtime.outputs)
         uncond = conditioning_of(meta)
         self._check_io(kind, state_in, state_out, uncond)
         cond = dict(cond or {})

@@ -2,8 +2,10 @@
 
 Step i feeds the previous token (bos_id at i = 0) at position i with the caches; the graph
 returns the logits of token i and either the caches with slot i written (the "graph" cache form)
-or only token i's keys and values, which the loop writes at slot i (the "loop" form, with a
-keep-mask ``attn_mask`` input: ``edgekit.spec.AR_CACHE_IO``). Noise contract: with
+or only token i's keys and values, which the loop writes at slot i (the "loop" and "layers"
+forms, with a keep-mask ``attn_mask`` input: ``edgekit.spec.AR_CACHE_IO``). The loop holds each
+cache as one array [n_layer, B, H, Lmax, hd] in every form; the "layers" form is fed each
+layer's slice of it, a view (``edgekit.spec.ar_cache_feeds``). Noise contract: with
 ``temperature > 0`` each step draws float32 Gumbel noise [B, W] (``decode._noise.gumbel``) from
 ``np.random.default_rng(seed)``; greedy decoding draws nothing.
 """
@@ -20,7 +22,7 @@ from edgekit.decode._guidance import GuidedNetwork, require_meta
 from edgekit.decode._noise import gumbel
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtimes.base import Runtime, can_ping_pong
-from edgekit.spec import ar_cache_form
+from edgekit.spec import ar_cache_feeds, ar_cache_form, ar_cache_layers
 
 # Batch axes of the AR graph's state: caches are [n_layer, B, H, Lmax, hd] (k_new/v_new
 # [n_layer, B, H, 1, hd]); pos and attn_mask are shared by every row.
@@ -87,19 +89,27 @@ def decode_ar(
         raise UsageError(f"length={length} exceeds the cache's max_len; valid: 1..{max_len}")
     net = GuidedNetwork(runtime, meta, cond, cfg.guidance, kind="ar", batch_axes=_BATCH_AXES)
     b = net.batch
-    cache_shape = list(runtime.inputs["k_cache"].shape)
+    form = ar_cache_form(runtime.inputs, runtime.outputs)
+    if form == "layers":  # [n_layer, B, H, Lmax, hd] from the layers' own [B, H, Lmax, hd]
+        cache_spec = runtime.inputs["k_cache_0"]
+        cache_shape = [ar_cache_layers(runtime.inputs), *cache_spec.shape]
+    else:
+        cache_spec = runtime.inputs["k_cache"]
+        cache_shape = list(cache_spec.shape)
     if cache_shape[3] != max_len:
-        raise EdgekitError(f"meta max_len={max_len} but the graph's k_cache is {cache_shape} (axis 3 is Lmax)")
+        raise EdgekitError(
+            f"meta max_len={max_len} but the graph's KV cache has {cache_shape[3]} slots ({list(cache_spec.shape)})"
+        )
     cache_shape[1] = net.state_rows
-    # The caches start as loop-owned zeros. In the loop form the loop writes each token's K/V
-    # into them and unmasks the slot. In the graph form a double-buffered runtime
+    # The caches start as loop-owned zeros. In the loop and layers forms the loop writes each
+    # token's K/V into them and unmasks the slot. In the graph form a double-buffered runtime
     # (outputs_stay_valid >= 2) ping-pongs them: step i's cache outputs are step i+1's inputs,
     # no copy of the [n_layer, B, H, Lmax, hd] tensors per token. Otherwise each output is copied
     # back in here (it may alias a buffer the next run reuses).
-    loop_form = ar_cache_form(runtime.outputs) == "loop"
+    loop_form = form != "graph"
     pingpong = can_ping_pong(runtime) and net.calls_per_run == 1
-    k_cache = np.zeros(cache_shape, dtype=runtime.inputs["k_cache"].dtype)
-    v_cache = np.zeros(cache_shape, dtype=runtime.inputs["v_cache"].dtype)
+    k_cache = np.zeros(cache_shape, dtype=cache_spec.dtype)
+    v_cache = np.zeros(cache_shape, dtype=cache_spec.dtype)
     token = np.full((b, 1), int(meta["bos_id"]), dtype=np.int64)
     pos = np.zeros(1, dtype=np.int64)
     rng = np.random.default_rng(cfg.seed)
@@ -111,7 +121,7 @@ def decode_ar(
 
     for i in range(length):
         pos[0] = i
-        feeds = {"token": net.expand("token", token), "pos": pos, "k_cache": k_cache, "v_cache": v_cache}
+        feeds = {"token": net.expand("token", token), "pos": pos, **ar_cache_feeds(runtime.inputs, k_cache, v_cache)}
         if loop_form:
             outs = net.run({**feeds, "attn_mask": mask})
             k_cache[:, :, :, i] = outs["k_new"][:, :, :, 0]

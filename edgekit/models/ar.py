@@ -1,13 +1,16 @@
 """Autoregressive baseline: a causal transformer of the masked generator's width, depth and
 vocabulary, decoded one token per step with a static-size KV cache.
 
-The step graph comes in the two cache forms of ``edgekit.spec.AR_CACHE_IO``:
-- ``ARLoopStep`` ("loop", what the demo exports; the NPU form): token int64[B, 1] (BOS = V at
-  position 0), pos int64[1], k_cache / v_cache float32[n_layer, B, heads, max_len, head_dim]
-  (slots 0..pos-1 filled by the loop), attn_mask float32[1, max_len] (1 on those slots, 0 on the
-  rest), class_id int64[B] -> logits float32[B, V], k_new / v_new float32[n_layer,
-  B, heads, 1, head_dim] (this token's keys and values: the loop writes them at slot ``pos``).
-- ``ARStep`` ("graph"): the same inputs but no attn_mask -> logits, k_cache_out, v_cache_out
+The step graph comes in the three cache forms of ``edgekit.spec.AR_CACHE_IO``:
+- ``ARLayersStep`` ("layers", what the demo exports; the NPU form without cache copies): token
+  int64[B, 1] (BOS = V at position 0), pos int64[1], per layer k_cache_i / v_cache_i
+  float32[B, heads, max_len, head_dim] (slots 0..pos-1 filled by the loop), attn_mask
+  float32[1, max_len] (1 on those slots, 0 on the rest), class_id int64[B] -> logits
+  float32[B, V], k_new / v_new float32[n_layer, B, heads, 1, head_dim] (this token's keys and
+  values: the loop writes them at slot ``pos``).
+- ``ARLoopStep`` ("loop", bundles exported before "layers"): the same, with the caches stacked
+  into k_cache / v_cache float32[n_layer, B, heads, max_len, head_dim].
+- ``ARStep`` ("graph"): the stacked caches, no attn_mask -> logits, k_cache_out, v_cache_out
   (slot ``pos`` written by a one-hot blend, not a scatter, so every shape is static).
 """
 
@@ -19,8 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgekit.errors import EdgekitError, one_of
 from edgekit.models._blocks import Block, init_gpt2
-from edgekit.spec import TensorSpec
+from edgekit.spec import AR_CACHE_FORMS, TensorSpec, ar_layer_cache_names
 
 NEG = -1e4  # additive mask: large enough to zero a softmax weight, small enough for fp16
 
@@ -131,46 +135,104 @@ class ARLoopStep(nn.Module):
         return m.head(m.ln_f(x))[:, 0], torch.stack(k_new), torch.stack(v_new)
 
 
-def _attend_kept(attn, q, keys, values, keep):
-    """Softmax attention over the kept slots only. q (B, nh, 1, hs), keys/values (B, nh, S, hs),
-    keep (1, S) in {0, 1} with the last slot (the token itself) kept -> (B, 1, D)."""
-    scores = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))  # (B, nh, 1, S)
+class ARLayersStep(nn.Module):
+    """The "loop" step with each layer's cache its own input (the "layers" form); wraps a trained
+    ``CausalTransformer``. forward(token, pos, k_cache_0, v_cache_0, k_cache_1, ..., attn_mask,
+    class_id), the order of ``ar_io(cfg, batch, "layers")``.
+
+    The same attention as ``ARLoopStep`` (``_kept_probs``: the keep-mask softmax), computed without
+    joining the cache to the token's key: scores over the cache slots (q @ Kc^T, which reads the
+    cache input in place: ORT fuses the transpose into its MatMul) and the token's own score
+    (q . k) join as (B, nh, 1, Lmax + 1) scores, and y = probs[:Lmax] @ Vc + probs[Lmax] * v.
+    No Gather of a layer's slice, no Concat of a cache: ~100 MB a forward less copied at
+    GPT-2-medium size (docs/large-models.md)."""
+
+    def __init__(self, model: CausalTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, token, pos, *rest):
+        m = self.model
+        caches, (attn_mask, class_id) = rest[:-2], rest[-2:]  # (k_cache_0, v_cache_0, ...), then the rest
+        x = m.tok_emb(token) + m.pos_emb[0].index_select(0, pos)[None] + m.cls_emb(class_id)[:, None, :]  # (B, 1, D)
+        keep = torch.cat([attn_mask, torch.ones_like(attn_mask[:, :1])], dim=-1)  # (1, Lmax + 1): self always kept
+        k_new, v_new = [], []
+        for layer, block in enumerate(m.blocks):
+            q, k, v = block.attn.split(block.ln1(x))  # (B, nh, 1, hs)
+            kc, vc = caches[2 * layer], caches[2 * layer + 1]  # (B, nh, Lmax, hs)
+            x = x + _attend_cache_and_self(block.attn, q, kc, vc, k, v, keep)
+            x = x + block.mlp(block.ln2(x))
+            k_new.append(k)
+            v_new.append(v)
+        return m.head(m.ln_f(x))[:, 0], torch.stack(k_new), torch.stack(v_new)
+
+
+def _kept_probs(scores, keep):
+    """Softmax over the kept slots only. scores (B, nh, 1, S), keep (1, S) in {0, 1} with the last
+    slot (the token itself) kept -> weights (B, nh, 1, S) summing to 1 over the kept slots."""
     own = scores[..., -1:]
     # Empty slots take the token's own score before the softmax (no outlier constant in any
     # tensor's range; Softmax shifts by its own max, so it stays stable), then drop out of the
     # renormalised weights. The kept weights sum to >= 1/S: the division is safe.
     probs = torch.softmax((scores - own) * keep + own, dim=-1) * keep
-    y = (probs / probs.sum(dim=-1, keepdim=True)) @ values  # (B, nh, 1, hs)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def _attend_kept(attn, q, keys, values, keep):
+    """Softmax attention over the kept slots only. q (B, nh, 1, hs), keys/values (B, nh, S, hs),
+    keep (1, S) in {0, 1} with the last slot (the token itself) kept -> (B, 1, D)."""
+    scores = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))  # (B, nh, 1, S)
+    return _project(attn, _kept_probs(scores, keep) @ values)  # (B, nh, 1, hs) -> (B, 1, D)
+
+
+def _attend_cache_and_self(attn, q, kc, vc, k, v, keep):
+    """``_attend_kept`` over the cache slots and the token itself, never joining the cache to the
+    token's key or value. q, k, v (B, nh, 1, hs), kc/vc (B, nh, Lmax, hs), keep (1, Lmax + 1)
+    -> (B, 1, D)."""
+    scale = 1.0 / math.sqrt(attn.head_dim)
+    slots = kc.shape[2]
+    scores = torch.cat([q @ kc.transpose(-2, -1), q @ k.transpose(-2, -1)], dim=-1) * scale  # (B, nh, 1, Lmax + 1)
+    probs = _kept_probs(scores, keep)
+    y = probs[..., :slots] @ vc + probs[..., slots:] * v  # (B, nh, 1, hs)
+    return _project(attn, y)
+
+
+def _project(attn, y):
+    """(B, nh, 1, hs) heads -> the attention's output projection (B, 1, D)."""
     B = y.shape[0]
     return attn.proj(y.transpose(1, 2).reshape(B, 1, attn.heads * attn.head_dim))
 
 
-CACHE_FORMS = ("loop", "graph")
+_STEPS: dict[str, type[nn.Module]] = {"layers": ARLayersStep, "loop": ARLoopStep, "graph": ARStep}
 
 
-def ar_step(model: CausalTransformer, form: str = "loop") -> nn.Module:
-    """The step module of ``model`` in cache ``form`` ("loop" or "graph"), in eval mode."""
-    if form not in CACHE_FORMS:
-        raise ValueError(f"AR cache form {form!r} is unknown; valid: {', '.join(CACHE_FORMS)}")
-    return (ARLoopStep if form == "loop" else ARStep)(model).eval()
+def ar_step(model: CausalTransformer, form: str = "layers") -> nn.Module:
+    """The step module of ``model`` in cache ``form`` (``AR_CACHE_FORMS``), in eval mode."""
+    one_of("AR cache form", form, AR_CACHE_FORMS, error=EdgekitError)
+    return _STEPS[form](model).eval()
 
 
-def ar_io(cfg: ARConfig, batch: int, form: str = "loop") -> tuple[dict, dict]:
-    """(inputs, outputs) TensorSpecs of the step graph in cache ``form``, class-conditioned."""
-    cache = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
+def ar_io(cfg: ARConfig, batch: int, form: str = "layers") -> tuple[dict, dict]:
+    """(inputs, outputs) TensorSpecs of the step graph in cache ``form``, class-conditioned, in
+    the order the step module's forward takes them."""
+    one_of("AR cache form", form, AR_CACHE_FORMS, error=EdgekitError)
+    stacked = TensorSpec((cfg.depth, batch, cfg.heads, cfg.max_len, cfg.head_dim), "float32", -1.0, 1.0)
     inputs = {
         "token": TensorSpec((batch, 1), "int64", 0, cfg.vocab_size + 1),
         "pos": TensorSpec((1,), "int64", 0, cfg.max_len),
-        "k_cache": cache,
-        "v_cache": cache,
     }
+    if form == "layers":
+        layer = TensorSpec(stacked.shape[1:], "float32", -1.0, 1.0)
+        inputs.update(dict.fromkeys(ar_layer_cache_names(cfg.depth), layer))
+    else:
+        inputs.update(k_cache=stacked, v_cache=stacked)
     outputs = {"logits": TensorSpec((batch, cfg.vocab_size), "float32")}
-    if form == "loop":
+    if form == "graph":
+        outputs.update(k_cache_out=stacked, v_cache_out=stacked)
+    else:
         new = TensorSpec((cfg.depth, batch, cfg.heads, 1, cfg.head_dim), "float32")
         # A keep mask; verification feeds real ones (export/verify.py fills the cache step by step).
         inputs["attn_mask"] = TensorSpec((1, cfg.max_len), "float32", 0.0, 1.0)
         outputs.update(k_new=new, v_new=new)
-    else:
-        outputs.update(k_cache_out=cache, v_cache_out=cache)
     inputs["class_id"] = TensorSpec((batch,), "int64", 0, cfg.num_classes + 1)
     return inputs, outputs

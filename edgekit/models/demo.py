@@ -99,9 +99,11 @@ def flow_demo(batch: int = 1, weights: Path | None = None) -> ModelSpec:
     )
 
 
-def ar_demo(batch: int = 1, weights: Path | None = None, cache: str = "loop") -> ModelSpec:
-    """The AR baseline; ``cache``: the step graph's cache form ("loop": the NPU form, the
-    default; "graph": the graph writes the cache), see ``edgekit.spec.AR_CACHE_IO``."""
+def ar_demo(batch: int = 1, weights: Path | None = None, cache: str = "layers") -> ModelSpec:
+    """The AR baseline; ``cache``: the step graph's cache form ("layers", the default: the NPU
+    form with each layer's cache its own input, read in place; "loop": the same with the caches
+    stacked, as bundles exported before it; "graph": the graph writes the cache), see
+    ``edgekit.spec.AR_CACHE_IO``."""
     from edgekit.models.ar import ar_io, ar_step  # lazy: torch
 
     cfg = configs()["ar-demo"]

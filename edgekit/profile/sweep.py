@@ -66,7 +66,7 @@ def length_variant_spec(source: str, length: int, batch: int) -> Any:
     from edgekit.models.ar import CausalTransformer, ar_io, ar_step  # lazy: torch
 
     acfg = dataclasses.replace(spec.module.model.cfg, max_len=length)
-    form = ar_cache_form(spec.outputs)  # the same cache form as the bundle's graph
+    form = ar_cache_form(spec.inputs, spec.outputs)  # the same cache form as the bundle's graph
     inputs, outputs = ar_io(acfg, batch, form)
     return dataclasses.replace(
         spec,

@@ -40,7 +40,9 @@ FUSION_PROVIDERS: frozenset[str] = frozenset({"CPUExecutionProvider", "CUDAExecu
 # slice just before its layer reads it. ar-gpt-medium (24 layers, 256 slots; ORT 1.32, AMD EPYC,
 # 2 threads): a decode's peak RSS 542 -> 446 MB in INT8, 1,404 -> 1,353 MB in FP32, the same tokens,
 # per decode no slower (5.85 -> 5.57 s INT8, 13.4 -> 12.7 s FP32, interleaved). No other demo graph
-# has the pattern.
+# has the pattern, and the AR step edgekit exports now (the "layers" form of spec.AR_CACHE_IO: each
+# layer's cache its own input, read in place) has no stacked cache to gather from: the rule stays
+# for bundles exported in the stacked "loop" form.
 CPU_DISABLED_OPTIMIZERS: tuple[str, ...] = ("SkipLayerNormFusion", "GatherSliceToSplitFusion")
 # The session config entry that switches ORT optimizers off by name (comma-separated), from every
 # language binding (C/C++ AddConfigEntry, Java addConfigEntry, C# AddSessionConfigEntry); the

@@ -26,8 +26,9 @@ def refused_nodes(log: str) -> list[dict[str, str]]:
 
 
 # Ops that move data without arithmetic: on a float graph input (``t`` unsqueezed before its
-# QuantizeLinear; one layer's slice of the AR loop form's ``k_cache`` selected by Gather) they
-# compute nothing in float, and the QNN quantizer leaves them so.
+# QuantizeLinear; in bundles of the AR "loop" form, one layer's slice of the stacked ``k_cache``
+# selected by Gather; the "layers" form's caches are inputs of their own, quantized as they enter)
+# they compute nothing in float, and the QNN quantizer leaves them so.
 DATA_MOVEMENT_OPS = frozenset(
     {"Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Identity", "Gather", "Slice"}
 )

@@ -1,6 +1,8 @@
-"""The AR step's two cache forms (edgekit.spec.AR_CACHE_IO) decode the same tokens: the "loop"
-form (attention-mask input, only the new K/V out, the loop writes the cache: the NPU form) and the
-"graph" form (the graph writes slot pos), the same weights exported both ways and run on ORT."""
+"""The AR step's three cache forms (edgekit.spec.AR_CACHE_IO) decode the same tokens: the
+"layers" form (each layer's cache its own input, attention-mask input, only the new K/V out, the
+loop writes the cache: what edgekit exports), the "loop" form (the same with the caches stacked,
+as bundles exported before "layers") and the "graph" form (the graph writes slot pos), the same
+weights exported each way and run on ORT."""
 
 from __future__ import annotations
 
@@ -12,23 +14,25 @@ pytest.importorskip("torch")
 from edgekit.decode import ARDecodeConfig, decode_ar  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.runtimes.ort import OrtRuntime  # noqa: E402
-from edgekit.spec import ModelSpec, TensorSpec, ar_cache_form, kind_io  # noqa: E402
+from edgekit.spec import ModelSpec, TensorSpec, ar_cache_feeds, ar_cache_form, kind_io  # noqa: E402
 from tests.tiny_models import tiny_ar_spec  # noqa: E402
+
+FORMS = ("layers", "loop", "graph")
 
 
 @pytest.fixture(scope="module")
 def forms(tmp_path_factory):
-    """{form: (bundle, runtime)}: tiny AR (batch 2) exported in each cache form, verified."""
+    """{form: (bundle, runtime)}: tiny AR (batch 2, two layers) exported in each cache form, verified."""
     import torch
 
     from edgekit.export.to_bundle import export_bundle
 
     root = tmp_path_factory.mktemp("ar-forms")
     out = {}
-    for form in ("graph", "loop"):
+    for form in FORMS:
         with torch.random.fork_rng():
-            torch.manual_seed(0)  # the same weights in both forms
-            spec = tiny_ar_spec(batch=2, cache=form)
+            torch.manual_seed(0)  # the same weights in every form
+            spec = tiny_ar_spec(batch=2, cache=form, depth=2)
         b = export_bundle(spec, root / form, source="tiny-ar")
         out[form] = (b, OrtRuntime(b.path_of("fp32")))
     yield out
@@ -45,34 +49,62 @@ def forms(tmp_path_factory):
         ARDecodeConfig(length=5),
     ],
 )
-def test_both_cache_forms_decode_the_same_tokens(forms, cfg):
+def test_every_cache_form_decodes_the_same_tokens(forms, cfg):
     # With guidance the batch-2 graph takes two calls per step (conditional rows, then unconditional).
     cond = {"class_id": np.array([0, 2], np.int64)}
     results = {form: decode_ar(rt, b.meta, cond, cfg) for form, (b, rt) in forms.items()}
-    np.testing.assert_array_equal(results["loop"].tokens, results["graph"].tokens)
-    assert results["loop"].nfe == results["graph"].nfe
+    for form in ("layers", "loop"):
+        np.testing.assert_array_equal(results[form].tokens, results["graph"].tokens, err_msg=form)
+        assert results[form].nfe == results["graph"].nfe
 
 
-def test_the_loop_form_is_recognised_by_its_outputs(forms):
-    b, rt = forms["loop"]
-    assert ar_cache_form(rt.outputs) == "loop" and ar_cache_form(forms["graph"][1].outputs) == "graph"
-    assert "attn_mask" in rt.inputs and rt.outputs["k_new"].shape[3] == 1
-    assert kind_io("ar", rt.outputs)[0][-1] == "attn_mask"
+def test_the_layers_graph_gives_the_loop_graphs_outputs_at_every_position(forms):
+    """The exported "layers" graph, fed views of the stacked caches, gives the exported "loop"
+    graph's logits and new K/V at every position of a decode (junk in the empty slots)."""
+    (lb, layers), (_, loop) = forms["layers"], forms["loop"]
+    rng = np.random.default_rng(0)
+    k = rng.normal(0, 30, loop.inputs["k_cache"].shape).astype(np.float32)  # junk: the mask must hide it
+    v = rng.normal(0, 30, k.shape).astype(np.float32)
+    mask = np.zeros(loop.inputs["attn_mask"].shape, np.float32)
+    token = np.full((2, 1), lb.meta["bos_id"], np.int64)
+    cond = {"class_id": np.array([1, 0], np.int64)}
+    for pos in range(lb.meta["max_len"]):
+        common = {"token": token, "pos": np.array([pos], np.int64), "attn_mask": mask, **cond}
+        want = {n: a.copy() for n, a in loop.run({**common, "k_cache": k, "v_cache": v}).items()}
+        got = layers.run({**common, **ar_cache_feeds(layers.inputs, k, v)})
+        for name in ("logits", "k_new", "v_new"):
+            np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=1e-5, err_msg=f"{name} at {pos}")
+        k[:, :, :, pos], v[:, :, :, pos] = want["k_new"][:, :, :, 0], want["v_new"][:, :, :, 0]
+        mask[0, pos] = 1
+        token = want["logits"].argmax(-1)[:, None].astype(np.int64)
 
 
-def test_a_loop_form_spec_without_its_mask_input_is_refused():
-    spec = tiny_ar_spec(batch=1, cache="loop")
-    inputs = {k: v for k, v in spec.inputs.items() if k != "attn_mask"}
-    with pytest.raises(EdgekitError, match="attn_mask"):
+def test_each_form_is_recognised_by_its_io(forms):
+    for form, (_, rt) in forms.items():
+        assert ar_cache_form(rt.inputs, rt.outputs) == form
+    _, rt = forms["layers"]
+    assert rt.outputs["k_new"].shape[3] == 1 and rt.inputs["k_cache_1"].shape == rt.inputs["v_cache_0"].shape
+    state_in, state_out = kind_io("ar", rt.inputs, rt.outputs)
+    assert state_in == ("token", "pos", "k_cache_0", "v_cache_0", "k_cache_1", "v_cache_1", "attn_mask")
+    assert state_out == ("logits", "k_new", "v_new")
+    assert kind_io("ar", forms["loop"][1].inputs, forms["loop"][1].outputs)[0][-1] == "attn_mask"
+
+
+@pytest.mark.parametrize(("form", "drop"), [("loop", "attn_mask"), ("layers", "attn_mask"), ("layers", "v_cache_1")])
+def test_a_spec_without_one_of_its_forms_inputs_is_refused(form, drop):
+    spec = tiny_ar_spec(batch=1, cache=form, depth=2)
+    inputs = {k: v for k, v in spec.inputs.items() if k != drop}
+    with pytest.raises(EdgekitError, match=drop):
         ModelSpec(name="x", kind="ar", module=spec.module, inputs=inputs, outputs=spec.outputs, meta=spec.meta)
-    assert isinstance(spec.inputs["attn_mask"], TensorSpec)
+    assert isinstance(spec.inputs[drop], TensorSpec)
 
 
-def test_the_loop_form_graph_takes_quantizations_pre_processing(forms, tmp_path):
-    """quant_pre_process (symbolic shape inference) must type every tensor of the loop form:
+@pytest.mark.parametrize("form", ["layers", "loop"])
+def test_the_mask_forms_graphs_take_quantizations_pre_processing(forms, form, tmp_path):
+    """quant_pre_process (symbolic shape inference) must type every tensor of the mask forms:
     a ReduceMax in its attention once made it fail, and INT8 then ran without fused MatMul+Add."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    b, _ = forms["loop"]
+    b, _ = forms[form]
     quant_pre_process(str(b.path_of("fp32")), str(tmp_path / "pre.onnx"))
     assert (tmp_path / "pre.onnx").stat().st_size > 0

@@ -118,8 +118,9 @@ def test_trajectory_inputs_look_like_decode_states(demo_bundles):
     with TorchRuntime(spec.module, spec.inputs, spec.outputs) as ref:
         feeds = trajectory_feeds(spec, ref, 2, np.random.default_rng(0))
     pos = int(feeds[1]["pos"][0])
-    assert pos > 0 and np.abs(feeds[1]["k_cache"][:, :, :, :pos]).sum() > 0  # filled by real steps
-    assert np.abs(feeds[1]["k_cache"][:, :, :, pos:]).sum() == 0
+    for layer in ("k_cache_0", "v_cache_3"):  # [B, H, Lmax, hd]: the demo's "layers" cache form
+        assert pos > 0 and np.abs(feeds[1][layer][:, :, :pos]).sum() > 0  # filled by real steps
+        assert np.abs(feeds[1][layer][:, :, pos:]).sum() == 0
 
 
 def test_export_logs_no_torchvision_skips(tmp_path, caplog):

@@ -4,10 +4,18 @@ torch = pytest.importorskip("torch")
 
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.models import load_spec  # noqa: E402
-from edgekit.models.ar import ARConfig, ARLoopStep, ARStep, CausalTransformer, ar_io, ar_step  # noqa: E402
+from edgekit.models.ar import (  # noqa: E402
+    ARConfig,
+    ARLayersStep,
+    ARLoopStep,
+    ARStep,
+    CausalTransformer,
+    ar_io,
+    ar_step,
+)
 from edgekit.models.flow import FlowConfig, FlowDecoder  # noqa: E402
 from edgekit.models.masked import MaskedConfig, MaskedTransformer  # noqa: E402
-from edgekit.spec import ModelSpec  # noqa: E402
+from edgekit.spec import ModelSpec, ar_cache_feeds  # noqa: E402
 
 SMALL = dict(dim=32, depth=2, heads=2)
 
@@ -86,19 +94,52 @@ def test_ar_loop_form_step_equals_full_causal_forward():
             mask[0, pos] = 1
 
 
+def test_ar_layers_form_step_equals_the_loop_form_at_every_position():
+    """The "layers" form (each layer's cache its own input, attention without joining the cache
+    to the token's key) gives the loop form's logits and new K/V at every position, half-filled
+    caches with junk in the empty slots included, and the full causal forward's logits."""
+    torch.manual_seed(0)
+    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
+    model = CausalTransformer(cfg).eval()
+    loop, layers = ARLoopStep(model).eval(), ARLayersStep(model).eval()
+    B = 2
+    tokens = torch.randint(0, 10, (B, 8))
+    cls = torch.tensor([1, 2])
+    inputs = torch.cat([torch.full((B, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        full = model(inputs, cls)
+        k = torch.randn(cfg.depth, B, cfg.heads, cfg.max_len, cfg.head_dim) * 50  # junk in the empty slots
+        v = torch.randn_like(k) * 50
+        mask = torch.zeros(1, cfg.max_len)
+        for pos in range(8):
+            args = (inputs[:, pos : pos + 1], torch.tensor([pos]))
+            want = loop(*args, k, v, mask, cls)
+            caches = ar_cache_feeds({"k_cache_0": None}, k, v).values()  # k_cache_0, v_cache_0, k_cache_1, ...
+            got = layers(*args, *caches, mask, cls)
+            for name, w, g in zip(("logits", "k_new", "v_new"), want, got, strict=True):
+                torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5, msg=f"{name} at pos {pos}")
+            torch.testing.assert_close(got[0], full[:, pos], atol=1e-5, rtol=1e-5)
+            k[:, :, :, pos], v[:, :, :, pos] = got[1][:, :, :, 0], got[2][:, :, :, 0]
+            mask[0, pos] = 1
+
+
 def test_ar_io_names_each_cache_form_and_the_step_module_matches():
     cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
     model = CausalTransformer(cfg)
-    for form, extra_in, outs in (
-        ("loop", ["attn_mask"], ["logits", "k_new", "v_new"]),
-        ("graph", [], ["logits", "k_cache_out", "v_cache_out"]),
+    per_layer = [f"{kv}_cache_{i}" for i in range(cfg.depth) for kv in "kv"]
+    for form, caches, extra_in, outs, step in (
+        ("layers", per_layer, ["attn_mask"], ["logits", "k_new", "v_new"], ARLayersStep),
+        ("loop", ["k_cache", "v_cache"], ["attn_mask"], ["logits", "k_new", "v_new"], ARLoopStep),
+        ("graph", ["k_cache", "v_cache"], [], ["logits", "k_cache_out", "v_cache_out"], ARStep),
     ):
         inputs, outputs = ar_io(cfg, 2, form)
-        assert list(inputs) == ["token", "pos", "k_cache", "v_cache", *extra_in, "class_id"]
+        assert list(inputs) == ["token", "pos", *caches, *extra_in, "class_id"]
         assert list(outputs) == outs
-        assert isinstance(ar_step(model, form), ARLoopStep if form == "loop" else ARStep)
+        assert type(ar_step(model, form)) is step
     assert outputs["k_cache_out"].shape == (cfg.depth, 2, cfg.heads, cfg.max_len, cfg.head_dim)
-    with pytest.raises(ValueError, match="valid: loop, graph"):
+    assert ar_io(cfg, 2)[0]["k_cache_1"].shape == (2, cfg.heads, cfg.max_len, cfg.head_dim)  # "layers" by default
+    assert type(ar_step(model)) is ARLayersStep
+    with pytest.raises(EdgekitError, match="valid: graph, loop, layers"):
         ar_step(model, "ring")
 
 

@@ -269,7 +269,9 @@ def test_length_variant_specs_rebuild_the_demo_architectures_at_other_lengths():
     assert masked.inputs["tokens"].shape == (3, 8) and masked.outputs["logits"].shape[:2] == (3, 8)
     assert masked.meta["seq_len"] == 8 and masked.ground_truth is None
     ar = length_variant_spec("ar-demo", 8, 3)
-    assert ar.inputs["k_cache"].shape[1] == 3 and ar.inputs["k_cache"].shape[3] == 8 and ar.meta["max_len"] == 8
+    # The demo AR's "layers" cache form: every layer's cache [B, H, Lmax, hd] at the new length.
+    caches = [spec for name, spec in ar.inputs.items() if "_cache_" in name]
+    assert len(caches) == 8 and all(c.shape[0] == 3 and c.shape[2] == 8 for c in caches) and ar.meta["max_len"] == 8
     with pytest.raises(UsageError, match="valid: masked-demo, ar-demo"):
         length_variant_spec("flow-demo", 8, 1)
 

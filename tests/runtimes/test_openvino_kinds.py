@@ -25,19 +25,19 @@ from tests.tiny_models import tiny_flow_spec, tiny_masked_spec  # noqa: E402
 CLASSES = np.array([0, 2], dtype=np.int64)
 
 
-def tiny_ar_spec(batch: int = 2):
+def tiny_ar_spec(batch: int = 2, form: str = "graph"):
     import torch
 
     from edgekit.models.ar import ARConfig, CausalTransformer, ar_io, ar_step
     from edgekit.spec import ModelSpec
 
     torch.manual_seed(3)
-    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, dim=16, depth=1, heads=2, mlp_ratio=2)
-    inputs, outputs = ar_io(cfg, batch, "graph")
+    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, dim=16, depth=2, heads=2, mlp_ratio=2)
+    inputs, outputs = ar_io(cfg, batch, form)
     return ModelSpec(
         name="tiny-ar",
         kind="ar",
-        module=ar_step(CausalTransformer(cfg), "graph"),
+        module=ar_step(CausalTransformer(cfg), form),
         inputs=inputs,
         outputs=outputs,
         meta={
@@ -55,7 +55,12 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     from edgekit.export.to_bundle import export_bundle
 
     root = tmp_path_factory.mktemp("ov-kinds")
-    specs = {"masked": tiny_masked_spec(), "flow": tiny_flow_spec(), "ar": tiny_ar_spec()}
+    specs = {
+        "masked": tiny_masked_spec(),
+        "flow": tiny_flow_spec(),
+        "ar": tiny_ar_spec(),
+        "ar-layers": tiny_ar_spec(form="layers"),
+    }
     return {kind: export_bundle(spec, root / kind, source=spec.name).root for kind, spec in specs.items()} | {
         "_specs": specs
     }
@@ -104,6 +109,19 @@ def test_ar_kv_cache_ping_pongs_and_gives_the_same_tokens(bundles):
     # The loop-owned zero caches are wrapped on the first step only; every later step feeds the
     # previous step's cache outputs back as they are.
     assert wrapped.count(cache) == 2 and len(wrapped) == 2 + 3 * (got.tokens.shape[1] - 1) + 3
+
+
+def test_ar_layers_form_reads_the_loops_cache_views_and_gives_the_same_tokens(bundles):
+    """The "layers" cache form: each layer's slice of the loop's stacked cache is wrapped as it
+    is (a view; OpenVINO shares its memory), the same tokens as ONNX Runtime with and without
+    guidance (two calls per step at guidance 2: each call's rows of every layer's cache)."""
+    bundle = Bundle.load(bundles["ar-layers"])
+    ort, ov = _both(bundle)
+    with ort, ov:
+        for cfg in (ARDecodeConfig(seed=5), ARDecodeConfig(guidance=2.0, seed=1)):
+            got = decode_ar(ov, bundle.meta, {"class_id": CLASSES}, cfg)
+            want = decode_ar(ort, bundle.meta, {"class_id": CLASSES}, cfg)
+            np.testing.assert_array_equal(got.tokens, want.tokens)
 
 
 @pytest.mark.parametrize("graph", ["step", "unrolled"])

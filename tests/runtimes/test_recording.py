@@ -85,6 +85,29 @@ class TinyAR(BaseRuntime):
 AR_META = {"vocab_size": V, "max_len": 6, "bos_id": V, "conditioning": {"class_id": {"uncond": 3}}}
 
 
+class TinyARLayers(BaseRuntime):
+    """The "layers" cache form: per layer k_cache_i / v_cache_i [B, 1, Lmax, 2], attn_mask ->
+    logits, k_new / v_new [2, B, 1, 1, 2]; layer i's key at a position is (i + 1) * (pos + 1),
+    its value the negative, so every layer's slot says whose it is."""
+
+    name = "tiny-ar-layers"
+
+    def __init__(self, batch: int, max_len: int = 6):
+        cache = TensorSpec((batch, 1, max_len, 2), "float32")
+        inputs = {"token": TensorSpec((batch, 1), "int64"), "pos": TensorSpec((1,), "int64")}
+        inputs.update({f"{kv}_cache_{i}": cache for i in range(2) for kv in "kv"})
+        inputs.update(attn_mask=TensorSpec((1, max_len), "float32"), class_id=TensorSpec((batch,), "int64"))
+        new = TensorSpec((2, batch, 1, 1, 2), "float32")
+        super().__init__(inputs, {"logits": TensorSpec((batch, V), "float32"), "k_new": new, "v_new": new})
+
+    def _run_impl(self, feeds):
+        b, pos = len(feeds["token"]), int(feeds["pos"][0])
+        logits = np.zeros((b, V), np.float32)
+        logits[np.arange(b), (feeds["token"][:, 0] + 1) % V] = 5.0
+        k = np.stack([np.full((b, 1, 1, 2), (i + 1) * (pos + 1), np.float32) for i in range(2)])
+        return {"logits": logits, "k_new": k, "v_new": -k}
+
+
 def _decode(kind, runtime, meta, cond, **options):
     rec = RecordingRuntime(runtime, kind, meta)
     cfg = decode_config(kind, {}, options, seed=3)
@@ -174,6 +197,23 @@ def test_ar_every_position_recorded():
     rec, result = _decode("ar", TinyAR(2), AR_META, {"class_id": np.array([0, 1])}, temperature=0.0)
     assert [c.position for c in rec.calls] == [0, 1, 2, 3, 4, 5]
     assert rec.feeds[0]["k_cache"].sum() == 0 and rec.feeds[3]["k_cache"].sum() > 0  # copies per step
+
+
+def test_ar_layers_form_records_each_calls_own_layer_caches(tmp_path):
+    """The "layers" form is fed views of the loop's one stacked cache (``ar_cache_feeds``), which
+    the loop writes after every call: a recording, in memory or spilled, holds each call's own
+    per-layer caches, each layer its own slice (never another layer's, never a later call's)."""
+    for spill in (None, tmp_path / "calls"):
+        rec = RecordingRuntime(TinyARLayers(2), "ar", AR_META, spill=spill)
+        result = decode("ar", rec, AR_META, {"class_id": np.array([0, 1])}, decode_config("ar", {}, {}, seed=3))
+        assert result.runtime_calls == len(rec.feeds) == 6
+        for call, feed in enumerate(rec.feeds):
+            for layer in range(2):
+                want = np.zeros((2, 1, 6, 2), np.float32)
+                want[:, :, :call] = ((layer + 1) * np.arange(1, call + 1, dtype=np.float32))[:, None]
+                np.testing.assert_array_equal(feed[f"k_cache_{layer}"], want, err_msg=f"call {call} layer {layer}")
+                np.testing.assert_array_equal(feed[f"v_cache_{layer}"], -want)
+            assert feed["attn_mask"].sum() == call
 
 
 def test_a_spilled_recording_reads_back_what_an_in_memory_one_holds_and_holds_no_call(tmp_path):

@@ -15,6 +15,7 @@ from edgekit.quantize.config import DEFAULT_BUDGETS
 from edgekit.quantize.qnn.graph import activation_bits, activation_tensors
 from edgekit.quantize.qnn.search import SearchBounds
 from edgekit.runtimes.qnn import float_nodes
+from edgekit.spec import ar_cache_feeds
 
 pytestmark = pytest.mark.slow  # exports tiny models and decodes them on the emulated NPU
 
@@ -239,6 +240,49 @@ def test_the_ar_baseline_runs_on_the_htp_in_its_loop_cache_form(tiny_qnn_bundles
                 "attn_mask": mask,
                 **cond,
             }
+            ref = {n: a.copy() for n, a in cpu.run(feed).items()}
+            out = htp.run(feed)
+            scale = float(np.abs(ref["logits"]).max())
+            assert np.abs(out["logits"] - ref["logits"]).max() <= 0.02 * scale  # fp16 rounding only
+            k[:, :, :, pos], v[:, :, :, pos] = ref["k_new"][:, :, :, 0], ref["v_new"][:, :, :, 0]
+            mask[0, pos] = 1
+            token = ref["logits"].argmax(-1)[:, None].astype(np.int64)
+
+
+def test_the_ar_layers_cache_form_runs_on_the_htp(tmp_path):
+    """The "layers" cache form edgekit exports (each layer's cache its own input, read by its
+    MatMul without a Gather or Concat) compiles with CPU fallback off, decodes on the HTP in
+    int8, and its fp16 logits follow the CPU's along the CPU's own trajectory, fed views of the
+    loop's stacked cache. All 8-bit (no promotion search): the search's own tests above run on
+    the loop form."""
+    import torch
+
+    from edgekit.decode import ARDecodeConfig, decode_ar
+    from edgekit.export.to_bundle import export_bundle
+    from edgekit.runtimes import open_runtime
+    from tests.tiny_models import tiny_ar_spec
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        spec = tiny_ar_spec(batch=1, cache="layers", depth=2)
+    root = export_bundle(spec, tmp_path / "ar", source=spec.name).root
+    loose = {"lockstep_token_agreement": 0.0, "top1_agreement": 0.0, "check_margin": -100.0}
+    quantize_bundle(root, QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget=loose, fallback=False))
+    bundle = Bundle.load(root)
+    assert "v_cache_1" in bundle.inputs and "k_cache" not in bundle.inputs
+    cond = {"class_id": np.array([1], np.int64)}
+    with open_runtime(bundle, "qnn", "int8") as rt:
+        assert rt.providers_used[0] == "QNNExecutionProvider" and not rt.qnn_options.cpu_fallback
+        tokens = decode_ar(rt, bundle.meta, cond, ARDecodeConfig(temperature=0.0)).tokens
+    assert tokens.shape == (1, bundle.meta["max_len"]) and tokens.max() < bundle.meta["vocab_size"]
+
+    with open_runtime(bundle, "ort", "fp32") as cpu, open_runtime(bundle, "qnn", "fp16") as htp:
+        k = np.zeros((2, *bundle.inputs["k_cache_0"].shape), np.float32)  # the loop's stacked cache
+        v, mask = np.zeros_like(k), np.zeros(bundle.inputs["attn_mask"].shape, np.float32)
+        token = np.full((1, 1), bundle.meta["bos_id"], np.int64)
+        for pos in range(bundle.meta["max_len"]):
+            feed = {"token": token, "pos": np.array([pos], np.int64), "attn_mask": mask, **cond}
+            feed.update(ar_cache_feeds(bundle.inputs, k, v))
             ref = {n: a.copy() for n, a in cpu.run(feed).items()}
             out = htp.run(feed)
             scale = float(np.abs(ref["logits"]).max())
