@@ -67,6 +67,9 @@ class Plan:
     # device: the qnn profile's HTP backend in x86 emulation takes minutes per held-out decode
     # where the FP32 one takes seconds); None: priced as FP32 decodes.
     emulated: str | None = None
+    # Candidates the fallback form may add after the search (cpu profile: weight-only with up to
+    # cpu.form.FORM_EXTRA more layers where weight-only missed the budget), per_candidate each
+    form_extra: int = 0
 
     def estimate(self, decode_s: float) -> dict[str, float]:
         """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an
@@ -93,6 +96,11 @@ class Plan:
             f"then {self.per_candidate} INT8 decodes per candidate (FP32 answered from the reference): about "
             f"{clock_text(first)} until the first candidate is judged, about {clock_text(e['per_candidate_s'])} more "
             "for each fallback the budget needs"
+            + (
+                f", and up to {self.form_extra} more candidates may follow for the fallbacks' form"
+                if self.form_extra
+                else ""
+            )
         )
 
     def to_json(self, decode_s: float | None) -> dict[str, Any]:
@@ -101,6 +109,7 @@ class Plan:
             "heldout_decodes": self.heldout,
             "int8_decodes_per_candidate": self.per_candidate,
             "speed_decodes": self.speed,
+            "form_extra_candidates": self.form_extra,
             "fp32_decode_s": decode_s,
         }
         if decode_s:

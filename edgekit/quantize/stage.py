@@ -32,6 +32,7 @@ from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
+from edgekit.quantize.cpu.form import FORM_EXTRA
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan, counting
@@ -197,6 +198,7 @@ def record_fp32(run: QuantizeRun) -> None:
         per_candidate=2 * -(-run.n_eval // batch),
         speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
+        form_extra=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

@@ -41,6 +41,17 @@ def test_the_plan_counts_the_decodes_and_prices_them_from_one():
     assert clock_text(3725) == "1:02:05"
 
 
+def test_the_plan_says_the_fallback_form_may_add_candidates():
+    """cpu profile: where weight-only fallbacks miss the budget, the form tries weight-only with up
+    to FORM_EXTRA more layers, one candidate each: the plan says they may follow, and counts them."""
+    from edgekit.quantize.cpu.form import FORM_EXTRA
+
+    plan = Plan(calibration=4, heldout=8, per_candidate=16, speed=12, form_extra=FORM_EXTRA)
+    assert f"up to {FORM_EXTRA} more candidates may follow for the fallbacks' form" in plan.describe(2.0)
+    assert plan.to_json(2.0)["form_extra_candidates"] == FORM_EXTRA
+    assert "fallbacks' form" not in Plan(4, 8, 16, 12).describe(2.0)
+
+
 def test_an_emulated_device_s_int8_decodes_are_not_priced_as_fp32_ones():
     """qnn: a held-out decode on the HTP emulator takes minutes where the FP32 one takes seconds;
     the plan said "about 0:20 more for each fallback"."""

@@ -9,7 +9,8 @@ read here (``cpu_arithmetic``, ``bucket_memory``, ``graph_rules``).
 
 A fallback leaves INT8 for plain FP32 on the cpu profile, then takes the form ``cpu/form.py``
 chooses on this host: weight-only (INT8 weight + DQ, float compute: the smaller) unless it is
-surely slower than FP32 or misses the budget. The trt profile keeps weight-only fallbacks:
+surely slower than FP32 or misses the budget (then weight-only with the next ranked layer or two
+is tried before FP32 stays). The trt profile keeps weight-only fallbacks:
 TensorRT folds the DQ into the layer at build time, and the INT8 file stays at ~0.3x the FP32 one.
 """
 
@@ -24,13 +25,14 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
+from edgekit.probes.speed import Decision
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
-from edgekit.quantize.cpu.form import form_record, form_sizes, time_forms
+from edgekit.quantize.cpu.form import Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import BudgetOutcome, fallback_until_within_budget, rank_by_sensitivity, screen
 from edgekit.quantize.cpu.select import select_nodes, select_tables, weight_only_by_rule
@@ -255,16 +257,45 @@ class FallbackProfile:
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
         """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only, and
         return the ``fallback_form`` record of ``cpu.form.form_record``: weight-only (its model
-        under ``model``) unless it is surely slower or misses the budget."""
+        under ``model``) unless it is surely slower or misses the budget; where it misses, weight-only
+        with the search's next ranked layers too (``cpu.form.widen``), timed against ``model``."""
         run = self.run
         wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
         feed = run.traj.feeds[len(run.traj.feeds) // 2]
-        # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
-        # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
-        # No spin between runs: TIMED_SPIN (stage.py).
-        with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(wo_model, spin=False) as wo:
-            decision = time_forms(fp, wo, feed, run.say)
-        return form_record(decision, wo_model, outcome, run, self.measure, run.cfg.runtime, form_sizes(model, wo_model))
+
+        def timed(candidate: Path) -> Decision:
+            # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
+            # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
+            # No spin between runs: TIMED_SPIN (stage.py).
+            with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(candidate, spin=False) as wo:
+                return time_forms(fp, wo, feed, run.say)
+
+        extra = next_fallbacks(outcome.next_up, len(outcome.fallback), run.cfg.max_fallback)
+
+        def wider() -> Wider:
+            labels = {n.name: n.label for n in run.plan.nodes}
+            return widen(
+                extra,
+                outcome.quantized,
+                lambda nodes: self.build(nodes, weight_only_fallback=True),
+                self.measure,
+                run.judge,
+                timed,
+                lambda candidate: form_sizes(model, candidate),
+                run.say,
+                labels,
+            )
+
+        return form_record(
+            timed(wo_model),
+            wo_model,
+            outcome,
+            run,
+            self.measure,
+            run.cfg.runtime,
+            form_sizes(model, wo_model),
+            wider if extra else None,
+        )
 
     # ---- what it made --------------------------------------------------------------------------
     def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:

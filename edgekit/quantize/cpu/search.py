@@ -66,6 +66,9 @@ class BudgetOutcome:
     fallback: list[dict[str, Any]] = field(default_factory=list)  # moved out of INT8, in order, with why
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics after each iteration
     ranking: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the INT8 nodes the loop would have moved next, in its own (last) ranking: the fallback form
+    # (cpu/form.py) may try weight-only with one or two of them added
+    next_up: list[str] = field(default_factory=list)
 
 
 def fallback_until_within_budget(
@@ -109,7 +112,7 @@ def fallback_until_within_budget(
         name = order.pop(0)
         nodes.remove(name)
         s = scores.get(name, {})
-        why = f"budget fallback #{rank}: " + _why(s)
+        why = f"budget fallback #{rank}: " + ranked_why(s)
         outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
         say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
         model = build(nodes)
@@ -130,10 +133,11 @@ def fallback_until_within_budget(
             order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
         best = max(best, margin)
     outcome.passed, outcome.metrics, outcome.checks, outcome.quantized = passed, metrics, rows, nodes
+    outcome.next_up = [n for n in order if n in nodes]
     return model, outcome
 
 
-def _why(score: Mapping[str, float]) -> str:
+def ranked_why(score: Mapping[str, float]) -> str:
     if "isolated_output_sqnr_db" in score:
         return f"alone in INT8 it leaves {score['isolated_output_sqnr_db']:.1f} dB output SQNR"
     if "added_sqnr_db" in score:

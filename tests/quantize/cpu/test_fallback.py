@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from edgekit.quantize.cpu.fallback import FallbackProfile
+from edgekit.quantize.cpu.search import BudgetOutcome
 
 pytest.importorskip("onnxruntime")
 
@@ -116,7 +117,7 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
 
     profile = FallbackProfile.__new__(FallbackProfile)
     profile.run = SimpleNamespace(
-        cfg=SimpleNamespace(runtime=runtime, threads=1),
+        cfg=SimpleNamespace(runtime=runtime, threads=1, max_fallback=None),
         traj=SimpleNamespace(feeds=[{"x": 0}]),
         warn=lambda line: None,
         say=lambda line: None,
@@ -126,9 +127,120 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
     profile.build = lambda nodes, weight_only_fallback=None: wo
     profile.measure = lambda model: {}
     profile.budget_runtime = lambda model, spin=True, bucket=False: opened.append((model, spin, bucket)) or Stand(model)
-    outcome = SimpleNamespace(quantized=["n1"], metrics=None, checks=None)
+    outcome = BudgetOutcome(True, {}, [], ["n1"], fallback=[{"node": "n0"}])
     form = profile.choose_fallback_form(fp, outcome)
     assert opened == [(fp, False, False), (wo, False, False)]  # side by side: no spin after a run
     assert form["measured_on"] == f"{runtime} (this host)" and form["chosen"] in ("float", "weight-only")
     # each form's weights, counted from its graph: [64, 64] f32, against [64, 64] int8 + 64 f32 scales
     assert form["weight_bytes"] == {"float": 64 * 64 * 4, "weight-only": 64 * 64 + 64 * 4}
+
+
+@pytest.mark.parametrize(("max_fallback", "chosen", "extra"), [(None, "weight-only", ["n2"]), (1, "float", [])])
+def test_the_fallback_form_adds_the_search_s_next_ranked_layer_weight_only(
+    tmp_path, monkeypatch, max_fallback, chosen, extra
+):
+    """Weight-only misses the budget with the search's set; with its next ranked layer it holds
+    (stand-in budget and timing: a tie, and smaller): the form keeps it, unless --max-fallback is
+    already spent by the search."""
+    from edgekit.quantize.cpu import fallback
+    from tests.quantize.cpu.test_form import _decision
+
+    built = {}
+
+    def build(nodes, weight_only_fallback=None):
+        assert weight_only_fallback is True  # every candidate of the form is weight-only
+        path = tmp_path / f"wo-{len(built)}.onnx"
+        built[path] = list(nodes)
+        return _one_matmul(path, weight_only=True)
+
+    said = []
+    profile = FallbackProfile.__new__(FallbackProfile)
+    profile.run = SimpleNamespace(
+        cfg=SimpleNamespace(runtime="openvino", threads=1, max_fallback=max_fallback),
+        traj=SimpleNamespace(feeds=[{"x": 0}]),
+        plan=SimpleNamespace(nodes=[SimpleNamespace(name=n, label=f"L-{n}") for n in ("n0", "n1", "n2", "n3")]),
+        warn=lambda line: None,
+        say=said.append,
+        judge=lambda metrics: (metrics["holds"], []),
+    )
+    profile.build = build
+    profile.measure = lambda model: {"holds": "n2" not in built[model]}
+    timed = []
+
+    class Stand:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    profile.budget_runtime = lambda model, spin=True, bucket=False: Stand()
+    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: timed.append(1) or _decision((0.3,), [99]))
+    fp = _one_matmul(tmp_path / "fp.onnx", weight_only=False)
+    outcome = BudgetOutcome(True, {}, [], ["n1", "n2", "n3"], fallback=[{"node": "n0"}], next_up=["n2", "n3"])
+    form = profile.choose_fallback_form(fp, outcome)
+    assert form["chosen"] == chosen and [f["node"] for f in outcome.fallback] == ["n0", *extra]
+    assert outcome.quantized == [n for n in ["n1", "n2", "n3"] if n not in extra]
+    if extra:
+        assert list(built.values()) == [["n1", "n2", "n3"], ["n1", "n3"]] and len(timed) == 2
+        assert form["model"] == list(built)[1] and form["wider"]["tried"][0]["labels"] == ["L-n2"]
+        assert any("trying weight-only with 1 more: L-n2" in line for line in said)
+    else:
+        assert len(built) == 1 and "wider" not in form and "missed the budget" in form["why"]
+
+
+@pytest.mark.slow  # quantizes the masked demo (under a minute)
+def test_quantize_keeps_weight_only_with_one_more_fallback_where_that_holds_the_budget(quant_bundles, monkeypatch):
+    """End to end on the masked demo, with the budget's verdicts and the form's timing standing in
+    (deterministic on any host; the graphs, the candidates and the record are real): the search
+    stops at one FP32 fallback, weight-only with it misses the budget, with the next ranked layer
+    it holds and ties with FP32-S: the int8 model has both layers weight-only, and the manifest's
+    fallback list names both."""
+    import onnx
+
+    from edgekit.bundle import Bundle
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+    from edgekit.quantize.config import BUDGET_RULES
+    from edgekit.quantize.cpu import fallback
+    from tests.quantize.cpu.test_form import _decision
+
+    built: dict[str, tuple[int, bool]] = {}
+    real_build, real_measure = FallbackProfile.build, FallbackProfile.measure
+
+    def build(self, nodes, weight_only_fallback=None):
+        path = real_build(self, nodes, weight_only_fallback)
+        built[str(path)] = (len(self.selected) - len(nodes), bool(weight_only_fallback))
+        return path
+
+    def measure(self, model):  # FP32 fallbacks hold the budget from one on, weight-only ones from two
+        metrics = real_measure(self, model)
+        out, wo = built.get(str(model), (0, False))
+        holds = out >= (2 if wo else 1)
+        for key, limit in self.run.budget.items():
+            op = BUDGET_RULES[key][0]
+            metrics[key] = limit if holds else limit + (-1.0 if op == ">=" else 1.0)
+        return metrics
+
+    monkeypatch.setattr(FallbackProfile, "build", build)
+    monkeypatch.setattr(FallbackProfile, "measure", measure)
+    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
+    said = []
+    s = quantize_bundle(quant_bundles["masked"], QuantizeConfig(calib_samples=2, eval_samples=2), progress=said.append)
+    form = s["fallback_form"]
+    assert s["passed"] and form["chosen"] == "weight-only" and form["budget"] == "missed", form
+    assert [(t["budget"], len(t["extra"])) for t in form["wider"]["tried"]] == [("met", 1)]
+    names = [f["node"] for f in s["fallback"]]
+    assert len(names) == 2 and "added by the fallback form" in s["fallback"][1]["reason"]
+    assert {r["node"] for r in s["selection"]["weight_only"]} >= set(names)
+    assert not set(names) & {r["node"] for r in s["selection"]["int8"]}
+    assert any("trying weight-only with 1 more" in line for line in said)
+    assert "more candidates may follow for the fallbacks' form" in " ".join(said)
+    # the bundle says the same: its manifest's fallbacks, and both layers weight-only in the int8 graph
+    bundle = Bundle.load(quant_bundles["masked"])
+    assert [f["node"] for f in bundle.manifest["quantization"]["fallback"]] == names
+    model = onnx.load(str(bundle.path_of("int8")))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for node in (n for n in model.graph.node if n.name in names):
+        assert producer[node.input[1]].op_type == "DequantizeLinear", node.name  # an int8 weight
+        act = producer.get(node.input[0])
+        assert act is None or act.op_type != "DequantizeLinear", node.name  # a float activation

@@ -33,10 +33,11 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
     assert out.fallback[0]["reason"].startswith("budget fallback #1") and "20.0 dB" in out.fallback[0]["reason"]
     assert [h["lockstep_token_agreement"] for h in out.history] == pytest.approx([0.96, 0.98, 1.0])
     assert model == "model3"
+    assert out.next_up == ["c"]  # what the loop would have moved next: the fallback form's candidates
     _, capped = fallback_until_within_budget(
         ["c", "b", "a"], {"lockstep_token_agreement": 0.99}, build, measure, sensitivity, max_fallback=1
     )
-    assert not capped.passed and len(capped.fallback) == 1
+    assert not capped.passed and len(capped.fallback) == 1 and capped.next_up == ["b", "c"]
     ranked: list[str] = []
     _, none = fallback_until_within_budget(
         ["c", "b", "a"],
