@@ -16,6 +16,7 @@ import numpy as np
 from edgekit.evaluate import snr_db
 from edgekit.quantize.budget import check
 from edgekit.quantize.config import BUDGET_RULES
+from edgekit.runtimes.qnn_session import QnnCompileError
 
 # A candidate the HTP backend computes this many dB below its CPU simulation (one recorded call,
 # both against FP32) has a tensor whose 16-bit form the HTP does not implement as QDQ says. On
@@ -305,6 +306,10 @@ def htp_offset(
 def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
     """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""
     tensor = tensor_of(bad[0])
+    if math.isinf(bad[1]):
+        profile.run.warn(f"the HTP backend refuses the graph with {tensor} at 16 bit: left at 8 bit")
+        profile.refused.append({"tensor": tensor, "htp_below_simulation_db": None, "htp_refused_graph": True})
+        return [p for p in order if tensor_of(p) != tensor]
     profile.run.warn(
         f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
         "below it): left at 8 bit"
@@ -338,7 +343,13 @@ def disagreeing(
     def gap(n: int, on: Sequence[int]) -> tuple[float, int]:
         model = profile.build(forced + list(candidates[:n]))
         worst = (-np.inf, on[0])
-        with profile.open_candidate(model) as htp, profile.open_simulation(model) as sim:
+        try:
+            htp = profile.open_candidate(model)
+        except QnnCompileError:
+            # The HTP backend refused the graph (a 16-bit op it has no kernel for, as 16-bit
+            # Transposes of a one-layer AR step were): as far from its simulation as can be.
+            return math.inf, on[0]
+        with htp, profile.open_simulation(model) as sim:
             for i in on:
                 on_htp = snr_db(reference[i], htp.run(feeds[i])[out], floor=1e-30)
                 on_sim = snr_db(reference[i], sim.run(feeds[i])[out], floor=1e-30)

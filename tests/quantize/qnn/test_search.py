@@ -226,3 +226,52 @@ def test_the_gain_the_budget_needs_is_read_off_the_simulations_metrics():
     assert needed_gain_db({"snr_db": 35.0, "gt_snr_drop_db": 0.5}, budget) == 0.0  # met: the larger of -5 and 0
     assert needed_gain_db({"lockstep_token_agreement": 0.9}, {"lockstep_token_agreement": 0.99}) is None
     assert needed_gain_db({"snr_db": float("nan")}, budget) is None
+
+
+def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
+    """A 16-bit tensor the HTP backend has no kernel for (its graph is refused: QnnCompileError)
+    is found by the same bisection as one it computes wrongly, and left at 8 bit with a warning,
+    instead of ending the quantize."""
+    from edgekit.quantize.qnn.search import disagreeing, refuse
+    from edgekit.runtimes.qnn_session import QnnCompileError
+
+    class Exact:  # a runtime (its own context manager) that computes what FP32 does
+        def run(self, feed):
+            return {"y": feed["x"] * 2}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    feeds = [{"x": np.full((2,), i, np.float32)} for i in range(4)]
+    exact = Exact()
+    warned: list[str] = []
+    profile = SimpleNamespace(
+        run=SimpleNamespace(
+            traj=SimpleNamespace(feeds=feeds),
+            fp32_rt=exact,
+            bundle=SimpleNamespace(outputs={"y": None}),
+            say=lambda line: None,
+            warn=warned.append,
+        ),
+        buckets=SimpleNamespace(current=None),
+        build=lambda promoted: tuple(promoted),
+        open_simulation=lambda model: Exact(),
+        refused=[],
+    )
+
+    def open_candidate(model):
+        if "t5" in model:  # the graph with t5 at 16 bit
+            raise QnnCompileError("HTP v75 refused node 'Transpose_3'", hint="", findings=[])
+        return Exact()
+
+    profile.open_candidate = open_candidate
+    order = [f"t{i}" for i in range(8)]
+    bad = disagreeing(profile, [], order)
+    assert bad == ("t5", np.inf)
+    assert refuse(profile, bad, order) == ["t0", "t1", "t2", "t3", "t4", "t6", "t7"]
+    assert profile.refused == [{"tensor": "t5", "htp_below_simulation_db": None, "htp_refused_graph": True}]
+    assert "refuses the graph with t5 at 16 bit" in warned[0]
+    assert disagreeing(profile, [], ["t0", "t1"]) is None  # a set it compiles and computes alike
