@@ -64,7 +64,7 @@ def test_a_matmul_of_two_activations_has_its_own_row(tmp_path):
         tmp_path / "mm.onnx", nodes, inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3])], [w]
     )
     feeds = [{"x": np.ones((1, 8), np.float32), "x2": np.ones((8, 3), np.float32)}]
-    prof = ort_op_profile._profile(path, feeds, runs=4, threads=1)
+    prof = ort_op_profile.profile_forward(path, feeds, runs=4, threads=1)
     ops = {o["op"] for o in prof["ops"]}
     assert {"MatMul", "MatMul [x·x]"} <= ops, ops
     assert prof["runs"] == 4
