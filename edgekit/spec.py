@@ -231,11 +231,8 @@ def ar_cache_feeds(inputs: Mapping[str, Any] | Any, k_cache: np.ndarray, v_cache
     layer's slice ``k_cache[i]`` (a view, contiguous: nothing is copied)."""
     if ar_cache_form(inputs, ()) != "layers":
         return {"k_cache": k_cache, "v_cache": v_cache}
-    feeds = {}
-    for layer in range(len(k_cache)):
-        feeds[f"k_cache_{layer}"] = k_cache[layer]
-        feeds[f"v_cache_{layer}"] = v_cache[layer]
-    return feeds
+    slices = [cache[layer] for layer in range(len(k_cache)) for cache in (k_cache, v_cache)]
+    return dict(zip(ar_layer_cache_names(len(k_cache)), slices, strict=True))
 
 
 def kind_io(

@@ -72,11 +72,12 @@ def test_quantize_too_big_for_the_host_stops_before_any_work(masked, monkeypatch
 
 def test_quantize_needs_count_the_weights_side_file(masked, monkeypatch):
     from edgekit.bundle import Bundle
+    from edgekit.quantize import QuantizeConfig
     from edgekit.quantize.stage import quantize_needs
 
     bundle = Bundle.load(masked)
     fp32 = Path(bundle.path_of("fp32"))
-    (memory, scratch, int8) = quantize_needs(bundle)
+    (memory, scratch, int8) = quantize_needs(bundle, QuantizeConfig())
     assert memory.bytes > 3 * fp32.stat().st_size and scratch.bytes > 2 * fp32.stat().st_size
     assert int8.folder == bundle.root and 0 < int8.bytes < fp32.stat().st_size
 

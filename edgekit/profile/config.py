@@ -217,13 +217,23 @@ def has_artifact(bundle: Bundle, name: str) -> bool:
     return bundle.has(name)
 
 
+def bundle_precisions(bundle: Bundle) -> tuple[str, ...]:
+    """What is profiled without --precision: fp32, and int8 where the bundle has it."""
+    return ("fp32", "int8") if has_artifact(bundle, "int8") else ("fp32",)
+
+
+def check_steps(bundle: Bundle, cfg: ProfileConfig) -> tuple[int | None, ...]:
+    """The step counts each variant runs (None: the bundle's default); --steps on an ar model is
+    one line (one step per token)."""
+    if cfg.steps and bundle.kind == "ar":
+        raise UsageError("--steps does not apply to the ar model (one step per token)", hint="drop --steps")
+    return cfg.steps or (None,)
+
+
 def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
     """The variants to measure, checked before anything runs (a missing int8 artifact or torch
     fails here, not after minutes of measuring)."""
-    if cfg.precisions:
-        precisions = cfg.precisions
-    else:
-        precisions = ("fp32", "int8") if has_artifact(bundle, "int8") else ("fp32",)
+    precisions = cfg.precisions or bundle_precisions(bundle)
     orphans = [p for p in precisions if not any(p in backend(r).precisions for r in cfg.runtimes)]
     if orphans:
         raise UsageError(
@@ -260,9 +270,7 @@ def plan_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
                         f"{p}` (targets: `edgekit targets`)"
                     ),
                 )
-    steps: tuple[int | None, ...] = cfg.steps or (None,)
-    if cfg.steps and bundle.kind == "ar":
-        raise UsageError("--steps does not apply to the ar model (one step per token)", hint="drop --steps")
+    steps = check_steps(bundle, cfg)
     # torch runs fp32 only, ort fp32 and int8: each precision pairs with the runtimes that run it.
     return [Variant(r, p, s) for r in cfg.runtimes for p in precisions if p in backend(r).precisions for s in steps]
 

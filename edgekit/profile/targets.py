@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from edgekit.builder import select_engine
 from edgekit.bundle import Bundle
-from edgekit.errors import UsageError
-from edgekit.profile.config import ProfileConfig, Variant
+from edgekit.profile.config import ProfileConfig, Variant, bundle_precisions, check_steps
 from edgekit.targets import load_target
 
 
@@ -17,15 +16,12 @@ def target_variants(bundle: Bundle, cfg: ProfileConfig) -> list[Variant]:
     stale engine fails here, before anything is measured (``--rebuild`` builds it)."""
     assert cfg.target is not None
     target = load_target(cfg.target)
-    if cfg.precisions:
-        precisions = cfg.precisions
-    else:
-        wanted = ("fp32", "int8") if bundle.has("int8") else ("fp32",)
-        precisions = tuple(p for p in wanted if p in target.precisions) or target.precisions[:1]
-    if cfg.steps and bundle.kind == "ar":
-        raise UsageError("--steps does not apply to the ar model (one step per token)", hint="drop --steps")
+    precisions = cfg.precisions or (
+        tuple(p for p in bundle_precisions(bundle) if p in target.precisions) or target.precisions[:1]
+    )
+    steps = check_steps(bundle, cfg)
     variants = []
     for precision in precisions:
         engine = select_engine(bundle, target, precision, cfg.rebuild)
-        variants += [Variant(engine.runtime, precision, s, engine=engine) for s in cfg.steps or (None,)]
+        variants += [Variant(engine.runtime, precision, s, engine=engine) for s in steps]
     return variants

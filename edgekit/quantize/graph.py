@@ -90,12 +90,12 @@ def analyse_graph(
     for node in graph.node:  # topological order: a node of constants is a constant
         if node.op_type == "Constant" or (node.input and all(i in constant or i == "" for i in node.input)):
             constant.update(node.output)
-    time_nodes = _time_embedding_nodes(graph, time_input, constant) if time_input else set()
-    consumers: dict[str, list[Any]] = defaultdict(list)
+    consumers: dict[str, list[Any]] = defaultdict(list)  # tensor -> the nodes reading it
     for node in graph.node:
         for i in node.input:
             consumers[i].append(node)
-    tables = _embedding_tables(graph)
+    time_nodes = _time_embedding_nodes(graph, time_input, constant, consumers) if time_input else set()
+    tables = _embedding_tables(graph, consumers)
 
     nodes = []
     for node in graph.node:
@@ -131,21 +131,18 @@ def _reaches_softmax(tensor: str, consumers: Mapping[str, Sequence[Any]]) -> boo
     return True
 
 
-def _embedding_tables(graph: Any) -> set[str]:
+def _embedding_tables(graph: Any, readers: Mapping[str, Sequence[Any]]) -> set[str]:
     """Names of the Gather nodes that look up rows of a constant table: axis 0 of a float
-    initializer of rank >= 2 whose every reader is such a Gather (a table a MatMul also reads, as
-    tied input/output embeddings are, is a weight of that MatMul)."""
-    inits = {i.name: i for i in graph.initializer}
-    readers: dict[str, list[Any]] = defaultdict(list)
-    for node in graph.node:
-        for i in node.input:
-            readers[i].append(node)
+    initializer of rank >= 2 whose every reader (``readers``: tensor -> the nodes reading it) is
+    such a Gather (a table a MatMul also reads, as tied input/output embeddings are, is a weight of
+    that MatMul)."""
     out: set[str] = set()
-    for name, init in inits.items():
-        if init.data_type != FLOAT or len(init.dims) < 2 or not readers[name]:
+    for init in graph.initializer:
+        nodes = readers.get(init.name, ())
+        if init.data_type != FLOAT or len(init.dims) < 2 or not nodes:
             continue
-        if all(is_row_gather(n, name) for n in readers[name]):
-            out.update(n.name for n in readers[name])
+        if all(is_row_gather(n, init.name) for n in nodes):
+            out.update(n.name for n in nodes)
     return out
 
 
@@ -186,13 +183,12 @@ def _flops(node: Any, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, int]:
     return 0, 0
 
 
-def _time_embedding_nodes(graph: Any, time_input: str, constant: set[str]) -> set[str]:
+def _time_embedding_nodes(
+    graph: Any, time_input: str, constant: set[str], consumers: Mapping[str, Sequence[Any]]
+) -> set[str]:
     """Nodes computed from ``time_input`` (and constants) alone, up to and including the tensor
-    most consumers share (the embedding every block reads); all of them when none is shared."""
-    consumers: dict[str, list[Any]] = defaultdict(list)
-    for node in graph.node:
-        for i in node.input:
-            consumers[i].append(node)
+    most consumers share (the embedding every block reads); all of them when none is shared.
+    ``consumers``: tensor -> the nodes reading it."""
     t_only = {time_input}
     producer: dict[str, Any] = {}
     cone = []
@@ -207,8 +203,8 @@ def _time_embedding_nodes(graph: Any, time_input: str, constant: set[str]) -> se
         return set()
     outputs = [o for n in cone for o in n.output]
     # Most consumers wins; on a tie the later tensor (the sinusoid's angle also feeds two ops).
-    hub = max(enumerate(outputs), key=lambda io: (len(consumers[io[1]]), io[0]))[1]
-    if len(consumers[hub]) < 2:
+    hub = max(enumerate(outputs), key=lambda io: (len(consumers.get(io[1], ())), io[0]))[1]
+    if len(consumers.get(hub, ())) < 2:
         return {n.name for n in cone}
     keep, stack = set(), [hub]
     while stack:

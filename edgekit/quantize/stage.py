@@ -136,28 +136,25 @@ def quantize_bundle(
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
-def quantize_needs(bundle: Bundle, cfg: QuantizeConfig | None = None) -> list[Need]:
+def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
-    real size, ``resources.py``): memory, the scratch copies in TMPDIR (with ``cfg``, the
-    recorded calls and kept answers too: ``scratch.kept_calls_bytes``), the int8 graph(s)."""
+    real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
+    kept answers (``scratch.kept_calls_bytes``); the int8 graph(s)."""
     fp32 = Path(bundle.path_of("fp32"))
     weights = model_bytes(fp32)
-    scratch = int(QUANTIZE_SCRATCH_DISK * weights)
-    what = "the scratch copies"
-    if cfg is not None:
-        kept = kept_calls_bytes(
-            bundle.kind,
-            bundle.inputs,
-            bundle.outputs,
-            bundle.batch,
-            bundle.meta,
-            bundle.decode_defaults,
-            cfg.decode,
-            cfg.calib_samples,
-            cfg.eval_samples,
-        )
-        scratch += kept
-        what += f" and {gib(kept)} of recorded calls and kept answers"
+    kept = kept_calls_bytes(
+        bundle.kind,
+        bundle.inputs,
+        bundle.outputs,
+        bundle.batch,
+        bundle.meta,
+        bundle.decode_defaults,
+        cfg.decode,
+        cfg.calib_samples,
+        cfg.eval_samples,
+    )
+    scratch = int(QUANTIZE_SCRATCH_DISK * weights) + kept
+    what = f"the scratch copies and {gib(kept)} of recorded calls and kept answers"
     return [
         Need(
             "memory",

@@ -38,15 +38,21 @@ def test_masked_is_bidirectional():
         assert not torch.allclose(m(a, torch.tensor([0]))[0, 0], m(b, torch.tensor([0]))[0, 0])
 
 
-def test_ar_step_with_static_cache_equals_full_causal_forward():
+def _ar_sequences() -> tuple[ARConfig, CausalTransformer, torch.Tensor, torch.Tensor]:
+    """A seeded small AR model, and 2 rows of its step inputs (BOS + 7 random tokens) with their
+    class ids: (cfg, model, inputs int64[2, 8], class_id int64[2])."""
     torch.manual_seed(0)
     cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
     model = CausalTransformer(cfg).eval()
+    tokens = torch.randint(0, 10, (2, 8))
+    inputs = torch.cat([torch.full((2, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
+    return cfg, model, inputs, torch.tensor([1, 2])
+
+
+def test_ar_step_with_static_cache_equals_full_causal_forward():
+    cfg, model, inputs, cls = _ar_sequences()
+    B = len(inputs)
     step = ARStep(model).eval()
-    B = 2
-    tokens = torch.randint(0, 10, (B, 8))
-    cls = torch.tensor([1, 2])
-    inputs = torch.cat([torch.full((B, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
     with torch.no_grad():
         full = model(inputs, cls)  # (B, 8, V)
         k = torch.zeros(cfg.depth, B, cfg.heads, cfg.max_len, cfg.head_dim)
@@ -73,14 +79,9 @@ def test_ar_cache_slots_after_pos_are_ignored():
 def test_ar_loop_form_step_equals_full_causal_forward():
     """The NPU form: the loop writes k_new/v_new at slot pos and unmasks it; same logits as the
     full causal forward (the still-empty slots get weight 0)."""
-    torch.manual_seed(0)
-    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
-    model = CausalTransformer(cfg).eval()
+    cfg, model, inputs, cls = _ar_sequences()
+    B = len(inputs)
     step = ARLoopStep(model).eval()
-    B = 2
-    tokens = torch.randint(0, 10, (B, 8))
-    cls = torch.tensor([1, 2])
-    inputs = torch.cat([torch.full((B, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
     with torch.no_grad():
         full = model(inputs, cls)
         k = torch.zeros(cfg.depth, B, cfg.heads, cfg.max_len, cfg.head_dim)
@@ -98,14 +99,9 @@ def test_ar_layers_form_step_equals_the_loop_form_at_every_position():
     """The "layers" form (each layer's cache its own input, attention without joining the cache
     to the token's key) gives the loop form's logits and new K/V at every position, half-filled
     caches with junk in the empty slots included, and the full causal forward's logits."""
-    torch.manual_seed(0)
-    cfg = ARConfig(vocab_size=10, max_len=8, num_classes=3, **SMALL)
-    model = CausalTransformer(cfg).eval()
+    cfg, model, inputs, cls = _ar_sequences()
+    B = len(inputs)
     loop, layers = ARLoopStep(model).eval(), ARLayersStep(model).eval()
-    B = 2
-    tokens = torch.randint(0, 10, (B, 8))
-    cls = torch.tensor([1, 2])
-    inputs = torch.cat([torch.full((B, 1), cfg.bos_id), tokens[:, :-1]], dim=1)
     with torch.no_grad():
         full = model(inputs, cls)
         k = torch.randn(cfg.depth, B, cfg.heads, cfg.max_len, cfg.head_dim) * 50  # junk in the empty slots

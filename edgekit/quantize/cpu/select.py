@@ -48,8 +48,10 @@ def unmatched(plan: GraphPlan, what: str, pattern: str, op_types: tuple[str, ...
     )
 
 
-def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
-    """(nodes to quantize, {node kept float: why}) for the config's op types, profile and excludes."""
+def user_floated(plan: GraphPlan, cfg: QuantizeConfig, actions: tuple[str, ...] | None = None) -> dict[str, str]:
+    """{node: why} of what the user keeps out of INT8: ``--exclude`` patterns and node overrides
+    (with ``actions``, only overrides of those actions), each matched as a node name, op type or
+    module path (``match_exclude``); one that matches nothing is one line naming it."""
     floated: dict[str, str] = {}
     for pattern in cfg.exclude:
         hits = match_exclude(plan, pattern)
@@ -64,7 +66,7 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
         for name in hits:
             floated.setdefault(name, f"excluded by --exclude {pattern}")
     for o in cfg.overrides:
-        if not o.get("node"):
+        if not o.get("node") or (actions is not None and o.get("action") not in actions):
             continue
         hits = match_exclude(plan, o["node"])
         if not hits:
@@ -78,6 +80,12 @@ def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[
         why = f"override {o['action']}" + (f" ({o['reason']})" if o.get("reason") else "")
         for name in hits:
             floated.setdefault(name, why)
+    return floated
+
+
+def select_nodes(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
+    """(nodes to quantize, {node kept float: why}) for the config's op types, profile and excludes."""
+    floated = user_floated(plan, cfg)
     settings = cfg.settings
     candidates = plan.candidates(cfg.op_types)
     # A module path also names its LayerNorms and Adds: only nodes that could be INT8 are listed.
@@ -116,20 +124,11 @@ def weight_only_by_rule(floated: Mapping[str, str], cfg: QuantizeConfig) -> list
 def select_tables(plan: GraphPlan, cfg: QuantizeConfig) -> tuple[list[str], dict[str, str]]:
     """(Gathers whose embedding table is stored int8, {table Gather kept float: why}): every
     ``NodeInfo.table`` where the profile stores int8 tables, less ``--exclude`` and float overrides
-    (matched as ``select_nodes`` matches them: node name, op type, module path) and tables under
-    ``tables.MIN_TABLE_BYTES``. Call after ``select_nodes``, which refuses a name matching nothing."""
+    (``user_floated``: node name, op type, module path) and tables under ``tables.MIN_TABLE_BYTES``."""
     tables = [n for n in plan.nodes if n.table]
     if not cfg.settings.int8_gather_tables:
         return [], {n.name: f"the {cfg.profile} profile keeps embedding tables float" for n in tables}
-    floated: dict[str, str] = {}
-    for pattern in cfg.exclude:
-        for name in match_exclude(plan, pattern):
-            floated.setdefault(name, f"excluded by --exclude {pattern}")
-    for o in cfg.overrides:
-        if o.get("node") and o.get("action") == "float":
-            why = "override float" + (f" ({o['reason']})" if o.get("reason") else "")
-            for name in match_exclude(plan, o["node"]):
-                floated.setdefault(name, why)
+    floated = user_floated(plan, cfg, actions=("float",))
     chosen, kept = [], {}
     for n in tables:
         size = 4 * math.prod(n.table)
