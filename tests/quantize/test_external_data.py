@@ -23,6 +23,22 @@ pytest.importorskip("onnxruntime")
 FAST = ["--calib-samples", "4", "--eval-samples", "4", "--json"]
 
 
+@pytest.fixture(autouse=True)
+def _fallback_forms_timed_alike(monkeypatch):
+    """The twins must be quantized alike, and the fallback form is decided on this host's timing
+    (a tie measures weight-only and may try it with more layers: more candidates). Here weight-only
+    times surely slower on a stand-in host, in both twins."""
+    from edgekit.probes.speed import decide
+    from tests.fakes.host import StandInHost
+
+    def surely_slower(fp, wo, feed, say):
+        host = StandInHost(loads=(0.3,))
+        fns = {"float": host.call("float", [100]), "weight-only": host.call("weight-only", [150])}
+        return decide(fns, 5, pair=lambda t: ("weight-only", "float"), warmup=0, probe=host.probe)
+
+    monkeypatch.setattr("edgekit.quantize.cpu.fallback.time_forms", surely_slower)
+
+
 def _quantize(bundle, limited: bool, *args: str) -> dict:
     with scaled_limit() if limited else nullcontext():
         r = CliRunner().invoke(app, ["quantize", str(bundle), *FAST, *args])
