@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.runtimes.base import Runtime, describe
+from edgekit.runtimes.base import KeyedFeeds, Runtime, describe
 from edgekit.spec import kind_io
 
 # meta conditioning[name]["uncond"] == "same": the unconditional rows keep the conditional value
@@ -203,14 +203,17 @@ class GuidedNetwork:
         into = dict(into or {})
         self.nfe += 1
         self.runtime_calls += self.calls_per_run
+        keys = state.content_keys if isinstance(state, KeyedFeeds) else {}
         if self.calls_per_run == 1:
-            outs = self.runtime.run({**state, **self._cond_chunks[0]})
+            outs = self.runtime.run(KeyedFeeds({**state, **self._cond_chunks[0]}, keys))
             for name, dst in into.items():
                 np.copyto(dst, outs[name])
             return {**outs, **into}
         for call, cond in enumerate(self._cond_chunks):
             feeds = {name: np.ascontiguousarray(self._rows(arr, name, call)) for name, arr in state.items()}
-            outs = self.runtime.run({**feeds, **cond})
+            # A vouched array's rows of this call: named by the whole array's key and the call.
+            rows_keys = {name: f"{key}|rows {call} of {self.calls_per_run}" for name, key in keys.items()}
+            outs = self.runtime.run(KeyedFeeds({**feeds, **cond}, rows_keys))
             for name, arr in outs.items():
                 # Copy now: the next call may overwrite the runtime's output buffers.
                 buffer = into.get(name)

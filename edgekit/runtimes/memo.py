@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.base import KeyedFeeds, Runtime
 from edgekit.spec import TensorSpec
 
 # What a memo keeps in memory before it writes answers to its folder (or, without one, stops
@@ -40,11 +40,19 @@ RAM_BYTES = 256 << 20
 
 def feed_digest(feeds: Mapping[str, np.ndarray]) -> str:
     """A digest of the feeds: names, dtypes, shapes and bytes, in name order. SHA-256: the
-    fastest of hashlib's here (1.4 GB/s with the CPU's SHA instructions, blake2b 0.55): an AR
-    step's feeds hold its whole KV cache."""
+    fastest of hashlib's here (1.4-1.7 GB/s with the CPU's SHA instructions, blake2b 0.55-0.9).
+    An array whose producer vouches for its content (``KeyedFeeds``: the AR loop's KV cache) is
+    digested by that key instead of its bytes; the same content fed as a plain array digests
+    differently (a miss, never a wrong answer)."""
+    vouched = feeds.content_keys if isinstance(feeds, KeyedFeeds) else {}
     h = hashlib.sha256()
     for name in sorted(feeds):
-        arr = np.ascontiguousarray(feeds[name])
+        arr = feeds[name]
+        key = vouched.get(name)
+        if key is not None:
+            h.update(f"{name}|{arr.dtype.str}|{arr.shape}|key|{key}|".encode())
+            continue
+        arr = np.ascontiguousarray(arr)
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
         h.update(arr.data.cast("B"))
     return h.hexdigest()

@@ -13,6 +13,8 @@ pytest.importorskip("torch")
 
 from edgekit.decode import ARDecodeConfig, decode_ar  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
+from edgekit.runtimes.base import KeyedFeeds, RuntimeProxy  # noqa: E402
+from edgekit.runtimes.memo import MemoRuntime, feed_digest  # noqa: E402
 from edgekit.runtimes.ort import OrtRuntime  # noqa: E402
 from edgekit.spec import ModelSpec, TensorSpec, ar_cache_feeds, ar_cache_form, kind_io  # noqa: E402
 from tests.tiny_models import tiny_ar_spec  # noqa: E402
@@ -108,3 +110,54 @@ def test_the_mask_forms_graphs_take_quantizations_pre_processing(forms, form, tm
     b, _ = forms[form]
     quant_pre_process(str(b.path_of("fp32")), str(tmp_path / "pre.onnx"))
     assert (tmp_path / "pre.onnx").stat().st_size > 0
+
+
+class _KeySpy(RuntimeProxy):
+    """Per call: (the digest a memo keys it by, the digest of every byte it was fed) and which
+    cache inputs came vouched (``KeyedFeeds``)."""
+
+    def __init__(self, inner):
+        super().__init__(inner, owns_inner=False)
+        self.seen: list[tuple[str, str]] = []
+        self.vouched: list[set[str]] = []
+
+    def run(self, feeds):
+        self.seen.append((feed_digest(feeds), feed_digest(dict(feeds))))
+        self.vouched.append(set(feeds.content_keys) if isinstance(feeds, KeyedFeeds) else set())
+        return self.inner.run(feeds)
+
+
+@pytest.mark.parametrize("guidance", [1.0, 2.0])  # 2.0: two calls a step, each fed its rows of the caches
+@pytest.mark.parametrize("form", ["layers", "loop"])
+def test_the_loops_cache_key_names_the_caches_content_exactly(forms, form, guidance):
+    # The loop keys its caches by the writes that made them, so a memo need not read 200 MB a
+    # call: one key must never stand for two contents (a memo would answer wrongly), and a decode
+    # repeated gets the same keys (else the memo never hits). Two keys for one content are allowed
+    # (a miss): with guidance, one call's rows may match another decode's while the caches differ.
+    b, rt = forms[form]
+    spy = _KeySpy(rt)
+    for rows, seed in (([0, 2], 0), ([0, 1], 0), ([0, 2], 0), ([0, 2], 5)):
+        cfg = ARDecodeConfig(temperature=1.0, top_k=4, guidance=guidance, seed=seed)
+        decode_ar(spy, b.meta, {"class_id": np.array(rows, np.int64)}, cfg)
+    caches = {n for n in rt.inputs if "cache" in n}
+    assert all(v == caches for v in spy.vouched)
+    content_of: dict[str, str] = {}
+    for keyed, content in spy.seen:
+        assert content_of.setdefault(keyed, content) == content
+    n = len(spy.seen) // 4
+    assert spy.seen[:n] == spy.seen[2 * n : 3 * n]  # the repeated decode: the same keys
+    assert len(content_of) > 2 * n  # the other decodes fed other caches
+
+
+def test_a_memo_under_the_loop_answers_repeated_decodes_and_nothing_else(forms):
+    b, rt = forms["layers"]
+    memo = MemoRuntime(rt, name="memo")
+    cfg = ARDecodeConfig(temperature=1.0, top_k=4, seed=2)
+    for rows in ([0, 2], [0, 2], [1, 3]):
+        cond = {"class_id": np.array(rows, np.int64)}
+        misses = memo.misses
+        got = decode_ar(memo, b.meta, cond, cfg)
+        np.testing.assert_array_equal(got.tokens, decode_ar(rt, b.meta, cond, cfg).tokens)
+        if rows == [0, 2] and misses:  # the second decode of [0, 2]: every call a hit
+            assert memo.misses == misses
+    assert memo.hits == memo.misses // 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.runtimes.base import Runtime
+from edgekit.runtimes.base import KeyedFeeds, Runtime
 from edgekit.runtimes.memo import MemoRuntime, feed_digest
 from edgekit.runtimes.ort import OrtRuntime
 
@@ -107,6 +107,23 @@ def test_the_digest_tells_dtype_shape_and_name_apart():
     }
     assert len(digests) == 5
     assert feed_digest({"x": a, "y": a + 1}) == feed_digest({"y": a + 1, "x": a.copy()})
+
+
+def test_a_vouched_array_is_digested_by_its_key_and_the_rest_by_their_bytes():
+    a, small = np.zeros((4, 3), dtype=np.float32), np.ones(2, dtype=np.int64)
+    keyed = feed_digest(KeyedFeeds({"cache": a, "pos": small}, {"cache": "k1"}))
+    # The key stands for the bytes: other bytes under the same key digest alike (nothing read) ...
+    assert feed_digest(KeyedFeeds({"cache": a + 7, "pos": small}, {"cache": "k1"})) == keyed
+    # ... but another key, other unvouched bytes, another shape or the plain feeds all differ.
+    assert feed_digest(KeyedFeeds({"cache": a, "pos": small}, {"cache": "k2"})) != keyed
+    assert feed_digest(KeyedFeeds({"cache": a, "pos": small + 1}, {"cache": "k1"})) != keyed
+    assert feed_digest(KeyedFeeds({"cache": a.reshape(3, 4), "pos": small}, {"cache": "k1"})) != keyed
+    assert feed_digest({"cache": a, "pos": small}) != keyed
+    # Keys for names not fed are dropped; a copy into a plain dict carries none.
+    assert KeyedFeeds({"pos": small}, {"cache": "k1"}).content_keys == {}
+    assert feed_digest(dict(KeyedFeeds({"cache": a, "pos": small}, {"cache": "k1"}))) == feed_digest(
+        {"cache": a, "pos": small}
+    )
 
 
 def test_a_lane_shares_the_answers_and_runs_its_misses_on_its_own_network(matmul_add_onnx, matmul_add_reference):
