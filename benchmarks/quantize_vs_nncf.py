@@ -68,13 +68,14 @@ def save_calibration_feeds(bundle_dir: Path, out: Path) -> int:
     from edgekit.bundle import Bundle
     from edgekit.quantize.calibrate import record_trajectories
     from edgekit.quantize.config import QuantizeConfig
+    from edgekit.quantize.stage import tokens_per_row
     from edgekit.runtimes import open_runtime
 
     bundle = Bundle.load(bundle_dir)
-    cfg = QuantizeConfig()
+    cfg, _ = QuantizeConfig().with_samples(bundle.kind, tokens_per_row(bundle, {}), bundle.batch)
     runtime = open_runtime(bundle, "ort", "fp32")
     try:
-        traj = record_trajectories(bundle, runtime, cfg.calib_samples, cfg.calib_seed, cfg.decode)
+        traj = record_trajectories(bundle, runtime, cfg.samples[0], cfg.calib_seed, cfg.decode)
     finally:
         runtime.close()
     names = sorted(traj.feeds[0])

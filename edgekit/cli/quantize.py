@@ -29,15 +29,21 @@ def quantize(
     profile: Annotated[str, opt.profile_option("How the model is quantized, for which target family")] = "cpu",
     method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
     calib_samples: Annotated[
-        int,
+        int | None,
         opt.bounded_option(
-            "--calib-samples", "Calibration sequences decoded in FP32; every network call of their loops is recorded."
+            "--calib-samples",
+            "Calibration sequences decoded in FP32; every network call of their loops is recorded. Default: 8, "
+            "fewer (at least 4) where a row holds over 64 tokens.",
         ),
-    ] = 8,
+    ] = None,
     eval_samples: Annotated[
-        int,
-        opt.bounded_option("--eval-samples", "Held-out sequences decoded in FP32 and INT8 to check the budget."),
-    ] = 16,
+        int | None,
+        opt.bounded_option(
+            "--eval-samples",
+            "Held-out sequences decoded in FP32 and INT8 to check the budget. Default: 16, fewer (at least 4) "
+            "where a row holds over 64 token decisions (1,024 decisions in all).",
+        ),
+    ] = None,
     exclude: Annotated[
         list[str] | None,
         opt.repeatable_option(
@@ -226,6 +232,6 @@ def quantize(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
             hint=(
                 "relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / "
-                f"--calib-samples {2 * calib_samples}"
+                f"--calib-samples {2 * int(s['config']['calib_samples'])}"
             ),
         )

@@ -30,10 +30,8 @@ import numpy as np
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.evaluate import evaluate, snr_db
-from edgekit.quantize.config import BUDGET_RULES
+from edgekit.quantize.config import BUDGET_RULES, TOKEN_KINDS
 from edgekit.runtimes.base import Runtime, RuntimeProxy
-
-TOKEN_KINDS = ("masked", "ar")
 
 
 # ---- evaluation ---------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from edgekit.quantize.config import QuantizeConfig
 def condition_sets(bundle: Bundle, cfg: QuantizeConfig) -> tuple[dict | None, dict | None, dict[str, Any]]:
     """(calibration rows, held-out rows, what the manifest records about them). Rows are None
     where the bundle's seeded rule applies (demo held-out set, or draws in the declared ranges)."""
+    n_calib, n_eval = cfg.samples
     if cfg.cond_data is not None:
         data = load_condition_data(bundle, cfg.cond_data)
-        (c0, c1), (h0, h1) = data.split(cfg.calib_samples, cfg.eval_samples)
+        (c0, c1), (h0, h1) = data.split(n_calib, n_eval)
         doc = data.to_json() | {
             "calibration_rows": [c0, c1],
             "heldout_rows": [h0, h1],
@@ -31,8 +32,8 @@ def condition_sets(bundle: Bundle, cfg: QuantizeConfig) -> tuple[dict | None, di
     if cfg.cond:
         doc = {"source": "--cond " + " ".join(f"{k}={v}" for k, v in cfg.cond.items()), "cond": dict(cfg.cond)}
         return (
-            condition_rows(bundle, cfg.cond, cfg.calib_samples, cfg.calib_seed),
-            condition_rows(bundle, cfg.cond, cfg.eval_samples, cfg.eval_seed),
+            condition_rows(bundle, cfg.cond, n_calib, cfg.calib_seed),
+            condition_rows(bundle, cfg.cond, n_eval, cfg.eval_seed),
             doc,
         )
     if bundle.ground_truth or not bundle.meta.get("conditioning"):

@@ -101,6 +101,28 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
+# Auto sample counts (--calib-samples / --eval-samples left out). A token model's budget counts
+# decisions, and a row of a long sequence holds many: 16 held-out rows of the demos' 64 tokens are
+# 1,024 decisions, and so are 4 rows of aMUSEd's 256, where each row is a 15 s FP32 decode and
+# more rows made quantize cost ~100 FP32 decodes. Flow rows (an SNR over frames) keep 8 and 16.
+TOKEN_KINDS = ("masked", "ar")
+HELDOUT_DECISIONS = 1024  # held-out rows until they hold this many token decisions (4..16 rows)
+CALIB_TOKENS = 512  # calibration rows until they hold this many tokens (4..8 rows)
+
+
+def auto_samples(kind: str, tokens_per_row: int | None, batch: int) -> tuple[int, int]:
+    """(calibration rows, held-out rows) for a ``kind`` model whose decode decides
+    ``tokens_per_row`` tokens a row, rounded up to whole graph batches (a batch's rows cost one
+    decode either way)."""
+    if kind in TOKEN_KINDS and tokens_per_row:
+        calib = min(8, max(4, math.ceil(CALIB_TOKENS / tokens_per_row)))
+        held = min(16, max(4, math.ceil(HELDOUT_DECISIONS / tokens_per_row)))
+    else:
+        calib, held = 8, 16
+    step = max(1, int(batch))
+    return -(-calib // step) * step, -(-held // step) * step
+
+
 @dataclass(frozen=True)
 class QuantizeConfig:
     profile: str = "cpu"  # a registered profile (quantize/registry.py; the built-in ones: quantize/profiles.py)
@@ -108,9 +130,10 @@ class QuantizeConfig:
     percentile: float = 99.999  # only for method=percentile: the clipped share of |x|
     # Calibration sequences (decoded with FP32; every network call of their loops is recorded).
     # 8 covers every step of the loop already; more mostly widens the extreme ranges.
-    calib_samples: int = 8
+    # None = auto (``auto_samples``: fewer rows where each row holds many tokens).
+    calib_samples: int | None = None
     calib_seed: int = 1000  # seeds calib_seed.. : disjoint from the evaluation seeds below
-    eval_samples: int = 16  # held-out sequences decoded with FP32 and INT8 for the budget
+    eval_samples: int | None = None  # held-out sequences decoded with FP32 and INT8 for the budget; None = auto
     eval_seed: int = 0  # seeds eval_seed.. (demo conditions are held out from training anyway)
     # Node names, op types or module paths (``blocks.0.mlp``: a prefix matches) to keep in float.
     exclude: tuple[str, ...] = ()
@@ -190,6 +213,8 @@ class QuantizeConfig:
         one_of("attention_scores", self.attention_scores, ATTENTION_SCORES)
         for name in ("calib_samples", "eval_samples", "sensitivity_feeds"):
             value = getattr(self, name)
+            if value is None and name != "sensitivity_feeds":
+                continue  # auto
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SAMPLES:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} {value!r} is invalid; valid: an integer in [1, {MAX_SAMPLES}]")
@@ -214,6 +239,31 @@ class QuantizeConfig:
             runtime = "openvino" if target.uses_openvino and module_available("openvino") else "ort"
         isa = target.isa if self.isa == "host" else self.isa
         return dataclasses.replace(self, profile=target.quantization_profile, runtime=runtime, isa=isa)
+
+    def with_samples(self, kind: str, tokens_per_row: int | None, batch: int) -> tuple[QuantizeConfig, str | None]:
+        """This config with the sample counts left to auto filled in (``auto_samples``), and a
+        line saying what auto chose and why (None when both were given)."""
+        if self.calib_samples is not None and self.eval_samples is not None:
+            return self, None
+        calib, held = auto_samples(kind, tokens_per_row, batch)
+        cfg = dataclasses.replace(
+            self,
+            calib_samples=calib if self.calib_samples is None else self.calib_samples,
+            eval_samples=held if self.eval_samples is None else self.eval_samples,
+        )
+        per_row = f"{tokens_per_row} token decisions a row" if kind in TOKEN_KINDS and tokens_per_row else kind
+        return cfg, (
+            f"samples: {cfg.calib_samples} calibration, {cfg.eval_samples} held-out rows (auto for {per_row}; "
+            "--calib-samples / --eval-samples to choose)"
+        )
+
+    @property
+    def samples(self) -> tuple[int, int]:
+        """(calibration rows, held-out rows) once resolved (``with_samples``, which quantize runs
+        first)."""
+        if self.calib_samples is None or self.eval_samples is None:
+            raise ValueError("sample counts left to auto: resolve them with with_samples() first")
+        return self.calib_samples, self.eval_samples
 
     @property
     def arithmetic(self) -> str:

@@ -98,11 +98,11 @@ class QuantizeRun:
 
     @property
     def n_calib(self) -> int:
-        return self.cfg.calib_samples if self.calib_rows is None else len(next(iter(self.calib_rows.values())))
+        return self.cfg.samples[0] if self.calib_rows is None else len(next(iter(self.calib_rows.values())))
 
     @property
     def n_eval(self) -> int:
-        return self.cfg.eval_samples if self.eval_rows is None else len(next(iter(self.eval_rows.values())))
+        return self.cfg.samples[1] if self.eval_rows is None else len(next(iter(self.eval_rows.values())))
 
     def warn(self, message: str) -> None:
         """A warning kept in the summary (so ``--json`` carries it) and shown once."""

@@ -74,6 +74,9 @@ def quantize_bundle(
     bundle.verify(skip=replaced_by_quantize)
     budget = cfg.budget_for(bundle.kind)
     decode_config(bundle.kind, bundle.decode_defaults, cfg.decode)  # bad options fail here
+    cfg, samples = cfg.with_samples(bundle.kind, tokens_per_row(bundle, cfg.decode), bundle.batch)
+    if samples:
+        say(samples)
     load_onnx(bundle.path_of("fp32"), "artifact 'fp32'")  # a corrupt graph is one line, not a DecodeError 40 s in
     calib_rows, eval_rows, cond_doc = condition_sets(bundle, cfg)
     preflight("quantize", quantize_needs(bundle, cfg), warn or say)
@@ -113,7 +116,7 @@ def quantize_bundle(
                 f"no layer of {bundle.name} stayed INT8 within the "
                 "budget: the int8 artifact computes in float and gains "
                 "nothing over fp32; try more calibration (--calib-samples "
-                f"{2 * cfg.calib_samples}), --method percentile, "
+                f"{2 * run.n_calib}), --method percentile, "
                 "or a looser --budget"
             )
         doc = summary(run, result)
@@ -136,10 +139,22 @@ def quantize_bundle(
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
+def tokens_per_row(bundle: Bundle, decode: Mapping[str, Any]) -> int | None:
+    """The tokens one row's decode decides: masked every position, AR its length (the cache's
+    size unless the decode options give one); None for flow."""
+    if bundle.kind == "masked":
+        return int(bundle.meta["seq_len"]) if "seq_len" in bundle.meta else None
+    if bundle.kind == "ar":
+        length = decode.get("length") or bundle.decode_defaults.get("length") or bundle.meta.get("max_len")
+        return int(length) if length else None
+    return None
+
+
 def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
     real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
     kept answers (``scratch.kept_calls_bytes``); the int8 graph(s)."""
+    cfg, _ = cfg.with_samples(bundle.kind, tokens_per_row(bundle, cfg.decode), bundle.batch)
     fp32 = Path(bundle.path_of("fp32"))
     weights = model_bytes(fp32)
     kept = kept_calls_bytes(
@@ -150,8 +165,7 @@ def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
         bundle.meta,
         bundle.decode_defaults,
         cfg.decode,
-        cfg.calib_samples,
-        cfg.eval_samples,
+        *cfg.samples,
     )
     scratch = int(QUANTIZE_SCRATCH_DISK * weights) + kept
     what = f"the scratch copies and {gib(kept)} of recorded calls and kept answers"

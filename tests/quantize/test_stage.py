@@ -225,3 +225,14 @@ def test_the_speed_record_says_how_int8_was_timed_and_warns_once(loads, int8_ms,
     if verdict == "within noise":
         assert doc["unsure"] == ["load 3.1 on 2 cores (2.1 of it other processes)"] and doc["timing"]["rounds"] == 3
         assert "`edgekit build --precision auto` ships FP32" in warning
+
+
+def test_tokens_per_row_is_what_a_rows_decode_decides(demo_bundles):
+    from edgekit.bundle import Bundle
+    from edgekit.quantize.stage import tokens_per_row
+
+    masked, ar, flow = (Bundle.load(demo_bundles[k]) for k in ("masked", "ar", "flow"))
+    assert tokens_per_row(masked, {}) == masked.meta["seq_len"]
+    assert tokens_per_row(ar, {}) == ar.meta["max_len"]
+    assert tokens_per_row(ar, {"length": 5}) == 5  # a shorter decode decides fewer
+    assert tokens_per_row(flow, {}) is None

@@ -34,7 +34,14 @@ from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.form import Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
-from edgekit.quantize.cpu.search import BudgetOutcome, fallback_until_within_budget, rank_by_sensitivity, screen
+from edgekit.quantize.cpu.search import (
+    LARGE_BYTES,
+    PATIENCE_LARGE,
+    BudgetOutcome,
+    fallback_until_within_budget,
+    rank_by_sensitivity,
+    screen,
+)
 from edgekit.quantize.cpu.select import select_nodes, select_tables, weight_only_by_rule
 from edgekit.quantize.cpu.sensitivity import isolated_output_sqnr, node_sensitivity
 from edgekit.quantize.cpu.structure import qdq_structure
@@ -208,6 +215,10 @@ class FallbackProfile:
             self.sensitivity,
             enabled=run.cfg.fallback,
             max_fallback=run.cfg.max_fallback,
+            # A model over LARGE_BYTES stops when fallbacks stop helping, unless the user bounded it.
+            patience=PATIENCE_LARGE
+            if run.cfg.max_fallback is None and model_bytes(run.fp32_path) > LARGE_BYTES
+            else None,
             labels=labels,
             progress=run.say,
             fallback_to="weight-only" if s.weight_only_fallback else "float",
@@ -354,6 +365,7 @@ class FallbackProfile:
             drift=drift,
             tensors=tensors,
             cache=self.cache,
+            budget_extra={"search_stopped": outcome.stopped} if outcome.stopped else {},
             extras=extras,
             bucket_models=self.buckets.paths(model),
         )

@@ -29,6 +29,12 @@ from edgekit.quantize.budget import check, worst_margin
 SCREEN_NODES = 40
 SCREEN_LARGE = 8
 LARGE_BYTES = 256 * 1024**2
+# Over LARGE_BYTES a fallback costs minutes (two held-out decodes of the whole model a candidate),
+# and the search stops once this many fallbacks in a row bring no better worst margin than the
+# best so far (unless --max-fallback bounds it: then the user's bound). On the 2.25 GiB aMUSEd
+# with random weights the budget was out of reach (0.9853 -> 0.9855 -> 0.9847 -> 0.9848 ->
+# 0.9848 against 0.99): every further fallback would have been ~50 s for nothing.
+PATIENCE_LARGE = 3
 
 
 def screen(scores: Mapping[str, Mapping[str, float]], nodes: Sequence[str], weight_bytes: int) -> list[str]:
@@ -69,6 +75,7 @@ class BudgetOutcome:
     # the INT8 nodes the loop would have moved next, in its own (last) ranking: the fallback form
     # (cpu/form.py) may try weight-only with one or two of them added
     next_up: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the search stopped before the budget held or the nodes ran out
 
 
 def fallback_until_within_budget(
@@ -80,12 +87,14 @@ def fallback_until_within_budget(
     *,
     enabled: bool = True,
     max_fallback: int | None = None,
+    patience: int | None = None,
     labels: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
     fallback_to: str = "float",
 ) -> tuple[Path, BudgetOutcome]:
     """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node back to
-    float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved).
+    float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved, or
+    ``patience`` fallbacks in a row set no better worst margin than the best so far).
     Ranked on the first failing model; ranked again only when floating a node whose input was
     already ruined brought no progress.
 
@@ -108,6 +117,7 @@ def fallback_until_within_budget(
     order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
     best = worst_margin(metrics, budget)
     limit = len(nodes) if max_fallback is None else min(max_fallback, len(nodes))
+    stale = 0  # fallbacks in a row without a better worst margin
     for rank in range(1, limit + 1):
         name = order.pop(0)
         nodes.remove(name)
@@ -124,6 +134,14 @@ def fallback_until_within_budget(
         if passed or not nodes:
             break
         margin = worst_margin(metrics, budget)
+        stale = 0 if margin > best else stale + 1
+        if patience is not None and stale >= patience and rank < limit:
+            outcome.stopped = (
+                f"{stale} fallbacks in a row brought no better worst margin than {best:+.4g}: the budget looks out "
+                f"of reach by fallbacks (--max-fallback N searches on, up to N)"
+            )
+            say(f"search stopped: {outcome.stopped}")
+            break
         if margin <= best and s.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
             # No progress, and that node's input was already ruined upstream: its score said
             # little. Rank again on the current model, where the earlier culprit is gone.

@@ -244,3 +244,40 @@ def test_quantize_keeps_weight_only_with_one_more_fallback_where_that_holds_the_
         assert producer[node.input[1]].op_type == "DequantizeLinear", node.name  # an int8 weight
         act = producer.get(node.input[0])
         assert act is None or act.op_type != "DequantizeLinear", node.name  # a float activation
+
+
+@pytest.mark.parametrize(("max_fallback", "fallbacks"), [(None, 3), (5, 5)])
+def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user_bounds_it(
+    quant_bundles, monkeypatch, max_fallback, fallbacks
+):
+    """The masked demo standing in for a model over LARGE_BYTES, the budget's verdicts standing in
+    for an out-of-reach budget (every candidate equally short): the search stops after
+    PATIENCE_LARGE fallbacks and says why, in the summary and the progress; with --max-fallback
+    the user's bound holds instead."""
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+    from edgekit.quantize.config import BUDGET_RULES
+    from edgekit.quantize.cpu import fallback
+    from tests.quantize.cpu.test_form import _decision
+
+    real_measure = FallbackProfile.measure
+
+    def measure(self, model):
+        metrics = real_measure(self, model)
+        for key, limit in self.run.budget.items():
+            metrics[key] = limit + (-0.01 if BUDGET_RULES[key][0] == ">=" else 0.01)
+        return metrics
+
+    monkeypatch.setattr(fallback, "LARGE_BYTES", 0)
+    monkeypatch.setattr(FallbackProfile, "measure", measure)
+    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
+    said: list[str] = []
+    cfg = QuantizeConfig(calib_samples=2, eval_samples=2, max_fallback=max_fallback)
+    s = quantize_bundle(quant_bundles["masked"], cfg, progress=said.append)
+    assert not s["passed"]
+    assert len(s["budget"]["history"]) == fallbacks + 1
+    stopped = s["budget"].get("search_stopped")
+    if max_fallback is None:
+        assert stopped and "3 fallbacks in a row" in stopped
+        assert any(line.startswith("search stopped:") for line in said)
+    else:
+        assert stopped is None

@@ -54,6 +54,40 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
     assert not off.passed and off.fallback == [] and len(off.history) == 1
 
 
+def test_with_patience_the_search_stops_when_fallbacks_stop_improving_the_worst_margin():
+    # aMUSEd-256's recorded history (random weights, budget 0.99): a better margin once, then
+    # three fallbacks no better than it.
+    agreements = [0.98530, 0.98554, 0.98470, 0.98482, 0.98482, 0.99500]
+    nodes = [f"n{i}" for i in range(8)]
+    built: list[list[str]] = []
+
+    def build(kept):
+        built.append(list(kept))
+        return f"model{len(built)}"
+
+    def measure(model):
+        return {"lockstep_token_agreement": agreements[len(built) - 1]}
+
+    def sensitivity(model, kept):
+        return {n: {"added_sqnr_db": 10.0 + i} for i, n in enumerate(kept)}
+
+    budget = {"lockstep_token_agreement": 0.99}
+    _, out = fallback_until_within_budget(nodes, budget, build, measure, sensitivity, patience=3)
+    assert not out.passed and len(out.fallback) == 4 and len(out.history) == 5
+    assert out.stopped and "3 fallbacks in a row" in out.stopped and "--max-fallback" in out.stopped
+    assert out.next_up == nodes[4:]
+    # Without patience (a small model, or the user's own --max-fallback) the fifth fallback is
+    # tried and holds the budget.
+    built.clear()
+    _, on = fallback_until_within_budget(nodes, budget, build, measure, sensitivity)
+    assert on.passed and len(on.fallback) == 5 and on.stopped is None
+    # Progress resets the count: a new best at the third fallback keeps the search going.
+    agreements[3] = 0.98600
+    built.clear()
+    _, reset = fallback_until_within_budget(nodes, budget, build, measure, sensitivity, patience=3)
+    assert reset.passed and len(reset.fallback) == 5
+
+
 def test_rank_by_sensitivity_lowest_added_sqnr_first():
     assert rank_by_sensitivity({"x": {"added_sqnr_db": 40.0}, "y": {"added_sqnr_db": 12.0}}) == ["y", "x"]
 
