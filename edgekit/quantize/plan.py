@@ -61,8 +61,9 @@ class Plan:
     heldout: int  # FP32 decodes of the held-out set: the reference every candidate is judged against
     per_candidate: int  # INT8 decodes per candidate (its own decode; its answers on FP32's trajectory)
     # decodes timing INT8 against FP32 at the end (0: not timed, an emulated device); one round: a
-    # timing within noise is measured again, up to probes.speed.EXTRA_ROUNDS more rounds
-    speed: int
+    # timing within noise is measured again, up to probes.speed.EXTRA_ROUNDS more rounds; in whole
+    # decodes' worth where shorter ones are timed (a long AR decode: quantize.stage.speed_tokens)
+    speed: float
     # Why the candidates' INT8 decodes cannot be priced from an FP32 one (they run on an emulated
     # device: the qnn profile's HTP backend in x86 emulation takes minutes per held-out decode
     # where the FP32 one takes seconds); None: priced as FP32 decodes.

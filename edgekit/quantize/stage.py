@@ -54,6 +54,11 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 # Interleaved whole decodes of one graph batch when timing INT8 against FP32 on this host.
 SPEED_ROUNDS = 5
+# A longer AR decode is timed on its first SPEED_AR_TOKENS tokens: every step of a static-shape AR
+# graph computes over the whole cache, so a step's time does not grow with its position and the
+# ratio is the whole decode's. At 1024 tokens (45 s an FP32 decode on 2 cores) the 12 whole
+# decodes took 754 s, half of quantize.
+SPEED_AR_TOKENS = 128
 
 
 @writes_bundle("quantize")
@@ -150,6 +155,13 @@ def tokens_per_row(bundle: Bundle, decode: Mapping[str, Any]) -> int | None:
     return None
 
 
+def speed_tokens(bundle: Bundle, decode: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(tokens timed, tokens a decode makes) where the speed timing decodes fewer tokens than a
+    decode makes (an AR decode over SPEED_AR_TOKENS), else None."""
+    full = tokens_per_row(bundle, decode) if bundle.kind == "ar" else None
+    return (SPEED_AR_TOKENS, full) if full and full > SPEED_AR_TOKENS else None
+
+
 def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
     real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
@@ -207,7 +219,7 @@ def record_fp32(run: QuantizeRun) -> None:
         calibration=-(-run.n_calib // batch),
         heldout=-(-run.n_eval // batch),
         per_candidate=2 * -(-run.n_eval // batch),
-        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1),
+        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1) * _timed_share(speed_tokens(run.bundle, cfg.decode)),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
     )
@@ -267,7 +279,12 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
     host = HostFacts.detect()
     if cfg.entry.emulated:
         return {"measured": False, "reason": cfg.entry.emulated_why}
-    run.say("time INT8 against FP32 per decode on this host")
+    part = speed_tokens(run.bundle, cfg.decode)
+    options = dict(cfg.decode) if part is None else {**cfg.decode, "length": part[0]}
+    run.say(
+        "time INT8 against FP32 per decode on this host"
+        + ("" if part is None else f" (the first {part[0]} of {part[1]} tokens: each step costs the same)")
+    )
     batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
     rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
     fp32_opts = OrtOptions(intra_op_threads=cfg.threads, spin_between_runs=False)
@@ -278,7 +295,7 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
     ):
 
         def decode(rt: Any) -> Callable[[], Any]:
-            return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, cfg.decode, rows=rows)
+            return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, options, rows=rows)
 
         eta = Eta("time INT8 against FP32: decode", 2 * (1 + SPEED_ROUNDS), run.say)  # a warm-up each, then rounds
         decision = decide(
@@ -288,20 +305,32 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
             probe=HostProbe(cpu_class=host.isa_class),
             early=True,  # whole decodes: a clear difference after 3 rounds needs no more
         )
-    doc, warning = speed_record(decision, cfg.runtime, host, batch, len(result.fallback))
+    doc, warning = speed_record(decision, cfg.runtime, host, batch, len(result.fallback), part)
     if warning:
         run.warn(warning)
     return doc
 
 
+def _timed_share(part: tuple[int, int] | None) -> float:
+    """The share of a decode the speed timing decodes (``speed_tokens``)."""
+    return 1.0 if part is None else part[0] / part[1]
+
+
 def speed_record(
-    decision: Decision, runtime: str, host: HostFacts, rows: int, fallbacks: int
+    decision: Decision,
+    runtime: str,
+    host: HostFacts,
+    rows: int,
+    fallbacks: int,
+    part: tuple[int, int] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The ``speed`` summary of INT8 (``decision.a``) against FP32 per decode, with how it was
     measured (``timing``: samples, spread, load, CPU class), and the one warning line it calls for:
     INT8 slower, or the timings could not tell after re-measuring (``build --precision auto``
-    then ships FP32, the safe choice)."""
+    then ships FP32, the safe choice). ``part``: (tokens timed, tokens a decode makes) where the
+    decodes timed were shorter (``speed_tokens``): the ms per decode are scaled to a whole one."""
     int8, fp32 = decision.timings["int8"], decision.timings["fp32"]
+    scale = 1 / _timed_share(part)
     doc = {
         "measured": True,
         "runtime": runtime,
@@ -309,13 +338,20 @@ def speed_record(
         "isa": host.isa_class,
         "cpu": host.cpu,
         "rows_per_decode": rows,
-        "fp32_ms_per_decode": fp32.median_ms,
-        "int8_ms_per_decode": int8.median_ms,
+        "fp32_ms_per_decode": fp32.median_ms * scale,
+        "int8_ms_per_decode": int8.median_ms * scale,
         "int8_speedup": decision.speedup,
         "verdict": decision.verdict,
         "unsure": list(decision.unsure),
         "timing": decision.to_json(),
     }
+    if part is not None:
+        doc["timed_tokens"] = {
+            "tokens": part[0],
+            "of": part[1],
+            "scaled": f"ms per decode = the {part[0]}-token decodes' x {scale:g} (every step of the static-shape "
+            "graph computes over the whole cache)",
+        }
     speedup = decision.speedup
     where = f"on this host ({host.isa_class}, {runtime})"
     if not decision.sure:
