@@ -20,6 +20,7 @@ from edgekit.probes.power import (
     detect,
     energy_per_decode_mj,
     measure_idle,
+    unseen_reason,
 )
 from edgekit.probes.speed import HostProbe, Timing, Watch
 from edgekit.probes.system import compare_states, system_state
@@ -34,6 +35,7 @@ class PowerProbe:
     sampler: PowerSampler | None
     unavailable: Unavailable | None
     idle: Any = None  # PowerTrace of the idle baseline
+    auto: bool = False  # the sampler is the one --power auto found, not one the user named
 
 
 def measure_decodes(
@@ -116,7 +118,7 @@ def measure_decodes(
     }
     if keep_samples:
         doc["samples_ms"] = [s / 1e6 for s in m.samples_ns]
-    doc["energy"], doc["power_trace"] = _energy(power, trace, n, keep_samples)
+    doc["energy"], doc["power_trace"] = _energy(power, trace, n, keep_samples, runtime.device)
     return doc
 
 
@@ -147,16 +149,26 @@ def _per_call_medians(decodes: Sequence[Any]) -> list[float]:
     return [float(v) for v in np.median(steps, axis=0)] if calls else []
 
 
-def _energy(power: PowerProbe | None, trace: Any, n: int, keep_samples: bool) -> tuple[dict[str, Any], Any]:
+def _energy(
+    power: PowerProbe | None, trace: Any, n: int, keep_samples: bool, device: str
+) -> tuple[dict[str, Any], Any]:
+    """The variant's ``energy`` and ``power_trace``. Where the probe does not read the device the
+    decode ran on (``probes.power.scope``), the trace is kept (its readings are real) but no
+    energy figure is derived from it."""
     if power is None or trace is None:
         reason = power.unavailable.reason if power is not None and power.unavailable else "power not measured"
         probe = power.unavailable.probe if power is not None and power.unavailable else "off"
         return {"available": False, "probe": probe, "reason": reason}, None
+    trace_doc = trace.to_json(samples=keep_samples)
+    unseen = unseen_reason(trace.probe, device)
+    if unseen is not None:
+        picked = f" (--power auto picked {trace.probe}, the first probe this host has)" if power.auto else ""
+        return {"available": False, "probe": trace.probe, "reason": unseen + picked}, trace_doc
     per = energy_per_decode_mj(trace, n, power.idle)
     doc = {"available": per.gross_mj is not None, "probe": trace.probe} | per.to_json()
     if per.gross_mj is None:
         doc["reason"] = per.reason or "the trace has no energy"
-    return doc, trace.to_json(samples=keep_samples)
+    return doc, trace_doc
 
 
 def profile_variant(
@@ -223,7 +235,7 @@ def open_power(cfg: ProfileConfig, progress: ProgressFn | None) -> PowerProbe:
         if progress:
             progress(f"idle power baseline ({cfg.idle_seconds:g} s)", 0, 0)
         idle = measure_idle(found, cfg.idle_seconds)
-    return PowerProbe(found, None, idle)
+    return PowerProbe(found, None, idle, auto=cfg.power == "auto")
 
 
 def power_doc(power: PowerProbe) -> dict[str, Any]:

@@ -41,13 +41,19 @@ def ratio(num: Mapping[str, Any], den: Mapping[str, Any], name: str) -> dict[str
         "p99_latency": safe_ratio(num["latency"]["p99_ms"], den["latency"]["p99_ms"]),
         "speedup": (1.0 / med) if med else None,
         "throughput": safe_ratio(num["throughput"]["items_per_s"], den["throughput"]["items_per_s"]),
-        "energy_per_decode": safe_ratio(num["energy"].get("gross_mj"), den["energy"].get("gross_mj")),
+        "energy_per_decode": safe_ratio(_energy_mj(num), _energy_mj(den)),
         "host_overhead_share": safe_ratio(
             num["breakdown"]["host_overhead_share"], den["breakdown"]["host_overhead_share"]
         ),
         "peak_rss": safe_ratio(num["memory"].get("peak_rss_bytes"), den["memory"].get("peak_rss_bytes")),
         "model_bytes": safe_ratio(num["memory"].get("model_bytes"), den["memory"].get("model_bytes")),
     }
+
+
+def _energy_mj(variant: Mapping[str, Any]) -> float | None:
+    """Energy per decode where the variant has one (never from a probe that cannot see its device)."""
+    energy = variant["energy"]
+    return energy.get("gross_mj") if energy.get("available") else None
 
 
 def variant_ratios(variants: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -44,7 +44,9 @@ def _energy_cell(v: Mapping[str, Any], key: str) -> Any:
     e = v.get("energy") or {}
     if not e.get("available"):
         return "unavailable"
-    return e.get(key)
+    value = e.get(key)
+    # An above-idle figure refused with a reason (no more than idle): the power lines say why.
+    return "unavailable" if value is None and e.get("reason") else value
 
 
 def profiled_columns(doc: Doc) -> list[Mapping[str, Any]]:
@@ -366,6 +368,8 @@ def power_lines(doc: Doc) -> list[str]:
         e = v.get("energy") or {}
         if not e.get("available"):
             lines.append(f"{v['id']}: energy unavailable: {e.get('reason')}")
+        elif e.get("above_idle_mj") is None and e.get("reason"):
+            lines.append(f"{v['id']}: energy above idle unavailable: {e['reason']}")
     lines += [f"note: {n}" for n in p.get("notes", [])]
     return lines
 

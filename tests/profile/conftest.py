@@ -23,16 +23,26 @@ B, L, V = 2, 16, 32
 DEPTH, HEADS, HD = 1, 2, 4
 FAST = MeasureConfig(warmup_iters=1, warmup_seconds=0.0, iters=6, min_seconds=0.05)
 POWER_MW = 5000.0
+IDLE_MW = 2000.0
 
 
 class ConstantSampler(PowerSampler):
-    """A power sensor that always reads 5 W on its total rail."""
+    """A power sensor that reads 2 W on its total rail in its first window (the idle baseline,
+    which the profile takes first) and 5 W in every later one (the decodes)."""
 
     probe = "fake"
     default_interval_s = 0.01
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows = 0
+
+    def start(self) -> None:
+        self.windows += 1
+        super().start()
+
     def read(self) -> Reading:
-        return Reading(rails_mw={"total": POWER_MW})
+        return Reading(rails_mw={"total": IDLE_MW if self.windows == 1 else POWER_MW})
 
 
 def _save(graph, path: Path) -> None:
@@ -144,7 +154,9 @@ def make_ar_bundle(root: Path, *, max_len: int = L, source: str = "ar-demo") -> 
 @pytest.fixture(scope="session")
 def kit() -> SimpleNamespace:
     """The builders and sizes, for tests that make their own bundles."""
-    return SimpleNamespace(B=B, L=L, V=V, FAST=FAST, POWER_MW=POWER_MW, masked=make_masked_bundle, ar=make_ar_bundle)
+    return SimpleNamespace(
+        B=B, L=L, V=V, FAST=FAST, POWER_MW=POWER_MW, IDLE_MW=IDLE_MW, masked=make_masked_bundle, ar=make_ar_bundle
+    )
 
 
 @pytest.fixture(scope="session")
@@ -169,7 +181,8 @@ def profile_doc(tiny) -> dict:
 
 @pytest.fixture(scope="session")
 def power_doc(tiny) -> dict:
-    """A profile of the fp32 bundle with a constant 5 W sensor in place of the platform's."""
+    """A profile of the fp32 bundle with a stand-in sensor (2 W idle, 5 W decoding) in place of the
+    platform's."""
     from edgekit.profile import ProfileConfig, profile_bundle
 
     with pytest.MonkeyPatch.context() as mp:

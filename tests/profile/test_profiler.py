@@ -153,13 +153,14 @@ def test_progress_reports_each_variant_and_each_measured_decode(tiny, kit):
 # ---- energy with a (fake) sensor ------------------------------------------------------------------
 def test_energy_per_decode_is_power_times_window_over_decodes(power_doc, kit):
     assert power_doc["power"]["available"] is True and power_doc["power"]["probe"] == "fake"
-    assert power_doc["power"]["idle_mw"] == pytest.approx(kit.POWER_MW, rel=1e-9)
+    assert power_doc["power"]["idle_mw"] == pytest.approx(kit.IDLE_MW, rel=1e-9)
     (v,) = power_doc["variants"]
     e, trace = v["energy"], v["power_trace"]
     n = v["latency"]["n"]
     assert e["available"] is True and e["n_decodes"] == n
     assert e["gross_mj"] == pytest.approx(kit.POWER_MW * trace["duration_s"] / n, rel=1e-9)
-    assert e["above_idle_mj"] == pytest.approx(0.0, abs=1e-6)
+    assert e["above_idle_mj"] == pytest.approx((kit.POWER_MW - kit.IDLE_MW) * trace["duration_s"] / n, rel=1e-9)
+    assert e["reason"] is None
     # The window covers the measured decodes (started before the first, stopped after the last).
     assert sum(v["samples_ms"]) / 1e3 <= trace["duration_s"]
     assert len(trace["samples"]) >= 2

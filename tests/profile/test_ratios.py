@@ -66,3 +66,14 @@ def test_every_profiled_variant_records_how_it_was_timed(profile_doc):
     assert r["verdict"] in SPEED_VERDICTS and isinstance(r["unsure"], list)
     timed = [s for s in profile_doc["compare_ar"]["speedups"] if s["speedup"] is not None]
     assert timed and all(s["verdict"] in SPEED_VERDICTS for s in timed)
+
+
+def test_no_energy_ratio_from_a_variant_whose_probe_could_not_see_its_device():
+    a, b = _variant("ort int8", [70, 71, 69]), _variant("ort fp32", [100, 101, 99])
+    a["energy"] = {"available": True, "probe": "rapl", "gross_mj": 300.0}
+    b["energy"] = {"available": True, "probe": "rapl", "gross_mj": 400.0}
+    assert ratio(a, b, "int8/fp32 (ort)")["energy_per_decode"] == pytest.approx(0.75)
+    # A variant's energy refused (the probe reads another device) never enters a ratio, even were
+    # a figure left in the document.
+    b["energy"] = {"available": False, "probe": "nvml", "gross_mj": 400.0, "reason": "nvml reads ..."}
+    assert ratio(a, b, "int8/fp32 (ort)")["energy_per_decode"] is None

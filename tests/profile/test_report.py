@@ -142,7 +142,19 @@ def test_html_with_a_power_sensor_plots_the_trace(power_doc):
     pytest.importorskip("matplotlib")
     checker = _check(render_html(power_doc))
     assert len(checker.images) == 3  # histogram, per-step, power over time
-    assert "idle baseline 5000 mW" in " ".join(checker.text)
+    assert "idle baseline 2000 mW" in " ".join(checker.text)
+
+
+def test_an_above_idle_energy_refused_says_why_under_the_table(power_doc):
+    (v,) = power_doc["variants"]
+    reason = "the decode drew no more than the idle baseline (1990 mW average vs 2000 mW idle): no energy above idle"
+    doc = dict(power_doc, variants=[dict(v, energy=dict(v["energy"], above_idle_mj=None, reason=reason))])
+    s = summary_rows(doc)
+    rows = {r[0]: r[1:] for r in s["variants"]["rows"]}
+    assert rows["mJ / decode"] == [v["energy"]["gross_mj"]]  # the gross figure stands
+    assert rows["mJ / decode > idle"] == ["unavailable"]
+    assert f"ort fp32: energy above idle unavailable: {reason}" in s["power"]
+    assert not any("unavailable" in line for line in summary_rows(power_doc)["power"])
 
 
 def test_html_escapes_what_it_shows(profile_doc):

@@ -2,7 +2,8 @@
 
 Every sampler runs on its own daemon thread between ``start()`` and ``stop() -> PowerTrace``; a
 platform without a usable sensor gives ``Unavailable(probe, reason)`` and the report prints the
-reason, never a made-up figure.
+reason, never a made-up figure. ``scope`` says which devices each probe sees: a decode on a device
+its probe does not read gets no energy figure.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from edgekit.probes.power.nvml import open_nvml
 from edgekit.probes.power.rapl import open_rapl
 from edgekit.probes.power.rpi import open_rpi
 from edgekit.probes.power.sampler import PowerSampler, Reading, measure_idle
+from edgekit.probes.power.scope import sees, unseen_reason
 from edgekit.probes.power.tegrastats import TegrastatsSampler
 from edgekit.probes.power.trace import (
     EnergyPerDecode,
@@ -47,6 +49,8 @@ __all__ = [
     "detect",
     "energy_per_decode_mj",
     "measure_idle",
+    "sees",
+    "unseen_reason",
 ]
 
 

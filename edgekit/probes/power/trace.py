@@ -211,19 +211,30 @@ class EnergyPerDecode:
 
 def energy_per_decode_mj(trace: PowerTrace, n_decodes: int, idle: PowerTrace | None = None) -> EnergyPerDecode:
     """Energy per decode = trace energy / decodes (MLPerf: average W x duration / queries);
-    above idle subtracts the idle average power over the same duration."""
+    above idle subtracts the idle average power over the same duration, and is None with the
+    reason where that leaves nothing (a draw no higher than idle is noise, not a negative energy)."""
     if n_decodes <= 0:
         raise ValueError(f"n_decodes={n_decodes} must be positive")
     energy, avg = trace.energy_mj, trace.total_average_mw
     idle_mw = idle.total_average_mw if idle is not None else None
     if energy is None:
-        reason = "; ".join(trace.all_notes) or "no energy in the trace"
-        return EnergyPerDecode(n_decodes, None, None, idle_mw, avg, reason)
-    above = None
-    reason = None
+        return EnergyPerDecode(
+            n_decodes, None, None, idle_mw, avg, "; ".join(trace.all_notes) or "no energy in the trace"
+        )
+    above: float | None = None
+    reason: str | None = None
     if idle is not None:
         if idle_mw is None:
             reason = "idle baseline has no power figure: " + ("; ".join(idle.all_notes) or "no samples")
         else:
             above = (energy - idle_mw * trace.duration_s) / n_decodes
+            if above <= 0:
+                # A draw at or below idle is the baseline's drift and the sensor's noise, not a
+                # decode that gave energy back: no figure rather than a negative one.
+                average = "unknown" if avg is None else f"{avg:.0f} mW"
+                reason = (
+                    f"the decode drew no more than the idle baseline ({average} average vs {idle_mw:.0f} mW idle): "
+                    "no energy above idle to report"
+                )
+                above = None
     return EnergyPerDecode(n_decodes, energy / n_decodes, above, idle_mw, avg, reason)

@@ -107,3 +107,19 @@ def test_to_json_is_serialisable_and_relative_in_time():
     assert [s["t_ms"] for s in doc["samples"]] == [0.0, 1000.0]
     assert doc["total_rail"] == "total" and doc["available"] is True
     assert "samples" not in t.to_json(samples=False)
+
+
+@pytest.mark.parametrize("idle_mw", [2500.0, 3000.0])  # equal to the run's 2.5 W average, and above it
+def test_a_draw_no_higher_than_idle_has_no_above_idle_energy_but_says_why(idle_mw):
+    run = trace(RAMP)  # 5000 mJ over 2 s: 2500 mW average
+    idle = trace([PowerSample(0, {"total": idle_mw}), PowerSample(S, {"total": idle_mw})], stop=S)
+    e = energy_per_decode_mj(run, 10, idle)
+    assert e.gross_mj == pytest.approx(500.0)  # the gross figure is a measurement and stays
+    assert e.above_idle_mj is None
+    assert e.reason == (
+        f"the decode drew no more than the idle baseline (2500 mW average vs {idle_mw:.0f} mW idle): "
+        "no energy above idle to report"
+    )
+    # A draw a little above idle is still a figure, however small.
+    above = energy_per_decode_mj(run, 10, trace([PowerSample(0, {"total": 2400.0}), PowerSample(S, {"total": 2400.0})]))
+    assert above.above_idle_mj == pytest.approx(100.0 * 2 / 10) and above.reason is None

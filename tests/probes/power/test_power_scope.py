@@ -1,0 +1,54 @@
+"""Which device each power probe sees: a probe's readings are a decode's energy only where the
+probe reads the device the decode ran on (``Runtime.device`` as each runtime sets it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgekit.probes.power import CHOICES, sees, unseen_reason
+from edgekit.probes.power.scope import READS
+
+NVIDIA = ["CUDAExecutionProvider", "TensorrtExecutionProvider", "cuda:0", "cuda:1", "cuda"]
+# ORT on the CPU, OpenVINO's execution devices (one or several), QNN's HTP line, a runtime's default,
+# and a name that only starts like torch's.
+ELSEWHERE = [
+    "CPUExecutionProvider",
+    "CPU",
+    "GPU.0",
+    "NPU",
+    "CPU,GPU.0",
+    "QNNExecutionProvider HTP v73 QDQ int8/int16 (x86 emulation)",
+    "cpu",
+    "cudaish",
+]
+BOARDS = ["jetson", "tegrastats", "android", "odpm", "rpi"]
+
+
+@pytest.mark.parametrize("device", NVIDIA)
+def test_nvml_sees_cuda_and_tensorrt_and_rapl_does_not(device):
+    assert sees("nvml", device)
+    assert not sees("rapl", device)
+    reason = unseen_reason("rapl", device)
+    assert reason is not None and device in reason and "--power nvml" in reason
+
+
+@pytest.mark.parametrize("device", ELSEWHERE)
+def test_nvml_sees_nothing_off_the_nvidia_gpu_and_rapl_sees_it(device):
+    assert sees("rapl", device)
+    assert not sees("nvml", device)
+    reason = unseen_reason("nvml", device)
+    assert reason is not None
+    assert reason.startswith("nvml reads one NVIDIA GPU's board power, but this decode ran on " + device)
+    assert "--power rapl" in reason and "--runtime trt" in reason
+
+
+@pytest.mark.parametrize("device", NVIDIA + ELSEWHERE)
+@pytest.mark.parametrize("probe", BOARDS)
+def test_whole_board_probes_see_every_device(probe, device):
+    assert sees(probe, device) and unseen_reason(probe, device) is None
+
+
+def test_every_probe_a_user_can_name_says_what_it_reads():
+    # A new probe must say what it reads (and, where it is not the whole board, what it misses).
+    assert set(READS) == set(CHOICES) - {"auto", "off"}
+    assert set(BOARDS) | {"nvml", "rapl"} == set(READS)
