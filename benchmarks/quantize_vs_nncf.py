@@ -68,7 +68,7 @@ def save_calibration_feeds(bundle_dir: Path, out: Path) -> int:
     from edgekit.bundle import Bundle
     from edgekit.quantize.calibrate import record_trajectories
     from edgekit.quantize.config import QuantizeConfig
-    from edgekit.quantize.stage import tokens_per_row
+    from edgekit.quantize.decodes import tokens_per_row
     from edgekit.runtimes import open_runtime
 
     bundle = Bundle.load(bundle_dir)

@@ -85,6 +85,14 @@ class ManifestViews:
         return next(iter(self.inputs.values())).shape[0]
 
     @property
+    def tokens_per_row(self) -> int | None:
+        """Tokens one row's decode decides: a masked model every position (meta ``seq_len``), an
+        AR model the cache's size (meta ``max_len``, unless a decode asks for fewer); None for flow."""
+        key = {"masked": "seq_len", "ar": "max_len"}.get(self.kind)
+        value = self.meta.get(key) if key else None
+        return int(value) if value else None
+
+    @property
     def decode_defaults(self) -> dict[str, Any]:
         """The decode settings recorded at export (``edgekit.decode.dispatch.decode_config`` input)."""
         return copy.deepcopy(self.manifest.get("decode_defaults") or {})

@@ -33,6 +33,7 @@ from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.form import FORM_EXTRA
+from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row
 from edgekit.quantize.hooks import ProfileHooks, SearchResult
 from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan, counting
@@ -54,11 +55,6 @@ from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
 # Interleaved whole decodes of one graph batch when timing INT8 against FP32 on this host.
 SPEED_ROUNDS = 5
-# A longer AR decode is timed on its first SPEED_AR_TOKENS tokens: every step of a static-shape AR
-# graph computes over the whole cache, so a step's time does not grow with its position and the
-# ratio is the whole decode's. At 1024 tokens (45 s an FP32 decode on 2 cores) the 12 whole
-# decodes took 754 s, half of quantize.
-SPEED_AR_TOKENS = 128
 
 
 @writes_bundle("quantize")
@@ -144,24 +140,6 @@ def quantize_bundle(
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
-def tokens_per_row(bundle: Bundle, decode: Mapping[str, Any]) -> int | None:
-    """The tokens one row's decode decides: masked every position, AR its length (the cache's
-    size unless the decode options give one); None for flow."""
-    if bundle.kind == "masked":
-        return int(bundle.meta["seq_len"]) if "seq_len" in bundle.meta else None
-    if bundle.kind == "ar":
-        length = decode.get("length") or bundle.decode_defaults.get("length") or bundle.meta.get("max_len")
-        return int(length) if length else None
-    return None
-
-
-def speed_tokens(bundle: Bundle, decode: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(tokens timed, tokens a decode makes) where the speed timing decodes fewer tokens than a
-    decode makes (an AR decode over SPEED_AR_TOKENS), else None."""
-    full = tokens_per_row(bundle, decode) if bundle.kind == "ar" else None
-    return (SPEED_AR_TOKENS, full) if full and full > SPEED_AR_TOKENS else None
-
-
 def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
     """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
     real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
@@ -219,7 +197,7 @@ def record_fp32(run: QuantizeRun) -> None:
         calibration=-(-run.n_calib // batch),
         heldout=-(-run.n_eval // batch),
         per_candidate=2 * -(-run.n_eval // batch),
-        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1) * _timed_share(speed_tokens(run.bundle, cfg.decode)),
+        speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1) * timed_share(speed_tokens(run.bundle, cfg.decode)),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
     )
@@ -311,11 +289,6 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
     return doc
 
 
-def _timed_share(part: tuple[int, int] | None) -> float:
-    """The share of a decode the speed timing decodes (``speed_tokens``)."""
-    return 1.0 if part is None else part[0] / part[1]
-
-
 def speed_record(
     decision: Decision,
     runtime: str,
@@ -330,7 +303,7 @@ def speed_record(
     then ships FP32, the safe choice). ``part``: (tokens timed, tokens a decode makes) where the
     decodes timed were shorter (``speed_tokens``): the ms per decode are scaled to a whole one."""
     int8, fp32 = decision.timings["int8"], decision.timings["fp32"]
-    scale = 1 / _timed_share(part)
+    scale = 1 / timed_share(part)
     doc = {
         "measured": True,
         "runtime": runtime,
