@@ -272,7 +272,13 @@ def tensor_specs_to_json(specs: Mapping[str, TensorSpec]) -> dict[str, Any]:
 
 
 def tensor_specs_from_json(doc: Mapping[str, Any]) -> dict[str, TensorSpec]:
-    return {name: TensorSpec.from_json(d) for name, d in doc.items()}
+    """{name: spec}; ValueError for a spec that does not parse or whose sample range [low, high)
+    is empty (it would draw values the graph never saw: an index past a Gather's table)."""
+    specs = {name: TensorSpec.from_json(d) for name, d in doc.items()}
+    for name, spec in specs.items():
+        if spec.low is not None and spec.high is not None and not spec.low < spec.high:
+            raise ValueError(f"{name}: low {spec.low!r} is not below high {spec.high!r}")
+    return specs
 
 
 GRAPHS: tuple[str, ...] = ("host", "step", "unrolled")

@@ -35,6 +35,8 @@ from edgekit.runtimes.ort_session import (
     create_session,
     fused_model,
     make_session_options,
+    run_errors,
+    run_failed,
     taking_turns,
 )
 from edgekit.runtimes.registry import Backend, DebugHooks, EngineHooks, FileOptions, Requirement, register_backend
@@ -96,6 +98,7 @@ class OrtRuntime(BaseRuntime):
 
     def _prepare_binding(self, ort: Any, io_binding: bool) -> None:
         """The two preallocated output sets and their OrtValues (``io_binding``), or plain runs."""
+        self._run_errors = run_errors(ort)  # what a refused run raises (run_failed makes it one line)
         self._binding: Any = None
         # Two output sets (ping-pong), their OrtValues, and id(array) -> (OrtValue, set) of all of them.
         self._output_sets: list[dict[str, np.ndarray]] = []
@@ -142,6 +145,12 @@ class OrtRuntime(BaseRuntime):
         return providers, [dict(options.provider_options[i]) for i in keep]
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return self._run_session(feeds)
+        except self._run_errors as exc:
+            raise run_failed(self.model_path, exc) from None
+
+    def _run_session(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._binding is None:
             results = self.session.run(list(self.outputs), dict(feeds))
             return dict(zip(self.outputs, results))

@@ -181,6 +181,28 @@ def create_session(
         ) from None
 
 
+# What ONNX Runtime raises when a run fails on what it was fed (an index past a Gather's table, a
+# shape the graph cannot broadcast): its own pybind types from ``session.run``, a RuntimeError from
+# ``run_with_iobinding``.
+_RUN_ERRORS = ("Fail", "InvalidArgument", "RuntimeException")
+
+
+def run_errors(ort: Any) -> tuple[type[BaseException], ...]:
+    """The exception types a failed ``session.run`` / ``run_with_iobinding`` raises."""
+    state = ort.capi.onnxruntime_pybind11_state
+    return (RuntimeError, *(getattr(state, n) for n in _RUN_ERRORS if hasattr(state, n)))
+
+
+def run_failed(path: Path, exc: BaseException) -> EdgekitError:
+    """One line for a run that ONNX Runtime refused: the op and its message, and what to check."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return EdgekitError(
+        f"ort: running {path.name} failed: {text[:400]}",
+        hint="the values fed are outside what the graph accepts: check the conditions (--cond, --cond-data, "
+        "the bundle's io low/high) and the decode options, or re-export the model",
+    )
+
+
 def taking_turns(options: OrtOptions, shared: bool = True) -> OrtOptions:
     """``options`` for one of several sessions that take turns inside one decode (``shared``; step
     buckets): threads that stop spinning when a run returns, and one environment arena for all of

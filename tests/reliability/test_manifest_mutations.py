@@ -259,3 +259,29 @@ def test_every_field_of_the_sections_debug_fix_and_the_runtimes_read_under_debug
                 r = runner.invoke(app, ["debug", str(work), "--fix", "--rows", "1"])
             _clean(r, (path, value))
     assert seen
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        (
+            "low",
+            10**12,
+            "field io.inputs: expected tensor specs, found one that does not parse (class_id: low "
+            "1000000000000 is not below high 4)",
+        ),
+        ("high", -1, "(class_id: low 0 is not below high -1)"),
+        # a range the manifest takes but the graph cannot (class ids past its table): ORT's refusal, one line
+        ("high", 10**12, "ort: running"),
+    ],
+)
+def test_a_conditioning_range_the_graph_cannot_take_is_one_line(base, tmp_path, field, value, says):
+    """hypothesis found `check` on ``io.inputs.class_id.low = 10**12`` ending in ORT's traceback: the
+    conditions drawn in that range indexed past the class embedding's table."""
+    root, doc = base
+    work = shutil.copytree(root, tmp_path / "b")
+    _write(work, _mutated(doc, ("io", "inputs", "class_id", field), value))
+    with time_limit(LIMIT_S):
+        r = runner.invoke(app, ["check", str(work)])
+    _clean(r, (field, value))
+    assert r.exit_code == EXIT_ERROR and says in r.stderr, r.stderr

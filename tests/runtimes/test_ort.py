@@ -242,3 +242,34 @@ def test_taking_turns_options_spin_inside_runs_and_share_the_arena():
         2,
     )
     assert taking_turns(base, shared=False) is base
+
+
+@pytest.mark.parametrize("io_binding", [True, False])
+def test_a_run_onnx_runtime_refuses_is_one_line_naming_the_file_and_what_to_check(tmp_path, io_binding):
+    """An index past a Gather's table (class ids drawn from a manifest range the graph never saw):
+    ORT raises its own types from session.run and a RuntimeError from run_with_iobinding; both are
+    one EdgekitError line, never a traceback."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.errors import EdgekitError
+    from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [4, 2], np.arange(8, dtype=np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "idx"], ["y"])],
+        "gather",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, tmp_path / "gather.onnx")
+    with OrtRuntime(tmp_path / "gather.onnx", OrtOptions(io_binding=io_binding)) as rt:
+        np.testing.assert_array_equal(rt.run({"idx": np.array([3, 0, 1])})["y"][0], [6.0, 7.0])
+        with pytest.raises(EdgekitError) as info:
+            rt.run({"idx": np.array([0, 9, 2])})
+        assert str(info.value).startswith("ort: running gather.onnx failed:") and "idx=9" in str(info.value)
+        assert "\n" not in str(info.value) and "--cond" in info.value.hint
+        assert rt.run({"idx": np.array([1, 1, 1])})["y"].shape == (3, 2)  # the session still runs
