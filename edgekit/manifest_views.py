@@ -86,8 +86,9 @@ class ManifestViews:
 
     @property
     def tokens_per_row(self) -> int | None:
-        """Tokens one row's decode decides: a masked model every position (meta ``seq_len``), an
-        AR model the cache's size (meta ``max_len``, unless a decode asks for fewer); None for flow."""
+        """Tokens one row's decode decides at full length: a masked model every position (meta
+        ``seq_len``), an AR model the cache's size (meta ``max_len``; a decode may ask for fewer:
+        ``quantize.decodes.tokens_per_row``); None for flow."""
         key = {"masked": "seq_len", "ar": "max_len"}.get(self.kind)
         value = self.meta.get(key) if key else None
         return int(value) if value else None

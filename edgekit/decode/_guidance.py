@@ -205,7 +205,8 @@ class GuidedNetwork:
         self.runtime_calls += self.calls_per_run
         keys = state.content_keys if isinstance(state, KeyedFeeds) else {}
         if self.calls_per_run == 1:
-            outs = self.runtime.run(KeyedFeeds({**state, **self._cond_chunks[0]}, keys))
+            feeds = {**state, **self._cond_chunks[0]}
+            outs = self.runtime.run(KeyedFeeds(feeds, keys) if keys else feeds)
             for name, dst in into.items():
                 np.copyto(dst, outs[name])
             return {**outs, **into}
@@ -213,7 +214,8 @@ class GuidedNetwork:
             feeds = {name: np.ascontiguousarray(self._rows(arr, name, call)) for name, arr in state.items()}
             # A vouched array's rows of this call: named by the whole array's key and the call.
             rows_keys = {name: f"{key}|rows {call} of {self.calls_per_run}" for name, key in keys.items()}
-            outs = self.runtime.run(KeyedFeeds({**feeds, **cond}, rows_keys))
+            call_feeds = {**feeds, **cond}
+            outs = self.runtime.run(KeyedFeeds(call_feeds, rows_keys) if rows_keys else call_feeds)
             for name, arr in outs.items():
                 # Copy now: the next call may overwrite the runtime's output buffers.
                 buffer = into.get(name)

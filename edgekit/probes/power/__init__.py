@@ -21,7 +21,7 @@ from edgekit.probes.power.nvml import open_nvml
 from edgekit.probes.power.rapl import open_rapl
 from edgekit.probes.power.rpi import open_rpi
 from edgekit.probes.power.sampler import PowerSampler, Reading, measure_idle
-from edgekit.probes.power.scope import sees, unseen_reason
+from edgekit.probes.power.scope import unseen_reason
 from edgekit.probes.power.tegrastats import TegrastatsSampler
 from edgekit.probes.power.trace import (
     EnergyPerDecode,
@@ -49,7 +49,6 @@ __all__ = [
     "detect",
     "energy_per_decode_mj",
     "measure_idle",
-    "sees",
     "unseen_reason",
 ]
 

@@ -48,7 +48,3 @@ def unseen_reason(probe: str, device: str) -> str | None:
             "the package's draw is not its energy; use --power nvml"
         )
     return None
-
-
-def sees(probe: str, device: str) -> bool:
-    return unseen_reason(probe, device) is None
