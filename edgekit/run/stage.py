@@ -77,12 +77,13 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
     else:
         raise unknown("--graph", req.graph, ("host", "step", "unrolled"))
     calls = -(-rows // batch)
-    parts, outputs = [], []
+    parts, outputs, call_cfgs = [], [], []
     with rt:
         start = time.perf_counter_ns()
         for i in range(calls):
             chunk = {k: pad_rows(v[i * batch : (i + 1) * batch], batch) for k, v in cond.items()}
-            parts.append(run(chunk, dataclasses.replace(cfg, seed=req.seed + i) if i else cfg))
+            call_cfgs.append(dataclasses.replace(cfg, seed=req.seed + i) if i else cfg)
+            parts.append(run(chunk, call_cfgs[-1]))
             outputs.append(parts[-1].output.copy())  # the next call may reuse the runtime's buffer
         wall_ms = (time.perf_counter_ns() - start) / 1e6
         device = rt.device
@@ -123,6 +124,11 @@ def run_bundle(path: Path, req: RunRequest = RunRequest()) -> dict[str, Any]:
         "output": output,
         "cond": cond,
         # flow: the loop's starting noise (x0 = temperature · default_rng(seed).standard_normal),
-        # so the decode can be reproduced in another framework from the .npz alone
-        "x0": initial_noise(cfg, result.output.shape) if bundle.kind == "flow" else None,
+        # so the decode can be reproduced in another framework from the .npz alone: one draw per
+        # graph call (call i seeds seed + i), its rows as the output's
+        "x0": (
+            np.concatenate([initial_noise(c, p.output.shape) for c, p in zip(call_cfgs, parts, strict=True)])[:rows]
+            if bundle.kind == "flow"
+            else None
+        ),
     }

@@ -94,6 +94,36 @@ def test_flow_run_writes_x0_by_the_documented_rule(byo_bundles, tmp_path):
     np.testing.assert_array_equal(again.x, data["frames"])
 
 
+def test_flow_run_over_several_graph_calls_writes_each_rows_x0(byo_bundles, tmp_path):
+    """Three --cond-data rows at batch 2 are two graph calls (seeds 7 and 8): x0 holds every
+    row's own starting noise, so row 2's frames follow from the .npz alone (it held call 0's
+    two rows only)."""
+    from edgekit.bundle import Bundle
+    from edgekit.decode import FlowDecodeConfig
+    from edgekit.decode.flow import decode_flow
+    from edgekit.runtimes import open_runtime
+
+    rows = tmp_path / "speakers.npz"
+    np.savez(rows, speaker=np.linspace(-1, 1, 3 * 8, dtype=np.float32).reshape(3, 8))
+    npz = tmp_path / "o.npz"
+    run = invoke_json("run", byo_bundles["example"], "--cond-data", rows, "--seed", "7", "-o", npz)
+    data = np.load(npz)
+    assert data["x0"].shape == data["frames"].shape == (3, 32, 16)
+    draw = lambda seed: np.random.default_rng(seed).standard_normal((2, 32, 16)).astype(np.float32)  # noqa: E731
+    np.testing.assert_array_equal(data["x0"][:2], draw(7))
+    np.testing.assert_array_equal(data["x0"][2], draw(8)[0])
+    bundle = Bundle.load(byo_bundles["example"])
+    with open_runtime(bundle) as rt:
+        again = decode_flow(
+            rt,
+            bundle.meta,
+            {"speaker": data["cond_speaker"][[2, 2]]},
+            FlowDecodeConfig(**(run["decode"] | {"seed": 0})),
+            x0=data["x0"][[2, 2]],
+        )
+    np.testing.assert_allclose(again.x[0], data["frames"][2], rtol=0, atol=1e-6)
+
+
 def test_per_element_and_same_unconditional_rows(byo_bundles):
     """grid_masked: text's unconditional value is a per-element null embedding [3, 8], style is
     "same" (kept), class_id a number; with guidance the unconditional call sees exactly those."""
