@@ -6,14 +6,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit._deps import require
 from edgekit.lint.findings import Finding
 from edgekit.runtimes import (
     qnn as qnn_backend,  # imports onnxruntime-qnn only when a function runs
 )
+from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.targets import Target
 
 # Ops whose output shape depends on the data: no static NPU graph can hold them.
 _DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression", "Compress", "Loop", "If", "Scan"})
+# The HTP backend's ops hold tensors of up to 5 dimensions: measured on onnxruntime-qnn 2.7's HTP
+# emulation (v73, v75; fp16): Reshape and Transpose to rank 5 compile; to rank 6 or 7 they are
+# refused with no reason in the log, except some 6-D tensors with a leading 1 that it folds
+# ([1, 8, 8, 2, 2, 16] compiles, [2, 8, 8, 2, 2, 16] and diffusers' SD3 unpatchify [1, 16, 8, 2, 8, 2]
+# do not). DiT-style patchify / unpatchify (SD3, PixArt, DiT) goes through such a 6-D tensor, so
+# a refused node is told its rank where it is over.
+HTP_MAX_RANK = 5
+_RANK_FIX = (
+    "op rewrite: keep every tensor at rank <= 5 (fold the batch or one patch dimension into its "
+    "neighbour around the 6-D reshape/transpose of a patchify or unpatchify), then re-export"
+)
 _QUANTIZE_FIX = (
     "quantize with `edgekit quantize BUNDLE --profile qnn` (every "
     "op QDQ: uint8/uint16 activations, per-tensor MatMul weights)"
@@ -32,6 +45,44 @@ def fix_for(op: str, artifact: str) -> str:
     return (
         "op rewrite: express it with ops the HTP runs (QNN-ExecutionProvider.md lists them), or re-export with "
         "another --opset; or quantize with --profile qnn if the op only lacks a float kernel"
+    )
+
+
+def node_ranks(model_path: Path) -> dict[str, int]:
+    """{node name: the highest rank among its inputs and outputs} where the graph's shapes say
+    it (value_info, else ONNX shape inference on the graph without its weights); {} where they
+    cannot be read: the ranks only add a reason to a refusal."""
+    onnx = require("onnx")
+    try:
+        model = load_onnx(model_path)
+        graph = model.graph
+        if not graph.value_info:
+            graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - an unreadable graph is reported by the compile itself
+        return {}
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in (*graph.input, *graph.output, *graph.value_info)
+        if v.type.tensor_type.HasField("shape")
+    }
+    return {
+        n.name: max((ranks[t] for t in (*n.input, *n.output) if t in ranks), default=0) for n in graph.node if n.name
+    }
+
+
+def refusal(where: str, found: dict[str, str], artifact: str, rank: int) -> Finding:
+    """One refused node as a finding: the fix for its op, or for its rank where that is over
+    what the HTP holds."""
+    what = f"{found['op']}{' as ' + found['qnn_op'] if found.get('qnn_op') else ''}"
+    over = rank > HTP_MAX_RANK
+    reason = f": a rank-{rank} tensor, over the {HTP_MAX_RANK} dimensions the HTP's ops hold" if over else ""
+    return Finding(
+        "error",
+        "npu-refused",
+        artifact,
+        f"{where} refused node {found['node']!r} ({what}){reason}",
+        hint=_RANK_FIX if over else fix_for(found["op"], artifact),
+        nodes=(found["node"],),
     )
 
 
@@ -58,17 +109,8 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
                     hint=fix_for("", artifact),
                 )
             ]
-        return [
-            Finding(
-                "error",
-                "npu-refused",
-                artifact,
-                f"{where} refused node {f['node']!r} ({f['op']}{' as ' + f['qnn_op'] if f.get('qnn_op') else ''})",
-                hint=fix_for(f["op"], artifact),
-                nodes=(f["node"],),
-            )
-            for f in exc.findings
-        ]
+        ranks = node_ranks(model_path)
+        return [refusal(where, f, artifact, ranks.get(f["node"], 0)) for f in exc.findings]
     if not fp16:
         floats = qnn_backend.float_nodes(model_path)
         if floats:

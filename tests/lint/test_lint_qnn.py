@@ -25,3 +25,43 @@ def test_a_full_integer_model_compiles_with_every_node_on_the_npu(qnn_graphs):
 def test_the_fp32_model_is_compiled_as_fp16(qnn_graphs):
     findings = lint_onnx(qnn_graphs["fp32"], TARGET, artifact="fp32")
     assert any(f.rule == "npu-compile" and "fp16" in f.message for f in findings)
+
+
+def test_a_refusal_for_a_tensor_over_five_dimensions_says_the_rank_and_its_fix(tmp_path):
+    """A DiT's unpatchify ([B, h, w, p, p, C] -> [B, C, h*p, w*p]) goes through rank 6, which the
+    HTP refuses without a reason in its log (at batch 2 here: some 6-D tensors with a leading 1
+    it folds and compiles): the finding names the rank and the rewrite."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    b, h, w, p, c = 2, 8, 8, 2, 16
+    shape6 = [b, h, w, p, p, c]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="pre"),
+        helper.make_node("Reshape", ["r", "s6"], ["six"], name="unpatchify_reshape"),
+        helper.make_node("Transpose", ["six"], ["perm"], name="unpatchify_transpose", perm=[0, 5, 1, 3, 2, 4]),
+        helper.make_node("Reshape", ["perm", "s4"], ["y"], name="to_image"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "unpatchify",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, h * w, p * p * c])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, c, h * p, w * p])],
+        [
+            helper.make_tensor("s6", TensorProto.INT64, [6], shape6),
+            helper.make_tensor("s4", TensorProto.INT64, [4], [b, c, h * p, w * p]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    model = onnx.shape_inference.infer_shapes(model)
+    path = tmp_path / "unpatchify.onnx"
+    onnx.save(model, path)
+    findings = lint_onnx(path, TARGET, artifact="fp32")
+    refused = {f.nodes[0]: f for f in findings if f.rule == "npu-refused"}
+    assert {"unpatchify_reshape", "unpatchify_transpose"} <= set(refused), [f.message for f in findings]
+    for name in ("unpatchify_reshape", "unpatchify_transpose"):
+        assert "rank-6 tensor" in refused[name].message and "5 dimensions" in refused[name].message
+        assert "rank <= 5" in refused[name].hint
+    assert "pre" not in refused and np.all([f.severity == "error" for f in refused.values()])
