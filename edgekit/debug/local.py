@@ -91,6 +91,11 @@ class LocalJudge:
             self._values.append((r, c, feeds))
         self._step, self._kept = step, (ref_names, cand_names)
 
+    def prefetch(self, step: int, asked: Sequence[tuple[Op, str]]) -> None:
+        """Capture ``step``'s values for ``asked`` (and the plan's) in one pass over its calls,
+        so the questions that follow about any of them run no tapped session again."""
+        self._capture(step, *self._wanted(step, asked))
+
     def own_db(self, step: int, op: Op, tensor: str) -> float | None:
         needed = self._needs(op)
         if needed is None:

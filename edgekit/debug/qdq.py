@@ -5,6 +5,7 @@ how much of the calibrated range a step uses), for ``attribute`` to take an op a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,22 @@ def find_node(model: Any, entry: Entry) -> Any:
                 return node
     produced = {o: n for n in model.graph.node for o in n.output}
     return produced.get(entry.tensor)
+
+
+def quantized_ops(model: Any, names: Iterable[str]) -> set[str]:
+    """Of the reference graph's op ``names``: those whose candidate node (``find_node``'s rule: the
+    same name, or it with a pre-processing suffix) reads a dequantized input: the ops that
+    quantize there. An op the candidate keeps float reads plain float tensors."""
+    produced = {o: n.op_type for n in model.graph.node for o in n.output}
+    fed: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        if any(produced.get(i) == "DequantizeLinear" for i in node.input):
+            parts = node.name.split("/")  # "node_MatMul_3/MatMulAddFusion": also "node_MatMul_3"
+            fed.update("/".join(parts[:k]) for k in range(1, len(parts) + 1))
+            fed.add(node.name.removesuffix("_matmul"))
+    return {n for n in names if n in fed}
 
 
 def qdq_of(model: Any, node: Any, base_dir: str | Path = "") -> list[QdqInput]:

@@ -41,6 +41,7 @@ from edgekit.debug.fix import (
     step_bucket,
 )
 from edgekit.debug.local import LocalJudge
+from edgekit.debug.qdq import quantized_ops
 from edgekit.debug.replay import Replay, Trajectory, drift, record, replay
 from edgekit.debug.taps import artifact_at, debug_hooks, open_tapped, open_variant
 from edgekit.debug.topology import (
@@ -165,7 +166,9 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
                 cfg.threads,
                 plan=lambda step: suspects(topo, per_step[step], cfg.threshold_db),
             )
-            entry = locate(topo, per_step, cfg.threshold_db, judge.own_db)
+            entry = locate(
+                topo, per_step, cfg.threshold_db, judge.own_db, judge.prefetch, candidate_quantizes(bundle, s, topo)
+            )
         finally:
             cand_t.close()
     finally:
@@ -182,6 +185,15 @@ def measure(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, tmp: 
             "numbers are of the tapped graph, not exactly the deployed one"
         )
     return Measured(gate, traj, divergence, rep, capture, devices, warnings, entry)
+
+
+def candidate_quantizes(bundle: Bundle, s: Settings, topo: Topology) -> set[str] | None:
+    """The reference ops the candidate quantizes (an int8 variant's QDQ graph; step buckets
+    differ only in scales), None for a float candidate."""
+    if s.cand.precision != "int8":
+        return None
+    model = load_onnx(bundle.path_of("int8"), "artifact 'int8'")  # the graph, not its weights
+    return quantized_ops(model, (op.name for op in topo.ops))
 
 
 def explain(bundle: Bundle, s: Settings, cfg: DebugConfig, topo: Topology, m: Measured, tmp: Path) -> Explained:
