@@ -37,7 +37,7 @@ from edgekit.evaluate import (
     stored_rows,
 )
 from edgekit.evaluate.gate import decode_pair
-from edgekit.evaluate.metrics import load_metric_hook, quality_drops, run_metric_hook
+from edgekit.evaluate.metrics import load_metric_hook, near_tie_note, quality_drops, run_metric_hook
 from edgekit.evaluate.thresholds import (
     QUALITY_PREFIX,
     check_comparable,
@@ -244,6 +244,9 @@ def check_bundle(
         )
     metrics = {**scalars, **{QUALITY_PREFIX + k: v for k, v in drops.items()}}
     verdict = compare(metrics, thresholds, baseline)
+    note = near_tie_note(metrics) if "top1_agreement" in verdict.failed else None
+    if note is not None:
+        warnings.append(note)
 
     doc: dict[str, Any] = {
         "schema": SCHEMA,

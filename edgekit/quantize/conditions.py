@@ -8,6 +8,7 @@ from typing import Any
 
 from edgekit.bundle import Bundle
 from edgekit.evaluate import condition_rows, load_condition_data
+from edgekit.evaluate.metrics import near_tie_note
 from edgekit.quantize.config import QuantizeConfig
 
 
@@ -76,4 +77,6 @@ def gate_metrics(gate: Mapping[str, Any]) -> dict[str, Any]:
         "check_margin": gate["margin"],
         "check_failed": gate["failed"],
         "check_metrics": {k: v for k, v in gate["metrics"].items() if k in CHECK_SHOWN},
+        # where check's top-1 gate fails on the FP32 model's own near-ties: that line
+        "check_note": near_tie_note(gate["metrics"]) if "top1_agreement" in gate["failed"] else None,
     }

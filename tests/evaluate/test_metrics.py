@@ -19,6 +19,7 @@ from edgekit.evaluate.metrics import (
     accumulator_for,
     load_metric_hook,
     logits_pair_sums,
+    near_tie_note,
     quality_drops,
     run_metric_hook,
 )
@@ -66,14 +67,33 @@ def test_logits_pair_sums_matches_hand_computed_kl_and_ignores_the_mask_column()
     ref = np.log(np.array([[[1.0, 3.0, 1e6]], [[2.0, 1.0, 1.0]]]))  # (2, 1, 3); mask logit huge
     cand = np.log(np.array([[[1.2, 1.0, 1.0]], [[2.0, 1.0, 1e-6]]]))
     where = np.array([[True], [True]])
-    kl_sum, agree, count = logits_pair_sums(ref, cand, where, vocab=2, mask_id=2)
+    kl_sum, agree, count, ties, tie_flips = logits_pair_sums(ref, cand, where, vocab=2, mask_id=2)
     p1, q1 = np.array([0.25, 0.75]), np.array([1.2, 1.0]) / 2.2
     expected = float(np.sum(p1 * np.log(p1 / q1)))  # row 2: identical codebook logits, KL 0
     assert count == 2
     assert kl_sum == pytest.approx(expected, abs=1e-12)
     assert agree == 1  # row 1: argmax 1 vs 0; row 2: 0 vs 0
+    assert ties == tie_flips == 0  # FP32's top two: log 3 and log 2 nats apart, no near-tie
     # Positions not selected do not count.
-    assert logits_pair_sums(ref, cand, np.array([[False], [True]]), 2, 2).tolist() == [0.0, 1.0, 1.0]
+    assert logits_pair_sums(ref, cand, np.array([[False], [True]]), 2, 2).tolist() == [0.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_near_ties_are_counted_and_a_top1_gate_failing_on_them_says_so():
+    """Four positions of a 3-token codebook: FP32's top two within 0.1 nats at three, of which
+    the candidate flips two; the decided one it keeps. 2 of 2 flips at near-ties: the note."""
+    ref = np.array([[0.0, 0.05, -3.0], [0.0, 0.02, -3.0], [0.0, 0.09, -3.0], [2.0, 0.0, 0.0]])
+    cand = np.array([[0.1, 0.0, -3.0], [0.1, 0.0, -3.0], [0.0, 0.1, -3.0], [1.9, 0.0, 0.0]])
+    _, agree, count, ties, tie_flips = logits_pair_sums(ref, cand, np.ones(4, bool), vocab=3, mask_id=3)
+    assert (agree, count, ties, tie_flips) == (2, 4, 3, 2)
+    acc = MaskedAccumulator({"vocab_size": 3, "mask_id": 3})
+    acc.step_sums = np.array([[0.001, agree, count, ties, tie_flips]])
+    scalars, _ = acc._logit_metrics()
+    assert scalars["reference_near_ties"] == 0.75 and scalars["flips_at_near_ties"] == 1.0
+    note = near_tie_note(scalars)
+    assert note is not None and "100% of its flips" in note and "0.1 nats" in note and "75% of the positions" in note
+    # Flips at decided positions: no note; no flips at all: no share, no note.
+    assert near_tie_note({**scalars, "flips_at_near_ties": 0.5}) is None
+    assert near_tie_note({**scalars, "flips_at_near_ties": float("nan")}) is None
 
 
 # ---- masked ---------------------------------------------------------------------------------------
