@@ -228,8 +228,8 @@ def quantize(
         gates = s["measured"].get("check_failed") or []
         if gates:
             failed += f" (check would fail on {', '.join(gates)})"
-        if s["measured"].get("check_note"):
-            o.warn(s["measured"]["check_note"])
+        for note in s.get("notes") or []:
+            o.warn(note)
         raise CheckFailed(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
             hint=(

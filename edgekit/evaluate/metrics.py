@@ -116,17 +116,26 @@ def logits_pair_sums(ref: np.ndarray, cand: np.ndarray, where: np.ndarray, vocab
     return np.array([kl.sum(), top1.sum(), len(kl), tie.sum(), (tie & ~top1).sum()], dtype=np.float64)
 
 
-def near_tie_note(metrics: Mapping[str, Any]) -> str | None:
-    """One line where most of top-1 agreement's flips were at the reference's own near-ties (the
-    gate then counts coin flips of a model that barely decides, not quantization error); None
-    where the figures are missing or the flips were decided ones."""
-    share, ties, top1 = (metrics.get(k) for k in ("flips_at_near_ties", "reference_near_ties", "top1_agreement"))
-    if share is None or ties is None or top1 is None or not share >= NEAR_TIE_NOTE_SHARE:
+def near_tie_note(
+    metrics: Mapping[str, Any],
+    metric: str = "top1_agreement",
+    ties: str = "reference_near_ties",
+    flips: str = "flips_at_near_ties",
+    what: str = "FP32's own top two tokens are",
+    kl: float | None = None,
+) -> str | None:
+    """One line where most of ``metric``'s flips were at the reference's own near-ties (the gate
+    then counts coin flips of a model that barely decides, not quantization error); None where the
+    figures are missing or the flips were decided ones. ``ties``, ``flips``: the keys of the
+    near-tie share and of the flips' share at near-ties; ``kl``: the logits KL, else
+    ``metrics["logits_kl"]``."""
+    share, tied, value = (metrics.get(k) for k in (flips, ties, metric))
+    if share is None or tied is None or value is None or not share >= NEAR_TIE_NOTE_SHARE:
         return None
-    kl = metrics.get("logits_kl")
+    kl = metrics.get("logits_kl") if kl is None else kl
     return (
-        f"top1_agreement {top1:.4g}: {share:.0%} of its flips are where FP32's own top two tokens are within "
-        f"{NEAR_TIE_NATS:g} nats ({ties:.0%} of the positions compared): the FP32 model barely decides there "
+        f"{metric} {value:.4g}: {share:.0%} of its flips are where {what} within {NEAR_TIE_NATS:g} nats "
+        f"({tied:.0%} of the decisions compared): the FP32 model barely decides there "
         "(an untrained or random-weight model?)"
         + ("" if kl is None else f"; logits_kl {kl:.3g} measures the network's error at those positions")
     )

@@ -21,7 +21,7 @@ the qnn promotion search ``quantize/qnn/search.py``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.evaluate import evaluate, snr_db
+from edgekit.evaluate.metrics import NEAR_TIE_NATS, near_tie_note
 from edgekit.quantize.config import BUDGET_RULES, TOKEN_KINDS
 from edgekit.runtimes.base import Runtime, RuntimeProxy
 
@@ -59,6 +60,10 @@ class LockstepRuntime(RuntimeProxy):
         self.agreeing = 0
         self.total = 0
         self.top1_agreeing = 0  # argmax of the logits alone (no noise): what `check` gates as top-1
+        # FP32's decisions whose top two (logits / temperature + g) are within NEAR_TIE_NATS, and
+        # the disagreeing decisions among them: what a missed agreement budget counted
+        self.near_ties = 0
+        self.flips_at_near_ties = 0
 
     @property
     def outputs_stay_valid(self) -> int:  # the loop copies what it feeds back (run returns fresh arrays anyway)
@@ -76,6 +81,9 @@ class LockstepRuntime(RuntimeProxy):
             where = np.ones(a.shape, dtype=bool)
         self.agreeing += int(np.sum((a == b) & where))
         self.total += int(np.sum(where))
+        tie = self._near_tie(logits, noise) & where
+        self.near_ties += int(np.sum(tie))
+        self.flips_at_near_ties += int(np.sum(tie & (a != b)))
         if self.temperature > 0:
             self.top1_agreeing += int(
                 np.sum((self._decide(logits, 0.0, noise_free=True) == self._decide(cand, 0.0, noise_free=True)) & where)
@@ -84,12 +92,23 @@ class LockstepRuntime(RuntimeProxy):
             self.top1_agreeing += int(np.sum((a == b) & where))
         return ref
 
-    def _decide(self, logits: np.ndarray, noise: np.ndarray | float, noise_free: bool = False) -> np.ndarray:
+    def _scores(self, logits: np.ndarray, noise: np.ndarray | float, noise_free: bool = False) -> np.ndarray:
         x = np.array(logits, dtype=np.float64)
         x[..., self.vocab :] = -np.inf  # never the mask / BOS id, as the loops do
         if self.temperature > 0 and not noise_free:
             x = x / self.temperature + noise
-        return np.argmax(x, axis=-1)
+        return x
+
+    def _decide(self, logits: np.ndarray, noise: np.ndarray | float, noise_free: bool = False) -> np.ndarray:
+        return np.argmax(self._scores(logits, noise, noise_free), axis=-1)
+
+    def _near_tie(self, logits: np.ndarray, noise: np.ndarray | float) -> np.ndarray:
+        """bool [rows(, L)]: the decision's top two scores within NEAR_TIE_NATS."""
+        x = self._scores(logits, noise)[..., : self.vocab]
+        if x.shape[-1] < 2:
+            return np.zeros(x.shape[:-1], bool)
+        two = np.partition(x, -2, axis=-1)[..., -2:]
+        return np.asarray((two[..., 1] - two[..., 0]) < NEAR_TIE_NATS)
 
 
 @dataclass
@@ -101,6 +120,7 @@ class EvalRun:
     sampled: dict[str, Any]
     decisions: tuple[int, int] | None = None
     top1: tuple[int, int] | None = None  # (agreeing, total) argmax decisions, same positions
+    ties: tuple[int, int] | None = None  # (near-ties, disagreeing decisions among them), same positions
 
 
 def decode_eval_set(
@@ -134,7 +154,8 @@ def decode_eval_set(
             each_batch=None if each_batch is None else lambda i: each_batch(first + i),
         )
         decisions = (lock.agreeing, lock.total)
-        return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total))
+        ties = (lock.near_ties, lock.flips_at_near_ties)
+        return EvalRun(sampled, decisions, (lock.top1_agreeing, lock.total), ties)
     return EvalRun(sampled, decisions)
 
 
@@ -146,6 +167,10 @@ def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
         if int8.decisions is not None:
             agreeing, total = int8.decisions
             out["lockstep_token_agreement"] = agreeing / total if total else None
+            if int8.ties is not None and total:
+                near, flipped = int8.ties
+                out["lockstep_near_ties"] = near / total
+                out["lockstep_flips_at_near_ties"] = flipped / (total - agreeing) if total > agreeing else None
         if int8.top1 is not None and int8.top1[1]:
             out["top1_agreement"] = int8.top1[0] / int8.top1[1]
         out["final_token_agreement"] = float(np.mean(fp32.sampled["output"] == int8.sampled["output"]))
@@ -158,6 +183,29 @@ def compare(kind: str, fp32: EvalRun, int8: EvalRun) -> dict[str, Any]:
     out["quality_fp32"] = qf or None
     out["quality_int8"] = qi or None
     return out
+
+
+def budget_notes(checks: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any]) -> list[str]:
+    """One line per missed agreement whose flips were mostly at FP32's own near-ties
+    (``evaluate.metrics.near_tie_note``): the budget's lockstep agreement (decisions with the
+    shared Gumbel noise) and check's top-1 gate. Said, never relaxed."""
+    missed = {c["key"] for c in checks if c["passed"] is False}
+    gate = metrics.get("check_metrics") or {}
+    notes = []
+    if "lockstep_token_agreement" in missed:
+        notes.append(
+            near_tie_note(
+                metrics,
+                "lockstep_token_agreement",
+                "lockstep_near_ties",
+                "lockstep_flips_at_near_ties",
+                "FP32's top two sampling scores (log-probability + the shared Gumbel noise) are",
+                kl=gate.get("logits_kl"),
+            )
+        )
+    if "top1_agreement" in missed or "top1_agreement" in (metrics.get("check_failed") or []):
+        notes.append(metrics.get("check_note") or near_tie_note(metrics, kl=gate.get("logits_kl")))
+    return [n for n in notes if n]
 
 
 def check(metrics: Mapping[str, Any], budget: Mapping[str, float]) -> tuple[bool, list[dict[str, Any]]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import model_bytes
+from edgekit.quantize.budget import budget_notes
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.hooks import SearchResult
 
@@ -79,6 +80,7 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         },
         "passed": r.passed,
         "measured": r.metrics,
+        "notes": [] if r.passed else budget_notes(r.checks, r.metrics),
         "fallback": [named(f) for f in r.fallback],
         "sensitivity": r.sensitivity,
         "int8_flop_share": r.int8_flop_share,

@@ -90,7 +90,12 @@ def test_near_ties_are_counted_and_a_top1_gate_failing_on_them_says_so():
     scalars, _ = acc._logit_metrics()
     assert scalars["reference_near_ties"] == 0.75 and scalars["flips_at_near_ties"] == 1.0
     note = near_tie_note(scalars)
-    assert note is not None and "100% of its flips" in note and "0.1 nats" in note and "75% of the positions" in note
+    assert (
+        note is not None
+        and "100% of its flips" in note
+        and "0.1 nats" in note
+        and "75% of the decisions compared" in note
+    )
     # Flips at decided positions: no note; no flips at all: no share, no note.
     assert near_tie_note({**scalars, "flips_at_near_ties": 0.5}) is None
     assert near_tie_note({**scalars, "flips_at_near_ties": float("nan")}) is None

@@ -125,3 +125,46 @@ def test_the_lockstep_measure_has_its_own_name_and_the_old_key_still_parses():
 
     assert "token_agreement" not in BUDGET_RULES and "lockstep_token_agreement" in BUDGET_RULES
     assert parse_budget(["token_agreement=0.97"]) == {"lockstep_token_agreement": 0.97}
+
+
+def test_a_missed_lockstep_budget_says_when_its_flips_were_fp32s_own_near_ties():
+    """Greedy AR decisions over a 3-token vocabulary: FP32's top two within 0.1 nats in two of
+    three rows, the candidate flips exactly those: both flips at near-ties, one line says so;
+    a candidate that flips the decided row instead gets no line."""
+    from edgekit.quantize.budget import LockstepRuntime, budget_notes
+
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, logits):
+            self.logits = np.asarray(logits, np.float64)
+
+        def run(self, feeds):
+            return {"logits": self.logits.copy()}
+
+    fp32 = [[0.0, 0.05, -3.0], [0.0, 0.02, -3.0], [2.0, 0.0, 0.0]]
+    meta = {"vocab_size": 3}
+    for cand, note in (
+        ([[0.1, 0.0, -3.0], [0.1, 0.0, -3.0], [2.0, 0.0, 0.0]], True),
+        ([[0.0, 0.05, -3.0], [0.0, 0.02, -3.0], [0.0, 2.0, 0.0]], False),
+    ):
+        lock = LockstepRuntime(Fixed(fp32), Fixed(cand), "ar", meta, temperature=0.0, seed=0)
+        lock.run({"token": np.zeros((3, 1), np.int64)})
+        assert (lock.total, lock.near_ties) == (3, 2)
+        int8 = EvalRun(
+            {"output": np.zeros((3, 1)), "cond": {}, "quality": None},
+            (lock.agreeing, lock.total),
+            None,
+            (lock.near_ties, lock.flips_at_near_ties),
+        )
+        m = compare("ar", _run(np.zeros((3, 1))), int8)
+        assert m["lockstep_near_ties"] == pytest.approx(2 / 3)
+        assert m["lockstep_flips_at_near_ties"] == (1.0 if note else 0.0)
+        ok, rows = check(m, {"lockstep_token_agreement": 0.99})
+        assert not ok
+        notes = budget_notes(rows, m | {"check_metrics": {"logits_kl": 1e-4}})
+        if note:
+            assert len(notes) == 1 and notes[0].startswith("lockstep_token_agreement 0.3333: 100% of its flips")
+            assert "Gumbel" in notes[0] and "logits_kl 0.0001" in notes[0]
+        else:
+            assert notes == []
