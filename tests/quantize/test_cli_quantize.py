@@ -75,6 +75,27 @@ def test_budget_miss_exits_4_with_one_line(masked):
     assert "Traceback" not in r.output
 
 
+def test_a_budget_miss_prints_its_notes_before_the_error_and_records_them(masked, monkeypatch):
+    """budget_notes (near-ties; tested in test_budget.py) stood in for: what it says is one
+    warning line each before the error, and the manifest's quantization.notes."""
+    import edgekit.quantize.result as result
+    from edgekit.bundle import Bundle
+
+    seen = []
+
+    def notes(checks, metrics):
+        seen.append([c["key"] for c in checks if c["passed"] is False])
+        return ["lockstep_token_agreement 0.98: 100% of its flips are near-ties (stand-in)"]
+
+    monkeypatch.setattr(result, "budget_notes", notes)
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "lockstep_token_agreement=1.01")
+    assert r.exit_code == 4 and seen == [["lockstep_token_agreement"]]
+    lines = r.stderr.strip().splitlines()
+    assert lines[-2] == "warning: lockstep_token_agreement 0.98: 100% of its flips are near-ties (stand-in)"
+    assert lines[-1].startswith("error:")
+    assert Bundle.load(masked).quantization.as_recorded["notes"] == [notes([], {})[0]]
+
+
 def test_max_fallback_bounds_the_search_and_the_verdict_says_the_budget_failed(masked):
     """An unreachable budget: the search stops after --max-fallback nodes instead of floating every layer."""
     r = invoke("quantize", masked, *FAST, "--max-fallback", "2", "--budget", "lockstep_token_agreement=1.01", "--json")
