@@ -94,6 +94,15 @@ NEAR_TIE_NATS = 0.1
 NEAR_TIE_NOTE_SHARE = 0.8
 
 
+def near_ties(scores: np.ndarray) -> np.ndarray:
+    """bool [...]: where the top two of ``scores`` [..., V] (log-probabilities, or a sampler's
+    scores) are within ``NEAR_TIE_NATS``; none where there is one candidate."""
+    if scores.shape[-1] < 2:
+        return np.zeros(scores.shape[:-1], bool)
+    two = np.partition(scores, -2, axis=-1)[..., -2:]  # second, first
+    return np.asarray((two[..., 1] - two[..., 0]) < NEAR_TIE_NATS)
+
+
 def logits_pair_sums(ref: np.ndarray, cand: np.ndarray, where: np.ndarray, vocab: int, mask_id: int) -> np.ndarray:
     """[Σ KL(ref ‖ cand), Σ top-1 agreement, count, Σ near-ties, Σ flips at near-ties] over the
     positions ``where`` is True.
@@ -108,11 +117,7 @@ def logits_pair_sums(ref: np.ndarray, cand: np.ndarray, where: np.ndarray, vocab
     c = _log_softmax(np.asarray(cand, dtype=np.float64)[where][:, keep])
     kl = np.sum(np.exp(r) * (r - c), axis=-1)  # (P,)
     top1 = np.argmax(r, axis=-1) == np.argmax(c, axis=-1)
-    if r.shape[-1] > 1:
-        two = np.partition(r, -2, axis=-1)[:, -2:]  # (P, 2): second, first
-        tie = (two[:, 1] - two[:, 0]) < NEAR_TIE_NATS
-    else:
-        tie = np.zeros(len(r), bool)
+    tie = near_ties(r)
     return np.array([kl.sum(), top1.sum(), len(kl), tie.sum(), (tie & ~top1).sum()], dtype=np.float64)
 
 
