@@ -86,11 +86,12 @@ class ManifestViews:
 
     @property
     def tokens_per_row(self) -> int | None:
-        """Tokens one row's decode decides at full length: a masked model every position (meta
-        ``seq_len``), an AR model the cache's size (meta ``max_len``; a decode may ask for fewer:
-        ``quantize.decodes.tokens_per_row``); None for flow."""
+        """Tokens one row's decode decides with the bundle's decode defaults: a masked model every
+        position (meta ``seq_len``), an AR model the defaults' ``length``, else the cache's size
+        (meta ``max_len``; a decode's options may ask for fewer: ``quantize.decodes.tokens_per_row``);
+        None for flow."""
         key = {"masked": "seq_len", "ar": "max_len"}.get(self.kind)
-        value = self.meta.get(key) if key else None
+        value = (self.kind == "ar" and self.decode_defaults.get("length")) or (self.meta.get(key) if key else None)
         return int(value) if value else None
 
     @property

@@ -17,10 +17,9 @@ SPEED_AR_TOKENS = 128
 
 
 def tokens_per_row(bundle: Bundle, decode: Mapping[str, Any]) -> int | None:
-    """The tokens one row's decode decides: masked every position, AR its length (the cache's
-    size unless the decode options ``decode`` or the bundle's decode defaults give one); None for
-    flow."""
-    length = (decode.get("length") or bundle.decode_defaults.get("length")) if bundle.kind == "ar" else None
+    """The tokens one row's decode decides: masked every position, AR its length (the decode
+    options ``decode``'s, else the bundle's decode defaults', else the cache's size); None for flow."""
+    length = decode.get("length") if bundle.kind == "ar" else None
     return int(length) if length else bundle.tokens_per_row
 
 

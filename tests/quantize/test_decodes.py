@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,9 @@ def test_tokens_per_row_is_what_a_rows_decode_decides(demo_bundles):
     assert tokens_per_row(ar, {"length": 5}) == 5  # a shorter decode decides fewer
     assert tokens_per_row(flow, {}) is None
     # A length the bundle's decode defaults give is the decode's too; the options still win.
-    short = SimpleNamespace(kind="ar", decode_defaults={"length": 7}, tokens_per_row=ar.meta["max_len"])
+    manifest = copy.deepcopy(ar.manifest)
+    manifest["decode_defaults"] = {**manifest.get("decode_defaults", {}), "length": 7}
+    short = Bundle(ar.root, manifest)
     assert tokens_per_row(short, {}) == 7 and tokens_per_row(short, {"length": 5}) == 5
 
 
@@ -31,7 +34,7 @@ def test_a_long_ar_decode_is_timed_on_its_first_tokens_and_scaled_to_a_whole_one
     ar, masked = Bundle.load(demo_bundles["ar"]), Bundle.load(demo_bundles["masked"])
     assert ar.meta["max_len"] <= decodes.SPEED_AR_TOKENS  # the demo: timed whole
     assert decodes.speed_tokens(ar, {}) is None and decodes.speed_tokens(masked, {}) is None
-    long_ar = SimpleNamespace(kind="ar", decode_defaults={}, tokens_per_row=1024)  # what a 1024-token bundle answers
+    long_ar = SimpleNamespace(kind="ar", tokens_per_row=1024)  # the accessor a 1024-token bundle answers
     assert decodes.speed_tokens(long_ar, {}) == (decodes.SPEED_AR_TOKENS, 1024)
     assert decodes.speed_tokens(long_ar, {"length": 100}) is None  # the decode itself is short
     host = StandInHost(loads=(0.3,))
