@@ -14,7 +14,7 @@ from typing import Any
 from edgekit.host import cpu_identity
 from edgekit.probes._sysfs import CommandRunner, read_int, read_text, run_command, under
 from edgekit.probes.power.jetson import gpu_load, parse_nvpmodel
-from edgekit.probes.power.nvml import load_pynvml
+from edgekit.probes.power.nvml import UnmappedGpu, cuda_to_nvml, load_pynvml
 from edgekit.probes.power.rpi import THROTTLED_COMMAND, parse_throttled
 
 CPU_DIR = "/sys/devices/system/cpu"
@@ -138,7 +138,16 @@ def _nvml(pynvml: Any) -> dict[str, Any] | None:
     try:
         nvml = load_pynvml(pynvml)
         nvml.nvmlInit()
-        return nvml_state(nvml)
+    except Exception:  # noqa: BLE001 - no package or no driver: simply not an NVIDIA host
+        return None
+    try:
+        index, _ = cuda_to_nvml(nvml, 0)  # the GPU a decode's cuda:0 is, not NVML's first
+    except UnmappedGpu as exc:
+        return {"index": None, "reason": str(exc)}
+    except Exception:  # noqa: BLE001 - no GPU
+        return None
+    try:
+        return nvml_state(nvml, index)
     except Exception:  # noqa: BLE001 - no package, no driver or no GPU: simply not an NVIDIA host
         return None
 

@@ -160,7 +160,7 @@ def _energy(
         probe = power.unavailable.probe if power is not None and power.unavailable else "off"
         return {"available": False, "probe": probe, "reason": reason}, None
     trace_doc = trace.to_json(samples=keep_samples)
-    unseen = unseen_reason(trace.probe, device)
+    unseen = unseen_reason(trace.probe, device, getattr(power.sampler, "cuda_index", None))
     if unseen is not None:
         picked = f" (--power auto picked {trace.probe}, the first probe this host has)" if power.auto else ""
         return {"available": False, "probe": trace.probe, "reason": unseen + picked}, trace_doc

@@ -45,6 +45,17 @@ from edgekit.runtimes.registry import Backend, DebugHooks, EngineHooks, FileOpti
 __all__ = ["GRAPH_OPTIMIZATION_LEVELS", "OrtOptions", "OrtRuntime", "taking_turns"]
 
 
+def session_device(session: Any) -> str:
+    """The session's first provider; ``<provider>:N`` for a CUDA or TensorRT provider whose options
+    chose GPU N (not 0), so a power probe reading another GPU can tell (``probes.power.scope``)."""
+    first = str(session.get_providers()[0])
+    options = session.get_provider_options().get(first) or {}
+    device_id = str(options.get("device_id", "0")).strip()
+    if first in ("CUDAExecutionProvider", "TensorrtExecutionProvider") and device_id not in ("", "0"):
+        return f"{first}:{device_id}"
+    return first
+
+
 class OrtRuntime(BaseRuntime):
     """A model file run by ONNX Runtime.
 
@@ -84,7 +95,7 @@ class OrtRuntime(BaseRuntime):
         )
 
         self.providers_used: list[str] = list(self.session.get_providers())
-        self.device = self.providers_used[0]
+        self.device = session_device(self.session)
         failed = [p for p in providers if p not in self.providers_used]
         if failed:
             # Listed as available but failed to initialize (missing CUDA/cuDNN libraries, ...):

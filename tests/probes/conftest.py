@@ -39,11 +39,16 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    def __init__(self, *, gpus=1, energy_mw=200_000.0, power_mw=150_000, fields=True, init_error=None):
+    def __init__(
+        self, *, gpus=1, energy_mw=200_000.0, power_mw=150_000, fields=True, init_error=None, names=None, uuids=None
+    ):
         import time
 
         self._t0 = time.monotonic()
         self.gpus, self.energy_mw, self.power_mw = gpus, energy_mw, power_mw
+        # Per NVML index (PCI bus order); NVML returns bytes from older bindings, str from newer.
+        self.names = names or [b"NVIDIA A10"] * gpus
+        self.uuids = uuids or [f"GPU-{i:08x}-1111-2222-3333-444455556666" for i in range(gpus)]
         self.fields, self.init_error = fields, init_error
         self.throttle_mask = 0x4 | 0x1  # SwPowerCap + GpuIdle
 
@@ -58,7 +63,10 @@ class FakeNvml:
         return f"handle{index}"
 
     def nvmlDeviceGetName(self, handle):
-        return b"NVIDIA A10"
+        return self.names[int(handle.removeprefix("handle"))]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self.uuids[int(handle.removeprefix("handle"))]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):
         import time
@@ -85,5 +93,8 @@ class FakeNvml:
 
 
 @pytest.fixture
-def fake_nvml():
+def fake_nvml(monkeypatch):
+    # NVML's GPU is the one CUDA's cuda:0 is: the host's CUDA settings must not steer a test.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     return FakeNvml

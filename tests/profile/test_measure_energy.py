@@ -26,16 +26,25 @@ CPU_REASON = (
 class ReportsCuda(RuntimeProxy):
     """The ORT runtime, reporting the device a CUDA session would (this host has no GPU)."""
 
+    reported = "CUDAExecutionProvider"
+
     @property
     def device(self) -> str:
-        return "CUDAExecutionProvider"
+        return self.reported
 
 
-def _profile(bundle, kit, power: str, *, cuda: bool = False) -> dict[str, Any]:
+class ReportsSecondGpu(ReportsCuda):
+    reported = "CUDAExecutionProvider:1"  # a target file's provider options chose device_id 1
+
+
+def _profile(bundle, kit, power: str, *, cuda: bool | type = False) -> dict[str, Any]:
+    proxy = cuda if isinstance(cuda, type) else ReportsCuda
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("edgekit.profile.measure.detect", lambda choice, root: open_nvml(pynvml=FakeNvml()))
+        # Two alike boards, nothing hidden: the sampler reads cuda:0's (NVML GPU 0).
+        nvml = lambda choice, root: open_nvml(pynvml=FakeNvml(gpus=2), env={})  # noqa: E731
+        mp.setattr("edgekit.profile.measure.detect", nvml)
         if cuda:
-            mp.setattr("edgekit.profile.measure.open_runtime", lambda *a, **k: ReportsCuda(open_runtime(*a, **k)))
+            mp.setattr("edgekit.profile.measure.open_runtime", lambda *a, **k: proxy(open_runtime(*a, **k)))
         return profile_bundle(bundle, ProfileConfig(measure=kit.FAST, power=power, idle_seconds=0.05))
 
 
@@ -81,3 +90,14 @@ def test_nvml_watching_a_cuda_decode_gives_its_energy(tiny, kit):
     # whole mJ steps (the counter is read as an integer; a busy host skews the reads' timestamps).
     window_s = v["power_trace"]["duration_s"]
     assert e["gross_mj"] == pytest.approx(200_000 * window_s / e["n_decodes"], rel=0.2)
+
+
+def test_nvml_reading_one_gpu_gives_no_energy_to_a_decode_on_another(tiny, kit):
+    doc = _profile(tiny["masked"], kit, "nvml", cuda=ReportsSecondGpu)
+    (v,) = doc["variants"]
+    assert v["device"] == "CUDAExecutionProvider:1"
+    assert v["energy"]["available"] is False and "gross_mj" not in v["energy"]
+    assert v["energy"]["reason"].startswith(
+        "nvml reads the board of cuda:0, but this decode ran on CUDAExecutionProvider:1 (cuda:1)"
+    )
+    assert v["power_trace"]["samples"][0]["rails_mw"] == {"gpu0": 150_001}  # the readings stay, real

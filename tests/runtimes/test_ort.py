@@ -10,7 +10,7 @@ import pytest
 
 from edgekit.errors import EdgekitError, TargetUnavailable, UsageError
 from edgekit.runtimes.base import Runtime
-from edgekit.runtimes.ort import OrtOptions, OrtRuntime
+from edgekit.runtimes.ort import OrtOptions, OrtRuntime, session_device
 
 pytest.importorskip("onnxruntime")
 
@@ -273,3 +273,44 @@ def test_a_run_onnx_runtime_refuses_is_one_line_naming_the_file_and_what_to_chec
         assert str(info.value).startswith("ort: running gather.onnx failed:") and "idx=9" in str(info.value)
         assert "\n" not in str(info.value) and "--cond" in info.value.hint
         assert rt.run({"idx": np.array([1, 1, 1])})["y"].shape == (3, 2)  # the session still runs
+
+
+class _Session:
+    """What ``session_device`` reads of an ORT session: providers and their options as ORT
+    returns them (option values are strings)."""
+
+    def __init__(self, providers, options):
+        self._providers, self._options = providers, options
+
+    def get_providers(self):
+        return self._providers
+
+    def get_provider_options(self):
+        return self._options
+
+
+@pytest.mark.parametrize(
+    ("providers", "options", "device"),
+    [
+        (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"],
+            {"CUDAExecutionProvider": {"device_id": "0"}},
+            "CUDAExecutionProvider",
+        ),
+        (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"],
+            {"CUDAExecutionProvider": {"device_id": "1"}},
+            "CUDAExecutionProvider:1",
+        ),
+        (
+            ["TensorrtExecutionProvider"],
+            {"TensorrtExecutionProvider": {"device_id": "3"}},
+            "TensorrtExecutionProvider:3",
+        ),
+        (["CPUExecutionProvider"], {"CPUExecutionProvider": {}}, "CPUExecutionProvider"),
+    ],
+)
+def test_session_device_names_the_gpu_the_provider_options_chose(providers, options, device):
+    # A power probe compares it with the GPU it reads (probes.power.scope): cuda:1's decode is
+    # not cuda:0's board's energy.
+    assert session_device(_Session(providers, options)) == device

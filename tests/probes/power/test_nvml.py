@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
-from edgekit.probes.power.nvml import NvmlSampler, open_nvml
+from edgekit.probes.power.nvml import NvmlSampler, UnmappedGpu, cuda_to_nvml, open_nvml
 from edgekit.probes.power.trace import Unavailable
 
 
@@ -61,7 +62,54 @@ def test_average_field_when_instant_is_missing(fake_nvml):
 def test_unavailable_cases(fake_nvml):
     assert "no NVIDIA driver" in open_nvml(pynvml=fake_nvml(init_error="Driver Not Loaded")).reason
     assert "sees 0 GPU" in open_nvml(pynvml=fake_nvml(gpus=0)).reason
-    assert "sees 1 GPU" in open_nvml(index=1, pynvml=fake_nvml()).reason
+    assert "NVML sees 1 GPU" in open_nvml(cuda_index=1, pynvml=fake_nvml()).reason
+
+
+# ---- which board: CUDA's cuda:N against NVML's PCI-bus numbering ------------------------------
+A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+
+
+def test_cuda_visible_devices_picks_the_board_the_decode_runs_on(fake_nvml):
+    nvml = fake_nvml(gpus=4)
+    # The bug this guards: cuda:0 under CUDA_VISIBLE_DEVICES=2 is NVML's GPU 2, not GPU 0.
+    s = open_nvml(pynvml=nvml, env={"CUDA_VISIBLE_DEVICES": "2"})
+    assert isinstance(s, NvmlSampler) and (s.index, s.cuda_index, s.rail) == (2, 0, "gpu2")
+    assert "NVML GPU 2 (NVIDIA A10) is cuda:0 (CUDA_VISIBLE_DEVICES='2')" in s.notes()
+    assert cuda_to_nvml(nvml, 1, {"CUDA_VISIBLE_DEVICES": "3, 1"})[0] == 1
+    assert cuda_to_nvml(nvml, 1, {})[0] == 1  # unset: CUDA's numbering is NVML's for alike GPUs
+
+
+def test_uuid_entries_and_their_unique_prefixes_resolve(fake_nvml):
+    nvml = fake_nvml(gpus=3)
+    assert cuda_to_nvml(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-00000002-1111-2222-3333-444455556666"})[0] == 2
+    assert cuda_to_nvml(nvml, 1, {"CUDA_VISIBLE_DEVICES": "0,GPU-00000001"})[0] == 1
+    with pytest.raises(UnmappedGpu, match=r"'GPU-0000000' matches 3 of NVML's GPUs .*full UUID"):
+        cuda_to_nvml(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-0000000"})
+
+
+@pytest.mark.parametrize(
+    ("visible", "cuda_index", "says"),
+    [
+        ("1", 1, r"cuda:1 is not a visible device: CUDA_VISIBLE_DEVICES='1' makes 1 visible"),
+        ("", 0, r"makes 0 visible"),
+        ("-1", 0, r"makes 0 visible"),
+        ("0,x,1", 1, r"makes 1 visible"),  # CUDA stops at the first entry it cannot read
+        ("5", 0, r"is GPU 5, but NVML sees 2 GPU"),
+        ("MIG-6a8e5b3c-1111", 0, r"MIG instance .* whole GPU's, shared with the other instances"),
+    ],
+)
+def test_a_board_that_cannot_be_named_is_unavailable_with_the_reason(fake_nvml, visible, cuda_index, says):
+    s = open_nvml(cuda_index, pynvml=fake_nvml(gpus=2), env={"CUDA_VISIBLE_DEVICES": visible})
+    assert isinstance(s, Unavailable) and re.search(says, s.reason), s
+
+
+def test_unlike_gpus_need_the_pci_bus_order_to_map_indices(fake_nvml):
+    nvml = fake_nvml(gpus=2, names=[A100, H100.encode()])
+    # CUDA's default order is fastest first (the H100 would be cuda:0), NVML's is by PCI bus.
+    with pytest.raises(UnmappedGpu, match=r"CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        cuda_to_nvml(nvml, 0, {})
+    assert cuda_to_nvml(nvml, 0, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})[0] == 0
+    assert cuda_to_nvml(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-00000001"})[0] == 1  # a UUID is unambiguous
 
 
 def test_missing_pynvml_names_the_extra():

@@ -8,7 +8,7 @@ import pytest
 from edgekit.probes.power import CHOICES, unseen_reason
 from edgekit.probes.power.scope import READS
 
-NVIDIA = ["CUDAExecutionProvider", "TensorrtExecutionProvider", "cuda:0", "cuda:1", "cuda"]
+NVIDIA = ["CUDAExecutionProvider", "TensorrtExecutionProvider", "cuda:0", "cuda:1", "cuda", "CUDAExecutionProvider:1"]
 # ORT on the CPU, OpenVINO's execution devices (one or several), QNN's HTP line, a runtime's default,
 # and a name that only starts like torch's.
 ELSEWHERE = [
@@ -20,6 +20,7 @@ ELSEWHERE = [
     "QNNExecutionProvider HTP v73 QDQ int8/int16 (x86 emulation)",
     "cpu",
     "cudaish",
+    "CUDAExecutionProviderX",
 ]
 BOARDS = ["jetson", "tegrastats", "android", "odpm", "rpi"]
 
@@ -50,3 +51,16 @@ def test_every_probe_a_user_can_name_says_what_it_reads():
     # A new probe must say what it reads (and, where it is not the whole board, what it misses).
     assert set(READS) == set(CHOICES) - {"auto", "off"}
     assert set(BOARDS) | {"nvml", "rapl"} == set(READS)
+
+
+@pytest.mark.parametrize(
+    ("device", "ordinal"),
+    [("cuda:0", 0), ("cuda", 0), ("CUDAExecutionProvider", 0), ("cuda:2", 2), ("TensorrtExecutionProvider:1", 1)],
+)
+def test_nvml_sees_only_the_gpu_whose_board_it_reads(device, ordinal):
+    # The sampler reads one board (cuda:1's); a decode on any other GPU gets no energy from it.
+    assert (unseen_reason("nvml", device, probe_cuda_index=1) is None) == (ordinal == 1)
+    if ordinal != 1:
+        reason = unseen_reason("nvml", device, probe_cuda_index=1)
+        assert reason.startswith(f"nvml reads the board of cuda:1, but this decode ran on {device} (cuda:{ordinal})")
+        assert "CUDA_VISIBLE_DEVICES" in reason
