@@ -35,6 +35,10 @@ LARGE_BYTES = 256 * 1024**2
 # with random weights the budget was out of reach (0.9853 -> 0.9855 -> 0.9847 -> 0.9848 ->
 # 0.9848 against 0.99): every further fallback would have been ~50 s for nothing.
 PATIENCE_LARGE = 3
+# After this many fallbacks one at a time, the search doubles the float set per candidate while the
+# budget fails and then bisects back (matcha's decoder at 400 frames: the budget held at 44 of 65
+# layers, 44 candidates one by one, 13 this way).
+GALLOP_AFTER = 4
 
 
 def screen(scores: Mapping[str, Mapping[str, float]], nodes: Sequence[str], weight_bytes: int) -> list[str]:
@@ -117,39 +121,86 @@ def fallback_until_within_budget(
     order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
     best = worst_margin(metrics, budget)
     limit = len(nodes) if max_fallback is None else min(max_fallback, len(nodes))
-    stale = 0  # fallbacks in a row without a better worst margin
-    for rank in range(1, limit + 1):
-        name = order.pop(0)
-        nodes.remove(name)
-        s = scores.get(name, {})
-        why = f"budget fallback #{rank}: " + ranked_why(s)
-        outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
-        say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
-        model = build(nodes)
-        metrics = measure(model)
-        passed, rows = check(metrics, budget)
+    floated: list[str] = []  # moved out of INT8, in the order moved
+    failed_at = 0  # the most fallbacks known to miss the budget
+    stale = 0  # steps in a row without a better worst margin
+
+    def fall(count: int) -> tuple[Path, dict[str, Any], bool, list[dict[str, Any]]]:
+        kept = [n for n in selected if n not in set(floated[:count])]
+        m = build(kept)
+        met = measure(m)
+        ok, checked = check(met, budget)
         history.append(
-            {"fallback": rank, "node": name, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed}
+            {
+                "fallback": count,
+                "node": floated[count - 1],
+                "int8_nodes": len(kept),
+                **_headline(met, budget),
+                "passed": ok,
+            }
         )
-        if passed or not nodes:
+        return m, met, ok, checked
+
+    while len(floated) < limit:
+        # One at a time first (a few sensitive layers is the common case), then doubling the float
+        # set while the budget keeps failing: 44 of matcha's 65 layers took 44 candidates one by one.
+        target = min(limit, len(floated) + (1 if len(floated) < GALLOP_AFTER else len(floated)))
+        step = order[: target - len(floated)]
+        del order[: len(step)]
+        for name in step:
+            rank = len(floated) + 1
+            floated.append(name)
+            s = scores.get(name, {})
+            why = f"budget fallback #{rank}: " + ranked_why(s)
+            outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
+            if len(step) == 1:
+                say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
+        if len(step) > 1:
+            say(
+                f"fallbacks {len(floated) - len(step) + 1}-{len(floated)} -> {fallback_to}: the next {len(step)} in the "
+                f"ranking ({', '.join(labels.get(n, n) for n in step[:3])}{', ...' if len(step) > 3 else ''}); "
+                "the float set doubles while the budget fails, then halves back to the fewest that hold it"
+            )
+        model, metrics, passed, rows = fall(len(floated))
+        if passed or len(floated) == len(selected):
             break
+        failed_at = len(floated)
         margin = worst_margin(metrics, budget)
         stale = 0 if margin > best else stale + 1
-        if patience is not None and stale >= patience and rank < limit:
+        if patience is not None and stale >= patience and len(floated) < limit:
             outcome.stopped = (
                 f"{stale} fallbacks in a row brought no better worst margin than {best:+.4g}: the budget looks out "
                 f"of reach by fallbacks (--max-fallback N searches on, up to N)"
             )
             say(f"search stopped: {outcome.stopped}")
             break
-        if margin <= best and s.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
+        last = scores.get(floated[-1], {})
+        if len(step) == 1 and margin <= best and last.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
             # No progress, and that node's input was already ruined upstream: its score said
             # little. Rank again on the current model, where the earlier culprit is gone.
             say("no progress: ranking the remaining INT8 nodes again")
-            scores = sensitivity(model, nodes)
+            kept = [n for n in selected if n not in floated]
+            scores = sensitivity(model, kept)
             outcome.ranking.update(scores)
-            order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
+            order = rank_by_sensitivity(scores) + [n for n in kept if n not in scores]
         best = max(best, margin)
+    if passed and len(floated) - failed_at > 1:
+        # A doubling step held the budget: bisect between the last count that missed and it, for
+        # the fewest fallbacks (of this ranking) that hold (more float never hurts, as a rule).
+        low, high, held = failed_at, len(floated), (model, metrics, rows)
+        while high - low > 1:
+            mid = (low + high) // 2
+            say(f"bisect: {mid} fallbacks (between {low}, which missed, and {high}, which held)")
+            trial = fall(mid)
+            if trial[2]:
+                high, held = mid, (trial[0], trial[1], trial[3])
+            else:
+                low = mid
+        model, metrics, rows = held
+        order = floated[high:] + order  # back in INT8, first in line for the fallback form
+        del floated[high:], outcome.fallback[high:]
+        say(f"fallbacks: {high} hold the budget, {high - 1} do not")
+    nodes = [n for n in selected if n not in floated]
     outcome.passed, outcome.metrics, outcome.checks, outcome.quantized = passed, metrics, rows, nodes
     outcome.next_up = [n for n in order if n in nodes]
     return model, outcome

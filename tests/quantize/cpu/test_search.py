@@ -57,7 +57,8 @@ def test_fallback_loop_with_fakes_moves_most_sensitive_first_until_met():
 def test_with_patience_the_search_stops_when_fallbacks_stop_improving_the_worst_margin():
     # aMUSEd-256's recorded history (random weights, budget 0.99): a better margin once, then
     # three fallbacks no better than it.
-    agreements = [0.98530, 0.98554, 0.98470, 0.98482, 0.98482, 0.99500]
+    # By the number of fallbacks: 5 or more hold the budget.
+    agreements = [0.98530, 0.98554, 0.98470, 0.98482, 0.98482, 0.99500, 0.99500, 0.99500, 0.99500]
     nodes = [f"n{i}" for i in range(8)]
     built: list[list[str]] = []
 
@@ -66,7 +67,7 @@ def test_with_patience_the_search_stops_when_fallbacks_stop_improving_the_worst_
         return f"model{len(built)}"
 
     def measure(model):
-        return {"lockstep_token_agreement": agreements[len(built) - 1]}
+        return {"lockstep_token_agreement": agreements[len(nodes) - len(built[-1])]}
 
     def sensitivity(model, kept):
         return {n: {"added_sqnr_db": 10.0 + i} for i, n in enumerate(kept)}
@@ -76,11 +77,12 @@ def test_with_patience_the_search_stops_when_fallbacks_stop_improving_the_worst_
     assert not out.passed and len(out.fallback) == 4 and len(out.history) == 5
     assert out.stopped and "3 fallbacks in a row" in out.stopped and "--max-fallback" in out.stopped
     assert out.next_up == nodes[4:]
-    # Without patience (a small model, or the user's own --max-fallback) the fifth fallback is
-    # tried and holds the budget.
+    # Without patience (a small model, or the user's own --max-fallback) the search goes on: 8
+    # fallbacks hold the budget, then the bisection finds that 5 do and 4 do not.
     built.clear()
     _, on = fallback_until_within_budget(nodes, budget, build, measure, sensitivity)
     assert on.passed and len(on.fallback) == 5 and on.stopped is None
+    assert [h["fallback"] for h in on.history] == [0, 1, 2, 3, 4, 8, 6, 5]
     # Progress resets the count: a new best at the third fallback keeps the search going.
     agreements[3] = 0.98600
     built.clear()
@@ -162,3 +164,40 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
     assert out.ranking["sin"]["isolated_output_sqnr_db"] < 25 < 30 < out.ranking["ln"]["isolated_output_sqnr_db"]
     assert set(out.quantized) == set(chosen) - set(fell)
     assert all(f["reason"].startswith("budget fallback #") for f in out.fallback)
+
+
+def test_after_a_few_fallbacks_the_float_set_doubles_then_bisects_to_the_fewest_that_hold():
+    # matcha-decoder's shape of problem: error spread evenly, the budget held by 44 of 65 layers.
+    nodes = [f"n{i:02d}" for i in range(65)]
+    need = 44
+    built: list[list[str]] = []
+
+    def build(kept):
+        built.append(list(kept))
+        return f"model{len(built)}"
+
+    def measure(model):  # SNR climbs with every layer floated, most sensitive first
+        floated = len(nodes) - len(built[-1])
+        return {"snr_db": 25.0 + 5.0 * floated / need}
+
+    def sensitivity(model, kept):
+        return {n: {"isolated_output_sqnr_db": 30.0 + i / 10} for i, n in enumerate(kept)}
+
+    messages: list[str] = []
+    model, out = fallback_until_within_budget(
+        nodes, {"snr_db": 30.0}, build, measure, sensitivity, progress=messages.append
+    )
+    assert out.passed and [f["node"] for f in out.fallback] == nodes[:need]
+    assert out.quantized == nodes[need:] and out.next_up == nodes[need:]
+    assert built[int(model.removeprefix("model")) - 1] == nodes[need:]  # the model returned is that candidate
+    # 1, 2, 3, 4 one at a time; 8, 16, 32, 64 doubling; then 48, 40, 44, 42, 43: 13 candidates, not 44.
+    assert [h["fallback"] for h in out.history] == [0, 1, 2, 3, 4, 8, 16, 32, 64, 48, 40, 44, 42, 43]
+    assert out.metrics["snr_db"] == pytest.approx(30.0)
+    assert any(m.startswith("fallbacks 5-8 -> float: the next 4 in the ranking (n04, n05, n06, ...)") for m in messages)
+    assert messages[-1] == "fallbacks: 44 hold the budget, 43 do not"
+    # --max-fallback bounds the doubling too: 10 at most, the last step 4 -> 8 -> 10.
+    built.clear()
+    _, capped = fallback_until_within_budget(nodes, {"snr_db": 30.0}, build, measure, sensitivity, max_fallback=10)
+    assert not capped.passed and len(capped.fallback) == 10
+    assert [h["fallback"] for h in capped.history] == [0, 1, 2, 3, 4, 8, 10]
+    assert capped.next_up == nodes[10:]
