@@ -26,7 +26,7 @@ from edgekit.check.strict import settle
 from edgekit.decode.dispatch import decode, decode_config
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.evaluate import check_rows, conditions
-from edgekit.evaluate.metrics import _calls_per_step, _per_step, accumulator_for, power_ratio_db
+from edgekit.evaluate.metrics import accumulator_for, near_tie_note
 from edgekit.evaluate.thresholds import DEFAULTS, check_comparable, load_baseline, load_thresholds
 from edgekit.evaluate.verdict import compare
 from edgekit.runtimes import open_runtime
@@ -43,8 +43,8 @@ MODE = (
 )
 # The metrics a teacher-forced comparison gives per kind (evaluate.metrics: from the shadow pairs).
 TEACHER_FORCED = {
-    "masked": ("logits_kl", "top1_agreement"),
-    "ar": ("logits_kl", "top1_agreement"),
+    "masked": ("logits_kl", "top1_agreement", "reference_near_ties", "flips_at_near_ties"),
+    "ar": ("logits_kl", "top1_agreement", "reference_near_ties", "flips_at_near_ties"),
     "flow": ("velocity_snr_db",),
 }
 
@@ -168,6 +168,9 @@ def check_on_aihub(
     metrics = {**scalars, **{m: None for m in skipped}}
     verdict = compare(metrics, thresholds, baseline)
     warnings = [f"{m}: not measured on AI Hub ({MODE}): not gated" for m in skipped if m in thresholds.explicit]
+    note = near_tie_note(metrics) if "top1_agreement" in verdict.failed else None
+    if note is not None:  # as edgekit check says it: a failed top-1 whose flips are the model's own near-ties
+        warnings.append(note)
     settings["conditions"] = cond_source
     doc: dict[str, Any] = {
         "schema": "edgekit.check/1",
@@ -252,24 +255,11 @@ def _teacher_forced(
     bundle: Bundle, ref_rt: Any, batches: list[dict[str, Any]], device_out: list[Any]
 ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """check's teacher-forced metrics with the device as the shadow: each call's reference output
-    (recomputed on its recorded feeds) against the device's output for the same feeds."""
+    (recomputed on its recorded feeds) against the device's output for the same feeds, summed and
+    reported as ``edgekit check`` does (the accumulator's ``teacher_forced``)."""
     acc = accumulator_for(bundle.kind, bundle.meta)
-    sums, i = None, 0
+    calls = iter(device_out)
     for b in batches:
-        paired = []
-        for feeds in b["feeds"]:
-            paired.append(np.asarray(acc.on_pair(feeds, ref_rt.run(feeds), device_out[i]), dtype=np.float64))
-            i += 1
-        part = _per_step(paired, _calls_per_step(b["runtime_calls"], b["steps"]), b["steps"])
-        sums = part if sums is None else sums + part
-    s = sums if sums is not None else np.zeros((0, 3))
-    if bundle.kind == "flow":
-        return (
-            {"velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum()))},
-            {"velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s]},
-        )
-    count, total = np.maximum(s[:, 2], 1), max(float(s[:, 2].sum()), 1.0)
-    return (
-        {"logits_kl": float(s[:, 0].sum() / total), "top1_agreement": float(s[:, 1].sum() / total)},
-        {"logits_kl_per_step": (s[:, 0] / count).tolist(), "top1_agreement_per_step": (s[:, 1] / count).tolist()},
-    )
+        paired = [np.asarray(acc.on_pair(feeds, ref_rt.run(feeds), next(calls)), np.float64) for feeds in b["feeds"]]
+        acc.add_pairs(paired, b["runtime_calls"], b["steps"])
+    return acc.teacher_forced()

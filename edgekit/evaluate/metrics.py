@@ -188,7 +188,17 @@ class _Accumulator:
 
     def _add_steps(self, rec: ShadowRecorder, runtime_calls: int, steps: int) -> None:
         # Every batch decodes with the same config, so the per-step arrays line up.
-        self.step_sums = _add(self.step_sums, _per_step(rec.paired, _calls_per_step(runtime_calls, steps), steps))
+        self.add_pairs(rec.paired, runtime_calls, steps)
+
+    def add_pairs(self, paired: list[np.ndarray], runtime_calls: int, steps: int) -> None:
+        """One decode's ``on_pair`` sums, a vector per network call, into the per-step sums."""
+        self.step_sums = _add(self.step_sums, _per_step(paired, _calls_per_step(runtime_calls, steps), steps))
+
+    def teacher_forced(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """The metrics of the pairs alone (the reference's own step inputs fed to both sides):
+        all that a comparison without the candidate's free decode can give (``check --runtime
+        aihub``); ``result`` adds the free decodes' metrics to them."""
+        raise NotImplementedError
 
 
 class _TokenAccumulator(_Accumulator):
@@ -211,7 +221,7 @@ class _TokenAccumulator(_Accumulator):
         self.exact += int(equal.all(axis=1).sum())
         self.rows += len(equal)
 
-    def _logit_metrics(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+    def teacher_forced(self) -> tuple[dict[str, float], dict[str, list[float]]]:
         s = self.step_sums if self.step_sums is not None else np.zeros((0, 5))
         count = np.maximum(s[:, 2], 1)
         total = max(float(s[:, 2].sum()), 1.0)
@@ -254,7 +264,7 @@ class MaskedAccumulator(_TokenAccumulator):
         self.first_div += [float(np.argmin(col) + 1) if not col.all() else float(k + 1) for col in row_same.T]
 
     def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
-        scalars, curves = self._logit_metrics()
+        scalars, curves = self.teacher_forced()
         sa = self.step_agree if self.step_agree is not None else np.zeros((0, 2))
         return (
             {
@@ -286,7 +296,7 @@ class ARAccumulator(_TokenAccumulator):
         self.first_div += [float(np.argmax(row)) if row.any() else float(length) for row in differ]
 
     def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
-        scalars, curves = self._logit_metrics()
+        scalars, curves = self.teacher_forced()
         return (
             {
                 "token_agreement": self.agree / max(self.tokens, 1),
@@ -333,20 +343,27 @@ class FlowAccumulator(_Accumulator):
         )
         self.step_err = _add(self.step_err, sums)
 
-    def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+    def teacher_forced(self) -> tuple[dict[str, float], dict[str, list[float]]]:
         s = self.step_sums if self.step_sums is not None else np.zeros((0, 2))
+        return (
+            {"velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum()))},
+            {"velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s]},
+        )
+
+    def result(self) -> tuple[dict[str, float], dict[str, list[float]]]:
         e = self.step_err if self.step_err is not None else np.zeros((0, 2))
+        scalars, curves = self.teacher_forced()
         return (
             {
                 "snr_db": power_ratio_db(self.signal, self.noise),
                 "cosine_similarity": float(np.mean(self.cosines)) if self.cosines else float("nan"),
                 "max_abs_error": self.max_abs,
-                "velocity_snr_db": power_ratio_db(float(s[:, 1].sum()), float(s[:, 0].sum())),
+                **scalars,
             },
             {
                 # Relative RMS error of the state after each solver step: where the trajectories drift apart.
                 "divergence_per_step": np.sqrt(e[:, 0] / np.maximum(e[:, 1], 1e-30)).tolist(),
-                "velocity_snr_db_per_step": [power_ratio_db(sig, noise) for noise, sig in s],
+                **curves,
             },
         )
 

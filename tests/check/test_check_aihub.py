@@ -130,3 +130,37 @@ def test_device_is_for_aihub_only(masked):
             masked,
             CheckConfig(reference="fp32", candidate="fp32", runtime="ort", device=S24, candidate_decode={"steps": 2}),
         )
+
+
+def swap_near_ties(root):
+    """A device that differs from FP32 only where FP32 barely decides: at each position whose top
+    two logits are within 0.05, it swaps them (a flip of a coin the model itself tossed)."""
+    exact = device_network(root)
+
+    def run(feeds):
+        logits = exact(feeds)["logits"].copy()  # [B, L, W]
+        order = np.argsort(logits, axis=-1)
+        first, second = order[..., -1:], order[..., -2:-1]
+        a, b = np.take_along_axis(logits, first, -1), np.take_along_axis(logits, second, -1)
+        tied = (a - b) < 0.05
+        np.put_along_axis(logits, first, np.where(tied, b, a), -1)
+        np.put_along_axis(logits, second, np.where(tied, a, b), -1)
+        return {"logits": logits}
+
+    return run
+
+
+def test_the_device_check_counts_near_ties_and_says_so_as_check_does(monkeypatch, tmp_path):
+    # The same teacher-forced figures as edgekit check (evaluate.metrics' accumulator): a top-1
+    # gate failed only at FP32's own near-ties says it in one warning, and the shares are reported.
+    masked = make_masked_bundle(tmp_path / "undecided", fp32_scale=0.01)  # every decision a near-tie
+    FakeHub(monkeypatch, network=swap_near_ties(masked))
+    thresholds = tmp_path / "t.toml"
+    thresholds.write_text("[masked]\ntop1_agreement = 1.0\n")  # any flip fails
+    doc = check_bundle(masked, CheckConfig(runtime="aihub", candidate="fp16", device=S24, n=4, thresholds=thresholds))
+    m = doc["metrics"]
+    assert m["reference_near_ties"] == 1.0 and m["flips_at_near_ties"] == 1.0
+    assert m["top1_agreement"] < 1.0 and doc["failed"] == ["top1_agreement"]
+    assert not {"reference_near_ties", "flips_at_near_ties"} & set(doc["aihub"]["not_measured"])
+    (note,) = [w for w in doc["warnings"] if "near" in w or "barely decides" in w]
+    assert note.startswith(f"top1_agreement {m['top1_agreement']:.4g}: 100% of its flips are where FP32's own top two")

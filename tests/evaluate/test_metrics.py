@@ -87,7 +87,7 @@ def test_near_ties_are_counted_and_a_top1_gate_failing_on_them_says_so():
     assert (agree, count, ties, tie_flips) == (2, 4, 3, 2)
     acc = MaskedAccumulator({"vocab_size": 3, "mask_id": 3})
     acc.step_sums = np.array([[0.001, agree, count, ties, tie_flips]])
-    scalars, _ = acc._logit_metrics()
+    scalars, _ = acc.teacher_forced()
     assert scalars["reference_near_ties"] == 0.75 and scalars["flips_at_near_ties"] == 1.0
     note = near_tie_note(scalars)
     assert (

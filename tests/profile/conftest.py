@@ -101,7 +101,8 @@ def _ar_graph(max_len: int):
     )
 
 
-def make_masked_bundle(root: Path, *, int8: bool = False, source: str = "masked-demo") -> Path:
+def make_masked_bundle(root: Path, *, int8: bool = False, source: str = "masked-demo", fp32_scale: float = 1.0) -> Path:
+    """``fp32_scale`` scales the logits: 0.01 makes every decision a near-tie (a model that barely decides)."""
     bundle = Bundle.new(
         root,
         model={
@@ -115,7 +116,7 @@ def make_masked_bundle(root: Path, *, int8: bool = False, source: str = "masked-
         outputs={"logits": TensorSpec((B, L, V), "float32")},
         decode_defaults={"steps": 4, "schedule": "cosine", "choice_temperature": 4.5, "temperature": 1.0},
     )
-    for name, scale in (("fp32", 1.0),) + ((("int8", 0.5),) if int8 else ()):
+    for name, scale in (("fp32", fp32_scale),) + ((("int8", 0.5),) if int8 else ()):
         # The "int8" artifact is a second float graph: the profiler treats precisions as artifacts.
         staged = bundle.staging_path(f"{name}.onnx")
         _save(_masked_graph(scale), staged)

@@ -156,9 +156,10 @@ def fallback_until_within_budget(
             if len(step) == 1:
                 say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
         if len(step) > 1:
+            first = len(floated) - len(step) + 1
+            shown = ", ".join(labels.get(n, n) for n in step[:3]) + (", ..." if len(step) > 3 else "")
             say(
-                f"fallbacks {len(floated) - len(step) + 1}-{len(floated)} -> {fallback_to}: the next {len(step)} in the "
-                f"ranking ({', '.join(labels.get(n, n) for n in step[:3])}{', ...' if len(step) > 3 else ''}); "
+                f"fallbacks {first}-{len(floated)} -> {fallback_to}: the next {len(step)} in the ranking ({shown}); "
                 "the float set doubles while the budget fails, then halves back to the fewest that hold it"
             )
         model, metrics, passed, rows = fall(len(floated))
