@@ -175,7 +175,11 @@ class RangeDrift:
 
     def table(self, max_rows: int = 8) -> list[dict[str, Any]]:
         """Rows of consecutive call indices (at most ``max_rows`` groups): position span, the mean
-        and the smallest share of the calibrated range, and the tensor that uses least of it."""
+        and the smallest share of the calibrated range, and the tensor that uses least of it.
+
+        A tensor that is exactly zero throughout a group (the null condition of guidance's
+        unconditional calls) uses no range there rather than too little of it: it is counted in
+        ``zero_tensors`` and left out of the shares."""
         steps = len(self.positions)
         if steps == 0 or not self.tensors:
             return []
@@ -184,21 +188,28 @@ class RangeDrift:
         rows = []
         for g in groups:
             s = share[g].max(axis=0)  # (tensors,) the widest range within the group
-            worst = int(np.argmin(s))
+            live = self.amax[g].max(axis=0) > 0
+            shown = s[live] if live.any() else s
+            worst = int(np.flatnonzero(live)[np.argmin(shown)]) if live.any() else int(np.argmin(s))
             rows.append(
                 {
                     "calls": [int(g[0]), int(g[-1])],
                     "position": [float(self.positions[g[0]]), float(self.positions[g[-1]])],
-                    "mean_share": float(s.mean()),
-                    "min_share": float(s.min()),
+                    "mean_share": float(shown.mean()),
+                    "min_share": float(shown.min()),
                     "min_tensor": self.label(worst),
+                    "zero_tensors": int((~live).sum()),
                 }
             )
         return rows
 
     def most_drifting(self, k: int = 5) -> list[dict[str, Any]]:
-        """The ``k`` tensors whose per-step max |x| varies most (max/min over steps)."""
-        ratio = self.amax.max(axis=0) / np.maximum(self.amax.min(axis=0), 1e-30)
+        """The ``k`` tensors whose per-step max |x| varies most (max/min over steps; the calls where
+        a tensor is exactly zero, a null condition, do not count as its minimum)."""
+        nonzero_min = np.where(self.amax > 0, self.amax, np.inf).min(axis=0)
+        ratio = np.where(
+            np.isfinite(nonzero_min), self.amax.max(axis=0) / np.where(np.isfinite(nonzero_min), nonzero_min, 1.0), 1.0
+        )
         order = np.argsort(-ratio)[:k]
         return [
             {

@@ -35,7 +35,14 @@ def print_quantize(o: Output, s: dict) -> None:
         ),
         ["network calls", where, "mean share", "min share", "narrowest tensor"],
         [
-            (span(r["calls"], "d"), span(r["position"], ".3g"), r["mean_share"], r["min_share"], r["min_tensor"])
+            (
+                span(r["calls"], "d"),
+                span(r["position"], ".3g"),
+                r["mean_share"],
+                r["min_share"],
+                # a null condition (guidance's unconditional calls) is exactly zero: no range to use
+                r["min_tensor"] + (f" ({r['zero_tensors']} all zero, not counted)" if r.get("zero_tensors") else ""),
+            )
             for r in s["range_drift"]["steps"]
         ],
     )

@@ -47,6 +47,23 @@ def test_range_drift_groups_ranges_by_loop_call(tiny_model):
     assert drift.most_drifting(1)[0]["tensor"] == "x"
 
 
+def test_a_tensor_that_is_zero_in_some_calls_uses_no_range_there_rather_than_too_little():
+    # SD3 under guidance: the unconditional calls feed an all-zero condition, whose projection's
+    # input read "min share 0" in every unconditional group; it is counted apart instead.
+    from edgekit.quantize.calibrate import RangeDrift
+
+    amax = np.array([[2.0, 0.0, 4.0], [1.0, 0.0, 4.0], [2.0, 3.0, 2.0], [1.0, 3.0, 4.0]])  # [calls, tensors]
+    drift = RangeDrift(("x", "cond", "h"), (0.0, 0.0, 0.5, 0.5), amax)
+    uncond, cond = drift.table(max_rows=2)
+    assert uncond["zero_tensors"] == 1 and uncond["min_tensor"] == "x" and uncond["min_share"] == pytest.approx(1.0)
+    assert uncond["mean_share"] == pytest.approx(1.0)  # x at 2/2, h at 4/4; cond left out
+    assert cond["zero_tensors"] == 0 and cond["min_tensor"] == "x" and cond["min_share"] == pytest.approx(1.0)
+    drifting = {d["tensor"]: d["max_over_min"] for d in drift.most_drifting(3)}
+    assert drifting == {"x": pytest.approx(2.0), "h": pytest.approx(2.0), "cond": pytest.approx(1.0)}
+    all_zero = RangeDrift(("z",), (0.0,), np.zeros((1, 1)))
+    assert all_zero.table()[0]["zero_tensors"] == 1 and all_zero.most_drifting()[0]["max_over_min"] == 1.0
+
+
 @pytest.mark.parametrize("method", ["minmax", "percentile"])
 def test_range_drift_reuses_the_calibrators_per_call_ranges(tiny_model, method, monkeypatch):
     """The calibrator keeps each call's max |x| (``CallRanges``): the drift is the same as running
