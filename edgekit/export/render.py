@@ -16,7 +16,14 @@ def print_verification(o: Output, bundle: Any) -> None:
         f"{bundle.name}: ONNX vs torch on {ver.samples} inputs", ["output", "max abs", "max rel", "tolerance", ""], rows
     )
     art = bundle.artifact("fp32")
-    o.line(f"wrote {bundle.root / art.path} ({art.bytes / 1e6:.1f} MB), manifest {bundle.root / 'edgekit.json'}")
+    # Over the external-data threshold the weights live in side files: the graph alone is a few MB.
+    side = sum(int(f["bytes"]) for f in art.side_files)
+    size = f"{art.bytes / 1e6:.1f} MB" + (
+        f" graph + {side / 1e6:.1f} MB of weights in {', '.join(str(f['path']) for f in art.side_files)}"
+        if side
+        else ""
+    )
+    o.line(f"wrote {bundle.root / art.path} ({size}), manifest {bundle.root / 'edgekit.json'}")
 
 
 def print_export(o: Output, bundle: Any, fused: Mapping[str, Any] | None = None) -> None:

@@ -106,3 +106,21 @@ def test_the_threshold_decides_per_model(tiny_specs, tmp_path, monkeypatch):
             )
             == 1
         )
+
+
+def test_the_export_line_counts_the_weights_beside_the_graph(external_bundles, capsys):
+    # A 90 M-parameter export said "wrote fp32-….onnx (0.6 MB)": the graph alone, its 352 MB of
+    # weights unmentioned.
+    from edgekit.export.render import print_verification
+    from edgekit.output import Output
+
+    for key in ("external", "embedded"):
+        bundle = Bundle.load(external_bundles[key])
+        print_verification(Output(), bundle)
+        line = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+        art = bundle.manifest["artifacts"]["fp32"]
+        if key == "external":
+            (side,) = art["side_files"]
+            assert f"graph + {side['bytes'] / 1e6:.1f} MB of weights in {side['path']}" in line, line
+        else:
+            assert f"({art['bytes'] / 1e6:.1f} MB), manifest" in line and "weights in" not in line, line
