@@ -4,10 +4,14 @@ refuses becomes one finding with the fix."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from edgekit._deps import require
+from edgekit._sidefiles import model_bytes
 from edgekit.lint.findings import Finding
+from edgekit.lint.qnn_locate import LOCATE_MAX_BYTES, LOCATE_MAX_COMPILE_S, locate
 from edgekit.runtimes import (
     qnn as qnn_backend,  # imports onnxruntime-qnn only when a function runs
 )
@@ -86,6 +90,41 @@ def refusal(where: str, found: dict[str, str], artifact: str, rank: int) -> Find
     )
 
 
+def whole_graph_refusal(
+    where: str, artifact: str, message: str, model_path: Path, options: Any, seconds: float
+) -> Finding:
+    """A compile that failed with no node refused: where it breaks (``qnn_locate``), when one
+    compile is quick enough to bisect the graph, and the rewrite."""
+    said = f"{where} could not compile {artifact}: {message}"
+    if seconds > LOCATE_MAX_COMPILE_S or model_bytes(model_path) > LOCATE_MAX_BYTES:
+        why = f"one compile took {seconds:.0f} s" if seconds > LOCATE_MAX_COMPILE_S else "over 1 GiB of weights"
+        return Finding("error", "npu-compile", artifact, f"{said} (not bisected: {why})", hint=fix_for("", artifact))
+
+    def compiles(prefix: Path) -> bool | None:
+        try:
+            with qnn_backend.QnnRuntime(prefix, options):
+                return True
+        except qnn_backend.QnnCompileError:
+            return False
+        except Exception:  # noqa: BLE001 - a prefix ORT itself cannot load says nothing of the backend
+            return None
+
+    found = locate(model_path, compiles)
+    if found is None:
+        return Finding("error", "npu-compile", artifact, said, hint=fix_for("", artifact))
+    return Finding(
+        "error",
+        "npu-compile",
+        artifact,
+        (
+            f"{said}; the graph compiles up to node {found.index - 1} of {found.nodes} and fails once node "
+            f"{found.node!r} ({found.op}) joins it ({found.compiles} compiles of its prefixes)"
+        ),
+        hint=found.hint(),
+        nodes=(found.node,),
+    )
+
+
 def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Finding]:
     """Compile ``model_path`` for ``target``'s HTP (int8 artifacts as QDQ, others in fp16) and
     report what it refused, one finding per node; float compute in an int8 model is a warning."""
@@ -95,20 +134,13 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
         return []
     options = qnn_backend.qnn_options_for(target, "fp16" if fp16 else "int8")
     findings: list[Finding] = []
+    start = time.perf_counter()
     try:
         with qnn_backend.QnnRuntime(model_path, options) as rt:
             seconds = rt.session_seconds
     except qnn_backend.QnnCompileError as exc:
         if not exc.findings:
-            return [
-                Finding(
-                    "error",
-                    "npu-compile",
-                    artifact,
-                    f"{where} could not compile {artifact}: {exc.message}",
-                    hint=fix_for("", artifact),
-                )
-            ]
+            return [whole_graph_refusal(where, artifact, exc.message, model_path, options, time.perf_counter() - start)]
         ranks = node_ranks(model_path)
         return [refusal(where, f, artifact, ranks.get(f["node"], 0)) for f in exc.findings]
     if not fp16:
