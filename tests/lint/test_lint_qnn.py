@@ -65,3 +65,44 @@ def test_a_refusal_for_a_tensor_over_five_dimensions_says_the_rank_and_its_fix(t
         assert "rank-6 tensor" in refused[name].message and "5 dimensions" in refused[name].message
         assert "rank <= 5" in refused[name].hint
     assert "pre" not in refused and np.all([f.severity == "error" for f in refused.values()])
+
+
+def test_an_int8_model_of_another_profile_gets_one_refusal_line_not_one_per_node(qnn_graphs, tmp_path):
+    # A cpu-profile model linted for a Snapdragon: its refusals follow from the profile (a 90 M
+    # Llama gave 75 lines, one per DequantizeLinear), so they are counted in one finding beside
+    # the profile's own error and its fix.
+    import shutil
+
+    from edgekit.bundle import Bundle
+    from edgekit.lint import lint_bundle
+    from edgekit.spec import TensorSpec
+
+    io = TensorSpec((1, 4, 8), "float32", -1.0, 1.0)
+    bundle = Bundle.new(
+        tmp_path / "b",
+        model={
+            "name": "mlp",
+            "kind": "flow",
+            "source": "test",
+            "ground_truth": None,
+            "meta": {"channels": 8, "frames": 4},
+        },
+        inputs={"x": io},
+        outputs={"y": io},
+        decode_defaults={},
+    )
+    for name, graph in (("fp32", "fp32"), ("int8", "cpu_int8")):
+        staged = bundle.staging_path(f"{name}.onnx")
+        shutil.copyfile(qnn_graphs[graph], staged)
+        bundle.add_artifact(
+            name, staged, made_by="test", config={"profile": "cpu"} if name == "int8" else {}, suffix=".onnx"
+        )
+    bundle.save()
+    per_node = [f for f in lint_onnx(qnn_graphs["cpu_int8"], TARGET, artifact="int8") if f.rule == "npu-refused"]
+    assert len(per_node) == 2
+    findings = [f for f in lint_bundle(bundle.root, TARGET) if f.artifact == "int8"]
+    (refused,) = [f for f in findings if f.rule == "npu-refused"]
+    assert refused.message.startswith(f"HTP v73 refused {len(per_node)} nodes of this cpu-profile int8 model (")
+    assert "(DequantizeLinear x2)" in refused.message and len(refused.nodes) == len(per_node)
+    assert "--profile qnn" in refused.hint
+    assert any(f.rule == "qdq" and "quantized with profile 'cpu'" in f.message for f in findings)
