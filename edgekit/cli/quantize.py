@@ -27,7 +27,13 @@ from edgekit.output import Output
 def quantize(
     bundle: opt.Bundle,
     profile: Annotated[str, opt.profile_option("How the model is quantized, for which target family")] = "cpu",
-    method: Annotated[Literal["minmax", "entropy", "percentile"], typer.Option(help="Calibration method.")] = "minmax",
+    method: Annotated[
+        Literal["auto", "minmax", "entropy", "percentile"],
+        typer.Option(
+            help="Calibration method. auto: minmax, and where its all-INT8 model misses the budget, percentile "
+            "ranges judged too; the search goes on with the better (cpu and trt profiles)."
+        ),
+    ] = "auto",
     calib_samples: Annotated[
         int | None,
         opt.bounded_option(

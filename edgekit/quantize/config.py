@@ -35,6 +35,12 @@ ATTENTION_SCORES: tuple[str, ...] = ("float", "int8")
 BUCKET_MEMORY_BOUND = 1.2
 # CLI name -> onnxruntime.quantization.CalibrationMethod member.
 METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+# --method auto: calibrate with minmax; where its all-INT8 model misses the budget (not at FP32's
+# own near-ties) the cpu and trt profiles judge AUTO_ALTERNATIVE's too and search on the better
+# (quantize/cpu/method.py). matcha-tts's decoder at 400 frames: minmax all-INT8 check margin
+# -0.23 and 44 of 65 layers to float; percentile -0.20 and 14; entropy -0.24 and 48.
+AUTO_METHOD = "auto"
+AUTO_ALTERNATIVE = "percentile"
 # The ops whose weights carry the FLOPs; only these are INT8 by default.
 WEIGHTED_OPS: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
@@ -126,7 +132,7 @@ def auto_samples(kind: str, tokens_per_row: int | None, batch: int) -> tuple[int
 @dataclass(frozen=True)
 class QuantizeConfig:
     profile: str = "cpu"  # a registered profile (quantize/registry.py; the built-in ones: quantize/profiles.py)
-    method: str = "minmax"  # minmax | entropy | percentile (onnxruntime calibrators)
+    method: str = AUTO_METHOD  # auto | minmax | entropy | percentile (onnxruntime calibrators)
     percentile: float = 99.999  # only for method=percentile: the clipped share of |x|
     # Calibration sequences (decoded with FP32; every network call of their loops is recorded).
     # 8 covers every step of the loop already; more mostly widens the extreme ranges.
@@ -209,7 +215,7 @@ class QuantizeConfig:
             raise UsageError(
                 f"--runtime {self.runtime!r} cannot measure the budget; valid: {', '.join(BUDGET_RUNTIMES)}"
             )
-        one_of("--method", self.method, METHODS)
+        one_of("--method", self.method, (AUTO_METHOD, *METHODS))
         one_of("attention_scores", self.attention_scores, ATTENTION_SCORES)
         for name in ("calib_samples", "eval_samples", "sensitivity_feeds"):
             value = getattr(self, name)
@@ -226,6 +232,11 @@ class QuantizeConfig:
         unknown = [k for k in self.budget if k not in BUDGET_RULES]
         if unknown:
             raise UsageError(f"--budget {unknown[0]!r} is unknown; valid keys: {', '.join(BUDGET_RULES)}")
+
+    @property
+    def calibrator(self) -> str:
+        """The calibration method the ranges are computed with: auto starts with minmax."""
+        return "minmax" if self.method == AUTO_METHOD else self.method
 
     def resolved(self) -> QuantizeConfig:
         """This config with what ``target`` decides filled in: the target's quantization profile,

@@ -77,7 +77,7 @@ def record_result(
                 "int8-calibration",
                 staged_table,
                 made_by="quantize",
-                config={"format": "TensorRT calibration cache (text): tensor max |x|", "method": cfg.method},
+                config={"format": "TensorRT calibration cache (text): tensor max |x|", "method": cfg.calibrator},
                 suffix=".cache",
             )
             summary["artifact"]["int8-calibration"] = table.path

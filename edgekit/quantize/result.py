@@ -47,9 +47,9 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
         "model": bundle.name,
         "kind": bundle.kind,
         "profile": cfg.profile,
-        "method": cfg.method,
+        "method": cfg.calibrator,  # the ranges the int8 model was made with (auto's choice)
         "config": cfg.to_json(),
-        "calibration": run.traj.summary() | {"method": cfg.method, "tensors_int8_inputs": len(r.tensors)},
+        "calibration": run.traj.summary() | {"method": cfg.calibrator, "tensors_int8_inputs": len(r.tensors)},
         "range_drift": r.drift.to_json() if r.drift is not None else None,
         "selection": {
             # int8: fully INT8 (Q/DQ on activations and weights); weight_only: INT8 weights, float

@@ -129,7 +129,7 @@ def quantize_bundle(
             result.cache or tmp / "no-calibration-cache.json",
             result.tensors,
             tmp,
-            cfg,
+            run.cfg,  # --method auto may have chosen other ranges (quantize/cpu/method.py)
             doc,
             run.clock,
             run.start,

@@ -108,7 +108,7 @@ def test_max_fallback_bounds_the_search_and_the_verdict_says_the_budget_failed(m
     "args,needle",
     [
         (["--profile", "gpu"], "'gpu' is not one of 'cpu', 'trt', 'qnn'"),  # typer choices (issue #15)
-        (["--method", "kl"], "'kl' is not one of 'minmax', 'entropy', 'percentile'"),
+        (["--method", "kl"], "'kl' is not one of 'auto', 'minmax', 'entropy', 'percentile'"),
         (["--budget", "accuracy=1"], "valid keys"),
         (["--budget", "snr_db=20"], "does not apply to the masked model"),
         (["--exclude", "blocks.9"], "matches no node"),

@@ -33,6 +33,7 @@ from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.form import Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
+from edgekit.quantize.cpu.method import choose_method
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import (
     LARGE_BYTES,
@@ -72,6 +73,7 @@ class FallbackProfile:
         self.builds = iter(range(10**6))
         self.full_float: list[str] = []  # fallbacks whose weight-only form was not enough
         self.buckets = BucketState(run)
+        self.method_choice: dict[str, Any] | None = None  # --method auto's record (cpu/method.py)
 
     def check(self) -> None:
         pass
@@ -118,11 +120,11 @@ class FallbackProfile:
 
     def calibrate(self) -> None:
         run = self.run
-        run.say(f"calibrate ({run.cfg.method}) on {len(run.traj.feeds)} recorded network calls")
+        run.say(f"calibrate ({run.cfg.calibrator}) on {len(run.traj.feeds)} recorded network calls")
         self.cache = run.tmp / "calibration.json"
         run.call_ranges = CallRanges()
-        passes = 1 if run.cfg.method == "minmax" else 2  # histograms: the range first, then the counts
-        eta = Eta(f"calibrate ({run.cfg.method}): recorded call", passes * len(run.traj.feeds), run.say)
+        passes = 1 if run.cfg.calibrator == "minmax" else 2  # histograms: the range first, then the counts
+        eta = Eta(f"calibrate ({run.cfg.calibrator}): recorded call", passes * len(run.traj.feeds), run.say)
         calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges, each=eta)
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
@@ -204,7 +206,7 @@ class FallbackProfile:
         return {n: scores.get(n, {}) | ({"isolated_output_sqnr_db": alone[n]} if n in alone else {}) for n in nodes}
 
     # ---- the search ----------------------------------------------------------------------------
-    def _loop(self) -> tuple[Path, BudgetOutcome]:
+    def _loop(self, first: tuple[Path, dict[str, Any]] | None = None) -> tuple[Path, BudgetOutcome]:
         run, s = self.run, self.run.cfg.settings
         labels = {n.name: n.label for n in run.plan.nodes}
         return fallback_until_within_budget(
@@ -222,6 +224,7 @@ class FallbackProfile:
             labels=labels,
             progress=run.say,
             fallback_to="weight-only" if s.weight_only_fallback else "float",
+            first=first,
         )
 
     def search(self) -> SearchResult:
@@ -234,9 +237,10 @@ class FallbackProfile:
         n = 1 if self.buckets.current is None else self.buckets.current.n
         run.say(
             f"quantize {len(self.selected)} nodes ({run.cfg.profile} profile{', ' + s.scheme if s.scheme else ''}, "
-            f"{run.cfg.method}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8"
+            f"{run.cfg.calibrator}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8"
         )
-        model, outcome = self._loop()
+        judged, self.method_choice = choose_method(self)
+        model, outcome = self._loop(judged)
         escalated: dict[str, str] = {}
         # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
         # the budget still failing, the first (most sensitive) fallback goes fully float and the
@@ -341,6 +345,7 @@ class FallbackProfile:
         extras["gather_tables"] = tables_record(run.plan, self.float_tables, model)
         extras["step_buckets"] = self.buckets.to_json(model)
         extras["candidates"] = self.writer.to_json()
+        extras["method_choice"] = self.method_choice
         return SearchResult(
             model=model,
             passed=outcome.passed,

@@ -136,7 +136,7 @@ def calibrate(
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
 ) -> bool:
-    """The ranges ORT's calibrator for ``cfg.method`` computes over every recorded feed of all
+    """The ranges ORT's calibrator for ``cfg.calibrator`` computes over every recorded feed of all
     tensors of ``cfg.op_types`` nodes, saved to ``cache`` (ORT's own cache format), which every
     ``quantize_model`` call of the run then reads instead of calibrating again. Gathered call by
     call over one session that reads the weights from ``prepared``'s own file (``quantize/calibrator.py``): ORT's
@@ -147,7 +147,9 @@ def calibrate(
     (two passes over the calls for entropy and percentile)."""
     if not supports_calibration_cache():
         return False
-    found = collect_ranges(Path(prepared), reader, cfg.method, cfg.op_types, cfg.percentile, cfg.threads, calls, each)
+    found = collect_ranges(
+        Path(prepared), reader, cfg.calibrator, cfg.op_types, cfg.percentile, cfg.threads, calls, each
+    )
     write_calibration_cache(found, cache)
     return True
 
@@ -191,7 +193,7 @@ def quantize_model(
         "QuantizeBias": s.quantize_bias,
         "OpTypesToExcludeOutputQuantization": [t for t in op_types if t not in s.quantized_outputs],
     }
-    if cfg.method == "percentile":
+    if cfg.calibrator == "percentile":
         extra["CalibPercentile"] = cfg.percentile
     overrides = pair_bound_overrides(prepared, nodes) if s.weight_bound == "pair" else {}
     overrides |= attention_score_overrides(plan, nodes, cfg)
@@ -203,7 +205,7 @@ def quantize_model(
         reduce_range=s.reduce_range,
         activation_type=getattr(quant.QuantType, s.activation_type),
         weight_type=getattr(quant.QuantType, s.weight_type),
-        calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.method]),
+        calibrate_method=getattr(quant.CalibrationMethod, METHODS[cfg.calibrator]),
         extra_options=extra,
     )
     reader.rewind()
@@ -213,7 +215,7 @@ def quantize_model(
     except (ValueError, RuntimeError) as exc:
         raise EdgekitError(
             (
-                f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.method}): "
+                f"onnxruntime quantize_static failed on {prepared.name} ({cfg.profile}, {cfg.calibrator}): "
                 f"{str(exc).splitlines()[0][:300]}"
             ),
             hint="try --method minmax, or --exclude the node named in the message",

@@ -95,6 +95,7 @@ def fallback_until_within_budget(
     labels: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
     fallback_to: str = "float",
+    first: tuple[Path, Mapping[str, Any]] | None = None,
 ) -> tuple[Path, BudgetOutcome]:
     """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node back to
     float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved, or
@@ -104,12 +105,13 @@ def fallback_until_within_budget(
 
     build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores.
     fallback_to: what ``build`` makes of a node left out ("float", or "weight-only" where it keeps
-    INT8 weights): only the progress messages say it."""
+    INT8 weights): only the progress messages say it. ``first``: the all-INT8 model of ``selected``
+    and its metrics where the caller judged it already (``method.choose_method``)."""
     say = progress or (lambda message: None)
     labels = labels or {}
     nodes = list(selected)
-    model = build(nodes)
-    metrics = measure(model)
+    model, metrics = first if first is not None else (build(nodes), None)
+    metrics = dict(metrics) if metrics is not None else measure(model)
     passed, rows = check(metrics, budget)
     history = [{"fallback": 0, "int8_nodes": len(nodes), **_headline(metrics, budget), "passed": passed}]
     outcome = BudgetOutcome(passed, metrics, rows, nodes, history=history)
@@ -156,10 +158,10 @@ def fallback_until_within_budget(
             if len(step) == 1:
                 say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
         if len(step) > 1:
-            first = len(floated) - len(step) + 1
+            lead = len(floated) - len(step) + 1
             shown = ", ".join(labels.get(n, n) for n in step[:3]) + (", ..." if len(step) > 3 else "")
             say(
-                f"fallbacks {first}-{len(floated)} -> {fallback_to}: the next {len(step)} in the ranking ({shown}); "
+                f"fallbacks {lead}-{len(floated)} -> {fallback_to}: the next {len(step)} in the ranking ({shown}); "
                 "the float set doubles while the budget fails, then halves back to the fewest that hold it"
             )
         model, metrics, passed, rows = fall(len(floated))

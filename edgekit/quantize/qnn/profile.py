@@ -173,7 +173,7 @@ class QnnProfile:
                 out,
                 reader,
                 mine,
-                self.run.cfg.method,
+                self.run.cfg.calibrator,
                 every_activation,
                 per_channel=self.run.cfg.settings.per_channel,
                 facts=self.facts,

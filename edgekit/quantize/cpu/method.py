@@ -1,0 +1,83 @@
+"""``--method auto`` (the default) for the cpu and trt profiles: which calibration ranges the search
+starts from.
+
+The minmax ranges come first (calibrated already: one pass over the recorded calls). Where the
+all-INT8 model made with them misses the budget, the percentile ranges (``AUTO_ALTERNATIVE``, two
+passes) are computed too and their all-INT8 model judged on the same held-out decodes; the
+fallback search goes on from the one with the better worst margin, and its first candidate is the
+one judged here (``fallback_until_within_budget(first=...)``). Not tried where the miss is at
+FP32's own near-ties (``budget.budget_notes``: ranges cannot decide a coin the model tosses), with
+step buckets (each bucket calibrates its own ranges) or with the search off. On matcha-tts's
+decoder at 400 frames (random weights, this host): minmax all-INT8 check margin -0.23, percentile
+-0.20; the budget then held with 14 layers in float instead of 44.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from edgekit.quantize.budget import budget_notes, check, worst_margin
+from edgekit.quantize.config import AUTO_ALTERNATIVE, AUTO_METHOD
+from edgekit.quantize.cpu.ptq import calibrate
+from edgekit.quantize.plan import Eta
+
+
+def _tried(method: str, metrics: dict[str, Any], budget: dict[str, float]) -> dict[str, Any]:
+    passed, _ = check(metrics, budget)
+    return {"method": method, "passed": passed, "worst_margin": worst_margin(metrics, budget)} | {
+        k: metrics.get(k) for k in budget
+    }
+
+
+def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dict[str, Any] | None]:
+    """((all-INT8 model, its metrics) for the search to start from, the ``method_choice`` record),
+    or (None, None) where the method is the user's (or auto cannot try another here).
+    ``profile``: the run's ``FallbackProfile`` (its build, measure, writer and cache)."""
+    run = profile.run
+    cfg = run.cfg
+    if cfg.method != AUTO_METHOD:
+        return None, None
+    record: dict[str, Any] = {"auto": True, "tried": [], "chosen": cfg.calibrator, "why": ""}
+    if profile.buckets.current is not None or not cfg.fallback:
+        record["why"] = "step buckets calibrate their own ranges" if cfg.fallback else "--no-fallback: no search"
+        return None, record
+    model = profile.build(profile.selected)
+    metrics = profile.measure(model)
+    record["tried"].append(_tried(cfg.calibrator, metrics, run.budget))
+    passed, rows = check(metrics, run.budget)
+    if passed:
+        record["why"] = f"{cfg.calibrator} met the budget"
+        return (model, metrics), record
+    if budget_notes(rows, metrics):
+        record["why"] = "missed at FP32's own near-ties: other ranges cannot decide them"
+        return (model, metrics), record
+    run.say(
+        f"all-INT8 with {cfg.calibrator} ranges misses the budget: calibrating {AUTO_ALTERNATIVE} ranges "
+        "to compare (--method minmax skips this)"
+    )
+    alt = dataclasses.replace(cfg, method=AUTO_ALTERNATIVE)
+    cache = run.tmp / f"calibration-{AUTO_ALTERNATIVE}.json"
+    eta = Eta(f"calibrate ({AUTO_ALTERNATIVE}): recorded call", 2 * len(run.traj.feeds), run.say)
+    calibrate(run.prepared, run.reader, alt, cache, None, each=eta)
+    kept = (run.cfg, profile.cache, profile.writer.cfg, dict(profile.writer.bases))
+    run.cfg, profile.cache, profile.writer.cfg = alt, cache, alt
+    profile.writer.bases.clear()  # the all-INT8 base of the new ranges is written on the next build
+    alt_model = profile.build(profile.selected)
+    alt_metrics = profile.measure(alt_model)
+    record["tried"].append(_tried(AUTO_ALTERNATIVE, alt_metrics, run.budget))
+    first, second = record["tried"]
+    missed = [k for k in run.budget if first.get(k) is not None and second.get(k) is not None]
+    compared = ", ".join(f"{k} {second[k]:.4g} against {first[k]:.4g}" for k in missed)
+    if second["worst_margin"] > first["worst_margin"]:
+        record["chosen"] = AUTO_ALTERNATIVE
+        record["why"] = f"better: {compared}"
+        run.say(f"{AUTO_ALTERNATIVE} ranges: {record['why']}; the search goes on with them")
+        return (alt_model, alt_metrics), record
+    run.cfg, profile.cache, profile.writer.cfg = kept[:3]
+    profile.writer.bases.clear()
+    profile.writer.bases.update(kept[3])
+    record["why"] = f"no better: {compared}"
+    run.say(f"{AUTO_ALTERNATIVE} ranges: {record['why']}; the search goes on with {first['method']}")
+    return (model, metrics), record

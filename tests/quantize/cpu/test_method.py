@@ -1,0 +1,104 @@
+"""``--method auto``: minmax ranges first; where their all-INT8 model misses the budget, the
+percentile ranges are calibrated and judged too and the search starts from the better
+(``edgekit.quantize.cpu.method``). A stand-in profile: its builds are named by the method whose
+ranges they used, its measure answers per method, calibration is recorded, not run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.cpu import method as method_module
+from edgekit.quantize.cpu.method import choose_method
+
+FLOW_BUDGET = {"check_margin": 0.0}
+
+
+class StandIn:
+    """What choose_method uses of a FallbackProfile."""
+
+    def __init__(self, tmp_path: Path, margins: dict[str, float], cfg: QuantizeConfig, buckets=None, extra=None):
+        said: list[str] = []
+        self.run = SimpleNamespace(
+            cfg=cfg,
+            budget=dict(FLOW_BUDGET),
+            tmp=tmp_path,
+            say=said.append,
+            prepared=tmp_path / "prepared.onnx",
+            reader=object(),
+            traj=SimpleNamespace(feeds=[{}] * 5),
+        )
+        self.said = said
+        self.buckets = SimpleNamespace(current=buckets)
+        self.selected = ["a", "b"]
+        self.cache = tmp_path / "calibration.json"
+        self.writer = SimpleNamespace(cfg=cfg, bases={None: "minmax-base"})
+        self.margins = margins
+        self.extra = extra or {}
+
+    def build(self, nodes):
+        return Path(f"{self.run.cfg.calibrator}-all-int8.onnx")
+
+    def measure(self, model):
+        method = model.name.split("-")[0]
+        return {"check_margin": self.margins[method], **self.extra}
+
+
+@pytest.fixture
+def calibrated(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        method_module, "calibrate", lambda prepared, reader, cfg, cache, calls_, each: calls.append((cfg.method, cache))
+    )
+    return calls
+
+
+def test_percentile_ranges_are_judged_where_minmax_misses_and_kept_where_better(tmp_path, calibrated):
+    p = StandIn(tmp_path, {"minmax": -0.23, "percentile": -0.20}, QuantizeConfig())
+    (model, metrics), record = choose_method(p)
+    assert calibrated == [("percentile", tmp_path / "calibration-percentile.json")]
+    assert model == Path("percentile-all-int8.onnx") and metrics["check_margin"] == -0.20
+    assert p.run.cfg.method == "percentile" and p.writer.cfg.method == "percentile"
+    assert p.cache == tmp_path / "calibration-percentile.json" and p.writer.bases == {}
+    assert record["chosen"] == "percentile" and [t["method"] for t in record["tried"]] == ["minmax", "percentile"]
+    assert record["why"] == "better: check_margin -0.2 against -0.23"
+    assert any(line.startswith("all-INT8 with minmax ranges misses the budget") for line in p.said)
+
+
+def test_minmax_stays_where_percentile_is_no_better(tmp_path, calibrated):
+    cfg = QuantizeConfig()
+    p = StandIn(tmp_path, {"minmax": -0.10, "percentile": -0.30}, cfg)
+    (model, _), record = choose_method(p)
+    assert model == Path("minmax-all-int8.onnx") and record["chosen"] == "minmax"
+    assert p.run.cfg is cfg and p.writer.cfg is cfg and p.cache == tmp_path / "calibration.json"
+    assert p.writer.bases == {None: "minmax-base"}  # the minmax all-INT8 base serves the search again
+    assert record["why"].startswith("no better: check_margin -0.3 against -0.1")
+
+
+def test_no_second_calibration_where_minmax_holds_or_the_miss_is_at_near_ties(tmp_path, calibrated):
+    held = StandIn(tmp_path, {"minmax": 0.01}, QuantizeConfig())
+    (model, _), record = choose_method(held)
+    assert model == Path("minmax-all-int8.onnx") and record["why"] == "minmax met the budget"
+    # A token model whose lockstep flips are all at FP32's own near-ties: ranges cannot decide them.
+    ties = {"lockstep_token_agreement": 0.985, "lockstep_near_ties": 0.1, "lockstep_flips_at_near_ties": 1.0}
+    tied = StandIn(tmp_path, {"minmax": 0.5}, QuantizeConfig(), extra=ties)
+    tied.run.budget = {"lockstep_token_agreement": 0.99}
+    (_, _), record = choose_method(tied)
+    assert record["chosen"] == "minmax" and "near-ties" in record["why"]
+    assert calibrated == []
+
+
+def test_the_users_method_and_step_buckets_are_left_alone(tmp_path, calibrated):
+    assert choose_method(StandIn(tmp_path, {}, QuantizeConfig(method="minmax"))) == (None, None)
+    judged, record = choose_method(StandIn(tmp_path, {}, QuantizeConfig(), buckets=object()))
+    assert judged is None and record["why"] == "step buckets calibrate their own ranges"
+    assert calibrated == []
+
+
+def test_auto_is_the_default_and_calibrates_with_minmax_first():
+    cfg = QuantizeConfig()
+    assert cfg.method == "auto" and cfg.calibrator == "minmax"
+    assert QuantizeConfig(method="entropy").calibrator == "entropy"
