@@ -144,6 +144,7 @@ OPTION_BOUNDS: dict[str, str] = {
     "--iters": "iters",  # profile
     "--warmup": "warmup",  # profile
     "--min-seconds": "seconds",  # profile
+    "--max-seconds": "seconds",  # profile (0: no bound)
     "--duration-s": "duration",  # loadtest
     "--deadline-ms": "ms",  # loadtest
     "--latency-budget-ms": "ms",  # run, profile

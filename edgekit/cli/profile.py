@@ -52,6 +52,14 @@ def profile(
         float | None,
         opt.bounded_option("--min-seconds", "Measure each variant for at least this long (default 1 s)."),
     ] = None,
+    max_seconds: Annotated[
+        float | None,
+        opt.bounded_option(
+            "--max-seconds",
+            "Stop measuring a variant after this long once 5 decodes are in, short of --iters (default 60 s; "
+            "with --iters, none; 0: none).",
+        ),
+    ] = None,
     warmup: Annotated[
         int | None,
         opt.bounded_option("--warmup", "Warm-up decodes per variant, at least (default 3; also >= 0.2 s)."),
@@ -178,6 +186,8 @@ def profile(
         iters=iters or base.iters,
         min_seconds=base.min_seconds if min_seconds is None else min_seconds,
         max_iters=max(base.max_iters, iters or 0),
+        # An explicit --iters is the count asked for: no time bound unless --max-seconds says one.
+        max_seconds=(0.0 if iters else base.max_seconds) if max_seconds is None else max_seconds,
     )
     raw_cond = parse_cond(cond)
     extra: dict[str, Any] = {"sweep_precision": sweep_precision}

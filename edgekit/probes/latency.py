@@ -30,6 +30,9 @@ CV_WARN = 0.10
 DRIFT_WARN = 0.10
 # Below this many samples tail percentiles are interpolated between the slowest few samples.
 FEW_SAMPLES = 10
+# MeasureConfig.max_seconds stops a slow callable only once this many samples are in: a median and
+# a spread, if not a tail.
+BOUNDED_MIN_SAMPLES = 5
 
 Progress = Callable[[int, int], None]
 
@@ -46,6 +49,10 @@ class MeasureConfig:
     min_seconds: float = 1.0
     # Bounds a microsecond-scale callable that would otherwise run millions of times.
     max_iters: int = 10_000
+    # Bounds a slow one: once this long and BOUNDED_MIN_SAMPLES measured, stop short of ``iters``
+    # (20 decodes of a 90 M-parameter Llama at 256 tokens took 3.5 min a variant); the warm-up
+    # likewise stops after a quarter of it once one call ran. 0: no bound (every ``iters``).
+    max_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         # limits.OPTION_BOUNDS: the CLI checked them already; a config built in code is held to the same.
@@ -55,6 +62,7 @@ class MeasureConfig:
                 "--iters": self.iters,
                 "warmup_seconds": self.warmup_seconds,
                 "--min-seconds": self.min_seconds,
+                "--max-seconds": self.max_seconds,
             }
         )
         if not isinstance(self.max_iters, int) or self.max_iters < 1:
@@ -136,6 +144,7 @@ class Measurement:
     warmup_ns: int
     wall_ns: int  # wall time of the measured phase, including the gaps between calls
     capped: bool  # stopped at max_iters before min_seconds was reached
+    bounded: bool = False  # stopped at max_seconds before iters were measured
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,23 +153,33 @@ class Measurement:
             "warmup_s": self.warmup_ns / 1e9,
             "wall_s": self.wall_ns / 1e9,
             "capped_at_max_iters": self.capped,
+            "bounded_at_max_seconds": self.bounded,
             "samples_ms": [s / 1e6 for s in self.samples_ns],
         }
 
 
 def measure(
-    fn: Callable[[], object], cfg: MeasureConfig = MeasureConfig(), progress: Progress | None = None
+    fn: Callable[[], object],
+    cfg: MeasureConfig = MeasureConfig(),
+    progress: Progress | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> Measurement:
     """Warm up until both ``warmup_iters`` and ``warmup_seconds`` are reached, then time calls
-    until both ``iters`` and ``min_seconds`` are reached (at most ``max_iters``).
+    until both ``iters`` and ``min_seconds`` are reached (at most ``max_iters``); a slow ``fn``
+    stops at ``max_seconds`` once ``BOUNDED_MIN_SAMPLES`` are measured (``bounded``), and its
+    warm-up after one call and a quarter of ``max_seconds``.
 
     ``progress(done, total_estimate)`` is called after each measured call, outside the timed
     region; the estimate grows with the observed mean so a progress bar can size itself.
+    ``clock``: ns (``time.perf_counter_ns``; a stand-in in tests).
     """
-    clock = time.perf_counter_ns
+    clock = clock or time.perf_counter_ns
+    bound_ns = cfg.max_seconds * 1e9 if cfg.max_seconds > 0 else math.inf
     warm_start = clock()
     warm_iters = 0
     while warm_iters < cfg.warmup_iters or clock() - warm_start < cfg.warmup_seconds * 1e9:
+        if warm_iters >= 1 and clock() - warm_start >= bound_ns / 4:
+            break
         fn()
         warm_iters += 1
     warmup_ns = clock() - warm_start
@@ -168,7 +187,11 @@ def measure(
     samples: list[int] = []
     min_ns = cfg.min_seconds * 1e9
     start = clock()
+    bounded = False
     while len(samples) < cfg.max_iters and (len(samples) < cfg.iters or clock() - start < min_ns):
+        if len(samples) >= BOUNDED_MIN_SAMPLES and clock() - start >= bound_ns:
+            bounded = True
+            break
         t0 = clock()
         fn()
         samples.append(clock() - t0)
@@ -176,7 +199,7 @@ def measure(
             progress(len(samples), _estimate_total(samples, clock() - start, cfg))
     wall_ns = clock() - start
     capped = len(samples) >= cfg.max_iters and wall_ns < min_ns
-    return Measurement(tuple(samples), summarize(samples), warm_iters, warmup_ns, wall_ns, capped)
+    return Measurement(tuple(samples), summarize(samples), warm_iters, warmup_ns, wall_ns, capped, bounded)
 
 
 # Idle time before each timed call of ``interleaved`` when candidates keep their own thread pools:
@@ -221,7 +244,10 @@ def interleaved(
 def _estimate_total(samples: Sequence[int], elapsed_ns: int, cfg: MeasureConfig) -> int:
     per_call = elapsed_ns / len(samples)
     by_time = math.ceil(cfg.min_seconds * 1e9 / per_call) if per_call > 0 else cfg.max_iters
-    return min(cfg.max_iters, max(cfg.iters, by_time, len(samples)))
+    total = min(cfg.max_iters, max(cfg.iters, by_time, len(samples)))
+    if cfg.max_seconds > 0 and per_call > 0:  # a slow callable stops at max_seconds
+        total = min(total, max(BOUNDED_MIN_SAMPLES, len(samples), math.ceil(cfg.max_seconds * 1e9 / per_call)))
+    return total
 
 
 # ----------------------------------------------------------------------------------------------

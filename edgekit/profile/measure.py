@@ -64,11 +64,14 @@ def measure_decodes(
     fn = timed.timed_decodes(one_decode)
     # Warm-up as its own measure() call so the power window and RSS growth cover steady state
     # only; its one measured call is discarded with the warm-up.
-    warm = measure(fn, MeasureConfig(mcfg.warmup_iters, mcfg.warmup_seconds, iters=1, min_seconds=0.0))
+    warm = measure(
+        fn,
+        MeasureConfig(mcfg.warmup_iters, mcfg.warmup_seconds, iters=1, min_seconds=0.0, max_seconds=mcfg.max_seconds),
+    )
     timed.reset()
     if rss is not None:
         rss.after_warmup()
-    steady = MeasureConfig(0, 0.0, mcfg.iters, mcfg.min_seconds, mcfg.max_iters)
+    steady = MeasureConfig(0, 0.0, mcfg.iters, mcfg.min_seconds, mcfg.max_iters, mcfg.max_seconds)
     sampler = power.sampler if power is not None else None
     trace = None
     if sampler is not None:
@@ -103,6 +106,8 @@ def measure_decodes(
             "warmup_s": (warm.warmup_ns + warm.wall_ns) / 1e9,
             "wall_s": m.wall_ns / 1e9,
             "capped_at_max_iters": m.capped,
+            "bounded_at_max_seconds": m.bounded,
+            "max_seconds": mcfg.max_seconds,
         },
         "breakdown": breakdown.to_json()
         | {

@@ -121,4 +121,10 @@ def _warnings(doc: Mapping[str, Any]) -> Iterator[str]:
             yield f"{v['id']}: {w}"
         if v["measurement"]["capped_at_max_iters"]:
             yield f"{v['id']}: stopped at max_iters before min_seconds"
+        if v["measurement"].get("bounded_at_max_seconds"):
+            yield (
+                f"{v['id']}: {v['latency']['n']} decodes measured, stopped at --max-seconds "
+                f"{v['measurement']['max_seconds']:g} (a decode takes {v['latency']['median_ms'] / 1e3:.1f} s; "
+                "--iters N --max-seconds 0 measures N)"
+            )
     yield from doc["system"]["warnings"]

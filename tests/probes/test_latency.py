@@ -123,7 +123,43 @@ def test_measure_progress_reports_each_call_with_a_total_estimate():
     assert all(total >= done for done, total in seen)
 
 
-@pytest.mark.parametrize("kwargs", [{"iters": 0}, {"iters": 20, "max_iters": 10}, {"min_seconds": -1.0}])
+class TenSecondDecodes:
+    """A stand-in clock and a callable that advances it 10 s a call (a 90 M-parameter Llama's
+    256-token decode on 2 cores): no test waits or times anything."""
+
+    def __init__(self):
+        self.now, self.calls = 0, 0
+
+    def clock(self):
+        return self.now
+
+    def decode(self):
+        self.calls += 1
+        self.now += 10 * 10**9
+
+
+def test_a_slow_decode_stops_at_max_seconds_once_five_are_measured():
+    slow = TenSecondDecodes()
+    seen = []
+    m = measure(slow.decode, MeasureConfig(), progress=lambda done, total: seen.append(total), clock=slow.clock)
+    # Warm-up: 3 calls asked, stopped after a quarter of 60 s with one call run (20 s > 15 s).
+    assert m.warmup_iters == 2 and m.warmup_ns == 20 * 10**9
+    assert m.stats.n == 6 and m.bounded and not m.capped  # 60 s: 6 of the 20 decodes
+    assert m.to_json()["bounded_at_max_seconds"] is True
+    assert seen[0] == 6  # the progress total says where the bound will stop it
+    # A bound shorter than five decodes still measures five: a median and a spread.
+    slow = TenSecondDecodes()
+    m = measure(slow.decode, MeasureConfig(max_seconds=15.0), clock=slow.clock)
+    assert m.stats.n == 5 and m.bounded and m.warmup_iters == 1
+    # 0: no bound, every one of --iters.
+    slow = TenSecondDecodes()
+    m = measure(slow.decode, MeasureConfig(max_seconds=0.0), clock=slow.clock)
+    assert m.stats.n == 20 and not m.bounded and m.warmup_iters == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"iters": 0}, {"iters": 20, "max_iters": 10}, {"min_seconds": -1.0}, {"max_seconds": -1.0}]
+)
 def test_measure_config_rejects_bad_values(kwargs):
     with pytest.raises(UsageError):
         MeasureConfig(**kwargs)

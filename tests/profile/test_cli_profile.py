@@ -27,6 +27,10 @@ def test_json_is_one_profile_document_with_the_ar_comparison(tiny):
     assert doc["schema"] == "edgekit.profile/1"
     assert [v["id"] for v in doc["variants"]] == ["ort fp32", "ort int8"]
     assert all(v["latency"]["n"] == 3 for v in doc["variants"])
+    # --iters is the count asked for: no time bound (without it, 60 s: probes.latency.max_seconds)
+    assert all(
+        v["measurement"]["max_seconds"] == 0 and not v["measurement"]["bounded_at_max_seconds"] for v in doc["variants"]
+    )
     assert doc["ratios"][0]["name"] == "int8/fp32 (ort)"
     assert doc["compare_ar"]["speedups"][0]["speedup"] > 0
 
@@ -69,3 +73,41 @@ def test_bad_sweep_precision_is_one_line_naming_the_valid_ones(tiny):
     assert r.exit_code == 2
     assert "--sweep-precision 'fp16' is unknown; valid: fp32, int8 (or both: fp32,int8)" in r.stderr
     assert "Traceback" not in r.output
+
+
+def test_the_time_bound_is_60_s_by_default_and_its_stop_is_said(tiny, monkeypatch):
+    # A stand-in for a slow model: the measured phase reports a bounded stop, and the profile
+    # says how many decodes it took and how to ask for more (no test times anything).
+    from edgekit.probes import latency
+
+    real = latency.measure
+
+    def bounded(fn, cfg=latency.MeasureConfig(), progress=None, clock=None):
+        m = real(fn, cfg, progress, clock)
+        return latency.Measurement(
+            m.samples_ns, m.stats, m.warmup_iters, m.warmup_ns, m.wall_ns, m.capped, cfg.iters > 1
+        )
+
+    monkeypatch.setattr("edgekit.profile.measure.measure", bounded)
+    r = invoke(
+        "profile",
+        tiny["masked"],
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "1",
+        "--power",
+        "off",
+        "--precision",
+        "fp32",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    (v,) = json.loads(r.stdout)["variants"]
+    assert v["measurement"]["max_seconds"] == 60.0 and v["measurement"]["bounded_at_max_seconds"] is True
+    said = json.loads(r.stdout)["warnings"]
+    assert any(
+        w.startswith(f"ort fp32: {v['latency']['n']} decodes measured, stopped at --max-seconds 60")
+        and "--max-seconds 0" in w
+        for w in said
+    ), said
