@@ -191,14 +191,9 @@ class _Accumulator:
         self.add_pairs(rec.paired, runtime_calls, steps)
 
     def add_pairs(self, paired: list[np.ndarray], runtime_calls: int, steps: int) -> None:
-        """One decode's ``on_pair`` sums, a vector per network call, into the per-step sums."""
+        """One decode's ``on_pair`` sums (a vector per network call) into the per-step sums, whose
+        metrics alone (``teacher_forced``) are all ``check --runtime aihub`` has."""
         self.step_sums = _add(self.step_sums, _per_step(paired, _calls_per_step(runtime_calls, steps), steps))
-
-    def teacher_forced(self) -> tuple[dict[str, float], dict[str, list[float]]]:
-        """The metrics of the pairs alone (the reference's own step inputs fed to both sides):
-        all that a comparison without the candidate's free decode can give (``check --runtime
-        aihub``); ``result`` adds the free decodes' metrics to them."""
-        raise NotImplementedError
 
 
 class _TokenAccumulator(_Accumulator):

@@ -97,18 +97,18 @@ def fallback_until_within_budget(
     fallback_to: str = "float",
     first: tuple[Path, Mapping[str, Any]] | None = None,
 ) -> tuple[Path, BudgetOutcome]:
-    """Quantize ``selected``; while the budget fails, move the most sensitive INT8 node back to
+    """Quantize ``selected``; while the budget fails, move the most sensitive INT8 nodes back to
     float and re-measure, until it holds or nothing is left (or ``max_fallback`` nodes moved, or
-    ``patience`` fallbacks in a row set no better worst margin than the best so far).
-    Ranked on the first failing model; ranked again only when floating a node whose input was
-    already ruined brought no progress.
+    ``patience`` steps in a row set no better worst margin than the best so far): one node a step
+    for the first ``GALLOP_AFTER``, then doubling the float set, and where a doubling held, bisecting
+    back to the fewest of the ranking that hold. Ranked on the first failing model; ranked again
+    only when floating a node whose input was already ruined brought no progress.
 
     build(nodes) -> QDQ model path; measure(path) -> metrics; sensitivity(path, nodes) -> scores.
     fallback_to: what ``build`` makes of a node left out ("float", or "weight-only" where it keeps
     INT8 weights): only the progress messages say it. ``first``: the all-INT8 model of ``selected``
     and its metrics where the caller judged it already (``method.choose_method``)."""
     say = progress or (lambda message: None)
-    labels = labels or {}
     nodes = list(selected)
     model, metrics = first if first is not None else (build(nodes), None)
     metrics = dict(metrics) if metrics is not None else measure(model)
@@ -120,93 +120,140 @@ def fallback_until_within_budget(
     say(f"budget not met ({_describe(rows)}): ranking {len(nodes)} INT8 nodes by sensitivity")
     scores = sensitivity(model, nodes)
     outcome.ranking = dict(scores)
-    order = rank_by_sensitivity(scores) + [n for n in nodes if n not in scores]
-    best = worst_margin(metrics, budget)
+    search = _Floats(nodes, budget, build, measure, outcome, dict(labels or {}), say, fallback_to)
+    search.rank(scores)
     limit = len(nodes) if max_fallback is None else min(max_fallback, len(nodes))
-    floated: list[str] = []  # moved out of INT8, in the order moved
-    failed_at = 0  # the most fallbacks known to miss the budget
-    stale = 0  # steps in a row without a better worst margin
+    judged, failed_at = search.grow(model, metrics, rows, limit, patience, sensitivity)
+    if judged.passed and len(search.floated) - failed_at > 1:
+        judged = search.bisect(failed_at, judged)
+    outcome.passed, outcome.metrics, outcome.checks = judged.passed, judged.metrics, judged.rows
+    outcome.quantized = [n for n in nodes if n not in search.floated]
+    outcome.next_up = [n for n in search.order if n in outcome.quantized]
+    return judged.model, outcome
 
-    def fall(count: int) -> tuple[Path, dict[str, Any], bool, list[dict[str, Any]]]:
-        kept = [n for n in selected if n not in set(floated[:count])]
-        m = build(kept)
-        met = measure(m)
-        ok, checked = check(met, budget)
-        history.append(
+
+@dataclass(frozen=True)
+class _Judged:
+    model: Path
+    metrics: dict[str, Any]
+    rows: list[dict[str, Any]]
+    passed: bool
+
+
+@dataclass
+class _Floats:
+    """The fallback search's state: the nodes moved out of INT8 (``floated``, in order) and the
+    ranking of the rest (``order``)."""
+
+    selected: list[str]
+    budget: Mapping[str, float]
+    build: Callable[[list[str]], Path]
+    measure: Callable[[Path], dict[str, Any]]
+    outcome: BudgetOutcome
+    labels: dict[str, str]
+    say: Callable[[str], None]
+    fallback_to: str
+    floated: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def rank(self, scores: Mapping[str, Mapping[str, float]]) -> None:
+        kept = [n for n in self.selected if n not in self.floated]
+        self.scores.update({k: dict(v) for k, v in scores.items()})
+        self.order = rank_by_sensitivity(scores) + [n for n in kept if n not in scores]
+
+    def judge(self, count: int) -> _Judged:
+        """The candidate with the first ``count`` floated nodes out of INT8, measured and recorded."""
+        kept = [n for n in self.selected if n not in set(self.floated[:count])]
+        model = self.build(kept)
+        metrics = self.measure(model)
+        passed, rows = check(metrics, self.budget)
+        self.outcome.history.append(
             {
                 "fallback": count,
-                "node": floated[count - 1],
+                "node": self.floated[count - 1],
                 "int8_nodes": len(kept),
-                **_headline(met, budget),
-                "passed": ok,
+                **_headline(metrics, self.budget),
+                "passed": passed,
             }
         )
-        return m, met, ok, checked
+        return _Judged(model, metrics, rows, passed)
 
-    while len(floated) < limit:
-        # One at a time first (a few sensitive layers is the common case), then doubling the float
-        # set while the budget keeps failing: 44 of matcha's 65 layers took 44 candidates one by one.
-        target = min(limit, len(floated) + (1 if len(floated) < GALLOP_AFTER else len(floated)))
-        step = order[: target - len(floated)]
-        del order[: len(step)]
+    def take(self, count: int) -> list[str]:
+        """Move the next ``count`` ranked nodes out of INT8, each recorded with why."""
+        step, self.order = self.order[:count], self.order[count:]
         for name in step:
-            rank = len(floated) + 1
-            floated.append(name)
-            s = scores.get(name, {})
-            why = f"budget fallback #{rank}: " + ranked_why(s)
-            outcome.fallback.append({"node": name, "label": labels.get(name, name), "reason": why, **dict(s)})
-            if len(step) == 1:
-                say(f"fallback {rank}: {labels.get(name, name)} -> {fallback_to} ({why})")
-        if len(step) > 1:
-            lead = len(floated) - len(step) + 1
-            shown = ", ".join(labels.get(n, n) for n in step[:3]) + (", ..." if len(step) > 3 else "")
-            say(
-                f"fallbacks {lead}-{len(floated)} -> {fallback_to}: the next {len(step)} in the ranking ({shown}); "
-                "the float set doubles while the budget fails, then halves back to the fewest that hold it"
+            self.floated.append(name)
+            why = f"budget fallback #{len(self.floated)}: " + ranked_why(self.scores.get(name, {}))
+            label = self.labels.get(name, name)
+            self.outcome.fallback.append({"node": name, "label": label, "reason": why, **self.scores.get(name, {})})
+            if count == 1:
+                self.say(f"fallback {len(self.floated)}: {label} -> {self.fallback_to} ({why})")
+        if count > 1:
+            lead = len(self.floated) - count + 1
+            shown = ", ".join(self.labels.get(n, n) for n in step[:3]) + (", ..." if count > 3 else "")
+            self.say(
+                f"fallbacks {lead}-{len(self.floated)} -> {self.fallback_to}: the next {count} in the ranking "
+                f"({shown}); the float set doubles while the budget fails, then halves back to the fewest that hold it"
             )
-        model, metrics, passed, rows = fall(len(floated))
-        if passed or len(floated) == len(selected):
-            break
-        failed_at = len(floated)
-        margin = worst_margin(metrics, budget)
-        stale = 0 if margin > best else stale + 1
-        if patience is not None and stale >= patience and len(floated) < limit:
-            outcome.stopped = (
-                f"{stale} fallbacks in a row brought no better worst margin than {best:+.4g}: the budget looks out "
-                f"of reach by fallbacks (--max-fallback N searches on, up to N)"
-            )
-            say(f"search stopped: {outcome.stopped}")
-            break
-        last = scores.get(floated[-1], {})
-        if len(step) == 1 and margin <= best and last.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
-            # No progress, and that node's input was already ruined upstream: its score said
-            # little. Rank again on the current model, where the earlier culprit is gone.
-            say("no progress: ranking the remaining INT8 nodes again")
-            kept = [n for n in selected if n not in floated]
-            scores = sensitivity(model, kept)
-            outcome.ranking.update(scores)
-            order = rank_by_sensitivity(scores) + [n for n in kept if n not in scores]
-        best = max(best, margin)
-    if passed and len(floated) - failed_at > 1:
-        # A doubling step held the budget: bisect between the last count that missed and it, for
-        # the fewest fallbacks (of this ranking) that hold (more float never hurts, as a rule).
-        low, high, held = failed_at, len(floated), (model, metrics, rows)
+        return step
+
+    def grow(
+        self,
+        model: Path,
+        metrics: dict[str, Any],
+        rows: list[dict[str, Any]],
+        limit: int,
+        patience: int | None,
+        sensitivity: Callable[[Path, list[str]], dict[str, dict[str, float]]],
+    ) -> tuple[_Judged, int]:
+        """Float nodes until the budget holds, ``limit`` is reached or ``patience`` runs out:
+        (the last candidate judged, the most fallbacks known to miss the budget)."""
+        judged = _Judged(model, metrics, rows, False)
+        best, stale, failed_at = worst_margin(metrics, self.budget), 0, 0
+        while len(self.floated) < limit:
+            # One at a time first (a few sensitive layers is the common case), then doubling: 44 of
+            # matcha's 65 layers took 44 candidates one by one.
+            size = 1 if len(self.floated) < GALLOP_AFTER else len(self.floated)
+            step = self.take(min(limit, len(self.floated) + size) - len(self.floated))
+            judged = self.judge(len(self.floated))
+            if judged.passed or len(self.floated) == len(self.selected):
+                break
+            failed_at = len(self.floated)
+            margin = worst_margin(judged.metrics, self.budget)
+            stale = 0 if margin > best else stale + 1
+            if patience is not None and stale >= patience and len(self.floated) < limit:
+                self.outcome.stopped = (
+                    f"{stale} fallbacks in a row brought no better worst margin than {best:+.4g}: the budget looks "
+                    f"out of reach by fallbacks (--max-fallback N searches on, up to N)"
+                )
+                self.say(f"search stopped: {self.outcome.stopped}")
+                break
+            last = self.scores.get(step[-1], {})
+            if len(step) == 1 and margin <= best and last.get("input_sqnr_db", math.inf) < _BROKEN_INPUT_DB:
+                # No progress, and that node's input was already ruined upstream: its score said
+                # little. Rank again on the current model, where the earlier culprit is gone.
+                self.say("no progress: ranking the remaining INT8 nodes again")
+                scores = sensitivity(judged.model, [n for n in self.selected if n not in self.floated])
+                self.outcome.ranking.update(scores)
+                self.rank(scores)
+            best = max(best, margin)
+        return judged, failed_at
+
+    def bisect(self, low: int, held: _Judged) -> _Judged:
+        """A doubling step held the budget: the fewest fallbacks between ``low`` (which missed)
+        and all of them that hold (more float never hurts, as a rule); the rest back in INT8,
+        first in line for the fallback form."""
+        high = len(self.floated)
         while high - low > 1:
             mid = (low + high) // 2
-            say(f"bisect: {mid} fallbacks (between {low}, which missed, and {high}, which held)")
-            trial = fall(mid)
-            if trial[2]:
-                high, held = mid, (trial[0], trial[1], trial[3])
-            else:
-                low = mid
-        model, metrics, rows = held
-        order = floated[high:] + order  # back in INT8, first in line for the fallback form
-        del floated[high:], outcome.fallback[high:]
-        say(f"fallbacks: {high} hold the budget, {high - 1} do not")
-    nodes = [n for n in selected if n not in floated]
-    outcome.passed, outcome.metrics, outcome.checks, outcome.quantized = passed, metrics, rows, nodes
-    outcome.next_up = [n for n in order if n in nodes]
-    return model, outcome
+            self.say(f"bisect: {mid} fallbacks (between {low}, which missed, and {high}, which held)")
+            trial = self.judge(mid)
+            low, high, held = (low, mid, trial) if trial.passed else (mid, high, held)
+        self.order = self.floated[high:] + self.order
+        del self.floated[high:], self.outcome.fallback[high:]
+        self.say(f"fallbacks: {high} hold the budget, {high - 1} do not")
+        return held
 
 
 def ranked_why(score: Mapping[str, float]) -> str:
