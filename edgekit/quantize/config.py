@@ -46,6 +46,8 @@ WEIGHTED_OPS: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
 
 # Accuracy budget keys: direction and meaning. ">=" keys are floors, "<=" keys ceilings.
+# Budget keys that are shares of decisions: a limit outside [0, 1] is refused.
+SHARE_KEYS = frozenset({"lockstep_token_agreement", "top1_agreement", "final_token_agreement"})
 BUDGET_RULES: dict[str, tuple[str, str]] = {
     "lockstep_token_agreement": (
         ">=",
@@ -348,4 +350,6 @@ def parse_budget(items: list[str] | tuple[str, ...] | None) -> dict[str, float]:
             raise UsageError(f"--budget {item!r}: {value!r} is not a number") from None
         if not math.isfinite(out[key]):  # nan compares false to everything: the budget would never decide
             raise UsageError(f"--budget {item!r}: the limit must be a finite number")
+        if key in SHARE_KEYS and not 0 <= out[key] <= 1:  # a limit no model can meet (or every one does)
+            raise UsageError(f"--budget {item!r}: {key} is a share of decisions; give a limit in [0, 1]")
     return out
