@@ -239,7 +239,8 @@ def quantize(
         raise CheckFailed(
             f"INT8 model of {s['model']} misses the accuracy budget: {failed}; it was written and recorded as failed",
             hint=(
-                "relax it (--budget KEY=VALUE), keep layers float (--exclude), or try --method percentile / "
+                "relax it (--budget KEY=VALUE), keep layers float (--exclude), or try "
+                f"{'--method entropy' if s['method'] == 'percentile' else '--method percentile'} / "
                 f"--calib-samples {2 * int(s['config']['calib_samples'])}"
             ),
         )

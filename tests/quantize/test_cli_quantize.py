@@ -70,7 +70,22 @@ def test_budget_miss_exits_4_with_one_line(masked):
     assert r.exit_code == 4
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "misses the accuracy budget" in last and "event_accuracy_drop" in last
+    assert "try --method percentile" in r.stderr  # made with minmax ranges: percentile is the next to try
     assert "Traceback" not in r.output
+
+
+def test_a_miss_with_percentile_ranges_suggests_entropy_not_what_it_used(masked, monkeypatch):
+    # --method auto may have chosen percentile already: the hint must not send the user back to it.
+    import edgekit.quantize as quantize
+
+    real = quantize.quantize_bundle
+
+    def made_with_percentile(*args, **kwargs):
+        return real(*args, **kwargs) | {"method": "percentile"}
+
+    monkeypatch.setattr(quantize, "quantize_bundle", made_with_percentile)
+    r = invoke("quantize", masked, *FAST, "--no-fallback", "--budget", "event_accuracy_drop=-1")
+    assert r.exit_code == 4 and "try --method entropy" in r.stderr and "--method percentile" not in r.stderr
 
 
 def test_a_budget_miss_prints_its_notes_before_the_error_and_records_them(masked, monkeypatch):
