@@ -67,6 +67,9 @@ class CandidateWriter:
         takes it), calibrated by ``reader``/``cache``; ``scales`` names its scale set (one per
         step bucket), whose all-INT8 graph is written first where there is none yet."""
         out = self.name("int8")
+        # One all-INT8 base per set of ranges: the step bucket's and the calibrator's
+        # (``--method auto`` may judge percentile's beside minmax's and go back).
+        scales = (self.cfg.calibrator, scales)
         if set(nodes) <= set(self.selected):
             base = self.bases.get(scales) or self._base(weight_only, reader, cache, scales)
             if base.blocker is None and derive_candidate(

@@ -24,11 +24,15 @@ from edgekit.quantize.cpu.ptq import calibrate
 from edgekit.quantize.plan import Eta
 
 
-def _tried(method: str, metrics: dict[str, Any], budget: dict[str, float]) -> dict[str, Any]:
-    passed, _ = check(metrics, budget)
+def _tried(method: str, metrics: dict[str, Any], budget: dict[str, float], passed: bool) -> dict[str, Any]:
     return {"method": method, "passed": passed, "worst_margin": worst_margin(metrics, budget)} | {
         k: metrics.get(k) for k in budget
     }
+
+
+def _use_ranges(profile: Any, cfg: Any, cache: Path) -> None:
+    """Every later candidate of ``profile`` calibrated with ``cfg.calibrator``'s ranges in ``cache``."""
+    profile.run.cfg, profile.writer.cfg, profile.cache = cfg, cfg, cache
 
 
 def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dict[str, Any] | None]:
@@ -45,8 +49,8 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
         return None, record
     model = profile.build(profile.selected)
     metrics = profile.measure(model)
-    record["tried"].append(_tried(cfg.calibrator, metrics, run.budget))
     passed, rows = check(metrics, run.budget)
+    record["tried"].append(_tried(cfg.calibrator, metrics, run.budget, passed))
     if passed:
         record["why"] = f"{cfg.calibrator} met the budget"
         return (model, metrics), record
@@ -61,12 +65,11 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
     cache = run.tmp / f"calibration-{AUTO_ALTERNATIVE}.json"
     eta = Eta(f"calibrate ({AUTO_ALTERNATIVE}): recorded call", 2 * len(run.traj.feeds), run.say)
     calibrate(run.prepared, run.reader, alt, cache, None, each=eta)
-    kept = (run.cfg, profile.cache, profile.writer.cfg, dict(profile.writer.bases))
-    run.cfg, profile.cache, profile.writer.cfg = alt, cache, alt
-    profile.writer.bases.clear()  # the all-INT8 base of the new ranges is written on the next build
+    kept = (run.cfg, profile.cache)
+    _use_ranges(profile, alt, cache)  # the writer keeps each calibrator's all-INT8 base apart
     alt_model = profile.build(profile.selected)
     alt_metrics = profile.measure(alt_model)
-    record["tried"].append(_tried(AUTO_ALTERNATIVE, alt_metrics, run.budget))
+    record["tried"].append(_tried(AUTO_ALTERNATIVE, alt_metrics, run.budget, check(alt_metrics, run.budget)[0]))
     first, second = record["tried"]
     missed = [k for k in run.budget if first.get(k) is not None and second.get(k) is not None]
     compared = ", ".join(f"{k} {second[k]:.4g} against {first[k]:.4g}" for k in missed)
@@ -75,9 +78,7 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
         record["why"] = f"better: {compared}"
         run.say(f"{AUTO_ALTERNATIVE} ranges: {record['why']}; the search goes on with them")
         return (alt_model, alt_metrics), record
-    run.cfg, profile.cache, profile.writer.cfg = kept[:3]
-    profile.writer.bases.clear()
-    profile.writer.bases.update(kept[3])
+    _use_ranges(profile, *kept)
     record["why"] = f"no better: {compared}"
     run.say(f"{AUTO_ALTERNATIVE} ranges: {record['why']}; the search goes on with {first['method']}")
     return (model, metrics), record

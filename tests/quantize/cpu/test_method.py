@@ -62,7 +62,7 @@ def test_percentile_ranges_are_judged_where_minmax_misses_and_kept_where_better(
     assert calibrated == [("percentile", tmp_path / "calibration-percentile.json")]
     assert model == Path("percentile-all-int8.onnx") and metrics["check_margin"] == -0.20
     assert p.run.cfg.method == "percentile" and p.writer.cfg.method == "percentile"
-    assert p.cache == tmp_path / "calibration-percentile.json" and p.writer.bases == {}
+    assert p.cache == tmp_path / "calibration-percentile.json"
     assert record["chosen"] == "percentile" and [t["method"] for t in record["tried"]] == ["minmax", "percentile"]
     assert record["why"] == "better: check_margin -0.2 against -0.23"
     assert any(line.startswith("all-INT8 with minmax ranges misses the budget") for line in p.said)
@@ -74,7 +74,6 @@ def test_minmax_stays_where_percentile_is_no_better(tmp_path, calibrated):
     (model, _), record = choose_method(p)
     assert model == Path("minmax-all-int8.onnx") and record["chosen"] == "minmax"
     assert p.run.cfg is cfg and p.writer.cfg is cfg and p.cache == tmp_path / "calibration.json"
-    assert p.writer.bases == {None: "minmax-base"}  # the minmax all-INT8 base serves the search again
     assert record["why"].startswith("no better: check_margin -0.3 against -0.1")
 
 
@@ -102,3 +101,28 @@ def test_auto_is_the_default_and_calibrates_with_minmax_first():
     cfg = QuantizeConfig()
     assert cfg.method == "auto" and cfg.calibrator == "minmax"
     assert QuantizeConfig(method="entropy").calibrator == "entropy"
+
+
+def test_the_writer_keeps_one_all_int8_base_per_calibrator(tmp_path, monkeypatch):
+    # auto judges percentile's all-INT8 model and may go back to minmax's: that base is written
+    # once and serves the search again (quantize_static stood in for; candidates derived from it).
+    import dataclasses
+
+    from edgekit.quantize.cpu import candidates
+
+    quantized: list[str] = []
+    monkeypatch.setattr(candidates, "quantize_model", lambda prepared, out, *a, **k: quantized.append(out.name))
+    monkeypatch.setattr(candidates, "derivation_blocker", lambda *a: None)
+    monkeypatch.setattr(candidates, "derive_candidate", lambda *a: True)
+    names = iter(range(100))
+    cfg = QuantizeConfig()
+    writer = candidates.CandidateWriter(
+        tmp_path / "p.onnx", cfg, None, ["a", "b"], lambda p: tmp_path / f"{p}-{next(names)}.onnx"
+    )
+    writer.write(["a"], [], None, None)  # minmax: its base, then the candidate derived from it
+    writer.cfg = dataclasses.replace(cfg, method="percentile")
+    writer.write(["a", "b"], [], None, None)  # percentile: a base of its own
+    writer.cfg = cfg
+    writer.write(["b"], [], None, None)  # back to minmax: its base again, nothing quantized
+    assert quantized == ["all-int8-1.onnx", "all-int8-3.onnx"]
+    assert sorted(k[0] for k in writer.bases) == ["minmax", "percentile"] and writer.derived == 3
