@@ -189,8 +189,9 @@ class RangeDrift:
         for g in groups:
             s = share[g].max(axis=0)  # (tensors,) the widest range within the group
             live = self.amax[g].max(axis=0) > 0
-            shown = s[live] if live.any() else s
-            worst = int(np.flatnonzero(live)[np.argmin(shown)]) if live.any() else int(np.argmin(s))
+            counted = np.flatnonzero(live) if live.any() else np.arange(len(s))  # all zero: all counted
+            shown = s[counted]
+            worst = int(counted[np.argmin(shown)])
             rows.append(
                 {
                     "calls": [int(g[0]), int(g[-1])],
@@ -207,9 +208,8 @@ class RangeDrift:
         """The ``k`` tensors whose per-step max |x| varies most (max/min over steps; the calls where
         a tensor is exactly zero, a null condition, do not count as its minimum)."""
         nonzero_min = np.where(self.amax > 0, self.amax, np.inf).min(axis=0)
-        ratio = np.where(
-            np.isfinite(nonzero_min), self.amax.max(axis=0) / np.where(np.isfinite(nonzero_min), nonzero_min, 1.0), 1.0
-        )
+        ratio = np.ones(len(self.tensors))  # a tensor zero in every call does not drift
+        np.divide(self.amax.max(axis=0), nonzero_min, out=ratio, where=np.isfinite(nonzero_min))
         order = np.argsort(-ratio)[:k]
         return [
             {
