@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from edgekit.cli import app
 
 runner = CliRunner()
-QUICK = ["--iters", "3", "--min-seconds", "0", "--warmup", "1", "--power", "off"]
+UNTIMED = ["--min-seconds", "0", "--warmup", "1", "--power", "off"]  # the time rules off, but --iters
+QUICK = ["--iters", "3", *UNTIMED]
 
 
 def invoke(*args):
@@ -89,19 +90,7 @@ def test_the_time_bound_is_60_s_by_default_and_its_stop_is_said(tiny, monkeypatc
         )
 
     monkeypatch.setattr("edgekit.profile.measure.measure", bounded)
-    r = invoke(
-        "profile",
-        tiny["masked"],
-        "--min-seconds",
-        "0",
-        "--warmup",
-        "1",
-        "--power",
-        "off",
-        "--precision",
-        "fp32",
-        "--json",
-    )
+    r = invoke("profile", tiny["masked"], *UNTIMED, "--precision", "fp32", "--json")
     assert r.exit_code == 0, r.output
     (v,) = json.loads(r.stdout)["variants"]
     assert v["measurement"]["max_seconds"] == 60.0 and v["measurement"]["bounded_at_max_seconds"] is True
