@@ -19,6 +19,8 @@ class Finding:
     message: str
     hint: str | None = None
     nodes: tuple[str, ...] = ()  # offending node names (all of them; the message shows a few)
+    op: str = ""  # the offending node's op type, where the finding is about one node's op
+    by: str = ""  # the compiler or backend that said it ("HTP v73"), where one did
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"nodes": list(self.nodes)}

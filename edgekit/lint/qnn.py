@@ -4,7 +4,6 @@ refuses becomes one finding with the fix."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +86,8 @@ def refusal(where: str, found: dict[str, str], artifact: str, rank: int) -> Find
         f"{where} refused node {found['node']!r} ({what}){reason}",
         hint=_RANK_FIX if over else fix_for(found["op"], artifact),
         nodes=(found["node"],),
+        op=found["op"],
+        by=where,
     )
 
 
@@ -134,13 +135,12 @@ def qnn_findings(model_path: Path, target: Target, artifact: str) -> list[Findin
         return []
     options = qnn_backend.qnn_options_for(target, "fp16" if fp16 else "int8")
     findings: list[Finding] = []
-    start = time.perf_counter()
     try:
         with qnn_backend.QnnRuntime(model_path, options) as rt:
             seconds = rt.session_seconds
     except qnn_backend.QnnCompileError as exc:
         if not exc.findings:
-            return [whole_graph_refusal(where, artifact, exc.message, model_path, options, time.perf_counter() - start)]
+            return [whole_graph_refusal(where, artifact, exc.message, model_path, options, exc.seconds)]
         ranks = node_ranks(model_path)
         return [refusal(where, f, artifact, ranks.get(f["node"], 0)) for f in exc.findings]
     if not fp16:

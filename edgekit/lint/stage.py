@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -72,19 +73,16 @@ def collapse_refusals(findings: list[Finding], profile: str) -> list[Finding]:
     refused = [f for f in findings if f.rule == "npu-refused"]
     if len(refused) < 2:
         return findings
-    ops: dict[str, int] = {}
-    for f in refused:
-        op = f.message.rsplit("(", 1)[-1].split(")")[0].split(" as ")[0]
-        ops[op] = ops.get(op, 0) + 1
-    counted = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))
-    where = refused[0].message.split(" refused node ")[0]
+    ops = Counter(f.op or "unknown op" for f in refused)
+    counted = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in ops.most_common())
     one = Finding(
         "error",
         "npu-refused",
         refused[0].artifact,
-        f"{where} refused {len(refused)} nodes of this {profile}-profile int8 model ({counted})",
+        f"{refused[0].by or 'the NPU'} refused {len(refused)} nodes of this {profile}-profile int8 model ({counted})",
         hint=refused[0].hint,
         nodes=tuple(n for f in refused for n in f.nodes),
+        by=refused[0].by,
     )
     return [f for f in findings if f.rule != "npu-refused"] + [one]
 

@@ -197,11 +197,13 @@ _SESSION_ERRORS = (
 
 
 class QnnCompileError(TargetUnavailable):
-    """The HTP backend refused the graph; ``findings`` lists the nodes and ops it refused."""
+    """The HTP backend refused the graph; ``findings`` lists the nodes and ops it refused,
+    ``seconds`` how long the failed compile took (what decides whether lint bisects it)."""
 
-    def __init__(self, message: str, hint: str, findings: list[dict[str, str]]):
+    def __init__(self, message: str, hint: str, findings: list[dict[str, str]], seconds: float = 0.0):
         super().__init__(message, hint=hint)
         self.findings = findings
+        self.seconds = seconds
 
 
 def create_session(
@@ -239,7 +241,7 @@ def create_session(
             session, error = None, exc
     seconds = time.perf_counter() - start
     if error is not None:
-        raise QnnCompileError(*_refusal_message(source, log[0], options, error)) from None
+        raise QnnCompileError(*_refusal_message(source, log[0], options, error), seconds=seconds) from None
     return session, seconds, log[0]
 
 

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.lint import LINT_SCHEMA, has_errors, lint_bundle, lint_onnx, lint_report
+from edgekit.lint.findings import Finding
 from edgekit.targets import list_targets, load_target
 
 TRT = "nvidia-gpu"
@@ -183,3 +184,22 @@ def test_lint_report_document(demo_bundles):
     assert doc["findings"][0]["rule"] == "opset" and "--opset 17" in doc["findings"][0]["hint"]
     assert doc["findings"][1]["rule"] == "precision"
     assert lint_report(demo_bundles["flow"], load_target("cpu"))["passed"] is True
+
+
+def test_collapsed_refusals_count_ops_from_the_findings_not_their_wording():
+    """The count comes from each finding's op and backend: a message worded otherwise (a
+    rank refusal, another backend's phrasing) does not change it."""
+    from edgekit.lint.stage import collapse_refusals
+
+    refusals = [
+        Finding("error", "npu-refused", "int8", f"worded freely {i}", hint="fix", nodes=(f"n{i}",), op=op, by="HTP v75")
+        for i, op in enumerate(["DequantizeLinear", "MatMul", "DequantizeLinear", "Reshape", "DequantizeLinear"])
+    ]
+    other = Finding("warning", "qdq", "int8", "kept")
+    (kept, one) = collapse_refusals([*refusals, other], "cpu")
+    assert kept is other
+    assert (
+        one.message == "HTP v75 refused 5 nodes of this cpu-profile int8 model (DequantizeLinear x3, MatMul, Reshape)"
+    )
+    assert one.nodes == ("n0", "n1", "n2", "n3", "n4") and one.by == "HTP v75" and one.hint == "fix"
+    assert collapse_refusals(refusals[:1], "cpu") == refusals[:1]  # one refusal stays as it is

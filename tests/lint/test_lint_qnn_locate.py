@@ -12,6 +12,8 @@ import pytest
 from edgekit.lint import has_errors, lint_onnx
 from edgekit.lint.qnn import whole_graph_refusal
 from edgekit.lint.qnn_locate import locate, prefix_model
+from edgekit.runtimes import qnn
+from edgekit.targets import load_target
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -66,7 +68,8 @@ def rmsnorm_graph(path, square: str):
 def test_a_graph_that_fails_to_finalize_names_the_node_that_breaks_it_and_the_rewrite(tmp_path, target):
     # transformers' Llama RMSNorm: every node passes the per-node check, the graph fails to
     # finalize (QNN_COMMON_ERROR_MEM_ALLOC) once the weight's Mul completes the pattern.
-    findings = lint_onnx(rmsnorm_graph(tmp_path / "pow.onnx", "pow"), target, artifact="fp32")
+    pow_graph = rmsnorm_graph(tmp_path / "pow.onnx", "pow")
+    findings = lint_onnx(pow_graph, target, artifact="fp32")
     (f,) = [f for f in findings if f.rule == "npu-compile"]
     assert f.severity == "error" and has_errors(findings)
     assert "could not compile fp32" in f.message and "Failed to finalize" in f.message
@@ -74,6 +77,10 @@ def test_a_graph_that_fails_to_finalize_names_the_node_that_breaks_it_and_the_re
     assert "compiles up to node 7 of 9" in f.message
     assert f.nodes == ("input_layernorm_weight",)
     assert f.hint.startswith("an RMSNorm written with Pow(x, 2): compute the square as x * x")
+    with pytest.raises(qnn.QnnCompileError) as failed:  # the error times its own compile
+        with qnn.QnnRuntime(pow_graph, qnn.qnn_options_for(load_target(target), "fp16")):
+            pass
+    assert failed.value.seconds > 0 and not failed.value.findings
     # The rewrite the hint gives compiles, whole.
     fixed = lint_onnx(rmsnorm_graph(tmp_path / "mul.onnx", "mul"), target, artifact="fp32")
     assert not has_errors(fixed) and any("every node on the NPU" in f.message for f in fixed)
@@ -120,3 +127,16 @@ def test_no_bisection_where_one_compile_is_slow(tmp_path):
     f = whole_graph_refusal("HTP v75", "fp32", "qnn: failed", _chain(tmp_path / "c.onnx"), None, 95.0)
     assert f.message == "HTP v75 could not compile fp32: qnn: failed (not bisected: one compile took 95 s)"
     assert f.nodes == ()
+
+
+def test_the_failed_compile_says_how_long_it_took_and_lint_uses_that(tmp_path, monkeypatch):
+    """The compile's own time (``QnnCompileError.seconds``, measured around the session) decides
+    whether lint bisects; a slow failure is reported, not bisected."""
+    from edgekit.lint import qnn as lint_qnn
+
+    def slow_failure(*_args, **_kwargs):
+        raise qnn.QnnCompileError("qnn: failed", hint="", findings=[], seconds=95.0)
+
+    monkeypatch.setattr(lint_qnn.qnn_backend, "QnnRuntime", slow_failure)
+    (f,) = lint_qnn.qnn_findings(_chain(tmp_path / "c.onnx"), load_target("snapdragon-8-gen-2"), "fp32")
+    assert f.message.endswith("(not bisected: one compile took 95 s)")
