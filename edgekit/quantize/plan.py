@@ -71,6 +71,10 @@ class Plan:
     # Candidates the fallback form may add after the search (cpu profile: weight-only with up to
     # cpu.form.FORM_EXTRA more layers where weight-only missed the budget), per_candidate each
     form_extra: int = 0
+    # --method auto (cpu profile, with the search): where the minmax ranges' all-INT8 model misses
+    # the budget, the percentile ranges are calibrated (two more passes over the recorded calls:
+    # the ranges, then the histograms within them) and their all-INT8 model judged (one more candidate)
+    method_alternative: bool = False
 
     def estimate(self, decode_s: float) -> dict[str, float]:
         """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an
@@ -98,6 +102,13 @@ class Plan:
             f"{clock_text(first)} until the first candidate is judged, about {clock_text(e['per_candidate_s'])} more "
             "for each fallback the budget needs"
             + (
+                f"; if all-INT8 misses it with minmax ranges, about "
+                f"{clock_text(2 * e['calibrate_s'] + e['per_candidate_s'])} more to calibrate and judge percentile "
+                "ranges (--method auto)"
+                if self.method_alternative
+                else ""
+            )
+            + (
                 f", and up to {self.form_extra} more candidates may follow for the fallbacks' form"
                 if self.form_extra
                 else ""
@@ -111,6 +122,7 @@ class Plan:
             "int8_decodes_per_candidate": self.per_candidate,
             "speed_decodes": self.speed,
             "form_extra_candidates": self.form_extra,
+            "method_extra_candidates": int(self.method_alternative),
             "fp32_decode_s": decode_s,
         }
         if decode_s:

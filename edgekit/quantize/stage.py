@@ -30,7 +30,7 @@ from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
-from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.config import AUTO_METHOD, QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.form import FORM_EXTRA
 from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row
@@ -200,6 +200,9 @@ def record_fp32(run: QuantizeRun) -> None:
         speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1) * timed_share(speed_tokens(run.bundle, cfg.decode)),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
+        method_alternative=(
+            cfg.method == AUTO_METHOD and cfg.entry.cpu_arithmetic and cfg.fallback and cfg.step_buckets is None
+        ),
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

@@ -52,6 +52,18 @@ def test_the_plan_says_the_fallback_form_may_add_candidates():
     assert "fallbacks' form" not in Plan(4, 8, 16, 12).describe(2.0)
 
 
+def test_the_plan_says_method_auto_may_calibrate_and_judge_percentile_ranges():
+    """--method auto: where minmax's all-INT8 model misses the budget, one more calibration pass and
+    one more candidate follow (Sana-600M: 5:30 of percentile calibration, two passes over the
+    recorded calls, and 3:10 of INT8 decodes the plan did not mention)."""
+    plan = Plan(calibration=4, heldout=8, per_candidate=16, speed=12, method_alternative=True)
+    text = plan.describe(2.0)
+    assert f"about {clock_text(2 * 8.0 + 32.0)} more to calibrate and judge percentile ranges (--method auto)" in text
+    assert plan.to_json(2.0)["method_extra_candidates"] == 1
+    assert "percentile" not in Plan(4, 8, 16, 12).describe(2.0)
+    assert Plan(4, 8, 16, 12).to_json(2.0)["method_extra_candidates"] == 0
+
+
 def test_an_emulated_device_s_int8_decodes_are_not_priced_as_fp32_ones():
     """qnn: a held-out decode on the HTP emulator takes minutes where the FP32 one takes seconds;
     the plan said "about 0:20 more for each fallback"."""
@@ -79,6 +91,7 @@ def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, t
     assert plan["calibration_decodes"] == 4 // batch and plan["heldout_decodes"] == 4 // batch
     assert plan["int8_decodes_per_candidate"] == 2 * plan["heldout_decodes"]
     assert plan["fp32_decode_s"] > 0
+    assert plan["method_extra_candidates"] == 1  # --method auto, the default, with the search
     # the unit is a warm FP32 decode: the speed timing's median where it ran, else the first decode
     unit = s["speed"]["fp32_ms_per_decode"] / 1000 if s["speed"].get("measured") else plan["fp32_decode_s"]
     assert s["fp32_decode_unit"]["seconds"] == pytest.approx(unit)
