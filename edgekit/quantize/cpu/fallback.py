@@ -190,7 +190,8 @@ class FallbackProfile:
             suspects = screen(scores, nodes, model_bytes(run.fp32_path))
             if len(suspects) < len(nodes):
                 run.say(
-                    f"screened {len(nodes)} nodes by the noise each adds (one pass): the {len(suspects)} noisiest "
+                    f"screened {len(nodes)} nodes by the noise each adds (whole tensors and per row, one pass): "
+                    f"the {len(suspects)} noisiest "
                     "are measured one at a time"
                 )
             alone = isolated_output_sqnr(

@@ -135,3 +135,68 @@ def test_groups_keep_order_and_the_cap_and_a_key_together():
     assert _groups(fetch, sizes, 100, key=_activation_of) == [fetch]
     assert _groups(["x", "y"], {"y": 5}, 5) == [["x"], ["y"]]  # unknown shape: the largest known
     assert _groups([], sizes, 8) == [[]]
+
+
+def test_rows_of_small_magnitude_show_in_the_per_row_sqnr_not_the_whole_tensor_s():
+    """A caption's prompt rows at unit scale and its padding rows at 0.05, quantized with one
+    per-tensor step (as an INT8 activation is): the whole tensor's SQNR is the prompt's, the mean
+    row's is the padding's. An all-zero reference row carries no signal and is left out."""
+    import numpy as np
+
+    from edgekit.quantize.cpu.sensitivity import _add, _add_rows, _db, _row_db
+
+    rng = np.random.default_rng(0)
+    ref = np.concatenate([rng.standard_normal((1, 20, 64)), 0.05 * rng.standard_normal((1, 80, 64))], axis=1)
+    step = (ref.max() - ref.min()) / 255
+    cand = np.round(ref / step) * step
+    whole, rows = [0.0, 0.0], [0.0, 0.0]
+    _add(whole, ref, cand)
+    _add_rows(rows, ref, cand)
+    assert rows[1] == 100
+    assert _db(whole) > 30.0 and _row_db(rows) < 20.0
+    padded = np.concatenate([ref, np.zeros((1, 5, 64))], axis=1)
+    more = [0.0, 0.0]
+    _add_rows(more, padded, np.concatenate([cand, np.full((1, 5, 64), step)], axis=1))
+    assert more == pytest.approx(rows)  # the zero rows are not counted
+    same = [0.0, 0.0]
+    _add_rows(same, ref, ref)
+    assert _row_db(same) == float("inf")
+
+
+def test_matmul_and_gemm_tensors_are_also_scored_per_row(tmp_path):
+    """``row_*`` keys for the ops whose last axis is a row's features, from the same runs: the
+    row-mean SQNR of the node's output equals the one computed from ORT's own activations."""
+    pytest.importorskip("onnxruntime")
+    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+    import numpy as np
+    import onnx
+
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import sensitivity
+
+    model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 4)
+    nodes = {k: plan.by_name()[k] for k in chosen}
+    scores = sensitivity.node_sensitivity(model, qdq, calib[:2], nodes)
+    assert scores
+    for name, score in scores.items():
+        assert ("row_output_sqnr_db" in score) == (nodes[name].op_type in sensitivity.ROW_OPS), name
+        assert ("row_tensor_sqnr_db" in score) == (nodes[name].op_type in sensitivity.ROW_OPS), name
+    aug_f, aug_q = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    dbg.modify_model_output_intermediate_tensors(str(model), str(aug_f), op_types_for_saving=["MatMul"])
+    dbg.modify_model_output_intermediate_tensors(
+        str(qdq), str(aug_q), op_types_for_saving=["MatMul", "QuantizeLinear", "DequantizeLinear"]
+    )
+    f_acts = dbg.collect_activations(str(aug_f), calibration_reader(calib[:2]))
+    q_acts = dbg.collect_activations(str(aug_q), calibration_reader(calib[:2]))
+    matched = dbg.create_activation_matching(q_acts, f_acts)
+    graph = onnx.load(str(model)).graph
+    proj = {n.name: n for n in graph.node}["proj"]
+    y = proj.output[0]
+    features = {i.name: i.dims[-1] for i in graph.initializer}[proj.input[1]]  # the activations come flat
+    got = matched[y]["post_qdq"] if y in matched else q_acts[y]
+    ratios = []
+    for ref, cand in zip(f_acts[y], got):
+        r = np.asarray(ref, np.float64).reshape(-1, features)
+        d = r - np.asarray(cand, np.float64).reshape(r.shape)
+        ratios += list((d * d).sum(1) / (r * r).sum(1))
+    assert scores["proj"]["row_output_sqnr_db"] == pytest.approx(-10 * np.log10(np.mean(ratios)), abs=1e-3)
