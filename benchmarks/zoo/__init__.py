@@ -58,6 +58,13 @@ ZOO: dict[str, ZooModel] = {
             "f5-tts DiT, F5TTS_v1_Base config (dim 1024, depth 22), 256 frames of 100 mels",
         ),
         ZooModel(
+            "sana-600m",
+            f"{HERE / 'sana.py'}:make_model",
+            "flow",
+            1,
+            "diffusers SanaTransformer2DModel, Sana_600M_512px config (592 M parameters, 2.20 GiB), 16x16 latent",
+        ),
+        ZooModel(
             "ar-gpt-medium",
             f"{HERE / 'ar_large.py'}:make_model",
             "ar",
