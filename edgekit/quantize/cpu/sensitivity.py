@@ -95,12 +95,7 @@ def node_sensitivity(
     row_sums: dict[tuple[str, bool], list[float]] = {}
     own_sums: dict[str, list[float]] = {}
     row_own: dict[str, list[float]] = {}
-    by_rows = {
-        t
-        for name, info in nodes.items()
-        if info.op_type in ROW_OPS and name in graph
-        for t in (*info.activations, *graph[name].output)
-    }
+    by_rows = _row_tensors(nodes, graph)
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
         spill = Path(tmp)
         with tapped_session(float_model, f_graph) as f_session:
@@ -123,16 +118,12 @@ def node_sensitivity(
                         cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
                         ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
                         if ref is not None and cand is not None:
-                            _add(cross_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
-                            if name in by_rows:
-                                _add_rows(row_sums.setdefault((name, post), [0.0, 0.0]), ref, cand)
+                            _add_both(cross_sums, row_sums, (name, post), ref, cand, name in by_rows)
                         del ref  # a mapped tensor stays resident until unmapped
                     for x in own_names & matched.keys():
                         pair = matched[x]
                         if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
-                            _add(own_sums.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
-                            if x in by_rows:
-                                _add_rows(row_own.setdefault(x, [0.0, 0.0]), pair["pre_qdq"][0], pair["post_qdq"][0])
+                            _add_both(own_sums, row_own, x, pair["pre_qdq"][0], pair["post_qdq"][0], x in by_rows)
                     del qdq_acts, matched
                 if each is not None:
                     each(len(feeds) + i + 1)
@@ -255,6 +246,25 @@ def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:
     sums[0] += float(np.dot(ref64, ref64))
     diff = ref64 - np.asarray(cand, np.float64).ravel()
     sums[1] += float(np.dot(diff, diff))
+
+
+def _row_tensors(nodes: Mapping[str, Any], graph: Mapping[str, Any]) -> set[str]:
+    """The inputs and outputs of the ``ROW_OPS`` nodes: the tensors also scored per row."""
+    return {
+        t
+        for name, info in nodes.items()
+        if info.op_type in ROW_OPS and name in graph
+        for t in (*info.activations, *graph[name].output)
+    }
+
+
+def _add_both(
+    whole: dict[Any, list[float]], rows: dict[Any, list[float]], key: Any, ref: Any, cand: Any, per_row: bool
+) -> None:
+    """``_add`` into ``whole[key]``, and ``_add_rows`` into ``rows[key]`` where ``per_row``."""
+    _add(whole.setdefault(key, [0.0, 0.0]), ref, cand)
+    if per_row:
+        _add_rows(rows.setdefault(key, [0.0, 0.0]), ref, cand)
 
 
 def _add_rows(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:
