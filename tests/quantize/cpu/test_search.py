@@ -203,17 +203,17 @@ def test_after_a_few_fallbacks_the_float_set_doubles_then_bisects_to_the_fewest_
     assert capped.next_up == nodes[10:]
 
 
-def test_the_screen_takes_in_turn_the_noisiest_per_tensor_and_per_row():
+def test_the_screen_adds_the_nodes_whose_rows_hide_noise_and_keeps_its_ranking():
     """A node quiet over its whole tensor but noisy per row (Sana's caption projection reading the
-    null caption's near-zero states) is screened in; without row figures the screen is the
-    whole-tensor ranking, as before."""
+    null caption's near-zero states) is screened in beside the whole-tensor ranking's noisiest,
+    which stay as they were; a node whose rows are alike adds nothing."""
     from edgekit.quantize.cpu.search import LARGE_BYTES, SCREEN_LARGE, screen
 
     nodes = [f"n{i}" for i in range(30)]
-    scores = {n: {"added_sqnr_db": 60.0 - i} for i, n in enumerate(nodes)}
-    scores["n0"] |= {"row_added_sqnr_db": 150.0, "row_tensor_sqnr_db": 7.7}  # the quietest by the first ranking
-    big = screen(scores, nodes, weight_bytes=LARGE_BYTES + 1)
-    assert len(big) == SCREEN_LARGE and big[:2] == ["n29", "n0"]
-    assert set(big) == {"n0", *nodes[::-1][: SCREEN_LARGE - 1]}
-    del scores["n0"]["row_tensor_sqnr_db"]  # its rows add nothing: ranked by them, it is quiet again
-    assert "n0" not in screen(scores, nodes, weight_bytes=LARGE_BYTES + 1)
+    scores = {n: {"added_sqnr_db": 60.0 - i, "row_added_sqnr_db": 59.0 - i} for i, n in enumerate(nodes)}
+    before = screen(scores, nodes, weight_bytes=LARGE_BYTES + 1)
+    assert before == nodes[::-1][:SCREEN_LARGE]  # rows alike: the whole-tensor ranking alone
+    scores["n0"] |= {"row_added_sqnr_db": 150.0, "row_tensor_sqnr_db": 7.7}  # the quietest over the tensor
+    assert screen(scores, nodes, weight_bytes=LARGE_BYTES + 1) == [*before, "n0"]
+    del scores["n0"]["row_tensor_sqnr_db"]  # its rows add nothing: not screened in
+    assert screen(scores, nodes, weight_bytes=LARGE_BYTES + 1) == before
