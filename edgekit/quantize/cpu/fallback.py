@@ -191,8 +191,7 @@ class FallbackProfile:
             if len(suspects) < len(nodes):
                 run.say(
                     f"screened {len(nodes)} nodes by the noise each adds (whole tensors and per row, one pass): "
-                    f"the {len(suspects)} noisiest "
-                    "are measured one at a time"
+                    f"the {len(suspects)} noisiest are measured one at a time"
                 )
             alone = isolated_output_sqnr(
                 run.prepared,

@@ -135,8 +135,8 @@ def _node_sqnrs(
     graph: Mapping[str, Any],
     cross_sums: Mapping[tuple[str, bool], list[float]],
     own_sums: Mapping[str, list[float]],
-    row_sums: Mapping[tuple[str, bool], list[float]] | None = None,
-    row_own: Mapping[str, list[float]] | None = None,
+    row_sums: Mapping[tuple[str, bool], list[float]],
+    row_own: Mapping[str, list[float]],
 ) -> dict[str, dict[str, float]]:
     """Each node's SQNRs from the power sums over the feeds (``node_sensitivity``): ``cross_sums``
     by (tensor, after its Q/DQ) for the QDQ graph against the float one, ``own_sums`` by
@@ -153,10 +153,10 @@ def _node_sqnrs(
         out[name] = _scores(*found) | {"tensor_sqnr_db": min(own) if own else math.inf}
         if info.op_type not in ROW_OPS:  # a tensor it shares with a MatMul was scored per row too
             continue
-        rows = _in_out(info, node, row_sums or {}, _row_db)
+        rows = _in_out(info, node, row_sums, _row_db)
         if rows is not None:
             out[name] |= {f"row_{k}": v for k, v in _scores(*rows).items()}
-        own_rows = [_row_db((row_own or {})[x]) for x in info.activations if x in (row_own or {})]
+        own_rows = [_row_db(row_own[x]) for x in info.activations if x in row_own]
         if own_rows:
             out[name]["row_tensor_sqnr_db"] = min(own_rows)
     return out
