@@ -3,6 +3,11 @@ resident memory sampled every 50 ms by a thread and each sample tagged by the ph
 
     python benchmarks/quantize_memory.py BUNDLE [--calib-samples 2] [--eval-samples 2]
         [--max-fallback 0] [--method minmax] [--out FILE.json] [--trust-code]
+    python benchmarks/quantize_memory.py BUNDLE --defaults   # what `edgekit quantize BUNDLE` runs
+
+The small settings above keep a run to one candidate; ``--defaults`` takes QuantizeConfig's own
+(what the CLI runs with no options: auto method, auto sample counts, the search), where a model's
+peak may come from the search's phases rather than the first candidate's.
 
 The phases are the pipeline's own steps, found by wrapping the functions that run them (nothing
 in edgekit is changed): prepare, FP32 calibration decodes (recording), FP32 held-out decodes,
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", default="minmax")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--trust-code", action="store_true", help="run the condition sampler a copied bundle names")
+    ap.add_argument("--defaults", action="store_true", help="QuantizeConfig's defaults (the CLI's), not the above")
     args = ap.parse_args(argv)
 
     from edgekit._sidefiles import model_bytes
@@ -158,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     weights = model_bytes(Path(Bundle.load(args.bundle, verify=False).path_of("fp32")))
     sampler = PhaseSampler()
     instrument(sampler)
-    cfg = QuantizeConfig(
-        calib_samples=args.calib_samples,
-        eval_samples=args.eval_samples,
-        max_fallback=args.max_fallback,
-        method=args.method,
+    cfg = (
+        QuantizeConfig()
+        if args.defaults
+        else QuantizeConfig(
+            calib_samples=args.calib_samples,
+            eval_samples=args.eval_samples,
+            max_fallback=args.max_fallback,
+            method=args.method,
+        )
     )
     t0 = time.perf_counter()
     sampler.start()
@@ -175,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     gib = 2**30
     doc = {
         "bundle": str(args.bundle),
-        "config": {k: getattr(args, k) for k in ("calib_samples", "eval_samples", "max_fallback", "method")},
+        "config": {k: getattr(cfg, k) for k in ("calib_samples", "eval_samples", "max_fallback", "method")},
         "fp32_weight_bytes": weights,
         "peak_rss_bytes": peak,
         "ratio": peak / weights,

@@ -37,9 +37,21 @@ class ProfileHooks(Protocol):
         """Candidate ``model`` (every step bucket's graph behind one runtime) on the budget runtime.
         ``spin`` None: as deployed; False: threads spin inside runs only (timed side by side)."""
 
+    def plan_extras(self) -> PlanExtras:
+        """What its search may run beyond the first candidate and the fallbacks, for the plan
+        quantize states before it starts (``plan.Plan``), from the config alone."""
+
     def search(self) -> SearchResult:
         """Quantize, decode the held-out set (``run.measure``) and change what the budget needs
         until it holds: the chosen model and what the summary records."""
+
+
+@dataclass(frozen=True)
+class PlanExtras:
+    """Work a profile's search may add to the plan (``ProfileHooks.plan_extras``)."""
+
+    form: int = 0  # candidates the fallbacks' form may add (cpu/form.py), each one candidate's decodes
+    method_alternative: bool = False  # --method auto may calibrate and judge a second set of ranges
 
 
 @dataclass

@@ -30,11 +30,10 @@ from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.conditions import condition_sets
-from edgekit.quantize.config import AUTO_METHOD, QuantizeConfig
+from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.cpu.form import FORM_EXTRA
 from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row
-from edgekit.quantize.hooks import ProfileHooks, SearchResult
+from edgekit.quantize.hooks import PlanExtras, ProfileHooks, SearchResult
 from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
@@ -92,7 +91,7 @@ def quantize_bundle(
             profile.prepare()
         give_back_freed()
         with fp32_answers(run) as run.fp32_rt:
-            record_fp32(run)  # the FP32 session is released at its end
+            record_fp32(run, profile.plan_extras())  # the FP32 session is released at its end
             give_back_freed()
             with run.timed("calibrate_s"):
                 profile.calibrate()
@@ -187,10 +186,11 @@ def fp32_answers(run: QuantizeRun) -> MemoRuntime:
     )
 
 
-def record_fp32(run: QuantizeRun) -> None:
+def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
     """FP32 decodes: every network call of the calibration decodes (on the session itself: those
     questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``). The
-    first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest."""
+    first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest;
+    ``extras``: what the profile's search may add to it (``ProfileHooks.plan_extras``)."""
     cfg = run.cfg
     batch = run.bundle.batch
     run.schedule = schedule = Plan(
@@ -199,10 +199,8 @@ def record_fp32(run: QuantizeRun) -> None:
         per_candidate=2 * -(-run.n_eval // batch),
         speed=0 if cfg.entry.emulated else 2 * (SPEED_ROUNDS + 1) * timed_share(speed_tokens(run.bundle, cfg.decode)),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
-        form_extra=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
-        method_alternative=(
-            cfg.method == AUTO_METHOD and cfg.entry.cpu_arithmetic and cfg.fallback and cfg.step_buckets is None
-        ),
+        form_extra=extras.form,
+        method_alternative=extras.method_alternative,
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

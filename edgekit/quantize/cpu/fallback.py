@@ -32,8 +32,8 @@ from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
-from edgekit.quantize.cpu.form import Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
-from edgekit.quantize.cpu.method import choose_method
+from edgekit.quantize.cpu.form import FORM_EXTRA, Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
+from edgekit.quantize.cpu.method import alternative_skipped, choose_method
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import (
     LARGE_BYTES,
@@ -48,7 +48,7 @@ from edgekit.quantize.cpu.sensitivity import isolated_output_sqnr, node_sensitiv
 from edgekit.quantize.cpu.structure import qdq_structure
 from edgekit.quantize.cpu.tables import tables_record
 from edgekit.quantize.graph import analyse_graph
-from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.plan import Eta
 from edgekit.quantize.result import notable_float_ops
@@ -101,20 +101,15 @@ class FallbackProfile:
         self.selected, self.floated = select_nodes(run.plan, run.cfg)
         # Embedding tables int8 in every candidate, so the budget judges the model as written.
         self.tables, self.float_tables = select_tables(run.plan, run.cfg)
-        self.writer = CandidateWriter(
-            prepared,
-            run.cfg,
-            run.plan,
-            self.selected,
-            lambda prefix: run.tmp / f"{prefix}-{next(self.builds)}.onnx",
-            tables=self.tables,
-        )
+
+        def path(prefix: str) -> Path:
+            return run.tmp / f"{prefix}-{next(self.builds)}.onnx"
+
+        self.writer = CandidateWriter(prepared, run.cfg, run.plan, self.selected, path, tables=self.tables)
         if not self.selected:
+            ops = "/".join(run.cfg.op_types)
             raise EdgekitError(
-                (
-                    f"nothing to quantize in {run.bundle.name}: every "
-                    f"{'/'.join(run.cfg.op_types)} node is excluded or kept float"
-                ),
+                f"nothing to quantize in {run.bundle.name}: every {ops} node is excluded or kept float",
                 hint="drop some --exclude values",
             )
 
@@ -174,10 +169,8 @@ class FallbackProfile:
         pick = np.linspace(0, len(feeds) - 1, min(run.cfg.sensitivity_feeds, len(feeds))).round().astype(int)
         chosen = [feeds[i] for i in sorted(set(pick.tolist()))]
         by_name = run.plan.by_name()
-        current, self.buckets.current = (
-            self.buckets.current,
-            None,
-        )  # rank on one scale: a heuristic, cheaper N times over
+        # Ranked on one scale: a heuristic, cheaper N times over.
+        current, self.buckets.current = self.buckets.current, None
         try:
             single = self.build(nodes) if current is not None else model
             scores = node_sensitivity(
@@ -206,6 +199,13 @@ class FallbackProfile:
         return {n: scores.get(n, {}) | ({"isolated_output_sqnr_db": alone[n]} if n in alone else {}) for n in nodes}
 
     # ---- the search ----------------------------------------------------------------------------
+    def plan_extras(self) -> PlanExtras:
+        cfg = self.run.cfg  # search() runs the form choice where cpu_arithmetic and a fallback
+        return PlanExtras(
+            form=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
+            method_alternative=alternative_skipped(cfg, buckets=cfg.step_buckets not in (None, 1)) is None,
+        )
+
     def _loop(self, first: tuple[Path, dict[str, Any]] | None = None) -> tuple[Path, BudgetOutcome]:
         run, s = self.run, self.run.cfg.settings
         labels = {n.name: n.label for n in run.plan.nodes}

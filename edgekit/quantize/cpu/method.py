@@ -35,6 +35,19 @@ def _use_ranges(profile: Any, cfg: Any, cache: Path) -> None:
     profile.run.cfg, profile.writer.cfg, profile.cache = cfg, cfg, cache
 
 
+def alternative_skipped(cfg: Any, buckets: bool) -> str | None:
+    """Why a run with ``cfg`` (a ``QuantizeConfig``) judges no second set of ranges; None where
+    --method auto may (if the first misses). ``buckets``: the run decodes step buckets. The one
+    rule for both ``choose_method`` and the plan quantize states before it starts."""
+    if cfg.method != AUTO_METHOD:
+        return f"--method {cfg.method}"
+    if buckets:
+        return "step buckets calibrate their own ranges"
+    if not cfg.fallback:
+        return "--no-fallback: no search"
+    return None
+
+
 def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dict[str, Any] | None]:
     """((all-INT8 model, its metrics) for the search to start from, the ``method_choice`` record),
     or (None, None) where the method is the user's (or auto cannot try another here).
@@ -44,8 +57,9 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
     if cfg.method != AUTO_METHOD:
         return None, None
     record: dict[str, Any] = {"auto": True, "tried": [], "chosen": cfg.calibrator, "why": ""}
-    if profile.buckets.current is not None or not cfg.fallback:
-        record["why"] = "step buckets calibrate their own ranges" if cfg.fallback else "--no-fallback: no search"
+    skipped = alternative_skipped(cfg, profile.buckets.current is not None)
+    if skipped:
+        record["why"] = skipped
         return None, record
     model = profile.build(profile.selected)
     metrics = profile.measure(model)

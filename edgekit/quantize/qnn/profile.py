@@ -24,9 +24,7 @@ recorded call per step bucket first, and the graph avoids what the HTP computes 
     the count searched on the simulation -> decided on the HTP backend -> promotions and 8-bit
     share in the summary
 
-``QnnProfile`` holds these hooks; ``edgekit.quantize.stage.quantize_bundle`` runs them like the
-cpu and trt profiles' (conditions, ``--cond-data`` rows, warnings and the summary keys are shared).
-The search is ``qnn.search``, what it hands back and the summary's ``qnn`` section ``qnn.summary``.
+``QnnProfile`` holds these hooks, run by ``stage.quantize_bundle`` as the cpu and trt profiles' are.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.graph import analyse_graph
-from edgekit.quantize.hooks import SearchResult
+from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
 from edgekit.quantize.plan import Eta
@@ -145,6 +143,9 @@ class QnnProfile:
 
     def calibrate(self) -> None:
         pass  # get_qnn_qdq_config calibrates every build from the reader
+
+    def plan_extras(self) -> PlanExtras:
+        return PlanExtras()  # no fallbacks' form to choose, no second set of ranges
 
     def budget_runtime(self, model: Path, spin: bool = True, bucket: bool = False) -> Runtime:
         """One graph on the HTP backend (its threads do not spin: ``spin`` and ``bucket`` change nothing)."""

@@ -126,3 +126,41 @@ def test_the_writer_keeps_one_all_int8_base_per_calibrator(tmp_path, monkeypatch
     writer.write(["b"], [], None, None)  # back to minmax: its base again, nothing quantized
     assert quantized == ["all-int8-1.onnx", "all-int8-3.onnx"]
     assert sorted(k[0] for k in writer.bases) == ["minmax", "percentile"] and writer.derived == 3
+
+
+@pytest.mark.parametrize(
+    ("cfg", "buckets", "why"),
+    [
+        (QuantizeConfig(), False, None),
+        (QuantizeConfig(profile="trt"), False, None),
+        (QuantizeConfig(method="percentile"), False, "--method percentile"),
+        (QuantizeConfig(), True, "step buckets calibrate their own ranges"),
+        (QuantizeConfig(fallback=False), False, "--no-fallback: no search"),
+    ],
+)
+def test_one_rule_says_when_auto_may_judge_a_second_set_of_ranges(cfg, buckets, why):
+    from edgekit.quantize.cpu.method import alternative_skipped
+
+    assert alternative_skipped(cfg, buckets) == why
+
+
+def test_the_plan_hears_of_the_second_set_of_ranges_from_the_profile_that_runs_it():
+    """The plan's method_alternative came from its own copy of choose_method's conditions, which
+    also required cpu_arithmetic: a trt run (the same hooks, the same choice) was not told of the
+    extra calibration and candidate. Now each profile's hooks say it (``plan_extras``)."""
+    from edgekit.quantize.cpu.fallback import FallbackProfile
+    from edgekit.quantize.cpu.form import FORM_EXTRA
+    from edgekit.quantize.hooks import PlanExtras
+    from edgekit.quantize.qnn.profile import QnnProfile
+
+    def extras(cls, **kw):
+        profile = cls.__new__(cls)  # plan_extras reads only the run's config
+        profile.run = SimpleNamespace(cfg=QuantizeConfig(**kw))
+        return profile.plan_extras()
+
+    assert extras(FallbackProfile) == PlanExtras(form=FORM_EXTRA, method_alternative=True)
+    assert extras(FallbackProfile, profile="trt") == PlanExtras(form=0, method_alternative=True)
+    assert extras(FallbackProfile, method="minmax") == PlanExtras(form=FORM_EXTRA, method_alternative=False)
+    assert extras(FallbackProfile, step_buckets=4) == PlanExtras(form=FORM_EXTRA, method_alternative=False)
+    assert extras(FallbackProfile, fallback=False) == PlanExtras()
+    assert extras(QnnProfile, profile="qnn") == PlanExtras()
