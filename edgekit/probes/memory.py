@@ -8,6 +8,8 @@ it could not.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import sys
 from collections.abc import Iterable
@@ -64,6 +66,28 @@ def memory_snapshot(proc_status: str | Path = PROC_STATUS) -> MemorySnapshot:
     return MemorySnapshot(None, _getrusage_peak(), "getrusage")
 
 
+def _libc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None)
+
+
+_TRIM = _libc_trim() if sys.platform.startswith("linux") else None
+
+
+def give_back_freed() -> bool:
+    """Return the memory this process has freed to the system (glibc ``malloc_trim(0)``: every
+    free page of every heap). True where it did so; False where there is no such call."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True
+
+
 def reset_peak_rss(clear_refs: str | Path = PROC_CLEAR_REFS) -> bool:
     """Reset the kernel's peak RSS mark to the current RSS; False where that is not possible."""
     try:
@@ -94,12 +118,22 @@ class RssReport:
     def peak_rss_bytes(self) -> int | None:
         return self.points[-1][1].peak_rss_bytes if self.points else None
 
+    @property
+    def session_peak_bytes(self) -> int | None:
+        """The peak over the RSS at ``start``: what the run added at its worst (a session's
+        weights, arenas and activations), without what the process held before it (another
+        variant's leftovers, the interpreter). None where the peak could not be reset there."""
+        start = next((snap.rss_bytes for name, snap in self.points if name == "start"), None)
+        peak = self.peak_rss_bytes
+        return None if not self.peak_reset or start is None or peak is None else max(0, peak - start)
+
     def to_json(self) -> dict[str, Any]:
         labels = [n for n, _ in self.points]
         doc: dict[str, Any] = {
             "points": {n: s.to_json() for n, s in self.points},
             "peak_rss_bytes": self.peak_rss_bytes,
             "peak_is_since_process_start": not self.peak_reset,
+            "session_peak_bytes": self.session_peak_bytes,
         }
         if "start" in labels and "end" in labels:
             doc["growth_bytes"] = self.growth_bytes()

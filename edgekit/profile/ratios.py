@@ -46,6 +46,8 @@ def ratio(num: Mapping[str, Any], den: Mapping[str, Any], name: str) -> dict[str
             num["breakdown"]["host_overhead_share"], den["breakdown"]["host_overhead_share"]
         ),
         "peak_rss": safe_ratio(num["memory"].get("peak_rss_bytes"), den["memory"].get("peak_rss_bytes")),
+        # What each session added at its peak over the process before it opened (RssReport).
+        "session_peak": safe_ratio(num["memory"].get("session_peak_bytes"), den["memory"].get("session_peak_bytes")),
         "model_bytes": safe_ratio(num["memory"].get("model_bytes"), den["memory"].get("model_bytes")),
     }
 

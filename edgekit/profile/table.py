@@ -87,6 +87,7 @@ _ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any]]] = [
     ("mJ / decode > idle", lambda v: _energy_cell(v, "above_idle_mj")),
     ("average mW", lambda v: _energy_cell(v, "average_mw")),
     ("peak RSS MB", lambda v: _mb(_get(v, "memory", "peak_rss_bytes"))),
+    ("  session's own MB", lambda v: _mb(_get(v, "memory", "session_peak_bytes"))),
     ("RSS growth MB", lambda v: _mb(_get(v, "memory", "growth_bytes"))),
     ("  after warm-up MB", lambda v: _mb(_get(v, "memory", "growth_after_warmup_bytes"))),
     ("model file MB", lambda v: _mb(_get(v, "memory", "model_bytes"))),
@@ -125,6 +126,7 @@ _RATIO_ROWS = (
     ("energy / decode", "energy_per_decode"),
     ("host overhead share", "host_overhead_share"),
     ("peak RSS", "peak_rss"),
+    ("session peak", "session_peak"),
     ("model size", "model_bytes"),
 )
 

@@ -7,13 +7,11 @@ block of a few MB it stops mapping blocks of that size on their own and carves t
 heaps). A released ONNX Runtime session's weights stayed resident that way: on a 2.25 GiB
 transformer quantize held 2.7 GB after the FP32 session was closed, and the next session, whose
 weights are mapped from their file, came on top of it (``benchmarks/quantize_memory.py``: 7.0 GB
-peak; after ``malloc_trim`` 0.4 GB stayed). ``give_back_freed`` is that trim, where there is one.
+peak; after ``malloc_trim`` 0.4 GB stayed). ``give_back_freed`` (``probes.memory``) is that trim, where there is one.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import resource
 import sys
 from pathlib import Path
@@ -22,32 +20,11 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
+from edgekit.probes.memory import give_back_freed
 
 # The goal of issue #42: quantize's peak at most this many times the FP32 weight bytes, plus one
 # call's activations.
 GOAL_WEIGHT_FACTOR = 2.5
-
-
-def _libc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return getattr(libc, "malloc_trim", None)
-
-
-_TRIM = _libc_trim() if sys.platform.startswith("linux") else None
-
-
-def give_back_freed() -> bool:
-    """Return the memory this process has freed to the system (glibc ``malloc_trim(0)``: every
-    free page of every heap). True where it did so; False where there is no such call."""
-    if _TRIM is None:
-        return False
-    _TRIM(0)
-    return True
 
 
 def peak_rss_bytes() -> int:

@@ -75,6 +75,24 @@ def test_rss_tracker_reports_when_the_peak_could_not_be_reset(tmp_path):
         report.rss("after_warmup")
 
 
+def test_the_session_peak_leaves_out_what_the_process_held_before_it(tmp_path):
+    """A variant profiled after another starts on the other's leftovers: its own peak is the one
+    over its start (Sana-600M: INT8's process peak read 0.95x FP32's, FP32's weights under it)."""
+    status, clear = tmp_path / "status", tmp_path / "clear_refs"
+    status.write_text(PROC_STATUS.replace("104880", "98304"))  # reset: the peak is the RSS at start
+    tracker = RssTracker(proc_status=status, clear_refs=clear)
+    tracker.start()
+    status.write_text(PROC_STATUS.replace("98304", "131072").replace("104880", "163840"))
+    report = tracker.stop()
+    assert clear.read_text() == "5"
+    assert report.session_peak_bytes == (163840 - 98304) * 1024
+    assert report.to_json()["session_peak_bytes"] == report.session_peak_bytes
+    # Where the peak could not be reset it holds the process's whole life: no session figure.
+    unreset = RssTracker(proc_status=status, clear_refs=tmp_path / "no" / "clear_refs")
+    unreset.start()
+    assert unreset.stop().session_peak_bytes is None
+
+
 def test_file_sizes_of_files_and_directories(tmp_path):
     (tmp_path / "model.onnx").write_bytes(b"x" * 1000)
     engines = tmp_path / "engines"
@@ -83,3 +101,12 @@ def test_file_sizes_of_files_and_directories(tmp_path):
     (engines / "b.plan").write_bytes(b"z" * 200)
     sizes = file_sizes([tmp_path / "model.onnx", engines])
     assert sizes == {str(tmp_path / "model.onnx"): 1000, str(engines): 500}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_freed_memory_is_handed_back_where_glibc_can():
+    from edgekit.probes import memory as probe_memory
+
+    assert probe_memory.give_back_freed() in (True, False)  # musl has no malloc_trim: False, and no error
+    if probe_memory._TRIM is not None:
+        assert probe_memory.give_back_freed() is True

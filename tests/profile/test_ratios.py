@@ -77,3 +77,15 @@ def test_no_energy_ratio_from_a_variant_whose_probe_could_not_see_its_device():
     # a figure left in the document.
     b["energy"] = {"available": False, "probe": "nvml", "gross_mj": 400.0, "reason": "nvml reads ..."}
     assert ratio(a, b, "int8/fp32 (ort)")["energy_per_decode"] is None
+
+
+def test_the_session_peak_ratio_compares_what_each_session_added():
+    """peak_rss compares process peaks (the later variant's includes what the earlier left);
+    session_peak compares each session's own, which #42's "session RSS" goal asks for."""
+    int8, fp32 = _variant("ort int8", [70, 71, 69]), _variant("ort fp32", [100, 101, 99])
+    int8["memory"] = {"peak_rss_bytes": 3_000, "session_peak_bytes": 700}
+    fp32["memory"] = {"peak_rss_bytes": 3_200, "session_peak_bytes": 2_800}
+    r = ratio(int8, fp32, "int8/fp32 (ort)")
+    assert r["session_peak"] == 0.25 and r["peak_rss"] == pytest.approx(3_000 / 3_200)
+    assert ["session peak", 0.25] in ratios_table({"ratios": [r]})[1]
+    assert ratio(_variant("a", [1, 1, 1]), _variant("b", [2, 2, 2]), "a/b")["session_peak"] is None

@@ -3,8 +3,6 @@ graph's shapes, the process's peak against the FP32 weights and the goal, and th
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -55,13 +53,6 @@ def test_memory_record_sets_the_peak_against_the_weights_and_the_goal():
     assert r["within_goal"] is (r["peak_rss_bytes"] <= r["goal_bytes"])
     huge = memory.memory_record(peak, weights=10**15, activations=0)
     assert huge["within_goal"] is True and huge["ratio"] < 1e-3
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_freed_memory_is_handed_back_where_glibc_can():
-    assert memory.give_back_freed() in (True, False)  # musl has no malloc_trim: False, and no error
-    if memory._TRIM is not None:
-        assert memory.give_back_freed() is True
 
 
 def test_the_summary_says_the_peak_against_the_weights():
