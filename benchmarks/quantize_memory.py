@@ -137,6 +137,8 @@ def instrument(sampler: PhaseSampler) -> None:
     wrap(candidates, "derive_candidate", sampler, "derived candidates (graph edits)")
     wrap(fallback.FallbackProfile, "measure", sampler, "candidate held-out INT8 decodes")
     wrap(fallback.FallbackProfile, "sensitivity", sampler, "sensitivity ranking")
+    wrap(fallback, "node_sensitivity", sampler, "sensitivity: tapped graphs (the noise each node adds)")
+    wrap(fallback, "isolated_output_sqnr", sampler, "sensitivity: one node INT8 at a time")
     wrap(fallback, "range_drift", sampler, "range drift (summary)")
     wrap(fallback.FallbackProfile, "choose_fallback_form", sampler, "fallback form timing")
     wrap(stage, "decode_speed", sampler, "speed: INT8 vs FP32")

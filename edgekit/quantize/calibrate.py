@@ -20,7 +20,8 @@ from edgekit._deps import require
 from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.evaluate import evaluate
-from edgekit.quantize.calibrator import CallRanges, add_min_max_taps, tapped_session
+from edgekit.quantize.calibrator import CallRanges
+from edgekit.quantize.taps import add_min_max_taps, tapped_session
 from edgekit.runtimes.base import Runtime, validate_feeds
 from edgekit.runtimes.recording import RecordedCall, RecordingRuntime, SpilledFeeds
 from edgekit.spec import TensorSpec

@@ -10,7 +10,8 @@ model's own side file. The statistics are accumulated as each call returns:
 
 - minmax: ReduceMin/ReduceMax taps in the graph; a running min and max per tensor.
 - entropy, percentile: the tensors fetched, in two passes over the calls: the first keeps each
-  tensor's range, the second sums each call's histogram over that fixed range. Those are the bins
+  tensor's range, the second sums each call's histogram over that fixed range (one pass where a
+  minmax pass over the same calls kept the ranges: --method auto's percentile after minmax). Those are the bins
   ORT's histogram collector makes from all calls at once (same edges, same counts), so its own
   threshold search (``HistogramCollector.compute_collection_result``) gives the same thresholds,
   where merging call by call would re-bin as the range widens and give other ones.
@@ -22,8 +23,6 @@ the one ORT's calibrator writes from the same calls (``tests/quantize/test_calib
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,119 +30,15 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import side_files_beside
 from edgekit.errors import EdgekitError
-from edgekit.quantize.memory import give_back_freed
 from edgekit.quantize.quiet import quiet_ort_logging
-
-# onnx.TensorProto element types ORT's calibrators observe: FLOAT and FLOAT16.
-CALIBRATED_TYPES = (1, 10)
-
-
-def calibrated_tensors(graph: Any, op_types: Sequence[str]) -> list[str]:
-    """The tensors ORT's calibrator records for ``op_types`` (``CalibraterBase.
-    select_tensors_to_calibrate``): every input and output of those nodes whose type the graph
-    knows (value_info, inputs, outputs) as float or float16, initializers excluded. ``graph``: a
-    shape-inferred ``ModelProto``."""
-    g = graph.graph
-    known = {v.name: v for v in [*g.value_info, *g.output, *g.input]}
-    inits = {i.name for i in g.initializer}
-    wanted = set(op_types)
-    out: set[str] = set()
-    for node in g.node:
-        if wanted and node.op_type not in wanted:
-            continue
-        for name in [*node.input, *node.output]:
-            v = known.get(name)
-            if v is None or name in inits or not v.type.HasField("tensor_type"):
-                continue
-            if v.type.tensor_type.elem_type in CALIBRATED_TYPES:
-                out.add(name)
-    return sorted(out)
-
-
-def graph_without_weights(model_path: Path) -> Any:
-    """``model_path``'s graph, shapes inferred, its external weights left in their file (a model
-    that keeps its weights inside the .onnx is small enough to hold: under the side-file rule)."""
-    onnx = require("onnx")
-    return onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))
-
-
-def add_min_max_taps(graph: Any, tensors: Sequence[str], prefix: str = "edgekit_range") -> list[str]:
-    """Add a ReduceMin and a ReduceMax over all of each tensor to ``graph`` (scalar outputs), each
-    pair right after the node that makes the tensor (a graph input's first): run in that order
-    (``tapped_session``), a tensor is reduced, and freed, as soon as its consumers are done, where
-    taps at the end would keep every tapped tensor of the call alive (+1 GB a call on a 2.25 GiB
-    transformer). Returns their output names, min and max alternating."""
-    onnx = require("onnx")
-    helper = onnx.helper
-    g = graph.graph
-    elem = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
-    taps: list[str] = []
-    after: dict[str, list[Any]] = {}
-    for i, name in enumerate(tensors):
-        for op in ("ReduceMin", "ReduceMax"):
-            out = f"{prefix}_{op[6:].lower()}_{i}"
-            after.setdefault(name, []).append(helper.make_node(op, [name], [out], keepdims=0, name=out))
-            g.output.append(helper.make_tensor_value_info(out, elem.get(name) or onnx.TensorProto.FLOAT, []))
-            taps.append(out)
-    nodes = [tap for v in g.input for tap in after.pop(v.name, [])]
-    for node in g.node:
-        nodes.append(node)
-        nodes += [tap for o in node.output for tap in after.pop(o, [])]
-    nodes += [tap for rest in after.values() for tap in rest]  # made by no node: ORT will say so
-    del g.node[:]
-    g.node.extend(nodes)
-    return taps
-
-
-def add_tensor_outputs(graph: Any, tensors: Sequence[str]) -> list[str]:
-    """Make each of ``tensors`` a graph output (graph inputs are read from the feeds instead);
-    returns the names to fetch."""
-    g = graph.graph
-    inputs, outputs = {v.name for v in g.input}, {v.name for v in g.output}
-    known = {v.name: v for v in g.value_info}
-    fetch = []
-    for name in tensors:
-        if name in inputs:
-            continue
-        if name not in outputs:
-            g.output.append(known[name])
-        fetch.append(name)
-    return fetch
-
-
-@contextlib.contextmanager
-def tapped_session(model_path: Path, graph: Any, threads: int = 0, optimize: bool = True) -> Iterator[Any]:
-    """An ORT session of ``graph`` (a copy of ``model_path``'s with taps added) that reads the
-    weights from ``model_path``'s own side file: the graph is written to a scratch folder beside the
-    model with its side files linked in, so no copy of the weights is made on disk or in Python.
-    ``optimize`` False: no graph optimization (what ORT's calibrators run, so the tensors are the
-    ones they observe)."""
-    onnx = require("onnx")
-    ort = require("onnxruntime")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    # The nodes in the graph's order, as ready (each tap right after its tensor's producer), and no
-    # memory pattern: ORT's default order ran the taps last (+1 GB of live tensors a call at 2.25
-    # GiB), and its pattern, set up after the first run, took a second block beside the first
-    # run's (+1 GB more). Either way the tensors ORT computes are the same.
-    order = getattr(getattr(ort, "ExecutionOrder", None), "PRIORITY_BASED", None)
-    if order is not None:
-        options.execution_order = order
-    options.enable_mem_pattern = False
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    give_back_freed()  # its weights are mapped from their file: not on top of what a last step freed
-    with tempfile.TemporaryDirectory(prefix="edgekit-taps-", dir=model_path.parent) as tmp:
-        path = Path(tmp) / "tapped.onnx"
-        with side_files_beside(model_path, Path(tmp)), quiet_ort_logging():
-            onnx.save(graph, str(path))
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    try:
-        yield session
-    finally:
-        del session
+from edgekit.quantize.taps import (
+    add_min_max_taps,
+    add_tensor_outputs,
+    calibrated_tensors,
+    graph_without_weights,
+    tapped_session,
+)
 
 
 def each_call(reader: Any, each: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -186,9 +81,15 @@ class CallRanges:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.rows: list[np.ndarray] = []
+        # Each tensor's range over all calls, where the pass that filled this kept it (minmax:
+        # signed min/max, and |x| from its smallest to its largest): what the histogram methods'
+        # first pass over the calls would compute again (``collect_histograms(known=...)``).
+        self.signed: RunningMinMax | None = None
+        self.magnitude: RunningMinMax | None = None
 
     def start(self, tensors: Sequence[str]) -> None:
         self.index, self.rows = {t: i for i, t in enumerate(tensors)}, []
+        self.signed = self.magnitude = None
 
     def add(self, amax: Sequence[float]) -> None:
         """One call's max |x| of every tensor, in ``start``'s order."""
@@ -218,18 +119,26 @@ def collect_min_max(
     graph reduces them (one number each per call); ``calls``: each call's max |x| kept too."""
     graph = graph_without_weights(model_path)
     tensors = calibrated_tensors(graph, op_types)
-    taps = add_min_max_taps(graph, tensors)
-    kept = RunningMinMax()
+    # With ``calls``, the smallest |x| too: a histogram calibration after this one (--method auto's
+    # percentile ranges) then skips its own range pass over the calls (``collect_histograms``).
+    taps = add_min_max_taps(graph, tensors, magnitude=calls is not None)
+    stride = 3 if calls is not None else 2
+    kept, magnitude = RunningMinMax(), RunningMinMax()
     if calls is not None:
         calls.start(tensors)
     with tapped_session(model_path, graph, threads, optimize=False) as session:
         for feed in each_call(reader, each):
             values = session.run(taps, feed) if taps else []
             for i, name in enumerate(tensors):
-                kept.add(name, values[2 * i], values[2 * i + 1])
+                lo, hi = values[stride * i], values[stride * i + 1]
+                kept.add(name, lo, hi)
+                if calls is not None:
+                    magnitude.add(name, values[stride * i + 2], np.fmax(np.abs(lo), np.abs(hi)))
             if calls is not None:
-                calls.add([_amax(values[2 * i], values[2 * i + 1]) for i in range(len(tensors))])
+                calls.add([_amax(values[stride * i], values[stride * i + 1]) for i in range(len(tensors))])
             kept.calls += 1
+    if calls is not None:
+        calls.signed, calls.magnitude = kept, magnitude
     return kept
 
 
@@ -263,16 +172,28 @@ def collect_histograms(
     threads: int = 0,
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
+    known: CallRanges | None = None,
 ) -> dict[str, tuple[Any, ...]]:
     """Fill ``collector.histogram_dict`` with the histogram ORT's ``collector.collect`` makes of
     every call at once, in two passes over ``reader`` holding one call's tensors at a time: the
     range first (signed min/max; with |x| bins also min/max of |x|), then each call's histogram over
-    that fixed range, summed. Returns the dict (tensor -> ORT's histogram tuple)."""
+    that fixed range, summed. ``known``: the ranges a minmax pass over the same calls kept
+    (``CallRanges.signed``/``magnitude``): the first pass is skipped where they cover every tensor.
+    Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)
     tensors = calibrated_tensors(graph, op_types)
     fetch = add_tensor_outputs(graph, tensors)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
+    ranged = (
+        known is not None
+        and known.signed is not None
+        and known.magnitude is not None
+        and all(t in known.signed.lo and t in known.magnitude.lo for t in tensors)
+    )
+    if ranged:  # the calls' ranges are known: one pass, the histograms
+        assert known is not None and known.signed is not None and known.magnitude is not None
+        signed, magnitude = known.signed, known.magnitude
     with tapped_session(model_path, graph, threads, optimize=False) as session:
         done = [0]  # calls run over both passes: progress counts them all
 
@@ -286,9 +207,9 @@ def collect_histograms(
                 values = dict(zip(fetch, session.run(fetch, feed) if fetch else []))
                 yield {name: values[name] if name in values else feed[name] for name in tensors}
 
-        if calls is not None:
+        if calls is not None and not ranged:
             calls.start(tensors)
-        for call in each_feed():
+        for call in () if ranged else each_feed():
             amax = []
             for name, arr in call.items():
                 lo = hi = 0.0
@@ -355,6 +276,7 @@ def collect_ranges(
     threads: int = 0,
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
+    known: CallRanges | None = None,
 ) -> Any:
     """The ``TensorsData`` ORT's calibrator for ``method`` (minmax | entropy | percentile) computes
     from every call of ``reader`` on ``model_path``, gathered call by call (module docstring);
@@ -368,7 +290,7 @@ def collect_ranges(
         data = {n: (np.asarray(kept.lo[n]).reshape(1), np.asarray(kept.hi[n]).reshape(1)) for n in kept.lo}
         return calib.TensorsData(calib.CalibrationMethod.MinMax, data)
     collector = histogram_collector(method, percentile)
-    collect_histograms(Path(model_path), reader, op_types, collector, threads, calls, each)
+    collect_histograms(Path(model_path), reader, op_types, collector, threads, calls, each, known)
     with quiet_ort_logging():  # its threshold search prints progress
         thresholds = collector.compute_collection_result()
     which = calib.CalibrationMethod.Entropy if method == "entropy" else calib.CalibrationMethod.Percentile

@@ -71,9 +71,10 @@ class Plan:
     # Candidates the fallback form may add after the search (cpu profile: weight-only with up to
     # cpu.form.FORM_EXTRA more layers where weight-only missed the budget), per_candidate each
     form_extra: int = 0
-    # --method auto (cpu profile, with the search): where the minmax ranges' all-INT8 model misses
-    # the budget, the percentile ranges are calibrated (two more passes over the recorded calls:
-    # the ranges, then the histograms within them) and their all-INT8 model judged (one more candidate)
+    # --method auto (cpu and trt profiles, with the search): where the minmax ranges' all-INT8 model
+    # misses the budget, the percentile ranges are calibrated (one more pass over the recorded calls:
+    # each call's histograms within the ranges the minmax pass kept) and their all-INT8 model judged
+    # (one more candidate)
     method_alternative: bool = False
 
     def estimate(self, decode_s: float) -> dict[str, float]:
@@ -103,7 +104,7 @@ class Plan:
             "for each fallback the budget needs"
             + (
                 f"; if all-INT8 misses it with minmax ranges, about "
-                f"{clock_text(2 * e['calibrate_s'] + e['per_candidate_s'])} more to calibrate and judge percentile "
+                f"{clock_text(e['calibrate_s'] + e['per_candidate_s'])} more to calibrate and judge percentile "
                 "ranges (--method auto)"
                 if self.method_alternative
                 else ""

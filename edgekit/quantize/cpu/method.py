@@ -1,9 +1,10 @@
 """``--method auto`` (the default) for the cpu and trt profiles: which calibration ranges the search
 starts from.
 
-The minmax ranges come first (calibrated already: one pass over the recorded calls). Where the
-all-INT8 model made with them misses the budget, the percentile ranges (``AUTO_ALTERNATIVE``, two
-passes) are computed too and their all-INT8 model judged on the same held-out decodes; the
+The minmax ranges come first (calibrated already: one pass over the recorded calls, which also
+keeps each tensor's range over them). Where the all-INT8 model made with them misses the budget,
+the percentile ranges (``AUTO_ALTERNATIVE``: one more pass, each call's histograms within those
+ranges) are computed too and their all-INT8 model judged on the same held-out decodes; the
 fallback search goes on from the one with the better worst margin, and its first candidate is the
 one judged here (``fallback_until_within_budget(first=...)``). Not tried where the miss is at
 FP32's own near-ties (``budget.budget_notes``: ranges cannot decide a coin the model tosses), with
@@ -77,8 +78,10 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
     )
     alt = dataclasses.replace(cfg, method=AUTO_ALTERNATIVE)
     cache = run.tmp / f"calibration-{AUTO_ALTERNATIVE}.json"
-    eta = Eta(f"calibrate ({AUTO_ALTERNATIVE}): recorded call", 2 * len(run.traj.feeds), run.say)
-    calibrate(run.prepared, run.reader, alt, cache, None, each=eta)
+    # The minmax pass kept each tensor's range over the calls: the histograms need one pass, not two.
+    known = run.call_ranges if run.call_ranges is not None and run.call_ranges.signed is not None else None
+    eta = Eta(f"calibrate ({AUTO_ALTERNATIVE}): recorded call", (1 if known else 2) * len(run.traj.feeds), run.say)
+    calibrate(run.prepared, run.reader, alt, cache, None, each=eta, known=known)
     kept = (run.cfg, profile.cache)
     _use_ranges(profile, alt, cache)  # the writer keeps each calibrator's all-INT8 base apart
     alt_model = profile.build(profile.selected)

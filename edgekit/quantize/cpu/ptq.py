@@ -135,6 +135,7 @@ def calibrate(
     cache: Path,
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
+    known: CallRanges | None = None,
 ) -> bool:
     """The ranges ORT's calibrator for ``cfg.calibrator`` computes over every recorded feed of all
     tensors of ``cfg.op_types`` nodes, saved to ``cache`` (ORT's own cache format), which every
@@ -144,11 +145,12 @@ def calibrate(
     GiB of weights), and the histogram methods every call's tensors. False (nothing written) on an
     onnxruntime without ``quantize_static(calibration_cache_path=...)``. ``calls``: each call's
     max |x| of every calibrated tensor kept too, for ``range_drift``; ``each(i)``: after the i-th call
-    (two passes over the calls for entropy and percentile)."""
+    (two passes over the calls for entropy and percentile, one where ``known`` holds a minmax
+    pass's ranges over the same calls)."""
     if not supports_calibration_cache():
         return False
     found = collect_ranges(
-        Path(prepared), reader, cfg.calibrator, cfg.op_types, cfg.percentile, cfg.threads, calls, each
+        Path(prepared), reader, cfg.calibrator, cfg.op_types, cfg.percentile, cfg.threads, calls, each, known
     )
     write_calibration_cache(found, cache)
     return True

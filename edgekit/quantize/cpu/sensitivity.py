@@ -27,8 +27,9 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit._sidefiles import model_bytes, remove_model
-from edgekit.quantize.calibrator import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
+from edgekit.probes.memory import give_back_freed
 from edgekit.quantize.memory import tensor_bytes
+from edgekit.quantize.taps import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
 
 
 def _power(db: float) -> float:
@@ -313,8 +314,14 @@ def isolated_output_sqnr(
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
 
     def outputs(path: Path) -> list[np.ndarray]:
+        # Each one-node model holds the whole network's weights (all but one node float): the last
+        # one's freed heap goes back to the system before this one's weights are mapped on top.
+        give_back_freed()
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return [session.run([output], dict(f))[0] for f in feeds]
+        try:
+            return [session.run([output], dict(f))[0] for f in feeds]
+        finally:
+            del session
 
     def alone(node: str) -> float:
         path = build([node])

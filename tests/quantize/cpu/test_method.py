@@ -30,6 +30,7 @@ class StandIn:
             prepared=tmp_path / "prepared.onnx",
             reader=object(),
             traj=SimpleNamespace(feeds=[{}] * 5),
+            call_ranges=None,
         )
         self.said = said
         self.buckets = SimpleNamespace(current=buckets)
@@ -51,7 +52,9 @@ class StandIn:
 def calibrated(monkeypatch):
     calls = []
     monkeypatch.setattr(
-        method_module, "calibrate", lambda prepared, reader, cfg, cache, calls_, each: calls.append((cfg.method, cache))
+        method_module,
+        "calibrate",
+        lambda prepared, reader, cfg, cache, calls_, each, known=None: calls.append((cfg.method, cache)),
     )
     return calls
 

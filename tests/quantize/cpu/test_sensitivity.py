@@ -98,9 +98,9 @@ def test_node_sensitivity_fetches_in_groups_under_the_cap_with_the_same_scores(t
     many bytes (an activation and its Q/DQ copies in one run), more runs answer, and the scores do
     not change."""
     pytest.importorskip("onnxruntime")
-    from edgekit.quantize.calibrator import graph_without_weights
     from edgekit.quantize.cpu import sensitivity
     from edgekit.quantize.memory import tensor_bytes
+    from edgekit.quantize.taps import graph_without_weights
 
     model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 4)
     nodes = {k: plan.by_name()[k] for k in chosen}

@@ -1,0 +1,137 @@
+"""Graphs tapped for their activations, and the one session that runs such a graph with the
+weights read from the model's own side file: what calibration (``calibrator``), the range drift
+(``calibrate.range_drift``) and the sensitivity ranking (``cpu/sensitivity.py``) run. The graph
+is read without its weights, the taps are added to it (each right after the node that makes its
+tensor), and ``tapped_session`` opens it with the model's side files linked beside it: no copy of
+the weights on disk or in Python. ``onnx`` and ``onnxruntime`` are imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgekit._deps import require
+from edgekit._sidefiles import side_files_beside
+from edgekit.probes.memory import give_back_freed
+from edgekit.quantize.quiet import quiet_ort_logging
+
+# onnx.TensorProto element types ORT's calibrators observe: FLOAT and FLOAT16.
+CALIBRATED_TYPES = (1, 10)
+
+
+def calibrated_tensors(graph: Any, op_types: Sequence[str]) -> list[str]:
+    """The tensors ORT's calibrator records for ``op_types`` (``CalibraterBase.
+    select_tensors_to_calibrate``): every input and output of those nodes whose type the graph
+    knows (value_info, inputs, outputs) as float or float16, initializers excluded. ``graph``: a
+    shape-inferred ``ModelProto``."""
+    g = graph.graph
+    known = {v.name: v for v in [*g.value_info, *g.output, *g.input]}
+    inits = {i.name for i in g.initializer}
+    wanted = set(op_types)
+    out: set[str] = set()
+    for node in g.node:
+        if wanted and node.op_type not in wanted:
+            continue
+        for name in [*node.input, *node.output]:
+            v = known.get(name)
+            if v is None or name in inits or not v.type.HasField("tensor_type"):
+                continue
+            if v.type.tensor_type.elem_type in CALIBRATED_TYPES:
+                out.add(name)
+    return sorted(out)
+
+
+def graph_without_weights(model_path: Path) -> Any:
+    """``model_path``'s graph, shapes inferred, its external weights left in their file (a model
+    that keeps its weights inside the .onnx is small enough to hold: under the side-file rule)."""
+    onnx = require("onnx")
+    return onnx.shape_inference.infer_shapes(onnx.load(str(model_path), load_external_data=False))
+
+
+def add_min_max_taps(
+    graph: Any, tensors: Sequence[str], prefix: str = "edgekit_range", magnitude: bool = False
+) -> list[str]:
+    """Add a ReduceMin and a ReduceMax over all of each tensor to ``graph`` (scalar outputs), each
+    pair right after the node that makes the tensor (a graph input's first): run in that order
+    (``tapped_session``), a tensor is reduced, and freed, as soon as its consumers are done, where
+    taps at the end would keep every tapped tensor of the call alive (+1 GB a call on a 2.25 GiB
+    transformer). ``magnitude``: a ReduceMin of its Abs too (the smallest |x|). Returns their
+    output names per tensor in turn: min, max (and min |x|)."""
+    onnx = require("onnx")
+    helper = onnx.helper
+    g = graph.graph
+    elem = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    taps: list[str] = []
+    after: dict[str, list[Any]] = {}
+    for i, name in enumerate(tensors):
+        for op in ("ReduceMin", "ReduceMax", "AbsMin")[: 3 if magnitude else 2]:
+            out = f"{prefix}_{op[-3:].lower()}_{i}" if op != "AbsMin" else f"{prefix}_absmin_{i}"
+            made = after.setdefault(name, [])
+            if op == "AbsMin":
+                made.append(helper.make_node("Abs", [name], [f"{out}_abs"], name=f"{out}_abs"))
+                made.append(helper.make_node("ReduceMin", [f"{out}_abs"], [out], keepdims=0, name=out))
+            else:
+                made.append(helper.make_node(op, [name], [out], keepdims=0, name=out))
+            g.output.append(helper.make_tensor_value_info(out, elem.get(name) or onnx.TensorProto.FLOAT, []))
+            taps.append(out)
+    nodes = [tap for v in g.input for tap in after.pop(v.name, [])]
+    for node in g.node:
+        nodes.append(node)
+        nodes += [tap for o in node.output for tap in after.pop(o, [])]
+    nodes += [tap for rest in after.values() for tap in rest]  # made by no node: ORT will say so
+    del g.node[:]
+    g.node.extend(nodes)
+    return taps
+
+
+def add_tensor_outputs(graph: Any, tensors: Sequence[str]) -> list[str]:
+    """Make each of ``tensors`` a graph output (graph inputs are read from the feeds instead);
+    returns the names to fetch."""
+    g = graph.graph
+    inputs, outputs = {v.name for v in g.input}, {v.name for v in g.output}
+    known = {v.name: v for v in g.value_info}
+    fetch = []
+    for name in tensors:
+        if name in inputs:
+            continue
+        if name not in outputs:
+            g.output.append(known[name])
+        fetch.append(name)
+    return fetch
+
+
+@contextlib.contextmanager
+def tapped_session(model_path: Path, graph: Any, threads: int = 0, optimize: bool = True) -> Iterator[Any]:
+    """An ORT session of ``graph`` (a copy of ``model_path``'s with taps added) that reads the
+    weights from ``model_path``'s own side file: the graph is written to a scratch folder beside the
+    model with its side files linked in, so no copy of the weights is made on disk or in Python.
+    ``optimize`` False: no graph optimization (what ORT's calibrators run, so the tensors are the
+    ones they observe)."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    # The nodes in the graph's order, as ready (each tap right after its tensor's producer), and no
+    # memory pattern: ORT's default order ran the taps last (+1 GB of live tensors a call at 2.25
+    # GiB), and its pattern, set up after the first run, took a second block beside the first
+    # run's (+1 GB more). Either way the tensors ORT computes are the same.
+    order = getattr(getattr(ort, "ExecutionOrder", None), "PRIORITY_BASED", None)
+    if order is not None:
+        options.execution_order = order
+    options.enable_mem_pattern = False
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    give_back_freed()  # its weights are mapped from their file: not on top of what a last step freed
+    with tempfile.TemporaryDirectory(prefix="edgekit-taps-", dir=model_path.parent) as tmp:
+        path = Path(tmp) / "tapped.onnx"
+        with side_files_beside(model_path, Path(tmp)), quiet_ort_logging():
+            onnx.save(graph, str(path))
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        yield session
+    finally:
+        del session

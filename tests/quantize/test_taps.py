@@ -1,0 +1,44 @@
+"""Graphs tapped for their activations (``quantize/taps.py``): where the taps run, and what they reduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.quantize import taps
+from edgekit.quantize.config import WEIGHTED_OPS
+from tests.quantize.conftest import tiny_feeds
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+
+def test_each_tap_runs_right_after_the_node_that_makes_its_tensor(tiny_model):
+    """Taps at the end of the graph keep every tapped tensor of a call alive until the call ends;
+    placed after their producer (and run in graph order: ``tapped_session``) each is freed early."""
+    graph = taps.graph_without_weights(tiny_model)
+    tensors = taps.calibrated_tensors(graph, (*WEIGHTED_OPS, "LayerNormalization"))
+    taps.add_min_max_taps(graph, tensors)
+    nodes = list(graph.graph.node)
+    made_at = {o: i for i, n in enumerate(nodes) for o in n.output if not n.name.startswith("edgekit_range")}
+    for i, node in enumerate(nodes):
+        if node.name.startswith("edgekit_range"):
+            tensor = node.input[0]
+            between = nodes[made_at[tensor] + 1 : i] if tensor in made_at else nodes[:i]
+            assert all(n.name.startswith("edgekit_range") for n in between), (tensor, [n.name for n in between])
+    assert sum(n.name.startswith("edgekit_range") for n in nodes) == 2 * len(tensors)
+    onnx.checker.check_model(graph)  # still topologically sorted
+
+
+def test_a_magnitude_tap_reduces_the_smallest_absolute_value(tiny_model, tmp_path):
+    """min, max and min |x| per tensor in turn, computed by the graph as numpy computes them."""
+    graph = taps.graph_without_weights(tiny_model)
+    names = ["x"]
+    outputs = taps.add_min_max_taps(graph, names, magnitude=True)
+    assert outputs == ["edgekit_range_min_0", "edgekit_range_max_0", "edgekit_range_absmin_0"]
+    feed = tiny_feeds(1)[0]
+    with taps.tapped_session(tiny_model, graph, optimize=False) as session:
+        lo, hi, absmin = session.run(outputs, feed)
+    x = feed["x"]
+    assert (lo, hi, absmin) == (x.min(), x.max(), np.abs(x).min())
+    assert taps.add_min_max_taps(taps.graph_without_weights(tiny_model), names) == outputs[:2]
