@@ -11,10 +11,10 @@ model's own side file. The statistics are accumulated as each call returns:
 - minmax: ReduceMin/ReduceMax taps in the graph; a running min and max per tensor.
 - entropy, percentile: the tensors fetched, in two passes over the calls: the first keeps each
   tensor's range, the second sums each call's histogram over that fixed range (one pass where a
-  minmax pass over the same calls kept the ranges: --method auto's percentile after minmax). Those are the bins
-  ORT's histogram collector makes from all calls at once (same edges, same counts), so its own
-  threshold search (``HistogramCollector.compute_collection_result``) gives the same thresholds,
-  where merging call by call would re-bin as the range widens and give other ones.
+  minmax pass over the same calls kept the ranges: --method auto's percentile after minmax).
+  Those are the bins ORT's histogram collector makes from all calls at once (same edges, same
+  counts), so its own threshold search (``HistogramCollector.compute_collection_result``) gives
+  the same thresholds, where merging call by call would re-bin as the range widens.
 
 What is kept grows with the number of tensors, never with the number of calls, and the cache equals
 the one ORT's calibrator writes from the same calls (``tests/quantize/test_calibrator.py``).
