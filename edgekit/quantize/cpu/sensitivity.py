@@ -17,6 +17,7 @@ screen reads beside the global figure (``search.screen``).
 
 from __future__ import annotations
 
+import copy
 import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -36,11 +37,11 @@ def _power(db: float) -> float:
     return 10.0 ** (-db / 10.0)
 
 
-# One graph run's fetched tensors are alive together (ORT returns them at once): on a 2.25 GiB
-# transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ graph) beside a session, and the
-# quantize's peak (2.62x the weights, docs/large-models.md). Each run fetches at most this share of
-# the FP32 weight bytes (never under FETCH_FLOOR: a small model's feed stays one run per graph), at
-# the cost of one more forward per group.
+# A graph run's outputs are alive together (ORT holds every graph output until the run returns,
+# fetched or not): on a 2.25 GiB transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ
+# graph) beside a session, and the quantize's peak (2.62x the weights, docs/large-models.md). Each
+# graph outputs at most this share of the FP32 weight bytes (never under FETCH_FLOOR: a small
+# model's feed stays one graph), at the cost of one more session and forward per group.
 FETCH_SHARE = 0.2
 FETCH_FLOOR = 256 << 20
 # The names ORT's QDQ quantizer and qdq_loss_debug give an activation's copies around its Q/DQ
@@ -70,7 +71,8 @@ def node_sensitivity(
     graph is read without its weights (its session reads them from the model's own side file), the
     tensors are fetched as graph outputs (never a dequantized weight: the whole model again per
     feed) in groups of at most ``fetch_bytes`` (from the graph's static shapes; default
-    FETCH_SHARE of the FP32 weights, at least FETCH_FLOOR), one graph run per group, and the float
+    FETCH_SHARE of the FP32 weights, at least FETCH_FLOOR), one graph and session per group (ORT
+    holds every output of a graph each run, fetched or not: ``_outputs``), and the float
     graph runs over every feed first, its tensors spilled to a scratch folder beside ``qdq_model``,
     before the QDQ graph's session opens; they are read back one at a time, as compared. Each
     feed's tensors are compared and dropped (signal and noise power summed over the feeds:
@@ -86,10 +88,12 @@ def node_sensitivity(
     wanted = {(x, False) for info in nodes.values() for x in info.activations}
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
-    f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
+    f_fetch = _fetchable(copy.deepcopy(f_graph), calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
     f_groups = _groups(f_fetch, tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
-    q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
+    q_fetch = _fetchable(
+        copy.deepcopy(q_graph), calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"])
+    )
     q_groups = _groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
     spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
@@ -97,19 +101,26 @@ def node_sensitivity(
     own_sums: dict[str, list[float]] = {}
     row_own: dict[str, list[float]] = {}
     by_rows = _row_tensors(nodes, graph)
+
+    def tick(phase: int, g: int, groups: int, i: int) -> None:  # passes' worth of one graph over one feed
+        if each is not None:
+            each(phase * len(feeds) + (g * len(feeds) + i + 1) // groups)
+
+    # Both graphs unoptimized, so a tensor's values do not depend on its group: optimized, a QDQ
+    # graph fuses the Q/DQ pairs no group output taps into int8 kernels (other values per grouping).
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
         spill = Path(tmp)
-        with tapped_session(float_model, f_graph) as f_session:
-            for i, feed in enumerate(feeds):
-                (spill / str(i)).mkdir()
-                for group in f_groups:
+        for i in range(len(feeds)):
+            (spill / str(i)).mkdir()
+        for g, group in enumerate(f_groups):
+            with tapped_session(float_model, _outputs(f_graph, group), optimize=False, in_order=False) as f_session:
+                for i, feed in enumerate(feeds):
                     _spill(spill / str(i), spilled, _run(f_session, group, feed))
-                if each is not None:
-                    each(i + 1)
+                    tick(0, g, len(f_groups), i)
         del f_graph
-        with tapped_session(qdq_model, q_graph) as q_session:
-            for i, feed in enumerate(feeds):
-                for group in q_groups:
+        for g, group in enumerate(q_groups):
+            with tapped_session(qdq_model, _outputs(q_graph, group), optimize=False, in_order=False) as q_session:
+                for i, feed in enumerate(feeds):
                     qdq_acts = _run(q_session, group, feed)
                     matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
                     bases = {_activation_of(t) for t in group}
@@ -126,8 +137,7 @@ def node_sensitivity(
                         if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
                             _add_both(own_sums, row_own, x, pair["pre_qdq"][0], pair["post_qdq"][0], x in by_rows)
                     del qdq_acts, matched
-                if each is not None:
-                    each(len(feeds) + i + 1)
+                    tick(1, g, len(q_groups), i)
     return _node_sqnrs(nodes, graph, cross_sums, own_sums, row_sums, row_own)
 
 
@@ -187,6 +197,16 @@ def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None)
     weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
     chosen = [t for t in tensors if t not in weights and (keep is None or t in keep)]
     return add_tensor_outputs(graph, chosen)
+
+
+def _outputs(graph: Any, group: Sequence[str]) -> Any:
+    """A copy of ``graph`` (weightless) whose outputs are its own and ``group``'s: ORT keeps every
+    graph output of a run until the run returns, fetched or not, so each group runs on a graph
+    that outputs only that group (Sana-600M: one QDQ graph tapped for all its 1,222 tensors held
+    2.4 GB a run whatever was fetched)."""
+    out = copy.deepcopy(graph)
+    add_tensor_outputs(out, group)
+    return out
 
 
 def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
