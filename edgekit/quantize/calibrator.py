@@ -31,12 +31,15 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
+from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.quantize.taps import (
     add_min_max_taps,
-    add_tensor_outputs,
     calibrated_tensors,
+    fetch_cap,
+    fetch_groups,
     graph_without_weights,
+    outputs_only,
     tapped_session,
 )
 
@@ -173,16 +176,25 @@ def collect_histograms(
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
     known: CallRanges | None = None,
+    fetch_bytes: int | None = None,
 ) -> dict[str, tuple[Any, ...]]:
     """Fill ``collector.histogram_dict`` with the histogram ORT's ``collector.collect`` makes of
-    every call at once, in two passes over ``reader`` holding one call's tensors at a time: the
-    range first (signed min/max; with |x| bins also min/max of |x|), then each call's histogram over
-    that fixed range, summed. ``known``: the ranges a minmax pass over the same calls kept
-    (``CallRanges.signed``/``magnitude``): the first pass is skipped where they cover every tensor.
-    Returns the dict (tensor -> ORT's histogram tuple)."""
+    every call at once, in two passes over ``reader``: the range first (signed min/max; with |x|
+    bins also min/max of |x|), then each call's histogram over that fixed range, summed.
+    ``known``: the ranges a minmax pass over the same calls kept (``CallRanges.signed``/
+    ``magnitude``): the first pass is skipped where they cover every tensor.
+
+    Memory is the session and one group of one call's tensors: ORT holds every output of a graph
+    until a run returns, so the tensors are fetched in groups of at most ``fetch_bytes`` (default
+    ``taps.fetch_cap``), each from a graph that outputs only that group (Sana-600M: 1.5 GB of
+    calibrated tensors a call, 6.5 GB in all when one graph output them). A model whose call fits
+    one group runs one graph; more groups cost a forward each per call. Each tensor's histogram sums
+    the calls in order, whatever its group. Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)
     tensors = calibrated_tensors(graph, op_types)
-    fetch = add_tensor_outputs(graph, tensors)
+    inputs = {v.name for v in graph.graph.input}
+    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
+    groups = fetch_groups([t for t in tensors if t not in inputs], tensor_bytes(graph), cap)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     ranged = (
@@ -194,43 +206,55 @@ def collect_histograms(
     if ranged:  # the calls' ranges are known: one pass, the histograms
         assert known is not None and known.signed is not None and known.magnitude is not None
         signed, magnitude = known.signed, known.magnitude
-    with tapped_session(model_path, graph, threads, optimize=False) as session:
-        done = [0]  # calls run over both passes: progress counts them all
+    passes = 1 if ranged else 2
+    n_calls = [0, 0]  # the calls each pass read (known after its first group)
+    column = {t: c for c, t in enumerate(tensors)}
+    amax: list[list[float]] = []  # [call][tensor] max |x|, for ``calls``
 
-        def tick(_: int) -> None:
-            done[0] += 1
-            if each is not None:
-                each(done[0])
+    def over_calls(p: int, visit: Callable[[str, np.ndarray, int], None]) -> None:
+        """``visit(tensor, value, call)`` for every calibrated tensor of every call, group by group
+        (graph inputs read from the feeds with the first group)."""
+        for g, group in enumerate(groups):
+            with tapped_session(model_path, outputs_only(graph, group), threads, optimize=False, in_order=False) as s:
+                for i, feed in enumerate(each_call(reader)):
+                    values = dict(zip(group, s.run(group, feed))) if group else {}
+                    for name in [*group, *(t for t in tensors if g == 0 and t in inputs)]:
+                        visit(name, values.pop(name) if name in values else feed[name], i)
+                    if g == 0:
+                        n_calls[p] = i + 1
+                    if each is not None:  # in calls' worth: pass p of one graph over every call
+                        n = n_calls[0]
+                        each(p * n + (g * n_calls[p] + i + 1) // len(groups))
 
-        def each_feed() -> Iterator[dict[str, np.ndarray]]:
-            for feed in each_call(reader, tick):
-                values = dict(zip(fetch, session.run(fetch, feed) if fetch else []))
-                yield {name: values[name] if name in values else feed[name] for name in tensors}
+    def ranges(name: str, arr: np.ndarray, i: int) -> None:
+        while len(amax) <= i:
+            amax.append([0.0] * len(tensors))
+        lo = hi = 0.0
+        if arr.size:
+            lo, hi = np.nanmin(arr), np.nanmax(arr)
+            signed.add(name, lo, hi)
+            if absolute:
+                magnitude.add(name, *_abs_range(arr))
+        amax[i][column[name]] = _amax(lo, hi)
 
-        if calls is not None and not ranged:
+    if not ranged:
+        over_calls(0, ranges)
+        if calls is not None:
             calls.start(tensors)
-        for call in () if ranged else each_feed():
-            amax = []
-            for name, arr in call.items():
-                lo = hi = 0.0
-                if arr.size:
-                    lo, hi = np.nanmin(arr), np.nanmax(arr)
-                    signed.add(name, lo, hi)
-                    if absolute:
-                        magnitude.add(name, *_abs_range(arr))
-                amax.append(_amax(lo, hi))
-            if calls is not None:
-                calls.add(amax)
-        hists: dict[str, np.ndarray] = {}
-        edges: dict[str, np.ndarray] = {}
-        dtypes = value_dtypes(graph)
-        bounds = {n: _bins_range(n, signed, magnitude, absolute, dtypes[n]) for n in tensors}
-        for call in each_feed():
-            for name, arr in call.items():
-                data = np.abs(arr) if absolute else arr
-                h, e = np.histogram(data.ravel(), collector.num_bins, range=bounds[name])
-                hists[name] = hists[name] + h if name in hists else h
-                edges[name] = e
+            for row in amax:
+                calls.add(row)
+    hists: dict[str, np.ndarray] = {}
+    edges: dict[str, np.ndarray] = {}
+    dtypes = value_dtypes(graph)
+    bounds = {n: _bins_range(n, signed, magnitude, absolute, dtypes[n]) for n in tensors}
+
+    def histogram(name: str, arr: np.ndarray, i: int) -> None:
+        data = np.abs(arr) if absolute else arr
+        h, e = np.histogram(data.ravel(), collector.num_bins, range=bounds[name])
+        hists[name] = hists[name] + h if name in hists else h
+        edges[name] = e
+
+    over_calls(passes - 1, histogram)
     if tensors and not hists:
         raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
     for name in tensors:

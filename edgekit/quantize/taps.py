@@ -9,15 +9,63 @@ the weights on disk or in Python. ``onnx`` and ``onnxruntime`` are imported lazi
 from __future__ import annotations
 
 import contextlib
+import copy
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from edgekit._deps import require
-from edgekit._sidefiles import side_files_beside
+from edgekit._sidefiles import model_bytes, side_files_beside
 from edgekit.probes.memory import give_back_freed
 from edgekit.quantize.quiet import quiet_ort_logging
+
+# A graph run's outputs are alive together (ORT holds every graph output until the run returns,
+# fetched or not): on a 2.25 GiB transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ
+# graph) beside a session, and the quantize's peak (2.62x the weights, docs/large-models.md). Each
+# graph outputs at most this share of the FP32 weight bytes (never under FETCH_FLOOR: a small
+# model's feed stays one graph), at the cost of one more session and forward per group.
+FETCH_SHARE = 0.2
+FETCH_FLOOR = 256 << 20
+
+
+def fetch_cap(model_path: Path) -> int:
+    """The bytes one graph of ``model_path``'s tensors may output at once: FETCH_SHARE of its
+    weights, at least FETCH_FLOOR."""
+    return max(FETCH_FLOOR, int(FETCH_SHARE * model_bytes(model_path)))
+
+
+def outputs_only(graph: Any, group: Sequence[str]) -> Any:
+    """A copy of ``graph`` (weightless) whose outputs are its own and ``group``'s: ORT keeps every
+    graph output of a run until the run returns, fetched or not, so each group runs on a graph
+    that outputs only that group (Sana-600M: one QDQ graph tapped for all its 1,222 tensors held
+    2.4 GB a run whatever was fetched)."""
+    out = copy.deepcopy(graph)
+    add_tensor_outputs(out, group)
+    return out
+
+
+def fetch_groups(
+    fetch: Sequence[str], sizes: Mapping[str, int], cap: int, key: Callable[[str], str] = lambda t: t
+) -> list[list[str]]:
+    """``fetch`` split, in order, into runs of at most ``cap`` bytes; tensors with one ``key`` (an
+    activation and its copies around its Q/DQ: compared together) stay in one group. A tensor of
+    unknown shape counts as the largest known (static export: there should be none)."""
+    unknown = max(sizes.values(), default=0)
+    by_key: dict[str, list[str]] = {}
+    for t in fetch:
+        by_key.setdefault(key(t), []).append(t)
+    groups: list[list[str]] = []
+    held = 0
+    for members in by_key.values():
+        size = sum(sizes.get(t, unknown) for t in members)
+        if not groups or (held + size > cap and groups[-1]):
+            groups.append([])
+            held = 0
+        groups[-1].extend(members)
+        held += size
+    return groups or [[]]
+
 
 # onnx.TensorProto element types ORT's calibrators observe: FLOAT and FLOAT16.
 CALIBRATED_TYPES = (1, 10)

@@ -252,3 +252,38 @@ def test_ranges_that_do_not_cover_every_tensor_are_not_used(tiny_model):
     )
     assert reader.handed == 2 * len(feeds)
     assert_same_ranges(ours, ort_calibrator_ranges(tiny_model, feeds, "percentile", op_types))
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_group(tmp_path, method, monkeypatch):
+    """ORT holds every output of a graph until the run returns, fetched or not: with a cap under
+    one call's tensors, each group runs on a graph that outputs that group alone (Sana-600M: 1.5 GB
+    of tensors a call, 6.5 GB in all from one graph), and the ranges are still ORT's calibrator's."""
+    from edgekit.quantize import taps as taps_module
+    from edgekit.quantize.memory import tensor_bytes
+
+    model = build_wide_model(tmp_path / "wide.onnx")
+    feeds = wide_feeds(5)
+    graph = taps_module.graph_without_weights(model)
+    tensors = taps_module.calibrated_tensors(graph, WEIGHTED_OPS)
+    inputs = {v.name for v in graph.graph.input}
+    sizes = tensor_bytes(graph)
+    cap = max(sizes[t] for t in tensors if t not in inputs)  # one tensor a group
+    opened: list[list[str]] = []
+    real = calibrator.tapped_session
+
+    def recording(path, g, *args, **kwargs):
+        opened.append([o.name for o in g.graph.output])
+        return real(path, g, *args, **kwargs)
+
+    monkeypatch.setattr(calibrator, "tapped_session", recording)
+    collector = calibrator.histogram_collector(method, QuantizeConfig().percentile)
+    calibrator.collect_histograms(model, calibration_reader(feeds), WEIGHTED_OPS, collector, fetch_bytes=cap)
+    own = {o.name for o in graph.graph.output}
+    fetched = [[o for o in outs if o not in own] for outs in opened]
+    assert len(fetched) >= 4 and all(sum(sizes[t] for t in group) <= cap for group in fetched)
+    ours = calib.TensorsData(
+        getattr(calib.CalibrationMethod, METHODS[method]),
+        (lambda c: c.compute_collection_result())(collector),
+    )
+    assert_same_ranges(ours, ort_calibrator_ranges(model, feeds, method, WEIGHTED_OPS))

@@ -27,23 +27,24 @@ from typing import Any
 import numpy as np
 
 from edgekit._deps import require
-from edgekit._sidefiles import model_bytes, remove_model
+from edgekit._sidefiles import remove_model
 from edgekit.probes.memory import give_back_freed
 from edgekit.quantize.memory import tensor_bytes
-from edgekit.quantize.taps import add_tensor_outputs, calibrated_tensors, graph_without_weights, tapped_session
+from edgekit.quantize.taps import (
+    add_tensor_outputs,
+    calibrated_tensors,
+    fetch_cap,
+    fetch_groups,
+    graph_without_weights,
+    outputs_only,
+    tapped_session,
+)
 
 
 def _power(db: float) -> float:
     return 10.0 ** (-db / 10.0)
 
 
-# A graph run's outputs are alive together (ORT holds every graph output until the run returns,
-# fetched or not): on a 2.25 GiB transformer one feed's were 1.0 GB (float graph) and 1.3 GB (QDQ
-# graph) beside a session, and the quantize's peak (2.62x the weights, docs/large-models.md). Each
-# graph outputs at most this share of the FP32 weight bytes (never under FETCH_FLOOR: a small
-# model's feed stays one graph), at the cost of one more session and forward per group.
-FETCH_SHARE = 0.2
-FETCH_FLOOR = 256 << 20
 # The names ORT's QDQ quantizer and qdq_loss_debug give an activation's copies around its Q/DQ
 # (``create_activation_matching``): they are grouped with the activation they copy.
 _QDQ_SUFFIXES = ("_DequantizeLinear_Output_1", "_DequantizeLinear_Output", "_QuantizeLinear_Input")
@@ -72,7 +73,7 @@ def node_sensitivity(
     tensors are fetched as graph outputs (never a dequantized weight: the whole model again per
     feed) in groups of at most ``fetch_bytes`` (from the graph's static shapes; default
     FETCH_SHARE of the FP32 weights, at least FETCH_FLOOR), one graph and session per group (ORT
-    holds every output of a graph each run, fetched or not: ``_outputs``), and the float
+    holds every output of a graph each run, fetched or not: ``taps.outputs_only``), and the float
     graph runs over every feed first, its tensors spilled to a scratch folder beside ``qdq_model``,
     before the QDQ graph's session opens; they are read back one at a time, as compared. Each
     feed's tensors are compared and dropped (signal and noise power summed over the feeds:
@@ -81,7 +82,7 @@ def node_sensitivity(
     and both sessions were open at once: 8.2 GB, 3.5x the weights, on the 2.25 GiB aMUSEd-256
     (docs/large-models.md)."""
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
-    cap = fetch_bytes if fetch_bytes is not None else max(FETCH_FLOOR, int(FETCH_SHARE * model_bytes(float_model)))
+    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(float_model)
     op_types = sorted({n.op_type for n in nodes.values()})
     f_graph = graph_without_weights(float_model)
     graph = {n.name: n for n in f_graph.graph.node}
@@ -89,12 +90,12 @@ def node_sensitivity(
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
     f_fetch = _fetchable(copy.deepcopy(f_graph), calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
-    f_groups = _groups(f_fetch, tensor_bytes(f_graph), cap)
+    f_groups = fetch_groups(f_fetch, tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
     q_fetch = _fetchable(
         copy.deepcopy(q_graph), calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"])
     )
-    q_groups = _groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
+    q_groups = fetch_groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
     spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
     row_sums: dict[tuple[str, bool], list[float]] = {}
@@ -113,13 +114,13 @@ def node_sensitivity(
         for i in range(len(feeds)):
             (spill / str(i)).mkdir()
         for g, group in enumerate(f_groups):
-            with tapped_session(float_model, _outputs(f_graph, group), optimize=False, in_order=False) as f_session:
+            with tapped_session(float_model, outputs_only(f_graph, group), optimize=False, in_order=False) as f_session:
                 for i, feed in enumerate(feeds):
                     _spill(spill / str(i), spilled, _run(f_session, group, feed))
                     tick(0, g, len(f_groups), i)
         del f_graph
         for g, group in enumerate(q_groups):
-            with tapped_session(qdq_model, _outputs(q_graph, group), optimize=False, in_order=False) as q_session:
+            with tapped_session(qdq_model, outputs_only(q_graph, group), optimize=False, in_order=False) as q_session:
                 for i, feed in enumerate(feeds):
                     qdq_acts = _run(q_session, group, feed)
                     matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
@@ -199,20 +200,10 @@ def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None)
     return add_tensor_outputs(graph, chosen)
 
 
-def _outputs(graph: Any, group: Sequence[str]) -> Any:
-    """A copy of ``graph`` (weightless) whose outputs are its own and ``group``'s: ORT keeps every
-    graph output of a run until the run returns, fetched or not, so each group runs on a graph
-    that outputs only that group (Sana-600M: one QDQ graph tapped for all its 1,222 tensors held
-    2.4 GB a run whatever was fetched)."""
-    out = copy.deepcopy(graph)
-    add_tensor_outputs(out, group)
-    return out
-
-
 def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One feed's ``fetch`` tensors (a graph input among them: read from the feed)."""
     inputs = {i.name for i in session.get_inputs()}
-    outputs = {o.name for o in session.get_outputs()}
+    outputs = {o.name for o in session.getoutputs_only()}
     names = [n for n in fetch if n in outputs]
     # No names would make ORT return every output: a group of graph inputs runs nothing.
     values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs}))) if names else {}
@@ -237,28 +228,6 @@ def _activation_of(tensor: str) -> str:
         if tensor.endswith(suffix):
             return tensor[: -len(suffix)]
     return tensor
-
-
-def _groups(
-    fetch: Sequence[str], sizes: Mapping[str, int], cap: int, key: Callable[[str], str] = lambda t: t
-) -> list[list[str]]:
-    """``fetch`` split, in order, into runs of at most ``cap`` bytes; tensors with one ``key`` (an
-    activation and its copies around its Q/DQ: compared together) stay in one group. A tensor of
-    unknown shape counts as the largest known (static export: there should be none)."""
-    unknown = max(sizes.values(), default=0)
-    by_key: dict[str, list[str]] = {}
-    for t in fetch:
-        by_key.setdefault(key(t), []).append(t)
-    groups: list[list[str]] = []
-    held = 0
-    for members in by_key.values():
-        size = sum(sizes.get(t, unknown) for t in members)
-        if not groups or (held + size > cap and groups[-1]):
-            groups.append([])
-            held = 0
-        groups[-1].extend(members)
-        held += size
-    return groups or [[]]
 
 
 def _add(sums: list[float], ref: np.ndarray, cand: np.ndarray) -> None:

@@ -127,7 +127,8 @@ def test_node_sensitivity_fetches_in_groups_under_the_cap_with_the_same_scores(t
 
 
 def test_groups_keep_order_and_the_cap_and_a_key_together():
-    from edgekit.quantize.cpu.sensitivity import _activation_of, _groups
+    from edgekit.quantize.cpu.sensitivity import _activation_of
+    from edgekit.quantize.taps import fetch_groups as _groups
 
     sizes = {"a": 4, "a_DequantizeLinear_Output": 4, "b": 4, "c": 10, "d": 1}
     fetch = ["a", "a_DequantizeLinear_Output", "b", "c", "d"]
