@@ -212,19 +212,7 @@ def collect_histograms(
     amax: list[list[float]] = []  # [call][tensor] max |x|, for ``calls``
 
     def over_calls(p: int, visit: Callable[[str, np.ndarray, int], None]) -> None:
-        """``visit(tensor, value, call)`` for every calibrated tensor of every call, group by group
-        (graph inputs read from the feeds with the first group)."""
-        for g, group in enumerate(groups):
-            with tapped_session(model_path, outputs_only(graph, group), threads, optimize=False, in_order=False) as s:
-                for i, feed in enumerate(each_call(reader)):
-                    values = dict(zip(group, s.run(group, feed))) if group else {}
-                    for name in [*group, *(t for t in tensors if g == 0 and t in inputs)]:
-                        visit(name, values.pop(name) if name in values else feed[name], i)
-                    if g == 0:
-                        n_calls[p] = i + 1
-                    if each is not None:  # in calls' worth: pass p of one graph over every call
-                        n = n_calls[0]
-                        each(p * n + (g * n_calls[p] + i + 1) // len(groups))
+        _over_calls(model_path, graph, groups, tensors, reader, threads, visit, p, n_calls, each)
 
     def ranges(name: str, arr: np.ndarray, i: int) -> None:
         while len(amax) <= i:
@@ -255,6 +243,20 @@ def collect_histograms(
         edges[name] = e
 
     over_calls(passes - 1, histogram)
+    return _histogram_dict(collector, tensors, hists, edges, signed, bounds, absolute, dtypes)
+
+
+def _histogram_dict(
+    collector: Any,
+    tensors: Sequence[str],
+    hists: dict[str, np.ndarray],
+    edges: dict[str, np.ndarray],
+    signed: RunningMinMax,
+    bounds: dict[str, Any],
+    absolute: bool,
+    dtypes: dict[str, np.dtype],
+) -> dict[str, tuple[Any, ...]]:
+    """``collector.histogram_dict`` as ORT's collector fills it, from the summed histograms."""
     if tensors and not hists:
         raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
     for name in tensors:
@@ -266,6 +268,36 @@ def collect_histograms(
         else:
             collector.histogram_dict[name] = (hists[name], edges[name], low, high, bounds[name][1])
     return collector.histogram_dict
+
+
+def _over_calls(
+    model_path: Path,
+    graph: Any,
+    groups: Sequence[Sequence[str]],
+    tensors: Sequence[str],
+    reader: Any,
+    threads: int,
+    visit: Callable[[str, np.ndarray, int], None],
+    p: int,
+    n_calls: list[int],
+    each: Callable[[int], None] | None,
+) -> None:
+    """``visit(tensor, value, call)`` for every calibrated tensor of every call of ``reader``,
+    group by group, each group from a graph that outputs it alone (``collect_histograms``); the
+    graph inputs among the tensors are read from the feeds with the first group. ``n_calls[p]``:
+    the calls of pass ``p``; ``each``: progress in calls' worth of both passes."""
+    inputs = {v.name for v in graph.graph.input}
+    wanted = [t for t in tensors if t in inputs]
+    for g, group in enumerate(groups):
+        with tapped_session(model_path, outputs_only(graph, group), threads, optimize=False, in_order=False) as s:
+            for i, feed in enumerate(each_call(reader)):
+                values = dict(zip(group, s.run(list(group), feed))) if group else {}
+                for name in [*group, *(wanted if g == 0 else ())]:
+                    visit(name, values.pop(name) if name in values else feed[name], i)
+                if g == 0:
+                    n_calls[p] = i + 1
+                if each is not None:  # in calls' worth: pass p of one graph over every call
+                    each(p * n_calls[0] + (g * n_calls[p] + i + 1) // len(groups))
 
 
 def value_dtypes(graph: Any) -> dict[str, np.dtype]:

@@ -103,10 +103,6 @@ def node_sensitivity(
     row_own: dict[str, list[float]] = {}
     by_rows = _row_tensors(nodes, graph)
 
-    def tick(phase: int, g: int, groups: int, i: int) -> None:  # passes' worth of one graph over one feed
-        if each is not None:
-            each(phase * len(feeds) + (g * len(feeds) + i + 1) // groups)
-
     # Both graphs unoptimized, so a tensor's values do not depend on its group: optimized, a QDQ
     # graph fuses the Q/DQ pairs no group output taps into int8 kernels (other values per grouping).
     with tempfile.TemporaryDirectory(prefix="edgekit-sens-", dir=qdq_model.parent) as tmp:
@@ -117,7 +113,7 @@ def node_sensitivity(
             with tapped_session(float_model, outputs_only(f_graph, group), optimize=False, in_order=False) as f_session:
                 for i, feed in enumerate(feeds):
                     _spill(spill / str(i), spilled, _run(f_session, group, feed))
-                    tick(0, g, len(f_groups), i)
+                    _tick(each, len(feeds), 0, g, len(f_groups), i)
         del f_graph
         for g, group in enumerate(q_groups):
             with tapped_session(qdq_model, outputs_only(q_graph, group), optimize=False, in_order=False) as q_session:
@@ -126,20 +122,36 @@ def node_sensitivity(
                     matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
                     bases = {_activation_of(t) for t in group}
                     for name, post in wanted:
-                        if name not in bases:
-                            continue
-                        cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
-                        ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
-                        if ref is not None and cand is not None:
-                            _add_both(cross_sums, row_sums, (name, post), ref, cand, name in by_rows)
-                        del ref  # a mapped tensor stays resident until unmapped
-                    for x in own_names & matched.keys():
-                        pair = matched[x]
-                        if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
-                            _add_both(own_sums, row_own, x, pair["pre_qdq"][0], pair["post_qdq"][0], x in by_rows)
+                        if name in bases:
+                            cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                            ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
+                            if ref is not None and cand is not None:
+                                _add_both(cross_sums, row_sums, (name, post), ref, cand, name in by_rows)
+                            del ref  # a mapped tensor stays resident until unmapped
+                    _add_own(own_sums, row_own, own_names, matched, by_rows)
                     del qdq_acts, matched
-                    tick(1, g, len(q_groups), i)
+                    _tick(each, len(feeds), 1, g, len(q_groups), i)
     return _node_sqnrs(nodes, graph, cross_sums, own_sums, row_sums, row_own)
+
+
+def _tick(each: Callable[[int], None] | None, feeds: int, phase: int, g: int, groups: int, i: int) -> None:
+    """``each`` in passes' worth of one graph over one feed: feed ``i`` of group ``g`` of ``groups``."""
+    if each is not None:
+        each(phase * feeds + (g * feeds + i + 1) // groups)
+
+
+def _add_own(
+    own_sums: dict[str, list[float]],
+    row_own: dict[str, list[float]],
+    own_names: set[str],
+    matched: Mapping[str, Any],
+    by_rows: set[str],
+) -> None:
+    """Each activation's own Q/DQ noise (before against after its Q/DQ) from one group's matches."""
+    for x in own_names & matched.keys():
+        pair = matched[x]
+        if pair.get("pre_qdq") is not None and pair.get("post_qdq") is not None:
+            _add_both(own_sums, row_own, x, pair["pre_qdq"][0], pair["post_qdq"][0], x in by_rows)
 
 
 def _node_sqnrs(
@@ -203,7 +215,7 @@ def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None)
 def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One feed's ``fetch`` tensors (a graph input among them: read from the feed)."""
     inputs = {i.name for i in session.get_inputs()}
-    outputs = {o.name for o in session.getoutputs_only()}
+    outputs = {o.name for o in session.get_outputs()}
     names = [n for n in fetch if n in outputs]
     # No names would make ORT return every output: a group of graph inputs runs nothing.
     values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs}))) if names else {}
