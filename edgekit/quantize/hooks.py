@@ -39,7 +39,8 @@ class ProfileHooks(Protocol):
 
     def plan_extras(self) -> PlanExtras:
         """What its search may run beyond the first candidate and the fallbacks, for the plan
-        quantize states before it starts (``plan.Plan``), from the config alone."""
+        quantize states before it starts (``plan.Plan``), from the config alone. Optional: hooks
+        without it add nothing to the plan (``stage.plan_extras``)."""
 
     def search(self) -> SearchResult:
         """Quantize, decode the held-out set (``run.measure``) and change what the budget needs

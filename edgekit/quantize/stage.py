@@ -91,7 +91,7 @@ def quantize_bundle(
             profile.prepare()
         give_back_freed()
         with fp32_answers(run) as run.fp32_rt:
-            record_fp32(run, profile.plan_extras())  # the FP32 session is released at its end
+            record_fp32(run, plan_extras(profile))  # the FP32 session is released at its end
             give_back_freed()
             with run.timed("calibrate_s"):
                 profile.calibrate()
@@ -184,6 +184,12 @@ def fp32_answers(run: QuantizeRun) -> MemoRuntime:
         folder=run.tmp / "fp32-answers",
         name="fp32",
     )
+
+
+def plan_extras(profile: ProfileHooks) -> PlanExtras:
+    """What the profile's search may add to the plan; none for hooks written before
+    ``ProfileHooks.plan_extras`` existed (a registered profile keeps working)."""
+    return profile.plan_extras() if hasattr(profile, "plan_extras") else PlanExtras()
 
 
 def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
