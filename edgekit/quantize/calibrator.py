@@ -39,6 +39,7 @@ from edgekit.quantize.taps import (
     fetch_cap,
     fetch_groups,
     graph_without_weights,
+    group_progress,
     outputs_only,
     tapped_session,
 )
@@ -297,7 +298,7 @@ def _over_calls(
                 if g == 0:
                     n_calls[p] = i + 1
                 if each is not None:  # in calls' worth: pass p of one graph over every call
-                    each(p * n_calls[0] + (g * n_calls[p] + i + 1) // len(groups))
+                    each(group_progress(p * n_calls[0], g, len(groups), n_calls[p], i))
 
 
 def value_dtypes(graph: Any) -> dict[str, np.dtype]:

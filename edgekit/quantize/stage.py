@@ -26,6 +26,7 @@ from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
 from edgekit.host import HostFacts
+from edgekit.probes.memory import give_back_freed
 from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
@@ -34,7 +35,7 @@ from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row
 from edgekit.quantize.hooks import PlanExtras, ProfileHooks, SearchResult
-from edgekit.quantize.memory import activation_bytes, give_back_freed, memory_record, peak_rss_bytes
+from edgekit.quantize.memory import activation_bytes, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary

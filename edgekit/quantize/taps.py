@@ -136,20 +136,28 @@ def add_min_max_taps(
     return taps
 
 
+def fetch_names(graph: Any, tensors: Sequence[str]) -> list[str]:
+    """The names of ``tensors`` a session of ``graph`` fetches as outputs: all but the graph inputs
+    (read from the feeds instead). ``graph`` is not changed."""
+    inputs = {v.name for v in graph.graph.input}
+    return [name for name in tensors if name not in inputs]
+
+
 def add_tensor_outputs(graph: Any, tensors: Sequence[str]) -> list[str]:
     """Make each of ``tensors`` a graph output (graph inputs are read from the feeds instead);
-    returns the names to fetch."""
+    returns the names to fetch (``fetch_names``)."""
     g = graph.graph
-    inputs, outputs = {v.name for v in g.input}, {v.name for v in g.output}
+    outputs = {v.name for v in g.output}
     known = {v.name: v for v in g.value_info}
-    fetch = []
-    for name in tensors:
-        if name in inputs:
-            continue
-        if name not in outputs:
-            g.output.append(known[name])
-        fetch.append(name)
+    fetch = fetch_names(graph, tensors)
+    g.output.extend(known[name] for name in fetch if name not in outputs)
     return fetch
+
+
+def group_progress(before: int, g: int, groups: int, calls: int, i: int) -> int:
+    """Progress in calls' worth of one graph over every call, after call ``i`` of group ``g`` of
+    ``groups`` (each group runs every one of ``calls`` calls), plus ``before`` already done."""
+    return before + (g * calls + i + 1) // groups
 
 
 @contextlib.contextmanager

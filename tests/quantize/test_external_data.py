@@ -36,7 +36,7 @@ def _fallback_forms_timed_alike(monkeypatch):
         fns = {"float": host.call("float", [100]), "weight-only": host.call("weight-only", [150])}
         return decide(fns, 5, pair=lambda t: ("weight-only", "float"), warmup=0, probe=host.probe)
 
-    monkeypatch.setattr("edgekit.quantize.cpu.fallback.time_forms", surely_slower)
+    monkeypatch.setattr("edgekit.quantize.cpu.form.time_forms", surely_slower)
 
 
 def _quantize(bundle, limited: bool, *args: str) -> dict:

@@ -42,3 +42,25 @@ def test_a_magnitude_tap_reduces_the_smallest_absolute_value(tiny_model, tmp_pat
     x = feed["x"]
     assert (lo, hi, absmin) == (x.min(), x.max(), np.abs(x).min())
     assert taps.add_min_max_taps(taps.graph_without_weights(tiny_model), names) == outputs[:2]
+
+
+def test_fetch_names_leave_the_graph_alone_and_read_its_inputs_from_the_feeds(tiny_model):
+    """The names a tapped session fetches, found without making them outputs; adding them as
+    outputs then fetches the same names and reads graph inputs from the feed."""
+    graph = taps.graph_without_weights(tiny_model)
+    tensors = taps.calibrated_tensors(graph, WEIGHTED_OPS)
+    before = [o.name for o in graph.graph.output]
+    names = taps.fetch_names(graph, ["x", *tensors])
+    assert [o.name for o in graph.graph.output] == before
+    assert "x" not in names and names == [t for t in tensors if t != "x"]
+    assert taps.add_tensor_outputs(graph, ["x", *tensors]) == names
+    assert [o.name for o in graph.graph.output] == before + [n for n in names if n not in before]
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 5])
+def test_group_progress_counts_one_graph_over_every_call_whatever_the_grouping(groups):
+    """Each group runs every call: progress ends at one pass's worth, never goes back, and starts
+    from what came before."""
+    calls = 7
+    seen = [taps.group_progress(10, g, groups, calls, i) for g in range(groups) for i in range(calls)]
+    assert seen == sorted(seen) and seen[-1] == 10 + calls and seen[0] >= 10

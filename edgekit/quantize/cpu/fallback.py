@@ -25,14 +25,14 @@ from edgekit._sidefiles import model_bytes
 from edgekit.arithmetic import SCHEMES
 from edgekit.errors import EdgekitError
 from edgekit.host import ISA_CLASSES, HostFacts
-from edgekit.probes.speed import Decision
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
 from edgekit.quantize.calibrator import CallRanges
+from edgekit.quantize.config import WEIGHTED_OPS
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
-from edgekit.quantize.cpu.form import FORM_EXTRA, Wider, form_record, form_sizes, next_fallbacks, time_forms, widen
+from edgekit.quantize.cpu.form import FORM_EXTRA, choose_form
 from edgekit.quantize.cpu.method import alternative_skipped, choose_method
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model
 from edgekit.quantize.cpu.search import (
@@ -270,47 +270,8 @@ class FallbackProfile:
         return self.result(model, outcome, form)
 
     def choose_fallback_form(self, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
-        """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only, and
-        return the ``fallback_form`` record of ``cpu.form.form_record``: weight-only (its model
-        under ``model``) unless it is surely slower or misses the budget; where it misses, weight-only
-        with the search's next ranked layers too (``cpu.form.widen``), timed against ``model``."""
-        run = self.run
-        wo_model = self.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: the buckets run alike
-        feed = run.traj.feeds[len(run.traj.feeds) // 2]
-
-        def timed(candidate: Path) -> Decision:
-            # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
-            # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
-            # No spin between runs: TIMED_SPIN (stage.py).
-            with self.budget_runtime(model, spin=False) as fp, self.budget_runtime(candidate, spin=False) as wo:
-                return time_forms(fp, wo, feed, run.say)
-
-        extra = next_fallbacks(outcome.next_up, len(outcome.fallback), run.cfg.max_fallback)
-
-        def wider() -> Wider:
-            labels = {n.name: n.label for n in run.plan.nodes}
-            return widen(
-                extra,
-                outcome.quantized,
-                lambda nodes: self.build(nodes, weight_only_fallback=True),
-                self.measure,
-                run.judge,
-                timed,
-                lambda candidate: form_sizes(model, candidate),
-                run.say,
-                labels,
-            )
-
-        return form_record(
-            timed(wo_model),
-            wo_model,
-            outcome,
-            run,
-            self.measure,
-            run.cfg.runtime,
-            form_sizes(model, wo_model),
-            wider if extra else None,
-        )
+        """The ``fallback_form`` record (``cpu.form.choose_form``) for FP32 fallbacks ``model``."""
+        return choose_form(self, model, outcome)
 
     # ---- what it made --------------------------------------------------------------------------
     def result(self, model: Path, outcome: BudgetOutcome, form: dict[str, Any] | None) -> SearchResult:
@@ -329,7 +290,7 @@ class FallbackProfile:
         with run.timed("range_drift_s"):
             drift = range_drift(run.prepared, tensors, run.traj, cfg.threads, labels=readers, recorded=run.call_ranges)
         rows = self._float_rows(outcome, weight_only)
-        total_mm, total_w = run.plan.matmul_flops(), run.plan.matmul_flops(ops=("MatMul", "Gemm", "Conv"))
+        total_mm, total_w = run.plan.matmul_flops(), run.plan.matmul_flops(ops=WEIGHTED_OPS)
         extras: dict[str, Any] = {}
         if cfg.entry.cpu_arithmetic:
             scheme = SCHEMES[cfg.settings.scheme]
@@ -359,7 +320,7 @@ class FallbackProfile:
             float_by_op_type=notable_float_ops(run),
             int8_flop_share={
                 "matmul": run.plan.matmul_flops(int8) / total_mm if total_mm else None,
-                "weighted": run.plan.matmul_flops(int8, ops=("MatMul", "Gemm", "Conv")) / total_w if total_w else None,
+                "weighted": run.plan.matmul_flops(int8, ops=WEIGHTED_OPS) / total_w if total_w else None,
             },
             structure={
                 "ops": structure["ops"],

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.probes.speed import FASTER, SLOWER, Decision, HostProbe, decide
+from edgekit.quantize.config import WEIGHTED_OPS
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.search import BudgetOutcome, ranked_why
 from edgekit.quantize.plan import Eta, counting
@@ -43,6 +44,13 @@ FORM_ROUNDS = 15
 # medians differ by noise (masked demo on an AVX2 host: 57.99 vs 58.04 ms) and the forms tie, so
 # the smaller one (weight-only) is kept where the budget holds with it.
 FORM_MARGIN = 0.03
+# Fallbacks under this share of the weighted FLOPs and whose weight-only form saves under this share
+# of the weight bytes are not timed nor decoded in that form: weight-only computes the same float
+# product, so it cannot move a forward by FORM_MARGIN through layers with a third of that share of
+# the work, nor the file by more than this share. FP32 (the more accurate, already-verified form)
+# stays. Sana-600M's one fallback (the caption projection: 0.3 % of the FLOPs, 4 MiB of 572 MiB)
+# spent 235 s timing the two forms and 170 s decoding weight-only: ~30 FP32 decodes for nothing.
+FORM_MIN_SHARE = 0.01
 # Where weight-only misses the budget, at most this many of the search's next ranked layers join it,
 # one at a time (each one more candidate decode, ``Plan.form_extra``): the masked demo needed one.
 FORM_EXTRA = 2
@@ -67,6 +75,25 @@ def form_sizes(fp_model: Path, wo_model: Path) -> dict[str, int]:
     files of the graphs it was derived from, whole (``cpu/derive.py``), and the recorded file copies
     only what it reads. The first graph of each (step buckets share one weights file when recorded)."""
     return {"float": weight_bytes(load_onnx(fp_model)), "weight-only": weight_bytes(load_onnx(wo_model))}
+
+
+def not_worth_timing(flop_share: float | None, sizes: Mapping[str, int]) -> str | None:
+    """Why the fallbacks' form is not timed (FP32 stays), or None where it is: ``flop_share``,
+    their share of the weighted FLOPs (None: unknown); ``sizes`` as ``form_sizes``."""
+    saved = sizes["float"] - sizes["weight-only"]
+    if flop_share is None or flop_share >= FORM_MIN_SHARE or saved >= FORM_MIN_SHARE * sizes["float"]:
+        return None
+    return (
+        f"the fallbacks are {flop_share:.1%} of the weighted FLOPs and weight-only would save "
+        f"{saved / (1 << 20):.1f} MiB ({saved / max(sizes['float'], 1):.1%} of the weights): neither form "
+        f"can change speed or size measurably (under {FORM_MIN_SHARE:.0%} each); FP32, the more accurate "
+        "form, kept without timing"
+    )
+
+
+def untimed_record(why: str, sizes: Mapping[str, int]) -> dict[str, Any]:
+    """The ``fallback_form`` record where the forms were not timed (``not_worth_timing``)."""
+    return {"chosen": "float", "verdict": "not timed", "weight_bytes": dict(sizes), "why": why}
 
 
 def next_fallbacks(next_up: Sequence[str], have: int, max_fallback: int | None) -> list[str]:
@@ -271,3 +298,47 @@ def _add_fallbacks(outcome: BudgetOutcome, wide: Wider) -> None:
     outcome.quantized = [n for n in outcome.quantized if n not in wide.extra]
     outcome.next_up = [n for n in outcome.next_up if n not in wide.extra]
     outcome.metrics, outcome.checks = wide.metrics or {}, wide.checks or []
+
+
+def choose_form(profile: Any, model: Path, outcome: BudgetOutcome) -> dict[str, Any]:
+    """Time this host's forward with the fallbacks in FP32 (``model``) and weight-only, and return
+    the ``fallback_form`` record of ``form_record``: weight-only (its model under ``model``) unless
+    it is surely slower or misses the budget; where it misses, weight-only with the search's next
+    ranked layers too (``widen``), timed against ``model``. Not timed where neither form can
+    matter (``not_worth_timing``). ``profile``: the run's ``cpu.fallback.FallbackProfile``."""
+    run = profile.run
+    wo_model = profile.build(outcome.quantized, weight_only_fallback=True)  # first graphs timed: buckets run alike
+    sizes = form_sizes(model, wo_model)
+    total = run.plan.matmul_flops(ops=WEIGHTED_OPS)
+    fallbacks = [f["node"] for f in outcome.fallback]
+    if why := not_worth_timing(run.plan.matmul_flops(fallbacks, ops=WEIGHTED_OPS) / total if total else None, sizes):
+        run.say(f"fallback form: {why}")
+        return untimed_record(why, sizes)
+    feed = run.traj.feeds[len(run.traj.feeds) // 2]
+
+    def timed(candidate: Path) -> Decision:
+        # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
+        # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
+        # No spin between runs: TIMED_SPIN (stage.py).
+        with profile.budget_runtime(model, spin=False) as fp, profile.budget_runtime(candidate, spin=False) as wo:
+            return time_forms(fp, wo, feed, run.say)
+
+    extra = next_fallbacks(outcome.next_up, len(outcome.fallback), run.cfg.max_fallback)
+
+    def wider() -> Wider:
+        labels = {n.name: n.label for n in run.plan.nodes}
+        return widen(
+            extra,
+            outcome.quantized,
+            lambda nodes: profile.build(nodes, weight_only_fallback=True),
+            profile.measure,
+            run.judge,
+            timed,
+            lambda candidate: form_sizes(model, candidate),
+            run.say,
+            labels,
+        )
+
+    return form_record(
+        timed(wo_model), wo_model, outcome, run, profile.measure, run.cfg.runtime, sizes, wider if extra else None
+    )

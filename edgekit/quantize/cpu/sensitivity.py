@@ -17,7 +17,6 @@ screen reads beside the global figure (``search.screen``).
 
 from __future__ import annotations
 
-import copy
 import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -31,11 +30,12 @@ from edgekit._sidefiles import remove_model
 from edgekit.probes.memory import give_back_freed
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.taps import (
-    add_tensor_outputs,
     calibrated_tensors,
     fetch_cap,
     fetch_groups,
+    fetch_names,
     graph_without_weights,
+    group_progress,
     outputs_only,
     tapped_session,
 )
@@ -89,12 +89,10 @@ def node_sensitivity(
     wanted = {(x, False) for info in nodes.values() for x in info.activations}
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
-    f_fetch = _fetchable(copy.deepcopy(f_graph), calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
+    f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
     f_groups = fetch_groups(f_fetch, tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
-    q_fetch = _fetchable(
-        copy.deepcopy(q_graph), calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"])
-    )
+    q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
     q_groups = fetch_groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
     spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
@@ -113,7 +111,8 @@ def node_sensitivity(
             with tapped_session(float_model, outputs_only(f_graph, group), optimize=False, in_order=False) as f_session:
                 for i, feed in enumerate(feeds):
                     _spill(spill / str(i), spilled, _run(f_session, group, feed))
-                    _tick(each, len(feeds), 0, g, len(f_groups), i)
+                    if each is not None:
+                        each(group_progress(0, g, len(f_groups), len(feeds), i))
         del f_graph
         for g, group in enumerate(q_groups):
             with tapped_session(qdq_model, outputs_only(q_graph, group), optimize=False, in_order=False) as q_session:
@@ -130,14 +129,9 @@ def node_sensitivity(
                             del ref  # a mapped tensor stays resident until unmapped
                     _add_own(own_sums, row_own, own_names, matched, by_rows)
                     del qdq_acts, matched
-                    _tick(each, len(feeds), 1, g, len(q_groups), i)
+                    if each is not None:
+                        each(group_progress(len(feeds), g, len(q_groups), len(feeds), i))
     return _node_sqnrs(nodes, graph, cross_sums, own_sums, row_sums, row_own)
-
-
-def _tick(each: Callable[[int], None] | None, feeds: int, phase: int, g: int, groups: int, i: int) -> None:
-    """``each`` in passes' worth of one graph over one feed: feed ``i`` of group ``g`` of ``groups``."""
-    if each is not None:
-        each(phase * feeds + (g * feeds + i + 1) // groups)
 
 
 def _add_own(
@@ -202,14 +196,14 @@ def _scores(in_db: float, out_db: float) -> dict[str, float]:
 
 
 def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None) -> list[str]:
-    """Make ``tensors`` of ``graph`` (a weightless ``ModelProto``) graph outputs and return the names
-    to fetch: not a DequantizeLinear of an initializer (a dequantized weight: constant, as large as
-    the model, no node's activation), and only ``keep`` where given."""
+    """The names of ``tensors`` of ``graph`` (a weightless ``ModelProto``, not changed) to fetch:
+    not a DequantizeLinear of an initializer (a dequantized weight: constant, as large as the
+    model, no node's activation), and only ``keep`` where given."""
     g = graph.graph
     inits = {i.name for i in g.initializer}
     weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
     chosen = [t for t in tensors if t not in weights and (keep is None or t in keep)]
-    return add_tensor_outputs(graph, chosen)
+    return fetch_names(graph, chosen)
 
 
 def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

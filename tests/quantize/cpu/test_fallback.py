@@ -6,12 +6,24 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from edgekit.quantize.cpu.fallback import FallbackProfile
 from edgekit.quantize.cpu.search import BudgetOutcome
 
 pytest.importorskip("onnxruntime")
+
+
+class _Plan:
+    """A stand-in ``GraphPlan``: ``flops`` per node name (every node a weighted op)."""
+
+    def __init__(self, flops: dict[str, int]):
+        self.flops = flops
+        self.nodes = [SimpleNamespace(name=n, label=f"L-{n}") for n in flops]
+
+    def matmul_flops(self, names=None, ops=()):
+        return sum(f for n, f in self.flops.items() if names is None or n in names)
 
 
 def _profile(threads: int = 1) -> FallbackProfile:
@@ -119,6 +131,7 @@ def test_the_fallback_form_is_timed_on_the_runtime_that_decodes_the_budget(runti
     profile.run = SimpleNamespace(
         cfg=SimpleNamespace(runtime=runtime, threads=1, max_fallback=None),
         traj=SimpleNamespace(feeds=[{"x": 0}]),
+        plan=_Plan({"n0": 10, "n1": 90}),
         warn=lambda line: None,
         say=lambda line: None,
         judge=lambda metrics: (True, ["ok"]),
@@ -142,7 +155,7 @@ def test_the_fallback_form_adds_the_search_s_next_ranked_layer_weight_only(
     """Weight-only misses the budget with the search's set; with its next ranked layer it holds
     (stand-in budget and timing: a tie, and smaller): the form keeps it, unless --max-fallback is
     already spent by the search."""
-    from edgekit.quantize.cpu import fallback
+    from edgekit.quantize.cpu import form as forms
     from tests.quantize.cpu.test_form import _decision
 
     built = {}
@@ -158,7 +171,7 @@ def test_the_fallback_form_adds_the_search_s_next_ranked_layer_weight_only(
     profile.run = SimpleNamespace(
         cfg=SimpleNamespace(runtime="openvino", threads=1, max_fallback=max_fallback),
         traj=SimpleNamespace(feeds=[{"x": 0}]),
-        plan=SimpleNamespace(nodes=[SimpleNamespace(name=n, label=f"L-{n}") for n in ("n0", "n1", "n2", "n3")]),
+        plan=_Plan({"n0": 25, "n1": 25, "n2": 25, "n3": 25}),
         warn=lambda line: None,
         say=said.append,
         judge=lambda metrics: (metrics["holds"], []),
@@ -175,7 +188,7 @@ def test_the_fallback_form_adds_the_search_s_next_ranked_layer_weight_only(
             return None
 
     profile.budget_runtime = lambda model, spin=True, bucket=False: Stand()
-    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: timed.append(1) or _decision((0.3,), [99]))
+    monkeypatch.setattr(forms, "time_forms", lambda fp, wo, feed, say: timed.append(1) or _decision((0.3,), [99]))
     fp = _one_matmul(tmp_path / "fp.onnx", weight_only=False)
     outcome = BudgetOutcome(True, {}, [], ["n1", "n2", "n3"], fallback=[{"node": "n0"}], next_up=["n2", "n3"])
     form = profile.choose_fallback_form(fp, outcome)
@@ -201,7 +214,7 @@ def test_quantize_keeps_weight_only_with_one_more_fallback_where_that_holds_the_
     from edgekit.bundle import Bundle
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     from edgekit.quantize.config import BUDGET_RULES
-    from edgekit.quantize.cpu import fallback
+    from edgekit.quantize.cpu import form as forms
     from tests.quantize.cpu.test_form import _decision
 
     built: dict[str, tuple[int, bool]] = {}
@@ -223,7 +236,7 @@ def test_quantize_keeps_weight_only_with_one_more_fallback_where_that_holds_the_
 
     monkeypatch.setattr(FallbackProfile, "build", build)
     monkeypatch.setattr(FallbackProfile, "measure", measure)
-    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
+    monkeypatch.setattr(forms, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
     said = []
     s = quantize_bundle(quant_bundles["masked"], QuantizeConfig(calib_samples=2, eval_samples=2), progress=said.append)
     form = s["fallback_form"]
@@ -257,6 +270,7 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     from edgekit.quantize.config import BUDGET_RULES
     from edgekit.quantize.cpu import fallback
+    from edgekit.quantize.cpu import form as forms
     from tests.quantize.cpu.test_form import _decision
 
     real_measure = FallbackProfile.measure
@@ -269,7 +283,7 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
 
     monkeypatch.setattr(fallback, "LARGE_BYTES", 0)
     monkeypatch.setattr(FallbackProfile, "measure", measure)
-    monkeypatch.setattr(fallback, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
+    monkeypatch.setattr(forms, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
     said: list[str] = []
     cfg = QuantizeConfig(calib_samples=2, eval_samples=2, max_fallback=max_fallback)
     s = quantize_bundle(quant_bundles["masked"], cfg, progress=said.append)
@@ -281,3 +295,43 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
         assert any(line.startswith("search stopped:") for line in said)
     else:
         assert stopped is None
+
+
+def test_fallbacks_too_small_to_matter_keep_fp32_without_timing_or_decoding_weight_only(tmp_path):
+    """A fallback with 0.3 % of the weighted FLOPs whose weight-only form saves well under 1 % of
+    the weights (Sana-600M's caption projection): no session is opened, no candidate decoded, and
+    the record says FP32 was kept untimed, and why."""
+    profile = FallbackProfile.__new__(FallbackProfile)
+    said = []
+    profile.run = SimpleNamespace(
+        cfg=SimpleNamespace(runtime="ort", threads=1, max_fallback=None),
+        traj=SimpleNamespace(feeds=[{"x": 0}]),
+        plan=_Plan({"n0": 3, "n1": 997}),
+        say=said.append,
+    )
+    fp, wo = _one_matmul(tmp_path / "fp.onnx", weight_only=False), _one_matmul(tmp_path / "wo.onnx", weight_only=True)
+    onnx = pytest.importorskip("onnx")
+    for path in (fp, wo):  # each form: the small layer beside 4 MiB of other weights
+        graph = onnx.load(str(path))
+        graph.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1 << 20, np.float32), "other"))
+        onnx.save(graph, str(path))
+    profile.build = lambda nodes, weight_only_fallback=None: wo
+    profile.measure = lambda model: pytest.fail("weight-only decoded")
+    profile.budget_runtime = lambda *a, **k: pytest.fail("a form timed")
+    outcome = BudgetOutcome(True, {}, [], ["n1"], fallback=[{"node": "n0"}])
+    form = profile.choose_fallback_form(fp, outcome)
+    assert form["chosen"] == "float" and form["verdict"] == "not timed", form
+    assert "0.3% of the weighted FLOPs" in form["why"] and "kept without timing" in form["why"]
+    assert form["weight_bytes"]["float"] - form["weight_bytes"]["weight-only"] == 64 * 64 * 3 - 64 * 4
+    assert said == [f"fallback form: {form['why']}"]
+
+
+@pytest.mark.parametrize(
+    ("share", "saved", "timed"),
+    [(0.003, 0.002, False), (0.02, 0.002, True), (0.003, 0.05, True), (None, 0.0, True), (0.0099, 0.0099, False)],
+)
+def test_only_fallbacks_under_one_percent_of_flops_and_of_weights_skip_the_form(share, saved, timed):
+    from edgekit.quantize.cpu.form import not_worth_timing
+
+    sizes = {"float": 1_000_000, "weight-only": 1_000_000 - int(saved * 1_000_000)}
+    assert (not_worth_timing(share, sizes) is None) is timed
