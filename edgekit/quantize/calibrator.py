@@ -40,6 +40,7 @@ from edgekit.quantize.taps import (
     fetch_groups,
     graph_without_weights,
     group_progress,
+    in_graph_order,
     outputs_only,
     tapped_session,
 )
@@ -195,7 +196,7 @@ def collect_histograms(
     tensors = calibrated_tensors(graph, op_types)
     inputs = {v.name for v in graph.graph.input}
     cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
-    groups = fetch_groups([t for t in tensors if t not in inputs], tensor_bytes(graph), cap)
+    groups = fetch_groups(in_graph_order(graph, [t for t in tensors if t not in inputs]), tensor_bytes(graph), cap)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     ranged = (

@@ -64,3 +64,28 @@ def test_group_progress_counts_one_graph_over_every_call_whatever_the_grouping(g
     calls = 7
     seen = [taps.group_progress(10, g, groups, calls, i) for g in range(groups) for i in range(calls)]
     assert seen == sorted(seen) and seen[-1] == 10 + calls and seen[0] >= 10
+
+
+def test_a_group_s_graph_runs_only_the_nodes_its_tensors_need_and_computes_them_alike(tiny_model):
+    """Groups in graph order: the first layers' group runs the first layers only (outputs: the group
+    alone; no initializer nothing reads), and each tensor's values are the whole graph's."""
+    graph = taps.graph_without_weights(tiny_model)
+    tensors = taps.in_graph_order(graph, taps.calibrated_tensors(graph, WEIGHTED_OPS))
+    made_by = {o: i for i, n in enumerate(graph.graph.node) for o in n.output}
+    assert [made_by.get(t, -1) for t in tensors] == sorted(made_by.get(t, -1) for t in tensors)
+    first = [t for t in tensors if t in made_by][:1]
+    pruned = taps.outputs_only(graph, first)
+    assert [o.name for o in pruned.graph.output] == first
+    assert len(pruned.graph.node) == made_by[first[0]] + 1 < len(graph.graph.node)
+    used = {i for n in pruned.graph.node for i in n.input}
+    assert all(i.name in used for i in pruned.graph.initializer)
+    assert [i.name for i in pruned.graph.input] == [i.name for i in graph.graph.input]
+    whole = taps.outputs_only(graph, [])  # nothing to fetch: the graph as it was, its own outputs
+    assert len(whole.graph.node) == len(graph.graph.node) and whole.graph.output == graph.graph.output
+    feed = tiny_feeds(1)[0]
+    everything = taps.outputs_only(graph, tensors)
+    with taps.tapped_session(tiny_model, pruned, optimize=False) as s:
+        (alone,) = s.run(first, feed)
+    with taps.tapped_session(tiny_model, everything, optimize=False) as s:
+        (within,) = s.run(first, feed)
+    np.testing.assert_array_equal(alone, within)

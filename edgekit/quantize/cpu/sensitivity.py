@@ -36,6 +36,7 @@ from edgekit.quantize.taps import (
     fetch_names,
     graph_without_weights,
     group_progress,
+    in_graph_order,
     outputs_only,
     tapped_session,
 )
@@ -90,10 +91,10 @@ def node_sensitivity(
     wanted |= {(y, True) for name in nodes if name in graph for y in graph[name].output}
     own_names = {x for info in nodes.values() for x in info.activations}
     f_fetch = _fetchable(f_graph, calibrated_tensors(f_graph, op_types), {name for name, _ in wanted})
-    f_groups = fetch_groups(f_fetch, tensor_bytes(f_graph), cap)
+    f_groups = fetch_groups(in_graph_order(f_graph, f_fetch), tensor_bytes(f_graph), cap)
     q_graph = graph_without_weights(qdq_model)
     q_fetch = _fetchable(q_graph, calibrated_tensors(q_graph, [*op_types, "QuantizeLinear", "DequantizeLinear"]))
-    q_groups = fetch_groups(q_fetch, tensor_bytes(q_graph), cap, key=_activation_of)
+    q_groups = fetch_groups(in_graph_order(q_graph, q_fetch), tensor_bytes(q_graph), cap, key=_activation_of)
     spilled = {name: i for i, name in enumerate(f_fetch)}
     cross_sums: dict[tuple[str, bool], list[float]] = {}
     row_sums: dict[tuple[str, bool], list[float]] = {}
