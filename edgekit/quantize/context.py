@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.bundle import Bundle
 from edgekit.evaluate import gate_runtimes
-from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set
+from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set, gate_cannot_save
 from edgekit.quantize.calibrate import Trajectories
 from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.config import QuantizeConfig
@@ -161,7 +161,10 @@ class QuantizeRun:
 
             if second is None:
                 metrics = compare(self.kind, self.reference, budget())
-                if gate:
+                skipped = gate_cannot_save(metrics, self.budget) if gate else None
+                if skipped:
+                    metrics["check_skipped"] = skipped
+                elif gate:
                     metrics |= judged_by_check(candidate)
             else:
                 # The gate leads with its teacher-forced calls (FP32's trajectory), which the budget's

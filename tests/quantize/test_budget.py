@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -168,3 +170,36 @@ def test_a_missed_lockstep_budget_says_when_its_flips_were_fp32s_own_near_ties()
             assert "Gumbel" in notes[0] and "logits_kl 0.0001" in notes[0]
         else:
             assert notes == []
+
+
+def test_check_s_gate_is_skipped_only_where_the_budget_s_own_keys_missed_already():
+    from edgekit.quantize.budget import gate_cannot_save
+
+    flow = {"snr_db": 30.0, "gt_snr_drop_db": 1.0, "check_margin": 0.0}
+    assert gate_cannot_save({"snr_db": 31.0, "gt_snr_drop_db": 0.5}, flow) is None  # the gate decides
+    assert gate_cannot_save({"snr_db": 31.0}, flow) is None  # unmeasured ground truth does not miss
+    why = gate_cannot_save({"snr_db": 18.6, "gt_snr_drop_db": 0.5}, flow)
+    assert why is not None and "snr_db" in why and "gt_snr_drop_db" not in why
+    tokens = {"lockstep_token_agreement": 0.99, "event_accuracy_drop": 0.02, "check_margin": 0.0}
+    assert gate_cannot_save({"lockstep_token_agreement": 0.98, "event_accuracy_drop": 0.0}, tokens) is None
+    assert "event_accuracy_drop" in gate_cannot_save(
+        {"lockstep_token_agreement": 1.0, "event_accuracy_drop": 0.1}, tokens
+    )
+    assert gate_cannot_save({"snr_db": 1.0}, {"check_margin": 0.0}) is None  # no own key to miss
+
+
+@pytest.mark.slow  # quantizes the flow demo once (under a minute)
+def test_a_candidate_whose_own_keys_miss_is_not_judged_by_check_s_gate(quant_bundles, tmp_path, monkeypatch):
+    """The budget's snr_db out of reach: the candidate fails on it whatever check's gate would say,
+    so the gate's decodes are not run, and the record says why check_margin is unmeasured."""
+    import shutil
+
+    from edgekit.quantize import QuantizeConfig, quantize_bundle
+
+    root = Path(shutil.copytree(quant_bundles["flow"], tmp_path / "flow"))
+    monkeypatch.setattr("edgekit.quantize.context.gate_runtimes", lambda *a, **k: pytest.fail("gate run"))
+    s = quantize_bundle(root, QuantizeConfig(calib_samples=2, eval_samples=2, budget={"snr_db": 500.0}, fallback=False))
+    skipped = s["measured"]["check_skipped"]
+    assert not s["passed"] and "snr_db" in skipped and "missed the budget already" in skipped
+    row = next(c for c in s["budget"]["checks"] if c["key"] == "check_margin")
+    assert row["value"] is None and row["passed"] is None
