@@ -169,6 +169,27 @@ def _abs_range(arr: np.ndarray) -> tuple[Any, Any]:
     return a.min(), a.max()
 
 
+def _histogram_groups(model_path: Path, graph: Any, tensors: Sequence[str], fetch_bytes: int | None) -> list[list[str]]:
+    """The fetch groups of ``collect_histograms``: the calibrated tensors (graph inputs are read from
+    the feeds) in graph order, at most ``fetch_bytes`` (default ``taps.fetch_cap``) a group."""
+    inputs = {v.name for v in graph.graph.input}
+    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
+    return fetch_groups(in_graph_order(graph, [t for t in tensors if t not in inputs]), tensor_bytes(graph), cap)
+
+
+def histogram_forwards(model_path: Path, op_types: Sequence[str], fetch_bytes: int | None = None) -> float:
+    """A histogram pass over one call of ``model_path`` in forwards of the whole graph: each fetch
+    group's graph runs the nodes up to its last tensor (``taps.outputs_only``), counted as its share
+    of the graph's nodes. 1.0 where one group holds every tensor; what ``Plan`` prices the
+    percentile pass of ``--method auto`` with (Sana-600M: four groups)."""
+    graph = graph_without_weights(model_path)
+    groups = _histogram_groups(model_path, graph, calibrated_tensors(graph, op_types), fetch_bytes)
+    if len(groups) <= 1:
+        return 1.0
+    nodes = max(len(graph.graph.node), 1)
+    return sum(len(outputs_only(graph, group).graph.node) for group in groups) / nodes
+
+
 def collect_histograms(
     model_path: Path,
     reader: Any,
@@ -190,13 +211,12 @@ def collect_histograms(
     until a run returns, so the tensors are fetched in groups of at most ``fetch_bytes`` (default
     ``taps.fetch_cap``), each from a graph that outputs only that group (Sana-600M: 1.5 GB of
     calibrated tensors a call, 6.5 GB in all when one graph output them). A model whose call fits
-    one group runs one graph; more groups cost a forward each per call. Each tensor's histogram sums
-    the calls in order, whatever its group. Returns the dict (tensor -> ORT's histogram tuple)."""
+    one group runs one graph; with more, each group's graph runs the layers up to its last tensor
+    (``histogram_forwards``). Each tensor's histogram sums the calls in order, whatever its group.
+    Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)
     tensors = calibrated_tensors(graph, op_types)
-    inputs = {v.name for v in graph.graph.input}
-    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
-    groups = fetch_groups(in_graph_order(graph, [t for t in tensors if t not in inputs]), tensor_bytes(graph), cap)
+    groups = _histogram_groups(model_path, graph, tensors, fetch_bytes)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     ranged = (

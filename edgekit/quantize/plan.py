@@ -76,6 +76,9 @@ class Plan:
     # each call's histograms within the ranges the minmax pass kept) and their all-INT8 model judged
     # (one more candidate)
     method_alternative: bool = False
+    # The percentile pass in forwards of the graph per recorded call (``calibrator.histogram_forwards``:
+    # over one fetch group, each group's graph runs the layers up to its last tensor)
+    histogram_forwards: float = 1.0
 
     def estimate(self, decode_s: float) -> dict[str, float]:
         """Seconds per part, from one FP32 decode's time (INT8 decodes counted as FP32 ones: an
@@ -104,7 +107,8 @@ class Plan:
             "for each fallback the budget needs"
             + (
                 f"; if all-INT8 misses it with minmax ranges, about "
-                f"{clock_text(e['calibrate_s'] + e['per_candidate_s'])} more to calibrate and judge percentile "
+                f"{clock_text(e['calibrate_s'] * self.histogram_forwards + e['per_candidate_s'])} more to calibrate "
+                "and judge percentile "
                 "ranges (--method auto)"
                 if self.method_alternative
                 else ""
@@ -124,6 +128,7 @@ class Plan:
             "speed_decodes": self.speed,
             "form_extra_candidates": self.form_extra,
             "method_extra_candidates": int(self.method_alternative),
+            "histogram_forwards": self.histogram_forwards,
             "fp32_decode_s": decode_s,
         }
         if decode_s:

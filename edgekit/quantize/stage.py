@@ -30,6 +30,7 @@ from edgekit.probes.memory import give_back_freed
 from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
+from edgekit.quantize.calibrator import histogram_forwards
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
@@ -208,6 +209,7 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=extras.form,
         method_alternative=extras.method_alternative,
+        histogram_forwards=histogram_forwards(run.prepared, cfg.op_types) if extras.method_alternative else 1.0,
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

@@ -287,3 +287,19 @@ def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_
         (lambda c: c.compute_collection_result())(collector),
     )
     assert_same_ranges(ours, ort_calibrator_ranges(model, feeds, method, WEIGHTED_OPS))
+
+
+def test_a_grouped_histogram_pass_is_priced_by_the_layers_each_group_runs(tmp_path, tiny_model):
+    """One group: one forward a call. One tensor a group: each group's graph runs up to its tensor,
+    so the pass costs more than one forward and less than one per group."""
+    from edgekit.quantize import taps as taps_module
+    from edgekit.quantize.memory import tensor_bytes
+
+    assert calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS) == 1.0
+    graph = taps_module.graph_without_weights(tiny_model)
+    inputs = {v.name for v in graph.graph.input}
+    tensors = [t for t in taps_module.calibrated_tensors(graph, WEIGHTED_OPS) if t not in inputs]
+    cap = max(tensor_bytes(graph)[t] for t in tensors)
+    forwards = calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap)
+    groups = len(taps_module.fetch_groups(tensors, tensor_bytes(graph), cap))
+    assert groups > 2 and 1.0 < forwards < groups

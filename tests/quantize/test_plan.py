@@ -63,6 +63,10 @@ def test_the_plan_says_method_auto_may_calibrate_and_judge_percentile_ranges():
     assert plan.to_json(2.0)["method_extra_candidates"] == 1
     assert "percentile" not in Plan(4, 8, 16, 12).describe(2.0)
     assert Plan(4, 8, 16, 12).to_json(2.0)["method_extra_candidates"] == 0
+    # in fetch groups the percentile pass runs more than one forward a call (calibrator.histogram_forwards)
+    grouped = Plan(4, 8, 16, 12, method_alternative=True, histogram_forwards=2.5)
+    assert f"about {clock_text(8.0 * 2.5 + 32.0)} more to calibrate" in grouped.describe(2.0)
+    assert grouped.to_json(2.0)["histogram_forwards"] == 2.5
 
 
 def test_an_emulated_device_s_int8_decodes_are_not_priced_as_fp32_ones():
