@@ -1,8 +1,9 @@
 """The form of the cpu profile's budget fallbacks: plain FP32 layers, or weight-only ones (INT8
 weight + DequantizeLinear, float compute: a quarter of the FP32 weight bytes on disk and in the
-session, but the weight is dequantized at every call). ``cpu.fallback.choose_fallback_form`` times
+session, but the weight is dequantized at every call). ``choose_form`` times
 both side by side on the budget runtime (``time_forms``), then:
 
+    under FORM_MIN_SHARE of the FLOPs and of the weights  -> FP32, not timed (``not_worth_timing``)
     weight-only surely slower                             -> FP32 (not measured further)
     surely faster by more than FORM_MARGIN                -> weight-only, where the budget holds
     as fast (within noise, or faster by under the margin) -> weight-only, the smaller, where the
@@ -48,8 +49,8 @@ FORM_MARGIN = 0.03
 # of the weight bytes are not timed nor decoded in that form: weight-only computes the same float
 # product, so it cannot move a forward by FORM_MARGIN through layers with a third of that share of
 # the work, nor the file by more than this share. FP32 (the more accurate, already-verified form)
-# stays. Sana-600M's one fallback (the caption projection: 0.3 % of the FLOPs, 4 MiB of 572 MiB)
-# spent 235 s timing the two forms and 170 s decoding weight-only: ~30 FP32 decodes for nothing.
+# stays. Sana-600M's one fallback (the caption projection: 0.3 % of the FLOPs, 3.8 MiB of 570 MiB)
+# spent 232 s timing the two forms and 170 s decoding weight-only: ~30 FP32 decodes for nothing.
 FORM_MIN_SHARE = 0.01
 # Where weight-only misses the budget, at most this many of the search's next ranked layers join it,
 # one at a time (each one more candidate decode, ``Plan.form_extra``): the masked demo needed one.
