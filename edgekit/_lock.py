@@ -247,13 +247,18 @@ def sweep_unlisted(root: Path, before: frozenset[str]) -> list[str]:
 @contextmanager
 def owned_tempdir(prefix: str) -> Iterator[Path]:
     """``tempfile.TemporaryDirectory`` whose owner holds a lock inside it, so a later run can
-    tell (``sweep_tempdirs``) that a leftover one belongs to a killed process."""
+    tell (``sweep_tempdirs``) that a leftover one belongs to a killed process. The lock file is
+    locked under another name and then renamed to ``LOCK_NAME``: a sweep running at that moment
+    in another process never finds it unlocked (with the file created under its name and locked
+    after, a sweep between the two took a live run's directory: CI saw ``debug --fix`` fail on a
+    FileNotFoundError with three test processes at once)."""
     sweep_tempdirs(prefix)
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path / (LOCK_NAME + ".new"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(path / (LOCK_NAME + ".new"), path / LOCK_NAME)  # the lock follows the file
         yield path
     finally:
         os.close(fd)

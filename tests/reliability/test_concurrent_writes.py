@@ -145,3 +145,28 @@ def test_reexport_removes_the_old_engines(tiny_specs, tmp_path):
     export_bundle(tiny_specs["masked"], root, source="tiny")  # a new graph: its engines are gone
     assert Bundle.load(root).manifest["engines"] == {}
     assert not engine.exists() and not (root / "engines").exists()
+
+
+def test_a_sweep_at_the_moment_a_tempdir_is_made_never_takes_it(tmp_path, monkeypatch):
+    """Another process's sweep between the owner making its lock file and locking it took the live
+    directory (CI: ``debug --fix`` failed on a FileNotFoundError with three test processes at once).
+    Here the sweep runs right before the owner's lock, as that process would."""
+    import tempfile
+
+    from edgekit import _lock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_flock = _lock.fcntl.flock
+    swept = []
+
+    def flock_after_a_sweep(fd, op):
+        swept.extend(_lock.sweep_tempdirs("edgekit-debug-"))
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(_lock.fcntl, "flock", flock_after_a_sweep)
+    with _lock.owned_tempdir("edgekit-debug-") as live:
+        monkeypatch.setattr(_lock.fcntl, "flock", real_flock)
+        assert live.is_dir() and (live / LOCK_NAME).is_file()
+        (live / "scratch").write_text("x")  # the run goes on in its directory
+        assert _lock.sweep_tempdirs("edgekit-debug-") == []
+    assert swept == [] and not live.exists()
