@@ -38,9 +38,11 @@ from edgekit.quantize.taps import (
     calibrated_tensors,
     fetch_cap,
     fetch_groups,
+    fetch_names,
     graph_without_weights,
     group_progress,
     in_graph_order,
+    needed_nodes,
     outputs_only,
     tapped_session,
 )
@@ -179,15 +181,15 @@ def _histogram_groups(model_path: Path, graph: Any, tensors: Sequence[str], fetc
 
 def histogram_forwards(model_path: Path, op_types: Sequence[str], fetch_bytes: int | None = None) -> float:
     """A histogram pass over one call of ``model_path`` in forwards of the whole graph: each fetch
-    group's graph runs the nodes up to its last tensor (``taps.outputs_only``), counted as its share
-    of the graph's nodes. 1.0 where one group holds every tensor; what ``Plan`` prices the
-    percentile pass of ``--method auto`` with (Sana-600M: four groups)."""
+    group's graph runs the nodes its tensors need (``taps.needed_nodes``, what ``taps.outputs_only``
+    keeps), counted as their share of the graph's nodes. 1.0 where one group holds every tensor;
+    what ``Plan`` prices the percentile pass of ``--method auto`` with (Sana-600M: four groups)."""
     graph = graph_without_weights(model_path)
     groups = _histogram_groups(model_path, graph, calibrated_tensors(graph, op_types), fetch_bytes)
     if len(groups) <= 1:
         return 1.0
     nodes = max(len(graph.graph.node), 1)
-    return sum(len(outputs_only(graph, group).graph.node) for group in groups) / nodes
+    return sum(len(needed_nodes(graph, fetch_names(graph, group))) for group in groups) / nodes
 
 
 def collect_histograms(

@@ -54,20 +54,28 @@ def outputs_only(graph: Any, group: Sequence[str]) -> Any:
     # Chosen from the untouched ``graph`` and copied in: no message is moved between repeated fields.
     src = graph.graph
     known = {v.name: v for v in [*src.value_info, *src.output]}
-    needed = set(fetch)
-    kept = []
-    for node in reversed(src.node):
-        if any(o in needed for o in node.output):
-            kept.append(node)
-            needed.update(i for i in node.input if i)
+    kept = needed_nodes(graph, fetch)
+    needed = set(fetch) | {i for node in kept for i in node.input if i}
     for field, items in (
         (g.output, [known[name] for name in fetch]),
-        (g.node, kept[::-1]),
+        (g.node, kept),
         (g.initializer, [i for i in src.initializer if i.name in needed]),
     ):
         del field[:]
         field.extend(copy.deepcopy(item) for item in items)
     return out
+
+
+def needed_nodes(graph: Any, tensors: Sequence[str]) -> list[Any]:
+    """The nodes of ``graph`` that ``tensors`` are computed from, in graph order (``graph`` is not
+    changed): what ``outputs_only`` keeps, and what a group's graph runs."""
+    needed = set(tensors)
+    kept = []
+    for node in reversed(graph.graph.node):
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+    return kept[::-1]
 
 
 def in_graph_order(graph: Any, tensors: Sequence[str]) -> list[str]:

@@ -77,6 +77,7 @@ def test_a_group_s_graph_runs_only_the_nodes_its_tensors_need_and_computes_them_
     pruned = taps.outputs_only(graph, first)
     assert [o.name for o in pruned.graph.output] == first
     assert len(pruned.graph.node) == made_by[first[0]] + 1 < len(graph.graph.node)
+    assert [n.name for n in taps.needed_nodes(graph, first)] == [n.name for n in pruned.graph.node]
     used = {i for n in pruned.graph.node for i in n.input}
     assert all(i.name in used for i in pruned.graph.initializer)
     assert [i.name for i in pruned.graph.input] == [i.name for i in graph.graph.input]
