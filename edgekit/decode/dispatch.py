@@ -121,6 +121,7 @@ def decode_rows(
     rows: int | None = None,
     batch: int | None = None,
     each_call: Callable[[int], None] | None = None,
+    after_call: Callable[[int, np.ndarray], None] | None = None,
 ) -> Decoded:
     """``decode`` of B rows in graph batches, the one batched-row loop: ceil(B / Bg) calls of the
     graph's static batch Bg (call i with seed + i; the last one padded with its final row),
@@ -128,15 +129,19 @@ def decode_rows(
 
     cond: {conditioning input: array [B, ...]}. rows: B where no conditioning array says it (an
     unconditional model). batch: Bg (default: dim 0 of the runtime's first input). each_call(i):
-    runs before call i (a recorder marks where each decode starts). Lets a batch-1 AR baseline
-    decode the rows of a batch-8 masked bundle, and an evaluation set decode in graph batches
-    under per-batch seeds."""
+    runs before call i (a recorder marks where each decode starts); after_call(i, output): after it,
+    with its output [Bg, ...] (read only; it may raise to stop the rows: quantize's early stop).
+    Lets a batch-1 AR baseline decode the rows of a batch-8 masked bundle, and an evaluation set
+    decode in graph batches under per-batch seeds."""
     counts = {int(np.shape(a)[0]) for a in cond.values() if np.ndim(a)} | ({rows} if rows is not None else set())
     graph_batch = int(batch if batch is not None else next(iter(runtime.inputs.values())).shape[0])
     if len(counts) != 1 or (b := counts.pop()) <= graph_batch:
         if each_call is not None:
             each_call(0)
-        return decode(kind, runtime, meta, cond, config)
+        decoded = decode(kind, runtime, meta, cond, config)
+        if after_call is not None:
+            after_call(0, decoded.output)
+        return decoded
     parts = []
     for i in range(-(-b // graph_batch)):
         chunk = {}
@@ -149,6 +154,8 @@ def decode_rows(
             each_call(i)
         part = decode(kind, runtime, meta, chunk, dataclasses.replace(config, seed=config.seed + i))
         parts.append(dataclasses.replace(part, output=part.output.copy()))  # the next call may reuse the buffer
+        if after_call is not None:
+            after_call(i, parts[-1].output)
     output = np.concatenate([p.output for p in parts])[:b]
     return Decoded(output, sum(p.nfe for p in parts), sum(p.runtime_calls for p in parts), parts[0].steps)
 

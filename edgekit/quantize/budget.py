@@ -124,13 +124,17 @@ def decode_eval_set(
     reference: Any = None,
     rows: Mapping[str, np.ndarray] | None = None,
     each_batch: Callable[[int], None] | None = None,
+    after_batch: Callable[[int, np.ndarray], None] | None = None,
 ) -> EvalRun:
     """Decode the held-out set on ``runtime`` (identical seeds on every runtime); with a
     ``reference`` (the FP32 runtime) also decode in lockstep with it and count agreeing decisions.
     ``rows``: the held-out conditions [n, ...]; None = the bundle's seeded rule. ``each_batch(i)``:
-    before each decode of a graph batch, counted over both passes."""
+    before each decode of a graph batch, counted over both passes. ``after_batch(i, output)``: after
+    each batch of the free-running decode (``early_stop.SnrWatch``: it may stop the set there)."""
 
-    sampled = evaluate(bundle, runtime, n, seed, dict(decode_options), cond=rows, each_batch=each_batch)
+    sampled = evaluate(
+        bundle, runtime, n, seed, dict(decode_options), cond=rows, each_batch=each_batch, after_batch=after_batch
+    )
     decisions = None
     if reference is not None and bundle.kind in TOKEN_KINDS:
         cfg = decode_config(bundle.kind, bundle.decode_defaults, decode_options, seed=seed)

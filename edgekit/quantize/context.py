@@ -22,6 +22,7 @@ from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set, ga
 from edgekit.quantize.calibrate import Trajectories
 from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.early_stop import Hopeless, SnrWatch
 from edgekit.quantize.graph import GraphPlan
 from edgekit.quantize.plan import Eta, Plan
 from edgekit.runtimes.base import Runtime
@@ -117,16 +118,33 @@ class QuantizeRun:
         finally:
             self.clock[key] = self.clock.get(key, 0.0) + time.perf_counter() - t0
 
-    def measure(self, runtime: Runtime, gate: bool = True, lane: Runtime | None = None) -> dict[str, Any]:
+    def snr_watch(self, min_rows: int | None = None) -> SnrWatch | None:
+        """A watch that stops a candidate's held-out decode once its ``snr_db`` cannot reach the
+        budget (``early_stop``), after ``min_rows`` rows at least (default EARLY_MIN_ROWS); None
+        where the budget has no pooled SNR to bound (token kinds, ``snr_db`` not budgeted)."""
+        if self.kind != "flow" or "snr_db" not in self.budget:
+            return None
+        watch = SnrWatch(self.reference.sampled["output"], float(self.budget["snr_db"]))
+        if min_rows is not None:
+            watch.min_rows = min_rows
+        return watch
+
+    def measure(
+        self, runtime: Runtime, gate: bool = True, lane: Runtime | None = None, watch: SnrWatch | None = None
+    ) -> dict[str, Any]:
         """The budget metrics (and, with ``gate``, ``check``'s default gate on the same rows, seed
         and decode settings: budget met means check passes) of ``runtime`` against FP32.
         ``lane``: a second open copy of the candidate (closed here): the gate's decodes run on it
         in a second thread while the budget's run on ``runtime``, sharing their answers (for a
-        runtime that computes on one thread, the HTP backend's x86 emulation)."""
+        runtime that computes on one thread, the HTP backend's x86 emulation). ``watch``
+        (``snr_watch``; not with ``lane``): the held-out decode stops once the budget's SNR cannot
+        hold, and the metrics are its rows' (``early_stop.SnrWatch.metrics``); each row's powers
+        are kept in ``row_power`` either way."""
         cfg = self.cfg
         # The budget and the gate ask the candidate the same questions twice (its own decode; its
         # answers on FP32's trajectory): each is run once (runtimes.memo).
         self.candidates += 1
+        watch = None if lane is not None else watch  # the lane's gate runs beside: nothing to stop
         folder = self.tmp / f"candidate-{self.candidates}-answers"
         candidate = MemoRuntime(runtime, folder=folder, name=runtime.name)
         second = candidate.lane(lane) if lane is not None and gate else None
@@ -152,6 +170,7 @@ class QuantizeRun:
                     reference=self.fp32_rt,
                     rows=self.eval_rows,
                     each_batch=eta,
+                    after_batch=None if watch is None else watch.after_batch,
                 )
 
             def judged_by_check(rt: Any) -> dict[str, Any]:
@@ -160,7 +179,13 @@ class QuantizeRun:
                 )
 
             if second is None:
-                metrics = compare(self.kind, self.reference, budget())
+                try:
+                    metrics = compare(self.kind, self.reference, budget())
+                    if watch is not None:
+                        metrics["row_power"] = [list(p) for p in watch.row_power]
+                except Hopeless as stop:
+                    metrics = stop.metrics
+                    self.say(f"candidate {self.candidates} stopped {metrics['stopped_early']}")
                 skipped = gate_cannot_save(metrics, self.budget) if gate else None
                 if skipped:
                     metrics["check_skipped"] = skipped

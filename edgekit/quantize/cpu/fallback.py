@@ -159,9 +159,10 @@ class FallbackProfile:
             model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single)
         )
 
-    def measure(self, model: Path) -> dict[str, Any]:
+    def measure(self, model: Path, watch: Any = None) -> dict[str, Any]:
+        """``run.measure`` of ``model``; ``watch``: an ``early_stop.SnrWatch`` (``run.snr_watch``)."""
         with self.open_candidate(model) as rt:
-            return self.run.measure(rt)
+            return self.run.measure(rt, watch=watch)
 
     def sensitivity(self, model: Path, nodes: list[str]) -> dict[str, dict[str, float]]:
         run = self.run

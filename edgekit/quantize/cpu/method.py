@@ -22,13 +22,38 @@ from typing import Any
 from edgekit.quantize.budget import budget_notes, check, worst_margin
 from edgekit.quantize.config import AUTO_ALTERNATIVE, AUTO_METHOD
 from edgekit.quantize.cpu.ptq import calibrate
+from edgekit.quantize.early_stop import EARLY_MIN_ROWS, compare_on_common_rows
 from edgekit.quantize.plan import Eta
 
 
 def _tried(method: str, metrics: dict[str, Any], budget: dict[str, float], passed: bool) -> dict[str, Any]:
-    return {"method": method, "passed": passed, "worst_margin": worst_margin(metrics, budget)} | {
-        k: metrics.get(k) for k in budget
-    }
+    stopped = {k: metrics[k] for k in ("rows_judged", "stopped_early") if k in metrics}
+    return (
+        {"method": method, "passed": passed, "worst_margin": worst_margin(metrics, budget)}
+        | {k: metrics.get(k) for k in budget}
+        | stopped
+    )
+
+
+def _second_is_better(
+    tried: tuple[dict[str, Any], dict[str, Any]],
+    metrics: tuple[dict[str, Any], dict[str, Any]],
+    budget: dict[str, float],
+) -> tuple[bool, str]:
+    """(the second ranges are better, what was compared), from the two ``_tried`` records and their
+    metrics. Where a held-out decode stopped early (``early_stop``) the two compare by ``snr_db`` on
+    the rows both decoded; else by the worst margin of the budget keys (a passing candidate's is
+    never under a failing one's)."""
+    first, second = tried
+    common = compare_on_common_rows(*metrics)
+    if common is not None and first["passed"] == second["passed"]:
+        a, b, rows = common
+        return b > a, f"snr_db {b:.4g} against {a:.4g} on the {rows} held-out rows both decoded (one stopped early)"
+    missed = [k for k in budget if first.get(k) is not None and second.get(k) is not None]
+    compared = ", ".join(f"{k} {second[k]:.4g} against {first[k]:.4g}" for k in missed)
+    if first["passed"] != second["passed"]:
+        return second["passed"], compared
+    return second["worst_margin"] > first["worst_margin"], compared
 
 
 def _use_ranges(profile: Any, cfg: Any, cache: Path) -> None:
@@ -63,7 +88,9 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
         record["why"] = skipped
         return None, record
     model = profile.build(profile.selected)
-    metrics = profile.measure(model)
+    # A hopeless all-INT8 candidate stops its held-out decode early (``early_stop``): both are then
+    # compared on the rows both decoded, the second decoding at least as many as the first.
+    metrics = profile.measure(model, watch=run.snr_watch())
     passed, rows = check(metrics, run.budget)
     record["tried"].append(_tried(cfg.calibrator, metrics, run.budget, passed))
     if passed:
@@ -85,12 +112,11 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
     kept = (run.cfg, profile.cache)
     _use_ranges(profile, alt, cache)  # the writer keeps each calibrator's all-INT8 base apart
     alt_model = profile.build(profile.selected)
-    alt_metrics = profile.measure(alt_model)
+    alt_metrics = profile.measure(alt_model, watch=run.snr_watch(metrics.get("rows_judged", EARLY_MIN_ROWS)))
     record["tried"].append(_tried(AUTO_ALTERNATIVE, alt_metrics, run.budget, check(alt_metrics, run.budget)[0]))
     first, second = record["tried"]
-    missed = [k for k in run.budget if first.get(k) is not None and second.get(k) is not None]
-    compared = ", ".join(f"{k} {second[k]:.4g} against {first[k]:.4g}" for k in missed)
-    if second["worst_margin"] > first["worst_margin"]:
+    better, compared = _second_is_better((first, second), (metrics, alt_metrics), run.budget)
+    if better:
         record["chosen"] = AUTO_ALTERNATIVE
         record["why"] = f"better: {compared}"
         run.say(f"{AUTO_ALTERNATIVE} ranges: {record['why']}; the search goes on with them")

@@ -225,7 +225,7 @@ def test_quantize_keeps_weight_only_with_one_more_fallback_where_that_holds_the_
         built[str(path)] = (len(self.selected) - len(nodes), bool(weight_only_fallback))
         return path
 
-    def measure(self, model):  # FP32 fallbacks hold the budget from one on, weight-only ones from two
+    def measure(self, model, watch=None):  # FP32 fallbacks hold the budget from one on, weight-only ones from two
         metrics = real_measure(self, model)
         out, wo = built.get(str(model), (0, False))
         holds = out >= (2 if wo else 1)
@@ -275,8 +275,8 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
 
     real_measure = FallbackProfile.measure
 
-    def measure(self, model):
-        metrics = real_measure(self, model)
+    def measure(self, model, watch=None):
+        metrics = real_measure(self, model, watch)
         for key, limit in self.run.budget.items():
             metrics[key] = limit + (-0.01 if BUDGET_RULES[key][0] == ">=" else 0.01)
         return metrics

@@ -31,6 +31,7 @@ class StandIn:
             reader=object(),
             traj=SimpleNamespace(feeds=[{}] * 5),
             call_ranges=None,
+            snr_watch=lambda min_rows=None: None,
         )
         self.said = said
         self.buckets = SimpleNamespace(current=buckets)
@@ -43,7 +44,7 @@ class StandIn:
     def build(self, nodes):
         return Path(f"{self.run.cfg.calibrator}-all-int8.onnx")
 
-    def measure(self, model):
+    def measure(self, model, watch=None):
         method = model.name.split("-")[0]
         return {"check_margin": self.margins[method], **self.extra}
 
@@ -167,3 +168,23 @@ def test_the_plan_hears_of_the_second_set_of_ranges_from_the_profile_that_runs_i
     assert extras(FallbackProfile, step_buckets=4) == PlanExtras(form=FORM_EXTRA, method_alternative=False)
     assert extras(FallbackProfile, fallback=False) == PlanExtras()
     assert extras(QnnProfile, profile="qnn") == PlanExtras()
+
+
+def test_a_stopped_candidate_is_compared_on_the_rows_both_decoded(tmp_path, calibrated):
+    """minmax's held-out decode stopped after 3 rows (early_stop); percentile's decoded all 8, worse
+    over all of them but better on the 3 both decoded: compared there, and the watch that judged
+    percentile was asked for at least minmax's 3 rows."""
+    p = StandIn(tmp_path, {"minmax": -0.5, "percentile": -0.6}, QuantizeConfig())
+    p.run.budget = {"snr_db": 30.0}
+    asked: list = []
+    p.run.snr_watch = lambda min_rows=None: asked.append(min_rows) or f"watch-{len(asked)}"
+    stopped = {"snr_db": 12.0, "rows_judged": 3, "stopped_early": "after 3 of 8", "row_power": [[10.0, 1.0]] * 3}
+    full = {"snr_db": 11.0, "row_power": [[10.0, 0.5]] * 3 + [[10.0, 9.0]] * 5}
+    answers = {"minmax": stopped, "percentile": full}
+    p.measure = lambda model, watch=None: answers[model.name.split("-")[0]] | {"watch": watch}
+    (model, metrics), record = choose_method(p)
+    assert asked == [None, 3] and metrics["watch"] == "watch-2"
+    assert model == Path("percentile-all-int8.onnx") and record["chosen"] == "percentile"
+    assert record["why"] == "better: snr_db 13.01 against 10 on the 3 held-out rows both decoded (one stopped early)"
+    assert record["tried"][0]["rows_judged"] == 3 and record["tried"][0]["stopped_early"] == "after 3 of 8"
+    assert "rows_judged" not in record["tried"][1]
