@@ -34,8 +34,8 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.quantize.taps import (
+    ALL_OUTPUTS,
     add_min_max_taps,
-    calibrated_tensors,
     fetch_cap,
     fetch_groups,
     fetch_names,
@@ -44,6 +44,7 @@ from edgekit.quantize.taps import (
     in_graph_order,
     needed_nodes,
     outputs_only,
+    ranged_tensors,
     tapped_session,
 )
 
@@ -121,11 +122,13 @@ def collect_min_max(
     threads: int = 0,
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
+    quantized_outputs: Sequence[str] = ALL_OUTPUTS,
 ) -> RunningMinMax:
     """Each calibrated tensor's min and max over every call of ``reader``, in one session whose
-    graph reduces them (one number each per call); ``calls``: each call's max |x| kept too."""
+    graph reduces them (one number each per call); ``calls``: each call's max |x| kept too.
+    ``quantized_outputs``: whose outputs are calibrated (``taps.ranged_tensors``)."""
     graph = graph_without_weights(model_path)
-    tensors = calibrated_tensors(graph, op_types)
+    tensors = ranged_tensors(graph, op_types, quantized_outputs)
     # With ``calls``, the smallest |x| too: a histogram calibration after this one (--method auto's
     # percentile ranges) then skips its own range pass over the calls (``collect_histograms``).
     taps = add_min_max_taps(graph, tensors, magnitude=calls is not None)
@@ -179,13 +182,18 @@ def _histogram_groups(model_path: Path, graph: Any, tensors: Sequence[str], fetc
     return fetch_groups(in_graph_order(graph, [t for t in tensors if t not in inputs]), tensor_bytes(graph), cap)
 
 
-def histogram_forwards(model_path: Path, op_types: Sequence[str], fetch_bytes: int | None = None) -> float:
+def histogram_forwards(
+    model_path: Path,
+    op_types: Sequence[str],
+    fetch_bytes: int | None = None,
+    quantized_outputs: Sequence[str] = ALL_OUTPUTS,
+) -> float:
     """A histogram pass over one call of ``model_path`` in forwards of the whole graph: each fetch
     group's graph runs the nodes its tensors need (``taps.needed_nodes``, what ``taps.outputs_only``
     keeps), counted as their share of the graph's nodes. 1.0 where one group holds every tensor;
     what ``Plan`` prices the percentile pass of ``--method auto`` with (Sana-600M: four groups)."""
     graph = graph_without_weights(model_path)
-    groups = _histogram_groups(model_path, graph, calibrated_tensors(graph, op_types), fetch_bytes)
+    groups = _histogram_groups(model_path, graph, ranged_tensors(graph, op_types, quantized_outputs), fetch_bytes)
     if len(groups) <= 1:
         return 1.0
     nodes = max(len(graph.graph.node), 1)
@@ -202,6 +210,7 @@ def collect_histograms(
     each: Callable[[int], None] | None = None,
     known: CallRanges | None = None,
     fetch_bytes: int | None = None,
+    quantized_outputs: Sequence[str] = ALL_OUTPUTS,
 ) -> dict[str, tuple[Any, ...]]:
     """Fill ``collector.histogram_dict`` with the histogram ORT's ``collector.collect`` makes of
     every call at once, in two passes over ``reader``: the range first (signed min/max; with |x|
@@ -215,9 +224,10 @@ def collect_histograms(
     calibrated tensors a call, 6.5 GB in all when one graph output them). A model whose call fits
     one group runs one graph; with more, each group's graph runs the layers up to its last tensor
     (``histogram_forwards``). Each tensor's histogram sums the calls in order, whatever its group.
-    Returns the dict (tensor -> ORT's histogram tuple)."""
+    ``quantized_outputs``: whose outputs are binned (``taps.ranged_tensors``; the others' histograms
+    would never be read). Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)
-    tensors = calibrated_tensors(graph, op_types)
+    tensors = ranged_tensors(graph, op_types, quantized_outputs)
     groups = _histogram_groups(model_path, graph, tensors, fetch_bytes)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
@@ -357,20 +367,25 @@ def collect_ranges(
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
     known: CallRanges | None = None,
+    quantized_outputs: Sequence[str] = ALL_OUTPUTS,
 ) -> Any:
     """The ``TensorsData`` ORT's calibrator for ``method`` (minmax | entropy | percentile) computes
     from every call of ``reader`` on ``model_path``, gathered call by call (module docstring);
-    ``calls``: each call's max |x| of every tensor kept too (``CallRanges``)."""
+    ``calls``: each call's max |x| of every tensor kept too (``CallRanges``). ``quantized_outputs``:
+    the node types whose outputs quantize_static quantizes: the ranges of the other outputs, which it
+    never reads, are not gathered (``taps.ranged_tensors``; "*": every tensor, as ORT's calibrator)."""
     calib = require("onnxruntime.quantization.calibrate")
     if method == "minmax":
-        kept = collect_min_max(Path(model_path), reader, op_types, threads, calls, each)
+        kept = collect_min_max(Path(model_path), reader, op_types, threads, calls, each, quantized_outputs)
         if not kept.calls:
             raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
         # ORT's calibrator keeps each as a [1] array (ReduceMin with keepdims, reshaped to [-1]).
         data = {n: (np.asarray(kept.lo[n]).reshape(1), np.asarray(kept.hi[n]).reshape(1)) for n in kept.lo}
         return calib.TensorsData(calib.CalibrationMethod.MinMax, data)
     collector = histogram_collector(method, percentile)
-    collect_histograms(Path(model_path), reader, op_types, collector, threads, calls, each, known)
+    collect_histograms(
+        Path(model_path), reader, op_types, collector, threads, calls, each, known, quantized_outputs=quantized_outputs
+    )
     with quiet_ort_logging():  # its threshold search prints progress
         thresholds = collector.compute_collection_result()
     which = calib.CalibrationMethod.Entropy if method == "entropy" else calib.CalibrationMethod.Percentile

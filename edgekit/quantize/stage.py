@@ -209,7 +209,11 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=extras.form,
         method_alternative=extras.method_alternative,
-        histogram_forwards=histogram_forwards(run.prepared, cfg.op_types) if extras.method_alternative else 1.0,
+        histogram_forwards=(
+            histogram_forwards(run.prepared, cfg.op_types, quantized_outputs=cfg.settings.quantized_outputs)
+            if extras.method_alternative
+            else 1.0
+        ),
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB

@@ -42,11 +42,12 @@ def ort_calibrator_ranges(model: Path, feeds, method: str, op_types) -> object:
         return ort_calibrator.compute_data()
 
 
-def assert_same_ranges(ours, theirs) -> None:
-    """Same method, same tensors, and every field equal: values, dtypes and shapes."""
+def assert_same_ranges(ours, theirs, tensors=None) -> None:
+    """Same method, same tensors (``tensors``: ours are those of theirs), and every field equal:
+    values, dtypes and shapes."""
     assert ours.calibration_method == theirs.calibration_method
-    assert sorted(ours.keys()) == sorted(theirs.keys())
-    for name in theirs.keys():
+    assert sorted(ours.keys()) == sorted(theirs.keys() if tensors is None else tensors)
+    for name in ours.keys():
         a, b = ours[name], theirs[name]
         assert sorted(a._attrs) == sorted(b._attrs), name
         for attr in b._attrs:
@@ -87,14 +88,63 @@ def demo_calls(quant_bundles, tmp_path_factory) -> dict[str, tuple[Path, list]]:
 @pytest.mark.parametrize("method", ["minmax", "percentile"])
 def test_demo_calibration_cache_equals_ort_calibrators(demo_calls, kind, method, tmp_path):
     """What ``ptq.calibrate`` writes is what ORT's calibrator computes from the same calls, read
-    back from the file as ``quantize_static`` reads it."""
+    back from the file as ``quantize_static`` reads it: the ranges of the tensors the cpu profile's
+    quantize_static reads (``taps.ranged_tensors``: no MatMul/Gemm output), each equal to ORT's."""
     from edgekit.quantize.cpu import ptq
 
     prepared, feeds = demo_calls[kind]
     cfg = QuantizeConfig(method=method)
     cache = tmp_path / "calibration.json"
     assert ptq.calibrate(prepared, calibration_reader(feeds), cfg, cache)
-    assert_same_ranges(calib.load_tensors_data(cache), ort_calibrator_ranges(prepared, feeds, method, cfg.op_types))
+    graph = taps.graph_without_weights(prepared)
+    ranged = taps.ranged_tensors(graph, cfg.op_types, cfg.settings.quantized_outputs)
+    assert 0 < len(ranged) < len(taps.calibrated_tensors(graph, cfg.op_types))
+    theirs = ort_calibrator_ranges(prepared, feeds, method, cfg.op_types)
+    assert_same_ranges(calib.load_tensors_data(cache), theirs, ranged)
+
+
+def test_ranged_tensors_drop_the_outputs_quantize_static_never_quantizes(tiny_model):
+    """The cpu profile quantizes Conv outputs only: of the MatMul/Gemm outputs, those another
+    MatMul/Gemm reads stay (q, e), the rest go (k feeds a Transpose, s a Softmax, ...); "*" keeps
+    ORT's calibrator's set."""
+    graph = taps.graph_without_weights(tiny_model)
+    every = taps.calibrated_tensors(graph, WEIGHTED_OPS)
+    assert taps.ranged_tensors(graph, WEIGHTED_OPS) == every == taps.ranged_tensors(graph, WEIGHTED_OPS, ("*",))
+    ranged = taps.ranged_tensors(graph, WEIGHTED_OPS, ("Conv",))
+    assert sorted(set(every) - set(ranged)) == ["a", "ea", "eb", "k", "s", "y0m"]
+    assert {"h", "q", "kT", "p", "a2", "sc16", "e"} <= set(ranged)
+    # trt: no output quantized; the same here (no Conv), qnn: every output
+    assert taps.ranged_tensors(graph, WEIGHTED_OPS, ()) == ranged
+
+
+@pytest.mark.parametrize("kind", ["masked", "flow"])
+@pytest.mark.parametrize(("method", "profile"), [("minmax", "cpu"), ("percentile", "cpu"), ("percentile", "trt")])
+def test_the_int8_model_from_the_pruned_cache_is_the_one_from_every_tensors_ranges(
+    demo_calls, kind, method, profile, tmp_path
+):
+    """quantize_static given ptq.calibrate's cache (no range of an output it does not quantize)
+    writes the very graph it writes from ORT's calibrator's cache of every tensor."""
+    from edgekit.quantize import graph as qgraph
+    from edgekit.quantize.cpu import ptq, select
+
+    prepared, feeds = demo_calls[kind]
+    cfg = QuantizeConfig(method=method, profile=profile)
+    ours, theirs = tmp_path / "ours.json", tmp_path / "theirs.json"
+    assert ptq.calibrate(prepared, calibration_reader(feeds), cfg, ours)
+    calibrator.write_calibration_cache(ort_calibrator_ranges(prepared, feeds, method, cfg.op_types), theirs)
+    assert len(calib.load_tensors_data(ours).keys()) < len(calib.load_tensors_data(theirs).keys())
+    plan = qgraph.analyse_graph(prepared)
+    nodes = select.select_nodes(plan, cfg)[0]
+    graphs = []
+    for cache in (ours, theirs):
+        out = tmp_path / f"int8-{cache.stem}.onnx"
+        ptq.quantize_model(prepared, out, calibration_reader(feeds), nodes, cfg, plan, calibration_cache=cache)
+        graphs.append(onnx.load(str(out), load_external_data=False).graph)
+    # the weights' side file is named after its model: compare the graphs without their locations
+    for g in graphs:
+        for init in g.initializer:
+            del init.external_data[:]
+    assert graphs[0].SerializeToString() == graphs[1].SerializeToString()
 
 
 @pytest.mark.slow  # ORT's KL threshold search is pure Python: seconds per run on the masked demo
@@ -105,7 +155,9 @@ def test_demo_entropy_cache_equals_ort_calibrators(demo_calls, tmp_path):
     cfg = QuantizeConfig(method="entropy")
     cache = tmp_path / "calibration.json"
     assert ptq.calibrate(prepared, calibration_reader(feeds), cfg, cache)
-    assert_same_ranges(calib.load_tensors_data(cache), ort_calibrator_ranges(prepared, feeds, "entropy", cfg.op_types))
+    ranged = taps.ranged_tensors(taps.graph_without_weights(prepared), cfg.op_types, cfg.settings.quantized_outputs)
+    theirs = ort_calibrator_ranges(prepared, feeds, "entropy", cfg.op_types)
+    assert_same_ranges(calib.load_tensors_data(cache), theirs, ranged)
 
 
 # ---- what it keeps ------------------------------------------------------------------------------

@@ -150,7 +150,16 @@ def calibrate(
     if not supports_calibration_cache():
         return False
     found = collect_ranges(
-        Path(prepared), reader, cfg.calibrator, cfg.op_types, cfg.percentile, cfg.threads, calls, each, known
+        Path(prepared),
+        reader,
+        cfg.calibrator,
+        cfg.op_types,
+        cfg.percentile,
+        cfg.threads,
+        calls,
+        each,
+        known,
+        cfg.settings.quantized_outputs,  # the outputs quantize_model quantizes: no other's range is read
     )
     write_calibration_cache(found, cache)
     return True
