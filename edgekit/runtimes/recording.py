@@ -132,7 +132,9 @@ class RecordingRuntime(RuntimeProxy):
             self.calls.append(RecordedCall(self._decode, self._call, step_position(self.kind, kept, self.meta)))
             self._sizes.append(sum(a.nbytes for a in kept.values()))
             del kept
-            while self.max_bytes is not None and sum(self._sizes) > self.max_bytes and len(self.feeds) > 1:
+            # Each decode's first call stays whatever the bound (thinning never drops it): past the
+            # bound with those alone, it stops (it looped for good, each decode's call 0 kept).
+            while self.max_bytes is not None and sum(self._sizes) > self.max_bytes and any(c.call for c in self.calls):
                 self._thin()
         self._call += 1
         return self.inner.run(feeds)

@@ -167,6 +167,22 @@ def test_a_recording_past_its_byte_bound_keeps_every_nth_call_of_every_decode():
     assert sum(a.nbytes for f in bounded.feeds for a in f.values()) <= 4 * per_call
 
 
+def test_a_bound_under_one_call_per_decode_keeps_each_decodes_first_call_and_ends():
+    """Thinning never drops a decode's first call: a bound those alone pass (three decodes' first
+    calls against one call's bytes) kept doubling the stride for good; now it stops there."""
+    rec = RecordingRuntime(TinyMasked(2), "masked", MASKED_META, max_bytes=1)
+    for seed in (3, 4, 5):
+        rec.begin_decode()
+        decode(
+            "masked",
+            rec,
+            MASKED_META,
+            {"class_id": np.array([0, 1])},
+            decode_config("masked", {}, {"steps": 10}, seed=seed),
+        )
+    assert [(c.decode, c.call) for c in rec.calls] == [(0, 0), (1, 0), (2, 0)] and rec.every >= 16
+
+
 def test_masked_cfg_on_a_batch_b_graph_records_conditional_and_unconditional_calls():
     rec, result = _decode("masked", TinyMasked(2), MASKED_META, {"class_id": np.array([0, 1])}, steps=4, guidance=3.0)
     assert len(rec.feeds) == result.runtime_calls == 8  # cond call + uncond call per step
