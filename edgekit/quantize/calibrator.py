@@ -33,6 +33,7 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
+from edgekit.quantize.ranges import CallRanges, RunningMinMax, add_tapped_call, amax_of, min_max_data
 from edgekit.quantize.taps import (
     ALL_OUTPUTS,
     add_min_max_taps,
@@ -61,60 +62,6 @@ def each_call(reader: Any, each: Callable[[int], None] | None = None) -> Iterato
             each(done)
 
 
-class RunningMinMax:
-    """The running min and max of each tensor: two values per tensor, whatever the calls.
-    NaN-aware as ORT's ``np.nanmin``/``np.nanmax`` over the calls (``np.fmin``/``np.fmax``)."""
-
-    def __init__(self) -> None:
-        self.lo: dict[str, Any] = {}
-        self.hi: dict[str, Any] = {}
-        self.calls = 0
-
-    def add(self, name: str, lo: Any, hi: Any) -> None:
-        """One call's min and max of ``name`` (numpy scalars or 0-d arrays, kept as given)."""
-        self.lo[name] = np.fmin(self.lo[name], lo) if name in self.lo else lo
-        self.hi[name] = np.fmax(self.hi[name], hi) if name in self.hi else hi
-
-    @property
-    def nbytes(self) -> int:
-        """What is kept: constant in the number of calls."""
-        return sum(np.asarray(a).nbytes for a in [*self.lo.values(), *self.hi.values()])
-
-
-class CallRanges:
-    """Each calibrated tensor's largest magnitude in every call, in the reader's order: what
-    ``calibrate.range_drift`` would otherwise run the model over every recorded call again to
-    learn (67 s of a 932 s quantize of the 2.25 GiB aMUSEd-256). A float per tensor per call."""
-
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.rows: list[np.ndarray] = []
-        # Each tensor's range over all calls, where the pass that filled this kept it (minmax:
-        # signed min/max, and |x| from its smallest to its largest): what the histogram methods'
-        # first pass over the calls would compute again (``collect_histograms(known=...)``).
-        self.signed: RunningMinMax | None = None
-        self.magnitude: RunningMinMax | None = None
-
-    def start(self, tensors: Sequence[str]) -> None:
-        self.index, self.rows = {t: i for i, t in enumerate(tensors)}, []
-        self.signed = self.magnitude = None
-
-    def add(self, amax: Sequence[float]) -> None:
-        """One call's max |x| of every tensor, in ``start``'s order."""
-        self.rows.append(np.asarray(amax, dtype=np.float64))
-
-    def amax(self, tensors: Sequence[str]) -> np.ndarray | None:
-        """[calls, len(tensors)] float64, or None where a tensor was not calibrated."""
-        if not self.rows or any(t not in self.index for t in tensors):
-            return None
-        cols = [self.index[t] for t in tensors]
-        return np.stack(self.rows)[:, cols] if cols else np.zeros((len(self.rows), 0))
-
-
-def _amax(lo: Any, hi: Any) -> float:
-    return float(np.fmax(np.abs(np.asarray(lo, np.float64)), np.abs(np.asarray(hi, np.float64))))
-
-
 def collect_min_max(
     model_path: Path,
     reader: Any,
@@ -132,21 +79,12 @@ def collect_min_max(
     # With ``calls``, the smallest |x| too: a histogram calibration after this one (--method auto's
     # percentile ranges) then skips its own range pass over the calls (``collect_histograms``).
     taps = add_min_max_taps(graph, tensors, magnitude=calls is not None)
-    stride = 3 if calls is not None else 2
     kept, magnitude = RunningMinMax(), RunningMinMax()
     if calls is not None:
         calls.start(tensors)
     with tapped_session(model_path, graph, threads, optimize=False) as session:
         for feed in each_call(reader, each):
-            values = session.run(taps, feed) if taps else []
-            for i, name in enumerate(tensors):
-                lo, hi = values[stride * i], values[stride * i + 1]
-                kept.add(name, lo, hi)
-                if calls is not None:
-                    magnitude.add(name, values[stride * i + 2], np.fmax(np.abs(lo), np.abs(hi)))
-            if calls is not None:
-                calls.add([_amax(values[stride * i], values[stride * i + 1]) for i in range(len(tensors))])
-            kept.calls += 1
+            add_tapped_call(session.run(taps, feed) if taps else [], tensors, kept, calls, magnitude)
     if calls is not None:
         calls.signed, calls.magnitude = kept, magnitude
     return kept
@@ -257,7 +195,7 @@ def collect_histograms(
             signed.add(name, lo, hi)
             if absolute:
                 magnitude.add(name, *_abs_range(arr))
-        amax[i][column[name]] = _amax(lo, hi)
+        amax[i][column[name]] = amax_of(lo, hi)
 
     if not ranged:
         over_calls(0, ranges)
@@ -377,11 +315,7 @@ def collect_ranges(
     calib = require("onnxruntime.quantization.calibrate")
     if method == "minmax":
         kept = collect_min_max(Path(model_path), reader, op_types, threads, calls, each, quantized_outputs)
-        if not kept.calls:
-            raise EdgekitError("the calibration set is empty", hint="raise --calib-samples")
-        # ORT's calibrator keeps each as a [1] array (ReduceMin with keepdims, reshaped to [-1]).
-        data = {n: (np.asarray(kept.lo[n]).reshape(1), np.asarray(kept.hi[n]).reshape(1)) for n in kept.lo}
-        return calib.TensorsData(calib.CalibrationMethod.MinMax, data)
+        return min_max_data(kept)
     collector = histogram_collector(method, percentile)
     collect_histograms(
         Path(model_path), reader, op_types, collector, threads, calls, each, known, quantized_outputs=quantized_outputs

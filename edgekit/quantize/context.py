@@ -76,6 +76,7 @@ class QuantizeRun:
     preprocess: dict[str, Any] = field(default_factory=dict)
     reader: Any = None  # rewindable calibration reader over ``traj``
     call_ranges: Any = None  # calibrator.CallRanges: each recorded call's max |x| per calibrated tensor
+    live_ranges: Any = None  # ranges.CallRanges the FP32 calibration decodes kept as they ran (stage.record_fp32)
     # Set by one step and read by the later ones (not dataclass fields: no annotation).
     prepared = SetBy[Path]("the profile's prepare step", "the graph the profile quantizes (pre-processed fp32)")
     plan = SetBy[GraphPlan]("the profile's prepare step", "what graph.analyse_graph read of prepared")

@@ -17,7 +17,10 @@ class ProfileHooks(Protocol):
     """What the pipeline calls on one run's hooks (``QuantizeProfile.hooks(run)`` makes them), in
     this order: check, prepare, (FP32 decodes), calibrate, search, and ``open_candidate`` for
     the speed comparison. Everything the hooks share with the pipeline lives on the run
-    (``context.QuantizeRun``)."""
+    (``context.QuantizeRun``). Optional, not declared here: ``calibration_runtime() ->
+    AbstractContextManager[Runtime] | None``, the runtime the FP32 calibration decodes run on where
+    it gathers the ranges as they run (``ranges.LiveRanges``; without it, or None, the FP32 model's
+    session, and ``calibrate`` replays the recorded calls: ``stage.calibration_taps``)."""
 
     def check(self) -> None:
         """Refuse the options this profile cannot honour, before any work (an ``EdgekitError``)."""

@@ -12,14 +12,21 @@ preflight counts them rather than let a disk fill up an hour into the run.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgekit._sidefiles import model_bytes
+from edgekit.bundle import Bundle
 from edgekit.decode import NFE_PER_STEP
 from edgekit.decode.dispatch import decode_config
 from edgekit.quantize.calibrate import RECORD_MAX_BYTES
+from edgekit.quantize.config import QuantizeConfig
+from edgekit.quantize.decodes import tokens_per_row
+from edgekit.resources import BASE_MEMORY, QUANTIZE_BUNDLE_DISK, QUANTIZE_MEMORY, QUANTIZE_SCRATCH_DISK, Need, gib
 from edgekit.runtimes.memo import RAM_BYTES
 from edgekit.spec import TensorSpec
 
@@ -61,3 +68,33 @@ def kept_calls_bytes(
     recording = min(recorded, RECORD_MAX_BYTES + io_bytes(inputs))
     answers = io_bytes(outputs) * calls * math.ceil(eval_samples / batch)
     return recording + max(0, answers - RAM_BYTES) + max(0, 2 * answers - RAM_BYTES)
+
+
+def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
+    """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
+    real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
+    kept answers (``scratch.kept_calls_bytes``); the int8 graph(s)."""
+    cfg, _ = cfg.with_samples(bundle.kind, tokens_per_row(bundle, cfg.decode), bundle.batch)
+    fp32 = Path(bundle.path_of("fp32"))
+    weights = model_bytes(fp32)
+    kept = kept_calls_bytes(
+        bundle.kind,
+        bundle.inputs,
+        bundle.outputs,
+        bundle.batch,
+        bundle.meta,
+        bundle.decode_defaults,
+        cfg.decode,
+        *cfg.samples,
+    )
+    scratch = int(QUANTIZE_SCRATCH_DISK * weights) + kept
+    what = f"the scratch copies and {gib(kept)} of recorded calls and kept answers"
+    return [
+        Need(
+            "memory",
+            int(QUANTIZE_MEMORY * weights) + BASE_MEMORY,
+            f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights",
+        ),
+        Need("disk", scratch, what, Path(tempfile.gettempdir())),
+        Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
+    ]

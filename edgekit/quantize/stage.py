@@ -15,9 +15,10 @@ sensitive tensors promoted to 16 bit, budget on the HTP).
 
 from __future__ import annotations
 
-import tempfile
+import contextlib
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +41,9 @@ from edgekit.quantize.memory import activation_bytes, memory_record, peak_rss_by
 from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
-from edgekit.quantize.scratch import kept_calls_bytes
-from edgekit.resources import (
-    BASE_MEMORY,
-    QUANTIZE_BUNDLE_DISK,
-    QUANTIZE_MEMORY,
-    QUANTIZE_SCRATCH_DISK,
-    Need,
-    gib,
-    preflight,
-)
+from edgekit.quantize.scratch import quantize_needs
+from edgekit.resources import preflight
+from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
@@ -93,7 +87,8 @@ def quantize_bundle(
             profile.prepare()
         give_back_freed()
         with fp32_answers(run) as run.fp32_rt:
-            record_fp32(run, plan_extras(profile))  # the FP32 session is released at its end
+            # the FP32 session is released at its end
+            record_fp32(run, plan_extras(profile), calibration_taps(profile))
             give_back_freed()
             with run.timed("calibrate_s"):
                 profile.calibrate()
@@ -141,36 +136,6 @@ def quantize_bundle(
     return (q.as_recorded if q is not None else {}) | {"bundle": str(bundle.root)}
 
 
-def quantize_needs(bundle: Bundle, cfg: QuantizeConfig) -> list[Need]:
-    """What quantize will hold of this host for ``bundle``'s FP32 weights (factors measured at
-    real size, ``resources.py``): memory; in TMPDIR the scratch copies, the recorded calls and the
-    kept answers (``scratch.kept_calls_bytes``); the int8 graph(s)."""
-    cfg, _ = cfg.with_samples(bundle.kind, tokens_per_row(bundle, cfg.decode), bundle.batch)
-    fp32 = Path(bundle.path_of("fp32"))
-    weights = model_bytes(fp32)
-    kept = kept_calls_bytes(
-        bundle.kind,
-        bundle.inputs,
-        bundle.outputs,
-        bundle.batch,
-        bundle.meta,
-        bundle.decode_defaults,
-        cfg.decode,
-        *cfg.samples,
-    )
-    scratch = int(QUANTIZE_SCRATCH_DISK * weights) + kept
-    what = f"the scratch copies and {gib(kept)} of recorded calls and kept answers"
-    return [
-        Need(
-            "memory",
-            int(QUANTIZE_MEMORY * weights) + BASE_MEMORY,
-            f"{QUANTIZE_MEMORY}x its {gib(weights)} of FP32 weights",
-        ),
-        Need("disk", scratch, what, Path(tempfile.gettempdir())),
-        Need("disk", int(QUANTIZE_BUNDLE_DISK * weights), "the int8 graph", bundle.root),
-    ]
-
-
 def fp32_answers(run: QuantizeRun) -> MemoRuntime:
     """The FP32 network as every budget measurement asks it: each INT8 candidate is judged on the
     same held-out decodes, and the FP32 side of each (the lock-step trajectory, check's shadowed
@@ -194,11 +159,14 @@ def plan_extras(profile: ProfileHooks) -> PlanExtras:
     return profile.plan_extras() if hasattr(profile, "plan_extras") else PlanExtras()
 
 
-def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
+def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManager[Any] | None = None) -> None:
     """FP32 decodes: every network call of the calibration decodes (on the session itself: those
     questions are never asked again), and the held-out reference (kept by ``run.fp32_rt``). The
     first decode's time turns the run's plan into minutes (``plan.Plan``), said before the rest;
-    ``extras``: what the profile's search may add to it (``ProfileHooks.plan_extras``)."""
+    ``extras``: what the profile's search may add to it (``ProfileHooks.plan_extras``). ``taps``
+    (``calibration_taps``): the calibration decodes run on that runtime instead, which keeps the
+    minmax ranges as they run (``ranges.LiveRanges``: ``run.live_ranges`` where it saw every
+    recorded call)."""
     cfg = run.cfg
     batch = run.bundle.batch
     run.schedule = schedule = Plan(
@@ -218,7 +186,34 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")
     # The session opens before the clock starts: the plan prices a decode, and loading a 2 GiB
     # model's weights (15 s of aMUSEd-256's first 35 s) is paid once, not once per decode.
-    fp32 = run.fp32_rt.runtime()
+    with taps if taps is not None else contextlib.nullcontext(None) as live:
+        _calibration_decodes(run, schedule, live if live is not None else run.fp32_rt.runtime())
+        if live is not None and run.traj.every == 1 and live.kept.calls == len(run.traj.feeds):
+            run.live_ranges = live.ranges()
+    with run.timed("fp32_decode_s"):
+        run.reference = decode_eval_set(
+            run.bundle,
+            run.fp32_rt,
+            run.n_eval,
+            cfg.eval_seed,
+            cfg.decode,
+            rows=run.eval_rows,
+            each_batch=Eta("held-out FP32 decode", schedule.heldout, run.say),
+        )
+    run.fp32_rt.release()
+    run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
+
+
+def calibration_taps(profile: ProfileHooks) -> AbstractContextManager[Any] | None:
+    """The runtime the profile's calibration decodes run on (``ProfileHooks.calibration_runtime``,
+    optional: None, the FP32 model's own session)."""
+    return profile.calibration_runtime() if hasattr(profile, "calibration_runtime") else None
+
+
+def _calibration_decodes(run: QuantizeRun, schedule: Plan, fp32: Runtime) -> None:
+    """The calibration decodes on ``fp32``, every call recorded (``run.traj``); the first one's
+    time gives the plan its clock."""
+    cfg = run.cfg
     start = time.perf_counter()
     calib = Eta("FP32 calibration decode", schedule.calibration, run.say)
 
@@ -242,17 +237,6 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras) -> None:
         if run.decode_s is None:  # one decode only
             run.decode_s = time.perf_counter() - start
             run.say(schedule.describe(run.decode_s))
-        run.reference = decode_eval_set(
-            run.bundle,
-            run.fp32_rt,
-            run.n_eval,
-            cfg.eval_seed,
-            cfg.decode,
-            rows=run.eval_rows,
-            each_batch=Eta("held-out FP32 decode", schedule.heldout, run.say),
-        )
-    run.fp32_rt.release()
-    run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 
 
 # TIMED_SPIN: sessions timed side by side spin inside their runs only. ORT's threads otherwise

@@ -16,6 +16,7 @@ TensorRT folds the DQ into the layer at build time, and the INT8 file stays at ~
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,13 @@ from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
-from edgekit.quantize.calibrator import CallRanges
+from edgekit.quantize.calibrator import CallRanges, write_calibration_cache
 from edgekit.quantize.config import WEIGHTED_OPS
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.form import FORM_EXTRA, choose_form
 from edgekit.quantize.cpu.method import alternative_skipped, choose_method
-from edgekit.quantize.cpu.ptq import calibrate, prepare_model
+from edgekit.quantize.cpu.ptq import calibrate, prepare_model, supports_calibration_cache
 from edgekit.quantize.cpu.search import (
     LARGE_BYTES,
     PATIENCE_LARGE,
@@ -51,6 +52,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.plan import Eta
+from edgekit.quantize.ranges import LiveRanges, live_ranges, min_max_data
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO
@@ -113,14 +115,32 @@ class FallbackProfile:
                 hint="drop some --exclude values",
             )
 
+    def calibration_runtime(self) -> AbstractContextManager[LiveRanges] | None:
+        """Where the FP32 calibration decodes may gather the minmax ranges as they run (``ranges.
+        LiveRanges``: the prepared graph with its taps), so ``calibrate`` replays no call; None where
+        the ranges come another way (histogram methods, step buckets' own, no calibration cache)."""
+        run = self.run
+        if run.cfg.calibrator != "minmax" or run.cfg.step_buckets is not None or not supports_calibration_cache():
+            return None
+        s = run.cfg
+        return live_ranges(
+            run.prepared, s.op_types, s.settings.quantized_outputs, run.bundle.inputs, run.bundle.outputs, s.threads
+        )
+
     def calibrate(self) -> None:
         run = self.run
-        run.say(f"calibrate ({run.cfg.calibrator}) on {len(run.traj.feeds)} recorded network calls")
         self.cache = run.tmp / "calibration.json"
-        run.call_ranges = CallRanges()
-        passes = 1 if run.cfg.calibrator == "minmax" else 2  # histograms: the range first, then the counts
-        eta = Eta(f"calibrate ({run.cfg.calibrator}): recorded call", passes * len(run.traj.feeds), run.say)
-        calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges, each=eta)
+        if run.live_ranges is not None:  # gathered during the FP32 calibration decodes
+            run.say(f"calibrate (minmax): the ranges of {len(run.traj.feeds)} network calls, kept as the decodes ran")
+            run.call_ranges = run.live_ranges
+            assert run.call_ranges.signed is not None
+            write_calibration_cache(min_max_data(run.call_ranges.signed), self.cache)
+        else:
+            run.say(f"calibrate ({run.cfg.calibrator}) on {len(run.traj.feeds)} recorded network calls")
+            run.call_ranges = CallRanges()
+            passes = 1 if run.cfg.calibrator == "minmax" else 2  # histograms: the range first, then the counts
+            eta = Eta(f"calibrate ({run.cfg.calibrator}): recorded call", passes * len(run.traj.feeds), run.say)
+            calibrate(run.prepared, run.reader, run.cfg, self.cache, run.call_ranges, each=eta)
         by_name = run.plan.by_name()
         self.buckets.measure_drift(sorted({a for n in self.selected for a in by_name[n].activations}))
 

@@ -1,0 +1,92 @@
+"""Minmax ranges kept as the FP32 calibration decodes run (``edgekit.quantize.ranges.LiveRanges``):
+the same numbers a replay of the recorded calls gathers, and quantize replays none where it kept
+them."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from edgekit.quantize import calibrator
+from edgekit.quantize.calibrate import calibration_reader
+from edgekit.quantize.config import WEIGHTED_OPS
+from edgekit.quantize.ranges import live_ranges
+from edgekit.spec import TensorSpec
+from tests.quantize.conftest import D, tiny_feeds
+from tests.quantize.test_calibrator import assert_same_ranges
+
+ort = pytest.importorskip("onnxruntime")
+
+INPUTS = {"x": TensorSpec((2, 4, D), "float32"), "t": TensorSpec((2,), "float32")}
+OUTPUTS = {"y": TensorSpec((2, 4, D), "float32")}
+
+
+@pytest.mark.parametrize("outputs", [("*",), ("Conv",)])
+def test_live_ranges_equal_a_replay_of_the_same_calls_and_the_loop_gets_the_graphs_outputs(tiny_model, outputs):
+    feeds = tiny_feeds(6)
+    plain = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"])
+    with live_ranges(tiny_model, WEIGHTED_OPS, outputs, INPUTS, OUTPUTS) as rt:
+        for feed in feeds:
+            got = rt.run(feed)
+            assert list(got) == ["y"]
+            np.testing.assert_allclose(got["y"], plain.run(["y"], feed)[0], rtol=1e-5, atol=1e-6)
+        live = rt.ranges()
+    replay = calibrator.CallRanges()
+    kept = calibrator.collect_min_max(tiny_model, calibration_reader(feeds), WEIGHTED_OPS, 0, replay, None, outputs)
+    assert live.signed is not None and live.magnitude is not None and replay.magnitude is not None
+    assert live.signed.calls == kept.calls == len(feeds)
+    for name in kept.lo:  # the very numbers, not close ones: same graph, same session options
+        assert live.signed.lo[name] == kept.lo[name] and live.signed.hi[name] == kept.hi[name], name
+        assert live.magnitude.lo[name] == replay.magnitude.lo[name], name
+    assert sorted(live.signed.lo) == sorted(kept.lo)
+    np.testing.assert_array_equal(np.stack(live.rows), np.stack(replay.rows))
+    assert_same_ranges(calibrator.min_max_data(live.signed), calibrator.min_max_data(kept))
+
+
+def run_quantize(bundle, cfg, monkeypatch, max_bytes=None):
+    """quantize_bundle with its progress lines, the recording bounded to ``max_bytes`` where given,
+    and the replay pass counted."""
+    from edgekit.quantize import calibrator as calibrator_module
+    from edgekit.quantize import stage
+    from edgekit.quantize.stage import quantize_bundle
+
+    replays: list[int] = []
+    real_collect, real_record = calibrator_module.collect_min_max, stage.record_trajectories
+
+    def collect(*args, **kwargs):
+        replays.append(1)
+        return real_collect(*args, **kwargs)
+
+    def record(*args, **kwargs):
+        return real_record(*args, **kwargs, **({} if max_bytes is None else {"max_bytes": max_bytes}))
+
+    monkeypatch.setattr(calibrator_module, "collect_min_max", collect)
+    monkeypatch.setattr(stage, "record_trajectories", record)
+    said: list[str] = []
+    summary = quantize_bundle(bundle, cfg, progress=said.append)
+    return summary, said, replays
+
+
+def test_quantize_replays_no_call_where_the_calibration_decodes_kept_the_ranges(tiny_bundles, tmp_path, monkeypatch):
+    from edgekit.quantize.config import QuantizeConfig
+
+    flow = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")
+    cfg = QuantizeConfig(method="minmax", calib_samples=4, eval_samples=4, fallback=False)
+    s, said, replays = run_quantize(flow, cfg, monkeypatch)
+    assert replays == []
+    assert any("kept as the decodes ran" in line for line in said)
+    assert s["calibration"]["feeds"] > 0 and s["range_drift"]  # the per-call ranges serve the drift too
+
+
+def test_a_thinned_recording_replays_the_calls_it_kept(tiny_bundles, tmp_path, monkeypatch):
+    """Where the recording kept every n-th call only, the ranges seen live cover calls the recording
+    lacks: the kept calls are replayed, as before, so ranges and recorded calls agree."""
+    from edgekit.quantize.config import QuantizeConfig
+
+    flow = shutil.copytree(tiny_bundles["flow"], tmp_path / "flow")
+    cfg = QuantizeConfig(method="minmax", calib_samples=4, eval_samples=4, fallback=False)
+    s, said, replays = run_quantize(flow, cfg, monkeypatch, max_bytes=1)
+    assert s["calibration"]["every_nth_call"] > 1
+    assert replays == [1] and not any("kept as the decodes ran" in line for line in said)
