@@ -134,6 +134,12 @@ class LiveRanges(BaseRuntime):
         add_tapped_call(values[len(names) :], self.tensors, self.kept, self.calls, self.magnitude)
         return dict(zip(names, values[: len(names)]))
 
+    def _close_impl(self) -> None:
+        # The session holds the prepared graph's weights: dropped here, so they are freed when
+        # ``live_ranges`` ends, not when the runtime object goes (the FP32 session that decodes the
+        # held-out set opened beside them: Sana-600M's peak 5.3 GB against 4.5).
+        self.session = None
+
     def ranges(self) -> CallRanges:
         self.calls.signed, self.calls.magnitude = self.kept, self.magnitude
         return self.calls

@@ -190,6 +190,7 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
         _calibration_decodes(run, schedule, live if live is not None else run.fp32_rt.runtime())
         if live is not None and run.traj.every == 1 and live.kept.calls == len(run.traj.feeds):
             run.live_ranges = live.ranges()
+    give_back_freed()  # the tapped graph's weights, before the FP32 session's
     with run.timed("fp32_decode_s"):
         run.reference = decode_eval_set(
             run.bundle,

@@ -33,6 +33,7 @@ def test_live_ranges_equal_a_replay_of_the_same_calls_and_the_loop_gets_the_grap
             assert list(got) == ["y"]
             np.testing.assert_allclose(got["y"], plain.run(["y"], feed)[0], rtol=1e-5, atol=1e-6)
         live = rt.ranges()
+    assert rt.session is None  # the weights go with the session when the context ends
     replay = calibrator.CallRanges()
     kept = calibrator.collect_min_max(tiny_model, calibration_reader(feeds), WEIGHTED_OPS, 0, replay, None, outputs)
     assert live.signed is not None and live.magnitude is not None and replay.magnitude is not None
