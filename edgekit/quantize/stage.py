@@ -87,8 +87,7 @@ def quantize_bundle(
             profile.prepare()
         give_back_freed()
         with fp32_answers(run) as run.fp32_rt:
-            # the FP32 session is released at its end
-            record_fp32(run, plan_extras(profile), calibration_taps(profile))
+            record_fp32(run, plan_extras(profile), calibration_taps(profile))  # FP32's session closes at its end
             give_back_freed()
             with run.timed("calibrate_s"):
                 profile.calibrate()
