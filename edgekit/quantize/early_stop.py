@@ -5,7 +5,7 @@ all n rows (known before any INT8 decode: the reference is decoded once per quan
 error's power summed over them. N only grows as rows are decoded, so after k rows
 10·log10(S / N_k) is an upper bound on the candidate's final SNR: once it is under the limit the
 candidate fails whatever the other n - k rows do, and decoding them is wasted. On Sana-600M both
-all-INT8 candidates of ``--method auto`` missed 30 dB by 12-14 dB, 16 rows of ~6 s each.
+all-INT8 candidates of ``--method auto`` missed 30 dB by 11-13 dB, 16 rows of ~6 s each.
 
 A stopped measurement keeps what its rows say: ``snr_db`` over the rows decoded (at most the bound,
 so it fails the budget as the whole set would), the bound, and each decoded row's signal and noise
