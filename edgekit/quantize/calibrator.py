@@ -33,10 +33,9 @@ from edgekit._deps import require
 from edgekit.errors import EdgekitError
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
-from edgekit.quantize.ranges import CallRanges, RunningMinMax, add_tapped_call, amax_of, min_max_data
+from edgekit.quantize.ranges import CallRanges, RunningMinMax, amax_of, min_max_data, min_max_session
 from edgekit.quantize.taps import (
     ALL_OUTPUTS,
-    add_min_max_taps,
     fetch_cap,
     fetch_groups,
     fetch_names,
@@ -74,20 +73,10 @@ def collect_min_max(
     """Each calibrated tensor's min and max over every call of ``reader``, in one session whose
     graph reduces them (one number each per call); ``calls``: each call's max |x| kept too.
     ``quantized_outputs``: whose outputs are calibrated (``taps.ranged_tensors``)."""
-    graph = graph_without_weights(model_path)
-    tensors = ranged_tensors(graph, op_types, quantized_outputs)
-    # With ``calls``, the smallest |x| too: a histogram calibration after this one (--method auto's
-    # percentile ranges) then skips its own range pass over the calls (``collect_histograms``).
-    taps = add_min_max_taps(graph, tensors, magnitude=calls is not None)
-    kept, magnitude = RunningMinMax(), RunningMinMax()
-    if calls is not None:
-        calls.start(tensors)
-    with tapped_session(model_path, graph, threads, optimize=False) as session:
+    with min_max_session(model_path, op_types, quantized_outputs, threads, calls) as (session, tap):
         for feed in each_call(reader, each):
-            add_tapped_call(session.run(taps, feed) if taps else [], tensors, kept, calls, magnitude)
-    if calls is not None:
-        calls.signed, calls.magnitude = kept, magnitude
-    return kept
+            tap.add(session.run(tap.taps, feed) if tap.taps else [])
+    return tap.finish()
 
 
 # ---- histograms (entropy, percentile) -----------------------------------------------------------

@@ -22,7 +22,7 @@ from edgekit.quantize.budget import EvalRun, check, compare, decode_eval_set, ga
 from edgekit.quantize.calibrate import Trajectories
 from edgekit.quantize.conditions import gate_metrics
 from edgekit.quantize.config import QuantizeConfig
-from edgekit.quantize.early_stop import Hopeless, SnrWatch
+from edgekit.quantize.early_stop import EARLY_MIN_ROWS, Hopeless, SnrWatch
 from edgekit.quantize.graph import GraphPlan
 from edgekit.quantize.plan import Eta, Plan
 from edgekit.runtimes.base import Runtime
@@ -125,10 +125,8 @@ class QuantizeRun:
         where the budget has no pooled SNR to bound (token kinds, ``snr_db`` not budgeted)."""
         if self.kind != "flow" or "snr_db" not in self.budget:
             return None
-        watch = SnrWatch(self.reference.sampled["output"], float(self.budget["snr_db"]))
-        if min_rows is not None:
-            watch.min_rows = min_rows
-        return watch
+        limit = float(self.budget["snr_db"])
+        return SnrWatch(self.reference.sampled["output"], limit, EARLY_MIN_ROWS if min_rows is None else min_rows)
 
     def measure(
         self, runtime: Runtime, gate: bool = True, lane: Runtime | None = None, watch: SnrWatch | None = None

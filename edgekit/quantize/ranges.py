@@ -75,24 +75,56 @@ def amax_of(lo: Any, hi: Any) -> float:
     return float(np.fmax(np.abs(np.asarray(lo, np.float64)), np.abs(np.asarray(hi, np.float64))))
 
 
-def add_tapped_call(
-    values: Sequence[Any],
-    tensors: Sequence[str],
-    kept: RunningMinMax,
+class MinMaxTaps:
+    """The running ranges of one graph tapped by ``taps.add_min_max_taps``: ``tensors`` and the tap
+    outputs added for them (min, max and, with ``calls``, min |x| per tensor, in turn), fed one
+    call's tap values at a time wherever the calls run (``min_max_session``). With ``calls``: each
+    call's max |x| too, and the ranges of |x| (``CallRanges.signed``/``magnitude`` on ``finish``)."""
+
+    def __init__(self, tensors: Sequence[str], taps: Sequence[str], calls: CallRanges | None = None):
+        self.tensors, self.taps, self.calls = list(tensors), list(taps), calls
+        self.kept = RunningMinMax()
+        self.magnitude = RunningMinMax() if calls is not None else None
+        if calls is not None:
+            calls.start(self.tensors)
+
+    def add(self, values: Sequence[Any]) -> None:
+        """One call's tap values, in ``taps``' order."""
+        stride = 3 if self.magnitude is not None else 2
+        for i, name in enumerate(self.tensors):
+            lo, hi = values[stride * i], values[stride * i + 1]
+            self.kept.add(name, lo, hi)
+            if self.magnitude is not None:
+                self.magnitude.add(name, values[stride * i + 2], np.fmax(np.abs(lo), np.abs(hi)))
+        if self.calls is not None:
+            self.calls.add([amax_of(values[stride * i], values[stride * i + 1]) for i in range(len(self.tensors))])
+        self.kept.calls += 1
+
+    def finish(self) -> RunningMinMax:
+        """The signed ranges over every call added (``calls`` given the signed and |x| ranges too)."""
+        if self.calls is not None:
+            self.calls.signed, self.calls.magnitude = self.kept, self.magnitude
+        return self.kept
+
+
+@contextlib.contextmanager
+def min_max_session(
+    model_path: Path,
+    op_types: Sequence[str],
+    quantized_outputs: Sequence[str],
+    threads: int = 0,
     calls: CallRanges | None = None,
-    magnitude: RunningMinMax | None = None,
-) -> None:
-    """One call's tap values (``taps.add_min_max_taps``' order: min, max and, with ``calls``, min
-    |x| per tensor) into the running ranges: ``kept`` (signed), ``magnitude`` (|x|), ``calls``."""
-    stride = 3 if calls is not None else 2
-    for i, name in enumerate(tensors):
-        lo, hi = values[stride * i], values[stride * i + 1]
-        kept.add(name, lo, hi)
-        if calls is not None and magnitude is not None:
-            magnitude.add(name, values[stride * i + 2], np.fmax(np.abs(lo), np.abs(hi)))
-    if calls is not None:
-        calls.add([amax_of(values[stride * i], values[stride * i + 1]) for i in range(len(tensors))])
-    kept.calls += 1
+) -> Iterator[tuple[Any, MinMaxTaps]]:
+    """(an ORT session of ``model_path`` whose graph reduces each tensor ``taps.ranged_tensors``
+    names to its min and max, its ``MinMaxTaps``): no graph optimization, as ORT's calibrator runs,
+    the weights read from the model's own side file (``taps.tapped_session``). With ``calls``, the
+    smallest |x| too: a histogram calibration after this one (--method auto's percentile ranges)
+    then skips its own range pass over the calls (``calibrator.collect_histograms``)."""
+    graph = graph_without_weights(model_path)
+    tensors = ranged_tensors(graph, op_types, quantized_outputs)
+    tap = MinMaxTaps(tensors, add_min_max_taps(graph, tensors, magnitude=calls is not None), calls)
+    with tapped_session(model_path, graph, threads, optimize=False) as session:
+        yield session, tap
 
 
 def min_max_data(kept: RunningMinMax) -> Any:
@@ -115,23 +147,19 @@ class LiveRanges(BaseRuntime):
     name = "fp32 (prepared graph, minmax taps)"
 
     def __init__(
-        self,
-        session: Any,
-        inputs: Mapping[str, TensorSpec],
-        outputs: Mapping[str, TensorSpec],
-        tensors: Sequence[str],
-        taps: Sequence[str],
+        self, session: Any, inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec], tap: MinMaxTaps
     ):
         super().__init__(inputs, outputs)
-        self.session = session
-        self.tensors, self.taps = list(tensors), list(taps)
-        self.kept, self.magnitude, self.calls = RunningMinMax(), RunningMinMax(), CallRanges()
-        self.calls.start(self.tensors)
+        self.session, self.tap = session, tap
+
+    @property
+    def calls_run(self) -> int:
+        return self.tap.kept.calls
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = list(self.outputs)
-        values = self.session.run([*names, *self.taps], dict(feeds))
-        add_tapped_call(values[len(names) :], self.tensors, self.kept, self.calls, self.magnitude)
+        values = self.session.run([*names, *self.tap.taps], dict(feeds))
+        self.tap.add(values[len(names) :])
         return dict(zip(names, values[: len(names)]))
 
     def _close_impl(self) -> None:
@@ -141,8 +169,9 @@ class LiveRanges(BaseRuntime):
         self.session = None
 
     def ranges(self) -> CallRanges:
-        self.calls.signed, self.calls.magnitude = self.kept, self.magnitude
-        return self.calls
+        self.tap.finish()
+        assert self.tap.calls is not None
+        return self.tap.calls
 
 
 @contextlib.contextmanager
@@ -154,13 +183,9 @@ def live_ranges(
     outputs: Mapping[str, TensorSpec],
     threads: int = 0,
 ) -> Iterator[LiveRanges]:
-    """A ``LiveRanges`` over ``prepared`` (its weights read from its own side file, ``taps.
-    tapped_session``), the tensors ``taps.ranged_tensors`` names tapped; closed on exit."""
-    graph = graph_without_weights(prepared)
-    tensors = ranged_tensors(graph, op_types, quantized_outputs)
-    taps = add_min_max_taps(graph, tensors, magnitude=True)
+    """A ``LiveRanges`` over ``prepared`` (``min_max_session``, each call's ranges kept); closed on exit."""
     with (
-        tapped_session(prepared, graph, threads, optimize=False) as session,
-        LiveRanges(session, inputs, outputs, tensors, taps) as runtime,
+        min_max_session(prepared, op_types, quantized_outputs, threads, CallRanges()) as (session, tap),
+        LiveRanges(session, inputs, outputs, tap) as runtime,
     ):
         yield runtime

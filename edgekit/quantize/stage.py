@@ -187,7 +187,7 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
     # model's weights (15 s of aMUSEd-256's first 35 s) is paid once, not once per decode.
     with taps if taps is not None else contextlib.nullcontext(None) as live:
         _calibration_decodes(run, schedule, live if live is not None else run.fp32_rt.runtime())
-        if live is not None and run.traj.every == 1 and live.kept.calls == len(run.traj.feeds):
+        if live is not None and run.traj.every == 1 and live.calls_run == len(run.traj.feeds):
             run.live_ranges = live.ranges()
     give_back_freed()  # the tapped graph's weights, before the FP32 session's
     with run.timed("fp32_decode_s"):

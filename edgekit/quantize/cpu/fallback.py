@@ -119,12 +119,16 @@ class FallbackProfile:
         """Where the FP32 calibration decodes may gather the minmax ranges as they run (``ranges.
         LiveRanges``: the prepared graph with its taps), so ``calibrate`` replays no call; None where
         the ranges come another way (histogram methods, step buckets' own, no calibration cache)."""
-        run = self.run
-        if run.cfg.calibrator != "minmax" or run.cfg.step_buckets is not None or not supports_calibration_cache():
+        run, cfg = self.run, self.run.cfg
+        if cfg.calibrator != "minmax" or cfg.step_buckets is not None or not supports_calibration_cache():
             return None
-        s = run.cfg
         return live_ranges(
-            run.prepared, s.op_types, s.settings.quantized_outputs, run.bundle.inputs, run.bundle.outputs, s.threads
+            run.prepared,
+            cfg.op_types,
+            cfg.settings.quantized_outputs,
+            run.bundle.inputs,
+            run.bundle.outputs,
+            cfg.threads,
         )
 
     def calibrate(self) -> None:
