@@ -34,6 +34,7 @@ from edgekit.errors import EdgekitError
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.quiet import quiet_ort_logging
 from edgekit.quantize.ranges import CallRanges, RunningMinMax, amax_of, min_max_data, min_max_session
+from edgekit.quantize.segments import chain_forwards, grouped_runs
 from edgekit.quantize.taps import (
     ALL_OUTPUTS,
     fetch_cap,
@@ -43,9 +44,7 @@ from edgekit.quantize.taps import (
     group_progress,
     in_graph_order,
     needed_nodes,
-    outputs_only,
     ranged_tensors,
-    tapped_session,
 )
 
 
@@ -101,11 +100,10 @@ def _abs_range(arr: np.ndarray) -> tuple[Any, Any]:
     return a.min(), a.max()
 
 
-def _histogram_groups(model_path: Path, graph: Any, tensors: Sequence[str], fetch_bytes: int | None) -> list[list[str]]:
+def _histogram_groups(graph: Any, tensors: Sequence[str], cap: int) -> list[list[str]]:
     """The fetch groups of ``collect_histograms``: the calibrated tensors (graph inputs are read from
-    the feeds) in graph order, at most ``fetch_bytes`` (default ``taps.fetch_cap``) a group."""
+    the feeds) in graph order, at most ``cap`` bytes (``taps.fetch_cap``) a group."""
     inputs = {v.name for v in graph.graph.input}
-    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
     return fetch_groups(in_graph_order(graph, [t for t in tensors if t not in inputs]), tensor_bytes(graph), cap)
 
 
@@ -114,15 +112,22 @@ def histogram_forwards(
     op_types: Sequence[str],
     fetch_bytes: int | None = None,
     quantized_outputs: Sequence[str] = ALL_OUTPUTS,
+    calls: int = 1,
 ) -> float:
-    """A histogram pass over one call of ``model_path`` in forwards of the whole graph: each fetch
-    group's graph runs the nodes its tensors need (``taps.needed_nodes``, what ``taps.outputs_only``
-    keeps), counted as their share of the graph's nodes. 1.0 where one group holds every tensor;
-    what ``Plan`` prices the percentile pass of ``--method auto`` with (Sana-600M: four groups)."""
+    """A histogram pass over one call of ``model_path`` (of ``calls``) in forwards of the whole
+    graph: each fetch group's graph runs the nodes its tensors need (chained,
+    ``segments.chain_forwards``: those no earlier group's graph ran; else ``taps.needed_nodes``,
+    what ``taps.outputs_only`` keeps), counted as their share of the graph's nodes. 1.0 where one
+    group holds every tensor; what ``Plan`` prices the percentile pass of ``--method auto`` with
+    (Sana-600M: four groups)."""
     graph = graph_without_weights(model_path)
-    groups = _histogram_groups(model_path, graph, ranged_tensors(graph, op_types, quantized_outputs), fetch_bytes)
+    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
+    groups = _histogram_groups(graph, ranged_tensors(graph, op_types, quantized_outputs), cap)
     if len(groups) <= 1:
         return 1.0
+    forwards = chain_forwards(graph, groups, calls, cap)
+    if forwards is not None:
+        return forwards
     nodes = max(len(graph.graph.node), 1)
     return sum(len(needed_nodes(graph, fetch_names(graph, group))) for group in groups) / nodes
 
@@ -149,13 +154,16 @@ def collect_histograms(
     until a run returns, so the tensors are fetched in groups of at most ``fetch_bytes`` (default
     ``taps.fetch_cap``), each from a graph that outputs only that group (Sana-600M: 1.5 GB of
     calibrated tensors a call, 6.5 GB in all when one graph output them). A model whose call fits
-    one group runs one graph; with more, each group's graph runs the layers up to its last tensor
-    (``histogram_forwards``). Each tensor's histogram sums the calls in order, whatever its group.
+    one group runs one graph; with more, the groups' graphs run as a chain, each from where the one
+    before stopped, where what they pass on fits the same cap over every call
+    (``segments.grouped_runs``; else each group's graph runs the layers up to its last tensor:
+    ``histogram_forwards``). Each tensor's histogram sums the calls in order, whatever its group.
     ``quantized_outputs``: whose outputs are binned (``taps.ranged_tensors``; the others' histograms
     would never be read). Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)
     tensors = ranged_tensors(graph, op_types, quantized_outputs)
-    groups = _histogram_groups(model_path, graph, tensors, fetch_bytes)
+    cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
+    groups = _histogram_groups(graph, tensors, cap)
     absolute = collector.method == "percentile" and collector.symmetric  # ORT's collect_absolute_value
     signed, magnitude = RunningMinMax(), RunningMinMax()
     ranged = (
@@ -173,7 +181,7 @@ def collect_histograms(
     amax: list[list[float]] = []  # [call][tensor] max |x|, for ``calls``
 
     def over_calls(p: int, visit: Callable[[str, np.ndarray, int], None]) -> None:
-        _over_calls(model_path, graph, groups, tensors, reader, threads, visit, p, n_calls, each)
+        _over_calls(model_path, graph, groups, tensors, reader, threads, visit, p, n_calls, each, cap)
 
     def ranges(name: str, arr: np.ndarray, i: int) -> None:
         while len(amax) <= i:
@@ -242,23 +250,22 @@ def _over_calls(
     p: int,
     n_calls: list[int],
     each: Callable[[int], None] | None,
+    cap: int,
 ) -> None:
     """``visit(tensor, value, call)`` for every calibrated tensor of every call of ``reader``,
-    group by group, each group from a graph that outputs it alone (``collect_histograms``); the
-    graph inputs among the tensors are read from the feeds with the first group. ``n_calls[p]``:
-    the calls of pass ``p``; ``each``: progress in calls' worth of both passes."""
+    group by group (``segments.grouped_runs``: chained where the carry fits ``cap``); the graph
+    inputs among the tensors are read from the feeds with the first group. ``n_calls[p]``: the
+    calls of pass ``p``; ``each``: progress in calls' worth of both passes."""
     inputs = {v.name for v in graph.graph.input}
     wanted = [t for t in tensors if t in inputs]
-    for g, group in enumerate(groups):
-        with tapped_session(model_path, outputs_only(graph, group), threads, optimize=False, in_order=False) as s:
-            for i, feed in enumerate(each_call(reader)):
-                values = dict(zip(group, s.run(list(group), feed))) if group else {}
-                for name in [*group, *(wanted if g == 0 else ())]:
-                    visit(name, values.pop(name) if name in values else feed[name], i)
-                if g == 0:
-                    n_calls[p] = i + 1
-                if each is not None:  # in calls' worth: pass p of one graph over every call
-                    each(group_progress(p * n_calls[0], g, len(groups), n_calls[p], i))
+    count = len(reader) if hasattr(reader, "__len__") else None
+    for g, i, feed, values in grouped_runs(model_path, graph, groups, lambda: each_call(reader), count, cap, threads):
+        for name in [*groups[g], *(wanted if g == 0 else ())]:
+            visit(name, values.pop(name) if name in values else feed[name], i)
+        if g == 0:
+            n_calls[p] = i + 1
+        if each is not None:  # in calls' worth: pass p of one graph over every call
+            each(group_progress(p * n_calls[0], g, len(groups), n_calls[p], i))
 
 
 def value_dtypes(graph: Any) -> dict[str, np.dtype]:

@@ -41,7 +41,7 @@ from edgekit.quantize.memory import activation_bytes, memory_record, peak_rss_by
 from edgekit.quantize.plan import Eta, Plan, counting
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
-from edgekit.quantize.scratch import quantize_needs
+from edgekit.quantize.scratch import calls_per_decode, quantize_needs
 from edgekit.resources import preflight
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.memo import MemoRuntime
@@ -177,7 +177,13 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
         form_extra=extras.form,
         method_alternative=extras.method_alternative,
         histogram_forwards=(
-            histogram_forwards(run.prepared, cfg.op_types, quantized_outputs=cfg.settings.quantized_outputs)
+            histogram_forwards(
+                run.prepared,
+                cfg.op_types,
+                quantized_outputs=cfg.settings.quantized_outputs,
+                calls=-(-run.n_calib // batch)
+                * calls_per_decode(run.bundle.kind, run.bundle.meta, run.bundle.decode_defaults, cfg.decode),
+            )
             if extras.method_alternative
             else 1.0
         ),

@@ -306,34 +306,47 @@ def test_ranges_that_do_not_cover_every_tensor_are_not_used(tiny_model):
     assert_same_ranges(ours, ort_calibrator_ranges(tiny_model, feeds, "percentile", op_types))
 
 
+@pytest.mark.parametrize("chained", [True, False])
 @pytest.mark.parametrize("method", ["percentile", "entropy"])
-def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_group(tmp_path, method, monkeypatch):
+def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_group(
+    tmp_path, method, chained, monkeypatch
+):
     """ORT holds every output of a graph until the run returns, fetched or not: with a cap under
     one call's tensors, each group runs on a graph that outputs that group alone (Sana-600M: 1.5 GB
-    of tensors a call, 6.5 GB in all from one graph), and the ranges are still ORT's calibrator's."""
-    from edgekit.quantize import taps as taps_module
+    of tensors a call, 6.5 GB in all from one graph) and what later graphs read from it (chained:
+    ``segments``), or, where that carry would exceed the cap, from the graph inputs; the ranges are
+    still ORT's calibrator's either way."""
+    from edgekit.quantize import segments
     from edgekit.quantize.memory import tensor_bytes
 
     model = build_wide_model(tmp_path / "wide.onnx")
     feeds = wide_feeds(5)
-    graph = taps_module.graph_without_weights(model)
-    tensors = taps_module.calibrated_tensors(graph, WEIGHTED_OPS)
+    graph = taps.graph_without_weights(model)
+    tensors = taps.calibrated_tensors(graph, WEIGHTED_OPS)
     inputs = {v.name for v in graph.graph.input}
     sizes = tensor_bytes(graph)
     cap = max(sizes[t] for t in tensors if t not in inputs)  # one tensor a group
+    groups = [[t] for t in taps.in_graph_order(graph, [t for t in tensors if t not in inputs])]
+    chain = segments.chain(graph, groups)
+    assert chain is not None
+    carried = {t for s in chain for t in s.gives}
+    if not chained:  # the carry of 5 calls no longer fits
+        monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap)
     opened: list[list[str]] = []
-    real = calibrator.tapped_session
+    real = segments.tapped_session
 
     def recording(path, g, *args, **kwargs):
         opened.append([o.name for o in g.graph.output])
         return real(path, g, *args, **kwargs)
 
-    monkeypatch.setattr(calibrator, "tapped_session", recording)
+    monkeypatch.setattr(segments, "tapped_session", recording)
     collector = calibrator.histogram_collector(method, QuantizeConfig().percentile)
     calibrator.collect_histograms(model, calibration_reader(feeds), WEIGHTED_OPS, collector, fetch_bytes=cap)
     own = {o.name for o in graph.graph.output}
     fetched = [[o for o in outs if o not in own] for outs in opened]
     assert len(fetched) >= 4 and all(sum(sizes[t] for t in group) <= cap for group in fetched)
+    assert opened == [groups[i % len(groups)] for i in range(len(opened))]  # the group alone (a given is one)
+    assert carried <= {t for g in groups for t in g}
     ours = calib.TensorsData(
         getattr(calib.CalibrationMethod, METHODS[method]),
         (lambda c: c.compute_collection_result())(collector),
@@ -341,17 +354,22 @@ def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_
     assert_same_ranges(ours, ort_calibrator_ranges(model, feeds, method, WEIGHTED_OPS))
 
 
-def test_a_grouped_histogram_pass_is_priced_by_the_layers_each_group_runs(tmp_path, tiny_model):
-    """One group: one forward a call. One tensor a group: each group's graph runs up to its tensor,
-    so the pass costs more than one forward and less than one per group."""
-    from edgekit.quantize import taps as taps_module
+def test_a_grouped_histogram_pass_is_priced_by_the_layers_each_group_runs(tmp_path, tiny_model, monkeypatch):
+    """One group: one forward a call. One tensor a group, chained: each graph runs what no earlier
+    one ran, at most one forward a call. Unchained (the carry over the cap): each group's graph runs
+    up to its tensor, so the pass costs more than one forward and less than one per group."""
+    from edgekit.quantize import segments
     from edgekit.quantize.memory import tensor_bytes
 
     assert calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS) == 1.0
-    graph = taps_module.graph_without_weights(tiny_model)
+    graph = taps.graph_without_weights(tiny_model)
     inputs = {v.name for v in graph.graph.input}
-    tensors = [t for t in taps_module.calibrated_tensors(graph, WEIGHTED_OPS) if t not in inputs]
+    tensors = [t for t in taps.calibrated_tensors(graph, WEIGHTED_OPS) if t not in inputs]
     cap = max(tensor_bytes(graph)[t] for t in tensors)
+    groups = len(taps.fetch_groups(tensors, tensor_bytes(graph), cap))
+    assert groups > 2
+    monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap)  # what a call passes on fits the cap
+    assert 0 < calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap) <= 1.0
+    monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap + 1)
     forwards = calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap)
-    groups = len(taps_module.fetch_groups(tensors, tensor_bytes(graph), cap))
-    assert groups > 2 and 1.0 < forwards < groups
+    assert 1.0 < forwards < groups

@@ -29,6 +29,7 @@ from edgekit._deps import require
 from edgekit._sidefiles import remove_model
 from edgekit.probes.memory import give_back_freed
 from edgekit.quantize.memory import tensor_bytes
+from edgekit.quantize.segments import grouped_runs
 from edgekit.quantize.taps import (
     calibrated_tensors,
     fetch_cap,
@@ -37,8 +38,6 @@ from edgekit.quantize.taps import (
     graph_without_weights,
     group_progress,
     in_graph_order,
-    outputs_only,
-    tapped_session,
 )
 
 
@@ -108,30 +107,26 @@ def node_sensitivity(
         spill = Path(tmp)
         for i in range(len(feeds)):
             (spill / str(i)).mkdir()
-        for g, group in enumerate(f_groups):
-            with tapped_session(float_model, outputs_only(f_graph, group), optimize=False, in_order=False) as f_session:
-                for i, feed in enumerate(feeds):
-                    _spill(spill / str(i), spilled, _run(f_session, group, feed))
-                    if each is not None:
-                        each(group_progress(0, g, len(f_groups), len(feeds), i))
+        for g, i, _, values in grouped_runs(float_model, f_graph, f_groups, lambda: feeds, len(feeds), cap):
+            _spill(spill / str(i), spilled, values)
+            if each is not None:
+                each(group_progress(0, g, len(f_groups), len(feeds), i))
         del f_graph
-        for g, group in enumerate(q_groups):
-            with tapped_session(qdq_model, outputs_only(q_graph, group), optimize=False, in_order=False) as q_session:
-                for i, feed in enumerate(feeds):
-                    qdq_acts = _run(q_session, group, feed)
-                    matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
-                    bases = {_activation_of(t) for t in group}
-                    for name, post in wanted:
-                        if name in bases:
-                            cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
-                            ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
-                            if ref is not None and cand is not None:
-                                _add_both(cross_sums, row_sums, (name, post), ref, cand, name in by_rows)
-                            del ref  # a mapped tensor stays resident until unmapped
-                    _add_own(own_sums, row_own, own_names, matched, by_rows)
-                    del qdq_acts, matched
-                    if each is not None:
-                        each(group_progress(len(feeds), g, len(q_groups), len(feeds), i))
+        for g, i, _, qdq_acts in grouped_runs(qdq_model, q_graph, q_groups, lambda: feeds, len(feeds), cap):
+            group = q_groups[g]
+            matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
+            bases = {_activation_of(t) for t in group}
+            for name, post in wanted:
+                if name in bases:
+                    cand = matched[name]["post_qdq"][0] if post and name in matched else qdq_acts.get(name)
+                    ref = _unspill(spill / str(i), spilled, name) if cand is not None else None
+                    if ref is not None and cand is not None:
+                        _add_both(cross_sums, row_sums, (name, post), ref, cand, name in by_rows)
+                    del ref  # a mapped tensor stays resident until unmapped
+            _add_own(own_sums, row_own, own_names, matched, by_rows)
+            del qdq_acts, matched
+            if each is not None:
+                each(group_progress(len(feeds), g, len(q_groups), len(feeds), i))
     return _node_sqnrs(nodes, graph, cross_sums, own_sums, row_sums, row_own)
 
 
@@ -205,16 +200,6 @@ def _fetchable(graph: Any, tensors: Sequence[str], keep: set[str] | None = None)
     weights = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits}
     chosen = [t for t in tensors if t not in weights and (keep is None or t in keep)]
     return fetch_names(graph, chosen)
-
-
-def _run(session: Any, fetch: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One feed's ``fetch`` tensors (a graph input among them: read from the feed)."""
-    inputs = {i.name for i in session.get_inputs()}
-    outputs = {o.name for o in session.get_outputs()}
-    names = [n for n in fetch if n in outputs]
-    # No names would make ORT return every output: a group of graph inputs runs nothing.
-    values = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs}))) if names else {}
-    return {n: values[n] if n in values else np.asarray(feed[n]) for n in fetch if n in values or n in feed}
 
 
 def _spill(folder: Path, index: Mapping[str, int], acts: Mapping[str, np.ndarray]) -> None:

@@ -32,6 +32,43 @@ def _naive_qdq(tmp_path, n_feeds: int):
     return model, qdq, plan, chosen, calib
 
 
+class _Recorded:
+    """A session whose runs' fetched names are recorded."""
+
+    def __init__(self, session, fetched):
+        self._session, self._fetched = session, fetched
+
+    def run(self, names, feed):
+        self._fetched.append(list(names))
+        return self._session.run(names, feed)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+def _watch_runs(monkeypatch):
+    """(each run's fetched names, the most sessions open at once) of the tapped sessions the
+    sensitivity's grouped runs open."""
+    from edgekit.quantize import segments
+
+    fetched: list[list[str]] = []
+    open_sessions, most = [0], [0]
+    real_tapped = segments.tapped_session
+
+    @contextlib.contextmanager
+    def counted(*args, **kwargs):
+        with real_tapped(*args, **kwargs) as session:
+            open_sessions[0] += 1
+            most[0] = max(most[0], open_sessions[0])
+            try:
+                yield _Recorded(session, fetched)
+            finally:
+                open_sessions[0] -= 1
+
+    monkeypatch.setattr(segments, "tapped_session", counted)
+    return fetched, most
+
+
 def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
     """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
     runs saves activations only (no dequantized weight: the whole model again per feed)."""
@@ -41,23 +78,7 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
     from edgekit.quantize.cpu import sensitivity
 
     model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 8)
-    fetched: list[list[str]] = []
-    real_run = sensitivity._run
-    monkeypatch.setattr(sensitivity, "_run", lambda s, names, f: fetched.append(list(names)) or real_run(s, names, f))
-    open_sessions, most = [0], [0]
-    real_tapped = sensitivity.tapped_session
-
-    @contextlib.contextmanager
-    def counted(*args, **kwargs):
-        with real_tapped(*args, **kwargs) as session:
-            open_sessions[0] += 1
-            most[0] = max(most[0], open_sessions[0])
-            try:
-                yield session
-            finally:
-                open_sessions[0] -= 1
-
-    monkeypatch.setattr(sensitivity, "tapped_session", counted)
+    fetched, most = _watch_runs(monkeypatch)
     nodes = {k: plan.by_name()[k] for k in chosen}
     scores = sensitivity.node_sensitivity(model, qdq, calib[:4], nodes)
     assert len(fetched) == 8  # two sessions, one run each per feed
@@ -107,13 +128,17 @@ def test_node_sensitivity_fetches_in_groups_under_the_cap_with_the_same_scores(t
     whole = sensitivity.node_sensitivity(model, qdq, calib[:2], nodes)
     sizes = tensor_bytes(graph_without_weights(model)) | tensor_bytes(graph_without_weights(qdq))
     cap = 3 * max(sizes.values())
-    fetched: list[list[str]] = []
-    real_run = sensitivity._run
-    monkeypatch.setattr(sensitivity, "_run", lambda s, names, f: fetched.append(list(names)) or real_run(s, names, f))
+    fetched, _ = _watch_runs(monkeypatch)
+    from edgekit.quantize import segments
+
+    chains: list = []
+    real_chained = segments.chained
+    monkeypatch.setattr(segments, "chained", lambda *a: chains.append(real_chained(*a)) or chains[-1])
     grouped = sensitivity.node_sensitivity(model, qdq, calib[:2], nodes, fetch_bytes=cap)
+    assert len(chains) == 2 and all(c is not None for c in chains)  # both graphs' groups ran as chains
     assert len(fetched) > 4  # more than one run per graph and feed
     for names in fetched:
-        assert sum(sizes[n] for n in names) <= cap, names
+        assert sum(sizes[n] for n in names) <= 2 * cap, names  # its group, and what later graphs read (<= cap)
     q_runs = [names for names in fetched if any(n.endswith("_DequantizeLinear_Output") for n in names)]
     assert len(q_runs) > 2  # the QDQ graph's runs split too
     inputs = {v.name for v in graph_without_weights(qdq).graph.input}  # read from the feed, never fetched
