@@ -125,7 +125,7 @@ def histogram_forwards(
     groups = _histogram_groups(graph, ranged_tensors(graph, op_types, quantized_outputs), cap)
     if len(groups) <= 1:
         return 1.0
-    forwards = chain_forwards(graph, groups, calls, cap)
+    forwards = chain_forwards(graph, groups, calls, cap, Path(model_path).parent)
     if forwards is not None:
         return forwards
     nodes = max(len(graph.graph.node), 1)

@@ -330,8 +330,9 @@ def test_histograms_fetched_in_groups_equal_ort_and_each_graph_outputs_only_its_
     chain = segments.chain(graph, groups)
     assert chain is not None
     carried = {t for s in chain for t in s.gives}
-    if not chained:  # the carry of 5 calls no longer fits
+    if not chained:  # the carry of 5 calls fits neither memory nor the disk
         monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap)
+        monkeypatch.setattr(segments, "DISK_MARGIN", 1 << 62)
     opened: list[list[str]] = []
     real = segments.tapped_session
 
@@ -371,5 +372,6 @@ def test_a_grouped_histogram_pass_is_priced_by_the_layers_each_group_runs(tmp_pa
     monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap)  # what a call passes on fits the cap
     assert 0 < calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap) <= 1.0
     monkeypatch.setattr(segments, "carry_bytes", lambda g, s: cap + 1)
+    monkeypatch.setattr(segments, "DISK_MARGIN", 1 << 62)  # and no disk to spill it to
     forwards = calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap)
     assert 1.0 < forwards < groups

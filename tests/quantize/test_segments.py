@@ -69,14 +69,42 @@ def test_a_chain_runs_each_node_once_and_gives_the_whole_graphs_values_to_the_bi
             np.testing.assert_array_equal(v, whole[i][t], err_msg=t)  # bit for bit
 
 
-def test_a_carry_over_the_cap_runs_every_group_from_the_graph_inputs(tiny_model, monkeypatch):
+def test_a_carry_over_the_cap_spills_to_disk_and_gives_the_same_values(tiny_model, monkeypatch, tmp_path):
+    """Over the cap in memory, the carry goes to files beside the model, read back as later graphs
+    read them and removed after: the same values, nothing left behind."""
+    import shutil
+
+    model = tmp_path / "tiny.onnx"
+    shutil.copy(tiny_model, model)
+    graph, groups = _one_tensor_groups(model)
+    feeds = tiny_feeds(3)
+    per_feed = segments.carry_bytes(graph, segments.chain(graph, groups))
+    assert per_feed > 0
+    fits = segments.chained(graph, groups, len(feeds), per_feed * len(feeds))
+    assert fits is not None and not fits.spill
+    assert segments.chained(graph, groups, len(feeds), per_feed * len(feeds) - 1) is None  # no folder: no spill
+    over = segments.chained(graph, groups, len(feeds), per_feed, tmp_path)
+    assert over is not None and over.spill
+    whole = _whole(model, graph, [t for g in groups for t in g], feeds)
+    saved: list = []
+    real_save = np.save
+    monkeypatch.setattr(segments.np, "save", lambda path, value: (saved.append(path), real_save(path, value))[1])
+    with _sessions(monkeypatch) as opened:
+        got = list(segments.grouped_runs(model, graph, groups, lambda: feeds, len(feeds), cap=per_feed))
+    assert saved and all(p.parent.parent == tmp_path for p in saved)  # spilled beside the model
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.onnx"]  # and removed after
+    assert sum(len(g.graph.node) for g in opened) == sum(len(s.graph.graph.node) for s in over.segments)
+    for _g, i, _, values in got:
+        for t, v in values.items():
+            np.testing.assert_array_equal(v, whole[i][t], err_msg=t)
+
+
+def test_a_carry_neither_memory_nor_disk_holds_runs_every_group_from_the_graph_inputs(tiny_model, monkeypatch):
     graph, groups = _one_tensor_groups(tiny_model)
     feeds = tiny_feeds(3)
-    chain = segments.chain(graph, groups)
-    per_feed = segments.carry_bytes(graph, chain)
-    assert per_feed > 0
-    assert segments.chained(graph, groups, len(feeds), per_feed * len(feeds)) is not None
-    assert segments.chained(graph, groups, len(feeds), per_feed * len(feeds) - 1) is None
+    per_feed = segments.carry_bytes(graph, segments.chain(graph, groups))
+    monkeypatch.setattr(segments, "DISK_MARGIN", 1 << 62)
+    assert segments.chained(graph, groups, len(feeds), per_feed, tiny_model.parent) is None
     whole = _whole(tiny_model, graph, [t for g in groups for t in g], feeds)
     with _sessions(monkeypatch) as opened:
         got = list(segments.grouped_runs(tiny_model, graph, groups, lambda: feeds, len(feeds), cap=per_feed))

@@ -56,10 +56,18 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
 
     fp32_options = []
 
+    spies = []
+
     class Spy(OrtRuntime):
         def __init__(self, path, options=OrtOptions()):
             fp32_options.append(options)
+            self.calls = 0
+            spies.append(self)
             super().__init__(path, options)
+
+        def run(self, feeds):
+            self.calls += 1
+            return super().run(feeds)
 
     candidates = []
     real = FallbackProfile.budget_runtime
@@ -78,6 +86,15 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     assert all(len(t["samples_ms"]) == stage.SPEED_ROUNDS and t["cores"] >= 1 for t in speed.timing["timings"].values())
     timed = [o for o in fp32_options if not o.spin_between_runs]
     assert len(timed) == 1 and timed[0].allow_spinning  # the FP32 side of the INT8-vs-FP32 timing
+    # its warm-up is one recorded call, not a whole decode: then the timed decodes, each K calls
+    from edgekit.quantize.scratch import calls_per_decode
+
+    b = Bundle.load(masked)
+    per_decode = calls_per_decode(b.kind, b.meta, b.decode_defaults, {})
+    (spy,) = [x for x in spies if not x.options.spin_between_runs]
+    timed_calls = spy.calls - 1  # a busy host may time more rounds: whole decodes all the same
+    assert per_decode > 1 and timed_calls % per_decode == 0
+    assert timed_calls >= len(speed.timing["timings"]["fp32"]["samples_ms"]) * per_decode
     assert candidates[-1] == {"spin": False, "bucket": False}  # its INT8 side, opened last
 
 
