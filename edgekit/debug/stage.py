@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._lock import owned_tempdir
+from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle, now_iso
 from edgekit.check import (
     CheckConfig,
@@ -43,7 +44,7 @@ from edgekit.debug.fix import (
 from edgekit.debug.local import LocalJudge
 from edgekit.debug.qdq import quantized_ops
 from edgekit.debug.replay import Replay, Trajectory, drift, record, replay
-from edgekit.debug.taps import artifact_at, debug_hooks, open_tapped, open_variant
+from edgekit.debug.taps import artifact_at, artifact_for, debug_hooks, open_tapped, open_variant
 from edgekit.debug.topology import (
     Entry,
     Topology,
@@ -57,6 +58,9 @@ from edgekit.errors import UsageError
 from edgekit.evaluate import gate_runtimes
 from edgekit.host import HostFacts
 from edgekit.quantize import module_labels
+from edgekit.quantize.memory import tensor_bytes
+from edgekit.quantize.taps import graph_without_weights
+from edgekit.resources import BASE_MEMORY, Need, gib, preflight
 from edgekit.runtimes.onnx_file import load_onnx
 
 Say = Callable[[str], None]
@@ -277,6 +281,7 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     fp32 = bundle.path_of("fp32")
     load_onnx(fp32, "artifact 'fp32'")  # corrupt bytes whose hash was re-recorded: one line, not a DecodeError
     topo = read_topology(fp32, module_labels(fp32))
+    preflight("debug", debug_needs(bundle, s, topo), say)
     with owned_tempdir("edgekit-debug-") as tmp:
         m = measure(bundle, s, cfg, topo, tmp, say)
         why = explain(bundle, s, cfg, topo, m, tmp)
@@ -284,6 +289,23 @@ def debug_bundle(path: Path | str, cfg: DebugConfig = DebugConfig(), progress: S
     doc = document(bundle, s, cfg, topo, m, why, fixed)
     doc["wall_s"] = time.perf_counter() - start
     return doc
+
+
+def debug_needs(bundle: Bundle, s: Settings, topo: Topology) -> list[Need]:
+    """The memory the replay holds at once: each variant's session with its model's weights, and
+    three captures of one call's float tensors (counted from the FP32 graph's static shapes): the
+    reference's, held while the candidate's run returns its own, whose ONNX Runtime outputs and
+    their numpy copies are both alive as the run returns. aMUSEd-256: 2.8 GiB of weights (FP32
+    and INT8) and 2.2 GiB a capture give 9.9 GiB with the base; `debug --rows 1` peaked at 9.9
+    GiB (9.6 in the replay; docs/large-models.md)."""
+    fp32 = Path(bundle.path_of("fp32"))
+    sizes = tensor_bytes(graph_without_weights(fp32))
+    capture = sum(sizes.get(t, 0) for t in set(topo.floats))
+    weights = sum(
+        model_bytes(Path(bundle.path_of(artifact_for(bundle, v.runtime, v.precision)))) for v in (s.ref, s.cand)
+    )
+    what = f"both variants' {gib(weights)} of weights and 3x one call's {gib(capture)} capture of every tensor"
+    return [Need("memory", weights + 3 * capture + BASE_MEMORY, what)]
 
 
 def document(

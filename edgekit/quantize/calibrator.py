@@ -119,7 +119,7 @@ def histogram_forwards(
     ``segments.chain_forwards``: those no earlier group's graph ran; else ``taps.needed_nodes``,
     what ``taps.outputs_only`` keeps), counted as their share of the graph's nodes. 1.0 where one
     group holds every tensor; what ``Plan`` prices the percentile pass of ``--method auto`` with
-    (Sana-600M: four groups)."""
+    (Sana-600M: three groups, 0.997 forwards chained, 2.19 not)."""
     graph = graph_without_weights(model_path)
     cap = fetch_bytes if fetch_bytes is not None else fetch_cap(model_path)
     groups = _histogram_groups(graph, ranged_tensors(graph, op_types, quantized_outputs), cap)

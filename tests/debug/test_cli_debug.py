@@ -54,3 +54,39 @@ def test_a_failing_candidate_exits_4_with_the_summary(outlier):
 def test_a_missing_bundle_is_exit_1(tmp_path):
     r = runner.invoke(app, ["debug", str(tmp_path / "nope")])
     assert r.exit_code == 1 and "does not exist" in r.stderr
+
+
+def test_a_host_too_small_for_the_replay_stops_before_any_work(outlier, monkeypatch):
+    """The replay holds both variants' weights and three captures of one call's tensors
+    (aMUSEd-256: 9.9 GiB): a host without that much stops in one line, exit 3, before the gate."""
+    monkeypatch.setattr("edgekit.resources.available_memory", lambda: 64 * 1024**2)
+    ran: list = []
+    monkeypatch.setattr("edgekit.debug.stage.measure", lambda *a, **k: ran.append(a))
+    r = runner.invoke(app, ["debug", str(outlier)])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("error:") == 1 and "debug needs about" in r.stderr and "64 MiB available" in r.stderr
+    assert "capture of every tensor" in " ".join(r.stderr.split()) and "Traceback" not in r.output
+    assert not ran
+
+
+def test_debug_needs_count_both_variants_weights_and_three_captures(outlier):
+    from pathlib import Path
+
+    from edgekit._sidefiles import model_bytes
+    from edgekit.bundle import Bundle
+    from edgekit.debug.config import DebugConfig
+    from edgekit.debug.stage import debug_needs, resolve
+    from edgekit.debug.topology import read_topology
+    from edgekit.quantize import module_labels
+    from edgekit.quantize.memory import tensor_bytes
+    from edgekit.quantize.taps import graph_without_weights
+    from edgekit.resources import BASE_MEMORY
+
+    bundle = Bundle.load(outlier)
+    fp32, int8 = Path(bundle.path_of("fp32")), Path(bundle.path_of("int8"))
+    topo = read_topology(fp32, module_labels(fp32))
+    (need,) = debug_needs(bundle, resolve(bundle, DebugConfig()), topo)
+    sizes = tensor_bytes(graph_without_weights(fp32))
+    capture = sum(sizes[t] for t in set(topo.floats))
+    assert capture > 0 and need.kind == "memory"
+    assert need.bytes == model_bytes(fp32) + model_bytes(int8) + 3 * capture + BASE_MEMORY
