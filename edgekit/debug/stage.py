@@ -296,8 +296,8 @@ def debug_needs(bundle: Bundle, s: Settings, topo: Topology) -> list[Need]:
     three captures of one call's float tensors (counted from the FP32 graph's static shapes): the
     reference's, held while the candidate's run returns its own, whose ONNX Runtime outputs and
     their numpy copies are both alive as the run returns. aMUSEd-256: 2.8 GiB of weights (FP32
-    and INT8) and 2.2 GiB a capture give 9.9 GiB with the base; `debug --rows 1` peaked at 9.9
-    GiB (9.6 in the replay; docs/large-models.md)."""
+    and INT8) and 2.2 GiB a capture give 10.1 GiB with the base; `debug --rows 1` peaked at 9.6
+    GiB (2026-12-07; 9.9 GiB before: docs/large-models.md)."""
     fp32 = Path(bundle.path_of("fp32"))
     sizes = tensor_bytes(graph_without_weights(fp32))
     capture = sum(sizes.get(t, 0) for t in set(topo.floats))
