@@ -57,9 +57,7 @@ from edgekit.debug.topology import (
 from edgekit.errors import UsageError
 from edgekit.evaluate import gate_runtimes
 from edgekit.host import HostFacts
-from edgekit.quantize import module_labels
-from edgekit.quantize.memory import tensor_bytes
-from edgekit.quantize.taps import graph_without_weights
+from edgekit.quantize import graph_without_weights, module_labels, tensor_bytes
 from edgekit.resources import BASE_MEMORY, Need, gib, preflight
 from edgekit.runtimes.onnx_file import load_onnx
 

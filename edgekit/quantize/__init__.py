@@ -24,7 +24,9 @@ from edgekit.quantize.config import (
     QuantizeConfig,
     parse_budget,
 )
+from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.names import module_labels
+from edgekit.quantize.taps import graph_without_weights
 from edgekit.quantize.overrides import SCHEMA as OVERRIDES_SCHEMA
 from edgekit.quantize.overrides import overrides_document
 from edgekit.quantize.cpu.ptq import quantize_unbudgeted
@@ -56,6 +58,7 @@ __all__ = [
     "SearchResult",
     "QuantizeConfig",
     "demo_quantize",
+    "graph_without_weights",
     "module_labels",
     "overrides_document",
     "parse_budget",
@@ -65,5 +68,6 @@ __all__ = [
     "quantize_profile",
     "quantize_unbudgeted",
     "register_profile",
+    "tensor_bytes",
     "unregister_profile",
 ]

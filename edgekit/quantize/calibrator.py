@@ -154,10 +154,9 @@ def collect_histograms(
     until a run returns, so the tensors are fetched in groups of at most ``fetch_bytes`` (default
     ``taps.fetch_cap``), each from a graph that outputs only that group (Sana-600M: 1.5 GB of
     calibrated tensors a call, 6.5 GB in all when one graph output them). A model whose call fits
-    one group runs one graph; with more, the groups' graphs run as a chain, each from where the one
-    before stopped, where what they pass on fits the same cap over every call
-    (``segments.grouped_runs``; else each group's graph runs the layers up to its last tensor:
-    ``histogram_forwards``). Each tensor's histogram sums the calls in order, whatever its group.
+    one group runs one graph; with more, the groups' graphs run as one chain where what they pass
+    on fits memory or disk (``segments.grouped_runs``; else each runs the layers up to its last
+    tensor: ``histogram_forwards``). Each tensor's histogram sums the calls in order.
     ``quantized_outputs``: whose outputs are binned (``taps.ranged_tensors``; the others' histograms
     would never be read). Returns the dict (tensor -> ORT's histogram tuple)."""
     graph = graph_without_weights(model_path)

@@ -77,9 +77,7 @@ def test_debug_needs_count_both_variants_weights_and_three_captures(outlier):
     from edgekit.debug.config import DebugConfig
     from edgekit.debug.stage import debug_needs, resolve
     from edgekit.debug.topology import read_topology
-    from edgekit.quantize import module_labels
-    from edgekit.quantize.memory import tensor_bytes
-    from edgekit.quantize.taps import graph_without_weights
+    from edgekit.quantize import graph_without_weights, module_labels, tensor_bytes
     from edgekit.resources import BASE_MEMORY
 
     bundle = Bundle.load(outlier)
