@@ -283,8 +283,9 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
         # later call of a decode runs warm alike), where a whole decode each as the warm-up cost
         # Sana-600M 19 s. Without a recorded call, a whole decode each.
         warm = run.traj.feeds[0] if run.traj.feeds else None
-        for rt in (fp32_rt, int8_rt) if warm is not None else ():
-            rt.run(dict(warm))
+        for rt in (fp32_rt, int8_rt):
+            if warm is not None:
+                rt.run(dict(warm))
         eta = Eta("time INT8 against FP32: decode", 2 * (SPEED_ROUNDS + (warm is None)), run.say)
         decision = decide(
             counting({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, eta),
