@@ -20,7 +20,6 @@ compares them bit for bit). ``onnx`` and ``onnxruntime`` are imported lazily (``
 from __future__ import annotations
 
 import contextlib
-import copy
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.quantize.memory import tensor_bytes
-from edgekit.quantize.taps import fetch_names, outputs_only, tapped_session
+from edgekit.quantize.taps import fetch_names, outputs_only, subgraph, tapped_session
 
 GRAPH_ATTRIBUTES = (5, 10)  # onnx.AttributeProto GRAPH, GRAPHS: a subgraph reads outer names unseen
 
@@ -88,7 +87,7 @@ def chain(graph: Any, groups: Sequence[Sequence[str]]) -> list[Segment] | None:
         outputs = list(dict.fromkeys([*fetch, *gives]))
         segments.append(
             Segment(
-                _graph(graph, [nodes[i] for i in kept], takes, outputs, known),
+                subgraph(graph, [nodes[i] for i in kept], [known[t] for t in outputs], [known[t] for t in takes]),
                 tuple(fetch),
                 tuple(carried),
                 tuple(takes),
@@ -98,26 +97,6 @@ def chain(graph: Any, groups: Sequence[Sequence[str]]) -> list[Segment] | None:
             )
         )
     return segments
-
-
-def _graph(
-    graph: Any, nodes: Sequence[Any], takes: Sequence[str], outputs: Sequence[str], known: Mapping[str, Any]
-) -> Any:
-    """A copy of ``graph``'s model with only ``nodes``, every graph input plus ``takes`` as inputs,
-    ``outputs`` as outputs and the initializers the nodes read."""
-    out = type(graph)()
-    out.CopyFrom(graph)
-    g, src = out.graph, graph.graph
-    needed = {i for node in nodes for i in node.input if i}
-    for field, items in (
-        (g.input, [*src.input, *(known[t] for t in takes)]),
-        (g.output, [known[t] for t in outputs]),
-        (g.node, nodes),
-        (g.initializer, [i for i in src.initializer if i.name in needed]),
-    ):
-        del field[:]
-        field.extend(copy.deepcopy(item) for item in items)
-    return out
 
 
 def carry_bytes(graph: Any, segments: Sequence[Segment]) -> int:

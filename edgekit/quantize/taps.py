@@ -45,20 +45,27 @@ def outputs_only(graph: Any, group: Sequence[str]) -> Any:
     computed by the same nodes from the same inputs. Every graph input stays (feeds are unchanged).
     Not pruned where ``group`` has no tensor to output or a node holds a subgraph (names it reads
     from the outer graph are not its inputs): then the graph's own outputs stay beside ``group``'s."""
-    out = copy.deepcopy(graph)
-    g = out.graph
     fetch = fetch_names(graph, group)
-    if not fetch or any(a.type in (5, 10) for n in g.node for a in n.attribute):  # GRAPH, GRAPHS
+    if not fetch or any(a.type in (5, 10) for n in graph.graph.node for a in n.attribute):  # GRAPH, GRAPHS
+        out = copy.deepcopy(graph)
         add_tensor_outputs(out, group)
         return out
+    known = {v.name: v for v in [*graph.graph.value_info, *graph.graph.output]}
+    return subgraph(graph, needed_nodes(graph, fetch), [known[name] for name in fetch])
+
+
+def subgraph(graph: Any, nodes: Sequence[Any], outputs: Sequence[Any], more_inputs: Sequence[Any] = ()) -> Any:
+    """A copy of ``graph``'s model (weightless; not changed) with only ``nodes``, ``outputs`` (value
+    infos) as its outputs, every graph input and ``more_inputs`` (value infos) as its inputs, and
+    the initializers the nodes read: ``outputs_only``'s graphs and ``segments``'."""
+    out = copy.deepcopy(graph)
+    g, src = out.graph, graph.graph
+    needed = {i for node in nodes for i in node.input if i} | {v.name for v in outputs}
     # Chosen from the untouched ``graph`` and copied in: no message is moved between repeated fields.
-    src = graph.graph
-    known = {v.name: v for v in [*src.value_info, *src.output]}
-    kept = needed_nodes(graph, fetch)
-    needed = set(fetch) | {i for node in kept for i in node.input if i}
     for field, items in (
-        (g.output, [known[name] for name in fetch]),
-        (g.node, kept),
+        (g.input, [*src.input, *more_inputs]),
+        (g.output, outputs),
+        (g.node, nodes),
         (g.initializer, [i for i in src.initializer if i.name in needed]),
     ):
         del field[:]
