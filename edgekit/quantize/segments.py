@@ -3,7 +3,7 @@
 A model whose tapped tensors do not fit one graph run (``taps.fetch_groups``) is read in groups,
 and ``taps.outputs_only`` gives each group a graph that runs every node its tensors need from the
 graph inputs: groups in graph order then cost about half a forward each (Sana-600M's histogram
-pass: four groups, 2.19 forwards a call). Chained (``chain``), group g's graph runs only the nodes
+pass: three groups, 2.19 forwards a call). Chained (``chain``), group g's graph runs only the nodes
 no earlier group's graph ran, reads what those made as inputs (in a transformer: the residual
 stream and the condition embeddings, a few MB) and outputs, beside its group, what later groups
 read: about one forward a call whatever the number of groups, and each graph holds only its own

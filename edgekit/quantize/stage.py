@@ -35,7 +35,7 @@ from edgekit.quantize.calibrator import histogram_forwards
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row
+from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row, warm_up
 from edgekit.quantize.hooks import PlanExtras, ProfileHooks, SearchResult
 from edgekit.quantize.memory import activation_bytes, memory_record, peak_rss_bytes
 from edgekit.quantize.plan import Eta, Plan, counting
@@ -283,9 +283,8 @@ def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) 
         # later call of a decode runs warm alike), where a whole decode each as the warm-up cost
         # Sana-600M 19 s. Without a recorded call, a whole decode each.
         warm = run.traj.feeds[0] if run.traj.feeds else None
-        for rt in (fp32_rt, int8_rt):
-            if warm is not None:
-                rt.run(dict(warm))
+        if warm is not None:
+            warm_up([fp32_rt, int8_rt], warm)
         eta = Eta("time INT8 against FP32: decode", 2 * (SPEED_ROUNDS + (warm is None)), run.say)
         decision = decide(
             counting({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, eta),

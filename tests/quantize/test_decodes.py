@@ -59,3 +59,31 @@ def test_the_bundle_says_how_many_tokens_a_row_decides(demo_bundles):
         ar.meta["max_len"],
         None,
     )
+
+
+class _Session:
+    """A stand-in runtime that counts its runs."""
+
+    name, device, inputs, outputs = "stand-in", "cpu", {}, {}
+
+    def __init__(self):
+        self.runs = 0
+
+    def run(self, feeds):
+        self.runs += 1
+        return {}
+
+
+def test_the_speed_timing_warms_every_session_once_each_step_bucket_included():
+    """One recorded call on each session before the timed decodes: a bucketed INT8 model's every
+    bucket graph too, not only the one the call's position reaches (its first decode would pay
+    the others' first runs)."""
+    import numpy as np
+
+    from edgekit.quantize.decodes import warm_up
+    from edgekit.runtimes.bucketed import BucketedRuntime
+
+    fp32, buckets = _Session(), [_Session(), _Session(), _Session()]
+    int8 = BucketedRuntime(buckets, [0.25, 0.5], "flow", {})
+    assert warm_up([fp32, int8], {"x": np.zeros(2, np.float32)}) == 4
+    assert fp32.runs == 1 and [b.runs for b in buckets] == [1, 1, 1]
