@@ -228,8 +228,7 @@ def _runs(
     inputs = {v.name for v in graph.graph.input}
     for g, group in enumerate(groups):
         seg = segments[g] if segments is not None else None
-        fetch = fetch_names(graph, group) if seg is None else list(seg.fetch)
-        names = fetch if seg is None else list(dict.fromkeys([*seg.fetch, *seg.gives]))
+        names = fetch_names(graph, group) if seg is None else list(dict.fromkeys([*seg.fetch, *seg.gives]))
         if not names:  # nothing to run (ORT would return every output): carried or graph inputs only
             for i, feed in enumerate(feeds()):
                 yield g, i, feed, _values(seg, carry, i, {})
