@@ -68,11 +68,15 @@ def collect_min_max(
     calls: CallRanges | None = None,
     each: Callable[[int], None] | None = None,
     quantized_outputs: Sequence[str] = ALL_OUTPUTS,
+    percentile: float | None = None,
 ) -> RunningMinMax:
     """Each calibrated tensor's min and max over every call of ``reader``, in one session whose
-    graph reduces them (one number each per call); ``calls``: each call's max |x| kept too.
-    ``quantized_outputs``: whose outputs are calibrated (``taps.ranged_tensors``)."""
-    with min_max_session(model_path, op_types, quantized_outputs, threads, calls) as (session, tap):
+    graph reduces them (one number each per call); ``calls``: each call's max |x| kept too, and
+    with ``percentile`` each tensor's largest |x| (``ranges.Tails``: the percentile ranges then
+    need no pass of their own, ``percentile_from_tails``). ``quantized_outputs``: whose outputs
+    are calibrated (``taps.ranged_tensors``)."""
+    tails_for = (len(reader), percentile) if percentile is not None and hasattr(reader, "__len__") else None
+    with min_max_session(model_path, op_types, quantized_outputs, threads, calls, tails_for) as (session, tap):
         for feed in each_call(reader, each):
             tap.add(session.run(tap.taps, feed) if tap.taps else [])
     return tap.finish()
@@ -312,6 +316,8 @@ def collect_ranges(
         kept = collect_min_max(Path(model_path), reader, op_types, threads, calls, each, quantized_outputs)
         return min_max_data(kept)
     collector = histogram_collector(method, percentile)
+    if method == "percentile" and known is not None and (cut := percentile_from_tails(collector, known, model_path)):
+        return calib.TensorsData(calib.CalibrationMethod.Percentile, cut)
     collect_histograms(
         Path(model_path), reader, op_types, collector, threads, calls, each, known, quantized_outputs=quantized_outputs
     )
@@ -319,6 +325,62 @@ def collect_ranges(
         thresholds = collector.compute_collection_result()
     which = calib.CalibrationMethod.Entropy if method == "entropy" else calib.CalibrationMethod.Percentile
     return calib.TensorsData(which, thresholds)
+
+
+def tails_suffice(known: CallRanges, percentile: float) -> bool:
+    """Whether ``known`` (a minmax pass's ``CallRanges``) kept what ``percentile_from_tails`` needs
+    to cut every one of its tensors at ``percentile`` as the whole histogram would: each tensor's
+    |x| range, and more of its largest |x| than (1 - p/100) of all its values (all of them where
+    it had fewer), none of them NaN or inf."""
+    tails, magnitude = known.tails, known.magnitude
+    if tails is None or known.signed is None or magnitude is None or not known.index:
+        return False
+    share = 1.0 - percentile / 100.0
+    for name in known.index:
+        top, seen = tails.top.get(name), tails.seen.get(name, 0)
+        if top is None or not seen or name not in magnitude.lo or not np.isfinite(top).all():
+            return False
+        if top.size < seen and not top.size > share * seen * (1 + 1e-9) + 1:
+            return False
+    return True
+
+
+def percentile_from_tails(collector: Any, known: CallRanges, model_path: Path) -> dict[str, Any] | None:
+    """The ranges ORT's percentile ``collector`` cuts from the histogram of every call of every
+    tensor, from the largest |x| a pass over the calls kept instead (``known.tails``, ``ranges.
+    Tails``), or None where they cannot decide it (a tensor without them, a NaN or inf among them,
+    or fewer than the cut may need: more calls ran than they were sized for).
+
+    The histogram is ORT's: 2048 bins of |x| from its smallest to its largest over all calls (``known.
+    magnitude``), and the cut the first bin edge where the cumulative share reaches p. Every value
+    above the smallest kept one is kept, so every bin above that one's is counted exactly; the
+    values not kept (N - k, all in that bin or below) go into that bin. Where k > (1 - p/100) * N the
+    cut lies in the exact bins: the same edge as the whole histogram's, up to the rounding of ORT's
+    float cumulative sum where a bin's count above is exactly (1 - p/100) * N. Returns tensor ->
+    ``TensorData(lowest, highest)``: the histogram's first two counts, which ORT keeps beside them
+    for its debug plot and which quantize_static never reads, are not known here."""
+    if not tails_suffice(known, collector.percentile):
+        return None
+    assert known.tails is not None and known.signed is not None and known.magnitude is not None
+    calib = require("onnxruntime.quantization.calibrate")
+    tails, signed, magnitude = known.tails, known.signed, known.magnitude
+    graph = graph_without_weights(model_path)
+    tensors = list(known.index)  # the pass's tensors, in its order
+    hists: dict[str, np.ndarray] = {}
+    edges: dict[str, np.ndarray] = {}
+    dtypes = value_dtypes(graph)
+    bounds: dict[str, Any] = {}
+    for name in tensors:
+        top, seen = tails.top[name], tails.seen[name]
+        bounds[name] = _bins_range(name, signed, magnitude, True, dtypes[name])
+        hist, edges[name] = np.histogram(top, collector.num_bins, range=bounds[name])
+        if top.size < seen:
+            hist[np.flatnonzero(hist)[0]] += seen - top.size
+        hists[name] = hist
+    _histogram_dict(collector, tensors, hists, edges, signed, bounds, True, dtypes)
+    with quiet_ort_logging():
+        cut = collector.compute_collection_result()
+    return {n: calib.TensorData(lowest=cut[n][0], highest=cut[n][1]) for n in tensors}
 
 
 def write_calibration_cache(ranges: Any, path: Path) -> None:

@@ -56,6 +56,8 @@ class PlanExtras:
 
     form: int = 0  # candidates the fallbacks' form may add (cpu/form.py), each one candidate's decodes
     method_alternative: bool = False  # --method auto may calibrate and judge a second set of ranges
+    # that second set takes a pass over the calls (else: cut from what the calibration decodes kept)
+    percentile_pass: bool = True
 
 
 @dataclass

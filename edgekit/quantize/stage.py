@@ -184,8 +184,8 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
                 calls=-(-run.n_calib // batch)
                 * calls_per_decode(run.bundle.kind, run.bundle.meta, run.bundle.decode_defaults, cfg.decode),
             )
-            if extras.method_alternative
-            else 1.0
+            if extras.method_alternative and extras.percentile_pass
+            else float(extras.percentile_pass)  # 0: cut from what the calibration decodes keep
         ),
     )
     run.say(f"FP32 decode: {run.n_calib} calibration + {run.n_eval} held-out sequences ({run.cond_doc['source']})")

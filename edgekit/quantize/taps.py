@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgekit._deps import require
 from edgekit._sidefiles import model_bytes, side_files_beside
 from edgekit.probes.memory import give_back_freed
@@ -175,20 +177,30 @@ def graph_without_weights(model_path: Path) -> Any:
 
 
 def add_min_max_taps(
-    graph: Any, tensors: Sequence[str], prefix: str = "edgekit_range", magnitude: bool = False
+    graph: Any,
+    tensors: Sequence[str],
+    prefix: str = "edgekit_range",
+    magnitude: bool = False,
+    tails: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Add a ReduceMin and a ReduceMax over all of each tensor to ``graph`` (scalar outputs), each
     pair right after the node that makes the tensor (a graph input's first): run in that order
     (``tapped_session``), a tensor is reduced, and freed, as soon as its consumers are done, where
     taps at the end would keep every tapped tensor of the call alive (+1 GB a call on a 2.25 GiB
-    transformer). ``magnitude``: a ReduceMin of its Abs too (the smallest |x|). Returns their
-    output names per tensor in turn: min, max (and min |x|)."""
+    transformer). ``magnitude``: a ReduceMin of its Abs too (the smallest |x|). ``tails`` (with
+    ``magnitude``): tensor -> k, a TopK of that Abs flattened too, the k largest |x| of the call
+    (unsorted, [k]: ``ranges.Tails``). Returns their output names per tensor in turn: min, max (and
+    min |x|), then the tails' in ``tensors``' order."""
     onnx = require("onnx")
     helper = onnx.helper
     g = graph.graph
     elem = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
     taps: list[str] = []
+    tail_taps: list[str] = []
     after: dict[str, list[Any]] = {}
+    tails = dict(tails or {}) if magnitude else {}
+    if tails:
+        g.initializer.append(onnx.numpy_helper.from_array(np.array([-1], np.int64), f"{prefix}_flat"))
     for i, name in enumerate(tensors):
         for op in ("ReduceMin", "ReduceMax", "AbsMin")[: 3 if magnitude else 2]:
             out = f"{prefix}_{op[-3:].lower()}_{i}" if op != "AbsMin" else f"{prefix}_absmin_{i}"
@@ -196,6 +208,11 @@ def add_min_max_taps(
             if op == "AbsMin":
                 made.append(helper.make_node("Abs", [name], [f"{out}_abs"], name=f"{out}_abs"))
                 made.append(helper.make_node("ReduceMin", [f"{out}_abs"], [out], keepdims=0, name=out))
+                if name in tails:
+                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", made)
+                    kind = elem.get(name) or onnx.TensorProto.FLOAT
+                    g.output.append(helper.make_tensor_value_info(tail, kind, [tails[name]]))
+                    tail_taps.append(tail)
             else:
                 made.append(helper.make_node(op, [name], [out], keepdims=0, name=out))
             g.output.append(helper.make_tensor_value_info(out, elem.get(name) or onnx.TensorProto.FLOAT, []))
@@ -207,7 +224,36 @@ def add_min_max_taps(
     nodes += [tap for rest in after.values() for tap in rest]  # made by no node: ORT will say so
     del g.node[:]
     g.node.extend(nodes)
-    return taps
+    return taps + tail_taps
+
+
+def _add_tail(graph: Any, magnitudes: str, k: int, out: str, made: list[Any]) -> str:
+    """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape,
+    flattened first: TopK reads one axis); returns their output's name."""
+    onnx = require("onnx")
+    graph.graph.initializer.append(onnx.numpy_helper.from_array(np.array([k], np.int64), f"{out}_k"))
+    prefix = out.rsplit("_tail_", 1)[0]
+    made.append(onnx.helper.make_node("Reshape", [magnitudes, f"{prefix}_flat"], [f"{out}_flat"], name=f"{out}_flat"))
+    made.append(
+        onnx.helper.make_node(
+            "TopK", [f"{out}_flat", f"{out}_k"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out
+        )
+    )
+    return out
+
+
+def element_counts(graph: Any, tensors: Sequence[str]) -> dict[str, int] | None:
+    """Each tensor's number of elements from the static shapes ``graph`` declares (value_info,
+    inputs, outputs); None where one has no fixed shape."""
+    g = graph.graph
+    shapes = {v.name: v.type.tensor_type.shape for v in [*g.value_info, *g.input, *g.output]}
+    counts: dict[str, int] = {}
+    for name in tensors:
+        shape = shapes.get(name)
+        if shape is None or not all(d.HasField("dim_value") for d in shape.dim):
+            return None
+        counts[name] = int(np.prod([d.dim_value for d in shape.dim], dtype=np.int64))
+    return counts
 
 
 def fetch_names(graph: Any, tensors: Sequence[str]) -> list[str]:

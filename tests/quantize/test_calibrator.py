@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from edgekit.quantize import calibrator, taps
+from edgekit.quantize import ranges as ranges_module
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import METHODS, WEIGHTED_OPS, QuantizeConfig
 from edgekit.quantize.quiet import quiet_ort_logging
@@ -22,14 +23,14 @@ onnx = pytest.importorskip("onnx")
 calib = pytest.importorskip("onnxruntime.quantization.calibrate")
 
 
-def ort_calibrator_ranges(model: Path, feeds, method: str, op_types) -> object:
+def ort_calibrator_ranges(model: Path, feeds, method: str, op_types, percentile: float | None = None) -> object:
     """What ORT's own calibrator computes from ``feeds`` (every call at once), set up as edgekit
-    set it up before it gathered the ranges itself."""
+    set it up before it gathered the ranges itself (``percentile``: default QuantizeConfig's)."""
     options: dict = {}
     if method == "entropy":
         options |= calibrator.ENTROPY_BINS
     if method == "percentile":
-        options["percentile"] = QuantizeConfig().percentile
+        options["percentile"] = percentile if percentile is not None else QuantizeConfig().percentile
     with tempfile.TemporaryDirectory() as tmp, quiet_ort_logging():
         ort_calibrator = calib.create_calibrator(
             model,
@@ -375,3 +376,65 @@ def test_a_grouped_histogram_pass_is_priced_by_the_layers_each_group_runs(tmp_pa
     monkeypatch.setattr(segments, "DISK_MARGIN", 1 << 62)  # and no disk to spill it to
     forwards = calibrator.histogram_forwards(tiny_model, WEIGHTED_OPS, fetch_bytes=cap)
     assert 1.0 < forwards < groups
+
+
+@pytest.mark.parametrize("percentile", [99.999, 99.0, 90.0])
+def test_percentile_ranges_cut_from_each_tensors_largest_values_equal_ort(tiny_model, percentile):
+    """A minmax pass that keeps each tensor's largest |x| (``ranges.Tails``: (1 - p/100) of its
+    values over the calls, with slack) gives the percentile ranges with no pass of their own: the
+    cut lies in the bins those values fill, so it is ORT's calibrator's edge, tensor for tensor
+    (99.999 keeps 2 values of 128 a call here, 99 keeps 14, 90 all of them)."""
+    op_types = (*WEIGHTED_OPS, "LayerNormalization", "Add")
+    feeds = tiny_feeds(8)
+    calls = calibrator.CallRanges()
+    calibrator.collect_min_max(tiny_model, calibration_reader(feeds), op_types, calls=calls, percentile=percentile)
+    assert calls.tails is not None and calibrator.tails_suffice(calls, percentile)
+    kept = {t.size for t in calls.tails.top.values()}
+    assert max(kept) == {99.999: 2, 99.0: 14, 90.0: 128}[percentile]
+    reader = CountingReader(feeds)
+    ours = calibrator.collect_ranges(tiny_model, reader, "percentile", op_types, percentile, known=calls)
+    assert reader.handed == 0  # no pass over the calls
+    theirs = ort_calibrator_ranges(tiny_model, feeds, "percentile", op_types, percentile)
+    assert sorted(ours.keys()) == sorted(theirs.keys())
+    for name in theirs.keys():
+        for attr in ("lowest", "highest"):  # ORT's first two bin counts (its debug plot's) are not known
+            a, b = np.asarray(getattr(ours[name], attr)), np.asarray(getattr(theirs[name], attr))
+            assert a.dtype == b.dtype and a.shape == b.shape, (name, attr)
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}.{attr}")
+
+
+@pytest.mark.parametrize("kind", ["masked", "flow", "ar"])
+def test_demo_percentile_ranges_cut_from_the_largest_values_equal_ort(demo_calls, kind):
+    """The same on the demo models' real calls (thousands of values a tensor a call)."""
+    prepared, feeds = demo_calls[kind]
+    cfg = QuantizeConfig(method="percentile")
+    calls = calibrator.CallRanges()
+    calibrator.collect_min_max(prepared, calibration_reader(feeds), cfg.op_types, calls=calls, percentile=99.999)
+    reader = CountingReader(feeds)
+    ours = calibrator.collect_ranges(prepared, reader, "percentile", cfg.op_types, 99.999, known=calls)
+    assert reader.handed == 0
+    theirs = ort_calibrator_ranges(prepared, feeds, "percentile", cfg.op_types)
+    for name in ours.keys():
+        assert ours[name].lowest == theirs[name].lowest and ours[name].highest == theirs[name].highest, name
+
+
+def test_largest_values_that_cannot_decide_the_cut_leave_it_to_the_histograms(tiny_model):
+    """Kept for fewer calls than ran (the cut may lie below them), or with a NaN among them: the
+    percentile ranges take their histogram pass (one: the ranges are known), and are still ORT's."""
+    op_types = (*WEIGHTED_OPS, "LayerNormalization", "Add")
+    feeds = tiny_feeds(8)
+    calls = calibrator.CallRanges()
+    with ranges_module.min_max_session(tiny_model, op_types, ("*",), 0, calls, (1, 99.0)) as (session, tap):
+        for feed in feeds:
+            tap.add(session.run(tap.taps, feed))
+    tap.finish()
+    assert calls.tails is not None and not calibrator.tails_suffice(calls, 99.0)
+    reader = CountingReader(feeds)
+    ours = calibrator.collect_ranges(tiny_model, reader, "percentile", op_types, 99.0, known=calls)
+    assert reader.handed == len(feeds)
+    assert_same_ranges(ours, ort_calibrator_ranges(tiny_model, feeds, "percentile", op_types, 99.0))
+    enough = calibrator.CallRanges()
+    calibrator.collect_min_max(tiny_model, calibration_reader(feeds), op_types, calls=enough, percentile=99.0)
+    assert calibrator.tails_suffice(enough, 99.0)
+    enough.tails.top["h"] = np.append(enough.tails.top["h"], np.float32("nan"))
+    assert not calibrator.tails_suffice(enough, 99.0)

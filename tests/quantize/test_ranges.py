@@ -91,3 +91,51 @@ def test_a_thinned_recording_replays_the_calls_it_kept(tiny_bundles, tmp_path, m
     s, said, replays = run_quantize(flow, cfg, monkeypatch, max_bytes=1)
     assert s["calibration"]["every_nth_call"] > 1
     assert replays == [1] and not any("kept as the decodes ran" in line for line in said)
+
+
+def test_percentile_ranges_come_from_the_calibration_decodes_with_no_pass_and_the_same_model(
+    tiny_bundles, tmp_path, monkeypatch
+):
+    """--method percentile: the calibration decodes keep each tensor's largest |x| beside its range
+    (``ranges.Tails``), the ranges are cut from them and no histogram pass runs; the INT8 model is
+    the very one a histogram pass over the recorded calls gives (the tails switched off)."""
+    from edgekit.bundle import Bundle
+    from edgekit.quantize import calibrator as calibrator_module
+    from edgekit.quantize import ranges as ranges_module
+    from edgekit.quantize.config import QuantizeConfig
+
+    cfg = QuantizeConfig(method="percentile", calib_samples=4, eval_samples=4, fallback=False)
+    real_histograms = calibrator_module.collect_histograms
+    passes: list[int] = []
+
+    def histograms(*args, **kwargs):
+        passes.append(1)
+        return real_histograms(*args, **kwargs)
+
+    monkeypatch.setattr(calibrator_module, "collect_histograms", histograms)
+    cut = shutil.copytree(tiny_bundles["flow"], tmp_path / "cut")
+    s, said, _ = run_quantize(cut, cfg, monkeypatch)
+    assert passes == [] and any("cut from the largest |x| of" in line for line in said), said
+    assert s["range_drift"]  # the per-call ranges serve the drift too
+    monkeypatch.setattr(ranges_module, "TAIL_VALUES_CAP", 0)  # no tails: the histogram pass
+    binned = shutil.copytree(tiny_bundles["flow"], tmp_path / "binned")
+    _, said, _ = run_quantize(binned, cfg, monkeypatch)
+    assert passes == [1] and any("in the ranges the decodes kept" in line for line in said), said
+    a, b = Bundle.load(cut).manifest["artifacts"]["int8"], Bundle.load(binned).manifest["artifacts"]["int8"]
+    assert a["sha256"] == b["sha256"]
+
+
+def test_tails_keep_the_largest_values_of_every_call_and_are_sized_for_the_calls_planned():
+    from edgekit.quantize.ranges import TAIL_SLACK, TAIL_VALUES_CAP, Tails, tail_sizes
+
+    sizes = tail_sizes({"a": 1000, "b": 10}, calls=64, percentile=99.9)
+    assert sizes == {"a": int((1 - 99.9 / 100) * 1000 * 64 * TAIL_SLACK) + 2, "b": 2}
+    assert tail_sizes({"a": 10}, calls=1, percentile=0.0) == {"a": 10}  # never more than a call has
+    assert tail_sizes({"a": TAIL_VALUES_CAP + 1}, calls=1, percentile=0.0) is None  # too many: the histograms
+    tails = Tails({"a": 3}, {"a": 5})
+    rng = np.random.default_rng(0)
+    calls = [rng.standard_normal(5).astype(np.float32) for _ in range(4)]
+    for values in calls:
+        tails.add("a", np.sort(values)[-3:])
+    np.testing.assert_array_equal(np.sort(tails.top["a"]), np.sort(np.concatenate(calls))[-3:])
+    assert tails.seen["a"] == 20

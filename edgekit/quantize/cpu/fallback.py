@@ -29,12 +29,12 @@ from edgekit.host import ISA_CLASSES, HostFacts
 from edgekit.quantize.buckets.candidate import open_graph
 from edgekit.quantize.buckets.state import BucketState
 from edgekit.quantize.calibrate import range_drift
-from edgekit.quantize.calibrator import CallRanges, write_calibration_cache
+from edgekit.quantize.calibrator import CallRanges
 from edgekit.quantize.config import WEIGHTED_OPS
 from edgekit.quantize.context import QuantizeRun
 from edgekit.quantize.cpu.candidates import CandidateWriter
 from edgekit.quantize.cpu.form import FORM_EXTRA, choose_form
-from edgekit.quantize.cpu.method import alternative_skipped, choose_method
+from edgekit.quantize.cpu.method import alternative_skipped, calibrate_live, choose_method, keeps_tails, tails_for
 from edgekit.quantize.cpu.ptq import calibrate, prepare_model, supports_calibration_cache
 from edgekit.quantize.cpu.search import (
     LARGE_BYTES,
@@ -52,7 +52,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage
 from edgekit.quantize.plan import Eta
-from edgekit.quantize.ranges import LiveRanges, live_ranges, min_max_data
+from edgekit.quantize.ranges import LiveRanges, live_ranges
 from edgekit.quantize.result import notable_float_ops
 from edgekit.runtimes.base import Runtime
 from edgekit.spec import KIND_IO
@@ -120,7 +120,9 @@ class FallbackProfile:
         LiveRanges``: the prepared graph with its taps), so ``calibrate`` replays no call; None where
         the ranges come another way (histogram methods, step buckets' own, no calibration cache)."""
         run, cfg = self.run, self.run.cfg
-        if cfg.calibrator != "minmax" or cfg.step_buckets is not None or not supports_calibration_cache():
+        if cfg.calibrator not in ("minmax", "percentile") or cfg.step_buckets is not None:
+            return None
+        if not supports_calibration_cache():
             return None
         return live_ranges(
             run.prepared,
@@ -129,16 +131,14 @@ class FallbackProfile:
             run.bundle.inputs,
             run.bundle.outputs,
             cfg.threads,
+            tails_for(run),  # the percentile ranges' largest |x|, where they may follow
         )
 
     def calibrate(self) -> None:
         run = self.run
         self.cache = run.tmp / "calibration.json"
         if run.live_ranges is not None:  # gathered during the FP32 calibration decodes
-            run.say(f"calibrate (minmax): the ranges of {len(run.traj.feeds)} network calls, kept as the decodes ran")
-            run.call_ranges = run.live_ranges
-            assert run.call_ranges.signed is not None
-            write_calibration_cache(min_max_data(run.call_ranges.signed), self.cache)
+            calibrate_live(run, self.cache)
         else:
             run.say(f"calibrate ({run.cfg.calibrator}) on {len(run.traj.feeds)} recorded network calls")
             run.call_ranges = CallRanges()
@@ -229,6 +229,7 @@ class FallbackProfile:
         return PlanExtras(
             form=FORM_EXTRA if cfg.entry.cpu_arithmetic and cfg.fallback else 0,
             method_alternative=alternative_skipped(cfg, buckets=cfg.step_buckets not in (None, 1)) is None,
+            percentile_pass=not keeps_tails(cfg),
         )
 
     def _loop(self, first: tuple[Path, dict[str, Any]] | None = None) -> tuple[Path, BudgetOutcome]:

@@ -3,8 +3,11 @@ starts from.
 
 The minmax ranges come first (calibrated already: one pass over the recorded calls, which also
 keeps each tensor's range over them). Where the all-INT8 model made with them misses the budget,
-the percentile ranges (``AUTO_ALTERNATIVE``: one more pass, each call's histograms within those
-ranges) are computed too and their all-INT8 model judged on the same held-out decodes; the
+the percentile ranges (``AUTO_ALTERNATIVE``) are computed too and their all-INT8 model judged on
+the same held-out decodes. Those ranges cost no pass over the calls where the calibration decodes
+kept each tensor's largest |x| beside its range (``tails_for``; ``calibrator.percentile_from_tails``:
+Sana-600M's histogram pass was 238 s, 18 FP32 decodes' worth), else one pass (each call's
+histograms within the kept ranges). The
 fallback search goes on from the one with the better worst margin, and its first candidate is the
 one judged here (``fallback_until_within_budget(first=...)``). Not tried where the miss is at
 FP32's own near-ties (``budget.budget_notes``: ranges cannot decide a coin the model tosses), with
@@ -20,10 +23,54 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.quantize.budget import budget_notes, check, worst_margin
+from edgekit.quantize.calibrator import tails_suffice, write_calibration_cache
 from edgekit.quantize.config import AUTO_ALTERNATIVE, AUTO_METHOD
 from edgekit.quantize.cpu.ptq import calibrate
 from edgekit.quantize.early_stop import EARLY_MIN_ROWS, compare_on_common_rows
 from edgekit.quantize.plan import Eta
+from edgekit.quantize.ranges import min_max_data
+from edgekit.quantize.scratch import calls_per_decode
+
+
+def keeps_tails(cfg: Any) -> bool:
+    """Whether a run with ``cfg`` (a ``QuantizeConfig``) keeps each tensor's largest |x| as its
+    calibration decodes run, for percentile ranges: --method percentile, or auto where it may try
+    them (then no pass over the calls computes them)."""
+    return cfg.calibrator == "percentile" or (
+        cfg.calibrator == "minmax"
+        and AUTO_ALTERNATIVE == "percentile"
+        and alternative_skipped(cfg, buckets=cfg.step_buckets not in (None, 1)) is None
+    )
+
+
+def tails_for(run: Any) -> tuple[int, float] | None:
+    """(calls planned, percentile) where the calibration decodes keep each tensor's largest |x|
+    (``keeps_tails``; ``ranges.Tails``), else None. ``run``: the ``QuantizeRun``."""
+    cfg = run.cfg
+    if not keeps_tails(cfg):
+        return None
+    b = run.bundle
+    decodes = -(-run.n_calib // b.batch)
+    return decodes * calls_per_decode(b.kind, b.meta, b.decode_defaults, cfg.decode), cfg.percentile
+
+
+def calibrate_live(run: Any, cache: Path) -> None:
+    """The ``cache`` of ``run.cfg.calibrator``'s ranges from what the calibration decodes kept as
+    they ran (``run.live_ranges``): minmax as is; percentile cut from the tensors' largest |x|, or,
+    where those cannot decide the cut, one histogram pass over the recorded calls within the kept
+    ranges."""
+    live, n = run.live_ranges, len(run.traj.feeds)
+    run.call_ranges = live
+    if run.cfg.calibrator == "minmax":
+        run.say(f"calibrate (minmax): the ranges of {n} network calls, kept as the decodes ran")
+        write_calibration_cache(min_max_data(live.signed), cache)
+        return
+    if tails_suffice(live, run.cfg.percentile):
+        run.say(f"calibrate ({run.cfg.calibrator}): cut from the largest |x| of {n} calls, kept as the decodes ran")
+    else:
+        run.say(f"calibrate ({run.cfg.calibrator}) on {n} recorded network calls, in the ranges the decodes kept")
+    eta = Eta(f"calibrate ({run.cfg.calibrator}): recorded call", n, run.say)
+    calibrate(run.prepared, run.reader, run.cfg, cache, None, each=eta, known=live)
 
 
 def _tried(method: str, metrics: dict[str, Any], budget: dict[str, float], passed: bool) -> dict[str, Any]:
@@ -107,6 +154,10 @@ def choose_method(profile: Any) -> tuple[tuple[Path, dict[str, Any]] | None, dic
     cache = run.tmp / f"calibration-{AUTO_ALTERNATIVE}.json"
     # The minmax pass kept each tensor's range over the calls: the histograms need one pass, not two.
     known = run.call_ranges if run.call_ranges is not None and run.call_ranges.signed is not None else None
+    record["alternative_ranges_from"] = "a pass over the recorded calls"
+    if known is not None and tails_suffice(known, alt.percentile):
+        record["alternative_ranges_from"] = "each tensor's largest |x|, kept as the calibration decodes ran"
+        run.say(f"{AUTO_ALTERNATIVE} ranges: cut from {record['alternative_ranges_from']} (no pass over the calls)")
     eta = Eta(f"calibrate ({AUTO_ALTERNATIVE}): recorded call", (1 if known else 2) * len(run.traj.feeds), run.say)
     calibrate(run.prepared, run.reader, alt, cache, None, each=eta, known=known)
     kept = (run.cfg, profile.cache)

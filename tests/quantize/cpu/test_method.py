@@ -162,8 +162,9 @@ def test_the_plan_hears_of_the_second_set_of_ranges_from_the_profile_that_runs_i
         profile.run = SimpleNamespace(cfg=QuantizeConfig(**kw))
         return profile.plan_extras()
 
-    assert extras(FallbackProfile) == PlanExtras(form=FORM_EXTRA, method_alternative=True)
-    assert extras(FallbackProfile, profile="trt") == PlanExtras(form=0, method_alternative=True)
+    # auto keeps each tensor's largest |x| as the calibration decodes run: percentile needs no pass
+    assert extras(FallbackProfile) == PlanExtras(form=FORM_EXTRA, method_alternative=True, percentile_pass=False)
+    assert extras(FallbackProfile, profile="trt") == PlanExtras(form=0, method_alternative=True, percentile_pass=False)
     assert extras(FallbackProfile, method="minmax") == PlanExtras(form=FORM_EXTRA, method_alternative=False)
     assert extras(FallbackProfile, step_buckets=4) == PlanExtras(form=FORM_EXTRA, method_alternative=False)
     assert extras(FallbackProfile, fallback=False) == PlanExtras()
@@ -188,3 +189,20 @@ def test_a_stopped_candidate_is_compared_on_the_rows_both_decoded(tmp_path, cali
     assert record["why"] == "better: snr_db 13.01 against 10 on the 3 held-out rows both decoded (one stopped early)"
     assert record["tried"][0]["rows_judged"] == 3 and record["tried"][0]["stopped_early"] == "after 3 of 8"
     assert "rows_judged" not in record["tried"][1]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_percentile_ranges_say_whether_a_pass_over_the_calls_made_them(tmp_path, calibrated, monkeypatch, kept):
+    """Where the calibration decodes kept each tensor's largest |x| (``calibrator.tails_suffice``)
+    the percentile ranges are cut from them and the run says so; else one histogram pass."""
+    monkeypatch.setattr(method_module, "tails_suffice", lambda known, percentile: kept)
+    p = StandIn(tmp_path, {"minmax": -0.23, "percentile": -0.20}, QuantizeConfig())
+    p.run.call_ranges = SimpleNamespace(signed=object())
+    _, record = choose_method(p)
+    assert calibrated == [("percentile", tmp_path / "calibration-percentile.json")]
+    said = [line for line in p.said if "(no pass over the calls)" in line]
+    if kept:
+        assert record["alternative_ranges_from"] == "each tensor's largest |x|, kept as the calibration decodes ran"
+        assert said
+    else:
+        assert record["alternative_ranges_from"] == "a pass over the recorded calls" and not said
