@@ -180,3 +180,39 @@ def test_the_int8_graph_of_a_side_file_model_is_the_one_quantize_wrote_before(tm
     now = _int8_of(fp32, tmp_path / "now", False, monkeypatch)
     assert now.read_bytes() == before.read_bytes()
     assert Path(f"{now}.data").read_bytes() == Path(f"{before}.data").read_bytes()
+
+
+def test_the_weight_parameters_of_one_call_serve_the_next_with_other_ranges(tmp_path, monkeypatch):
+    """--method auto writes minmax's all-INT8 graph, then percentile's: the same weights, nodes and
+    settings, other activation ranges. The second call takes the first one's weight parameters
+    (ORT's per-channel loop, 27 s of Sana-600M's 50 s, not run again) and writes the very graph it
+    writes computing them itself; another node set computes its own."""
+    prepared = _prepared_with_side_file(tmp_path / "run")
+    plan = qgraph.analyse_graph(prepared, time_input="t")
+    reader = calibration_reader(tiny_feeds(6))
+    cfgs = {m: QuantizeConfig(method=m) for m in ("minmax", "percentile")}
+    caches = {m: prepared.with_name(f"calibration-{m}.json") for m in cfgs}
+    for m, cfg in cfgs.items():
+        assert ptq.calibrate(prepared, reader, cfg, caches[m])
+    nodes = select.select_nodes(plan, cfgs["minmax"])[0]
+    computed: list[int] = []
+    real = qdq_quantizer.compute_data_quant_params
+    monkeypatch.setattr(qdq_quantizer, "compute_data_quant_params", lambda *a, **k: computed.append(1) or real(*a, **k))
+
+    def write(name: str, method: str, chosen=nodes) -> tuple[Path, int]:
+        before = len(computed)
+        out = prepared.with_name(f"{name}.onnx")
+        ptq.quantize_model(prepared, out, reader, chosen, cfgs[method], plan, calibration_cache=caches[method])
+        return out, len(computed) - before
+
+    monkeypatch.setattr(streamed._Remembered, "key", None)
+    first, computed_first = write("minmax", "minmax")
+    assert computed_first > 0
+    kept, again = write("percentile-kept", "percentile")
+    assert kept.read_bytes() != first.read_bytes()  # other activation ranges: another graph
+    assert again == 0  # the first call's parameters
+    monkeypatch.setattr(streamed._Remembered, "key", None)
+    fresh, computed_now = write("percentile-fresh", "percentile")
+    assert computed_now > 0
+    assert kept.read_bytes() == fresh.read_bytes()  # the tiny graph's INT8 weights are inline
+    assert write("subset", "percentile", nodes[:2])[1] > 0  # another node set: its own parameters
