@@ -41,6 +41,7 @@ from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations, tensors_read_from
+from edgekit.quantize.cpu.weight_params import fast_params
 
 
 def can_stream(prepared: Path, out: Path, cache: Path | None) -> bool:
@@ -142,11 +143,9 @@ def _graph_identity(prepared: Path) -> tuple[Any, ...]:
 
 
 def _remembering(qdq: Any, key: tuple[Any, ...] | None) -> Any:
-    """ORT's ``QDQQuantizer`` whose weight parameters are the last call's where ``key`` and the
-    tensors it quantizes are the same (module docstring), else computed and kept; ORT's own class
-    where ``key`` is None."""
-    if key is None:
-        return qdq.QDQQuantizer
+    """ORT's ``QDQQuantizer`` whose weight parameters are the last call's where ``key`` (None: never)
+    and the tensors it quantizes are the same (module docstring), else computed, the per-channel
+    weights over whole arrays (``weight_params.fast_params``), and kept."""
 
     class RememberingQuantizer(qdq.QDQQuantizer):
         def _calc_initializer_quant_params(self) -> Any:
@@ -154,13 +153,27 @@ def _remembering(qdq: Any, key: tuple[Any, ...] | None) -> Any:
                 (name, str(info.tensor_type), info.axis, info.data_type, info.is_shared)
                 for name, info in sorted(self.tensors_to_quantize.items())
             )
-            if _Remembered.key == (key, quantized):
+            if key is not None and _Remembered.key == (key, quantized):
                 return copy.deepcopy(_Remembered.params)
-            params = super()._calc_initializer_quant_params()
-            _Remembered.key, _Remembered.params = (key, quantized), copy.deepcopy(params)
+            params = _computed(self, super()._calc_initializer_quant_params)
+            if key is not None:
+                _Remembered.key, _Remembered.params = (key, quantized), copy.deepcopy(params)
             return params
 
     return RememberingQuantizer
+
+
+def _computed(quantizer: Any, orts: Any) -> dict[str, Any]:
+    """``quantizer``'s weight parameters: the per-channel ones ``fast_params`` computes over whole
+    arrays, the rest by ORT's own ``orts`` over the other tensors, in ORT's order."""
+    everything = quantizer.tensors_to_quantize
+    fast = {name: p for name, info in everything.items() if (p := fast_params(quantizer, name, info)) is not None}
+    quantizer.tensors_to_quantize = {name: info for name, info in everything.items() if name not in fast}
+    try:
+        rest = orts()
+    finally:
+        quantizer.tensors_to_quantize = everything
+    return {name: fast[name] if name in fast else rest[name] for name in everything if name in fast or name in rest}
 
 
 __all__ = ["can_stream", "quantize_streamed"]

@@ -186,7 +186,8 @@ def test_the_weight_parameters_of_one_call_serve_the_next_with_other_ranges(tmp_
     """--method auto writes minmax's all-INT8 graph, then percentile's: the same weights, nodes and
     settings, other activation ranges. The second call takes the first one's weight parameters
     (ORT's per-channel loop, 27 s of Sana-600M's 50 s, not run again) and writes the very graph it
-    writes computing them itself; another node set computes its own."""
+    writes computing them itself; another node set computes its own. (The tiny graph's weights are
+    per-channel: ``weight_params`` computes them, not ORT's loop.)"""
     prepared = _prepared_with_side_file(tmp_path / "run")
     plan = qgraph.analyse_graph(prepared, time_input="t")
     reader = calibration_reader(tiny_feeds(6))
@@ -196,8 +197,8 @@ def test_the_weight_parameters_of_one_call_serve_the_next_with_other_ranges(tmp_
         assert ptq.calibrate(prepared, reader, cfg, caches[m])
     nodes = select.select_nodes(plan, cfgs["minmax"])[0]
     computed: list[int] = []
-    real = qdq_quantizer.compute_data_quant_params
-    monkeypatch.setattr(qdq_quantizer, "compute_data_quant_params", lambda *a, **k: computed.append(1) or real(*a, **k))
+    real = streamed._computed
+    monkeypatch.setattr(streamed, "_computed", lambda *a: computed.append(1) or real(*a))
 
     def write(name: str, method: str, chosen=nodes) -> tuple[Path, int]:
         before = len(computed)
