@@ -41,7 +41,7 @@ from typing import Any
 
 from edgekit._deps import require
 from edgekit._sidefiles import external_data_locations, tensors_read_from
-from edgekit.quantize.cpu.weight_params import fast_params
+from edgekit.quantize.cpu.weight_params import fast_params, whole_array_initializers
 
 
 def can_stream(prepared: Path, out: Path, cache: Path | None) -> bool:
@@ -123,7 +123,12 @@ def quantize_streamed(
             list(op_types_to_quantize),
             extra_options,
         )
-        quantizer.quantize_model()
+        orts = qdq.quantize_onnx_initializer
+        qdq.quantize_onnx_initializer = whole_array_initializers(orts)  # for this call only
+        try:
+            quantizer.quantize_model()
+        finally:
+            qdq.quantize_onnx_initializer = orts
         quantizer.model.save_model_to_file(str(out), True)
     return True
 

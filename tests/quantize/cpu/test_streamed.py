@@ -199,6 +199,11 @@ def test_the_weight_parameters_of_one_call_serve_the_next_with_other_ranges(tmp_
     computed: list[int] = []
     real = streamed._computed
     monkeypatch.setattr(streamed, "_computed", lambda *a: computed.append(1) or real(*a))
+    from edgekit.quantize.cpu import weight_params
+
+    whole: list[int] = []
+    quantize_whole = weight_params.quantize_per_channel
+    monkeypatch.setattr(weight_params, "quantize_per_channel", lambda *a: whole.append(1) or quantize_whole(*a))
 
     def write(name: str, method: str, chosen=nodes) -> tuple[Path, int]:
         before = len(computed)
@@ -208,7 +213,7 @@ def test_the_weight_parameters_of_one_call_serve_the_next_with_other_ranges(tmp_
 
     monkeypatch.setattr(streamed._Remembered, "key", None)
     first, computed_first = write("minmax", "minmax")
-    assert computed_first > 0
+    assert computed_first > 0 and whole  # the weights quantized over whole arrays too
     kept, again = write("percentile-kept", "percentile")
     assert kept.read_bytes() != first.read_bytes()  # other activation ranges: another graph
     assert again == 0  # the first call's parameters

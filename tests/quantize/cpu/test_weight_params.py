@@ -70,3 +70,39 @@ def test_what_orts_loop_would_refuse_or_compute_otherwise_is_left_to_it():
     assert per_channel_params(data.astype(np.float64), 0, INT8, False) is None
     assert per_channel_params(data, 2, INT8, False) is None  # no such axis
     assert per_channel_params(data, 0, 21, False) is None  # INT4: ORT's own path
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # fp16's largest value over a scale: ORT's too
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("quant_type", [INT8, UINT8, INT16])
+@pytest.mark.parametrize("shape, axis", [((64, 48), 0), ((48, 64), 1), ((32, 8, 3, 3), 0)])
+def test_whole_array_quantized_weights_are_orts_initializer_byte_for_byte(dtype, quant_type, shape, axis):
+    """Quantized with ORT's own parameters (half the values on a rounding tie or past the clip
+    bounds would show a different order of steps): the initializer ORT writes, byte for byte."""
+    onnx = pytest.importorskip("onnx")
+    from edgekit.quantize.cpu.weight_params import whole_array_initializers
+
+    data = along(shape, axis, dtype)
+    zp, scale = orts(data, axis, quant_type, False)
+    data.flat[::7] = (np.round(data.flat[::7] / scale.max()) + 0.5) * scale.max()  # ties
+    weight = onnx.numpy_helper.from_array(data, "w")
+    theirs = quant_utils.quantize_onnx_initializer(weight, quant_type, zp, scale, axis)
+    ours = whole_array_initializers(quant_utils.quantize_onnx_initializer)(weight, quant_type, zp, scale, axis)
+    assert ours.SerializeToString() == theirs.SerializeToString()
+    named = whole_array_initializers(quant_utils.quantize_onnx_initializer)(weight, quant_type, zp, scale, axis, "q")
+    assert named.name == "q"
+
+
+def test_what_the_whole_array_quantizer_does_not_handle_is_orts():
+    from edgekit.quantize.cpu.weight_params import quantize_per_channel, whole_array_initializers
+
+    data = along((8, 4), 0, np.float32)
+    zp, scale = orts(data, 0, INT8, False)
+    assert quantize_per_channel(data, INT8, zp[:4], scale[:4], 0) is None  # not one per channel
+    asked = []
+    wrapped = whole_array_initializers(lambda *a: asked.append(a) or "orts")
+    onnx = pytest.importorskip("onnx")
+    weight = onnx.numpy_helper.from_array(data, "w")
+    assert wrapped(weight, INT8, zp[0], scale[0]) == "orts"  # per tensor
+    assert wrapped(weight, INT8, zp, scale, 0, None, 4) == "orts"  # per block
+    assert len(asked) == 2
