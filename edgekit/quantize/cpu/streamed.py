@@ -80,7 +80,7 @@ def quantize_streamed(
     quant = require("onnxruntime.quantization")
     utils = require("onnxruntime.quantization.quant_utils")
     calibrate = require("onnxruntime.quantization.calibrate")
-    qdq = require("onnxruntime.quantization.qdq_quantizer")
+    qdq: Any = require("onnxruntime.quantization.qdq_quantizer")
     checks = require("onnxruntime.quantization.quantize")
 
     prepared, out = Path(prepared).resolve(), Path(out).resolve()
