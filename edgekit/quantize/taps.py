@@ -209,7 +209,7 @@ def add_min_max_taps(
                 made.append(helper.make_node("Abs", [name], [f"{out}_abs"], name=f"{out}_abs"))
                 made.append(helper.make_node("ReduceMin", [f"{out}_abs"], [out], keepdims=0, name=out))
                 if name in tails:
-                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", made)
+                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", f"{prefix}_flat", made)
                     kind = elem.get(name) or onnx.TensorProto.FLOAT
                     g.output.append(helper.make_tensor_value_info(tail, kind, [tails[name]]))
                     tail_taps.append(tail)
@@ -227,13 +227,12 @@ def add_min_max_taps(
     return taps + tail_taps
 
 
-def _add_tail(graph: Any, magnitudes: str, k: int, out: str, made: list[Any]) -> str:
+def _add_tail(graph: Any, magnitudes: str, k: int, out: str, flat: str, made: list[Any]) -> str:
     """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape,
-    flattened first: TopK reads one axis); returns their output's name."""
+    flattened first by the shape initializer ``flat``, [-1]: TopK reads one axis) as ``out``."""
     onnx = require("onnx")
     graph.graph.initializer.append(onnx.numpy_helper.from_array(np.array([k], np.int64), f"{out}_k"))
-    prefix = out.rsplit("_tail_", 1)[0]
-    made.append(onnx.helper.make_node("Reshape", [magnitudes, f"{prefix}_flat"], [f"{out}_flat"], name=f"{out}_flat"))
+    made.append(onnx.helper.make_node("Reshape", [magnitudes, flat], [f"{out}_flat"], name=f"{out}_flat"))
     made.append(
         onnx.helper.make_node(
             "TopK", [f"{out}_flat", f"{out}_k"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out

@@ -44,6 +44,23 @@ def test_a_magnitude_tap_reduces_the_smallest_absolute_value(tiny_model, tmp_pat
     assert taps.add_min_max_taps(taps.graph_without_weights(tiny_model), names) == outputs[:2]
 
 
+def test_tail_taps_take_each_tensors_largest_magnitudes_after_the_range_taps(tiny_model):
+    """``tails``: a TopK of the |x| the magnitude tap makes, the k largest |x| of the call, in the
+    tensors' order after every range tap; a tensor without a k has none, and no ``magnitude`` none."""
+    graph = taps.graph_without_weights(tiny_model)
+    names = ["x", "h", "q"]
+    outputs = taps.add_min_max_taps(graph, names, magnitude=True, tails={"x": 5, "q": 3})
+    assert outputs[9:] == ["edgekit_range_tail_0", "edgekit_range_tail_2"]
+    onnx.checker.check_model(graph)
+    feed = tiny_feeds(1)[0]
+    with taps.tapped_session(tiny_model, graph, optimize=False) as session:
+        values = dict(zip(outputs, session.run(outputs, feed)))
+    np.testing.assert_array_equal(np.sort(values["edgekit_range_tail_0"]), np.sort(np.abs(feed["x"]).ravel())[-5:])
+    q_top = values["edgekit_range_tail_2"]  # q is no output: its largest |x| is its range's end
+    assert q_top.shape == (3,) and q_top.max() == max(-values["edgekit_range_min_2"], values["edgekit_range_max_2"])
+    assert len(taps.add_min_max_taps(taps.graph_without_weights(tiny_model), names, tails={"x": 5})) == 6
+
+
 def test_fetch_names_leave_the_graph_alone_and_read_its_inputs_from_the_feeds(tiny_model):
     """The names a tapped session fetches, found without making them outputs; adding them as
     outputs then fetches the same names and reads graph inputs from the feed."""
