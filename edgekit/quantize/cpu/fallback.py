@@ -266,6 +266,11 @@ class FallbackProfile:
             f"{run.cfg.calibrator}{f', {n} step buckets' if n > 1 else ''}) and decode the held-out set in INT8"
         )
         judged, self.method_choice = choose_method(self)
+        if judged is None and run.cfg.fallback and run.cfg.max_fallback != 0:
+            # Judged as --method auto judges its candidates: a hopeless all-INT8 model stops its
+            # held-out decode early (Sana-600M --method percentile: 16 rows where 4 told).
+            first = self.build(self.selected)
+            judged = (first, self.measure(first, watch=run.snr_watch()))
         model, outcome = self._loop(judged)
         escalated: dict[str, str] = {}
         # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
