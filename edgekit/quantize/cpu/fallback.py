@@ -269,8 +269,8 @@ class FallbackProfile:
         if judged is None and run.cfg.fallback and run.cfg.max_fallback != 0:
             # Judged as --method auto judges its candidates: a hopeless all-INT8 model stops its
             # held-out decode early (Sana-600M --method percentile: 16 rows where 4 told).
-            first = self.build(self.selected)
-            judged = (first, self.measure(first, watch=run.snr_watch()))
+            all_int8 = self.build(self.selected)
+            judged = (all_int8, self.measure(all_int8, watch=run.snr_watch()))
         model, outcome = self._loop(judged)
         escalated: dict[str, str] = {}
         # Weight-only fallbacks cannot remove weight-quantization noise: when the loop ran out with
