@@ -45,6 +45,7 @@ from edgekit.quantize.taps import (
     in_graph_order,
     needed_nodes,
     ranged_tensors,
+    value_dtypes,
 )
 
 
@@ -269,17 +270,6 @@ def _over_calls(
             n_calls[p] = i + 1
         if each is not None:  # in calls' worth: pass p of one graph over every call
             each(group_progress(p * n_calls[0], g, len(groups), n_calls[p], i))
-
-
-def value_dtypes(graph: Any) -> dict[str, np.dtype]:
-    """The numpy dtype of every tensor whose type ``graph`` declares (value_info, inputs, outputs)."""
-    to_np = require("onnx").helper.tensor_dtype_to_np_dtype
-    g = graph.graph
-    return {
-        v.name: np.dtype(to_np(v.type.tensor_type.elem_type))
-        for v in [*g.value_info, *g.input, *g.output]
-        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type
-    }
 
 
 def _bins_range(name: str, signed: RunningMinMax, magnitude: RunningMinMax, absolute: bool, dtype: np.dtype) -> Any:

@@ -22,6 +22,7 @@ from edgekit.quantize.taps import (
     graph_without_weights,
     ranged_tensors,
     tapped_session,
+    value_dtypes,
 )
 from edgekit.runtimes.base import BaseRuntime
 from edgekit.spec import TensorSpec
@@ -190,11 +191,9 @@ def min_max_session(
 def _tails(graph: Any, tensors: Sequence[str], tails_for: tuple[int, float]) -> Tails | None:
     """The ``Tails`` of ``tensors`` sized for ``tails_for`` (calls, percentile): None where one is
     not float32 (ORT's CPU TopK) or has no fixed shape, or they pass TAIL_VALUES_CAP."""
-    float32 = require("onnx").TensorProto.FLOAT
-    g = graph.graph
-    elem = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    dtypes = value_dtypes(graph)
     counts = element_counts(graph, tensors)
-    if counts is None or any(elem.get(t) != float32 for t in tensors):
+    if counts is None or any(dtypes.get(t) != np.float32 for t in tensors):
         return None
     sizes = tail_sizes(counts, *tails_for)
     return Tails(sizes, counts) if sizes is not None else None

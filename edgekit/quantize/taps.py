@@ -241,6 +241,17 @@ def _add_tail(graph: Any, magnitudes: str, k: int, out: str, flat: str, made: li
     return out
 
 
+def value_dtypes(graph: Any) -> dict[str, np.dtype]:
+    """The numpy dtype of every tensor whose type ``graph`` declares (value_info, inputs, outputs)."""
+    to_np = require("onnx").helper.tensor_dtype_to_np_dtype
+    g = graph.graph
+    return {
+        v.name: np.dtype(to_np(v.type.tensor_type.elem_type))
+        for v in [*g.value_info, *g.input, *g.output]
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type
+    }
+
+
 def element_counts(graph: Any, tensors: Sequence[str]) -> dict[str, int] | None:
     """Each tensor's number of elements from the static shapes ``graph`` declares (value_info,
     inputs, outputs); None where one has no fixed shape."""
