@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 import edgekit.cli.options as opt
 from edgekit.cli.app import command
 from edgekit.output import Output
@@ -17,6 +15,7 @@ from edgekit.output import Output
 )
 def lint(bundle: opt.Bundle, target: opt.Target = "cpu", json_out: opt.Json = False) -> None:
     """Check that a bundle's graphs will deploy to a target (exit 4 on an error-level finding)."""
+    from edgekit.errors import CheckFailed
     from edgekit.lint import lint_report
     from edgekit.lint.render import print_lint
 
@@ -25,4 +24,11 @@ def lint(bundle: opt.Bundle, target: opt.Target = "cpu", json_out: opt.Json = Fa
     o.document(doc)
     print_lint(o, doc)
     if not doc["passed"]:
-        raise typer.Exit(4)
+        # One ``error:`` line, as ``check`` ends: a CI log's last line says why the job failed
+        # (the table above has every finding and its fix).
+        first = next(f for f in doc["findings"] if f["severity"] == "error")
+        raise CheckFailed(
+            f"lint failed: {doc['counts']['error']} error-level finding(s) for target {doc['target']}; "
+            f"first: {first['rule']} on {first['artifact']}",
+            hint="the table above gives each finding's fix",
+        )

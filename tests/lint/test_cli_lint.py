@@ -39,6 +39,9 @@ def test_lint_bad_bundle_exits_4_with_a_table(bad_graph, tmp_path):
     r = invoke("lint", bundle.root, "--target", "nvidia-gpu")
     assert r.exit_code == 4, r.output
     assert "RandomNormalLike" in r.stdout and "will not deploy" in r.stdout
+    # one error line, as `check` ends, for a CI log's last line: the count, the target, the first rule
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "lint failed: 5 error-level finding(s) for target nvidia-gpu" in errors[0], r.stderr
     r = invoke("lint", bundle.root, "--target", "nvidia-gpu", "--json")
     doc = json.loads(r.stdout)
     assert r.exit_code == 4 and doc["schema"] == "edgekit.lint/1" and doc["passed"] is False

@@ -217,6 +217,19 @@ def test_the_issues_manifest_fields_are_one_line_naming_the_field(base, tmp_path
     assert "prepare graph" not in r.stderr and "check's gate" not in r.stderr  # refused before any work
 
 
+def test_a_huge_recorded_profile_under_every_reading_command_is_clean(base, tmp_path):
+    """A sample the hypothesis test once drew (CI, stop 60): lint found the 5,000-character profile
+    wrong for the target and exited 4 with its table but no ``error:`` line."""
+    root, doc = base
+    work = shutil.copytree(root, tmp_path / "b")
+    _write(work, _mutated(doc, ("quantization", "profile"), "x" * 5000))
+    for name, args in COMMANDS.items():
+        with time_limit(LIMIT_S):
+            r = runner.invoke(app, [args[0], str(work), *args[1:]])
+        _clean(r, (name, "quantization.profile"))
+    assert r.exit_code == EXIT_CHECK_FAILED and "lint failed: 1 error-level finding(s)" in r.stderr, r.stderr
+
+
 # ---- a hypothesis sample through every reading command ----------------------------------------------
 def _values_for(original):
     kind = float if isinstance(original, float) else type(original)
