@@ -36,10 +36,12 @@ def decode_pair(
     rows: Mapping[str, np.ndarray] | None,
     cond: Mapping[str, str] | None = None,
     say: Callable[[str], None] = lambda message: None,
+    each_batch: Callable[[int], None] | None = None,
 ) -> tuple[dict, dict, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Decode ``n`` rows with both open runtimes (batch i: seed ``seed + i``; ``cond``: --cond
     values, ``rows``: condition rows or None), the candidate shadowing every reference call;
-    (scalar metrics, curves, outputs, conditions)."""
+    (scalar metrics, curves, outputs, conditions). ``each_batch(i)``: before batch i (a caller's
+    ``plan.Eta``)."""
     kind, meta = bundle.kind, bundle.meta
     defaults = bundle.decode_defaults
     batch = bundle.batch
@@ -53,6 +55,8 @@ def decode_pair(
     calls = -(-n // batch)
     for i in range(calls):
         say(f"decoding batch {i + 1}/{calls} ({batch} rows) with both variants")
+        if each_batch is not None:
+            each_batch(i)
         n_rows = min(batch, n - i * batch)
         part = None if rows is None else {k: v[i * batch : (i + 1) * batch] for k, v in rows.items()}
         batch_cond = conditions(bundle, dict(cond or {}), batch, seed + i, rows=part, draw=True)
@@ -78,16 +82,18 @@ def gate_runtimes(
     seed: int,
     decode_options: Mapping[str, Any],
     rows: Mapping[str, np.ndarray] | None = None,
+    each_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """What ``edgekit check`` with default arguments decides for two open runtimes (quantize
     runs it on every candidate INT8 model, so "budget met" implies "check passes"; debug judges
     both variants and every fix with it): the default
     thresholds, ``n`` rows from ``seed``, ``decode_options`` on both, conditions ``rows`` (None:
     the seeded rule). Returns {"metrics", "passed", "failed", "margin"}; margin: the smallest
-    relative distance to a gated threshold (< 0: that metric fails)."""
+    relative distance to a gated threshold (< 0: that metric fails). ``each_batch(i)``: before the
+    decodes of graph batch i."""
     thresholds = load_thresholds(bundle.kind)
     scalars, _, out, cond_all = decode_pair(
-        bundle, ref_rt, cand_rt, n, seed, dict(decode_options), dict(decode_options), rows
+        bundle, ref_rt, cand_rt, n, seed, dict(decode_options), dict(decode_options), rows, each_batch=each_batch
     )
     drops = quality_drops(
         dict(score(bundle, out["reference"], cond_all) or {}), dict(score(bundle, out["candidate"], cond_all) or {})

@@ -172,9 +172,22 @@ class QuantizeRun:
                     after_batch=None if watch is None else watch.after_batch,
                 )
 
-            def judged_by_check(rt: Any) -> dict[str, Any]:
+            def judged_by_check(rt: Any, counted: bool = True) -> dict[str, Any]:
+                # Counted on from the budget's decodes (its teacher-forced calls are the gate's
+                # time: Sana-600M's 16 rows ran 76 s with no word): not where it runs beside them.
+                first = -(-self.n_eval // self.bundle.batch)
+                each = None if eta is None or not counted else (lambda i: eta(first + i))
                 return gate_metrics(
-                    gate_runtimes(self.bundle, self.fp32_rt, rt, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows)
+                    gate_runtimes(
+                        self.bundle,
+                        self.fp32_rt,
+                        rt,
+                        self.n_eval,
+                        cfg.eval_seed,
+                        cfg.decode,
+                        self.eval_rows,
+                        each_batch=each,
+                    )
                 )
 
             if second is None:
@@ -195,7 +208,7 @@ class QuantizeRun:
                 # decode never asks: by the time it decodes on its own, the budget has answered most of it.
                 with ThreadPoolExecutor(max_workers=1) as pool:
                     ahead = pool.submit(budget)
-                    checked = judged_by_check(second)
+                    checked = judged_by_check(second, counted=False)
                     metrics = compare(self.kind, self.reference, ahead.result()) | checked
         finally:
             if lane is not None:

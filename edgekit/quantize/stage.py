@@ -16,6 +16,7 @@ sensitive tensors promoted to 16 bit, budget on the HTP).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -26,30 +27,26 @@ from edgekit._lock import owned_tempdir, writes_bundle
 from edgekit._sidefiles import model_bytes
 from edgekit.bundle import Bundle
 from edgekit.decode.dispatch import decode_config
-from edgekit.host import HostFacts
 from edgekit.probes.memory import give_back_freed
-from edgekit.probes.speed import SLOWER, Decision, HostProbe, decide
 from edgekit.quantize.budget import decode_eval_set
 from edgekit.quantize.calibrate import calibration_reader, record_trajectories
 from edgekit.quantize.calibrator import histogram_forwards
 from edgekit.quantize.conditions import condition_sets
 from edgekit.quantize.config import QuantizeConfig
 from edgekit.quantize.context import QuantizeRun
-from edgekit.quantize.decodes import speed_tokens, timed_share, tokens_per_row, warm_up
-from edgekit.quantize.hooks import PlanExtras, ProfileHooks, SearchResult
+from edgekit.quantize.decodes import timed_share, tokens_per_row
+from edgekit.quantize.hooks import PlanExtras, ProfileHooks
 from edgekit.quantize.memory import activation_bytes, memory_record, peak_rss_bytes
-from edgekit.quantize.plan import Eta, Plan, counting
+from edgekit.quantize.plan import Eta, Plan
 from edgekit.quantize.record import record_result, replaced_by_quantize
 from edgekit.quantize.result import summary
 from edgekit.quantize.scratch import calls_per_decode, quantize_needs
+from edgekit.quantize.speed import SPEED_ROUNDS, decode_speed, run_speed_part
 from edgekit.resources import preflight
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.memo import MemoRuntime
 from edgekit.runtimes.onnx_file import load_onnx
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-
-# Interleaved whole decodes of one graph batch when timing INT8 against FP32 on this host.
-SPEED_ROUNDS = 5
 
 
 @writes_bundle("quantize")
@@ -172,7 +169,7 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
         calibration=-(-run.n_calib // batch),
         heldout=-(-run.n_eval // batch),
         per_candidate=2 * -(-run.n_eval // batch),
-        speed=0 if cfg.entry.emulated else 2 * SPEED_ROUNDS * timed_share(speed_tokens(run.bundle, cfg.decode)),
+        speed=0 if cfg.entry.emulated else 2 * SPEED_ROUNDS * timed_share(run_speed_part(run)),
         emulated=cfg.entry.emulated_why if cfg.entry.emulated else None,
         form_extra=extras.form,
         method_alternative=extras.method_alternative,
@@ -225,8 +222,7 @@ def _calibration_decodes(run: QuantizeRun, schedule: Plan, fp32: Runtime) -> Non
 
     def each(i: int) -> None:
         if i == 1 and run.decode_s is None:  # the first decode is done: now the plan has a clock
-            run.decode_s = time.perf_counter() - start
-            run.say(schedule.describe(run.decode_s))
+            _clock(run, time.perf_counter() - start)
         calib(i)
 
     with run.timed("fp32_decode_s"):
@@ -241,115 +237,17 @@ def _calibration_decodes(run: QuantizeRun, schedule: Plan, fp32: Runtime) -> Non
             spill=run.tmp / "recorded-calls",  # the calls wait on disk: an AR step's hold its KV cache
         )
         if run.decode_s is None:  # one decode only
-            run.decode_s = time.perf_counter() - start
-            run.say(schedule.describe(run.decode_s))
+            _clock(run, time.perf_counter() - start)
 
 
-# TIMED_SPIN: sessions timed side by side spin inside their runs only. ORT's threads otherwise
-# keep spinning for tens of ms after each run, and interleaved with another session that spin takes
-# the cores the other one is using. Measured (benchmarks/step_buckets.py, AVX2 EPYC, 2 threads, per
-# decode): an INT8 session right after a spinning FP32 one 105 ms, the same INT8 model after a
-# non-spinning one 71 ms (flow demo; masked 117 vs 85): the contention, not INT8, made INT8 look
-# slower than FP32. Spinning inside runs keeps each run as fast as a deployment's (threads that
-# never spin pay a wake-up per parallel section: 1.08x per decode), and stops when the run returns.
-def decode_speed(run: QuantizeRun, profile: ProfileHooks, result: SearchResult) -> dict[str, Any]:
-    """INT8 against FP32 per decode on this host: whole decodes of one graph batch on the budget's
-    runtime (INT8) and ORT (FP32), interleaved, median, timed again while the timings cannot tell
-    (``probes.speed.decide``); one warning line where INT8 is slower or it stays within noise.
-    Not measured for an emulated device (its time is the emulator's, not the device's)."""
-    cfg = run.cfg
-    host = HostFacts.detect()
-    if cfg.entry.emulated:
-        return {"measured": False, "reason": cfg.entry.emulated_why}
-    part = speed_tokens(run.bundle, cfg.decode)
-    options = dict(cfg.decode) if part is None else {**cfg.decode, "length": part[0]}
-    run.say(
-        "time INT8 against FP32 per decode on this host"
-        + ("" if part is None else f" (the first {part[0]} of {part[1]} tokens: each step costs the same)")
-    )
-    batch = run.bundle.inputs[next(iter(run.bundle.inputs))].shape[0]
-    rows = None if run.eval_rows is None else {k: v[:batch] for k, v in run.eval_rows.items()}
-    fp32_opts = OrtOptions(intra_op_threads=cfg.threads, spin_between_runs=False)
-    with (
-        run.timed("speed_s"),
-        profile.open_candidate(result.model, spin=False) as int8_rt,
-        OrtRuntime(run.fp32_path, fp32_opts) as fp32_rt,
-    ):
-
-        def decode(rt: Any) -> Callable[[], Any]:
-            return lambda: decode_eval_set(run.bundle, rt, batch, cfg.eval_seed, options, rows=rows)
-
-        # One recorded call warms each fresh session (its first run sets up its buffers; every
-        # later call of a decode runs warm alike), where a whole decode each as the warm-up cost
-        # Sana-600M 19 s. Without a recorded call, a whole decode each.
-        warm = run.traj.feeds[0] if run.traj.feeds else None
-        if warm is not None:
-            warm_up([fp32_rt, int8_rt], warm)
-        eta = Eta("time INT8 against FP32: decode", 2 * (SPEED_ROUNDS + (warm is None)), run.say)
-        decision = decide(
-            counting({"fp32": decode(fp32_rt), "int8": decode(int8_rt)}, eta),
-            SPEED_ROUNDS,
-            pair=lambda timings: ("int8", "fp32"),
-            warmup=int(warm is None),
-            probe=HostProbe(cpu_class=host.isa_class),
-            early=True,  # whole decodes: a clear difference after 3 rounds needs no more
-        )
-    doc, warning = speed_record(decision, cfg.runtime, host, batch, len(result.fallback), part)
-    if warning:
-        run.warn(warning)
-    return doc
-
-
-def speed_record(
-    decision: Decision,
-    runtime: str,
-    host: HostFacts,
-    rows: int,
-    fallbacks: int,
-    part: tuple[int, int] | None = None,
-) -> tuple[dict[str, Any], str | None]:
-    """The ``speed`` summary of INT8 (``decision.a``) against FP32 per decode, with how it was
-    measured (``timing``: samples, spread, load, CPU class), and the one warning line it calls for:
-    INT8 slower, or the timings could not tell after re-measuring (``build --precision auto``
-    then ships FP32, the safe choice). ``part``: (tokens timed, tokens a decode makes) where the
-    decodes timed were shorter (``speed_tokens``): the ms per decode are scaled to a whole one."""
-    int8, fp32 = decision.timings["int8"], decision.timings["fp32"]
-    scale = 1 / timed_share(part)
-    doc = {
-        "measured": True,
-        "runtime": runtime,
-        "fp32_reference": "ort",
-        "isa": host.isa_class,
-        "cpu": host.cpu,
-        "rows_per_decode": rows,
-        "fp32_ms_per_decode": fp32.median_ms * scale,
-        "int8_ms_per_decode": int8.median_ms * scale,
-        "int8_speedup": decision.speedup,
-        "verdict": decision.verdict,
-        "unsure": list(decision.unsure),
-        "timing": decision.to_json(),
-    }
-    if part is not None:
-        doc["timed_tokens"] = {
-            "tokens": part[0],
-            "of": part[1],
-            "scaled": f"ms per decode = the {part[0]}-token decodes' x {scale:g} (every step of the static-shape "
-            "graph computes over the whole cache)",
-        }
-    speedup = decision.speedup
-    where = f"on this host ({host.isa_class}, {runtime})"
-    if not decision.sure:
-        shown = f"{speedup:.2f}x" if speedup is not None else "not measured against"
-        return doc, (
-            f"INT8 ran {shown} FP32 per decode {where}, within noise after {decision.rounds} rounds "
-            f"({decision.why()}): `edgekit build --precision auto` ships FP32; re-run quantize on a quieter host"
-        )
-    if decision.verdict == SLOWER:
-        return doc, (
-            f"INT8 is {speedup:.2f}x FP32 per decode {where}: slower; `edgekit build BUNDLE --precision auto` "
-            f"ships FP32 here, or fewer fallbacks ({fallbacks} now: relax --budget) make INT8 pay"
-        )
-    return doc, None
+def _clock(run: QuantizeRun, decode_s: float) -> None:
+    """The first FP32 decode took ``decode_s``: the plan gets its clock (and the speed timing's
+    share, which may now be part of a decode) and is said."""
+    run.decode_s = decode_s
+    if run.schedule is not None and run.schedule.speed:
+        run.schedule = dataclasses.replace(run.schedule, speed=2 * SPEED_ROUNDS * timed_share(run_speed_part(run)))
+    if run.schedule is not None:
+        run.say(run.schedule.describe(decode_s))
 
 
 # The flow decoder's activation ranges follow the ODE time t: scales per step range keep more of it

@@ -96,7 +96,7 @@ def test_auto_ships_fp32_where_quantize_timed_int8_within_noise(tiny_bundle, loa
     from edgekit.builder.precision import precision_evidence
     from edgekit.bundle import Bundle
     from edgekit.probes.speed import decide
-    from edgekit.quantize.stage import speed_record
+    from edgekit.quantize.speed import speed_record
     from tests.fakes.host import StandInHost
 
     host = StandInHost(loads=loads)

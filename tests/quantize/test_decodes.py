@@ -1,4 +1,5 @@
-"""How much of a decode quantize runs: the tokens a row decides, the speed timing's share."""
+"""How much of a decode quantize runs: the tokens a row decides, the speed timing's share (a long
+AR decode's first tokens, a long masked or flow decode's first steps)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,17 @@ def test_a_long_ar_decode_is_timed_on_its_first_tokens_and_scaled_to_a_whole_one
     from edgekit.bundle import Bundle
     from edgekit.host import HostFacts
     from edgekit.probes.speed import decide
-    from edgekit.quantize import decodes, stage
+    from edgekit.quantize import decodes, speed
     from tests.fakes.host import StandInHost
 
     ar, masked = Bundle.load(demo_bundles["ar"]), Bundle.load(demo_bundles["masked"])
     assert ar.meta["max_len"] <= decodes.SPEED_AR_TOKENS  # the demo: timed whole
-    assert decodes.speed_tokens(ar, {}) is None and decodes.speed_tokens(masked, {}) is None
+    assert decodes.speed_part(ar, {}) is None and decodes.speed_part(masked, {}) is None
     long_ar = SimpleNamespace(kind="ar", tokens_per_row=1024)  # the accessor a 1024-token bundle answers
-    assert decodes.speed_tokens(long_ar, {}) == (decodes.SPEED_AR_TOKENS, 1024)
-    assert decodes.speed_tokens(long_ar, {"length": 100}) is None  # the decode itself is short
+    part = decodes.speed_part(long_ar, {})
+    assert part == decodes.SpeedPart("tokens", decodes.SPEED_AR_TOKENS, 1024) and part.option == "length"
+    assert decodes.speed_part(long_ar, {}, decode_s=0.01) == part  # tokens, whatever the clock
+    assert decodes.speed_part(long_ar, {"length": 100}) is None  # the decode itself is short
     host = StandInHost(loads=(0.3,))
     decision = decide(
         {"fp32": host.call("fp32", [100]), "int8": host.call("int8", [50])},
@@ -45,9 +48,60 @@ def test_a_long_ar_decode_is_timed_on_its_first_tokens_and_scaled_to_a_whole_one
         probe=host.probe,
     )
     facts = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
-    doc, _ = stage.speed_record(decision, "ort", facts, 1, 0, part=(128, 1024))
+    doc, _ = speed.speed_record(decision, "ort", facts, 1, 0, part=decodes.SpeedPart("tokens", 128, 1024))
     assert (doc["fp32_ms_per_decode"], doc["int8_ms_per_decode"]) == (800.0, 400.0)  # x 8: a whole decode
     assert doc["int8_speedup"] == pytest.approx(2.0) and doc["timed_tokens"]["of"] == 1024
+    assert doc["timed_tokens"]["tokens"] == 128 and "timed_steps" not in doc
+
+
+@pytest.mark.parametrize(
+    "kind,decode,decode_s,bucketed,expected",
+    [
+        ("masked", {}, None, False, None),  # not timed yet: whole
+        ("masked", {}, 0.5, False, None),  # a short decode: whole
+        ("masked", {}, 24.0, False, ("steps", 1, 8)),  # 3 s a step of the default 8: one step
+        ("masked", {}, 6.0, False, ("steps", 4, 8)),  # 0.75 s a step: four make 3 s
+        ("masked", {"steps": 16}, 24.0, False, ("steps", 2, 16)),  # the decode options' steps count
+        ("flow", {}, 19.1, False, ("steps", 1, 4)),  # Sana-600M's: 4 steps of ~4.8 s
+        ("flow", {}, 19.1, True, None),  # step buckets: every bucket's graph must run
+        ("flow", {"steps": 1}, 60.0, False, None),  # one step is the whole decode
+    ],
+)
+def test_a_long_masked_or_flow_decode_is_timed_on_its_first_steps(
+    demo_bundles, kind, decode, decode_s, bucketed, expected
+):
+    """Steps enough for about SPEED_PART_S by the first FP32 decode's clock, where that is fewer
+    than the decode takes; the decode options' steps win over the bundle's defaults."""
+    from edgekit.bundle import Bundle
+    from edgekit.quantize import decodes
+
+    bundle = Bundle.load(demo_bundles[kind])
+    defaults = {"masked": 8, "flow": 4}
+    assert bundle.decode_defaults.get("steps", defaults[kind]) == defaults[kind]  # the cases assume these
+    part = decodes.speed_part(bundle, decode, decode_s=decode_s, bucketed=bucketed)
+    assert part == (None if expected is None else decodes.SpeedPart(*expected))
+    if part is not None:
+        assert part.option == "steps" and decodes.timed_share(part) == part.timed / part.of
+
+
+def test_the_speed_record_of_a_partly_timed_decode_scales_to_a_whole_one():
+    from edgekit.host import HostFacts
+    from edgekit.probes.speed import decide
+    from edgekit.quantize import decodes, speed
+    from tests.fakes.host import StandInHost
+
+    host = StandInHost(loads=(0.3,))
+    decision = decide(
+        {"fp32": host.call("fp32", [3000]), "int8": host.call("int8", [1000])},
+        5,
+        pair=lambda t: ("int8", "fp32"),
+        probe=host.probe,
+    )
+    facts = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
+    doc, warning = speed.speed_record(decision, "ort", facts, 1, 0, part=decodes.SpeedPart("steps", 1, 4))
+    assert warning is None and (doc["fp32_ms_per_decode"], doc["int8_ms_per_decode"]) == (12000.0, 4000.0)
+    assert doc["timed_steps"]["steps"] == 1 and doc["timed_steps"]["of"] == 4
+    assert "x 4" in doc["timed_steps"]["scaled"] and "timed_tokens" not in doc
 
 
 def test_the_bundle_says_how_many_tokens_a_row_decides(demo_bundles):

@@ -210,7 +210,7 @@ def test_the_speed_record_says_how_int8_was_timed_and_warns_once(loads, int8_ms,
     and CPU class; a busy host was timed again, then one warning says build ships FP32."""
     from edgekit.host import HostFacts
     from edgekit.probes.speed import decide
-    from edgekit.quantize.stage import speed_record
+    from edgekit.quantize.speed import speed_record
     from tests.fakes.host import StandInHost
 
     host = StandInHost(loads=loads)

@@ -177,7 +177,7 @@ class FallbackProfile:
         """The runtime that decodes candidate ``model`` for the budget (its bucket graphs behind one).
         ``spin`` None: as deployed (a one-graph model's threads spin between runs too; bucket
         sessions, which take turns, inside runs only); False: inside runs only (timed side by side
-        with another session: TIMED_SPIN, stage.py)."""
+        with another session: TIMED_SPIN, quantize/speed.py)."""
         single = len(self.buckets.paths(model)) == 1
         return self.buckets.open(
             model, lambda path: self.budget_runtime(path, spin=spin is not False, bucket=not single)

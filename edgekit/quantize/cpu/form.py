@@ -320,7 +320,7 @@ def choose_form(profile: Any, model: Path, outcome: BudgetOutcome) -> dict[str, 
     def timed(candidate: Path) -> Decision:
         # Timed on the budget runtime, as it is decoded: OpenVINO runs weight-only layers as int8
         # kernels with dynamically quantized activations (faster than f32 there; on ORT, slower).
-        # No spin between runs: TIMED_SPIN (stage.py).
+        # No spin between runs: TIMED_SPIN (quantize/speed.py).
         with profile.budget_runtime(model, spin=False) as fp, profile.budget_runtime(candidate, spin=False) as wo:
             return time_forms(fp, wo, feed, run.say)
 

@@ -1,5 +1,5 @@
 """How the cpu/trt profile opens its INT8 candidates on ORT: as deployed for the budget, and
-spinning inside runs only where sessions are timed side by side (TIMED_SPIN, quantize/stage.py),
+spinning inside runs only where sessions are timed side by side (TIMED_SPIN, quantize/speed.py),
 and the fallback form's two models timed there and weighed."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_candidate_sessions_spin_inside_runs_and_between_them_only_alone(tiny_mo
 
 @pytest.mark.slow
 def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, monkeypatch):
-    from edgekit.quantize import QuantizeConfig, quantize_bundle, stage
+    from edgekit.quantize import QuantizeConfig, quantize_bundle, speed, stage
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
     fp32_options = []
@@ -72,6 +72,7 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     candidates = []
     real = FallbackProfile.budget_runtime
     monkeypatch.setattr(stage, "OrtRuntime", Spy)
+    monkeypatch.setattr(speed, "OrtRuntime", Spy)
     monkeypatch.setattr(
         FallbackProfile, "budget_runtime", lambda self, model, **kw: (candidates.append(kw), real(self, model, **kw))[1]
     )
@@ -81,15 +82,15 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     from edgekit.bundle import Bundle
     from edgekit.vocabulary import SPEED_VERDICTS
 
-    speed = Bundle.load(masked).quantization.speed
-    assert speed.verdict in SPEED_VERDICTS and speed.timing["rounds"] >= 1
+    recorded = Bundle.load(masked).quantization.speed
+    assert recorded.verdict in SPEED_VERDICTS and recorded.timing["rounds"] >= 1
     # SPEED_ROUNDS samples each, or MIN_SAMPLES where the difference was already clear after them
     # (``probes.speed.measure_round``: which one depends on this host's speed and load)
     from edgekit.probes.speed import MIN_SAMPLES
 
-    counts = {len(t["samples_ms"]) for t in speed.timing["timings"].values()}
-    assert len(counts) == 1 and counts <= {MIN_SAMPLES, stage.SPEED_ROUNDS}
-    assert all(t["cores"] >= 1 for t in speed.timing["timings"].values())
+    counts = {len(t["samples_ms"]) for t in recorded.timing["timings"].values()}
+    assert len(counts) == 1 and counts <= {MIN_SAMPLES, speed.SPEED_ROUNDS}
+    assert all(t["cores"] >= 1 for t in recorded.timing["timings"].values())
     timed = [o for o in fp32_options if not o.spin_between_runs]
     assert len(timed) == 1 and timed[0].allow_spinning  # the FP32 side of the INT8-vs-FP32 timing
     # its warm-up is one recorded call, not a whole decode: then the timed decodes, each K calls
@@ -100,7 +101,7 @@ def test_quantize_times_int8_against_fp32_with_spin_inside_runs_only(masked, mon
     (spy,) = [x for x in spies if not x.options.spin_between_runs]
     timed_calls = spy.calls - 1  # a busy host may time more rounds: whole decodes all the same
     assert per_decode > 1 and timed_calls % per_decode == 0
-    assert timed_calls >= len(speed.timing["timings"]["fp32"]["samples_ms"]) * per_decode
+    assert timed_calls >= len(recorded.timing["timings"]["fp32"]["samples_ms"]) * per_decode
     assert candidates[-1] == {"spin": False, "bucket": False}  # its INT8 side, opened last
 
 
