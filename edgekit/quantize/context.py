@@ -172,24 +172,6 @@ class QuantizeRun:
                     after_batch=None if watch is None else watch.after_batch,
                 )
 
-            def judged_by_check(rt: Any, counted: bool = True) -> dict[str, Any]:
-                # Counted on from the budget's decodes (its teacher-forced calls are the gate's
-                # time: Sana-600M's 16 rows ran 76 s with no word): not where it runs beside them.
-                first = -(-self.n_eval // self.bundle.batch)
-                each = None if eta is None or not counted else (lambda i: eta(first + i))
-                return gate_metrics(
-                    gate_runtimes(
-                        self.bundle,
-                        self.fp32_rt,
-                        rt,
-                        self.n_eval,
-                        cfg.eval_seed,
-                        cfg.decode,
-                        self.eval_rows,
-                        each_batch=each,
-                    )
-                )
-
             if second is None:
                 try:
                     metrics = compare(self.kind, self.reference, budget())
@@ -202,13 +184,13 @@ class QuantizeRun:
                 if skipped:
                     metrics["check_skipped"] = skipped
                 elif gate:
-                    metrics |= judged_by_check(candidate)
+                    metrics |= self._judged_by_check(candidate, eta)
             else:
                 # The gate leads with its teacher-forced calls (FP32's trajectory), which the budget's
                 # decode never asks: by the time it decodes on its own, the budget has answered most of it.
                 with ThreadPoolExecutor(max_workers=1) as pool:
                     ahead = pool.submit(budget)
-                    checked = judged_by_check(second, counted=False)
+                    checked = self._judged_by_check(second, None)
                     metrics = compare(self.kind, self.reference, ahead.result()) | checked
         finally:
             if lane is not None:
@@ -219,6 +201,18 @@ class QuantizeRun:
                 self.calls_run += memo.misses
                 self.calls_answered += memo.hits
         return metrics
+
+    def _judged_by_check(self, runtime: Any, eta: Eta | None) -> dict[str, Any]:
+        """``check``'s default gate of ``runtime`` on the held-out rows, counted on ``eta`` after the
+        budget's decodes (its teacher-forced calls are the gate's time: Sana-600M's 16 rows ran 76 s
+        with no word); None where it runs beside them (a lane) or there is no plan."""
+        cfg = self.cfg
+        first = -(-self.n_eval // self.bundle.batch)
+        each = None if eta is None else (lambda i: eta(first + i))
+        gate = gate_runtimes(
+            self.bundle, self.fp32_rt, runtime, self.n_eval, cfg.eval_seed, cfg.decode, self.eval_rows, each_batch=each
+        )
+        return gate_metrics(gate)
 
     def judge(self, metrics: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]]]:
         return check(metrics, self.budget)

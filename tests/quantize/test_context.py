@@ -38,3 +38,27 @@ def test_set_then_read(tmp_path: Path) -> None:
     run.prepared = graph
     assert run.prepared is graph
     assert run.schedule is None  # optional for good: measure() runs without a plan
+
+
+@pytest.mark.slow
+def test_checks_gate_counts_on_in_the_candidates_progress(demo_bundles, tmp_path, monkeypatch) -> None:
+    """A candidate's INT8 decodes are counted over the budget's decode and then ``check``'s gate
+    (its teacher-forced calls): at size the gate alone ran 76 s, and said nothing."""
+    import shutil
+
+    from edgekit.quantize import QuantizeConfig, context, quantize_bundle
+    from edgekit.quantize.plan import Eta
+
+    bundle = shutil.copytree(demo_bundles["flow"], tmp_path / "flow")
+    said: list[str] = []
+    monkeypatch.setattr(context, "Eta", lambda label, total, say: Eta(label, total, say, interval=0.0))
+    quantize_bundle(
+        bundle,
+        QuantizeConfig(
+            calib_samples=2, eval_samples=4, fallback=False, budget={"snr_db": 0.0, "gt_snr_drop_db": 100.0}
+        ),
+        progress=said.append,
+    )
+    counted = [m for m in said if m.startswith("candidate 1: INT8 decode")]
+    # 2 graph batches of held-out rows: the budget's decodes count 1, the gate's 2 and 3 (of 4)
+    assert [m.split(":")[1].strip().split()[-1] for m in counted] == ["1/4", "2/4", "3/4"], "\n".join(said)
