@@ -17,7 +17,6 @@ screen reads beside the global figure (``search.screen``).
 
 from __future__ import annotations
 
-import copy
 import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -29,11 +28,9 @@ import numpy as np
 from edgekit._deps import require
 from edgekit._sidefiles import remove_model
 from edgekit.probes.memory import give_back_freed
-from edgekit.quantize.cpu.suffix import downstream, suffix_of
 from edgekit.quantize.memory import tensor_bytes
 from edgekit.quantize.segments import grouped_runs
 from edgekit.quantize.taps import (
-    add_tensor_outputs,
     calibrated_tensors,
     fetch_cap,
     fetch_groups,
@@ -41,7 +38,6 @@ from edgekit.quantize.taps import (
     graph_without_weights,
     group_progress,
     in_graph_order,
-    tapped_session,
 )
 
 
@@ -290,90 +286,35 @@ def isolated_output_sqnr(
     feeds: Sequence[Mapping[str, np.ndarray]],
     output: str,
     each: Callable[[int], None] | None = None,
-    suffixes: bool = True,
 ) -> dict[str, float]:
     """{node: SQNR (dB) of the network output ``output`` when only that node is INT8} over
     ``feeds``: one layer at a time, so the score includes how the node's error propagates to
     the output (the first layer reading a flow's ODE state adds modest local noise that every
-    later layer carries). ``build([node])`` writes the one-node QDQ model (cached calibration).
-    With ``suffixes``, each one-node model runs only from where it differs from the float model
-    (``suffix.suffix_of``), on the float tensors there that one float run per feed fetched for all ``nodes``
-    (where they fit ``taps.fetch_cap``; else whole graphs)."""
+    later layer carries). ``build([node])`` writes the one-node QDQ model (cached calibration)."""
+    ort = require("onnxruntime")
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
-    float_graph = graph_without_weights(float_model)
-    takes = _takes_of(float_graph, nodes, len(feeds), fetch_cap(float_model)) if suffixes else []
-    reference, carried = _float_run(float_model, float_graph, output, takes, feeds)
+
+    def outputs(path: Path) -> list[np.ndarray]:
+        # Each one-node model holds the whole network's weights (all but one node float): the last
+        # one's freed heap goes back to the system before this one's weights are mapped on top.
+        give_back_freed()
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        try:
+            return [session.run([output], dict(f))[0] for f in feeds]
+        finally:
+            del session
 
     def alone(node: str) -> float:
         path = build([node])
         try:
-            got = _one_node_run(path, float_graph, output, carried, feeds)
-            return float(dbg.compute_signal_to_quantization_noice_ratio(reference, got))
+            return float(dbg.compute_signal_to_quantization_noice_ratio(reference, outputs(path)))
         finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
             remove_model(path)
 
+    reference = outputs(float_model)
     out: dict[str, float] = {}
     for i, node in enumerate(nodes, 1):
         out[node] = alone(node)
         if each is not None:
             each(i)
     return out
-
-
-def _takes_of(float_graph: Any, nodes: Sequence[str], feeds: int, cap: int) -> list[str]:
-    """The float tensors the suffixes from ``nodes`` read (``suffix.downstream``), where all of them
-    over ``feeds`` feeds fit ``cap`` bytes; else none (whole graphs)."""
-    wanted: dict[str, None] = {}
-    for node in nodes:
-        wanted.update(dict.fromkeys(downstream(float_graph, node) or ()))
-    sizes = tensor_bytes(float_graph)
-    if any(t not in sizes for t in wanted) or sum(sizes[t] for t in wanted) * feeds > cap:
-        return []
-    return list(wanted)
-
-
-def _session_outputs(path: Path, names: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]]) -> list[list[Any]]:
-    """``names`` of each feed from a session of the whole model at ``path`` (ORT's defaults)."""
-    ort = require("onnxruntime")
-    # Each one-node model holds the whole network's weights (all but one node float): the last
-    # one's freed heap goes back to the system before this one's weights are mapped on top.
-    give_back_freed()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    try:
-        return [session.run(list(names), dict(f)) for f in feeds]
-    finally:
-        del session
-
-
-def _float_run(
-    float_model: Path, float_graph: Any, output: str, takes: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]]
-) -> tuple[list[np.ndarray], dict[str, list[np.ndarray]]]:
-    """(the float model's ``output`` per feed, {tensor of ``takes``: its value per feed})."""
-    if not takes:
-        return [r[0] for r in _session_outputs(float_model, [output], feeds)], {}
-    graph = copy.deepcopy(float_graph)
-    fetch = [output, *add_tensor_outputs(graph, takes)]
-    give_back_freed()
-    with tapped_session(float_model, graph, optimize=True, in_order=False) as session:
-        runs = [session.run(fetch, dict(f)) for f in feeds]
-    carried = {name: [r[j] for r in runs] for j, name in enumerate(fetch) if j}
-    return [r[0] for r in runs], carried
-
-
-def _one_node_run(
-    path: Path,
-    float_graph: Any,
-    output: str,
-    carried: Mapping[str, Sequence[np.ndarray]],
-    feeds: Sequence[Mapping[str, np.ndarray]],
-) -> list[np.ndarray]:
-    """The one-node model's ``output`` per feed: its ``suffix`` on the ``carried`` float tensors, or
-    the whole graph where there is none."""
-    onnx = require("onnx")
-    graph = onnx.load(str(path), load_external_data=False) if carried else None
-    part = suffix_of(float_graph, graph, output, list(carried)) if graph is not None else None
-    if part is None:
-        return [r[0] for r in _session_outputs(path, [output], feeds)]
-    give_back_freed()
-    with tapped_session(path, part.graph, optimize=True, in_order=False) as session:
-        return [session.run([output], {**f, **{t: carried[t][i] for t in part.takes}})[0] for i, f in enumerate(feeds)]
