@@ -86,6 +86,7 @@ class QuantizeRun:
     history: list[dict[str, Any]] = field(default_factory=list)  # every budget measurement, in order
     schedule: Plan | None = None  # the decodes this run makes (plan.Plan), and one FP32 decode's seconds
     decode_s: float | None = None
+    heldout_s: list[float] = field(default_factory=list)  # each held-out FP32 decode's seconds (graph batches)
     candidates: int = 0  # INT8 candidates measured
     calls_run: int = 0  # their network calls run, and answered again from what was kept
     calls_answered: int = 0

@@ -114,6 +114,7 @@ def quantize_bundle(
             )
         doc = summary(run, result)
         doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
+        doc["heldout_fp32_decode_s"] = run.heldout_s
         doc["memory"] = memory_record(peak_before, model_bytes(run.fp32_path), activation_bytes(run.fp32_path))
         record_result(
             bundle,
@@ -193,16 +194,17 @@ def record_fp32(run: QuantizeRun, extras: PlanExtras, taps: AbstractContextManag
         if live is not None and run.traj.every == 1 and live.calls_run == len(run.traj.feeds):
             run.live_ranges = live.ranges()
     give_back_freed()  # the tapped graph's weights, before the FP32 session's
+    eta, starts = Eta("held-out FP32 decode", schedule.heldout, run.say), []
+
+    def each(i: int) -> None:  # each decode's time too: a steadier unit than 3 timed ones (record.fp32_decodes)
+        starts.append(time.perf_counter())
+        eta(i)
+
     with run.timed("fp32_decode_s"):
         run.reference = decode_eval_set(
-            run.bundle,
-            run.fp32_rt,
-            run.n_eval,
-            cfg.eval_seed,
-            cfg.decode,
-            rows=run.eval_rows,
-            each_batch=Eta("held-out FP32 decode", schedule.heldout, run.say),
+            run.bundle, run.fp32_rt, run.n_eval, cfg.eval_seed, cfg.decode, rows=run.eval_rows, each_batch=each
         )
+    run.heldout_s = [end - start for start, end in zip(starts, [*starts[1:], time.perf_counter()])]
     run.fp32_rt.release()
     run.reader = calibration_reader(run.traj.feeds, run.bundle.inputs)
 

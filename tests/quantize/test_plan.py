@@ -101,6 +101,29 @@ def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, t
     unit = s["speed"]["fp32_ms_per_decode"] / 1000 if s["speed"].get("measured") else plan["fp32_decode_s"]
     assert s["fp32_decode_unit"]["seconds"] == pytest.approx(unit)
     assert s["fp32_decodes"] == pytest.approx(s["timing_s"]["total_s"] / unit, rel=0.01)
+    # each held-out FP32 decode's time is kept; under 3 of them, no median beside the unit
+    assert len(s["heldout_fp32_decode_s"]) == plan["heldout_decodes"] and min(s["heldout_fp32_decode_s"]) > 0
+    assert "heldout_median_s" not in s["fp32_decode_unit"]
+
+
+def test_the_held_out_decodes_median_is_counted_beside_the_speed_timings_unit():
+    from edgekit.quantize.record import fp32_decodes
+
+    summary = {
+        "speed": {"measured": True, "fp32_ms_per_decode": 12_000.0},
+        "plan": {"fp32_decode_s": 20.0},
+        "heldout_fp32_decode_s": [16.0, 13.0, 13.5, 12.5, 14.0],  # the first pays the session's first run
+    }
+    out = fp32_decodes(summary, 780.0)
+    assert out["fp32_decodes"] == 65.0 and out["fp32_decode_unit"]["seconds"] == 12.0
+    unit = out["fp32_decode_unit"]
+    assert unit["heldout_median_s"] == 13.5 and unit["heldout_decodes"] == 5
+    assert unit["fp32_decodes_by_heldout"] == pytest.approx(57.8)
+    # no speed timing (an emulated device): the first decode, and still the held-out median beside it
+    out = fp32_decodes(
+        {"speed": {"measured": False}, "plan": {"fp32_decode_s": 20.0}, "heldout_fp32_decode_s": [13.0] * 3}, 780.0
+    )
+    assert out["fp32_decodes"] == 39.0 and out["fp32_decode_unit"]["fp32_decodes_by_heldout"] == 60.0
 
 
 def test_the_plan_prices_a_decode_without_the_session_load(tiny_bundles, tmp_path, monkeypatch):
