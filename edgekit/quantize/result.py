@@ -79,6 +79,7 @@ def summary(run: QuantizeRun, r: SearchResult) -> dict[str, Any]:
             "history": r.history,
         },
         "passed": r.passed,
+        "heldout_fp32_decode_s": run.heldout_s,  # each held-out FP32 decode's time (record.fp32_decodes)
         "measured": r.metrics,
         "notes": [] if r.passed else budget_notes(r.checks, r.metrics),
         "fallback": [named(f) for f in r.fallback],

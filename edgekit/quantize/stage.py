@@ -114,7 +114,6 @@ def quantize_bundle(
             )
         doc = summary(run, result)
         doc["plan"] = run.schedule.to_json(run.decode_s) if run.schedule is not None else None
-        doc["heldout_fp32_decode_s"] = run.heldout_s
         doc["memory"] = memory_record(peak_before, model_bytes(run.fp32_path), activation_bytes(run.fp32_path))
         record_result(
             bundle,
