@@ -9,6 +9,25 @@ from types import SimpleNamespace
 import pytest
 
 
+def _speed_record(fp32_ms, int8_ms, part):
+    """``speed.speed_record`` of a quiet stand-in host's timing (each side ``*_ms`` a decode) timed
+    on ``part`` of a decode."""
+    from edgekit.host import HostFacts
+    from edgekit.probes.speed import decide
+    from edgekit.quantize import speed
+    from tests.fakes.host import StandInHost
+
+    host = StandInHost(loads=(0.3,))
+    decision = decide(
+        {"fp32": host.call("fp32", [fp32_ms]), "int8": host.call("int8", [int8_ms])},
+        5,
+        pair=lambda t: ("int8", "fp32"),
+        probe=host.probe,
+    )
+    facts = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
+    return speed.speed_record(decision, "ort", facts, 1, 0, part=part)
+
+
 def test_tokens_per_row_is_what_a_rows_decode_decides(demo_bundles):
     from edgekit.bundle import Bundle
     from edgekit.quantize.decodes import tokens_per_row
@@ -27,10 +46,7 @@ def test_tokens_per_row_is_what_a_rows_decode_decides(demo_bundles):
 
 def test_a_long_ar_decode_is_timed_on_its_first_tokens_and_scaled_to_a_whole_one(demo_bundles):
     from edgekit.bundle import Bundle
-    from edgekit.host import HostFacts
-    from edgekit.probes.speed import decide
-    from edgekit.quantize import decodes, speed
-    from tests.fakes.host import StandInHost
+    from edgekit.quantize import decodes
 
     ar, masked = Bundle.load(demo_bundles["ar"]), Bundle.load(demo_bundles["masked"])
     assert ar.meta["max_len"] <= decodes.SPEED_AR_TOKENS  # the demo: timed whole
@@ -40,15 +56,7 @@ def test_a_long_ar_decode_is_timed_on_its_first_tokens_and_scaled_to_a_whole_one
     assert part == decodes.SpeedPart("tokens", decodes.SPEED_AR_TOKENS, 1024) and part.option == "length"
     assert decodes.speed_part(long_ar, {}, decode_s=0.01) == part  # tokens, whatever the clock
     assert decodes.speed_part(long_ar, {"length": 100}) is None  # the decode itself is short
-    host = StandInHost(loads=(0.3,))
-    decision = decide(
-        {"fp32": host.call("fp32", [100]), "int8": host.call("int8", [50])},
-        5,
-        pair=lambda t: ("int8", "fp32"),
-        probe=host.probe,
-    )
-    facts = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
-    doc, _ = speed.speed_record(decision, "ort", facts, 1, 0, part=decodes.SpeedPart("tokens", 128, 1024))
+    doc, _ = _speed_record(100, 50, decodes.SpeedPart("tokens", 128, 1024))
     assert (doc["fp32_ms_per_decode"], doc["int8_ms_per_decode"]) == (800.0, 400.0)  # x 8: a whole decode
     assert doc["int8_speedup"] == pytest.approx(2.0) and doc["timed_tokens"]["of"] == 1024
     assert doc["timed_tokens"]["tokens"] == 128 and "timed_steps" not in doc
@@ -85,20 +93,9 @@ def test_a_long_masked_or_flow_decode_is_timed_on_its_first_steps(
 
 
 def test_the_speed_record_of_a_partly_timed_decode_scales_to_a_whole_one():
-    from edgekit.host import HostFacts
-    from edgekit.probes.speed import decide
-    from edgekit.quantize import decodes, speed
-    from tests.fakes.host import StandInHost
+    from edgekit.quantize import decodes
 
-    host = StandInHost(loads=(0.3,))
-    decision = decide(
-        {"fp32": host.call("fp32", [3000]), "int8": host.call("int8", [1000])},
-        5,
-        pair=lambda t: ("int8", "fp32"),
-        probe=host.probe,
-    )
-    facts = HostFacts("x86_64", "EPYC", None, None, False, ("avx2",))
-    doc, warning = speed.speed_record(decision, "ort", facts, 1, 0, part=decodes.SpeedPart("steps", 1, 4))
+    doc, warning = _speed_record(3000, 1000, decodes.SpeedPart("steps", 1, 4))
     assert warning is None and (doc["fp32_ms_per_decode"], doc["int8_ms_per_decode"]) == (12000.0, 4000.0)
     assert doc["timed_steps"]["steps"] == 1 and doc["timed_steps"]["of"] == 4
     assert "x 4" in doc["timed_steps"]["scaled"] and "timed_tokens" not in doc
