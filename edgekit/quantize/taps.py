@@ -28,6 +28,8 @@ from edgekit.quantize.quiet import quiet_ort_logging
 # graph outputs at most this share of the FP32 weight bytes (never under FETCH_FLOOR: a small
 # model's feed stays one graph), at the cost of one more session and forward per group.
 FETCH_SHARE = 0.2
+# A session that runs fewer forwards than this is opened without prepacking its weights (``few_runs``).
+PREPACK_MIN_RUNS = 16
 FETCH_FLOOR = 256 << 20
 
 
@@ -188,9 +190,10 @@ def add_min_max_taps(
     (``tapped_session``), a tensor is reduced, and freed, as soon as its consumers are done, where
     taps at the end would keep every tapped tensor of the call alive (+1 GB a call on a 2.25 GiB
     transformer). ``magnitude``: a ReduceMin of its Abs too (the smallest |x|). ``tails`` (with
-    ``magnitude``): tensor -> k, a TopK of that Abs flattened too, the k largest |x| of the call
-    (unsorted, [k]: ``ranges.Tails``). Returns their output names per tensor in turn: min, max (and
-    min |x|), then the tails' in ``tensors``' order."""
+    ``magnitude``): tensor -> k, the k largest |x| of the call above a floor fed with each call
+    (``_add_tail``; unsorted, at most [k]: ``ranges.Tails``). Returns their output names per tensor
+    in turn: min, max (and min |x|), then the tails' in ``tensors``' order (each tail's floor is
+    the graph input ``tail_floor(name)``)."""
     onnx = require("onnx")
     helper = onnx.helper
     g = graph.graph
@@ -199,8 +202,6 @@ def add_min_max_taps(
     tail_taps: list[str] = []
     after: dict[str, list[Any]] = {}
     tails = dict(tails or {}) if magnitude else {}
-    if tails:
-        g.initializer.append(onnx.numpy_helper.from_array(np.array([-1], np.int64), f"{prefix}_flat"))
     for i, name in enumerate(tensors):
         for op in ("ReduceMin", "ReduceMax", "AbsMin")[: 3 if magnitude else 2]:
             out = f"{prefix}_{op[-3:].lower()}_{i}" if op != "AbsMin" else f"{prefix}_absmin_{i}"
@@ -209,9 +210,10 @@ def add_min_max_taps(
                 made.append(helper.make_node("Abs", [name], [f"{out}_abs"], name=f"{out}_abs"))
                 made.append(helper.make_node("ReduceMin", [f"{out}_abs"], [out], keepdims=0, name=out))
                 if name in tails:
-                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", f"{prefix}_flat", made)
+                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", made)
                     kind = elem.get(name) or onnx.TensorProto.FLOAT
-                    g.output.append(helper.make_tensor_value_info(tail, kind, [tails[name]]))
+                    g.input.append(helper.make_tensor_value_info(tail_floor(tail), kind, []))
+                    g.output.append(helper.make_tensor_value_info(tail, kind, [f"{tail}_k"]))
                     tail_taps.append(tail)
             else:
                 made.append(helper.make_node(op, [name], [out], keepdims=0, name=out))
@@ -227,17 +229,35 @@ def add_min_max_taps(
     return taps + tail_taps
 
 
-def _add_tail(graph: Any, magnitudes: str, k: int, out: str, flat: str, made: list[Any]) -> str:
-    """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape,
-    flattened first by the shape initializer ``flat``, [-1]: TopK reads one axis) as ``out``."""
+def tail_floor(tail: str) -> str:
+    """The name of the graph input that holds tail tap ``tail``'s floor (``_add_tail``)."""
+    return f"{tail}_floor"
+
+
+def _add_tail(graph: Any, magnitudes: str, k: int, out: str, made: list[Any]) -> str:
+    """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape)
+    that lie above the fed scalar ``tail_floor(out)`` (all of them where fewer) as ``out``, [<= k].
+
+    Why a floor: a TopK over every value of the call cost Sana-600M's calibration decodes 0.35 s a
+    call (1,000-odd of 290 M values); fed the k-th largest |x| kept so far (``ranges.Tails.floor``),
+    a call passes a few thousand values to its TopK. No value at or below that floor can change the
+    k largest kept (a tie adds a value equal to one already kept), so the tails are the same as a
+    TopK over every value gives; a NaN is never at or below a floor (``Not(LessOrEqual)``), so it is
+    kept as the whole TopK kept it. A first call is fed a floor below every |x| (-1): its TopK reads
+    all of them, as before."""
     onnx = require("onnx")
+    helper = onnx.helper
     graph.graph.initializer.append(onnx.numpy_helper.from_array(np.array([k], np.int64), f"{out}_k"))
-    made.append(onnx.helper.make_node("Reshape", [magnitudes, flat], [f"{out}_flat"], name=f"{out}_flat"))
-    made.append(
-        onnx.helper.make_node(
-            "TopK", [f"{out}_flat", f"{out}_k"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out
-        )
-    )
+    made += [
+        helper.make_node("LessOrEqual", [magnitudes, tail_floor(out)], [f"{out}_low"], name=f"{out}_low"),
+        helper.make_node("Not", [f"{out}_low"], [f"{out}_keep"], name=f"{out}_keep"),
+        helper.make_node("Compress", [magnitudes, f"{out}_keep"], [f"{out}_above"], name=f"{out}_above"),
+        helper.make_node("Shape", [f"{out}_above"], [f"{out}_n"], name=f"{out}_n"),
+        helper.make_node("Min", [f"{out}_n", f"{out}_k"], [f"{out}_take"], name=f"{out}_take"),
+        helper.make_node(
+            "TopK", [f"{out}_above", f"{out}_take"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out
+        ),
+    ]
     return out
 
 
@@ -290,9 +310,28 @@ def group_progress(before: int, g: int, groups: int, calls: int, i: int) -> int:
     return before + (g * calls + i + 1) // groups
 
 
+def few_runs(options: Any, runs: int | None) -> Any:
+    """``options`` (ORT ``SessionOptions``) for a session that will run ``runs`` forwards (None:
+    not known): under PREPACK_MIN_RUNS, its weights are not prepacked. Why: ORT packs every GEMM
+    weight into its kernel's layout when the session opens, which pays back only over many runs
+    (Sana-600M's 2.2 GiB graph: 0.8 s to open without, 2.2-3.9 s with; each forward 0.06-0.26 s
+    slower unpacked), and the ranking opens one session of the whole graph per node it measures,
+    for four forwards. Only for sessions whose outputs are compared with each other, all opened
+    alike: packed or not, the outputs differ in float rounding (a calibration, whose ranges are
+    ORT's calibrator's to the bit, keeps ORT's default)."""
+    if runs is not None and runs < PREPACK_MIN_RUNS:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    return options
+
+
 @contextlib.contextmanager
 def tapped_session(
-    model_path: Path, graph: Any, threads: int = 0, optimize: bool = True, in_order: bool = True
+    model_path: Path,
+    graph: Any,
+    threads: int = 0,
+    optimize: bool = True,
+    in_order: bool = True,
+    runs: int | None = None,
 ) -> Iterator[Any]:
     """An ORT session of ``graph`` (a copy of ``model_path``'s with taps added) that reads the
     weights from ``model_path``'s own side file: the graph is written to a scratch folder beside the
@@ -301,10 +340,11 @@ def tapped_session(
     ones they observe). ``in_order`` False: ORT's default order, for a graph whose taps are only
     outputs (no tap nodes to run early): the priority order ran every node that reads only
     initializers first, and a QDQ graph run unfused dequantized every weight at the start of a
-    call (Sana-600M: 3.0 GB a run against 1.2 GB in the default order)."""
+    call (Sana-600M: 3.0 GB a run against 1.2 GB in the default order). ``runs``: the forwards it
+    will run, where known (``few_runs``)."""
     onnx = require("onnx")
     ort = require("onnxruntime")
-    options = ort.SessionOptions()
+    options = few_runs(ort.SessionOptions(), runs)
     options.intra_op_num_threads = threads
     # The nodes in the graph's order, as ready (each tap right after its tensor's producer), and no
     # memory pattern: ORT's default order ran the taps last (+1 GB of live tensors a call at 2.25

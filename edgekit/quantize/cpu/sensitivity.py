@@ -35,6 +35,7 @@ from edgekit.quantize.taps import (
     fetch_cap,
     fetch_groups,
     fetch_names,
+    few_runs,
     graph_without_weights,
     group_progress,
     in_graph_order,
@@ -107,12 +108,16 @@ def node_sensitivity(
         spill = Path(tmp)
         for i in range(len(feeds)):
             (spill / str(i)).mkdir()
-        for g, i, _, values in grouped_runs(float_model, f_graph, f_groups, lambda: feeds, len(feeds), cap):
+        for g, i, _, values in grouped_runs(
+            float_model, f_graph, f_groups, lambda: feeds, len(feeds), cap, compared=True
+        ):
             _spill(spill / str(i), spilled, values)
             if each is not None:
                 each(group_progress(0, g, len(f_groups), len(feeds), i))
         del f_graph
-        for g, i, _, qdq_acts in grouped_runs(qdq_model, q_graph, q_groups, lambda: feeds, len(feeds), cap):
+        for g, i, _, qdq_acts in grouped_runs(
+            qdq_model, q_graph, q_groups, lambda: feeds, len(feeds), cap, compared=True
+        ):
             group = q_groups[g]
             matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
             bases = {_activation_of(t) for t in group}
@@ -298,7 +303,8 @@ def isolated_output_sqnr(
         # Each one-node model holds the whole network's weights (all but one node float): the last
         # one's freed heap goes back to the system before this one's weights are mapped on top.
         give_back_freed()
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        options = few_runs(ort.SessionOptions(), len(feeds))  # the reference's and every node's alike
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         try:
             return [session.run([output], dict(f))[0] for f in feeds]
         finally:

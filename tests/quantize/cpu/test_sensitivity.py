@@ -69,6 +69,23 @@ def _watch_runs(monkeypatch):
     return fetched, most
 
 
+def _watch_options(monkeypatch):
+    """The forwards each session of the ranking was opened for (``taps.few_runs``'s ``runs``)."""
+    from edgekit.quantize import taps
+    from edgekit.quantize.cpu import sensitivity
+
+    runs: list[int | None] = []
+    real = taps.few_runs
+
+    def recorded(options, n):
+        runs.append(n)
+        return real(options, n)
+
+    monkeypatch.setattr(taps, "few_runs", recorded)
+    monkeypatch.setattr(sensitivity, "few_runs", recorded)
+    return runs
+
+
 def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
     """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
     runs saves activations only (no dequantized weight: the whole model again per feed)."""
@@ -79,9 +96,11 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
 
     model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 8)
     fetched, most = _watch_runs(monkeypatch)
+    opened = _watch_options(monkeypatch)
     nodes = {k: plan.by_name()[k] for k in chosen}
     scores = sensitivity.node_sensitivity(model, qdq, calib[:4], nodes)
     assert len(fetched) == 8  # two sessions, one run each per feed
+    assert opened == [4, 4]  # each opened for its four forwards: not prepacked (taps.few_runs)
     assert most[0] == 1  # the float session is gone before the QDQ one opens: never the model twice
     import onnx
 
@@ -226,3 +245,38 @@ def test_matmul_and_gemm_tensors_are_also_scored_per_row(tmp_path):
         d = r - np.asarray(cand, np.float64).reshape(r.shape)
         ratios += list((d * d).sum(1) / (r * r).sum(1))
     assert scores["proj"]["row_output_sqnr_db"] == pytest.approx(-10 * np.log10(np.mean(ratios)), abs=1e-3)
+
+
+def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_path, monkeypatch):
+    """``isolated_output_sqnr``: the float reference's session and each one-node model's are opened
+    for the feeds' forwards (few: no prepacked weights, ``taps.few_runs``), all alike, and the SQNR
+    is the one two default sessions give to within float rounding."""
+    ort = pytest.importorskip("onnxruntime")
+    from edgekit.quantize.calibrate import calibration_reader
+    from edgekit.quantize.cpu import ptq, sensitivity
+    from edgekit.quantize.cpu.select import select_nodes
+
+    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+    model, _, plan, chosen, calib = _naive_qdq(tmp_path, 8)
+    cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
+    assert set(select_nodes(plan, cfg)[0]) == set(chosen)
+    built: list = []
+
+    def build(nodes):
+        built.append(tmp_path / f"one-{len(built)}.onnx")
+        ptq.quantize_model(
+            model, built[-1], calibration_reader(calib), nodes, cfg, plan, calibration_cache=tmp_path / "c.json"
+        )
+        return built[-1]
+
+    opened = _watch_options(monkeypatch)
+    alone = sensitivity.isolated_output_sqnr(model, build, ["sin", "qk"], calib[:4], "y")
+    assert opened == [4, 4, 4]  # the reference, then each node's model
+    ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    reference = [ref.run(["y"], f)[0] for f in calib[:4]]
+    for node in ("sin", "qk"):
+        one = ort.InferenceSession(str(build([node])), providers=["CPUExecutionProvider"])
+        got = [one.run(["y"], f)[0] for f in calib[:4]]
+        assert alone[node] == pytest.approx(
+            float(dbg.compute_signal_to_quantization_noice_ratio(reference, got)), abs=0.01
+        )
