@@ -79,7 +79,7 @@ def collect_min_max(
     tails_for = (len(reader), percentile) if percentile is not None and hasattr(reader, "__len__") else None
     with min_max_session(model_path, op_types, quantized_outputs, threads, calls, tails_for) as (session, tap):
         for feed in each_call(reader, each):
-            tap.add(session.run(tap.taps, tap.feeds(feed)) if tap.taps else [])
+            tap.add(session.run(tap.taps, feed) if tap.taps else [])
     return tap.finish()
 
 

@@ -21,7 +21,6 @@ from edgekit.quantize.taps import (
     element_counts,
     graph_without_weights,
     ranged_tensors,
-    tail_floor,
     tapped_session,
     value_dtypes,
 )
@@ -119,16 +118,6 @@ class Tails:
         self.top[name] = merged
         self.seen[name] = self.seen.get(name, 0) + self.counts[name]
 
-    def floor(self, name: str) -> np.ndarray:
-        """The floor fed to ``name``'s tail tap for the next call (``taps._add_tail``), float32 []:
-        the smallest of its k largest |x| once k are kept (a value at or below it cannot change
-        them), else -1, below every |x| (all of the call's reach its TopK; also where a NaN is
-        kept, whose order against the floor no comparison can tell)."""
-        top = self.top.get(name)
-        if top is None or top.size < self.sizes[name] or np.isnan(top).any():
-            return np.array(-1.0, np.float32)
-        return np.asarray(top.min(), np.float32)
-
 
 def amax_of(lo: Any, hi: Any) -> float:
     return float(np.fmax(np.abs(np.asarray(lo, np.float64)), np.abs(np.asarray(hi, np.float64))))
@@ -139,8 +128,7 @@ class MinMaxTaps:
     outputs added for them (min, max and, with ``calls``, min |x| per tensor, in turn), fed one
     call's tap values at a time wherever the calls run (``min_max_session``). With ``calls``: each
     call's max |x| too, and the ranges of |x| (``CallRanges.signed``/``magnitude`` on ``finish``).
-    ``tails``: the tensors' largest |x| too (the taps end with their TopKs: ``add_min_max_taps``),
-    each call fed its floors (``feeds``)."""
+    ``tails``: the tensors' largest |x| too (the taps end with their TopKs: ``add_min_max_taps``)."""
 
     def __init__(
         self, tensors: Sequence[str], taps: Sequence[str], calls: CallRanges | None = None, tails: Tails | None = None
@@ -151,15 +139,6 @@ class MinMaxTaps:
         self.magnitude = RunningMinMax() if calls is not None else None
         if calls is not None:
             calls.start(self.tensors)
-
-    def feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """``feeds`` and, with tails, each tail tap's floor for this call (``Tails.floor``)."""
-        out = dict(feeds)
-        if self.tails is not None:
-            stride = 3 if self.magnitude is not None else 2
-            for name, tap in zip(self.tailed, self.taps[stride * len(self.tensors) :]):
-                out[tail_floor(tap)] = self.tails.floor(name)
-        return out
 
     def add(self, values: Sequence[Any]) -> None:
         """One call's tap values, in ``taps``' order."""
@@ -251,7 +230,7 @@ class LiveRanges(BaseRuntime):
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = list(self.outputs)
-        values = self.session.run([*names, *self.tap.taps], self.tap.feeds(feeds))
+        values = self.session.run([*names, *self.tap.taps], dict(feeds))
         self.tap.add(values[len(names) :])
         return dict(zip(names, values[: len(names)]))
 

@@ -190,10 +190,9 @@ def add_min_max_taps(
     (``tapped_session``), a tensor is reduced, and freed, as soon as its consumers are done, where
     taps at the end would keep every tapped tensor of the call alive (+1 GB a call on a 2.25 GiB
     transformer). ``magnitude``: a ReduceMin of its Abs too (the smallest |x|). ``tails`` (with
-    ``magnitude``): tensor -> k, the k largest |x| of the call above a floor fed with each call
-    (``_add_tail``; unsorted, at most [k]: ``ranges.Tails``). Returns their output names per tensor
-    in turn: min, max (and min |x|), then the tails' in ``tensors``' order (each tail's floor is
-    the graph input ``tail_floor(name)``)."""
+    ``magnitude``): tensor -> k, a TopK of that Abs flattened too, the k largest |x| of the call
+    (unsorted, [k]: ``ranges.Tails``). Returns their output names per tensor in turn: min, max (and
+    min |x|), then the tails' in ``tensors``' order."""
     onnx = require("onnx")
     helper = onnx.helper
     g = graph.graph
@@ -202,6 +201,8 @@ def add_min_max_taps(
     tail_taps: list[str] = []
     after: dict[str, list[Any]] = {}
     tails = dict(tails or {}) if magnitude else {}
+    if tails:
+        g.initializer.append(onnx.numpy_helper.from_array(np.array([-1], np.int64), f"{prefix}_flat"))
     for i, name in enumerate(tensors):
         for op in ("ReduceMin", "ReduceMax", "AbsMin")[: 3 if magnitude else 2]:
             out = f"{prefix}_{op[-3:].lower()}_{i}" if op != "AbsMin" else f"{prefix}_absmin_{i}"
@@ -210,10 +211,9 @@ def add_min_max_taps(
                 made.append(helper.make_node("Abs", [name], [f"{out}_abs"], name=f"{out}_abs"))
                 made.append(helper.make_node("ReduceMin", [f"{out}_abs"], [out], keepdims=0, name=out))
                 if name in tails:
-                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", made)
+                    tail = _add_tail(graph, f"{out}_abs", tails[name], f"{prefix}_tail_{i}", f"{prefix}_flat", made)
                     kind = elem.get(name) or onnx.TensorProto.FLOAT
-                    g.input.append(helper.make_tensor_value_info(tail_floor(tail), kind, []))
-                    g.output.append(helper.make_tensor_value_info(tail, kind, [f"{tail}_k"]))
+                    g.output.append(helper.make_tensor_value_info(tail, kind, [tails[name]]))
                     tail_taps.append(tail)
             else:
                 made.append(helper.make_node(op, [name], [out], keepdims=0, name=out))
@@ -229,35 +229,17 @@ def add_min_max_taps(
     return taps + tail_taps
 
 
-def tail_floor(tail: str) -> str:
-    """The name of the graph input that holds tail tap ``tail``'s floor (``_add_tail``)."""
-    return f"{tail}_floor"
-
-
-def _add_tail(graph: Any, magnitudes: str, k: int, out: str, made: list[Any]) -> str:
-    """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape)
-    that lie above the fed scalar ``tail_floor(out)`` (all of them where fewer) as ``out``, [<= k].
-
-    Why a floor: a TopK over every value of the call cost Sana-600M's calibration decodes 0.35 s a
-    call (1,000-odd of 290 M values); fed the k-th largest |x| kept so far (``ranges.Tails.floor``),
-    a call passes a few thousand values to its TopK. No value at or below that floor can change the
-    k largest kept (a tie adds a value equal to one already kept), so the tails are the same as a
-    TopK over every value gives; a NaN is never at or below a floor (``Not(LessOrEqual)``), so it is
-    kept as the whole TopK kept it. A first call is fed a floor below every |x| (-1): its TopK reads
-    all of them, as before."""
+def _add_tail(graph: Any, magnitudes: str, k: int, out: str, flat: str, made: list[Any]) -> str:
+    """Append to ``made`` the nodes that take the ``k`` largest values of ``magnitudes`` (any shape,
+    flattened first by the shape initializer ``flat``, [-1]: TopK reads one axis) as ``out``."""
     onnx = require("onnx")
-    helper = onnx.helper
     graph.graph.initializer.append(onnx.numpy_helper.from_array(np.array([k], np.int64), f"{out}_k"))
-    made += [
-        helper.make_node("LessOrEqual", [magnitudes, tail_floor(out)], [f"{out}_low"], name=f"{out}_low"),
-        helper.make_node("Not", [f"{out}_low"], [f"{out}_keep"], name=f"{out}_keep"),
-        helper.make_node("Compress", [magnitudes, f"{out}_keep"], [f"{out}_above"], name=f"{out}_above"),
-        helper.make_node("Shape", [f"{out}_above"], [f"{out}_n"], name=f"{out}_n"),
-        helper.make_node("Min", [f"{out}_n", f"{out}_k"], [f"{out}_take"], name=f"{out}_take"),
-        helper.make_node(
-            "TopK", [f"{out}_above", f"{out}_take"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out
-        ),
-    ]
+    made.append(onnx.helper.make_node("Reshape", [magnitudes, flat], [f"{out}_flat"], name=f"{out}_flat"))
+    made.append(
+        onnx.helper.make_node(
+            "TopK", [f"{out}_flat", f"{out}_k"], [out, f"{out}_index"], axis=0, largest=1, sorted=0, name=out
+        )
+    )
     return out
 
 

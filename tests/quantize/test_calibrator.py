@@ -426,7 +426,7 @@ def test_largest_values_that_cannot_decide_the_cut_leave_it_to_the_histograms(ti
     calls = calibrator.CallRanges()
     with ranges_module.min_max_session(tiny_model, op_types, ("*",), 0, calls, (1, 99.0)) as (session, tap):
         for feed in feeds:
-            tap.add(session.run(tap.taps, tap.feeds(feed)))
+            tap.add(session.run(tap.taps, feed))
     tap.finish()
     assert calls.tails is not None and not calibrator.tails_suffice(calls, 99.0)
     reader = CountingReader(feeds)

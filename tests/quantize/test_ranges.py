@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from edgekit.quantize import calibrator, taps
+from edgekit.quantize import calibrator
 from edgekit.quantize.calibrate import calibration_reader
 from edgekit.quantize.config import WEIGHTED_OPS
 from edgekit.quantize.ranges import live_ranges
@@ -139,36 +139,3 @@ def test_tails_keep_the_largest_values_of_every_call_and_are_sized_for_the_calls
         tails.add("a", np.sort(values)[-3:])
     np.testing.assert_array_equal(np.sort(tails.top["a"]), np.sort(np.concatenate(calls))[-3:])
     assert tails.seen["a"] == 20
-
-
-def test_a_tails_floor_is_its_kth_largest_once_it_has_k_and_below_every_value_before():
-    from edgekit.quantize.ranges import Tails
-
-    tails = Tails({"a": 3}, {"a": 5})
-    assert tails.floor("a") == -1.0  # nothing kept: every |x| of the first call reaches the TopK
-    tails.add("a", np.array([4.0, 1.0], np.float32))
-    assert tails.floor("a") == -1.0  # fewer than k kept: a smaller value may still enter
-    tails.add("a", np.array([2.0, 9.0], np.float32))
-    assert tails.floor("a") == 2.0 and tails.floor("a").dtype == np.float32
-    tails.add("a", np.array([np.nan], np.float32))
-    assert tails.floor("a") == -1.0  # a NaN kept: no comparison orders it against a floor
-
-
-def test_tails_fed_floors_over_repeated_calls_are_the_largest_magnitudes_of_all_of_them(tiny_model):
-    """The tail taps run above each call's floor (``Tails.floor``): over calls that repeat (ties at
-    every floor) the kept values are still the k largest |x| over all calls, as numpy finds them."""
-    feeds = tiny_feeds(3)
-    calls = calibrator.CallRanges()
-    repeated = [*feeds, *feeds, feeds[0]]
-    calibrator.collect_min_max(tiny_model, calibration_reader(repeated), WEIGHTED_OPS, calls=calls, percentile=95.0)
-    assert calls.tails is not None
-    name = max(calls.tails.sizes, key=lambda t: calls.tails.counts[t])  # the largest tensor tailed
-    k = calls.tails.sizes[name]
-    assert 1 < k < calls.tails.counts[name]  # the floors cut: a call's TopK reads part of its values
-    graph = taps.graph_without_weights(tiny_model)
-    fetch = taps.add_tensor_outputs(graph, [name])
-    with taps.tapped_session(tiny_model, graph, optimize=False) as session:
-        values = [session.run(fetch, f)[0] for f in repeated]
-    every = np.sort(np.abs(np.concatenate([v.ravel() for v in values])))
-    np.testing.assert_array_equal(np.sort(calls.tails.top[name]), every[-k:])
-    assert calls.tails.seen[name] == every.size and calls.tails.floor(name) == every[-k]

@@ -188,24 +188,29 @@ def test_rows_of_small_magnitude_show_in_the_per_row_sqnr_not_the_whole_tensor_s
     row's is the padding's. An all-zero reference row carries no signal and is left out."""
     import numpy as np
 
-    from edgekit.quantize.cpu.sensitivity import _add, _add_rows, _db, _row_db
+    from edgekit.quantize.cpu.sensitivity import _add, _add_both, _db, _row_db
 
     rng = np.random.default_rng(0)
     ref = np.concatenate([rng.standard_normal((1, 20, 64)), 0.05 * rng.standard_normal((1, 80, 64))], axis=1)
     step = (ref.max() - ref.min()) / 255
     cand = np.round(ref / step) * step
-    whole, rows = [0.0, 0.0], [0.0, 0.0]
-    _add(whole, ref, cand)
-    _add_rows(rows, ref, cand)
-    assert rows[1] == 100
-    assert _db(whole) > 30.0 and _row_db(rows) < 20.0
+    whole, rows = {}, {}
+    _add_both(whole, rows, "t", ref, cand, per_row=True)
+    assert rows["t"][1] == 100
+    assert _db(whole["t"]) > 30.0 and _row_db(rows["t"]) < 20.0
+    alone = [0.0, 0.0]
+    _add(alone, ref, cand)
+    assert whole["t"] == pytest.approx(alone, rel=1e-12)  # the rows' powers summed: the whole tensor's
     padded = np.concatenate([ref, np.zeros((1, 5, 64))], axis=1)
-    more = [0.0, 0.0]
-    _add_rows(more, padded, np.concatenate([cand, np.full((1, 5, 64), step)], axis=1))
-    assert more == pytest.approx(rows)  # the zero rows are not counted
-    same = [0.0, 0.0]
-    _add_rows(same, ref, ref)
-    assert _row_db(same) == float("inf")
+    more: dict = {}
+    _add_both({}, more, "t", padded, np.concatenate([cand, np.full((1, 5, 64), step)], axis=1), per_row=True)
+    assert more["t"] == pytest.approx(rows["t"])  # the zero rows are not counted
+    same: dict = {}
+    _add_both({}, same, "t", ref, ref, per_row=True)
+    assert _row_db(same["t"]) == float("inf")
+    flat: dict = {}
+    _add_both(flat, same, "v", ref.ravel(), cand.ravel(), per_row=True)  # one axis: no rows to score
+    assert "v" not in same and flat["v"] == pytest.approx(alone, rel=1e-12)
 
 
 def test_matmul_and_gemm_tensors_are_also_scored_per_row(tmp_path):
