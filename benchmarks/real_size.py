@@ -58,9 +58,10 @@ def tree(path: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file()}
 
 
-def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
+def run_stage(args: list[str], bundle: Path, log: Path | None = None) -> dict[str, Any]:
     """One CLI command in a child process, measured from outside: ``wait4`` gives that child's
-    own peak RSS (ru_maxrss, KiB on Linux); its output goes through files, not pipes."""
+    own peak RSS (ru_maxrss, KiB on Linux); its output goes through files, not pipes. ``log``: where
+    its progress (stderr: each line with the time since it started) is kept, for where the time went."""
     before_files, load0 = tree(bundle), os.getloadavg()[0]
     cmd = [sys.executable, "-m", "edgekit.cli", *args, "--json"]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -71,6 +72,8 @@ def run_stage(args: list[str], bundle: Path) -> dict[str, Any]:
         proc.returncode = code = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
+    if log is not None:
+        log.write_text(stderr)
     after = tree(bundle)
     written = {k: v for k, v in after.items() if before_files.get(k) != v}
     try:
@@ -223,7 +226,7 @@ def run_model(model: ZooModel, opts: argparse.Namespace) -> dict[str, Any]:
     }
     for stage in opts.stages:
         print(f"[{model.name}] {stage} ...", file=sys.stderr, flush=True)
-        row = run_stage(stage_args(stage, model, bundle, opts), bundle)
+        row = run_stage(stage_args(stage, model, bundle, opts), bundle, Path(opts.out) / f"{model.name}-{stage}.log")
         report["stages"][stage] = row
         print(
             f"[{model.name}] {stage}: exit {row['exit_code']}, {row['wall_s']:.0f} s, peak {row['peak_rss_mb']} MB",

@@ -217,11 +217,12 @@ class FallbackProfile:
                 suspects,
                 chosen,
                 KIND_IO[run.kind][1][0],
-                each=Eta("output SQNR with one node INT8: node", len(suspects), run.say),
+                progress=lambda label, total: Eta(label, total, run.say),
+                race=model_bytes(run.fp32_path) > LARGE_BYTES,  # each one-node model a session of it all
             )
         finally:
             self.buckets.current = current
-        return {n: scores.get(n, {}) | ({"isolated_output_sqnr_db": alone[n]} if n in alone else {}) for n in nodes}
+        return {n: scores.get(n, {}) | alone.get(n, {}) for n in nodes}
 
     # ---- the search ----------------------------------------------------------------------------
     def plan_extras(self) -> PlanExtras:

@@ -293,7 +293,7 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
     the user's bound holds instead."""
     from edgekit.quantize import QuantizeConfig, quantize_bundle
     from edgekit.quantize.config import BUDGET_RULES
-    from edgekit.quantize.cpu import fallback
+    from edgekit.quantize.cpu import fallback, sensitivity
     from edgekit.quantize.cpu import form as forms
     from tests.quantize.cpu.test_form import _decision
 
@@ -306,6 +306,7 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
         return metrics
 
     monkeypatch.setattr(fallback, "LARGE_BYTES", 0)
+    monkeypatch.setattr(sensitivity, "RACE_MARGIN_DB", 1e-9)
     monkeypatch.setattr(FallbackProfile, "measure", measure)
     monkeypatch.setattr(forms, "time_forms", lambda fp, wo, feed, say: _decision((0.3,), [99]))
     said: list[str] = []
@@ -313,6 +314,11 @@ def test_a_large_models_search_stops_when_fallbacks_stop_helping_unless_the_user
     s = quantize_bundle(quant_bundles["masked"], cfg, progress=said.append)
     assert not s["passed"]
     assert len(s["budget"]["history"]) == fallbacks + 1
+    # Its one-node models raced (sensitivity.RACE_FEEDS feeds first; here only the worst within
+    # the margin): the worst measured on every feed, the others on two.
+    alone = {n: v for n, v in s["sensitivity"].items() if "isolated_feeds" in v}
+    worst = min(alone, key=lambda n: alone[n]["isolated_output_sqnr_db"])
+    assert alone[worst]["isolated_feeds"] > 2 and {v["isolated_feeds"] for n, v in alone.items() if n != worst} == {2}
     stopped = s["budget"].get("search_stopped")
     if max_fallback is None:
         assert stopped and "3 fallbacks in a row" in stopped

@@ -153,7 +153,7 @@ def test_naive_quantization_fails_first_then_falls_back_within_budget(tmp_path):
     def sensitivity(path, nodes):  # as the stage ranks: qdq_loss_debug + one layer at a time
         scores = node_sensitivity(model, path, calib[:4], {k: plan.by_name()[k] for k in nodes})
         alone = isolated_output_sqnr(model, build, nodes, calib[:4], "y")
-        return {k: scores.get(k, {}) | {"isolated_output_sqnr_db": alone[k]} for k in nodes}
+        return {k: scores.get(k, {}) | alone[k] for k in nodes}
 
     _, out = fallback_until_within_budget(chosen, {"snr_db": 30.0}, build, measure, sensitivity)
     assert out.history[0]["snr_db"] < 30.0 and not out.history[0]["passed"]  # made to fail first

@@ -252,19 +252,14 @@ def test_matmul_and_gemm_tensors_are_also_scored_per_row(tmp_path):
     assert scores["proj"]["row_output_sqnr_db"] == pytest.approx(-10 * np.log10(np.mean(ratios)), abs=1e-3)
 
 
-def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_path, monkeypatch):
-    """``isolated_output_sqnr``: the float reference's session and each one-node model's are opened
-    for the feeds' forwards (few: no prepacked weights, ``taps.few_runs``), all alike, and the SQNR
-    is the one two default sessions give to within float rounding."""
-    ort = pytest.importorskip("onnxruntime")
+def _one_node_builder(tmp_path):
+    """(float model, ``build(nodes)`` writing the tiny block's QDQ model with ``nodes`` INT8, the
+    calibration feeds)."""
     from edgekit.quantize.calibrate import calibration_reader
-    from edgekit.quantize.cpu import ptq, sensitivity
-    from edgekit.quantize.cpu.select import select_nodes
+    from edgekit.quantize.cpu import ptq
 
-    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
-    model, _, plan, chosen, calib = _naive_qdq(tmp_path, 8)
+    model, _, plan, _, calib = _naive_qdq(tmp_path, 8)
     cfg = QuantizeConfig(op_types=NAIVE_OPS, float_attention_core=False, float_time_embedding=False)
-    assert set(select_nodes(plan, cfg)[0]) == set(chosen)
     built: list = []
 
     def build(nodes):
@@ -274,6 +269,18 @@ def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_pat
         )
         return built[-1]
 
+    return model, build, calib
+
+
+def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_path, monkeypatch):
+    """``isolated_output_sqnr``: the float reference's session and each one-node model's are opened
+    for the feeds' forwards (few: no prepacked weights, ``taps.few_runs``), all alike, and the SQNR
+    is the one two default sessions give to within float rounding."""
+    ort = pytest.importorskip("onnxruntime")
+    from edgekit.quantize.cpu import sensitivity
+
+    dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
+    model, build, calib = _one_node_builder(tmp_path)
     opened = _watch_options(monkeypatch)
     alone = sensitivity.isolated_output_sqnr(model, build, ["sin", "qk"], calib[:4], "y")
     assert opened == [4, 4, 4]  # the reference, then each node's model
@@ -282,6 +289,36 @@ def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_pat
     for node in ("sin", "qk"):
         one = ort.InferenceSession(str(build([node])), providers=["CPUExecutionProvider"])
         got = [one.run(["y"], f)[0] for f in calib[:4]]
-        assert alone[node] == pytest.approx(
-            float(dbg.compute_signal_to_quantization_noice_ratio(reference, got)), abs=0.01
-        )
+        expected = float(dbg.compute_signal_to_quantization_noice_ratio(reference, got))
+        assert alone[node]["isolated_feeds"] == 4
+        assert alone[node]["isolated_output_sqnr_db"] == pytest.approx(expected, abs=0.01)
+
+
+def test_a_race_measures_on_every_feed_only_the_nodes_near_the_worst(tmp_path):
+    """``race``: every node on RACE_FEEDS feeds spread over the loop (the first and the last),
+    then the rest of the feeds only for those within RACE_MARGIN_DB of the worst there, whose
+    figures are then the ones measured on every feed; a node clear of it keeps its two-feed figure.
+    Each pass counts its nodes on its own counter."""
+    from edgekit.quantize.cpu import sensitivity
+
+    model, build, calib = _one_node_builder(tmp_path)
+    nodes = ["sin", "qk", "ln", "proj"]
+    full = sensitivity.isolated_output_sqnr(model, build, nodes, calib[:4], "y")
+    counted: list = []
+
+    def progress(label, total):
+        counted.append((label, total, []))
+        return counted[-1][2].append
+
+    raced = sensitivity.isolated_output_sqnr(model, build, nodes, calib[:4], "y", progress=progress, race=True)
+    on_two = sensitivity.isolated_output_sqnr(model, build, nodes, [calib[0], calib[3]], "y")
+    worst = min(v["isolated_output_sqnr_db"] for v in on_two.values())
+    near = [n for n in nodes if on_two[n]["isolated_output_sqnr_db"] < worst + sensitivity.RACE_MARGIN_DB]
+    assert 0 < len(near) < len(nodes), on_two  # the tiny block has both kinds
+    for n in nodes:
+        assert raced[n] == (full[n] if n in near else on_two[n]), n
+    assert [(total, done) for _, total, done in counted] == [
+        (4, [1, 2, 3, 4]),
+        (len(near), list(range(1, len(near) + 1))),
+    ]
+    assert counted[1][0].startswith(f"{len(near)} within 10 dB of the worst, on 2 more feeds")
