@@ -196,15 +196,20 @@ def fp32_decode_s(doc: dict[str, Any] | None) -> float | None:
 
 def warm_fp32_decode_s(stages: dict[str, Any]) -> tuple[float | None, str]:
     """The unit every stage's cost is counted in: a warm FP32 decode on ONNX Runtime, from
-    `profile`'s median (after its warm-up decodes) or else quantize's speed timing; else the cold
-    decode `run` timed (aMUSEd-256: 36 s cold against 15 s warm, which flattered every count
-    more than twofold)."""
+    `profile`'s median (after its warm-up decodes) or else quantize's own unit (the median of its
+    held-out FP32 decodes, or its speed timing: ``record.fp32_decodes``); else the cold decode
+    `run` timed (aMUSEd-256: 36 s cold against 15 s warm, which flattered every count more than
+    twofold)."""
     profile = (stages.get("profile") or {}).get("document") or {}
     for v in profile.get("variants") or []:
         median = ((v.get("latency") or {}).get("median_ms")) if v.get("id") == "ort fp32" else None
         if median:
             return median / 1000.0, "profile: ort fp32 median per decode (warm)"
-    speed = ((stages.get("quantize") or {}).get("document") or {}).get("speed") or {}
+    quantize = (stages.get("quantize") or {}).get("document") or {}
+    unit = quantize.get("fp32_decode_unit") or {}
+    if unit.get("seconds") and "cold" not in str(unit.get("from")):
+        return float(unit["seconds"]), f"quantize: {unit['from']}"
+    speed = quantize.get("speed") or {}
     if speed.get("measured") and speed.get("fp32_ms_per_decode"):
         return speed["fp32_ms_per_decode"] / 1000.0, "quantize: speed timing's fp32 median per decode (warm)"
     cold = fp32_decode_s((stages.get("run") or {}).get("document"))

@@ -28,9 +28,9 @@ from edgekit.quantize.quiet import quiet_ort_logging
 # graph outputs at most this share of the FP32 weight bytes (never under FETCH_FLOOR: a small
 # model's feed stays one graph), at the cost of one more session and forward per group.
 FETCH_SHARE = 0.2
+FETCH_FLOOR = 256 << 20
 # A session that runs fewer forwards than this is opened without prepacking its weights (``few_runs``).
 PREPACK_MIN_RUNS = 16
-FETCH_FLOOR = 256 << 20
 
 
 def fetch_cap(model_path: Path) -> int:

@@ -76,7 +76,8 @@ def test_table_orders_extra_stages_after_the_pipeline(tmp_path):
 
 
 def test_the_cost_unit_is_a_warm_fp32_decode():
-    """profile's ORT FP32 median first, then quantize's speed timing, then run's cold decode."""
+    """profile's ORT FP32 median first, then quantize's own warm unit or speed timing, then run's
+    cold decode."""
     run = {"document": {"wall_ms": 36000.0, "decode_calls": 1}}
     quantize = {"document": {"speed": {"measured": True, "fp32_ms_per_decode": 15100.0}}}
     profile = {
@@ -89,6 +90,11 @@ def test_the_cost_unit_is_a_warm_fp32_decode():
     }
     assert real_size.warm_fp32_decode_s({"run": run, "quantize": quantize, "profile": profile})[0] == 14.9
     assert real_size.warm_fp32_decode_s({"run": run, "quantize": quantize})[0] == 15.1
+    # quantize's own unit where it says one (the median of its held-out decodes), not a cold one
+    held = {"document": quantize["document"] | {"fp32_decode_unit": {"seconds": 13.5, "from": "held-out FP32"}}}
+    assert real_size.warm_fp32_decode_s({"run": run, "quantize": held}) == (13.5, "quantize: held-out FP32")
+    cold = {"document": quantize["document"] | {"fp32_decode_unit": {"seconds": 20.0, "from": "the first (cold)"}}}
+    assert real_size.warm_fp32_decode_s({"run": run, "quantize": cold})[0] == 15.1
     seconds, source = real_size.warm_fp32_decode_s({"run": run})
     assert seconds == 36.0 and "cold" in source
 

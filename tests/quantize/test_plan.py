@@ -97,7 +97,9 @@ def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, t
     assert plan["int8_decodes_per_candidate"] == 2 * plan["heldout_decodes"]
     assert plan["fp32_decode_s"] > 0
     assert plan["method_extra_candidates"] == 1  # --method auto, the default, with the search
-    # the unit is a warm FP32 decode: the speed timing's median where it ran, else the first decode
+    # the unit is a warm FP32 decode: (under 5 held-out decodes) the speed timing's median where it
+    # ran, else the first decode
+    assert plan["heldout_decodes"] < 5
     unit = s["speed"]["fp32_ms_per_decode"] / 1000 if s["speed"].get("measured") else plan["fp32_decode_s"]
     assert s["fp32_decode_unit"]["seconds"] == pytest.approx(unit)
     assert s["fp32_decodes"] == pytest.approx(s["timing_s"]["total_s"] / unit, rel=0.01)
@@ -106,24 +108,35 @@ def test_quantize_says_its_plan_and_records_what_it_cost_in_fp32_decodes(kind, t
     assert "heldout_median_s" not in s["fp32_decode_unit"]
 
 
-def test_the_held_out_decodes_median_is_counted_beside_the_speed_timings_unit():
-    from edgekit.quantize.record import fp32_decodes
+def test_five_held_out_decodes_or_more_are_the_unit_and_the_speed_timing_is_counted_beside():
+    """The held-out FP32 decodes' median is the unit from HELDOUT_UNIT_MIN of them (whole decodes
+    as deployed: the steadier); the speed timing's median where fewer, and the first decode where
+    neither; the run is counted in each unit it has."""
+    from edgekit.quantize.record import HELDOUT_UNIT_MIN, fp32_decodes
 
+    assert HELDOUT_UNIT_MIN == 5
     summary = {
         "speed": {"measured": True, "fp32_ms_per_decode": 12_000.0},
         "plan": {"fp32_decode_s": 20.0},
         "heldout_fp32_decode_s": [16.0, 13.0, 13.5, 12.5, 14.0],  # the first pays the session's first run
     }
     out = fp32_decodes(summary, 780.0)
-    assert out["fp32_decodes"] == 65.0 and out["fp32_decode_unit"]["seconds"] == 12.0
     unit = out["fp32_decode_unit"]
+    assert out["fp32_decodes"] == pytest.approx(57.8) and unit["seconds"] == 13.5
+    assert unit["from"].startswith("held-out FP32 decodes (median of 5")
     assert unit["heldout_median_s"] == 13.5 and unit["heldout_decodes"] == 5
     assert unit["fp32_decodes_by_heldout"] == pytest.approx(57.8)
-    # no speed timing (an emulated device): the first decode, and still the held-out median beside it
+    assert unit["speed_timing_s"] == 12.0 and unit["fp32_decodes_by_speed_timing"] == 65.0
+    # four held-out decodes: the speed timing is the unit, their median beside it
+    out = fp32_decodes(summary | {"heldout_fp32_decode_s": [13.0] * 4}, 780.0)
+    assert out["fp32_decodes"] == 65.0 and out["fp32_decode_unit"]["from"] == "speed timing (warm median)"
+    assert out["fp32_decode_unit"]["fp32_decodes_by_heldout"] == 60.0
+    # no speed timing (an emulated device) and 3 held-out decodes: the first decode, the median beside
     out = fp32_decodes(
         {"speed": {"measured": False}, "plan": {"fp32_decode_s": 20.0}, "heldout_fp32_decode_s": [13.0] * 3}, 780.0
     )
     assert out["fp32_decodes"] == 39.0 and out["fp32_decode_unit"]["fp32_decodes_by_heldout"] == 60.0
+    assert "speed_timing_s" not in out["fp32_decode_unit"]
 
 
 def test_the_plan_prices_a_decode_without_the_session_load(tiny_bundles, tmp_path, monkeypatch):

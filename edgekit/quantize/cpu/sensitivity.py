@@ -350,8 +350,8 @@ def isolated_output_sqnr(
             each(i)
     rest = [j for j in every if j not in first]
     if rest:
-        worst = min(sqnr(got[n]) for n in nodes)
-        close = [n for n in nodes if sqnr(got[n]) < worst + RACE_MARGIN_DB]
+        raced = {n: sqnr(got[n]) for n in nodes}
+        close = [n for n in nodes if raced[n] < min(raced.values()) + RACE_MARGIN_DB]
         each = None
         if progress is not None:
             label = f"{len(close)} within {RACE_MARGIN_DB:g} dB of the worst, on {len(rest)} more feeds: node"
