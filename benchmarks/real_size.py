@@ -72,7 +72,8 @@ def run_stage(args: list[str], bundle: Path, log: Path | None = None) -> dict[st
         proc.returncode = code = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
-    if log is not None:
+    if log is not None:  # its folder too: a stage that failed at once may have made nothing
+        log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(stderr)
     after = tree(bundle)
     written = {k: v for k, v in after.items() if before_files.get(k) != v}

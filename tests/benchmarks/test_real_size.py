@@ -102,7 +102,7 @@ def test_the_cost_unit_is_a_warm_fp32_decode():
 def test_a_stages_progress_is_kept_in_its_log(tmp_path):
     """``run_stage(log=)``: the command's stderr (quantize's progress, an error's one line) is kept
     beside the bundles, where the record keeps only an error's last lines."""
-    log = tmp_path / "m-inspect.log"
+    log = tmp_path / "out" / "m-inspect.log"  # its folder made too
     row = real_size.run_stage(["inspect", str(tmp_path / "no-bundle")], tmp_path, log)
     assert row["exit_code"] != 0
     assert "error:" in log.read_text() and "no-bundle" in log.read_text()
