@@ -277,7 +277,9 @@ class _Floats:
 
 def ranked_why(score: Mapping[str, float]) -> str:
     if "isolated_output_sqnr_db" in score:
-        return f"alone in INT8 it leaves {score['isolated_output_sqnr_db']:.1f} dB output SQNR"
+        feeds, of = score.get("isolated_feeds"), score.get("isolated_of")
+        raced = f" (raced: on {feeds:g} of {of:g} feeds)" if feeds is not None and of is not None and feeds < of else ""
+        return f"alone in INT8 it leaves {score['isolated_output_sqnr_db']:.1f} dB output SQNR{raced}"
     if "added_sqnr_db" in score:
         return f"adds noise at {score['added_sqnr_db']:.1f} dB SQNR"
     return "unranked"

@@ -304,7 +304,8 @@ def isolated_output_sqnr(
     race: bool = False,
 ) -> dict[str, dict[str, float]]:
     """{node: {"isolated_output_sqnr_db": SQNR (dB) of the network output ``output`` when only that
-    node is INT8, "isolated_feeds": over how many of ``feeds``}}: one layer at a time, so the score
+    node is INT8, "isolated_feeds": over how many of ``feeds``, "isolated_of": how many there were}}:
+    one layer at a time, so the score
     includes how the node's error propagates to the output (the first layer reading a flow's ODE
     state adds modest local noise that every later layer carries). ``build([node])`` writes the
     one-node QDQ model (cached calibration). ``race``: first on RACE_FEEDS feeds, then the rest for
@@ -360,4 +361,7 @@ def isolated_output_sqnr(
             got[node].update(zip(rest, alone(node, rest)))
             if each is not None:
                 each(i)
-    return {n: {"isolated_output_sqnr_db": sqnr(got[n]), "isolated_feeds": len(got[n])} for n in nodes}
+    return {
+        n: {"isolated_output_sqnr_db": sqnr(got[n]), "isolated_feeds": len(got[n]), "isolated_of": len(feeds)}
+        for n in nodes
+    }

@@ -217,3 +217,14 @@ def test_the_screen_adds_the_nodes_whose_rows_hide_noise_and_keeps_its_ranking()
     assert screen(scores, nodes, weight_bytes=LARGE_BYTES + 1) == [*before, "n0"]
     del scores["n0"]["row_tensor_sqnr_db"]  # its rows add nothing: not screened in
     assert screen(scores, nodes, weight_bytes=LARGE_BYTES + 1) == before
+
+
+def test_a_fallbacks_reason_says_when_its_figure_was_raced_on_part_of_the_feeds():
+    from edgekit.quantize.cpu.search import ranked_why
+
+    whole = {"isolated_output_sqnr_db": 26.9, "isolated_feeds": 4, "isolated_of": 4}
+    assert ranked_why(whole) == "alone in INT8 it leaves 26.9 dB output SQNR"
+    raced = whole | {"isolated_output_sqnr_db": 49.2, "isolated_feeds": 2}
+    assert ranked_why(raced) == "alone in INT8 it leaves 49.2 dB output SQNR (raced: on 2 of 4 feeds)"
+    assert ranked_why({"isolated_output_sqnr_db": 30.0}) == "alone in INT8 it leaves 30.0 dB output SQNR"
+    assert ranked_why({"added_sqnr_db": 12.0}) == "adds noise at 12.0 dB SQNR"

@@ -316,7 +316,8 @@ def test_a_race_measures_on_every_feed_only_the_nodes_near_the_worst(tmp_path):
     near = [n for n in nodes if on_two[n]["isolated_output_sqnr_db"] < worst + sensitivity.RACE_MARGIN_DB]
     assert 0 < len(near) < len(nodes), on_two  # the tiny block has both kinds
     for n in nodes:
-        assert raced[n] == (full[n] if n in near else on_two[n]), n
+        expected = full[n] if n in near else on_two[n] | {"isolated_of": 4}
+        assert raced[n] == expected, n
     assert [(total, done) for _, total, done in counted] == [
         (4, [1, 2, 3, 4]),
         (len(near), list(range(1, len(near) + 1))),
