@@ -193,7 +193,6 @@ def grouped_runs(
     count: int | None,
     cap: int,
     threads: int = 0,
-    compared: bool = False,
 ) -> Iterator[tuple[int, int, Mapping[str, np.ndarray], dict[str, np.ndarray]]]:
     """(group, feed index, the feed, {tensor: value}) for each of ``groups``' tensors of ``graph``
     (weightless; ``model_path``'s weights) that a session fetches (graph inputs are the caller's to
@@ -201,8 +200,7 @@ def grouped_runs(
     ``count`` feeds at most; None: counted with one more ``feeds()`` where it matters, more than one
     group); one unoptimized session at a time. Chained where the carry fits ``cap`` in memory or the
     disk beside the model (``chained``), else each group from the graph inputs
-    (``taps.outputs_only``). ``compared``: the values are only compared with another model's run
-    the same way, so a session that runs few feeds need not prepack its weights (``taps.few_runs``)."""
+    (``taps.outputs_only``)."""
     if count is None and len(groups) > 1:
         count = sum(1 for _ in feeds())
     plan = chained(graph, groups, count or 0, cap, model_path.parent)
@@ -212,9 +210,8 @@ def grouped_runs(
             folder = Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="edgekit-carry-", dir=model_path.parent))
             )
-        runs = count if compared else None
         yield from _runs(
-            model_path, graph, groups, feeds, None if plan is None else plan.segments, _Carry(folder), threads, runs
+            model_path, graph, groups, feeds, None if plan is None else plan.segments, _Carry(folder), threads
         )
 
 
@@ -226,10 +223,8 @@ def _runs(
     segments: Sequence[Segment] | None,
     carry: _Carry,
     threads: int,
-    runs: int | None = None,
 ) -> Iterator[tuple[int, int, Mapping[str, np.ndarray], dict[str, np.ndarray]]]:
-    """``grouped_runs``' loop: ``segments`` None, each group from the graph inputs; each group's
-    session opened for ``runs`` forwards (``taps.few_runs``)."""
+    """``grouped_runs``' loop: ``segments`` None, each group from the graph inputs."""
     inputs = {v.name for v in graph.graph.input}
     for g, group in enumerate(groups):
         seg = segments[g] if segments is not None else None
@@ -240,7 +235,7 @@ def _runs(
                 _pass_on(seg, carry, i, {})
             continue
         sub = outputs_only(graph, group) if seg is None else seg.graph
-        with tapped_session(model_path, sub, threads, optimize=False, in_order=False, runs=runs) as session:
+        with tapped_session(model_path, sub, threads, optimize=False, in_order=False) as session:
             made = {o.name for o in session.get_outputs()}
             names = [t for t in names if t in made]  # a tensor of no declared type is no output
             for i, feed in enumerate(feeds()):

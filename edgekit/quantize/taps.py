@@ -29,8 +29,6 @@ from edgekit.quantize.quiet import quiet_ort_logging
 # model's feed stays one graph), at the cost of one more session and forward per group.
 FETCH_SHARE = 0.2
 FETCH_FLOOR = 256 << 20
-# A session that runs fewer forwards than this is opened without prepacking its weights (``few_runs``).
-PREPACK_MIN_RUNS = 16
 
 
 def fetch_cap(model_path: Path) -> int:
@@ -292,30 +290,9 @@ def group_progress(before: int, g: int, groups: int, calls: int, i: int) -> int:
     return before + (g * calls + i + 1) // groups
 
 
-def few_runs(options: Any, runs: int | None) -> Any:
-    """``options`` (ORT ``SessionOptions``) for a session that will run ``runs`` forwards (None:
-    not known): under PREPACK_MIN_RUNS, its weights are not prepacked. Why: ORT packs every GEMM
-    weight into its kernel's layout when the session opens, which pays back only over many runs
-    (Sana-600M's 2.2 GiB graph: 0.8 s to open without, 2.2-3.9 s with; each forward 0.06-0.26 s
-    slower unpacked), and the ranking opens one session of the whole graph per node it measures,
-    for four forwards. Only for sessions whose outputs are compared with each other, all opened
-    alike: packed or not, the outputs differ in float rounding (a calibration, whose ranges are
-    ORT's calibrator's to the bit, keeps ORT's default). The price is memory: unpacked, Sana's
-    session held 3.32 GiB after two forwards against 2.66 GiB packed, and aMUSEd-256's quantize
-    peaked at 2.18x its weights where it had at 1.70x (docs/large-models.md)."""
-    if runs is not None and runs < PREPACK_MIN_RUNS:
-        options.add_session_config_entry("session.disable_prepacking", "1")
-    return options
-
-
 @contextlib.contextmanager
 def tapped_session(
-    model_path: Path,
-    graph: Any,
-    threads: int = 0,
-    optimize: bool = True,
-    in_order: bool = True,
-    runs: int | None = None,
+    model_path: Path, graph: Any, threads: int = 0, optimize: bool = True, in_order: bool = True
 ) -> Iterator[Any]:
     """An ORT session of ``graph`` (a copy of ``model_path``'s with taps added) that reads the
     weights from ``model_path``'s own side file: the graph is written to a scratch folder beside the
@@ -324,11 +301,10 @@ def tapped_session(
     ones they observe). ``in_order`` False: ORT's default order, for a graph whose taps are only
     outputs (no tap nodes to run early): the priority order ran every node that reads only
     initializers first, and a QDQ graph run unfused dequantized every weight at the start of a
-    call (Sana-600M: 3.0 GB a run against 1.2 GB in the default order). ``runs``: the forwards it
-    will run, where known (``few_runs``)."""
+    call (Sana-600M: 3.0 GB a run against 1.2 GB in the default order)."""
     onnx = require("onnx")
     ort = require("onnxruntime")
-    options = few_runs(ort.SessionOptions(), runs)
+    options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     # The nodes in the graph's order, as ready (each tap right after its tensor's producer), and no
     # memory pattern: ORT's default order ran the taps last (+1 GB of live tensors a call at 2.25

@@ -107,14 +107,3 @@ def test_a_group_s_graph_runs_only_the_nodes_its_tensors_need_and_computes_them_
     with taps.tapped_session(tiny_model, everything, optimize=False) as s:
         (within,) = s.run(first, feed)
     np.testing.assert_array_equal(alone, within)
-
-
-def test_a_session_of_few_runs_does_not_prepack_its_weights():
-    """``few_runs``: under PREPACK_MIN_RUNS forwards, ORT is told not to prepack the weights; with
-    more, or an unknown count, its default (prepacked) stays."""
-    ort = pytest.importorskip("onnxruntime")
-    key = "session.disable_prepacking"
-    assert taps.few_runs(ort.SessionOptions(), taps.PREPACK_MIN_RUNS - 1).get_session_config_entry(key) == "1"
-    for runs in (taps.PREPACK_MIN_RUNS, None):
-        with pytest.raises(RuntimeError, match="does not have configuration"):
-            taps.few_runs(ort.SessionOptions(), runs).get_session_config_entry(key)

@@ -41,6 +41,7 @@ from edgekit.quantize.cpu.search import (
     PATIENCE_LARGE,
     BudgetOutcome,
     fallback_until_within_budget,
+    noisiest_first,
     rank_by_sensitivity,
     screen,
 )
@@ -214,10 +215,10 @@ class FallbackProfile:
             alone = isolated_output_sqnr(
                 run.prepared,
                 self.build,
-                suspects,
+                noisiest_first(scores, suspects),
                 chosen,
                 KIND_IO[run.kind][1][0],
-                progress=lambda label, total: Eta(label, total, run.say),
+                each=Eta("output SQNR with one node INT8: node", len(suspects), run.say),
                 race=model_bytes(run.fp32_path) > LARGE_BYTES,  # each one-node model a session of it all
             )
         finally:

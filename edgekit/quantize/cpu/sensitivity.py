@@ -35,7 +35,6 @@ from edgekit.quantize.taps import (
     fetch_cap,
     fetch_groups,
     fetch_names,
-    few_runs,
     graph_without_weights,
     group_progress,
     in_graph_order,
@@ -108,16 +107,12 @@ def node_sensitivity(
         spill = Path(tmp)
         for i in range(len(feeds)):
             (spill / str(i)).mkdir()
-        for g, i, _, values in grouped_runs(
-            float_model, f_graph, f_groups, lambda: feeds, len(feeds), cap, compared=True
-        ):
+        for g, i, _, values in grouped_runs(float_model, f_graph, f_groups, lambda: feeds, len(feeds), cap):
             _spill(spill / str(i), spilled, values)
             if each is not None:
                 each(group_progress(0, g, len(f_groups), len(feeds), i))
         del f_graph
-        for g, i, _, qdq_acts in grouped_runs(
-            qdq_model, q_graph, q_groups, lambda: feeds, len(feeds), cap, compared=True
-        ):
+        for g, i, _, qdq_acts in grouped_runs(qdq_model, q_graph, q_groups, lambda: feeds, len(feeds), cap):
             group = q_groups[g]
             matched = dbg.create_activation_matching({k: [v] for k, v in qdq_acts.items()})
             bases = {_activation_of(t) for t in group}
@@ -285,11 +280,13 @@ def _db(sums: list[float]) -> float:
 
 
 # Racing the one-node models (a model over search.LARGE_BYTES, whose every one-node model is a
-# session of the whole network: Sana-600M ~9 s a node over 4 feeds): each suspect is first measured
-# on RACE_FEEDS of the feeds, spread over the loop, and only those within RACE_MARGIN_DB of the worst
-# on them run the rest. The worst is what the search floats first; a node 10 dB (10x in noise power)
-# clear of it on two feeds spread over the loop stays measured on those (``isolated_feeds``). On
-# Sana-600M 8 of its 10 suspects read 62.3 dB alone against the one that fell back's 26.9.
+# session of the whole network: Sana-600M ~9 s a node over 4 feeds): each suspect runs RACE_FEEDS
+# of the feeds first, spread over the loop, and the rest in the same session only where its figure
+# on those is within RACE_MARGIN_DB of the lowest so far. The lowest only falls, so a node left on
+# two feeds is 10 dB (10x in noise power) clear of the worst on them, and the worst, which the
+# search floats first, runs every feed; measured noisiest first (``search.noisiest_first``), few
+# run more than two. On Sana-600M 8 of its 10 suspects read 62.3 dB alone against the 26.9 dB of
+# the one that fell back.
 RACE_FEEDS = 2
 RACE_MARGIN_DB = 10.0
 
@@ -300,37 +297,23 @@ def isolated_output_sqnr(
     nodes: Sequence[str],
     feeds: Sequence[Mapping[str, np.ndarray]],
     output: str,
-    progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    each: Callable[[int], None] | None = None,
     race: bool = False,
 ) -> dict[str, dict[str, float]]:
     """{node: {"isolated_output_sqnr_db": SQNR (dB) of the network output ``output`` when only that
     node is INT8, "isolated_feeds": over how many of ``feeds``, "isolated_of": how many there were}}:
-    one layer at a time, so the score
-    includes how the node's error propagates to the output (the first layer reading a flow's ODE
-    state adds modest local noise that every later layer carries). ``build([node])`` writes the
-    one-node QDQ model (cached calibration). ``race``: first on RACE_FEEDS feeds, then the rest for
-    the nodes within RACE_MARGIN_DB of the worst (above). ``progress(label, total)``: a counter
-    called after each node of a pass (``plan.Eta``)."""
+    one layer at a time, so the score includes how the node's error propagates to the output (the
+    first layer reading a flow's ODE state adds modest local noise that every later layer carries).
+    ``build([node])`` writes the one-node QDQ model (cached calibration). ``race``: ``nodes`` in
+    turn, each on RACE_FEEDS feeds first and on the rest where it is near the lowest so far
+    (above). ``each(i)``: after the i-th node."""
     ort = require("onnxruntime")
     dbg = require("onnxruntime.quantization.qdq_loss_debug")
-
-    def outputs(path: Path, which: Sequence[int]) -> list[np.ndarray]:
-        # Each one-node model holds the whole network's weights (all but one node float): the last
-        # one's freed heap goes back to the system before this one's weights are mapped on top.
-        give_back_freed()
-        options = few_runs(ort.SessionOptions(), len(feeds))  # the reference's and every node's alike
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        try:
-            return [session.run([output], dict(feeds[i]))[0] for i in which]
-        finally:
-            del session
-
-    def alone(node: str, which: Sequence[int]) -> list[np.ndarray]:
-        path = build([node])
-        try:
-            return outputs(path, which)
-        finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
-            remove_model(path)
+    every = list(range(len(feeds)))
+    first = every
+    if race and len(feeds) > RACE_FEEDS and len(nodes) > 1:
+        first = sorted(set(np.linspace(0, len(feeds) - 1, RACE_FEEDS).round().astype(int).tolist()))
+    rest = [j for j in every if j not in first]
 
     def sqnr(got: Mapping[int, np.ndarray]) -> float:  # over the feeds in their order, as one pass would pool them
         order = sorted(got)
@@ -338,30 +321,35 @@ def isolated_output_sqnr(
             dbg.compute_signal_to_quantization_noice_ratio([reference[i] for i in order], [got[i] for i in order])
         )
 
-    every = list(range(len(feeds)))
-    reference = outputs(float_model, every)
-    first = every
-    if race and len(feeds) > RACE_FEEDS and len(nodes) > 1:
-        first = sorted(set(np.linspace(0, len(feeds) - 1, RACE_FEEDS).round().astype(int).tolist()))
-    got: dict[str, dict[int, np.ndarray]] = {}
-    each = progress("output SQNR with one node INT8: node", len(nodes)) if progress is not None else None
+    def outputs(path: Path, go_on: Callable[[dict[int, np.ndarray]], bool]) -> dict[int, np.ndarray]:
+        # Each one-node model holds the whole network's weights (all but one node float): the last
+        # one's freed heap goes back to the system before this one's weights are mapped on top.
+        give_back_freed()
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        try:
+            got = {i: session.run([output], dict(feeds[i]))[0] for i in first}
+            if rest and go_on(got):
+                got |= {i: session.run([output], dict(feeds[i]))[0] for i in rest}
+            return got
+        finally:
+            del session
+
+    lowest = [math.inf]
+
+    def near(got: dict[int, np.ndarray]) -> bool:
+        db = sqnr(got)
+        lowest[0] = min(lowest[0], db)
+        return db < lowest[0] + RACE_MARGIN_DB
+
+    reference = outputs(float_model, lambda got: True)
+    out: dict[str, dict[str, float]] = {}
     for i, node in enumerate(nodes, 1):
-        got[node] = dict(zip(first, alone(node, first)))
+        path = build([node])
+        try:
+            got = outputs(path, near)
+        finally:  # its own files only: a derived one reads the all-INT8 graph's and the prepared model's side files
+            remove_model(path)
+        out[node] = {"isolated_output_sqnr_db": sqnr(got), "isolated_feeds": len(got), "isolated_of": len(feeds)}
         if each is not None:
             each(i)
-    rest = [j for j in every if j not in first]
-    if rest:
-        raced = {n: sqnr(got[n]) for n in nodes}
-        close = [n for n in nodes if raced[n] < min(raced.values()) + RACE_MARGIN_DB]
-        each = None
-        if progress is not None:
-            label = f"{len(close)} within {RACE_MARGIN_DB:g} dB of the worst, on {len(rest)} more feeds: node"
-            each = progress(label, len(close))
-        for i, node in enumerate(close, 1):
-            got[node].update(zip(rest, alone(node, rest)))
-            if each is not None:
-                each(i)
-    return {
-        n: {"isolated_output_sqnr_db": sqnr(got[n]), "isolated_feeds": len(got[n]), "isolated_of": len(feeds)}
-        for n in nodes
-    }
+    return out

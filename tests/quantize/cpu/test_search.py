@@ -228,3 +228,18 @@ def test_a_fallbacks_reason_says_when_its_figure_was_raced_on_part_of_the_feeds(
     assert ranked_why(raced) == "alone in INT8 it leaves 49.2 dB output SQNR (raced: on 2 of 4 feeds)"
     assert ranked_why({"isolated_output_sqnr_db": 30.0}) == "alone in INT8 it leaves 30.0 dB output SQNR"
     assert ranked_why({"added_sqnr_db": 12.0}) == "adds noise at 12.0 dB SQNR"
+
+
+def test_the_race_measures_the_noisiest_by_either_figure_first():
+    """``noisiest_first``: by the lower of the whole-tensor added SQNR and the per-row figures
+    (Sana-600M's caption projection, quiet over its tensor, loud per row, ahead of the convs);
+    an unscored node counts as noisiest."""
+    from edgekit.quantize.cpu.search import noisiest_first
+
+    scores = {
+        "conv": {"added_sqnr_db": 23.7},
+        "caption": {"added_sqnr_db": 32.8, "row_added_sqnr_db": 150.0, "row_tensor_sqnr_db": 10.2},
+        "quiet": {"added_sqnr_db": 40.0, "row_added_sqnr_db": 45.0},
+    }
+    assert noisiest_first(scores, ["quiet", "conv", "caption"]) == ["caption", "conv", "quiet"]
+    assert noisiest_first(scores, ["conv", "unscored"]) == ["unscored", "conv"]

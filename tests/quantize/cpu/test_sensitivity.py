@@ -69,23 +69,6 @@ def _watch_runs(monkeypatch):
     return fetched, most
 
 
-def _watch_options(monkeypatch):
-    """The forwards each session of the ranking was opened for (``taps.few_runs``'s ``runs``)."""
-    from edgekit.quantize import taps
-    from edgekit.quantize.cpu import sensitivity
-
-    runs: list[int | None] = []
-    real = taps.few_runs
-
-    def recorded(options, n):
-        runs.append(n)
-        return real(options, n)
-
-    monkeypatch.setattr(taps, "few_runs", recorded)
-    monkeypatch.setattr(sensitivity, "few_runs", recorded)
-    return runs
-
-
 def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_them(tmp_path, monkeypatch):
     """Per-feed sums give qdq_loss_debug's numbers over the concatenated feeds; the QDQ graph it
     runs saves activations only (no dequantized weight: the whole model again per feed)."""
@@ -96,11 +79,9 @@ def test_node_sensitivity_streams_feeds_and_equals_qdq_loss_debug_over_all_of_th
 
     model, qdq, plan, chosen, calib = _naive_qdq(tmp_path, 8)
     fetched, most = _watch_runs(monkeypatch)
-    opened = _watch_options(monkeypatch)
     nodes = {k: plan.by_name()[k] for k in chosen}
     scores = sensitivity.node_sensitivity(model, qdq, calib[:4], nodes)
     assert len(fetched) == 8  # two sessions, one run each per feed
-    assert opened == [4, 4]  # each opened for its four forwards: not prepacked (taps.few_runs)
     assert most[0] == 1  # the float session is gone before the QDQ one opens: never the model twice
     import onnx
 
@@ -272,54 +253,48 @@ def _one_node_builder(tmp_path):
     return model, build, calib
 
 
-def test_one_node_at_a_time_opens_every_session_alike_without_prepacking(tmp_path, monkeypatch):
-    """``isolated_output_sqnr``: the float reference's session and each one-node model's are opened
-    for the feeds' forwards (few: no prepacked weights, ``taps.few_runs``), all alike, and the SQNR
-    is the one two default sessions give to within float rounding."""
+def test_one_node_at_a_time_is_the_output_sqnr_of_each_one_node_model_over_every_feed(tmp_path):
+    """``isolated_output_sqnr``: each node's figure is qdq_loss_debug's SQNR of the network output
+    of the model with only that node INT8 against the float model's, over every feed."""
     ort = pytest.importorskip("onnxruntime")
     from edgekit.quantize.cpu import sensitivity
 
     dbg = pytest.importorskip("onnxruntime.quantization.qdq_loss_debug")
     model, build, calib = _one_node_builder(tmp_path)
-    opened = _watch_options(monkeypatch)
     alone = sensitivity.isolated_output_sqnr(model, build, ["sin", "qk"], calib[:4], "y")
-    assert opened == [4, 4, 4]  # the reference, then each node's model
     ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     reference = [ref.run(["y"], f)[0] for f in calib[:4]]
     for node in ("sin", "qk"):
         one = ort.InferenceSession(str(build([node])), providers=["CPUExecutionProvider"])
         got = [one.run(["y"], f)[0] for f in calib[:4]]
         expected = float(dbg.compute_signal_to_quantization_noice_ratio(reference, got))
-        assert alone[node]["isolated_feeds"] == 4
-        assert alone[node]["isolated_output_sqnr_db"] == pytest.approx(expected, abs=0.01)
+        assert alone[node] == {"isolated_output_sqnr_db": expected, "isolated_feeds": 4, "isolated_of": 4}
 
 
-def test_a_race_measures_on_every_feed_only_the_nodes_near_the_worst(tmp_path):
-    """``race``: every node on RACE_FEEDS feeds spread over the loop (the first and the last),
-    then the rest of the feeds only for those within RACE_MARGIN_DB of the worst there, whose
-    figures are then the ones measured on every feed; a node clear of it keeps its two-feed figure.
-    Each pass counts its nodes on its own counter."""
+@pytest.mark.parametrize("order", [("proj", "ln", "qk", "sin"), ("sin", "qk", "ln", "proj")])
+def test_a_race_runs_every_feed_only_for_nodes_near_the_lowest_so_far(tmp_path, order):
+    """``race``: the nodes in turn, each on RACE_FEEDS feeds spread over the loop (the first and
+    the last), and on the rest in the same session only where its figure there is within
+    RACE_MARGIN_DB of the lowest so far, its figure then the one over every feed; the worst always
+    runs every feed, and a node left on two is 10 dB clear of the worst on them. Counted per node."""
     from edgekit.quantize.cpu import sensitivity
 
     model, build, calib = _one_node_builder(tmp_path)
-    nodes = ["sin", "qk", "ln", "proj"]
+    nodes = list(order)
     full = sensitivity.isolated_output_sqnr(model, build, nodes, calib[:4], "y")
-    counted: list = []
-
-    def progress(label, total):
-        counted.append((label, total, []))
-        return counted[-1][2].append
-
-    raced = sensitivity.isolated_output_sqnr(model, build, nodes, calib[:4], "y", progress=progress, race=True)
     on_two = sensitivity.isolated_output_sqnr(model, build, nodes, [calib[0], calib[3]], "y")
-    worst = min(v["isolated_output_sqnr_db"] for v in on_two.values())
-    near = [n for n in nodes if on_two[n]["isolated_output_sqnr_db"] < worst + sensitivity.RACE_MARGIN_DB]
-    assert 0 < len(near) < len(nodes), on_two  # the tiny block has both kinds
+    counted: list[int] = []
+    raced = sensitivity.isolated_output_sqnr(model, build, nodes, calib[:4], "y", each=counted.append, race=True)
+    assert counted == [1, 2, 3, 4]
+    lowest, near = float("inf"), []
     for n in nodes:
-        expected = full[n] if n in near else on_two[n] | {"isolated_of": 4}
-        assert raced[n] == expected, n
-    assert [(total, done) for _, total, done in counted] == [
-        (4, [1, 2, 3, 4]),
-        (len(near), list(range(1, len(near) + 1))),
-    ]
-    assert counted[1][0].startswith(f"{len(near)} within 10 dB of the worst, on 2 more feeds")
+        lowest = min(lowest, on_two[n]["isolated_output_sqnr_db"])
+        if on_two[n]["isolated_output_sqnr_db"] < lowest + sensitivity.RACE_MARGIN_DB:
+            near.append(n)
+    assert 0 < len(near) < len(nodes), on_two  # the tiny block has both kinds in either order
+    for n in nodes:
+        assert raced[n] == (full[n] if n in near else on_two[n] | {"isolated_of": 4}), n
+    worst = min(on_two, key=lambda n: on_two[n]["isolated_output_sqnr_db"])
+    assert raced[worst]["isolated_feeds"] == 4
+    for n in set(nodes) - set(near):
+        assert on_two[n]["isolated_output_sqnr_db"] >= on_two[worst]["isolated_output_sqnr_db"] + 10
