@@ -4,7 +4,7 @@ On a few recorded feeds spread over the loop: ``node_sensitivity`` compares the 
 graph tensor by tensor as onnxruntime's ``qdq_loss_debug`` does (per-tensor SQNR, and the noise
 each node *adds*: output noise power minus the noise already in its inputs), in bounded memory;
 ``isolated_output_sqnr`` measures, one layer at a time, the network output's SQNR when only that
-node is INT8 (on a large model raced: two feeds each first, every feed for those near the worst).
+node is INT8 (on a large model raced: two feeds each first, every feed where near the lowest).
 
 A tensor's SQNR over all its values hides rows of small magnitude: the padding states of a
 caption (Sana's: 0.05 against 1 for the prompt's tokens) keep a few quantization levels, and the
