@@ -125,7 +125,7 @@ def measure_demo(
     notes: dict[str, str] = {}
     try:
         for precision in ("fp32", "int8"):
-            routes, unavailable = write_routes(bundle.path_of(precision), work / precision)
+            routes, unavailable = write_routes(bundle.path_of(precision), work / precision, for_cpu=True)
             notes |= {f"{precision} {k}": v for k, v in unavailable.items()}
             for name, route in routes.items():
                 if route.same_as:

@@ -95,8 +95,11 @@ class RouteFiles:
     note: str | None = None
 
 
-def write_routes(model_path: Path, workdir: Path) -> tuple[dict[str, RouteFiles], dict[str, str]]:
-    """({route: its files}, {route: why it could not be written}) of ``model_path``."""
+def write_routes(
+    model_path: Path, workdir: Path, for_cpu: bool = False
+) -> tuple[dict[str, RouteFiles], dict[str, str]]:
+    """({route: its files}, {route: why it could not be written}) of ``model_path``; ``for_cpu``:
+    the IRs are for a CPU (``save_ir``)."""
     routes = {DEFAULT_ROUTE: RouteFiles(DEFAULT_ROUTE, model_path)}
     unavailable: dict[str, str] = {}
     digests: dict[str, str] = {}
@@ -104,7 +107,7 @@ def write_routes(model_path: Path, workdir: Path) -> tuple[dict[str, RouteFiles]
         folder = workdir / name
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            xml, weights = save_ir(model_path, folder / "model.xml", fp16)
+            xml, weights = save_ir(model_path, folder / "model.xml", fp16, for_cpu)
         except EdgekitError as exc:
             unavailable[name] = str(exc)
             continue
@@ -115,7 +118,7 @@ def write_routes(model_path: Path, workdir: Path) -> tuple[dict[str, RouteFiles]
         note = f"the same files as {same}: OpenVINO ignores compress_to_fp16 for a quantized model" if same else None
         routes[name] = RouteFiles(name, xml, {"model": xml, "weights": weights}, same_as=same, note=note)
         digests.setdefault(digest, name)
-    hoisted = _write_hoisted(model_path, workdir / HOISTED_ROUTE, routes.get("ir"))
+    hoisted = _write_hoisted(model_path, workdir / HOISTED_ROUTE, routes.get("ir"), for_cpu)
     if isinstance(hoisted, str):
         unavailable[HOISTED_ROUTE] = hoisted
     else:
@@ -123,7 +126,7 @@ def write_routes(model_path: Path, workdir: Path) -> tuple[dict[str, RouteFiles]
     return routes, unavailable
 
 
-def _write_hoisted(model_path: Path, folder: Path, ir: RouteFiles | None) -> RouteFiles | str:
+def _write_hoisted(model_path: Path, folder: Path, ir: RouteFiles | None, for_cpu: bool) -> RouteFiles | str:
     """The ``ir-hoisted`` route of ``model_path`` (``same_as`` ``ir`` where nothing moves), or
     why it could not be written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,7 +143,7 @@ def _write_hoisted(model_path: Path, folder: Path, ir: RouteFiles | None) -> Rou
         )
     try:
         with side_files_beside(model_path, folder):  # the rewritten graph reads the source's side file
-            xml, weights = save_ir(rewritten, folder / "model.xml", False)
+            xml, weights = save_ir(rewritten, folder / "model.xml", False, for_cpu)
     except EdgekitError as exc:
         return str(exc)
     finally:
@@ -294,7 +297,7 @@ def select_route(
             "why": why,
             "routes": {},
         }
-    routes, unavailable = write_routes(model_path, workdir)
+    routes, unavailable = write_routes(model_path, workdir, options.device.split(".")[0] == "CPU")
     timed = {name: r for name, r in routes.items() if r.same_as is None}
     opened: dict[str, OpenVinoRuntime] = {}
     record: dict[str, Any] = {"routes": {}}

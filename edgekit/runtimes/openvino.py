@@ -31,6 +31,7 @@ from edgekit.errors import EdgekitError, TargetUnavailable, UsageError, one_of, 
 from edgekit.runtimes._specs import specs_from_entries
 from edgekit.runtimes.base import BaseRuntime, check_model_file, model_files_of
 from edgekit.runtimes.onnx_file import load_onnx
+from edgekit.runtimes.openvino_sin import rewrite_sins
 from edgekit.targets.schema import OPENVINO_DEVICES, OPENVINO_HINTS, OPENVINO_PRECISIONS, OpenVinoSettings
 
 # The values a setting may take are the target files' (``targets.schema``), one definition.
@@ -160,12 +161,14 @@ class OpenVinoRuntime(BaseRuntime):
                 hint=_device_hint(device),
             )
         _check_precision(core, device, options.inference_precision)
-        self.compiled, graph_names = _compile(ov, core, self.model_path, device, options.compile_config())
+        self.compiled, graph_names, rewritten = _compile(ov, core, self.model_path, device, options.compile_config())
         if graph_names is None and source_onnx is not None:
             graph = load_onnx(source_onnx).graph
             graph_names = {v.name for v in (*graph.input, *graph.output)}
         self.device = ",".join(str(d) for d in self.compiled.get_property("EXECUTION_DEVICES"))
         self.settings: dict[str, Any] = compiled_settings(self.compiled)
+        if rewritten:  # Sin over large tensors as the polynomial the CPU plugin fuses (openvino_sin.py)
+            self.settings["sin_rewritten"] = rewritten
         self.inputs, self.outputs = _port_specs(self.compiled, self.model_path, graph_names or set())
         self._input_index = {name: i for i, name in enumerate(self.inputs)}
 
@@ -303,21 +306,26 @@ def _check_precision(core: Any, device: str, precision: str) -> None:
         )
 
 
-def _compile(ov: Any, core: Any, path: Path, device: str, config: Mapping[str, Any]) -> tuple[Any, set[str] | None]:
-    """(compiled model, the model file's IO tensor names or None for a blob): read + compile an
-    ONNX/IR file, or import an exported blob; one error naming the file."""
+def _compile(
+    ov: Any, core: Any, path: Path, device: str, config: Mapping[str, Any]
+) -> tuple[Any, set[str] | None, int]:
+    """(compiled model, the model file's IO tensor names or None for a blob, how many ``Sin`` the
+    read rewrote): read + compile an ONNX/IR file, or import an exported blob (compiled with the
+    rewrite already); one error naming the file."""
     try:
         if path.suffix in MODEL_SUFFIXES:
             model = core.read_model(str(path))
             # The graph's own IO names, before the plugin's transformations can give a port more
             # names (a QDQ model's logits port also answers to 'gemm_output_reshape_...').
             names = {n for port in (*model.inputs, *model.outputs) for n in port.get_names()}
-            return core.compile_model(model, device, dict(config)), names
+            # The CPU plugin's Sin is a scalar reference kernel (other devices keep their own).
+            rewritten = rewrite_sins(model) if device.split(".")[0] == "CPU" else 0
+            return core.compile_model(model, device, dict(config)), names, rewritten
         config = {k: v for k, v in config.items() if k != "CACHE_DIR"}  # a blob is compiled already
         # Imported from the mapped file, not read into a bytes copy first: the blob holds the
         # weights, and a second copy of them is what memory cannot afford at 2 GB.
         blob = np.memmap(path, dtype=np.uint8, mode="r")
-        return core.import_model(ov.Tensor(blob), device, config), None
+        return core.import_model(ov.Tensor(blob), device, config), None, 0
     except RuntimeError as exc:
         what = (
             "a model OpenVINO can read"

@@ -22,6 +22,7 @@ from typing import Any
 from edgekit._deps import require
 from edgekit.errors import EdgekitError
 from edgekit.runtimes.openvino import _first_reason, openvino_version
+from edgekit.runtimes.openvino_sin import rewrite_sins
 
 # Route name -> compress_to_fp16 of ``ov.save_model``.
 IR_ROUTES: dict[str, bool] = {"ir": False, "ir-fp16": True}
@@ -39,13 +40,20 @@ COMPUTE_TYPES: tuple[str, ...] = (
 )
 
 
-def save_ir(onnx_path: str | Path, xml_path: str | Path, compress_to_fp16: bool) -> tuple[Path, Path]:
+def save_ir(
+    onnx_path: str | Path, xml_path: str | Path, compress_to_fp16: bool, for_cpu: bool = False
+) -> tuple[Path, Path]:
     """Convert ``onnx_path`` (weights in a side file are read beside it) and write the IR as
-    ``xml_path`` and its ``.bin`` beside it (the name ``read_model`` looks for); (xml, bin)."""
+    ``xml_path`` and its ``.bin`` beside it (the name ``read_model`` looks for); (xml, bin).
+    ``for_cpu``: with ``Sin`` over large tensors as the polynomial the CPU plugin fuses
+    (``openvino_sin``), as edgekit's runtime compiles it, so a plain OpenVINO reading the IR runs it
+    as fast."""
     ov = require("openvino")
     xml = Path(xml_path)
     try:
         model = ov.convert_model(str(onnx_path))
+        if for_cpu:
+            rewrite_sins(model)
         ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
     except Exception as exc:  # noqa: BLE001 - ovc raises its own Error type besides the frontends' RuntimeErrors
         raise EdgekitError(

@@ -88,7 +88,7 @@ def test_a_route_that_loses_accuracy_is_not_shipped_however_fast(tiny_bundle, ov
     off = tmp_path / "off.onnx"  # the IR routes get a model 5 % off the source: about 26 dB from it
     onnx.save(tiny_model(qdq_zero_point=np.array(128, np.uint8), scale=1.05), str(off))
     real = openvino_routes.save_ir
-    monkeypatch.setattr(openvino_routes, "save_ir", lambda src, xml, fp16: real(off, xml, fp16))
+    monkeypatch.setattr(openvino_routes, "save_ir", lambda src, xml, fp16, for_cpu=False: real(off, xml, fp16, for_cpu))
     entry = build_bundle(bundle.root, "intel-cpu", "int8", host=HOST)["engine"]
     route = entry["route"]
     assert route["shipped"] == "onnx" and entry["format"] == "blob" and entry["path"].endswith(".blob")
