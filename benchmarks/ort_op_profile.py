@@ -2,6 +2,13 @@
 from ORT's own profiler, on the feeds a real decode gives the network.
 
     python benchmarks/ort_op_profile.py BUNDLE [--runs 20] [--threads 1] [--out benchmarks/results/ort_op_profile.json]
+    python benchmarks/ort_op_profile.py BUNDLE --runtime openvino [--threads 2]
+
+With ``--runtime openvino`` the same on OpenVINO's CPU plugin, as ``edgekit run --runtime openvino``
+compiles each model (f32 inference precision, edgekit's Sin rewrite): its per-node counters
+(``PERF_COUNT``) summed per "layer type (kernel)", e.g. ``Convolution (brgconv_avx512_I8)`` (an int8
+kernel) against ``Convolution (brgconv_avx512_f32)`` (a float fallback), ``Sin (ref_any_f32)`` (a
+scalar reference kernel).
 
 BUNDLE must hold an ``int8`` model (``edgekit quantize``). Each precision is opened as
 ``edgekit run --runtime ort`` opens it (edgekit's fusions and disabled optimizers, IO binding) with
@@ -107,12 +114,52 @@ def profile_forward(model: Path, feeds: list[dict[str, Any]], runs: int, threads
     }
 
 
+def profile_forward_openvino(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) -> dict[str, Any]:
+    """As ``profile_forward`` on OpenVINO's CPU plugin: kernel ms per "layer type (kernel)" and per
+    node, the median over ``runs`` forwards after the warm-up, and the wall ms of a forward."""
+    from edgekit.runtimes.openvino import OpenVinoRuntime, OvOptions
+
+    walls, per_run_op, per_run_node = [], [], []
+    options = OvOptions(threads=threads, inference_precision="f32", profiling=True, double_buffer=False)
+    with OpenVinoRuntime(model, options) as rt:
+        for i in range(WARMUP + runs):
+            t0 = time.perf_counter_ns()
+            rt.run(feeds[i % len(feeds)])
+            if i < WARMUP:
+                continue
+            walls.append((time.perf_counter_ns() - t0) / 1e6)
+            ops: dict[str, float] = defaultdict(float)
+            nodes: dict[str, float] = defaultdict(float)
+            for entry in rt.op_profile():
+                ops[f"{entry['type']} ({entry['kernel']})"] += entry["us"] / 1e3
+                nodes[entry["node"]] += entry["us"] / 1e3
+            per_run_op.append(ops)
+            per_run_node.append(nodes)
+    by_op = {k: statistics.median(r.get(k, 0.0) for r in per_run_op) for k in {k for r in per_run_op for k in r}}
+    by_node = {k: statistics.median(r.get(k, 0.0) for r in per_run_node) for k in {k for r in per_run_node for k in r}}
+    total = sum(by_op.values())
+    return {
+        "runs": runs,
+        "kernel_ms_per_forward": total,
+        "wall_ms_per_forward": float(statistics.median(walls)),
+        "ops": [
+            {"op": op, "share": ms / total, "ms_per_forward": ms}
+            for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])
+        ],
+        "top_nodes": [
+            {"node": n, "share": ms / total, "ms_per_forward": ms}
+            for n, ms in sorted(by_node.items(), key=lambda kv: -kv[1])[:15]
+        ],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle", type=Path)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ort_op_profile.json"))
+    ap.add_argument("--runtime", choices=("ort", "openvino"), default="ort")
     args = ap.parse_args()
     bundle = Bundle.load(args.bundle)
     if not bundle.has("int8"):
@@ -124,6 +171,7 @@ def main() -> None:
     host = HostFacts.detect()
     doc: dict[str, Any] = {
         "schema": "edgekit.bench.ort_op_profile/1",
+        "runtime": args.runtime,
         "cpu": cpu_identity(),
         "isa_class": host.isa_class,
         "bundle": str(args.bundle),
@@ -132,17 +180,21 @@ def main() -> None:
         "calls": len(feeds),
     }
     for precision in ("fp32", "int8"):
-        doc[precision] = profile_forward(bundle.path_of(precision), feeds, args.runs, args.threads)
+        profile = profile_forward if args.runtime == "ort" else profile_forward_openvino
+        doc[precision] = profile(bundle.path_of(precision), feeds, args.runs, args.threads)
     doc["int8_speedup_kernel_time"] = doc["fp32"]["kernel_ms_per_forward"] / doc["int8"]["kernel_ms_per_forward"]
     doc["int8_speedup_wall"] = doc["fp32"]["wall_ms_per_forward"] / doc["int8"]["wall_ms_per_forward"]
     doc["side_by_side"] = side_by_side(doc["fp32"], doc["int8"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
-    print(f"{doc['cpu'].get('model')} ({host.isa_class}), {bundle.name} batch {bundle.batch}, {args.threads} thread(s)")
-    print(f"\n{'op type':<30} {'FP32 ms':>9} {'share':>6} {'INT8 ms':>9} {'share':>6}")
+    print(
+        f"{doc['cpu'].get('model')} ({host.isa_class}), {args.runtime}, {bundle.name} batch {bundle.batch}, "
+        f"{args.threads} thread(s)"
+    )
+    print(f"\n{'op type':<44} {'FP32 ms':>9} {'share':>6} {'INT8 ms':>9} {'share':>6}")
     for row in doc["side_by_side"]:
         f, q = row["fp32_ms"], row["int8_ms"]
-        print(f"  {row['op']:<28} {f:9.3f} {100 * row['fp32_share']:5.1f}% {q:9.3f} {100 * row['int8_share']:5.1f}%")
+        print(f"  {row['op']:<42} {f:9.3f} {100 * row['fp32_share']:5.1f}% {q:9.3f} {100 * row['int8_share']:5.1f}%")
     for precision in ("fp32", "int8"):
         kernels, wall = doc[precision]["kernel_ms_per_forward"], doc[precision]["wall_ms_per_forward"]
         print(f"{precision}: {kernels:.2f} ms kernels, {wall:.2f} ms wall per forward")

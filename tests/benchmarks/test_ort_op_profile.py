@@ -90,3 +90,27 @@ def test_side_by_side_has_every_op_of_either_precision():
     by_op = {r["op"]: r for r in rows}
     assert by_op["QGemm"]["fp32_ms"] == 0.0 and by_op["MatMul"]["int8_ms"] == 0.0
     assert by_op["Add"] == {"op": "Add", "fp32_ms": 1.0, "fp32_share": 0.2, "int8_ms": 1.0, "int8_share": 0.5}
+
+
+def test_the_openvino_profile_names_each_layer_type_with_its_kernel(tmp_path):
+    """y = sin(x @ W) over 32K values on OpenVINO's CPU plugin, as edgekit's runtime compiles it:
+    rows "type (kernel)" from the plugin's counters, the Sin rewritten (no reference kernel row)."""
+    pytest.importorskip("openvino")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((256, 256), 0.01, np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Sin", ["y"], ["z"])]
+    path = save_model(
+        tmp_path / "sin.onnx",
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 256])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 128, 256])],
+        [w],
+    )
+    feeds = [{"x": np.ones((1, 128, 256), np.float32)}]
+    prof = ort_op_profile.profile_forward_openvino(path, feeds, runs=4, threads=1)
+    ops = [o["op"] for o in prof["ops"]]
+    assert prof["runs"] == 4 and all(" (" in op and op.endswith(")") for op in ops), ops
+    assert any(op.startswith(("FullyConnected", "MatMul")) for op in ops), ops
+    assert not any(op.startswith("Sin ") for op in ops), ops  # compiled as the fused polynomial
+    assert sum(o["share"] for o in prof["ops"]) == pytest.approx(1.0)
