@@ -33,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import Bundle
 from edgekit.host import HostFacts, cpu_identity
 from edgekit.quantize.calibrate import record_trajectories
@@ -160,7 +161,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ort_op_profile.json"))
     ap.add_argument("--runtime", choices=("ort", "openvino"), default="ort")
+    ap.add_argument("--trust-code", action="store_true", help="run the condition sampler of a copied bundle")
     args = ap.parse_args()
+    TRUST_CODE.set(args.trust_code)
     bundle = Bundle.load(args.bundle)
     if not bundle.has("int8"):
         sys.exit(f"error: {args.bundle} has no int8 model; run `edgekit quantize {args.bundle}` first")
