@@ -1,4 +1,4 @@
-"""edgekit's contrib-op fusions for ONNX Runtime (tanh GELU -> com.microsoft.FastGelu)."""
+"""edgekit's graph changes for ONNX Runtime (tanh GELU -> com.microsoft.FastGelu, Mish -> its logistic form)."""
 
 from __future__ import annotations
 
@@ -264,3 +264,62 @@ def test_a_cpu_session_reads_a_stacked_cache_layer_by_layer_not_split_at_once(tm
     assert ops(tmp_path / "edgekit.onnx").count("Gather") == 3
     for i in range(3):
         np.testing.assert_array_equal(out[f"y{i}"], feeds["cache"][i] + 1)
+
+
+def _mish(x):
+    x = x.astype(np.float64)
+    return x * np.tanh(np.log1p(np.exp(x)))
+
+
+def _mish_model(tmp_path, name, *, op=False, swap=False, leak=False, dtype=TensorProto.FLOAT):
+    """x -> Neg -> Mish -> Neg -> y, Mish as the exporter's Softplus -> Tanh -> Mul (``swap``:
+    Mul(tanh, x)) or the opset-18 ``Mish`` op (``op``); ``leak`` exposes the Tanh output."""
+    nodes = [helper.make_node("Neg", ["x"], ["h"])]
+    if op:
+        nodes.append(helper.make_node("Mish", ["h"], ["m"]))
+    else:
+        mul = ["t", "h"] if swap else ["h", "t"]
+        nodes += [
+            helper.make_node("Softplus", ["h"], ["sp"]),
+            helper.make_node("Tanh", ["sp"], ["t"]),
+            helper.make_node("Mul", mul, ["m"]),
+        ]
+    nodes.append(helper.make_node("Neg", ["m"], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", dtype, SHAPE)]
+    if leak:
+        outputs.append(helper.make_tensor_value_info("t", dtype, SHAPE))
+    inputs = [helper.make_tensor_value_info("x", dtype, SHAPE)]
+    graph = helper.make_graph(nodes, name, inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.save(model, str(tmp_path / f"{name}.onnx"))
+    return tmp_path / f"{name}.onnx"
+
+
+@pytest.mark.parametrize("form", ["chain", "swapped", "op"])
+def test_mish_becomes_the_logistic_form_with_the_same_values(tmp_path, form):
+    """x·tanh(softplus(x)) as s(2-s)/(2-s(2-s)), s = σ(x): the same output name and values (float32
+    rounding) from -30 to 30, where σ saturates both ways, in the runtime's session."""
+    from edgekit.runtimes.ort_fusions import apply_contrib_fusions, rewrite_mish
+
+    path = _mish_model(tmp_path, form, op=form == "op", swap=form == "swapped")
+    model = onnx.load(str(path))
+    assert rewrite_mish(model) == 1
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Neg", "Sigmoid", "Sub", "Mul", "Sub", "Div", "Mul", "Neg"]
+    assert not {"Softplus", "Tanh", "Mish"} & set(ops)
+    assert apply_contrib_fusions(onnx.load(str(path))) == {"Mish": 1}
+
+    x = np.linspace(-30, 30, int(np.prod(SHAPE)), dtype=np.float32).reshape(SHAPE)
+    with OrtRuntime(path, OrtOptions(intra_op_threads=1)) as rt:
+        assert rt.fusions == {"Mish": 1}
+        y = rt.run({"x": x})["y"]
+    np.testing.assert_allclose(y, -_mish(-x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_mish_whose_tanh_is_read_elsewhere_or_not_float32_is_left_alone(tmp_path):
+    from edgekit.runtimes.ort_fusions import rewrite_mish
+
+    assert rewrite_mish(onnx.load(str(_mish_model(tmp_path, "leak", leak=True)))) == 0
+    half = onnx.load(str(_mish_model(tmp_path, "half", op=True, dtype=TensorProto.FLOAT16)))
+    half.graph.value_info.append(helper.make_tensor_value_info("h", TensorProto.FLOAT16, SHAPE))
+    assert rewrite_mish(half) == 0  # the constant 2 is float32
