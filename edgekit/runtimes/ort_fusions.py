@@ -8,6 +8,10 @@ formula, one vectorised pass). Measured on the demo masked generator (batch 8, 1
 1.32, AVX512-VNNI): the four GELUs fall from 1.5 ms to 0.54 ms per forward, FP32 11.7 -> 10.7 ms,
 INT8 7.4 -> 6.4 ms; outputs move by < 1e-5.
 
+``rewrite_mish`` writes Mish (x·tanh(softplus(x)): matcha-tts's ResNet blocks) over the logistic
+function in standard ops, because ORT's CPU ``Softplus`` is a scalar loop; it is applied under the
+same rule as the contrib fusions.
+
 Contrib ops run only on ORT's CPU and CUDA providers: a graph meant for TensorRT, NNAPI, CoreML
 or QNN must stay standard ONNX (those would fall back to the CPU for every fused node), so the
 callers apply this for CPU/CUDA sessions and the ``cpu`` quantize profile only.
