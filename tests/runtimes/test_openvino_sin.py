@@ -109,3 +109,27 @@ def test_the_ir_written_for_a_cpu_carries_the_rewrite(tmp_path):
         xml, _ = save_ir(path, tmp_path / f"ir-{for_cpu}" / "model.xml", False, for_cpu=for_cpu)
         ops = {op.get_type_name() for op in ov.Core().read_model(str(xml)).get_ordered_ops()}
         assert ("Sin" in ops) is not for_cpu  # a plain OpenVINO reading the CPU's IR gets the polynomial
+
+
+def test_with_bf16_inference_the_polynomial_still_runs_in_f32():
+    """The CPU plugin at bf16 inference precision computes a MatMul in bf16 and the elementwise
+    chain after it in f32: the rewrite's outputs are the reference kernel's to float32 rounding
+    (range reduction in bf16 would be off by far more)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from edgekit.runtimes.openvino_sin import rewrite_sins
+
+    core = ov.Core()
+    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("this CPU has no bf16 (AVX512-BF16 or AMX): OpenVINO would run f32")
+    x = wide_values() / 4.0
+    outs = []
+    for rewrite in (False, True):
+        p = ops.parameter(SHAPE, np.float32, name="x")
+        model = ov.Model([ops.sin(ops.matmul(p, ops.constant(np.eye(SHAPE[-1], dtype=np.float32)), False, False))], [p])
+        if rewrite:
+            assert rewrite_sins(model) == 1
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+        outs.append(compiled({"x": x})[compiled.outputs[0]])
+    assert np.abs(outs[0] - outs[1]).max() < 1e-6
