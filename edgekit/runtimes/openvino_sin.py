@@ -5,11 +5,11 @@ The CPU plugin has no vector kernel for ``Sin``: it runs the reference one (exec
 decoder, BigVGAN and HiFi-GAN-style vocoders) apply it to every activation of a block, and on
 matcha's decoder at 400 frames it was 27 % of an INT8 forward on OpenVINO (13.6 of 49.7 ms; 20 %
 of FP32's). Written as multiplies, adds, ``Round`` and ``Floor``, the same function is one fused
-elementwise kernel (a JIT ``Subgraph``): 0.68 against 4.22 ms on a float32[2, 400, 1024] tensor, 2
-threads, AMD EPYC (AVX-512), OpenVINO 2026.4 (``benchmarks/elementwise_rewrites.py``). ONNX Runtime's own ``Sin`` is vectorised, and the same chain
-as separate ONNX nodes ran 2.2x slower there than its ``Sin``: so the rewrite is made on the
-``ov.Model`` only, when edgekit's OpenVINO runtime reads a model and when ``build`` writes an IR,
-never in the ONNX files.
+elementwise kernel (a JIT ``Subgraph``): 0.68 against 4.22 ms on a float32[2, 400, 1024] tensor,
+2 threads, AMD EPYC (AVX-512), OpenVINO 2026.4 (``benchmarks/elementwise_rewrites.py``). ONNX
+Runtime's own ``Sin`` is vectorised, and the same chain as separate ONNX nodes ran 2.2x slower
+there than its ``Sin``: so the rewrite is made on the ``ov.Model`` only, when edgekit's OpenVINO
+runtime reads a model and when ``build`` writes an IR, never in the ONNX files.
 
 The function: ``k = round(x / π)``, ``r = x - k·π`` with π in three parts (Cody-Waite: each
 ``k·part`` exact for |k| < 2^12, so ``r`` is exact to float rounding for |x| up to ~12,000 and
