@@ -133,3 +133,20 @@ def test_with_bf16_inference_the_polynomial_still_runs_in_f32():
         compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
         outs.append(compiled({"x": x})[compiled.outputs[0]])
     assert np.abs(outs[0] - outs[1]).max() < 1e-6
+
+
+def test_builds_routes_for_a_cpu_ship_irs_with_the_rewrite(tmp_path):
+    """``build``'s OpenVINO routes (builder/openvino_routes.py): every IR written for a CPU holds
+    the polynomial, so the engine a plain OpenVINO loads runs as ``edgekit run`` does."""
+    import openvino as ov
+
+    from edgekit.builder.openvino_routes import write_routes
+
+    path = sin_model(tmp_path / "m.onnx")
+    for for_cpu in (False, True):
+        routes, _ = write_routes(path, tmp_path / f"routes-{for_cpu}", for_cpu=for_cpu)
+        irs = [r for r in routes.values() if r.files]
+        assert "ir" in routes and irs
+        for route in irs:
+            ops = {op.get_type_name() for op in ov.Core().read_model(str(route.model)).get_ordered_ops()}
+            assert ("Sin" in ops) is not for_cpu, route.name
