@@ -76,12 +76,28 @@ def kernel_times(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, f
         run = bisect.bisect_right(starts, e["ts"]) - 1
         per_run_op[run][op_key(e)] += e["dur"] / 1000.0  # us -> ms
         per_run_node[run][name.removesuffix("_kernel_time")] += e["dur"] / 1000.0
+    return _median_run(per_run_op), _median_run(per_run_node), len(spans)
 
-    def median(per_run: list[dict[str, float]]) -> dict[str, float]:
-        keys = {k for r in per_run for k in r}
-        return {k: float(statistics.median(r.get(k, 0.0) for r in per_run)) for k in keys}
 
-    return median(per_run_op), median(per_run_node), len(spans)
+def _median_run(per_run: list[dict[str, float]]) -> dict[str, float]:
+    """{key: the median over runs of its ms} (0 in a run that lacks it)."""
+    keys = {k for r in per_run for k in r}
+    return {k: float(statistics.median(r.get(k, 0.0) for r in per_run)) for k in keys}
+
+
+def _forward_doc(by_op: dict[str, float], by_node: dict[str, float], runs: int, walls: list[float]) -> dict[str, Any]:
+    """One precision's record: kernel ms per forward, rows by op (their share) and the 15 slowest
+    nodes, and the median wall ms of a forward."""
+    total = sum(by_op.values())
+    ops = sorted(by_op.items(), key=lambda kv: -kv[1])
+    nodes = sorted(by_node.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "runs": runs,
+        "kernel_ms_per_forward": total,
+        "wall_ms_per_forward": float(statistics.median(walls)),
+        "ops": [{"op": op, "share": ms / total, "ms_per_forward": ms} for op, ms in ops],
+        "top_nodes": [{"node": n, "share": ms / total, "ms_per_forward": ms} for n, ms in nodes],
+    }
 
 
 def profile_forward(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) -> dict[str, Any]:
@@ -103,16 +119,7 @@ def profile_forward(model: Path, feeds: list[dict[str, Any]], runs: int, threads
         by_op, by_node, measured = kernel_times(json.loads(trace.read_text()), WARMUP)
     finally:
         trace.unlink(missing_ok=True)
-    total = sum(by_op.values())
-    ops = sorted(by_op.items(), key=lambda kv: -kv[1])
-    nodes = sorted(by_node.items(), key=lambda kv: -kv[1])[:15]
-    return {
-        "runs": measured,
-        "kernel_ms_per_forward": total,
-        "wall_ms_per_forward": float(statistics.median(walls)),
-        "ops": [{"op": op, "share": ms / total, "ms_per_forward": ms} for op, ms in ops],
-        "top_nodes": [{"node": n, "share": ms / total, "ms_per_forward": ms} for n, ms in nodes],
-    }
+    return _forward_doc(by_op, by_node, measured, walls)
 
 
 def profile_forward_openvino(model: Path, feeds: list[dict[str, Any]], runs: int, threads: int) -> dict[str, Any]:
@@ -136,22 +143,7 @@ def profile_forward_openvino(model: Path, feeds: list[dict[str, Any]], runs: int
                 nodes[entry["node"]] += entry["us"] / 1e3
             per_run_op.append(ops)
             per_run_node.append(nodes)
-    by_op = {k: statistics.median(r.get(k, 0.0) for r in per_run_op) for k in {k for r in per_run_op for k in r}}
-    by_node = {k: statistics.median(r.get(k, 0.0) for r in per_run_node) for k in {k for r in per_run_node for k in r}}
-    total = sum(by_op.values())
-    return {
-        "runs": runs,
-        "kernel_ms_per_forward": total,
-        "wall_ms_per_forward": float(statistics.median(walls)),
-        "ops": [
-            {"op": op, "share": ms / total, "ms_per_forward": ms}
-            for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])
-        ],
-        "top_nodes": [
-            {"node": n, "share": ms / total, "ms_per_forward": ms}
-            for n, ms in sorted(by_node.items(), key=lambda kv: -kv[1])[:15]
-        ],
-    }
+    return _forward_doc(_median_run(per_run_op), _median_run(per_run_node), runs, walls)
 
 
 def main() -> None:
@@ -182,8 +174,8 @@ def main() -> None:
         "threads": args.threads,
         "calls": len(feeds),
     }
+    profile = profile_forward if args.runtime == "ort" else profile_forward_openvino
     for precision in ("fp32", "int8"):
-        profile = profile_forward if args.runtime == "ort" else profile_forward_openvino
         doc[precision] = profile(bundle.path_of(precision), feeds, args.runs, args.threads)
     doc["int8_speedup_kernel_time"] = doc["fp32"]["kernel_ms_per_forward"] / doc["int8"]["kernel_ms_per_forward"]
     doc["int8_speedup_wall"] = doc["fp32"]["wall_ms_per_forward"] / doc["int8"]["wall_ms_per_forward"]
