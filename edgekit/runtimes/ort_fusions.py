@@ -25,7 +25,7 @@ says in the engine entry which session options the file cannot carry.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,7 @@ def fuse_fast_gelu(model: Any) -> int:
     graph = model.graph
     scalars = _scalar_constants(onnx, graph)
     producer = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
+    only_consumer = _sole_consumer(graph)
 
     def const_operand(node: Any, value: float) -> str | None:
         """The other input of binary ``node`` when one input is the scalar ``value``."""
@@ -133,10 +129,6 @@ def fuse_fast_gelu(model: Any) -> int:
         if _close(scalars.get(a), value):
             return b
         return None
-
-    def only_consumer(name: str) -> Any:
-        users = consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in outputs else None
 
     fused: list[tuple[list[Any], Any]] = []
     for tanh in [n for n in graph.node if n.op_type == "Tanh"]:
@@ -209,11 +201,7 @@ def rewrite_mish(model: Any) -> int:
     known not to be float32, is left alone."""
     onnx = require("onnx")
     graph = model.graph
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
+    sole = _sole_consumer(graph)
     # Tensors known to be other than float32 (an fp16 graph): the constant 2 is float32.
     other = {
         v.name
@@ -222,9 +210,8 @@ def rewrite_mish(model: Any) -> int:
     }
 
     def only_consumer(name: str, op_type: str) -> Any:
-        users = consumers.get(name, [])
-        ok = len(users) == 1 and name not in outputs and users[0].op_type == op_type
-        return users[0] if ok else None
+        user = sole(name)
+        return user if user is not None and user.op_type == op_type else None
 
     found: list[tuple[list[Any], str, str]] = []  # (nodes replaced, x, y)
     for node in graph.node:
@@ -261,6 +248,22 @@ def rewrite_mish(model: Any) -> int:
     if not any(i.name == _MISH_TWO for i in graph.initializer):
         graph.initializer.append(onnx.helper.make_tensor(_MISH_TWO, onnx.TensorProto.FLOAT, [], [2.0]))
     return len(found)
+
+
+def _sole_consumer(graph: Any) -> Callable[[str], Any]:
+    """For ``graph`` (an ``onnx.GraphProto``): tensor name -> the one node that reads it, or None
+    where more than one (or none) does or it is a graph output (a fusion must not remove it)."""
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def sole(name: str) -> Any:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in outputs else None
+
+    return sole
 
 
 def _close(value: float | None, want: float) -> bool:
