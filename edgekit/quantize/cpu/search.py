@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,7 @@ def screen(scores: Mapping[str, Mapping[str, float]], nodes: Sequence[str], weig
     if len(nodes) <= size:
         return list(nodes)
 
-    def whole(n: str) -> float:
-        return _whole(scores, n)
-
-    def per_row(n: str) -> float:
-        return _per_row(scores, n)
-
+    whole, per_row = partial(_whole, scores), partial(_per_row, scores)
     chosen = sorted(nodes, key=whole)[:size]
     hidden = [n for n in sorted(nodes, key=per_row) if n not in chosen and per_row(n) < whole(n) - HIDDEN_ROWS_DB]
     return chosen + hidden[: max(1, size // 4)]
