@@ -6,9 +6,10 @@ in the IRs ``build`` writes for a CPU."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
+
+from tests.runtimes.conftest import save_model
 
 pytest.importorskip("openvino")
 
@@ -24,17 +25,13 @@ def sin_model(path, shape=SHAPE, alpha=1.0):
         helper.make_node("Mul", ["s", "s"], ["s2"]),
         helper.make_node("Add", ["s2", "s"], ["y"]),
     ]
-    graph = helper.make_graph(
+    return save_model(
+        path,
         nodes,
-        "snake",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
         [helper.make_tensor("alpha", TensorProto.FLOAT, [], [alpha])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
 
 
 def wide_values(shape=SHAPE):
