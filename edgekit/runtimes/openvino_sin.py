@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from edgekit._deps import require
 
 # A Sin over fewer values than this keeps the reference kernel (it costs microseconds there).
@@ -59,7 +61,6 @@ def rewrite_sins(model: Any) -> int:
     if not sins:
         return 0
     ops = require("openvino").opset13
-    np = require("numpy")
 
     def c(value: float) -> Any:
         return ops.constant(np.float32(value))
