@@ -111,14 +111,25 @@ def time_pair(runners: dict[str, Any], x: np.ndarray, rounds: int, exact: np.nda
     }
 
 
+def shape_arg(text: str) -> list[int]:
+    """``--shape``: positive integers, comma-separated (e.g. 2,400,1024)."""
+    try:
+        shape = [int(d) for d in text.split(",")]
+    except ValueError:
+        shape = []
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: give positive integers, comma-separated (2,400,8)")
+    return shape
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", default="2,400,1024", help="the tensor's shape, comma-separated")
+    ap.add_argument("--shape", type=shape_arg, default=[2, 400, 1024], help="the tensor's shape, comma-separated")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--json", type=Path, default=None, help="also write the record here")
     args = ap.parse_args()
-    shape = [int(d) for d in args.shape.split(",")]
+    shape = args.shape
     doc: dict[str, Any] = {
         "schema": "edgekit.bench.elementwise_rewrites/1",
         "machine": machine(),

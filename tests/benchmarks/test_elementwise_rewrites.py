@@ -36,3 +36,13 @@ def test_both_pairs_time_each_form_and_record_its_error():
 def test_a_sin_too_small_to_rewrite_is_refused_in_one_line():
     with pytest.raises(SystemExit, match="not rewritten"):
         elementwise_rewrites.sin_pair([1, 8, 8], threads=1)
+
+
+@pytest.mark.parametrize("bad", ["abc", "2,0,8", ""])
+def test_a_bad_shape_is_one_line_and_exit_2(bad, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["elementwise_rewrites.py", "--shape", bad])
+    with pytest.raises(SystemExit) as exc:
+        elementwise_rewrites.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "is not a shape" in err[-1] and "Traceback" not in "\n".join(err)
