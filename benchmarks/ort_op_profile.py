@@ -35,6 +35,7 @@ from typing import Any
 
 from edgekit._userhooks import TRUST_CODE
 from edgekit.bundle import Bundle
+from edgekit.errors import EdgekitError
 from edgekit.host import HostFacts, cpu_identity
 from edgekit.quantize.calibrate import record_trajectories
 
@@ -156,13 +157,19 @@ def main() -> None:
     ap.add_argument("--trust-code", action="store_true", help="run the condition sampler of a copied bundle")
     args = ap.parse_args()
     TRUST_CODE.set(args.trust_code)
-    bundle = Bundle.load(args.bundle)
+    try:
+        bundle = Bundle.load(args.bundle)
+    except EdgekitError as exc:
+        sys.exit(f"error: {exc}")
     if not bundle.has("int8"):
         sys.exit(f"error: {args.bundle} has no int8 model; run `edgekit quantize {args.bundle}` first")
     from edgekit.runtimes.ort import OrtOptions, OrtRuntime
 
-    with OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=args.threads)) as fp32:
-        feeds = record_trajectories(bundle, fp32, bundle.batch, seed=0).feeds
+    try:  # a copied bundle's condition sampler is refused without --trust-code: one line
+        with OrtRuntime(bundle.path_of("fp32"), OrtOptions(intra_op_threads=args.threads)) as fp32:
+            feeds = record_trajectories(bundle, fp32, bundle.batch, seed=0).feeds
+    except EdgekitError as exc:
+        sys.exit(f"error: {exc}")
     host = HostFacts.detect()
     doc: dict[str, Any] = {
         "schema": "edgekit.bench.ort_op_profile/1",
