@@ -45,7 +45,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
-from edgekit.quantize.plan import Eta
+from edgekit.quantize.plan import Eta, clock_text
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
     activation_tensors,
@@ -70,6 +70,7 @@ from edgekit.quantize.qnn.sensitivity import (
     predicted_count,
     predicted_gains_db,
     promotion_order,
+    ranking_calls,
     ranking_workers,
     step_weights,
 )
@@ -115,6 +116,7 @@ class QnnProfile:
         self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
+        self.rank_price: dict[str, Any] = {}  # the ranking's forwards and one forward's time, as said
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
         self.bounds = SearchBounds()  # what the promotion search may spend (qnn.search)
         self.clock: Callable[[], float] = time.perf_counter
@@ -359,7 +361,8 @@ class QnnProfile:
         graph = eight_bit if self.buckets.current is None else self.build(())
         buckets = self.buckets.for_model(graph)
         feeds = run.traj.feeds
-        n = min(len(feeds), RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds)
+        ranked = len(self.tensors) + len(self.weights)
+        n = ranking_calls(ranked, RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds, len(feeds))
         if buckets is None:
             pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
             groups = [(graph, [feeds[i] for i in pick])]
@@ -371,9 +374,18 @@ class QnnProfile:
                 groups.append((path, [feeds[i] for i in chosen]))
         self.ranked_calls = [len(g[1]) for g in groups]
         total = sum(self.ranked_calls)
-        ranked = len(self.tensors) + len(self.weights)
         run.say(f"rank {ranked} tensors by their effect on the outputs ({total} recorded calls)")
         workers, threads = ranking_workers(model_bytes(run.prepared), run.cfg.threads, os.cpu_count())
+        forwards = (ranked + 1) * total
+
+        def price(seconds: float) -> None:  # said before the first candidate runs
+            self.rank_price = {"forwards": forwards, "sessions": workers, "forward_s": round(seconds, 4)}
+            left = seconds * (total + (forwards - total) / workers)  # the references run on one session
+            run.say(
+                f"rank: {forwards} forwards of the QDQ graph on {workers} session(s), one {seconds:.2f} s: "
+                f"about {clock_text(left)} (--no-fallback skips the ranking and the search)"
+            )
+
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(
                 run.prepared,
@@ -382,6 +394,7 @@ class QnnProfile:
                 threads,
                 workers=workers,
                 each_feed=Eta("rank: recorded call", total, run.say),
+                first_forward=price,
             )
 
     def promote(

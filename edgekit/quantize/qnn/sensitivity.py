@@ -21,6 +21,7 @@ noise they remove per activation they put at 16 bit."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -150,11 +151,14 @@ def output_sensitivity_per_graph(
     threads: int = 1,
     workers: int = 1,
     each_feed: Callable[[int], None] | None = None,
+    first_forward: Callable[[float], None] | None = None,
 ) -> list[Sensitivity]:
     """``output_sensitivity`` for each pair of ``graphs`` on its own (one per step bucket; a
     pair without feeds gives an empty one). ``workers``: sessions that share the candidates,
     each in its own thread with ``threads`` intra-op threads (``ranking_workers``).
-    ``each_feed(n)``: after each feed, n of them done in all (progress)."""
+    ``each_feed(n)``: after each feed, n of them done in all (progress). ``first_forward(s)``:
+    once, before any candidate runs, the seconds of one warm forward of the gated graph (the
+    ranking's price: a 600 M-parameter model's is seconds, times every candidate and call)."""
     ort = require("onnxruntime")
     parts: list[Sensitivity] = []
     done = 0
@@ -179,7 +183,13 @@ def output_sensitivity_per_graph(
         with ThreadPoolExecutor(max_workers=lanes) as pool:  # onnxruntime runs without the GIL
             for feed in feeds:
                 base = {k: v for k, v in feed.items() if k in names} | off
+                if first_forward is not None:  # the first run of a session pays its allocations
+                    sessions[0].run(None, base)
+                    started = time.perf_counter()
                 ref = [np.asarray(y, np.float64) for y in sessions[0].run(None, base)]
+                if first_forward is not None:
+                    first_forward(time.perf_counter() - started)
+                    first_forward = None
                 signal += sum(float(np.sum(y**2)) for y in ref)
                 for part in pool.map(_gated_noise, sessions, shares, [base] * lanes, [ref] * lanes):
                     for t, n in part.items():
@@ -208,6 +218,22 @@ def _gated_noise(
 # cores: 10 ms per gated forward on one thread, 23 ms on two), and a session per core costs one more
 # copy of weights this small. A larger model keeps one session with the run's threads.
 RANK_WORKERS_MAX_BYTES = 256 << 20
+
+
+# The ranking's size: at most this many gated forwards per step bucket's graph (one per candidate
+# and one reference, per recorded call). The flow demo's 281 tensors on 16 calls are 4,512, so its
+# ranking is unchanged; a graph with more candidates ranks on fewer calls, never under
+# RANK_MIN_CALLS. A user's 10 M-parameter masked transformer at L = 256 (436 tensors; 2-core AMD
+# EPYC, partly beside another quantize) took 18.5 min on 16 calls, 69 s a call: 10 calls now.
+RANK_FORWARDS = 4608
+RANK_MIN_CALLS = 2
+
+
+def ranking_calls(candidates: int, wanted: int, available: int) -> int:
+    """How many of ``available`` recorded calls the ranking runs: ``wanted``, fewer where
+    ``candidates`` + 1 forwards a call would pass ``RANK_FORWARDS``, at least ``RANK_MIN_CALLS``."""
+    fit = max(RANK_MIN_CALLS, RANK_FORWARDS // (candidates + 1))
+    return max(0, min(available, wanted, fit))
 
 
 def ranking_workers(model_bytes: int, threads: int, cores: int | None) -> tuple[int, int]:

@@ -99,11 +99,20 @@ def test_flow_budget_promotions_are_ranked_beside_the_time_angle_rule(tiny_qnn_b
     root = tmp_path / "flow"
     shutil.copytree(tiny_qnn_bundles["flow"], root)
     cfg = QuantizeConfig(profile="qnn", calib_samples=2, eval_samples=2, budget={"snr_db": 200.0}, max_fallback=2)
-    q = quantize_bundle(root, cfg)["qnn"]
+    said: list[str] = []
+    q = quantize_bundle(root, cfg, progress=said.append)["qnn"]
     rule = [p for p in q["promotions"] if p["why"] == "rule: time angle"]
     budget = [p for p in q["promotions"] if p["why"] == "budget"]
     assert rule and q["promotions"][: len(rule)] == rule  # the rule's tensors come first
     assert len(budget) == 2 and all(isinstance(p["output_snr_db"], float) for p in budget), budget
+    # The ranking's price is said before its first candidate runs, and recorded.
+    ranking = q["ranking"]
+    calls = sum(ranking["calls"])
+    assert calls >= 1 and ranking["forwards"] % calls == 0 and ranking["forward_s"] > 0, ranking
+    price = [i for i, line in enumerate(said) if "forwards of the QDQ graph" in line]
+    progress = [i for i, line in enumerate(said) if line.startswith("rank: recorded call")]
+    assert len(price) == 1 and f"rank: {ranking['forwards']} forwards" in said[price[0]], said
+    assert all(price[0] < i for i in progress)
 
 
 def test_with_step_buckets_each_buckets_graph_takes_its_own_promotions(tiny_qnn_bundles, tmp_path):

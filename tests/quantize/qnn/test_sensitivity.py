@@ -21,6 +21,8 @@ from edgekit.quantize.qnn.graph import (  # noqa: E402
     quantize_qnn_model,
 )
 from edgekit.quantize.qnn.sensitivity import (  # noqa: E402
+    RANK_FORWARDS,
+    RANK_MIN_CALLS,
     bucket_promotion_order,
     gated_graph,
     output_sensitivity,
@@ -28,6 +30,7 @@ from edgekit.quantize.qnn.sensitivity import (  # noqa: E402
     predicted_count,
     predicted_gains_db,
     promotion_order,
+    ranking_calls,
     ranking_workers,
     step_weights,
 )
@@ -159,6 +162,32 @@ def test_sessions_sharing_the_candidates_rank_as_one_session_does(graphs):
     assert three.signal == pytest.approx(one.signal, rel=1e-12)
     for t, n in one.noise.items():
         assert three.noise[t] == pytest.approx(n, rel=1e-9, abs=1e-30), t
+
+
+def test_the_price_of_one_forward_is_told_once_before_the_candidates_run(graphs):
+    acts = activation_tensors(graphs["q8"])
+    told: list[tuple[float, int]] = []
+    done: list[int] = []
+    output_sensitivity_per_graph(
+        graphs["fp32"],
+        [(graphs["q8"], _feeds(3, seed=2))],
+        [*acts, "W"],
+        each_feed=done.append,
+        first_forward=lambda s: told.append((s, len(done))),
+    )
+    assert len(told) == 1 and told[0][0] > 0 and told[0][1] == 0  # before the first call's candidates
+    assert done == [1, 2, 3]
+
+
+def test_a_graph_with_many_candidates_ranks_on_fewer_calls():
+    assert ranking_calls(281, wanted=16, available=500) == 16  # the flow demo's ranking is unchanged
+    assert ranking_calls(436, wanted=16, available=500) == RANK_FORWARDS // 437 < 16
+    assert ranking_calls(100_000, wanted=16, available=500) == RANK_MIN_CALLS  # never fewer
+    assert ranking_calls(436, wanted=16, available=1) == 1  # never more than were recorded
+    assert ranking_calls(10, wanted=4, available=500) == 4  # nor more than asked for
+    for n in (1, 50, 281, 436, 2000, 10**6):
+        calls = ranking_calls(n, 16, 10**6)
+        assert (n + 1) * calls <= RANK_FORWARDS or calls == RANK_MIN_CALLS
 
 
 def test_a_small_model_is_ranked_by_one_single_threaded_session_per_core():
