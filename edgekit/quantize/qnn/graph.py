@@ -105,7 +105,9 @@ class GraphFacts:
     (axis 1; batched weights keep one scale per tensor). ``floats``: every float initializer
     (weights, biases, tables, scalars). ``conv_weights``: the constant Conv weights, one scale
     per output channel (axis 0; the HTP takes them at 8 bit only). ``tanh_outputs``: {a Tanh's
-    input: its output}, promoted together (``with_tanh_outputs``)."""
+    input: its output}, promoted together (``with_tanh_outputs``). ``kinds``: {tensor: (its
+    producer's op type, or "initializer" / "input"; its consumers' op types, sorted)}: the
+    HTP's kernels are per op, so what it computes unlike QDQ in one block it does in the next."""
 
     matmul_weights: Mapping[str, str]
     gather_tables: Mapping[str, str]
@@ -113,6 +115,7 @@ class GraphFacts:
     floats: frozenset[str]
     conv_weights: tuple[str, ...] = ()
     tanh_outputs: Mapping[str, str] = field(default_factory=dict)
+    kinds: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, model_path: Path) -> GraphFacts:
@@ -139,7 +142,19 @@ class GraphFacts:
                 )
             ),
             tanh_outputs={n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Tanh"},
+            kinds=_kinds(model.graph, inits),
         )
+
+
+def _kinds(graph: Any, inits: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """``GraphFacts.kinds`` of every tensor of ``graph``."""
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    consumers: dict[str, list[str]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.op_type)
+    made = {t: "initializer" if t in inits else producer.get(t, "input") for t in {*producer, *consumers}}
+    return {t: (p, tuple(sorted(consumers.get(t, ())))) for t, p in made.items()}
 
 
 def with_tanh_outputs(names: Sequence[str], facts: GraphFacts) -> list[str]:

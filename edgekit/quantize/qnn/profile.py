@@ -45,7 +45,7 @@ from edgekit.quantize.graph import analyse_graph
 from edgekit.quantize.hooks import PlanExtras, SearchResult
 from edgekit.quantize.names import Lineage, module_labels
 from edgekit.quantize.overrides import tensor_overrides
-from edgekit.quantize.plan import Eta, clock_text
+from edgekit.quantize.plan import Eta
 from edgekit.quantize.qnn.graph import (
     GraphFacts,
     activation_tensors,
@@ -64,31 +64,26 @@ from edgekit.quantize.qnn.search import (
     tensors_in,
 )
 from edgekit.quantize.qnn.sensitivity import (
+    RANK_FEEDS_PER_FEED,
     Sensitivity,
     bucket_promotion_order,
     output_sensitivity_per_graph,
     predicted_count,
     predicted_gains_db,
+    price_line,
     promotion_order,
     ranking_calls,
     ranking_workers,
+    spread,
     step_weights,
 )
 from edgekit.quantize.qnn.summary import search_result
 from edgekit.runtimes.base import Runtime
 from edgekit.runtimes.ort import OrtOptions, OrtRuntime
-from edgekit.runtimes.qnn import (
-    QnnOptions,
-    QnnRuntime,
-    emulated,
-    qnn_options_for,
-)
+from edgekit.runtimes.qnn import QnnOptions, QnnRuntime, emulated, qnn_options_for
 from edgekit.spec import KIND_IO
 from edgekit.targets import load_target
 
-# The ranking's recorded calls: this many times ``sensitivity_feeds`` (one session answers every
-# tensor, so a call costs one forward per tensor; the flow demo's 281 tensors on 16 calls: 80 s).
-RANK_FEEDS_PER_FEED = 4
 # ``--step-buckets auto`` goes on to 8 here (``buckets.ranges.AUTO_COUNTS`` stops at 4): where no
 # count meets the budget, the search keeps the best margin, and every 16-bit promotion after it
 # costs the NPU time at every call, where a bucket costs only its scales (the weights are one
@@ -115,6 +110,7 @@ class QnnProfile:
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
         self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
+        self.refused_like: list[dict[str, Any]] = []  # left at 8 bit with one of those: the same kind
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.rank_price: dict[str, Any] = {}  # the ranking's forwards and one forward's time, as said
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
@@ -348,15 +344,10 @@ class QnnProfile:
 
     def rank(self, eight_bit: Path) -> list[Sensitivity]:
         """Each activation's, MatMul weight's and Gather table's output noise alone at 8 bit
-        (``sensitivity.output_sensitivity_per_graph``), one ``Sensitivity`` per step bucket (one
-        when one scale), on that bucket's all-8-bit graph and recorded feeds: ``RANK_FEEDS_PER_FEED``
-        times ``sensitivity_feeds`` calls, spread over the loop, split evenly between the buckets
-        (``ranked_calls``: how many each got).
-
-        Own-SQNR ranking (each tensor's value before vs after its own Q/DQ) put the flow demo's
-        residual sums, which carry every block's error on, among the last: on the HTP backend it
-        needed 138 promotions and 193 of 263 activations at 16 bit (26.6 % at 8 bit). By output
-        noise the residual sums come first."""
+        (``sensitivity.output_sensitivity_per_graph``; by own SQNR the flow demo's residual sums
+        ranked among the last), one ``Sensitivity`` per step bucket (one when one scale), on that
+        bucket's all-8-bit graph and recorded feeds: ``sensitivity.ranking_calls`` of them, spread
+        over the loop, split evenly between the buckets (``ranked_calls``: how many each got)."""
         run = self.run
         graph = eight_bit if self.buckets.current is None else self.build(())
         buckets = self.buckets.for_model(graph)
@@ -364,27 +355,20 @@ class QnnProfile:
         ranked = len(self.tensors) + len(self.weights)
         n = ranking_calls(ranked, RANK_FEEDS_PER_FEED * run.cfg.sensitivity_feeds, len(feeds))
         if buckets is None:
-            pick = sorted(set(np.linspace(0, len(feeds) - 1, n).round().astype(int).tolist()))
-            groups = [(graph, [feeds[i] for i in pick])]
+            groups = [(graph, [feeds[i] for i in spread(range(len(feeds)), n)])]
         else:
-            groups = []
-            for path, mine in zip(self.buckets.paths(graph), self.buckets.calls_by_bucket(buckets)):
-                k = min(len(mine), -(-n // buckets.n))
-                chosen = sorted({mine[j] for j in np.linspace(0, len(mine) - 1, k).round().astype(int)}) if k else []
-                groups.append((path, [feeds[i] for i in chosen]))
+            groups = [
+                (path, [feeds[i] for i in spread(mine, min(len(mine), -(-n // buckets.n)))])
+                for path, mine in zip(self.buckets.paths(graph), self.buckets.calls_by_bucket(buckets))
+            ]
         self.ranked_calls = [len(g[1]) for g in groups]
         total = sum(self.ranked_calls)
         run.say(f"rank {ranked} tensors by their effect on the outputs ({total} recorded calls)")
         workers, threads = ranking_workers(model_bytes(run.prepared), run.cfg.threads, os.cpu_count())
-        forwards = (ranked + 1) * total
 
         def price(seconds: float) -> None:  # said before the first candidate runs
-            self.rank_price = {"forwards": forwards, "sessions": workers, "forward_s": round(seconds, 4)}
-            left = seconds * (total + (forwards - total) / workers)  # the references run on one session
-            run.say(
-                f"rank: {forwards} forwards of the QDQ graph on {workers} session(s), one {seconds:.2f} s: "
-                f"about {clock_text(left)} (--no-fallback skips the ranking and the search)"
-            )
+            self.rank_price = {"forwards": (ranked + 1) * total, "sessions": workers, "forward_s": round(seconds, 4)}
+            run.say(price_line(ranked, total, workers, seconds))
 
         with run.timed("rank_s"):
             return output_sensitivity_per_graph(

@@ -304,18 +304,35 @@ def htp_offset(
 
 
 def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
-    """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``."""
+    """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``; and
+    with it every candidate of its kind (``GraphFacts.kinds``: the same producing op, read by the
+    same ops), recorded as ``like``. The HTP's kernels are per op: on a user's 6-block masked
+    transformer the HTP computed each block's Softmax output at 16 bit 22-23 dB below its
+    simulation, found one block at a time at 0.5-2.5 min each, most of the search's 6 minutes;
+    the final HTP decode still judges the set."""
     tensor = tensor_of(bad[0])
     if math.isinf(bad[1]):
         profile.run.warn(f"the HTP backend refuses the graph with {tensor} at 16 bit: left at 8 bit")
         profile.refused.append({"tensor": tensor, "htp_below_simulation_db": None, "htp_refused_graph": True})
-        return [p for p in order if tensor_of(p) != tensor]
-    profile.run.warn(
-        f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, {bad[1]:.1f} dB "
-        "below it): left at 8 bit"
-    )
-    profile.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
-    return [p for p in order if tensor_of(p) != tensor]
+    else:
+        profile.run.warn(
+            f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, "
+            f"{bad[1]:.1f} dB below it): left at 8 bit"
+        )
+        profile.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
+    kinds = profile.facts.kinds
+    kind = kinds.get(tensor)
+    if kind is None or kind[0] == "initializer":  # a weight's kind is every MatMul's: no inference from one
+        kind = None
+    like = sorted({tensor_of(p) for p in order if kind and tensor_of(p) != tensor and kinds.get(tensor_of(p)) == kind})
+    if like:
+        profile.run.warn(
+            f"{len(like)} more {kind[0]} output(s) read by {'/'.join(kind[1]) or 'nothing'} left at 8 bit with "
+            f"{tensor} (the same kind, e.g. {like[0]})"
+        )
+        profile.refused_like += [{"tensor": t, "like": tensor} for t in like]
+    gone = {tensor, *like}
+    return [p for p in order if tensor_of(p) not in gone]
 
 
 def disagreeing(

@@ -32,6 +32,7 @@ import numpy as np
 
 from edgekit._deps import require
 from edgekit.evaluate import power_ratio_db
+from edgekit.quantize.plan import clock_text
 from edgekit.quantize.qnn.graph import float_name
 from edgekit.runtimes.onnx_file import save_onnx
 
@@ -220,11 +221,12 @@ def _gated_noise(
 RANK_WORKERS_MAX_BYTES = 256 << 20
 
 
-# The ranking's size: at most this many gated forwards per step bucket's graph (one per candidate
-# and one reference, per recorded call). The flow demo's 281 tensors on 16 calls are 4,512, so its
-# ranking is unchanged; a graph with more candidates ranks on fewer calls, never under
-# RANK_MIN_CALLS. A user's 10 M-parameter masked transformer at L = 256 (436 tensors; 2-core AMD
-# EPYC, partly beside another quantize) took 18.5 min on 16 calls, 69 s a call: 10 calls now.
+# The ranking's recorded calls: this many times ``sensitivity_feeds``, and at most RANK_FORWARDS
+# gated forwards (a reference and one per candidate on each call), never under RANK_MIN_CALLS.
+# The flow demo's 281 tensors on 16 calls are 4,512: unchanged. A user's 10 M-parameter masked
+# transformer at L = 256 (436 tensors; 2-core AMD EPYC, partly beside another quantize) took
+# 18.5 min on 16 calls, 69 s a call: 10 calls now.
+RANK_FEEDS_PER_FEED = 4
 RANK_FORWARDS = 4608
 RANK_MIN_CALLS = 2
 
@@ -234,6 +236,24 @@ def ranking_calls(candidates: int, wanted: int, available: int) -> int:
     ``candidates`` + 1 forwards a call would pass ``RANK_FORWARDS``, at least ``RANK_MIN_CALLS``."""
     fit = max(RANK_MIN_CALLS, RANK_FORWARDS // (candidates + 1))
     return max(0, min(available, wanted, fit))
+
+
+def spread(indices: Sequence[int], k: int) -> list[int]:
+    """``k`` of ``indices`` spread evenly from the first to the last (the loop's recorded calls)."""
+    if k <= 0 or not indices:
+        return []
+    return sorted({indices[j] for j in np.linspace(0, len(indices) - 1, k).round().astype(int).tolist()})
+
+
+def price_line(candidates: int, calls: int, sessions: int, seconds: float) -> str:
+    """What the ranking will cost, from one warm forward of the gated graph (``seconds``): a
+    reference and one forward per candidate on each call, the candidates shared by ``sessions``."""
+    forwards = (candidates + 1) * calls
+    left = seconds * (calls + candidates * calls / sessions)  # the references run on one session
+    return (
+        f"rank: {forwards} forwards of the QDQ graph on {sessions} session(s), one {seconds:.2f} s: "
+        f"about {clock_text(left)} (--no-fallback skips the ranking and the search)"
+    )
 
 
 def ranking_workers(model_bytes: int, threads: int, cores: int | None) -> tuple[int, int]:

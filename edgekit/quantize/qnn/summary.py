@@ -107,6 +107,7 @@ def promotions(
         "weights_16bit": sum(1 for p in promoted if tensor_of(p) in weight_set),
         "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
         "refused_by_htp": profile.refused,
+        "refused_like": profile.refused_like,  # left at 8 bit with a refused tensor of their kind
         # the ranking's recorded calls per step bucket, its gated forwards and one forward's time
         "ranking": {"calls": list(profile.ranked_calls), **profile.rank_price},
         "promotions": [

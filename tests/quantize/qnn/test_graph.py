@@ -99,6 +99,13 @@ def test_a_tanhs_input_at_16_bit_takes_its_output_and_its_consumers_along(gelu):
     assert {t for t, b in bits.items() if b == 16} == set(ties["inner"])
 
 
+def test_each_tensors_kind_is_its_producing_op_and_the_ops_that_read_it(gelu):
+    kinds = GraphFacts.read(gelu[1]).kinds
+    assert kinds["h"] == ("MatMul", ("Mul", "Mul")) and kinds["inner"] == ("Mul", ("Tanh",))
+    assert kinds["x"] == ("input", ("MatMul",)) and kinds["W"] == ("initializer", ("MatMul",))
+    assert kinds["y"] == ("Mul", ())  # a graph output nothing reads
+
+
 def test_without_the_rule_the_tanh_output_would_be_converted_back_before_its_consumer(gelu):
     """What the rule prevents, as ORT's quantizer writes it when only the input is named."""
     root, fp32, cal = gelu

@@ -12,7 +12,7 @@ from edgekit.bundle import Bundle
 from edgekit.errors import EdgekitError
 from edgekit.quantize import QuantizeConfig, quantize_bundle
 from edgekit.quantize.config import DEFAULT_BUDGETS
-from edgekit.quantize.qnn.graph import activation_bits, activation_tensors
+from edgekit.quantize.qnn.graph import GraphFacts, activation_bits, activation_tensors
 from edgekit.quantize.qnn.search import SearchBounds
 from edgekit.runtimes.qnn import float_nodes
 from edgekit.spec import ar_cache_feeds
@@ -185,6 +185,12 @@ def test_a_promotion_the_htp_computes_unlike_its_simulation_is_left_at_8_bit(tin
     assert all(any(t in w and "left at 8 bit" in w for w in warnings) for t in refused), warnings
     promoted = {p["tensor"] for p in q["promotions"]}
     assert promoted.isdisjoint(refused) and len(promoted) > len(refused)
+    # Its kind (the same producing op, read by the same ops) is left at 8 bit with it, unchecked.
+    facts = GraphFacts.read(qnn.prepare_qnn(Bundle.load(root).path_of("fp32"), tmp_path / "prepared.onnx"))
+    kin = {t for t in orders[0] if t != bad[0] and facts.kinds.get(t) == facts.kinds[bad[0]]}
+    like = {r["tensor"] for r in q["refused_like"] if r["like"] == bad[0]}
+    assert like == kin - set(refused) and promoted.isdisjoint(like), (like, kin)
+    assert not like or any(f"left at 8 bit with {bad[0]}" in w for w in warnings), warnings
     assert activation_bits(Bundle.load(root).path_of("int8"), bad) == {bad[0]: 8}  # what the graph holds
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from edgekit.quantize.qnn.graph import GraphFacts
 from edgekit.quantize.qnn.profile import QnnProfile
 from edgekit.quantize.qnn.search import SearchBounds, needed_gain_db
 
@@ -30,6 +31,7 @@ def _search(
     seconds_per: dict[str, float] | None = None,
     start_passes: bool = False,
     decided=None,
+    kinds: dict | None = None,
 ):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
@@ -47,7 +49,8 @@ def _search(
         budget={"gt_snr_drop_db": 1.0},
     )
     profile.forced = []
-    profile.refused = []
+    profile.refused, profile.refused_like = [], []
+    profile.facts = GraphFacts({}, {}, (), frozenset(), kinds=kinds or {})
     checked: list[int] = []
 
     def disagreeing(forced, candidates):  # the stand-in HTP: wrong wherever a tensor of ``disagree`` is promoted
@@ -73,6 +76,7 @@ def _search(
     profile.measure = measure
     model, promoted, passed, _, _ = profile.promote(profile.tensors, (start_passes, {}), guess, decided)  # t0 first
     measured["checked"], measured["warned"], measured["refused"] = checked, warned, profile.refused
+    measured["refused_like"] = profile.refused_like
     measured["said"] = said
     return promoted, passed, measured
 
@@ -97,6 +101,22 @@ def test_a_tensor_the_htp_computes_unlike_its_simulation_is_left_out_and_the_cou
     assert measured["refused"] == [{"tensor": "t3", "htp_below_simulation_db": 6.0}] and "t3" in measured["warned"][0]
     assert measured["cpu"] == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17, 17]  # the count that held, checked once more
     assert measured["checked"] == [17, 17] and measured["htp"] == [17]
+
+
+def test_a_refused_tensors_kind_is_left_at_8_bit_with_it_and_a_weights_is_not():
+    """One block's Softmax output refused: every other Softmax output read by a MatMul goes with it
+    (the HTP's kernels are per op), unchecked; a Softmax read by something else, and a weight whose
+    kind is every MatMul's, stay in the order."""
+    softmax = ("Softmax", ("MatMul",))
+    kinds = {"t3": softmax, "t7": softmax, "t11": softmax, "t5": ("Softmax", ("Mul",)), "t9": ("Add", ("MatMul",))}
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), kinds=kinds)
+    assert passed and not {"t3", "t7", "t11"} & set(promoted) and {"t5", "t9"} <= set(promoted)
+    assert measured["refused"] == [{"tensor": "t3", "htp_below_simulation_db": 6.0}]
+    assert measured["refused_like"] == [{"tensor": "t11", "like": "t3"}, {"tensor": "t7", "like": "t3"}]
+    assert any("2 more Softmax output(s) read by MatMul left at 8 bit with t3" in w for w in measured["warned"])
+    weight = ("initializer", ("MatMul",))
+    _, _, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), kinds={"t3": weight, "t7": weight})
+    assert measured["refused_like"] == [] and len(measured["warned"]) == 1
 
 
 @pytest.mark.parametrize(("needs", "cpu"), [(1, [1]), (100, [1, 2, 4, 8, 16, 32, 64, 100, 82, 91, 95, 97, 98, 99])])
@@ -260,6 +280,8 @@ def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
         build=lambda promoted: tuple(promoted),
         open_simulation=lambda model: Exact(),
         refused=[],
+        refused_like=[],
+        facts=GraphFacts({}, {}, (), frozenset()),
     )
 
     def open_candidate(model):
