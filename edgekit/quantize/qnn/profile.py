@@ -55,14 +55,8 @@ from edgekit.quantize.qnn.graph import (
     quantize_qnn_model,
     time_angle_tensors,
 )
-from edgekit.quantize.qnn.search import (
-    Promotion,
-    SearchBounds,
-    disagreeing,
-    needed_gain_db,
-    promote,
-    tensors_in,
-)
+from edgekit.quantize.qnn.refusals import disagreeing, refuse
+from edgekit.quantize.qnn.search import Promotion, SearchBounds, needed_gain_db, promote, tensors_in
 from edgekit.quantize.qnn.sensitivity import (
     RANK_FEEDS_PER_FEED,
     Sensitivity,
@@ -110,7 +104,8 @@ class QnnProfile:
         self.facts = GraphFacts({}, {}, (), frozenset())  # the prepared graph's, read in prepare()
         self.built: dict[tuple[Any, ...], Path] = {}  # (promoted, buckets) -> the candidate build() wrote
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
-        self.refused_like: list[dict[str, Any]] = []  # left at 8 bit with one of those: the same kind
+        self.refused_like: list[dict[str, Any]] = []  # left at 8 bit with one of those: its kind, its ties
+        self.ties: Mapping[str, frozenset[str]] = {}  # what each promotion takes to 16 bit with it
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.rank_price: dict[str, Any] = {}  # the ranking's forwards and one forward's time, as said
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)
@@ -260,7 +255,7 @@ class QnnProfile:
         guess = None
         if run.cfg.fallback:
             parts = self.rank(eight_bit)
-            ties = promotion_ties(run.prepared, self.tensors, self.facts)
+            ties = self.ties = promotion_ties(run.prepared, self.tensors, self.facts)
             if len(parts) == 1:
                 ranking = {t: db for t, db in parts[0].snr_db().items()}  # dict() would make it dict[str, float]
                 order = list(promotion_order(parts[0].noise, ties, self.tensors, self.forced))
@@ -393,5 +388,9 @@ class QnnProfile:
         return promote(self, order, start, guess, self.bounds, self.clock, decided)
 
     def disagreeing(self, forced: list[Promotion], candidates: Sequence[Promotion]) -> tuple[Promotion, float] | None:
-        """``qnn.search.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
+        """``qnn.refusals.disagreeing``: the first candidate the HTP backend computes unlike its simulation."""
         return disagreeing(self, forced, candidates)
+
+    def refuse(self, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
+        """``qnn.refusals.refuse``: ``order`` without ``bad``'s tensor and what goes with it."""
+        return refuse(self, bad, order)

@@ -14,6 +14,7 @@ import pytest
 
 from edgekit.quantize.qnn.graph import GraphFacts
 from edgekit.quantize.qnn.profile import QnnProfile
+from edgekit.quantize.qnn.refusals import refuse
 from edgekit.quantize.qnn.search import SearchBounds, needed_gain_db
 
 MANY_HTP = SearchBounds(htp=20)  # the quarter steps, past the default's two HTP decodes
@@ -32,6 +33,7 @@ def _search(
     start_passes: bool = False,
     decided=None,
     kinds: dict | None = None,
+    ties: dict | None = None,
 ):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
@@ -51,6 +53,7 @@ def _search(
     profile.forced = []
     profile.refused, profile.refused_like = [], []
     profile.facts = GraphFacts({}, {}, (), frozenset(), kinds=kinds or {})
+    profile.ties = ties or {}
     checked: list[int] = []
 
     def disagreeing(forced, candidates):  # the stand-in HTP: wrong wherever a tensor of ``disagree`` is promoted
@@ -59,6 +62,7 @@ def _search(
         return (bad[0], 6.0) if bad else None
 
     profile.disagreeing = disagreeing
+    profile.refuse = lambda bad, order: refuse(profile, bad, order)
     profile.tensors = [f"t{i}" for i in range(n)]
     profile.weights = []
     profile.build = lambda promoted: tuple(promoted)
@@ -112,11 +116,33 @@ def test_a_refused_tensors_kind_is_left_at_8_bit_with_it_and_a_weights_is_not():
     promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), kinds=kinds)
     assert passed and not {"t3", "t7", "t11"} & set(promoted) and {"t5", "t9"} <= set(promoted)
     assert measured["refused"] == [{"tensor": "t3", "htp_below_simulation_db": 6.0}]
-    assert measured["refused_like"] == [{"tensor": "t11", "like": "t3"}, {"tensor": "t7", "like": "t3"}]
+    assert measured["refused_like"] == [
+        {"tensor": "t11", "like": "t3", "why": "same kind"},
+        {"tensor": "t7", "like": "t3", "why": "same kind"},
+    ]
     assert any("2 more Softmax output(s) read by MatMul left at 8 bit with t3" in w for w in measured["warned"])
     weight = ("initializer", ("MatMul",))
     _, _, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), kinds={"t3": weight, "t7": weight})
     assert measured["refused_like"] == [] and len(measured["warned"]) == 1
+
+
+def test_past_the_bounds_a_refusal_sends_the_prefix_that_agreed_to_the_htp_with_no_more_bisections():
+    """On a user's model each refusal after the bound cost one more bisection (3.5 min each, 12 min
+    past a 6-min bound): past it, the prefix the bisection found agreeing is decided as it is."""
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), bounds=SearchBounds(simulated=3))
+    assert promoted == ["t0", "t1", "t2"] and not passed  # the prefix before t3, decided as it is
+    assert measured["checked"] == [4] and measured["htp"] == [3]
+    assert any("agreed with its simulation" in line for line in measured["said"]), measured["said"]
+
+
+def test_a_promotion_that_takes_a_refused_tensor_to_16_bit_is_left_at_8_bit_with_it():
+    """A Gather table refused: its output, whose promotion takes the table along, goes with it (on
+    a user's model it came back as one more disagreement, 3.5 min of bisection on the HTP)."""
+    ties = {f"t{i}": frozenset({f"t{i}"}) for i in range(100)} | {"t8": frozenset({"t8", "t3"})}
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), ties=ties)
+    assert passed and not {"t3", "t8"} & set(promoted)
+    assert measured["refused_like"] == [{"tensor": "t8", "like": "t3", "why": "takes it to 16 bit"}]
+    assert measured["checked"] == [17, 17]  # one bisection: t8 never brings t3 back
 
 
 @pytest.mark.parametrize(("needs", "cpu"), [(1, [1]), (100, [1, 2, 4, 8, 16, 32, 64, 100, 82, 91, 95, 97, 98, 99])])
@@ -252,7 +278,7 @@ def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
     """A 16-bit tensor the HTP backend has no kernel for (its graph is refused: QnnCompileError)
     is found by the same bisection as one it computes wrongly, and left at 8 bit with a warning,
     instead of ending the quantize."""
-    from edgekit.quantize.qnn.search import disagreeing, refuse
+    from edgekit.quantize.qnn.refusals import disagreeing, refuse
     from edgekit.runtimes.qnn_session import QnnCompileError
 
     class Exact:  # a runtime (its own context manager) that computes what FP32 does
@@ -282,6 +308,7 @@ def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
         refused=[],
         refused_like=[],
         facts=GraphFacts({}, {}, (), frozenset()),
+        ties={},
     )
 
     def open_candidate(model):

@@ -1,0 +1,118 @@
+"""What the HTP backend computes unlike its QDQ simulation: the first promotion that makes it so
+(``disagreeing``: one recorded call per step bucket, then a bisection over the order's prefixes)
+and leaving it at 8 bit with what goes with it (``refuse``). Both take the ``QnnProfile`` whose
+``build``, ``open_candidate`` and ``open_simulation`` they call and whose records they extend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from edgekit.evaluate import snr_db
+from edgekit.quantize.qnn.search import Promotion, tensor_of
+from edgekit.runtimes.qnn_session import QnnCompileError
+
+# A candidate the HTP backend computes this many dB below its CPU simulation (one recorded call,
+# both against FP32) has a tensor whose 16-bit form the HTP does not implement as QDQ says. On
+# the flow demo's 8 bucket graphs (402 promotions by bucket) the two agreed within 0.8 dB at
+# every step but the last, which was 23.9 dB apart; the last step weighs most in the result, so
+# a gap under 3 dB there could still cost the budget.
+HTP_AGREE_DB = 1.5
+
+
+def refuse(profile: Any, bad: tuple[Promotion, float], order: list[Promotion]) -> list[Promotion]:
+    """Leave ``bad``'s tensor at 8 bit in every bucket: warn, record, drop it from ``order``; and
+    with it every candidate of its kind (``GraphFacts.kinds``: the same producing op, read by the
+    same ops), recorded as ``like``. The HTP's kernels are per op: on a user's 6-block masked
+    transformer the HTP computed each block's Softmax output at 16 bit 22-23 dB below its
+    simulation, found one block at a time at 0.5-2.5 min each, most of the search's 6 minutes;
+    the final HTP decode still judges the set."""
+    tensor = tensor_of(bad[0])
+    if math.isinf(bad[1]):
+        profile.run.warn(f"the HTP backend refuses the graph with {tensor} at 16 bit: left at 8 bit")
+        profile.refused.append({"tensor": tensor, "htp_below_simulation_db": None, "htp_refused_graph": True})
+    else:
+        profile.run.warn(
+            f"the HTP backend computes {tensor} at 16 bit unlike its QDQ simulation (one recorded call, "
+            f"{bad[1]:.1f} dB below it): left at 8 bit"
+        )
+        profile.refused.append({"tensor": tensor, "htp_below_simulation_db": bad[1]})
+    kinds = profile.facts.kinds
+    kind = kinds.get(tensor)
+    if kind is None or kind[0] == "initializer":  # a weight's kind is every MatMul's: no inference from one
+        kind = None
+    like = sorted({tensor_of(p) for p in order if kind and tensor_of(p) != tensor and kinds.get(tensor_of(p)) == kind})
+    if like:
+        profile.run.warn(
+            f"{len(like)} more {kind[0]} output(s) read by {'/'.join(kind[1]) or 'nothing'} left at 8 bit with "
+            f"{tensor} (the same kind, e.g. {like[0]})"
+        )
+    # A promotion that takes the tensor to 16 bit with it (``promotion_ties``: a Gather table's output
+    # takes its table) would bring the same disagreement back, one more bisection each.
+    gone = {tensor, *like}
+    carry = sorted({tensor_of(p) for p in order if gone & profile.ties.get(tensor_of(p), frozenset())} - gone)
+    if carry:
+        profile.run.warn(f"{len(carry)} promotion(s) that take {tensor} to 16 bit left at 8 bit too (e.g. {carry[0]})")
+    profile.refused_like += [{"tensor": t, "like": tensor, "why": "same kind"} for t in like]
+    profile.refused_like += [{"tensor": t, "like": tensor, "why": "takes it to 16 bit"} for t in carry]
+    gone |= set(carry)
+    return [p for p in order if tensor_of(p) not in gone]
+
+
+def disagreeing(
+    profile: Any, forced: list[Promotion], candidates: Sequence[Promotion]
+) -> tuple[Promotion, float] | None:
+    """The first of ``candidates`` (promoted in order, after ``forced``) whose promotion makes the
+    HTP backend's output on a recorded call more than ``HTP_AGREE_DB`` below its CPU
+    simulation's (both against FP32), and that gap; None when the whole set agrees. One call
+    per step bucket (its graph has its own tensors at 16 bit) is checked with every candidate;
+    where one disagrees, a bisection over the prefixes finds the tensor on that call.
+
+    On the flow demo, the GELU's tanh input at 16 bit (its Mul, the Tanh after it) gave 13.9
+    dB per forward on the HTP backend against 19.8 in the simulation, and a candidate that met
+    the budget in the simulation (38.7 dB) gave 18.9 dB on the HTP backend."""
+    run = profile.run
+    feeds = run.traj.feeds
+    buckets = profile.buckets.current
+    if buckets is None:
+        picks = [len(feeds) // 2]  # mid-loop
+    else:
+        picks = [mine[len(mine) // 2] for mine in profile.buckets.calls_by_bucket(buckets) if mine]
+    out = next(iter(run.bundle.outputs))
+    reference = {i: np.array(run.fp32_rt.run(feeds[i])[out], copy=True) for i in picks}
+
+    def gap(n: int, on: Sequence[int]) -> tuple[float, int]:
+        model = profile.build(forced + list(candidates[:n]))
+        worst = (-np.inf, on[0])
+        try:
+            htp = profile.open_candidate(model)
+        except QnnCompileError:
+            # The HTP backend refused the graph (a 16-bit op it has no kernel for, as 16-bit
+            # Transposes of a one-layer AR step were): as far from its simulation as can be.
+            return math.inf, on[0]
+        with htp, profile.open_simulation(model) as sim:
+            for i in on:
+                on_htp = snr_db(reference[i], htp.run(feeds[i])[out], floor=1e-30)
+                on_sim = snr_db(reference[i], sim.run(feeds[i])[out], floor=1e-30)
+                worst = max(worst, (on_sim - on_htp, i))
+        return worst
+
+    if not candidates:
+        return None
+    top, call = gap(len(candidates), picks)
+    if top <= HTP_AGREE_DB:
+        return None
+    run.say(f"the HTP backend and its simulation disagree by {top:.1f} dB: find the tensor")
+    lo, hi = 0, len(candidates)  # prefix lo agrees (the forced set was decoded on the HTP already), hi does not
+    worst = top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        g, _ = gap(mid, [call])
+        if g > HTP_AGREE_DB:
+            hi, worst = mid, g
+        else:
+            lo = mid
+    return candidates[hi - 1], worst
