@@ -14,6 +14,12 @@ from typing import Any
 from edgekit.quantize.budget import check
 from edgekit.quantize.config import BUDGET_RULES
 
+# Past the search's bounds, at most this many more refusals (``refused_one``: a bisection on the HTP
+# backend each, 3.5 min on a 10 M-parameter model) are found before the prefix that agreed goes
+# to the HTP as it is. Each takes a kind of tensor along (``refusals.refuse``); unbounded, a user's
+# model went 12 min past the 6-min bound one refusal at a time.
+LATE_REFUSALS = 2
+
 # A promotion: a tensor at 16 bit in every step bucket's graph, or (bucket, tensor) in that one's only.
 Promotion = str | tuple[int, str]
 
@@ -191,12 +197,13 @@ class PromotionSearch:
             k = self.next_count(0, decided[1])
         else:
             k = 0 if self.start[0] or not order else self.searched(0, guess or 1)
-        final = False  # past the bounds, a refusal sends what agreed to the HTP backend as it is
+        final, late = False, 0  # past the bounds: refusals found, and whether what agreed goes to the HTP as it is
         while True:
             if k > 0 and not final and self.refused_one(k):  # a count may bring a tensor the HTP computes unlike QDQ
                 k = min(k, self.limit)
                 why = self.bound_reached()
-                if why is not None:  # each further refusal is one more bisection on the HTP backend
+                late += why is not None
+                if why is not None and late > LATE_REFUSALS:  # each is one more bisection on the HTP backend
                     k, final = min(self.agreed, self.limit), True
                     run.say(
                         f"search bound reached ({why}): the HTP backend decides the {len(self.forced) + k} "

@@ -15,7 +15,7 @@ import pytest
 from edgekit.quantize.qnn.graph import GraphFacts
 from edgekit.quantize.qnn.profile import QnnProfile
 from edgekit.quantize.qnn.refusals import refuse
-from edgekit.quantize.qnn.search import SearchBounds, needed_gain_db
+from edgekit.quantize.qnn.search import LATE_REFUSALS, SearchBounds, needed_gain_db
 
 MANY_HTP = SearchBounds(htp=20)  # the quarter steps, past the default's two HTP decodes
 
@@ -126,13 +126,20 @@ def test_a_refused_tensors_kind_is_left_at_8_bit_with_it_and_a_weights_is_not():
     assert measured["refused_like"] == [] and len(measured["warned"]) == 1
 
 
-def test_past_the_bounds_a_refusal_sends_the_prefix_that_agreed_to_the_htp_with_no_more_bisections():
+def test_past_the_bounds_a_few_more_refusals_then_the_prefix_that_agreed_goes_to_the_htp():
     """On a user's model each refusal after the bound cost one more bisection (3.5 min each, 12 min
-    past a 6-min bound): past it, the prefix the bisection found agreeing is decided as it is."""
-    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t3",), bounds=SearchBounds(simulated=3))
-    assert promoted == ["t0", "t1", "t2"] and not passed  # the prefix before t3, decided as it is
-    assert measured["checked"] == [4] and measured["htp"] == [3]
+    past a 6-min bound): past it, LATE_REFUSALS more are found, then the prefix the last bisection
+    found agreeing is decided as it is."""
+    late = SearchBounds(simulated=3)
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t1", "t2", "t3", "t5"), bounds=late)
+    refused = [r["tensor"] for r in measured["refused"]]
+    assert refused == ["t1", "t2", "t3"] and LATE_REFUSALS == 2  # the third past the bound ends it
+    assert promoted == ["t0"] and not passed and measured["htp"] == [1]  # the prefix before t3
+    assert len(measured["checked"]) == 3  # no check after the last refusal
     assert any("agreed with its simulation" in line for line in measured["said"]), measured["said"]
+    # Within the bound a refusal goes on searching.
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, disagree=("t1", "t2", "t3", "t5"))
+    assert passed and len(measured["refused"]) == 4 and not any("agreed with" in line for line in measured["said"])
 
 
 def test_a_promotion_that_takes_a_refused_tensor_to_16_bit_is_left_at_8_bit_with_it():
