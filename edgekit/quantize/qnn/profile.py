@@ -106,6 +106,8 @@ class QnnProfile:
         self.refused: list[dict[str, Any]] = []  # promotions the HTP backend computes unlike its simulation
         self.refused_like: list[dict[str, Any]] = []  # left at 8 bit with one of those: its kind, its ties
         self.ties: Mapping[str, frozenset[str]] = {}  # what each promotion takes to 16 bit with it
+        self.base_gaps: dict[Any, dict[int, float]] = {}  # the HTP's gap below QDQ with no promotion, per forced set
+        self.base_gap_db: float | None = None  # where that gap was over refusals.HTP_AGREE_DB
         self.ranked_calls: list[int] = []  # recorded calls the ranking ran, per step bucket
         self.rank_price: dict[str, Any] = {}  # the ranking's forwards and one forward's time, as said
         self.buckets = BucketState(run, auto=AUTO_COUNTS_QNN)

@@ -17,7 +17,7 @@ from edgekit.quantize.config import BUDGET_RULES
 # Past the search's bounds, at most this many more refusals (``refused_one``: a bisection on the HTP
 # backend each, 3.5 min on a 10 M-parameter model) are found before the prefix that agreed goes
 # to the HTP as it is. Each takes a kind of tensor along (``refusals.refuse``); unbounded, a user's
-# model went 12 min past the 6-min bound one refusal at a time.
+# model went 12 min past the 6-min bound one (mis-blamed) refusal at a time.
 LATE_REFUSALS = 2
 
 # A promotion: a tensor at 16 bit in every step bucket's graph, or (bucket, tensor) in that one's only.

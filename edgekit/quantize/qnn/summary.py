@@ -108,6 +108,7 @@ def promotions(
         "share_8bit": 1.0 - mean_wide / len(tensors) if tensors else None,
         "refused_by_htp": profile.refused,
         "refused_like": profile.refused_like,  # left at 8 bit with a refused tensor of their kind
+        "htp_below_simulation_unpromoted_db": profile.base_gap_db,  # the graph's own gap, where over 1.5 dB
         # the ranking's recorded calls per step bucket, its gated forwards and one forward's time
         "ranking": {"calls": list(profile.ranked_calls), **profile.rank_price},
         "promotions": [

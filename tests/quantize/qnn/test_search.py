@@ -316,6 +316,8 @@ def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
         refused_like=[],
         facts=GraphFacts({}, {}, (), frozenset()),
         ties={},
+        base_gaps={},
+        base_gap_db=None,
     )
 
     def open_candidate(model):
@@ -331,3 +333,53 @@ def test_a_promotion_the_htp_refuses_to_compile_is_found_and_left_at_8_bit():
     assert profile.refused == [{"tensor": "t5", "htp_below_simulation_db": None, "htp_refused_graph": True}]
     assert "refuses the graph with t5 at 16 bit" in warned[0]
     assert disagreeing(profile, [], ["t0", "t1"]) is None  # a set it compiles and computes alike
+
+
+def test_a_gap_the_graph_has_with_no_promotion_is_not_blamed_on_the_first_candidate():
+    """On a user's model the HTP computed the graph with no promotion 22 dB below its simulation;
+    judged by the whole gap, every bisection blamed the order's first candidate. A promotion is
+    judged by the gap it adds to that one, measured once and said in one warning."""
+    from edgekit.quantize.qnn.refusals import disagreeing
+
+    class Shifted:  # out = 2x + shift: the simulation exact (0), the HTP off by 0.1, by 1.0 with t5 at 16 bit
+        def __init__(self, shift=0.0):
+            self.shift = shift
+
+        def run(self, feed):
+            return {"y": feed["x"] * 2 + self.shift}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    feeds = [{"x": np.full((2,), i + 1, np.float32)} for i in range(4)]
+    warned: list[str] = []
+    built: list[tuple] = []
+
+    def build(promoted):
+        built.append(tuple(promoted))
+        return tuple(promoted)
+
+    profile = SimpleNamespace(
+        run=SimpleNamespace(
+            traj=SimpleNamespace(feeds=feeds),
+            fp32_rt=Shifted(),
+            bundle=SimpleNamespace(outputs={"y": None}),
+            say=lambda line: None,
+            warn=warned.append,
+        ),
+        buckets=SimpleNamespace(current=None),
+        build=build,
+        open_simulation=lambda model: Shifted(),
+        open_candidate=lambda model: Shifted(1.0 if "t5" in model else 0.1),
+        base_gaps={},
+        base_gap_db=None,
+    )
+    order = [f"t{i}" for i in range(8)]
+    bad = disagreeing(profile, [], order)
+    assert bad is not None and bad[0] == "t5" and bad[1] == pytest.approx(20 * np.log10(10), abs=0.5)
+    assert len(warned) == 1 and "with no promotion" in warned[0] and profile.base_gap_db > 100
+    assert disagreeing(profile, [], ["t0", "t1", "t2"]) is None  # the graph's own gap, nothing added
+    assert built.count(()) == 1 and len(warned) == 1  # measured and said once
