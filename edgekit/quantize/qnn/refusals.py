@@ -113,8 +113,9 @@ def disagreeing(
             profile.base_gap_db = max(base.values())
             run.warn(
                 f"the HTP backend computes the graph with no promotion {max(base.values()):.1f} dB below its QDQ "
-                "simulation (one recorded call): an op it computes unlike QDQ at 8 bit; a promotion is judged by "
-                "the gap it adds"
+                "simulation (one recorded call): an op it computes unlike QDQ at 8 bit, which no promotion fixes "
+                f"(a promotion is judged by the gap it adds; `edgekit debug {run.bundle.root} --candidate qnn:int8` "
+                "finds the op)"
             )
     base = profile.base_gaps[key]
     top = gap(len(candidates), picks)

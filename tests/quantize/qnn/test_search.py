@@ -366,7 +366,7 @@ def test_a_gap_the_graph_has_with_no_promotion_is_not_blamed_on_the_first_candid
         run=SimpleNamespace(
             traj=SimpleNamespace(feeds=feeds),
             fp32_rt=Shifted(),
-            bundle=SimpleNamespace(outputs={"y": None}),
+            bundle=SimpleNamespace(outputs={"y": None}, root="bundles/m"),
             say=lambda line: None,
             warn=warned.append,
         ),
@@ -381,5 +381,6 @@ def test_a_gap_the_graph_has_with_no_promotion_is_not_blamed_on_the_first_candid
     bad = disagreeing(profile, [], order)
     assert bad is not None and bad[0] == "t5" and bad[1] == pytest.approx(20 * np.log10(10), abs=0.5)
     assert len(warned) == 1 and "with no promotion" in warned[0] and profile.base_gap_db > 100
+    assert "`edgekit debug bundles/m --candidate qnn:int8`" in warned[0]  # where to look next
     assert disagreeing(profile, [], ["t0", "t1", "t2"]) is None  # the graph's own gap, nothing added
     assert built.count(()) == 1 and len(warned) == 1  # measured and said once
