@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.evaluate import snr_db
-from edgekit.quantize.qnn.search import Promotion, tensor_of
+from edgekit.quantize.qnn.search import HTP_UNFIXABLE_DB, Promotion, tensor_of
 from edgekit.runtimes.qnn_session import QnnCompileError
 
 # A candidate the HTP backend computes this many dB below its CPU simulation (one recorded call,
@@ -118,6 +118,8 @@ def disagreeing(
                 "finds the op)"
             )
     base = profile.base_gaps[key]
+    if max(base.values()) > HTP_UNFIXABLE_DB:
+        return None
     top = gap(len(candidates), picks)
     call = max(picks, key=lambda i: top[i] - base[i] if math.isfinite(base[i]) else -math.inf)
     if not math.isfinite(base[call]) or top[call] - base[call] <= HTP_AGREE_DB:

@@ -14,6 +14,13 @@ from typing import Any
 from edgekit.quantize.budget import check
 from edgekit.quantize.config import BUDGET_RULES
 
+# The graph with no promotion this many dB below its simulation on the HTP backend
+# (``refusals.disagreeing`` measures it): an op the HTP computes unlike QDQ at 8 bit, which no
+# promotion fixes, so none is blamed and the search stops; the HTP backend decides what it has.
+# A user's masked transformer was 22 dB below: the searches went on refusing tensors for 1.6 dB
+# over that and ran 27 min past a 6-min bound.
+HTP_UNFIXABLE_DB = 6.0
+
 # Past the search's bounds, at most this many more refusals (``refused_one``: a bisection on the HTP
 # backend each, 3.5 min on a 10 M-parameter model) are found before the prefix that agreed goes
 # to the HTP as it is. Each takes a kind of tensor along (``refusals.refuse``); unbounded, a user's
@@ -212,6 +219,12 @@ class PromotionSearch:
                 elif (k, tuple(self.order[:k])) not in self.simulated or not self.holds_on_cpu(k):
                     k = self.searched(k - 1, k)  # the count that held, checked again
                 continue
+            if not final and (self.profile.base_gap_db or 0.0) > HTP_UNFIXABLE_DB:
+                final = True  # no promotion fixes it: what the search has goes to the HTP as it is
+                run.say(
+                    f"the HTP backend is {self.profile.base_gap_db:.1f} dB below its simulation with no promotion, "
+                    f"past what promotions fix: it decides the {len(self.forced) + k} tensor(s) at 16 bit as they are"
+                )
             promoted = self.forced + self.order[:k]
             run.say(f"promote {len(promoted)} tensor(s) to 16 bit")
             model = self.profile.build(promoted)

@@ -15,7 +15,7 @@ import pytest
 from edgekit.quantize.qnn.graph import GraphFacts
 from edgekit.quantize.qnn.profile import QnnProfile
 from edgekit.quantize.qnn.refusals import refuse
-from edgekit.quantize.qnn.search import LATE_REFUSALS, SearchBounds, needed_gain_db
+from edgekit.quantize.qnn.search import HTP_UNFIXABLE_DB, LATE_REFUSALS, SearchBounds, needed_gain_db
 
 MANY_HTP = SearchBounds(htp=20)  # the quarter steps, past the default's two HTP decodes
 
@@ -34,6 +34,7 @@ def _search(
     decided=None,
     kinds: dict | None = None,
     ties: dict | None = None,
+    base_gap: float | None = None,
 ):
     """``drop(backend, count)``: the gt SNR drop (budget <= 1 dB) each backend measures; without
     it the budget holds from ``cpu_needs`` / ``htp_needs`` and neither reports a figure (as the
@@ -54,6 +55,7 @@ def _search(
     profile.refused, profile.refused_like = [], []
     profile.facts = GraphFacts({}, {}, (), frozenset(), kinds=kinds or {})
     profile.ties = ties or {}
+    profile.base_gap_db = base_gap
     checked: list[int] = []
 
     def disagreeing(forced, candidates):  # the stand-in HTP: wrong wherever a tensor of ``disagree`` is promoted
@@ -341,7 +343,7 @@ def test_a_gap_the_graph_has_with_no_promotion_is_not_blamed_on_the_first_candid
     judged by the gap it adds to that one, measured once and said in one warning."""
     from edgekit.quantize.qnn.refusals import disagreeing
 
-    class Shifted:  # out = 2x + shift: the simulation exact (0), the HTP off by 0.1, by 1.0 with t5 at 16 bit
+    class Shifted:  # out = 2x + shift: the simulation off by 0.1, the HTP by 0.13 (2.3 dB), by 1.0 with t5
         def __init__(self, shift=0.0):
             self.shift = shift
 
@@ -372,15 +374,32 @@ def test_a_gap_the_graph_has_with_no_promotion_is_not_blamed_on_the_first_candid
         ),
         buckets=SimpleNamespace(current=None),
         build=build,
-        open_simulation=lambda model: Shifted(),
-        open_candidate=lambda model: Shifted(1.0 if "t5" in model else 0.1),
+        open_simulation=lambda model: Shifted(0.1),
+        open_candidate=lambda model: Shifted(1.0 if "t5" in model else 0.13),
         base_gaps={},
         base_gap_db=None,
     )
     order = [f"t{i}" for i in range(8)]
     bad = disagreeing(profile, [], order)
-    assert bad is not None and bad[0] == "t5" and bad[1] == pytest.approx(20 * np.log10(10), abs=0.5)
-    assert len(warned) == 1 and "with no promotion" in warned[0] and profile.base_gap_db > 100
+    assert bad is not None and bad[0] == "t5" and bad[1] == pytest.approx(20 * np.log10(1.0 / 0.13), abs=0.1)
+    assert len(warned) == 1 and "with no promotion" in warned[0]
+    assert profile.base_gap_db == pytest.approx(20 * np.log10(1.3), abs=0.1)
     assert "`edgekit debug bundles/m --candidate qnn:int8`" in warned[0]  # where to look next
     assert disagreeing(profile, [], ["t0", "t1", "t2"]) is None  # the graph's own gap, nothing added
     assert built.count(()) == 1 and len(warned) == 1  # measured and said once
+    # A gap past HTP_UNFIXABLE_DB blames nothing: no bisection, not even the whole set is built.
+    profile.base_gaps, built[:] = {}, []
+    profile.open_candidate = lambda model: Shifted(1.0)
+    assert disagreeing(profile, [], order) is None and built == [()] and profile.base_gap_db > HTP_UNFIXABLE_DB
+
+
+def test_a_graph_the_htp_computes_far_below_its_simulation_with_no_promotion_ends_the_search():
+    """No promotion fixes an op the HTP computes unlike QDQ at 8 bit: past HTP_UNFIXABLE_DB of the
+    graph's own gap the search stops and the HTP backend decides the count it has, as it is."""
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=17, base_gap=22.0, disagree=())
+    assert measured["htp"] == [17] and passed  # one HTP decode of the count the simulation found
+    assert any("22.0 dB below its simulation with no promotion" in line for line in measured["said"])
+    promoted, passed, measured = _search(cpu_needs=17, htp_needs=30, base_gap=22.0, bounds=MANY_HTP)
+    assert measured["htp"] == [17] and not passed  # no quarter more: the verdict stands
+    _, _, measured = _search(cpu_needs=17, htp_needs=30, base_gap=HTP_UNFIXABLE_DB, bounds=MANY_HTP)
+    assert measured["htp"] == [17, 21, 26, 32]  # at the line, the search goes on
