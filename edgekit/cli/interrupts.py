@@ -28,6 +28,7 @@ def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
     """Remember whether SIGINT or SIGTERM arrived (keeping Python's KeyboardInterrupt behaviour:
     SIGTERM raises ``Terminated``, a KeyboardInterrupt); the second callable puts the previous
     handlers back once the command is over."""
+    import os
     import signal
     import threading
 
@@ -37,6 +38,13 @@ def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
 
     def handler(signum, frame):
         seen[0] = True
+        if _importing(frame):
+            # Raised inside an import, the exception can cross a C++ extension's module init
+            # (torch's pybind11: "terminate called after throwing an instance of
+            # 'pybind11::error_already_set'", an abort instead of exit 143): sent again once the
+            # import is over.
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+            return
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     previous = {}
@@ -51,3 +59,12 @@ def _watch_sigint() -> tuple[Callable[[], bool], Callable[[], None]]:
             signal.signal(sig, old)
 
     return (lambda: seen[0]), restore
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False

@@ -65,3 +65,33 @@ def test_sigterm_raises_terminated_and_the_previous_handler_comes_back():
         timeout=60,
     )
     assert proc.stdout.split() == ["Terminated", "True", "True"], proc.stderr
+
+
+def test_sigterm_inside_an_import_is_raised_once_the_import_is_over(tmp_path):
+    """Raised inside an import, Terminated could cross a C++ extension's module init (torch's
+    pybind11 aborted: "terminate called after throwing ... error_already_set", not exit 143, in
+    a CI run): the signal is sent again and raised after the import."""
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.3)  # the import goes on: the handler did not raise here\n"
+        "DONE = True\n"
+    )
+    code = (
+        "import sys, time\n"
+        "from edgekit.cli.app import _watch_sigint\n"
+        "seen, restore = _watch_sigint()\n"
+        "try:\n"
+        "    import slow_module\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt as e:\n"
+        "    print(type(e).__name__, getattr(sys.modules.get('slow_module'), 'DONE', False))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.split() == ["Terminated", "True"], proc.stderr
