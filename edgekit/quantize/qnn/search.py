@@ -17,8 +17,8 @@ from edgekit.quantize.config import BUDGET_RULES
 # The graph with no promotion this many dB below its simulation on the HTP backend
 # (``refusals.disagreeing`` measures it): an op the HTP computes unlike QDQ at 8 bit, which no
 # promotion fixes, so none is blamed and the search stops; the HTP backend decides what it has.
-# A user's masked transformer was 22 dB below: the searches went on refusing tensors for 1.6 dB
-# over that and ran 27 min past a 6-min bound.
+# A user's masked transformer was 22 dB below: the search went on refusing tensors for 1.6 dB
+# over that, 14 min into its 6-min bound when stopped.
 HTP_UNFIXABLE_DB = 6.0
 
 # Past the search's bounds, at most this many more refusals (``refused_one``: a bisection on the HTP
